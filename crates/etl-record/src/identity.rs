@@ -1,0 +1,151 @@
+//! Where a record comes from: source, partition, offset.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Identifier of one partition of a source (a Kafka partition, one input
+/// file). Stable across restarts: offsets are stored under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
+pub struct PartitionId(pub u32);
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// Position of a record within its partition. Offsets increase with the
+/// order of records in a partition but need not be dense (a file source
+/// uses byte positions of line starts).
+///
+/// The committed offset of a partition is the offset of the *next* record
+/// to read: after delivering the record at `o`, the partition may commit
+/// [`o.next()`](Offset::next).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
+pub struct Offset(pub i64);
+
+impl Offset {
+    /// The offset right after this one: what a partition commits once the
+    /// record at `self` is delivered.
+    #[must_use]
+    pub const fn next(self) -> Offset {
+        Offset(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl From<i64> for Offset {
+    fn from(value: i64) -> Self {
+        Offset(value)
+    }
+}
+
+/// Name of a source, shared by every record it produces. Cloning is one
+/// reference-count increment.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourceId(Arc<str>);
+
+impl SourceId {
+    /// A source name. Any text is allowed; it is part of every record's
+    /// [`IdempotencyKey`](crate::IdempotencyKey).
+    #[must_use]
+    pub fn new(name: impl AsRef<str>) -> Self {
+        SourceId(Arc::from(name.as_ref()))
+    }
+
+    /// The name as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for SourceId {
+    fn from(value: &str) -> Self {
+        SourceId::new(value)
+    }
+}
+
+impl Default for SourceId {
+    fn default() -> Self {
+        SourceId::new("")
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for SourceId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for SourceId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Ok(SourceId::new(name))
+    }
+}
+
+/// Where a record was read: source, partition and offset.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Position {
+    /// The source that produced the record.
+    pub source: SourceId,
+    /// The partition within the source.
+    pub partition: PartitionId,
+    /// The record's offset within the partition.
+    pub offset: Offset,
+}
+
+impl Position {
+    /// A position from its parts.
+    #[must_use]
+    pub fn new(source: SourceId, partition: PartitionId, offset: Offset) -> Self {
+        Position {
+            source,
+            partition,
+            offset,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_offset_saturates() {
+        assert_eq!(Offset(1).next(), Offset(2));
+        assert_eq!(Offset(i64::MAX).next(), Offset(i64::MAX));
+    }
+
+    #[test]
+    fn source_ids_compare_by_name() {
+        assert_eq!(SourceId::new("a"), SourceId::from("a"));
+        assert!(SourceId::new("a") < SourceId::new("b"));
+        assert_eq!(format!("{:?}", SourceId::new("a")), "\"a\"");
+    }
+}

@@ -1,0 +1,48 @@
+//! Identity and data of the records an ETL pipeline moves.
+//!
+//! This is the lowest layer of the workspace: no async, no channels, two
+//! small dependencies (`bytes`, and `serde` behind the `serde` feature).
+//!
+//! * [`PartitionId`] and [`Offset`] name a position in a partitioned,
+//!   replayable source. Offsets are ordered within a partition; the
+//!   committable position after a record at offset `o` is `o + 1`.
+//! * [`Record`] carries an optional key, a value ([`bytes::Bytes`], so
+//!   clones share the buffer), [`Headers`], an optional [`Timestamp`] and
+//!   the [`Position`] it was read from.
+//! * [`IdempotencyKey`] is the stable identity of a record, `(source,
+//!   partition, offset)`: a sink that stores it can deduplicate replays.
+//! * [`DeadLetter`] is a record set aside with the reason (bad input, a
+//!   poison record, a row a sink rejected).
+//!
+//! # Example
+//!
+//! ```
+//! use etl_record::{IdempotencyKey, Offset, PartitionId, Position, Record, SourceId};
+//!
+//! let source = SourceId::new("orders");
+//! let record = Record::new(
+//!     Position::new(source, PartitionId(3), Offset(42)),
+//!     &b"{\"id\":1}"[..],
+//! )
+//! .with_key(&b"customer-7"[..])
+//! .with_header("content-type", &b"application/json"[..]);
+//!
+//! let key = record.idempotency_key();
+//! assert_eq!(key.to_string(), "orders/3/42");
+//! assert_eq!(key.to_string().parse::<IdempotencyKey>().unwrap(), key);
+//! assert_eq!(record.position.offset.next(), Offset(43));
+//! ```
+
+mod dead_letter;
+mod error;
+mod headers;
+mod identity;
+mod key;
+mod record;
+
+pub use dead_letter::DeadLetter;
+pub use error::ParseKeyError;
+pub use headers::{Header, Headers};
+pub use identity::{Offset, PartitionId, Position, SourceId};
+pub use key::IdempotencyKey;
+pub use record::{Record, Timestamp};

@@ -1,0 +1,162 @@
+//! `cargo xtask`: the project's task runner.
+//!
+//! Every task prints each command before running it and stops at the first
+//! failure. `cargo xtask ci` is what CI runs; each of its steps also runs
+//! on its own. See `cargo xtask help`.
+
+mod cmd;
+mod tidy;
+
+use std::process::ExitCode;
+
+use cmd::{Cmd, root};
+
+const HELP: &str = "\
+cargo xtask <TASK>
+
+Tasks:
+  ci               everything below, in order, failing fast
+  fmt [--check]    rustfmt the workspace (CI checks only)
+  lint             clippy on all targets and features, warnings denied
+  test             unit, integration and end-to-end tests, then doc tests
+  doc              cargo doc with warnings denied (broken links fail)
+  loom             loom models (--cfg etl_loom, release, own target dir)
+  prop [--cases N] property tests with N cases each (default 1024)
+  tidy             layer order of crate dependencies, module docs
+";
+
+/// Crates with loom models, built with `--cfg etl_loom`.
+const LOOM_CRATES: &[&str] = &["etl-ack"];
+/// Cases per property test in `cargo xtask ci`.
+const CI_PROP_CASES: u32 = 10_000;
+const DEFAULT_PROP_CASES: u32 = 1024;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("fmt") => fmt(args.iter().any(|a| a == "--check")),
+        Some("lint") => lint(),
+        Some("test") => test(),
+        Some("doc") => doc(),
+        Some("loom") => loom(),
+        Some("prop") => prop_cases(&args[1..]).and_then(prop),
+        Some("tidy") => tidy::run(&root()),
+        Some("help" | "--help" | "-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+fn ci() -> Result {
+    let started = std::time::Instant::now();
+    fmt(true)?;
+    lint()?;
+    test()?;
+    doc()?;
+    loom()?;
+    prop(CI_PROP_CASES)?;
+    tidy::run(&root())?;
+    eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+fn fmt(check: bool) -> Result {
+    let mut cmd = Cmd::cargo(&["fmt", "--all"]);
+    if check {
+        cmd = cmd.args(&["--", "--check"]);
+    }
+    cmd.run()
+}
+
+fn lint() -> Result {
+    Cmd::cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .run()
+}
+
+fn test() -> Result {
+    // Property tests run in `prop` with a chosen case count; skip them here
+    // so they do not run twice.
+    Cmd::cargo(&[
+        "test",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--locked",
+        "--",
+        "--skip",
+        "prop_",
+    ])
+    .run()?;
+    Cmd::cargo(&["test", "--workspace", "--doc", "--all-features", "--locked"]).run()
+}
+
+fn doc() -> Result {
+    Cmd::cargo(&[
+        "doc",
+        "--workspace",
+        "--no-deps",
+        "--all-features",
+        "--locked",
+    ])
+    .env("RUSTDOCFLAGS", "-D warnings")
+    .run()
+}
+
+fn loom() -> Result {
+    let target = root().join("target").join("loom");
+    let mut args = vec!["test", "--release", "--locked"];
+    for krate in LOOM_CRATES {
+        args.extend(["-p", krate]);
+    }
+    args.extend(["--lib", "--", "--test-threads=2"]);
+    Cmd::cargo(&args)
+        .env("RUSTFLAGS", "--cfg etl_loom")
+        .env("LOOM_MAX_PREEMPTIONS", "2")
+        .env("CARGO_TARGET_DIR", &target.to_string_lossy())
+        .run()
+}
+
+fn prop_cases(args: &[String]) -> Result<u32> {
+    match args {
+        [] => Ok(DEFAULT_PROP_CASES),
+        [flag, n] if flag == "--cases" => n
+            .parse()
+            .map_err(|_| format!("--cases takes a positive integer, got `{n}`")),
+        _ => Err("usage: cargo xtask prop [--cases N]".to_owned()),
+    }
+}
+
+fn prop(cases: u32) -> Result {
+    Cmd::cargo(&[
+        "test",
+        "--workspace",
+        "--release",
+        "--all-features",
+        "--locked",
+        "--",
+        "prop_",
+    ])
+    .env("PROPTEST_CASES", &cases.to_string())
+    .run()
+}

@@ -1,0 +1,217 @@
+//! `cargo xtask tidy`: invariants of the repository that the compiler does
+//! not check.
+//!
+//! * Layer order: a crate depends only on the crates below it (read from
+//!   `cargo metadata`). `etl-record <- etl-ack <- etl-checkpoint <-
+//!   etl-source`; `etl-sink` sees only `etl-record` and `etl-ack`;
+//!   connectors and the runtime sit on top.
+//! * Every `.rs` file opens with a `//!` module doc.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Which workspace crates each crate may depend on (any dependency kind).
+/// A crate missing from this table is an error: add it with its layer.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("etl-record", &[]),
+    ("etl-ack", &["etl-record"]),
+    ("etl-checkpoint", &["etl-record", "etl-ack"]),
+    ("etl-source", &["etl-record", "etl-ack", "etl-checkpoint"]),
+    ("etl-sink", &["etl-record", "etl-ack"]),
+    (
+        "etl-kafka",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+        ],
+    ),
+    (
+        "etl-postgres",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+        ],
+    ),
+    (
+        "etl",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-kafka",
+            "etl-postgres",
+        ],
+    ),
+    (
+        "etl-tests",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-kafka",
+            "etl-postgres",
+            "etl",
+        ],
+    ),
+    ("xtask", &[]),
+];
+
+/// Run every check against the workspace at `root`.
+pub(crate) fn run(root: &Path) -> crate::Result {
+    eprintln!("$ cargo metadata --format-version 1 --no-deps (tidy: layer order)");
+    let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let metadata: Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    let mut problems = layer_violations(&metadata);
+    eprintln!("tidy: module docs of every .rs file");
+    for dir in ["crates", "xtask", "tests", "examples"] {
+        missing_module_docs(&root.join(dir), root, &mut problems);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("tidy found problems:\n  {}", problems.join("\n  ")))
+    }
+}
+
+/// Every dependency edge between workspace crates that breaks the layer
+/// order, as readable sentences.
+pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
+    let members: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    for package in &packages {
+        let Some(name) = package["name"].as_str() else {
+            continue;
+        };
+        let Some((_, allowed)) = LAYERS.iter().find(|(n, _)| *n == name) else {
+            problems.push(format!(
+                "crate `{name}` has no layer: add it to LAYERS in xtask/src/tidy.rs"
+            ));
+            continue;
+        };
+        for dep in package["dependencies"].as_array().into_iter().flatten() {
+            let Some(dep_name) = dep["name"].as_str() else {
+                continue;
+            };
+            if members.contains(&dep_name) && !allowed.contains(&dep_name) {
+                let kind = dep["kind"].as_str().unwrap_or("normal");
+                problems.push(format!(
+                    "`{name}` depends on `{dep_name}` ({kind}), which breaks the layer order"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn missing_module_docs(dir: &Path, root: &Path, problems: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                missing_module_docs(&path, root, problems);
+            }
+        } else if name.ends_with(".rs") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+            if !first.is_some_and(|l| l.starts_with("//!")) {
+                let shown = path.strip_prefix(root).unwrap_or(&path);
+                problems.push(format!(
+                    "{} does not open with a `//!` module doc",
+                    shown.display()
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn package(name: &str, deps: &[&str]) -> Value {
+        json!({
+            "name": name,
+            "dependencies": deps
+                .iter()
+                .map(|d| json!({ "name": d, "kind": null }))
+                .collect::<Vec<_>>(),
+        })
+    }
+
+    #[test]
+    fn the_workspace_is_tidy() {
+        run(&crate::cmd::root()).unwrap();
+    }
+
+    #[test]
+    fn record_depending_on_ack_is_a_violation() {
+        let metadata = json!({
+            "packages": [package("etl-record", &["etl-ack", "bytes"]), package("etl-ack", &["etl-record"])]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("`etl-record` depends on `etl-ack`"));
+    }
+
+    #[test]
+    fn sink_must_not_see_checkpoints_or_sources() {
+        let metadata = json!({
+            "packages": [
+                package("etl-sink", &["etl-ack", "etl-checkpoint", "etl-source"]),
+                package("etl-ack", &[]),
+                package("etl-checkpoint", &[]),
+                package("etl-source", &[]),
+            ]
+        });
+        assert_eq!(layer_violations(&metadata).len(), 2);
+    }
+
+    #[test]
+    fn an_unknown_crate_must_be_given_a_layer() {
+        let metadata = json!({ "packages": [package("etl-new", &[])] });
+        assert!(layer_violations(&metadata)[0].contains("has no layer"));
+    }
+
+    #[test]
+    fn files_without_module_docs_are_reported() {
+        let dir = std::env::temp_dir().join(format!("xtask-tidy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("good.rs"), "\n//! Documented.\nfn f() {}\n").unwrap();
+        std::fs::write(dir.join("bad.rs"), "// not a module doc\n").unwrap();
+        let mut problems = Vec::new();
+        missing_module_docs(&dir, &dir, &mut problems);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(problems, vec!["bad.rs does not open with a `//!` module doc"]);
+    }
+}
