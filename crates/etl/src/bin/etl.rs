@@ -1,0 +1,2 @@
+//! The `etl` command line.
+fn main() {}

@@ -1,0 +1,521 @@
+//! Loading a configuration file: parse, then check every section, keeping
+//! every problem with its line and column so `etl validate` can report
+//! them all at once.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+
+use super::schema::*;
+
+/// One problem in a configuration file, with its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// 1-based line of the problem (or of its section).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The section, e.g. `[source]` or `[[sinks]] #2`.
+    pub section: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file was read but has problems.
+    #[error("{}", render(path, problems))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found, in file order.
+        problems: Vec<ConfigProblem>,
+    },
+}
+
+fn render(path: &Path, problems: &[ConfigProblem]) -> String {
+    let mut out = format!(
+        "{} has {} problem{}:",
+        path.display(),
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
+    for p in problems {
+        out.push_str(&format!(
+            "\n  {}:{}:{}: {}: {}",
+            path.display(),
+            p.line,
+            p.column,
+            p.section,
+            p.message
+        ));
+    }
+    out
+}
+
+/// Read and check a configuration file; relative paths in it are resolved
+/// against the file's folder.
+///
+/// # Errors
+///
+/// [`ConfigError::Read`] when the file cannot be read,
+/// [`ConfigError::Invalid`] with every problem found otherwise.
+pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    parse_config(&text, base).map_err(|problems| ConfigError::Invalid {
+        path: path.to_owned(),
+        problems,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDoc {
+    source: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    transforms: Vec<Spanned<toml::Value>>,
+    #[serde(default)]
+    sinks: Vec<Spanned<toml::Value>>,
+    dead_letter: Option<Spanned<toml::Value>>,
+    delivery: Option<Spanned<toml::Value>>,
+    limits: Option<Spanned<toml::Value>>,
+    checkpoint: Option<Spanned<toml::Value>>,
+}
+
+/// Fields of a `[[sinks]]` entry that drive the sink rather than configure it.
+const SINK_OPTION_KEYS: &[&str] = &[
+    "batch_max_records",
+    "batch_max_bytes",
+    "linger",
+    "concurrency",
+    "retry_max_elapsed",
+    "timeout",
+    "on_permanent_error",
+];
+
+struct Checker<'a> {
+    text: &'a str,
+    problems: Vec<ConfigProblem>,
+}
+
+impl Checker<'_> {
+    fn problem(&mut self, span: Range<usize>, section: &str, message: impl Into<String>) {
+        let (line, column) = line_col(self.text, span.start);
+        self.problems.push(ConfigProblem {
+            line,
+            column,
+            section: section.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    /// A problem at the line of `key` inside the section at `span`, or at
+    /// the section itself when the key is not written there.
+    fn problem_at(
+        &mut self,
+        span: Range<usize>,
+        key: &str,
+        section: &str,
+        message: impl Into<String>,
+    ) {
+        let at = find_key(self.text, &span, key).unwrap_or(span.start);
+        self.problem(at..at, section, message);
+    }
+
+    /// A deserialization error: point at the field or value it names.
+    fn serde_problem(&mut self, span: Range<usize>, section: &str, message: &str) {
+        let token = quoted_token(message, '`').or_else(|| quoted_token(message, '"'));
+        let at = token
+            .and_then(|t| find_key(self.text, &span, t).or_else(|| find_text(self.text, &span, t)))
+            .unwrap_or(span.start);
+        self.problem(at..at, section, message.to_owned());
+    }
+
+    fn section<T: DeserializeOwned>(
+        &mut self,
+        value: Spanned<toml::Value>,
+        section: &str,
+    ) -> Option<(T, Range<usize>)> {
+        let span = value.span();
+        match T::deserialize(value.into_inner()) {
+            Ok(v) => Some((v, span)),
+            Err(e) => {
+                self.serde_problem(span, section, e.message());
+                None
+            }
+        }
+    }
+}
+
+fn quoted_token(message: &str, quote: char) -> Option<&str> {
+    let start = message.find(quote)? + 1;
+    let len = message[start..].find(quote)?;
+    Some(&message[start..start + len]).filter(|t| !t.is_empty())
+}
+
+/// Byte offset of the line inside `span` that assigns `key`.
+fn find_key(text: &str, span: &Range<usize>, key: &str) -> Option<usize> {
+    let body = text.get(span.clone())?;
+    let mut offset = span.start;
+    for line in body.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return Some(offset + (line.len() - trimmed.len()));
+            }
+        }
+        offset += line.len();
+    }
+    None
+}
+
+fn find_text(text: &str, span: &Range<usize>, needle: &str) -> Option<usize> {
+    text.get(span.clone())?.find(needle).map(|i| span.start + i)
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, column)
+}
+
+/// Parse and check configuration text; `base` resolves relative paths.
+///
+/// # Errors
+///
+/// Every problem found, in file order.
+pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+    let mut ck = Checker {
+        text,
+        problems: Vec::new(),
+    };
+    let raw: RawDoc = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            ck.problem(e.span().unwrap_or(0..0), "file", e.message().to_owned());
+            return Err(ck.problems);
+        }
+    };
+
+    let source = match raw.source {
+        Some(v) => ck.section::<SourceConfig>(v, "[source]"),
+        None => {
+            ck.problem(0..0, "file", "missing [source] section");
+            None
+        }
+    };
+    if let Some((source, span)) = &source {
+        check_source(&mut ck, source, span.clone());
+    }
+
+    let mut transforms = Vec::new();
+    for (i, t) in raw.transforms.into_iter().enumerate() {
+        let section = format!("[[transforms]] #{}", i + 1);
+        if let Some((t, span)) = ck.section::<TransformConfig>(t, &section) {
+            check_transform(&mut ck, &t, span, &section);
+            transforms.push(t);
+        }
+    }
+
+    if raw.sinks.is_empty() {
+        ck.problem(
+            0..0,
+            "file",
+            "no [[sinks]]: a pipeline needs at least one sink",
+        );
+    }
+    let mut sinks = Vec::new();
+    for (i, s) in raw.sinks.into_iter().enumerate() {
+        let section = format!("[[sinks]] #{}", i + 1);
+        if let Some(sink) = sink_entry(&mut ck, s, i, &section) {
+            sinks.push(sink);
+        }
+    }
+    let mut names: Vec<&str> = sinks.iter().map(|s: &SinkConfig| s.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        ck.problem(0..0, "[[sinks]]", format!("two sinks are named {:?}", w[0]));
+    }
+    let exactly_once = sinks
+        .iter()
+        .any(|s| matches!(&s.kind, SinkKind::File(f) if f.exactly_once));
+    if exactly_once && sinks.len() > 1 {
+        ck.problem(
+            0..0,
+            "[[sinks]]",
+            "exactly_once needs a single sink: with several, each would hold its own progress",
+        );
+    }
+
+    let dead_letter = raw
+        .dead_letter
+        .and_then(|v| ck.section::<SinkKind>(v, "[dead_letter]"))
+        .map(|(k, _)| k);
+    let delivery = raw
+        .delivery
+        .and_then(|v| ck.section::<DeliveryConfig>(v, "[delivery]"))
+        .map(|(d, _)| d)
+        .unwrap_or_default();
+    let limits = match raw.limits {
+        Some(v) => ck.section::<LimitsConfig>(v, "[limits]"),
+        None => Some((LimitsConfig::default(), 0..0)),
+    };
+    if let Some((l, span)) = &limits {
+        if l.max_in_flight_batches == 0 || l.max_in_flight_batches_per_partition == 0 {
+            ck.problem(
+                span.clone(),
+                "[limits]",
+                "in-flight batch limits must be at least 1",
+            );
+        }
+        if l.max_in_flight_bytes.0 == 0 || l.max_in_flight_bytes_per_partition.0 == 0 {
+            ck.problem(
+                span.clone(),
+                "[limits]",
+                "in-flight byte limits must be at least 1",
+            );
+        }
+    }
+    let checkpoint = match raw.checkpoint {
+        Some(v) => ck.section::<CheckpointConfig>(v, "[checkpoint]"),
+        None => Some((CheckpointConfig::default(), 0..0)),
+    };
+    if let Some((c, span)) = &checkpoint {
+        if c.commit_interval.is_zero() {
+            ck.problem_at(
+                span.clone(),
+                "commit_interval",
+                "[checkpoint]",
+                "commit_interval must be above zero",
+            );
+        }
+    }
+
+    match (source, limits, checkpoint) {
+        (Some((source, _)), Some((limits, _)), Some((checkpoint, _))) if ck.problems.is_empty() => {
+            let mut config = Config {
+                source,
+                transforms,
+                sinks,
+                dead_letter,
+                delivery,
+                limits,
+                checkpoint,
+            };
+            resolve_paths(&mut config, base);
+            Ok(config)
+        }
+        _ => {
+            ck.problems.sort_by_key(|p| (p.line, p.column));
+            Err(ck.problems)
+        }
+    }
+}
+
+fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>) {
+    match source {
+        SourceConfig::File(f) => {
+            if f.paths.is_empty() {
+                ck.problem(
+                    span.clone(),
+                    "[source]",
+                    "paths is empty: name at least one file or glob",
+                );
+            }
+            if f.batch_records == 0 {
+                ck.problem(span.clone(), "[source]", "batch_records must be at least 1");
+            }
+            if f.max_line_bytes.0 == 0 {
+                ck.problem(span, "[source]", "max_line_bytes must be at least 1");
+            }
+        }
+        SourceConfig::Generator(g) => {
+            if g.partitions == 0 {
+                ck.problem(span.clone(), "[source]", "partitions must be at least 1");
+            }
+            if g.batch_records == 0 {
+                ck.problem(span.clone(), "[source]", "batch_records must be at least 1");
+            }
+            if g.rate == Some(0) {
+                ck.problem(
+                    span,
+                    "[source]",
+                    "rate must be above zero (omit it for no limit)",
+                );
+            }
+        }
+        SourceConfig::Kafka(_) => {}
+    }
+}
+
+fn check_transform(ck: &mut Checker<'_>, t: &TransformConfig, span: Range<usize>, section: &str) {
+    let empty = |p: &str| p.is_empty() || p.split('.').any(str::is_empty);
+    match t {
+        TransformConfig::Filter { field, op, value } => {
+            if empty(field) {
+                ck.problem(
+                    span.clone(),
+                    section,
+                    format!("invalid field path {field:?}"),
+                );
+            }
+            match (op, value) {
+                (CompareOp::Exists, _) => {}
+                (_, None) => ck.problem_at(span, "op", section, format!("op {op:?} needs a value")),
+                (_, Some(v))
+                    if !matches!(
+                        v,
+                        toml::Value::String(_)
+                            | toml::Value::Integer(_)
+                            | toml::Value::Float(_)
+                            | toml::Value::Boolean(_)
+                    ) =>
+                {
+                    ck.problem_at(
+                        span,
+                        "value",
+                        section,
+                        "value must be a string, number or boolean",
+                    )
+                }
+                _ => {}
+            }
+        }
+        TransformConfig::AddField { field, .. } | TransformConfig::DropField { field } => {
+            if empty(field) {
+                ck.problem(span, section, format!("invalid field path {field:?}"));
+            }
+        }
+        TransformConfig::RenameField { from, to } => {
+            if empty(from) || empty(to) {
+                ck.problem(
+                    span,
+                    section,
+                    format!("invalid field path in {from:?} -> {to:?}"),
+                );
+            }
+        }
+        TransformConfig::ParseJson => {}
+    }
+}
+
+fn sink_entry(
+    ck: &mut Checker<'_>,
+    value: Spanned<toml::Value>,
+    index: usize,
+    section: &str,
+) -> Option<SinkConfig> {
+    let span = value.span();
+    let toml::Value::Table(mut table) = value.into_inner() else {
+        ck.problem(span, section, "a sink must be a table");
+        return None;
+    };
+    let name = match table.remove("name") {
+        Some(toml::Value::String(s)) if !s.is_empty() => s,
+        Some(_) => {
+            ck.problem(span.clone(), section, "name must be a non-empty string");
+            return None;
+        }
+        None => format!("sink{}", index + 1),
+    };
+    let mut options = toml::Table::new();
+    for key in SINK_OPTION_KEYS {
+        if let Some(v) = table.remove(*key) {
+            options.insert((*key).to_owned(), v);
+        }
+    }
+    let options = match SinkOptions::deserialize(toml::Value::Table(options)) {
+        Ok(o) => o,
+        Err(e) => {
+            ck.serde_problem(span.clone(), section, e.message());
+            return None;
+        }
+    };
+    if options.batch_max_records == 0 || options.concurrency == 0 {
+        ck.problem(
+            span.clone(),
+            section,
+            "batch_max_records and concurrency must be at least 1",
+        );
+    }
+    match SinkKind::deserialize(toml::Value::Table(table)) {
+        Ok(kind) => {
+            if let SinkKind::File(f) = &kind {
+                if f.fsync == FsyncPolicy::Interval && f.fsync_interval.is_none() {
+                    ck.problem_at(
+                        span,
+                        "fsync",
+                        section,
+                        "fsync = \"interval\" needs fsync_interval",
+                    );
+                }
+            }
+            Some(SinkConfig {
+                name,
+                kind,
+                options,
+            })
+        }
+        Err(e) => {
+            ck.serde_problem(span, section, e.message());
+            None
+        }
+    }
+}
+
+fn resolve_paths(config: &mut Config, base: &Path) {
+    let join = |p: &mut PathBuf| {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    };
+    if let SourceConfig::File(f) = &mut config.source {
+        for p in &mut f.paths {
+            if Path::new(p).is_relative() {
+                *p = base.join(&*p).to_string_lossy().into_owned();
+            }
+        }
+    }
+    for sink in &mut config.sinks {
+        if let SinkKind::File(f) = &mut sink.kind {
+            join(&mut f.path);
+        }
+    }
+    if let Some(SinkKind::File(f)) = &mut config.dead_letter {
+        join(&mut f.path);
+    }
+    if let StoreConfig::File { path } = &mut config.checkpoint.store {
+        join(path);
+    }
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.line, self.column, self.section, self.message
+        )
+    }
+}

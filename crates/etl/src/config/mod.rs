@@ -1,0 +1,10 @@
+//! The TOML pipeline configuration: its schema, loading, and validation
+//! that reports every error with its place in the file.
+
+mod load;
+mod schema;
+mod units;
+
+pub use load::{ConfigError, ConfigProblem, load_config, parse_config};
+pub use schema::*;
+pub use units::ByteSize;

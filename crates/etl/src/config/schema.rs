@@ -1,0 +1,488 @@
+//! The configuration schema. Every section rejects unknown fields, so a
+//! typo is an error with its place rather than a silently ignored setting.
+//! Relative paths are resolved against the configuration file's folder.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::units::{ByteSize, duration, opt_duration};
+
+/// A whole pipeline: one source, transforms in order, one or more sinks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where records come from.
+    pub source: SourceConfig,
+    /// What happens to each record, in order.
+    pub transforms: Vec<TransformConfig>,
+    /// Where records go; every record goes to every sink.
+    pub sinks: Vec<SinkConfig>,
+    /// Where bad records go, if anywhere.
+    pub dead_letter: Option<SinkKind>,
+    /// What to do when delivery fails.
+    pub delivery: DeliveryConfig,
+    /// Bounds on in-flight data.
+    pub limits: LimitsConfig,
+    /// Commit policy and offset store.
+    pub checkpoint: CheckpointConfig,
+}
+
+/// The `[source]` section.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SourceConfig {
+    /// Lines of local files, one partition per file.
+    File(FileSourceConfig),
+    /// Deterministic synthetic records.
+    Generator(GeneratorConfig),
+    /// A Kafka consumer group; the table is read by the Kafka connector.
+    Kafka(toml::Table),
+}
+
+/// How a file's lines are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LineFormat {
+    /// Each line is a JSON document; other lines are dead letters.
+    #[default]
+    Ndjson,
+    /// Each line is a record, whatever it holds.
+    Lines,
+}
+
+/// What to do with a last line that has no newline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EofPolicy {
+    /// Hold it back until it is completed (the safe default for files that
+    /// are still being written).
+    #[default]
+    Wait,
+    /// Emit it as a record.
+    Emit,
+    /// Send it to the dead-letter path.
+    DeadLetter,
+}
+
+/// `type = "file"` source options.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSourceConfig {
+    /// Paths or glob patterns.
+    pub paths: Vec<String>,
+    /// Line format.
+    #[serde(default)]
+    pub format: LineFormat,
+    /// Longest line accepted; longer lines become dead letters.
+    #[serde(default = "defaults::max_line")]
+    pub max_line_bytes: ByteSize,
+    /// What to do with an unterminated last line.
+    #[serde(default)]
+    pub eof: EofPolicy,
+    /// Keep reading as files grow instead of stopping at their end.
+    #[serde(default)]
+    pub follow: bool,
+    /// Largest poll batch, in records.
+    #[serde(default = "defaults::batch_records")]
+    pub batch_records: usize,
+}
+
+/// `type = "generator"` source options.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorConfig {
+    /// Records to generate in all.
+    pub count: u64,
+    /// Partitions to spread them over.
+    #[serde(default = "defaults::one")]
+    pub partitions: u32,
+    /// Records per second in all; unlimited when absent.
+    pub rate: Option<u64>,
+    /// Largest poll batch, in records.
+    #[serde(default = "defaults::batch_records")]
+    pub batch_records: usize,
+}
+
+/// A comparison in a `filter` transform.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum CompareOp {
+    /// Equal.
+    #[serde(rename = "==")]
+    Eq,
+    /// Not equal.
+    #[serde(rename = "!=")]
+    Ne,
+    /// Less than.
+    #[serde(rename = "<")]
+    Lt,
+    /// Less than or equal.
+    #[serde(rename = "<=")]
+    Le,
+    /// Greater than.
+    #[serde(rename = ">")]
+    Gt,
+    /// Greater than or equal.
+    #[serde(rename = ">=")]
+    Ge,
+    /// The field is present (any value).
+    #[serde(rename = "exists")]
+    Exists,
+}
+
+/// One `[[transforms]]` entry.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TransformConfig {
+    /// Require the value to be a JSON object; others are dead letters.
+    ParseJson,
+    /// Keep records whose field compares true; drop (count as filtered)
+    /// the others.
+    Filter {
+        /// Dotted path of the field (`user.id`).
+        field: String,
+        /// The comparison.
+        op: CompareOp,
+        /// The value compared against (unused by `exists`).
+        #[serde(default)]
+        value: Option<toml::Value>,
+    },
+    /// Set a field to a constant.
+    AddField {
+        /// Dotted path of the field.
+        field: String,
+        /// Its value.
+        value: toml::Value,
+    },
+    /// Rename a field; records without it pass unchanged.
+    RenameField {
+        /// Dotted path of the field.
+        from: String,
+        /// New name (a path at the same or another place).
+        to: String,
+    },
+    /// Remove a field; records without it pass unchanged.
+    DropField {
+        /// Dotted path of the field.
+        field: String,
+    },
+}
+
+/// One `[[sinks]]` entry: the sink and how it is driven.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SinkConfig {
+    /// Name in metrics and logs.
+    pub name: String,
+    /// Which sink.
+    pub kind: SinkKind,
+    /// Batching, concurrency, retry.
+    pub options: SinkOptions,
+}
+
+/// The sink-specific part of a `[[sinks]]` entry or of `[dead_letter]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SinkKind {
+    /// Append to a local file.
+    File(FileSinkConfig),
+    /// Write to standard output.
+    Stdout(StdoutSinkConfig),
+    /// Discard (benchmarks).
+    Blackhole(BlackholeSinkConfig),
+    /// A Kafka producer; the table is read by the Kafka connector.
+    Kafka(toml::Table),
+    /// A PostgreSQL table; the table is read by the PostgreSQL connector.
+    Postgres(toml::Table),
+}
+
+/// How records are encoded for a byte-oriented sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// One JSON document per line.
+    #[default]
+    Ndjson,
+    /// The value's bytes and a newline.
+    Lines,
+}
+
+/// When the file sink calls fsync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FsyncPolicy {
+    /// After every batch, before acknowledging it.
+    #[default]
+    Batch,
+    /// Every `fsync_interval`; acknowledgements wait for it.
+    Interval,
+}
+
+/// `type = "file"` sink options.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSinkConfig {
+    /// Output file.
+    pub path: PathBuf,
+    /// Encoding.
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// When to fsync.
+    #[serde(default)]
+    pub fsync: FsyncPolicy,
+    /// Interval for `fsync = "interval"`.
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub fsync_interval: Option<Duration>,
+    /// Start a new file past this size.
+    pub rotate_bytes: Option<ByteSize>,
+    /// Start a new file after this long.
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub rotate_interval: Option<Duration>,
+    /// Store progress with the data and resume from it: every record
+    /// exactly once in the file, even after a crash. Needs a single sink.
+    #[serde(default)]
+    pub exactly_once: bool,
+}
+
+/// `type = "stdout"` sink options.
+#[derive(Clone, Debug, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutSinkConfig {
+    /// Encoding.
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// `type = "blackhole"` sink options (none).
+#[derive(Clone, Debug, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct BlackholeSinkConfig {}
+
+/// What a sink does with a batch that fails permanently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PermanentErrorPolicy {
+    /// Fail the batch: its partition replays (and poison detection
+    /// narrows it down).
+    #[default]
+    Fail,
+    /// Write the records to the dead-letter sink.
+    DeadLetter,
+}
+
+/// Batching, concurrency and retry of one sink.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkOptions {
+    /// Largest write, in records.
+    #[serde(default = "defaults::sink_batch_records")]
+    pub batch_max_records: usize,
+    /// Largest write, in bytes.
+    #[serde(default = "defaults::sink_batch_bytes")]
+    pub batch_max_bytes: ByteSize,
+    /// How long a partial batch may wait for more records.
+    #[serde(default = "defaults::linger", deserialize_with = "duration")]
+    pub linger: Duration,
+    /// Writes in flight at once.
+    #[serde(default = "defaults::one_usize")]
+    pub concurrency: usize,
+    /// Give up retrying a retryable error after this long.
+    #[serde(default = "defaults::retry_max_elapsed", deserialize_with = "duration")]
+    pub retry_max_elapsed: Duration,
+    /// Time limit of one write.
+    #[serde(default = "defaults::write_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// What to do with a batch that fails permanently.
+    #[serde(default)]
+    pub on_permanent_error: PermanentErrorPolicy,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions {
+            batch_max_records: defaults::sink_batch_records(),
+            batch_max_bytes: defaults::sink_batch_bytes(),
+            linger: defaults::linger(),
+            concurrency: 1,
+            retry_max_elapsed: defaults::retry_max_elapsed(),
+            timeout: defaults::write_timeout(),
+            on_permanent_error: PermanentErrorPolicy::Fail,
+        }
+    }
+}
+
+/// What happens after a batch fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Replay the partition from its watermark.
+    #[default]
+    Replay,
+    /// Stop the pipeline with an error.
+    Halt,
+}
+
+/// What happens to a poison record (one that fails every replay).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PoisonPolicy {
+    /// Write it to the dead-letter sink.
+    #[default]
+    DeadLetter,
+    /// Stop the pipeline with an error naming it.
+    Halt,
+}
+
+/// The `[delivery]` section.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// After a failed batch.
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+    /// Replays of one range before it counts as poison.
+    #[serde(default = "defaults::max_replays")]
+    pub max_replays: u32,
+    /// What to do with a poison record.
+    #[serde(default)]
+    pub poison: PoisonPolicy,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            on_failure: FailurePolicy::Replay,
+            max_replays: defaults::max_replays(),
+            poison: PoisonPolicy::DeadLetter,
+        }
+    }
+}
+
+/// The `[limits]` section: in-flight bounds (batches between source and
+/// durable write).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Poll batches in flight, in all.
+    #[serde(default = "defaults::max_batches")]
+    pub max_in_flight_batches: u32,
+    /// Payload bytes in flight, in all.
+    #[serde(default = "defaults::max_bytes")]
+    pub max_in_flight_bytes: ByteSize,
+    /// Poll batches in flight per partition.
+    #[serde(default = "defaults::max_batches")]
+    pub max_in_flight_batches_per_partition: u32,
+    /// Payload bytes in flight per partition.
+    #[serde(default = "defaults::max_bytes")]
+    pub max_in_flight_bytes_per_partition: ByteSize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_in_flight_batches: defaults::max_batches(),
+            max_in_flight_bytes: defaults::max_bytes(),
+            max_in_flight_batches_per_partition: defaults::max_batches(),
+            max_in_flight_bytes_per_partition: defaults::max_bytes(),
+        }
+    }
+}
+
+/// Where committed offsets are kept.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// A crash-safe local file store in this folder.
+    File {
+        /// The folder holding the store's files.
+        path: PathBuf,
+    },
+    /// In memory only: every run starts from the beginning.
+    Memory,
+    /// The source keeps offsets itself (a Kafka consumer group).
+    Source,
+}
+
+/// The `[checkpoint]` section.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// How often delivered watermarks are committed.
+    #[serde(default = "defaults::commit_interval", deserialize_with = "duration")]
+    pub commit_interval: Duration,
+    /// How long a revoke waits for in-flight batches before committing.
+    #[serde(default = "defaults::revoke_deadline", deserialize_with = "duration")]
+    pub revoke_deadline: Duration,
+    /// How long a graceful stop may take before it gives up waiting.
+    #[serde(default = "defaults::shutdown_timeout", deserialize_with = "duration")]
+    pub shutdown_timeout: Duration,
+    /// The offset store (default: a file store in `.etl-state` beside the
+    /// configuration file).
+    #[serde(default = "defaults::store")]
+    pub store: StoreConfig,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            commit_interval: defaults::commit_interval(),
+            revoke_deadline: defaults::revoke_deadline(),
+            shutdown_timeout: defaults::shutdown_timeout(),
+            store: defaults::store(),
+        }
+    }
+}
+
+pub(crate) mod defaults {
+    use super::*;
+
+    pub(crate) fn max_line() -> ByteSize {
+        ByteSize(1 << 20)
+    }
+    pub(crate) fn batch_records() -> usize {
+        4096
+    }
+    pub(crate) fn sink_batch_records() -> usize {
+        8192
+    }
+    pub(crate) fn sink_batch_bytes() -> ByteSize {
+        ByteSize(4 << 20)
+    }
+    pub(crate) fn linger() -> Duration {
+        Duration::from_millis(50)
+    }
+    pub(crate) fn one() -> u32 {
+        1
+    }
+    pub(crate) fn one_usize() -> usize {
+        1
+    }
+    pub(crate) fn retry_max_elapsed() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub(crate) fn write_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(crate) fn max_replays() -> u32 {
+        3
+    }
+    pub(crate) fn max_batches() -> u32 {
+        64
+    }
+    pub(crate) fn max_bytes() -> ByteSize {
+        ByteSize(32 << 20)
+    }
+    pub(crate) fn commit_interval() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(crate) fn revoke_deadline() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub(crate) fn shutdown_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(crate) fn store() -> StoreConfig {
+        StoreConfig::File {
+            path: PathBuf::from(".etl-state"),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The pipeline runtime and the `etl` command line.
+//!
+//! ```
+//! let config = etl::parse_config(
+//!     r#"
+//!     [source]
+//!     type = "generator"
+//!     count = 10
+//!
+//!     [[sinks]]
+//!     type = "blackhole"
+//!     "#,
+//!     std::path::Path::new("."),
+//! )
+//! .unwrap();
+//! assert_eq!(config.sinks.len(), 1);
+//! ```
+
+mod config;
+
+pub use config::*;
