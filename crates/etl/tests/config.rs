@@ -109,7 +109,10 @@ commit_interval = "0s"
     );
     assert!(shown[1].starts_with("9:1: [[transforms]] #1:") && shown[1].contains("needs a value"));
     assert!(shown[2].starts_with("14:11: [[sinks]] #1:") && shown[2].contains("invalid duration"));
-    assert!(shown[3].starts_with("17:1: [[sinks]] #2:") && shown[3].contains("teleport"));
+    assert!(
+        shown[3].starts_with("17:9: [[sinks]] #2:") && shown[3].contains("teleport"),
+        "{shown:#?}"
+    );
     assert!(shown[4].starts_with("20:1: [checkpoint]:") && shown[4].contains("commit_interval"));
 }
 
