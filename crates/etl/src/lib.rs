@@ -17,5 +17,7 @@
 //! ```
 
 mod config;
+mod transform;
 
 pub use config::*;
+pub use transform::*;

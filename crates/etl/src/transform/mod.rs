@@ -1,0 +1,46 @@
+//! Transforms: what happens to each record between source and sinks.
+//!
+//! Every transform returns an explicit [`Outcome`] for every record, so a
+//! record leaves the pipeline only on purpose: kept, filtered out
+//! (counted), expanded into several, or rejected to the dead-letter path
+//! with a reason.
+
+mod chain;
+mod closures;
+mod json;
+
+pub use chain::{ChainOutput, TransformChain};
+pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};
+pub use json::{JsonOp, JsonStage};
+
+use etl_record::Record;
+
+/// What a transform did with one record.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Pass the (possibly changed) record on.
+    Keep(Record),
+    /// Drop it on purpose; it counts as filtered, and its offset may be
+    /// committed.
+    Filtered,
+    /// Replace it with these records (an empty list counts as filtered).
+    Many(Vec<Record>),
+    /// Set it (as it came in) aside for the dead-letter path, with the
+    /// reason.
+    Reject(Record, String),
+}
+
+/// One step of the pipeline's per-record processing. Runs on the
+/// pipeline's transform task, one record at a time, in partition order.
+pub trait Transform: Send {
+    /// Name in metrics, logs and dead-letter reasons.
+    fn name(&self) -> &str;
+    /// Decide what happens to `record`.
+    fn apply(&mut self, record: Record) -> Outcome;
+}
+
+impl std::fmt::Debug for dyn Transform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Transform({})", self.name())
+    }
+}
