@@ -176,10 +176,10 @@ fn find_key(text: &str, span: &Range<usize>, key: &str) -> Option<usize> {
     let mut offset = span.start;
     for line in body.split_inclusive('\n') {
         let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix(key) {
-            if rest.trim_start().starts_with('=') {
-                return Some(offset + (line.len() - trimmed.len()));
-            }
+        if let Some(rest) = trimmed.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some(offset + (line.len() - trimmed.len()));
         }
         offset += line.len();
     }
@@ -301,15 +301,15 @@ pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem
         Some(v) => ck.section::<CheckpointConfig>(v, "[checkpoint]"),
         None => Some((CheckpointConfig::default(), 0..0)),
     };
-    if let Some((c, span)) = &checkpoint {
-        if c.commit_interval.is_zero() {
-            ck.problem_at(
-                span.clone(),
-                "commit_interval",
-                "[checkpoint]",
-                "commit_interval must be above zero",
-            );
-        }
+    if let Some((c, span)) = &checkpoint
+        && c.commit_interval.is_zero()
+    {
+        ck.problem_at(
+            span.clone(),
+            "commit_interval",
+            "[checkpoint]",
+            "commit_interval must be above zero",
+        );
     }
 
     match (source, limits, checkpoint) {
@@ -461,15 +461,16 @@ fn sink_entry(
     }
     match SinkKind::deserialize(toml::Value::Table(table)) {
         Ok(kind) => {
-            if let SinkKind::File(f) = &kind {
-                if f.fsync == FsyncPolicy::Interval && f.fsync_interval.is_none() {
-                    ck.problem_at(
-                        span,
-                        "fsync",
-                        section,
-                        "fsync = \"interval\" needs fsync_interval",
-                    );
-                }
+            if let SinkKind::File(f) = &kind
+                && f.fsync == FsyncPolicy::Interval
+                && f.fsync_interval.is_none()
+            {
+                ck.problem_at(
+                    span,
+                    "fsync",
+                    section,
+                    "fsync = \"interval\" needs fsync_interval",
+                );
             }
             Some(SinkConfig {
                 name,
