@@ -1,2 +1,0 @@
-//! The `etl` command line.
-fn main() {}
