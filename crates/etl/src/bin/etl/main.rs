@@ -1,10 +1,40 @@
 //! The `etl` command line: run, validate and inspect pipelines.
 
 mod args;
+mod exit;
+mod logging;
+
+use std::process::ExitCode;
 
 use clap::Parser;
 
-fn main() {
-    let cli = args::Cli::parse();
-    drop(cli);
+use args::{Cli, Command};
+use exit::Exit;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _status_line = logging::init(cli.log_format, cli.quiet);
+    let result = match cli.command {
+        Command::Validate { config } => validate(&config),
+        Command::Run(_) | Command::Offsets { .. } => Err(Exit::failure(
+            "this command is not available in this build".to_owned(),
+        )),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(exit) => exit.report(),
+    }
+}
+
+fn validate(path: &std::path::Path) -> Result<(), Exit> {
+    let config = etl::load_config(path).map_err(Exit::from_config)?;
+    println!(
+        "{}: ok ({} transform{}, {} sink{})",
+        path.display(),
+        config.transforms.len(),
+        if config.transforms.len() == 1 { "" } else { "s" },
+        config.sinks.len(),
+        if config.sinks.len() == 1 { "" } else { "s" },
+    );
+    Ok(())
 }

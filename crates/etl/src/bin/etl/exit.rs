@@ -1,0 +1,44 @@
+//! Exit codes and how failures are reported (see `etl --help`).
+
+use std::process::ExitCode;
+
+/// Documented exit codes (sysexits where one fits).
+pub(crate) mod code {
+    pub(crate) const FAILURE: u8 = 1;
+    pub(crate) const DATA: u8 = 65;
+    pub(crate) const NO_INPUT: u8 = 66;
+    pub(crate) const IO: u8 = 74;
+    pub(crate) const CONFIG: u8 = 78;
+    pub(crate) const ABORTED: u8 = 130;
+}
+
+/// A failed command: what to print and which code to exit with.
+#[derive(Debug)]
+pub(crate) struct Exit {
+    code: u8,
+    message: String,
+}
+
+impl Exit {
+    pub(crate) fn new(code: u8, message: String) -> Self {
+        Exit { code, message }
+    }
+
+    pub(crate) fn failure(message: String) -> Self {
+        Exit::new(code::FAILURE, message)
+    }
+
+    pub(crate) fn from_config(e: etl::ConfigError) -> Self {
+        let code = match &e {
+            etl::ConfigError::Read { .. } => code::NO_INPUT,
+            etl::ConfigError::Invalid { .. } => code::CONFIG,
+        };
+        Exit::new(code, e.to_string())
+    }
+
+    /// Print the error the way cargo does and return the exit code.
+    pub(crate) fn report(self) -> ExitCode {
+        eprintln!("error: {}", self.message);
+        ExitCode::from(self.code)
+    }
+}
