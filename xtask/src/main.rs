@@ -5,6 +5,7 @@
 //! on its own. See `cargo xtask help`.
 
 mod cmd;
+mod kafka;
 mod tidy;
 
 use std::process::ExitCode;
@@ -23,6 +24,7 @@ Tasks:
   loom             loom models (--cfg etl_loom, release, own target dir)
   prop [--cases N] property tests with N cases each (default 1024)
   tidy             layer order of crate dependencies, module docs
+  kafka [--port N] run the Kafka-compatible test broker in the foreground
 ";
 
 /// Crates with loom models, built with `--cfg etl_loom`.
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Some("loom") => loom(),
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
         Some("tidy") => tidy::run(&root()),
+        Some("kafka") => kafka::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())

@@ -1,0 +1,1 @@
+//! Kafka connector (work in progress).
