@@ -212,6 +212,9 @@ mod tests {
         let mut problems = Vec::new();
         missing_module_docs(&dir, &dir, &mut problems);
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(problems, vec!["bad.rs does not open with a `//!` module doc"]);
+        assert_eq!(
+            problems,
+            vec!["bad.rs does not open with a `//!` module doc"]
+        );
     }
 }
