@@ -1,0 +1,242 @@
+//! Configuration of the file source, and how its inputs become partitions.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use etl_record::{PartitionId, SourceId};
+
+use crate::SourceError;
+
+/// How a line becomes a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LineFormat {
+    /// Each line must be one JSON value; any other line (including an
+    /// empty one) becomes a dead letter with the parser's reason.
+    #[default]
+    Ndjson,
+    /// Each line is a record as it is (it must still be valid UTF-8).
+    Raw,
+}
+
+/// What to do with a last line that has no trailing newline when a file
+/// that is not followed reaches its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EofPolicy {
+    /// Leave it unread: it is not emitted and the partition's committed
+    /// offset stays before it, so a later run reads it once it is complete.
+    #[default]
+    Wait,
+    /// Emit it as a record (after the usual checks).
+    Emit,
+    /// Send it to the dead-letter path as truncated.
+    DeadLetter,
+}
+
+/// Configuration of a [`FileSource`](crate::FileSource).
+#[derive(Clone, Debug)]
+pub struct FileSourceConfig {
+    /// The source's name, part of every record's idempotency key.
+    pub name: SourceId,
+    /// Paths or glob patterns (`logs/*.ndjson`). A pattern must match at
+    /// least one file; a plain path must exist.
+    pub inputs: Vec<String>,
+    /// NDJSON or raw lines.
+    pub format: LineFormat,
+    /// Longest accepted line in bytes, without its newline. Longer lines
+    /// become dead letters (with a 1 KiB preview) and are never buffered
+    /// whole.
+    pub max_line_bytes: usize,
+    /// Bytes per read call.
+    pub read_chunk_bytes: usize,
+    /// Most records (and dead letters) per batch.
+    pub max_batch_records: usize,
+    /// Most payload bytes per batch (a batch holds at least one line).
+    pub max_batch_bytes: usize,
+    /// Policy for an unterminated last line at the end of a file.
+    pub eof: EofPolicy,
+    /// Keep reading files as they grow instead of ending at their end. An
+    /// unterminated last line then always waits for its newline.
+    pub follow: bool,
+    /// In follow mode, how long [`next`](crate::Source::next) waits before
+    /// reporting idleness when no file has grown.
+    pub follow_interval: Duration,
+}
+
+impl Default for FileSourceConfig {
+    fn default() -> Self {
+        FileSourceConfig {
+            name: SourceId::new("file"),
+            inputs: Vec::new(),
+            format: LineFormat::Ndjson,
+            max_line_bytes: 1 << 20,
+            read_chunk_bytes: 256 << 10,
+            max_batch_records: 1024,
+            max_batch_bytes: 1 << 20,
+            eof: EofPolicy::Wait,
+            follow: false,
+            follow_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+impl FileSourceConfig {
+    pub(crate) fn validate(&self) -> Result<(), SourceError> {
+        if self.inputs.is_empty() {
+            return Err(SourceError::Config(
+                "the file source needs at least one input".into(),
+            ));
+        }
+        if self.max_line_bytes == 0 || self.max_batch_records == 0 || self.max_batch_bytes == 0 {
+            return Err(SourceError::Config(
+                "max_line_bytes, max_batch_records and max_batch_bytes must be positive".into(),
+            ));
+        }
+        if self.read_chunk_bytes < 4096 {
+            return Err(SourceError::Config(format!(
+                "read_chunk_bytes must be at least 4096, got {}",
+                self.read_chunk_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The partition id of a file: the 32-bit FNV-1a hash of its canonical
+/// (absolute, symlink-free) path. It stays the same across restarts as
+/// long as the file is not moved or renamed, and does not depend on which
+/// other files are read alongside.
+#[must_use]
+pub fn file_partition_id(canonical_path: &Path) -> PartitionId {
+    let mut hash: u32 = 0x811c_9dc5;
+    for &byte in canonical_path.as_os_str().as_encoded_bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    PartitionId(hash)
+}
+
+/// Expand the inputs into canonical paths with their partition ids, in
+/// partition order. A file named twice (by two patterns) is read once.
+pub(crate) fn resolve_inputs(
+    inputs: &[String],
+) -> Result<Vec<(PartitionId, PathBuf)>, SourceError> {
+    resolve_inputs_with(inputs, file_partition_id)
+}
+
+fn resolve_inputs_with(
+    inputs: &[String],
+    id_of: fn(&Path) -> PartitionId,
+) -> Result<Vec<(PartitionId, PathBuf)>, SourceError> {
+    let mut files: Vec<(PartitionId, PathBuf)> = Vec::new();
+    for input in inputs {
+        let paths: Vec<PathBuf> = if input.contains(['*', '?', '[']) {
+            let matches = glob::glob(input).map_err(|e| SourceError::Pattern {
+                pattern: input.clone(),
+                reason: e.to_string(),
+            })?;
+            let mut paths = Vec::new();
+            for entry in matches {
+                let path = entry.map_err(|e| {
+                    let path = e.path().to_path_buf();
+                    SourceError::io(path, e.into())
+                })?;
+                if path.is_file() {
+                    paths.push(path);
+                }
+            }
+            if paths.is_empty() {
+                return Err(SourceError::NoMatch {
+                    pattern: input.clone(),
+                });
+            }
+            paths
+        } else {
+            vec![PathBuf::from(input)]
+        };
+        for path in paths {
+            let canonical = path.canonicalize().map_err(|e| SourceError::io(&path, e))?;
+            let id = id_of(&canonical);
+            match files.iter().find(|(other, _)| *other == id) {
+                Some((_, seen)) if *seen == canonical => {}
+                Some((_, seen)) => {
+                    return Err(SourceError::PartitionCollision {
+                        partition: id,
+                        first: seen.clone(),
+                        second: canonical,
+                    });
+                }
+                None => files.push((id, canonical)),
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_ids_are_fnv1a_of_the_path() {
+        // Reference values of 32-bit FNV-1a.
+        assert_eq!(file_partition_id(Path::new("")), PartitionId(0x811c_9dc5));
+        assert_eq!(file_partition_id(Path::new("a")), PartitionId(0xe40c_292c));
+        assert_ne!(
+            file_partition_id(Path::new("/data/a.ndjson")),
+            file_partition_id(Path::new("/data/b.ndjson"))
+        );
+    }
+
+    #[test]
+    fn globs_and_paths_resolve_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a.ndjson", "b.ndjson", "c.txt"] {
+            std::fs::write(dir.path().join(name), "{}\n").unwrap();
+        }
+        let pattern = format!("{}/*.ndjson", dir.path().display());
+        let plain = dir.path().join("a.ndjson").display().to_string();
+        let files = resolve_inputs(&[pattern, plain]).unwrap();
+        assert_eq!(files.len(), 2);
+        assert!(files.windows(2).all(|w| w[0].0 < w[1].0));
+
+        let none = format!("{}/*.csv", dir.path().display());
+        let err = resolve_inputs(std::slice::from_ref(&none)).unwrap_err();
+        assert!(matches!(err, SourceError::NoMatch { ref pattern } if *pattern == none));
+        assert!(err.to_string().contains("*.csv"));
+
+        let err = resolve_inputs(&["[".to_owned()]).unwrap_err();
+        assert!(matches!(err, SourceError::Pattern { .. }), "{err}");
+    }
+
+    #[test]
+    fn colliding_ids_are_an_error_naming_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a", "b"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let pattern = format!("{}/*", dir.path().display());
+        let err = resolve_inputs_with(&[pattern], |_| PartitionId(7)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(
+            err,
+            SourceError::PartitionCollision {
+                partition: PartitionId(7),
+                ..
+            }
+        ));
+        assert!(
+            text.contains("/a") && text.contains("/b") && text.contains("partition 7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_names_its_path() {
+        let err = resolve_inputs(&["/nonexistent/dir/in.ndjson".to_owned()]).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/dir/in.ndjson"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,39 @@
+//! Sources of an ETL pipeline: the [`Source`] trait and built-in sources.
+//!
+//! A source reads partitioned, replayable input and returns it in
+//! [`PollBatch`]es of one partition each; the source driver opens an
+//! acknowledgement handle per batch, bounds what is in flight and replays
+//! partitions after failures by [seeking](Source::seek) back.
+//!
+//! # Example
+//!
+//! ```
+//! use etl_source::{GeneratorConfig, GeneratorSource, Source, SourceEvent};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let mut source = GeneratorSource::new(GeneratorConfig {
+//!     records_per_partition: Some(3),
+//!     ..GeneratorConfig::default()
+//! })?;
+//! assert!(matches!(source.next().await?, SourceEvent::Assigned(_)));
+//! let SourceEvent::Batch(batch) = source.next().await? else { unreachable!() };
+//! assert_eq!(batch.records.len(), 3);
+//! assert!(matches!(source.next().await?, SourceEvent::End));
+//! # Ok::<(), etl_source::SourceError>(())
+//! # }).unwrap();
+//! ```
+
+mod batch;
+mod error;
+mod file_config;
+mod file_source;
+mod generator;
+mod line_reader;
+mod source;
+
+pub use batch::PollBatch;
+pub use error::SourceError;
+pub use file_config::{EofPolicy, FileSourceConfig, LineFormat, file_partition_id};
+pub use file_source::FileSource;
+pub use generator::{GeneratorConfig, GeneratorSource};
+pub use source::{BoxSource, Source, SourceEvent};

@@ -1,0 +1,158 @@
+//! The `Source` trait: what a source implements, and its contract.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use etl_record::{Offset, PartitionId};
+
+use crate::{PollBatch, SourceError};
+
+/// What a call to [`Source::next`] produced.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// These partitions are now this source's to read. The driver starts
+    /// an epoch for each and [seeks](Source::seek) each to its start
+    /// position before polling again. A static source announces its
+    /// partitions once, with its first event.
+    Assigned(Vec<PartitionId>),
+    /// These partitions are no longer this source's (a consumer-group
+    /// rebalance). No batch of them may follow until they are assigned
+    /// again.
+    Revoked(Vec<PartitionId>),
+    /// Records (and rejected input) of one partition.
+    Batch(PollBatch),
+    /// Nothing to read right now; ask again later. The driver backs off
+    /// briefly before polling again.
+    Idle,
+    /// A bounded source is exhausted: every assigned partition was read to
+    /// its end. The driver keeps serving replays until everything emitted
+    /// is resolved, so a source MUST serve batches again after a later
+    /// [`seek`](Source::seek).
+    End,
+}
+
+/// A partitioned, replayable source of records.
+///
+/// The source driver owns the source: it polls [`next`](Source::next),
+/// opens an acknowledgement handle per batch, bounds what is in flight and
+/// replays partitions after failures by seeking back. The key words MUST,
+/// MUST NOT, SHOULD and MAY are to be read as in RFC 2119.
+///
+/// # Implementor contract
+///
+/// **Partitions.** A source MUST announce every partition with
+/// [`SourceEvent::Assigned`] before returning any batch of it, and MUST NOT
+/// return a batch of a partition it has announced as
+/// [`Revoked`](SourceEvent::Revoked) (until it is assigned again). A static
+/// source (files, a generator) announces its partitions once, with its
+/// first event.
+///
+/// **Batches.** A batch MUST hold records of one partition only. Offsets
+/// (of records and rejected input together) MUST increase strictly within
+/// a batch and from one batch of a partition to the next, until a seek.
+/// Offsets need not be dense (a file source uses byte positions). Every
+/// offset read MUST appear in exactly one batch, as a record or as a
+/// [rejected](PollBatch::rejected) dead letter: input that cannot be
+/// turned into a record is rejected with a reason, never skipped silently.
+/// A source SHOULD bound its batches (a few thousand records or a few
+/// MiB) so in-flight limits stay meaningful.
+///
+/// **Seek.** After `seek(p, o)` the next batch of `p` MUST start at the
+/// first record whose offset is `>= o`, whatever was read or buffered
+/// before: buffered records of `p` MUST be discarded. `o` is a committed
+/// position, "the offset after the last delivered record", so it may lie
+/// between two records' offsets. Seeking a partition MUST NOT affect any
+/// other partition. A source that has returned [`SourceEvent::End`] MUST
+/// serve the partition again from `o`.
+///
+/// **Revoke.** When a source learns that partitions are taken from it, it
+/// MUST return `Revoked` for them before any other event, and MUST NOT
+/// return their batches afterwards. The driver then lets the checkpointer
+/// drain and commit them; a source whose group protocol waits for the
+/// revocation to complete (Kafka) SHOULD hold the rebalance until the
+/// driver's next call, which comes only after that commit.
+///
+/// **Cancellation and shutdown.** [`next`](Source::next) MUST be cancel
+/// safe: if the future is dropped before it completes, no input is lost
+/// (the next call returns it). The driver drops it to serve a replay or to
+/// shut down. On shutdown the driver stops polling and drops the source;
+/// a source MUST NOT rely on a final call, and MUST NOT commit offsets on
+/// its own (nothing but the checkpointer decides what is delivered).
+///
+/// **Idleness.** `next` SHOULD return [`SourceEvent::Idle`] rather than
+/// wait long when nothing is available, so the driver can serve replays
+/// and shutdown promptly; it MAY wait briefly (up to about 100 ms) first.
+///
+/// **Offsets kept by the source.** A source whose offsets also live
+/// elsewhere (a Kafka consumer group) MAY implement
+/// [`commit`](Source::commit), which receives offsets the checkpointer has
+/// already committed. It MUST NOT commit anything else.
+#[async_trait]
+pub trait Source: Send {
+    /// The next event: an assignment change, a batch, idleness or the end.
+    /// MUST be cancel safe.
+    async fn next(&mut self) -> Result<SourceEvent, SourceError>;
+
+    /// Position `partition` so its next batch starts at the first record
+    /// with offset `>= offset`, discarding anything buffered for it.
+    async fn seek(&mut self, partition: PartitionId, offset: Offset) -> Result<(), SourceError>;
+
+    /// Stop fetching these partitions for now: their in-flight limit is
+    /// reached. Batches already buffered MAY still be returned. The default
+    /// does nothing.
+    async fn pause(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
+        let _ = partitions;
+        Ok(())
+    }
+
+    /// Fetch these partitions again after [`pause`](Source::pause). The
+    /// default does nothing.
+    async fn resume(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
+        let _ = partitions;
+        Ok(())
+    }
+
+    /// Offsets the checkpointer has committed, for a source that also keeps
+    /// them itself (a consumer group). Each is the position after the last
+    /// delivered record. The default does nothing.
+    async fn commit(&mut self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), SourceError> {
+        let _ = offsets;
+        Ok(())
+    }
+}
+
+/// A source behind a box, as the driver and the runtime hold it.
+pub type BoxSource = Box<dyn Source>;
+
+#[async_trait]
+impl<S: Source + ?Sized> Source for Box<S> {
+    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        (**self).next().await
+    }
+
+    async fn seek(&mut self, partition: PartitionId, offset: Offset) -> Result<(), SourceError> {
+        (**self).seek(partition, offset).await
+    }
+
+    async fn pause(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
+        (**self).pause(partitions).await
+    }
+
+    async fn resume(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
+        (**self).resume(partitions).await
+    }
+
+    async fn commit(&mut self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), SourceError> {
+        (**self).commit(offsets).await
+    }
+}
+
+/// Compile-time check that [`Source`] stays object safe: this fails to
+/// build as soon as a method makes `dyn Source` impossible.
+const _: fn(&mut dyn Source) = |_| {};
+
+/// Compile-time check that a boxed source can move into a spawned task.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<BoxSource>();
+};

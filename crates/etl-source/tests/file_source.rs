@@ -1,0 +1,401 @@
+//! The file source on real files: offsets, batching, seeks, follow mode and
+//! every kind of bad input.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::Path;
+
+use etl_record::{DeadLetter, Offset, PartitionId, Record};
+use etl_source::{
+    EofPolicy, FileSource, FileSourceConfig, LineFormat, Source, SourceError, SourceEvent,
+};
+use proptest::prelude::*;
+
+fn config(inputs: &[&Path]) -> FileSourceConfig {
+    FileSourceConfig {
+        inputs: inputs.iter().map(|p| p.display().to_string()).collect(),
+        read_chunk_bytes: 4096,
+        ..FileSourceConfig::default()
+    }
+}
+
+/// Everything the source returns until `End` (or `Idle`), per kind.
+async fn drain(source: &mut FileSource) -> (Vec<Record>, Vec<DeadLetter>, bool) {
+    let (mut records, mut rejected) = (Vec::new(), Vec::new());
+    loop {
+        match source.next().await.unwrap() {
+            SourceEvent::Assigned(_) => {}
+            SourceEvent::Batch(b) => {
+                assert!(!b.is_empty());
+                records.extend(b.records);
+                rejected.extend(b.rejected);
+            }
+            SourceEvent::End => return (records, rejected, true),
+            SourceEvent::Idle => return (records, rejected, false),
+            SourceEvent::Revoked(_) => panic!("a file source never revokes"),
+        }
+    }
+}
+
+fn values(records: &[Record]) -> Vec<(i64, String)> {
+    records
+        .iter()
+        .map(|r| {
+            (
+                r.position.offset.0,
+                String::from_utf8(r.value.to_vec()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, content: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, content).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn offsets_are_line_starts_and_values_share_the_read_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "a.ndjson", b"{\"a\":1}\n{\"b\":22}\r\n[]\n");
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let partition = source.partitions()[0].0;
+    assert_eq!(
+        source.path_of(partition),
+        Some(path.canonicalize().unwrap().as_path())
+    );
+    assert!(
+        matches!(source.next().await.unwrap(), SourceEvent::Assigned(p) if p == vec![partition])
+    );
+    let (records, rejected, ended) = drain(&mut source).await;
+    assert!(ended && rejected.is_empty());
+    assert_eq!(
+        values(&records),
+        vec![
+            (0, "{\"a\":1}".into()),
+            (8, "{\"b\":22}".into()),
+            (18, "[]".into())
+        ]
+    );
+    assert!(records.iter().all(|r| r.position.partition == partition));
+    // The second value starts right after the first line in the same buffer.
+    let first = records[0].value.as_ptr() as usize;
+    assert_eq!(records[1].value.as_ptr() as usize, first + 8);
+}
+
+#[tokio::test]
+async fn bad_lines_become_dead_letters_with_their_reason_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut content = Vec::new();
+    content.extend_from_slice(b"{\"ok\":1}\n"); // 0
+    content.extend_from_slice(b"{not json\n"); // 9
+    content.extend_from_slice(b"\"caf\xe9\"\n"); // 19: invalid UTF-8
+    content.extend_from_slice(b"\n"); // 26: empty
+    content.extend_from_slice(b"{\"ok\":2}\n"); // 27
+    let path = write(dir.path(), "bad.ndjson", &content);
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let (records, rejected, _) = drain(&mut source).await;
+    assert_eq!(
+        values(&records),
+        vec![(0, "{\"ok\":1}".into()), (27, "{\"ok\":2}".into())]
+    );
+    let reasons: Vec<(i64, &str)> = rejected
+        .iter()
+        .map(|d| (d.record.position.offset.0, d.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons[0].0 == 9 && reasons[0].1.contains("invalid JSON"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].0 == 19 && reasons[1].1.contains("invalid UTF-8 at byte 4"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].0 == 26 && reasons[2].1.contains("empty line"),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().all(|(_, r)| r.contains("bad.ndjson")));
+    assert_eq!(&rejected[1].record.value[..], b"\"caf\xe9\"");
+}
+
+#[tokio::test]
+async fn raw_lines_are_not_parsed_but_must_be_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "a.log", b"plain text\n\nbad \xff\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        format: LineFormat::Raw,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let (records, rejected, _) = drain(&mut source).await;
+    assert_eq!(
+        values(&records),
+        vec![(0, "plain text".into()), (11, String::new())]
+    );
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].record.position.offset, Offset(12));
+}
+
+#[tokio::test]
+async fn an_oversized_line_is_skipped_to_its_newline_as_a_dead_letter() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("\"{}\"", "x".repeat(20_000)); // spans several 4 KiB reads
+    let content = format!("1\n{long}\n2\n{}\n3\n", "y".repeat(100));
+    let path = write(dir.path(), "long.ndjson", content.as_bytes());
+    let mut source = FileSource::open(FileSourceConfig {
+        max_line_bytes: 64,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let (records, rejected, ended) = drain(&mut source).await;
+    assert!(ended);
+    let after_long = 2 + long.len() as i64 + 1;
+    assert_eq!(
+        values(&records),
+        vec![
+            (0, "1".into()),
+            (after_long, "2".into()),
+            (after_long + 2 + 101, "3".into())
+        ]
+    );
+    assert_eq!(rejected.len(), 2);
+    assert_eq!(rejected[0].record.position.offset, Offset(2));
+    assert!(
+        rejected[0].reason.contains("maximum of 64 bytes"),
+        "{}",
+        rejected[0].reason
+    );
+    assert!(rejected[0].record.value.len() <= 1024);
+    assert_eq!(rejected[1].record.position.offset, Offset(after_long + 2));
+}
+
+#[tokio::test]
+async fn a_truncated_last_line_waits_by_default_and_is_read_once_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "t.ndjson", b"{\"a\":1}\n{\"b\":");
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let (records, rejected, ended) = drain(&mut source).await;
+    assert!(ended && rejected.is_empty());
+    assert_eq!(values(&records), vec![(0, "{\"a\":1}".into())]);
+
+    // The writer finishes the line; a new run resumes after the delivered
+    // record (its committed offset is last offset + 1).
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"2}\n")
+        .unwrap();
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let p = source.partitions()[0].0;
+    source.seek(p, Offset(1)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(8, "{\"b\":2}".into())]);
+}
+
+#[tokio::test]
+async fn a_truncated_last_line_can_be_emitted_or_dead_lettered_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "t.ndjson", b"{\"a\":1}\n{\"b\":2}");
+    let mut source = FileSource::open(FileSourceConfig {
+        eof: EofPolicy::Emit,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let (records, _, ended) = drain(&mut source).await;
+    assert!(ended);
+    assert_eq!(values(&records)[1], (8, "{\"b\":2}".into()));
+
+    let mut source = FileSource::open(FileSourceConfig {
+        eof: EofPolicy::DeadLetter,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let (records, rejected, ended) = drain(&mut source).await;
+    assert!(ended);
+    assert_eq!(records.len(), 1);
+    assert_eq!(rejected[0].record.position.offset, Offset(8));
+    assert!(
+        rejected[0].reason.contains("truncated last line"),
+        "{}",
+        rejected[0].reason
+    );
+}
+
+#[tokio::test]
+async fn missing_and_unreadable_inputs_are_errors_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.ndjson");
+    let err = FileSource::open(config(&[&missing])).unwrap_err();
+    assert!(matches!(err, SourceError::Io { .. }));
+    assert!(err.to_string().contains("missing.ndjson"), "{err}");
+
+    let sub = dir.path().join("subdir");
+    std::fs::create_dir(&sub).unwrap();
+    let err = FileSource::open(config(&[&sub])).unwrap_err();
+    assert!(
+        err.to_string().contains("subdir") && err.to_string().contains("directory"),
+        "{err}"
+    );
+
+    let err = FileSource::open(FileSourceConfig::default()).unwrap_err();
+    assert!(matches!(err, SourceError::Config(_)));
+}
+
+#[tokio::test]
+async fn seeks_land_on_the_first_line_at_or_after_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    // Line starts: 0, 2, 3 (empty line), 4.
+    let path = write(dir.path(), "s.log", b"a\n\n\nbb\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        format: LineFormat::Raw,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let p = source.partitions()[0].0;
+    let starts = |r: Vec<Record>| r.iter().map(|r| r.position.offset.0).collect::<Vec<_>>();
+    for (seek, expected) in [
+        (0, vec![0, 2, 3, 4]),
+        (1, vec![2, 3, 4]),
+        (2, vec![2, 3, 4]),
+        (3, vec![3, 4]),
+        (4, vec![4]),
+        (5, vec![]),
+        (99, vec![]),
+    ] {
+        source.seek(p, Offset(seek)).await.unwrap();
+        let (records, _, ended) = drain(&mut source).await;
+        assert!(ended);
+        assert_eq!(starts(records), expected, "seek to {seek}");
+    }
+    let err = source
+        .seek(PartitionId(p.0.wrapping_add(1)), Offset(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SourceError::UnknownPartition { .. }));
+}
+
+#[tokio::test]
+async fn several_files_are_served_round_robin_in_bounded_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: String = (0..10).map(|i| format!("{{\"n\":{i}}}\n")).collect();
+    write(dir.path(), "a.ndjson", lines.as_bytes());
+    write(dir.path(), "b.ndjson", lines.as_bytes());
+    write(dir.path(), "ignored.txt", b"x\n");
+    let mut cfg = config(&[]);
+    cfg.inputs = vec![format!("{}/*.ndjson", dir.path().display())];
+    cfg.max_batch_records = 3;
+    let mut source = FileSource::open(cfg).unwrap();
+    assert!(matches!(source.next().await.unwrap(), SourceEvent::Assigned(p) if p.len() == 2));
+    let mut order = Vec::new();
+    let mut count = 0;
+    loop {
+        match source.next().await.unwrap() {
+            SourceEvent::Batch(b) => {
+                assert!(b.records.len() <= 3);
+                count += b.records.len();
+                order.push(b.partition);
+            }
+            SourceEvent::End => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(count, 20);
+    assert_ne!(order[0], order[1], "partitions alternate");
+}
+
+#[tokio::test]
+async fn pausing_a_file_holds_its_batches_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "a.ndjson", b"1\n2\n");
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let p = source.partitions()[0].0;
+    source.next().await.unwrap();
+    source.pause(&[p]).await.unwrap();
+    assert!(matches!(source.next().await.unwrap(), SourceEvent::Idle));
+    source.resume(&[p]).await.unwrap();
+    assert!(matches!(source.next().await.unwrap(), SourceEvent::Batch(b) if b.records.len() == 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn follow_mode_reads_appended_lines_and_waits_for_newlines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "f.ndjson", b"1\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        follow: true,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let (records, _, ended) = drain(&mut source).await;
+    assert!(!ended, "a followed file never ends");
+    assert_eq!(values(&records), vec![(0, "1".into())]);
+
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    file.write_all(b"2\n3").unwrap();
+    let (records, rejected, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(2, "2".into())]);
+    assert!(
+        rejected.is_empty(),
+        "an unterminated line waits in follow mode"
+    );
+    file.write_all(b"4\n").unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(4, "34".into())]);
+}
+
+proptest! {
+    /// Whatever the content, chunk size and batch size: every line start is
+    /// covered exactly once, good lines come back byte for byte, bad ones as
+    /// dead letters.
+    #[test]
+    fn prop_every_line_is_a_record_or_a_dead_letter(
+        lines in proptest::collection::vec(
+            prop_oneof![
+                3 => "[a-z0-9]{0,40}".prop_map(|s| format!("\"{s}\"").into_bytes()),
+                1 => proptest::collection::vec(any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 0..60),
+            ],
+            0..40,
+        ),
+        chunk in 4096usize..6000,
+        max_line in 8usize..50,
+        batch in 1usize..7,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = lines.iter().flat_map(|l| l.iter().copied().chain([b'\n'])).collect();
+        let path = write(dir.path(), "p.ndjson", &content);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let (records, rejected, ended) = rt.block_on(async {
+            let mut source = FileSource::open(FileSourceConfig {
+                read_chunk_bytes: chunk,
+                max_line_bytes: max_line,
+                max_batch_records: batch,
+                ..config(&[&path])
+            }).unwrap();
+            drain(&mut source).await
+        });
+        prop_assert!(ended);
+        let mut starts = Vec::new();
+        let mut pos = 0i64;
+        for l in &lines {
+            starts.push(pos);
+            pos += l.len() as i64 + 1;
+        }
+        let mut seen: Vec<i64> = records.iter().map(|r| r.position.offset.0)
+            .chain(rejected.iter().map(|d| d.record.position.offset.0)).collect();
+        seen.sort_unstable();
+        prop_assert_eq!(seen, starts.clone());
+        for r in &records {
+            let i = starts.binary_search(&r.position.offset.0).unwrap();
+            let mut expected = &lines[i][..];
+            if expected.last() == Some(&b'\r') { expected = &expected[..expected.len() - 1]; }
+            prop_assert_eq!(&r.value[..], expected);
+            prop_assert!(r.value.len() <= max_line);
+        }
+    }
+}
