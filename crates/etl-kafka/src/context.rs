@@ -1,0 +1,202 @@
+//! The consumer context: rebalance callbacks become assignment events, and
+//! a revocation drains and commits before the callback returns.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use etl_record::{Offset, PartitionId, Record};
+use rdkafka::TopicPartitionList;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::PartitionMap;
+
+/// What the poll thread tells the source, in the order it happened.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Partitions newly assigned to this member.
+    Assigned(Vec<PartitionId>),
+    /// Partitions taken away; their watermarks are already committed.
+    Revoked(Vec<PartitionId>),
+    /// Consecutive records of one partition, read after its `seek`-th
+    /// seek.
+    Records {
+        partition: PartitionId,
+        seek: u64,
+        records: Vec<Record>,
+    },
+    /// The consumer hit an error it cannot recover from.
+    Fatal(String),
+}
+
+/// Ends partitions' epochs when the group takes them away: waits until
+/// their in-flight batches resolve (up to a deadline below the group's
+/// `session.timeout.ms`), commits their watermarks and returns what was
+/// committed. Runs on the poll thread, inside the rebalance callback, so
+/// the group waits for it.
+///
+/// The checkpointer's handle implements it (`revoke_blocking`); tests may
+/// substitute their own.
+pub trait RevokeHandler: Send + Sync + 'static {
+    /// End `partitions`' epochs, drain and commit them.
+    ///
+    /// # Errors
+    ///
+    /// Whatever stopped the commit; the partitions' next owner then
+    /// replays from the previous commit.
+    fn revoke_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// Records of one partition gathered on the poll thread before they are
+/// sent as one event.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) partition: PartitionId,
+    pub(crate) seek: u64,
+    pub(crate) records: Vec<Record>,
+}
+
+/// State shared by the poll thread, its callbacks and the source.
+pub(crate) struct GroupContext {
+    pub(crate) map: PartitionMap,
+    pub(crate) group: String,
+    events: UnboundedSender<Event>,
+    revoke: OnceLock<Arc<dyn RevokeHandler>>,
+    /// Records sent to the source and not yet taken by it.
+    pub(crate) buffered: AtomicUsize,
+    /// Records read but not yet sent (touched only by the poll thread and
+    /// the callbacks it runs; the lock is never contended).
+    pub(crate) chunk: Mutex<Option<Chunk>>,
+    /// Partitions the poll thread has paused for backpressure; new
+    /// assignments join them.
+    pub(crate) backpressure: AtomicBool,
+}
+
+impl fmt::Debug for GroupContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupContext")
+            .field("group", &self.group)
+            .field("topics", &self.map.topics())
+            .field("buffered", &self.buffered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupContext {
+    pub(crate) fn new(map: PartitionMap, group: String, events: UnboundedSender<Event>) -> Self {
+        GroupContext {
+            map,
+            group,
+            events,
+            revoke: OnceLock::new(),
+            buffered: AtomicUsize::new(0),
+            chunk: Mutex::new(None),
+            backpressure: AtomicBool::new(false),
+        }
+    }
+
+    /// Install the checkpointer hook; only the first call counts.
+    pub(crate) fn set_revoke(&self, revoke: Arc<dyn RevokeHandler>) -> bool {
+        self.revoke.set(revoke).is_ok()
+    }
+
+    pub(crate) fn send(&self, event: Event) {
+        if let Event::Records { records, .. } = &event {
+            self.buffered.fetch_add(records.len(), Ordering::AcqRel);
+        }
+        // The source may be gone already (shutdown); nothing to tell then.
+        let _ = self.events.send(event);
+    }
+
+    /// Send the gathered chunk, unless it belongs to `drop_partitions`.
+    pub(crate) fn flush_chunk(&self, drop_partitions: &[PartitionId]) {
+        let chunk = self
+            .chunk
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(c) = chunk
+            && !drop_partitions.contains(&c.partition)
+        {
+            self.send(Event::Records {
+                partition: c.partition,
+                seek: c.seek,
+                records: c.records,
+            });
+        }
+    }
+
+    fn ids(&self, tpl: &TopicPartitionList) -> Vec<PartitionId> {
+        tpl.elements()
+            .iter()
+            .filter_map(|e| match self.map.id(e.topic(), e.partition()) {
+                Ok(id) => Some(id),
+                Err(err) => {
+                    tracing::error!(%err, "partition outside the mapping ignored");
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let ids = self.ids(tpl);
+        if ids.is_empty() {
+            return;
+        }
+        // Stop handing out the partitions first, then let the checkpointer
+        // drain and commit them while the group waits for this callback:
+        // the next owner starts exactly at what is committed here.
+        self.flush_chunk(&ids);
+        self.send(Event::Revoked(ids.clone()));
+        let Some(revoke) = self.revoke.get() else {
+            return;
+        };
+        match revoke.revoke_blocking(ids.clone()) {
+            Ok(committed) => {
+                tracing::info!(group = %self.group, ?ids, ?committed, "partitions revoked and committed");
+            }
+            Err(err) => {
+                // Nothing was lost: uncommitted records are read again by
+                // the next owner.
+                tracing::warn!(group = %self.group, ?ids, %err, "revoke did not commit; the next owner replays");
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let ids = self.ids(tpl);
+                if ids.is_empty() {
+                    return;
+                }
+                if self.backpressure.load(Ordering::Acquire) {
+                    use rdkafka::consumer::Consumer;
+                    if let Err(err) = consumer.pause(tpl) {
+                        tracing::warn!(%err, "cannot pause newly assigned partitions");
+                    }
+                }
+                tracing::info!(group = %self.group, ?ids, "partitions assigned");
+                self.send(Event::Assigned(ids));
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(err) => {
+                tracing::error!(group = %self.group, %err, "rebalance failed");
+            }
+        }
+    }
+}

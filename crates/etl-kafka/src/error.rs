@@ -1,0 +1,94 @@
+//! The crate's error type.
+
+use etl_record::{IdempotencyKey, PartitionId};
+use rdkafka::error::KafkaError as ClientError;
+
+/// What went wrong in the Kafka connector, with the topic, partition or
+/// setting it concerns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaError {
+    /// librdkafka refused a call; `action` says which.
+    #[error("kafka: {action}: {source}")]
+    Client {
+        /// What the connector was doing, e.g. "creating the consumer".
+        action: String,
+        /// The client's error.
+        #[source]
+        source: Box<ClientError>,
+    },
+    /// A configuration value is missing or out of range.
+    #[error("kafka configuration: `{key}`: {message}")]
+    Config {
+        /// The setting, as named in the configuration.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A topic that is not one of the source's topics.
+    #[error("kafka: topic `{topic}` is not consumed by this source")]
+    UnknownTopic {
+        /// The topic name.
+        topic: String,
+    },
+    /// A Kafka partition number that does not fit the partition mapping.
+    #[error(
+        "kafka: partition {partition} of topic `{topic}` is outside the supported range 0..{max}"
+    )]
+    PartitionOutOfRange {
+        /// The topic name.
+        topic: String,
+        /// The Kafka partition number.
+        partition: i32,
+        /// The first partition number that does not fit.
+        max: i32,
+    },
+    /// A [`PartitionId`] that maps to no topic of the source.
+    #[error("kafka: partition id {partition} maps to no topic of this source")]
+    UnmappedPartition {
+        /// The partition id.
+        partition: PartitionId,
+    },
+    /// Committing offsets to the consumer group failed.
+    #[error("kafka: committing offsets {offsets} to group `{group}`: {source}")]
+    Commit {
+        /// The consumer group.
+        group: String,
+        /// The offsets, as `topic/partition@offset` items.
+        offsets: String,
+        /// The client's error.
+        #[source]
+        source: Box<ClientError>,
+    },
+    /// A record could not be produced, or its delivery report says it
+    /// failed.
+    #[error("kafka: producing record {key} to topic `{topic}`: {source}")]
+    Produce {
+        /// The destination topic.
+        topic: String,
+        /// The record's idempotency key.
+        key: IdempotencyKey,
+        /// The client's error.
+        #[source]
+        source: Box<ClientError>,
+    },
+    /// The background thread that polls the consumer has stopped.
+    #[error("kafka: the consumer's poll thread has stopped")]
+    PollThreadStopped,
+}
+
+impl KafkaError {
+    pub(crate) fn client(action: impl Into<String>, source: ClientError) -> Self {
+        KafkaError::Client {
+            action: action.into(),
+            source: Box::new(source),
+        }
+    }
+
+    pub(crate) fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
+        KafkaError::Config {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The thread that owns the consumer's poll loop.
+//!
+//! librdkafka runs rebalance callbacks on the thread that polls, and a
+//! revocation here blocks until the checkpointer has drained and committed
+//! the revoked partitions. So polling lives on a dedicated OS thread, not
+//! on an async task: blocking it never stalls the runtime, and the loop
+//! keeps polling (serving callbacks and heartbeats' companions) while the
+//! pipeline is slow, pausing partitions instead of stopping.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use etl_record::{Offset, PartitionId, Position, Record, SourceId, Timestamp};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Headers as _, Message};
+use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
+
+use crate::context::{Chunk, Event, GroupContext};
+
+/// How long one poll waits for a message when nothing is pending.
+const POLL_WAIT: Duration = Duration::from_millis(20);
+/// How long a seek may wait for the broker.
+const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the source asks of the poll thread.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Reposition a partition; records read afterwards carry `seek`.
+    Seek {
+        partition: PartitionId,
+        offset: Offset,
+        seek: u64,
+    },
+    /// Stop fetching partitions (the pipeline's in-flight limit).
+    Pause(Vec<PartitionId>),
+    /// Fetch paused partitions again.
+    Resume(Vec<PartitionId>),
+}
+
+/// Everything the poll thread owns.
+pub(crate) struct PollThread {
+    pub(crate) consumer: Arc<BaseConsumer<GroupContext>>,
+    pub(crate) commands: Receiver<Command>,
+    pub(crate) source: SourceId,
+    pub(crate) max_batch_records: usize,
+    pub(crate) max_buffered: usize,
+    /// Seek count per partition: records are tagged with it so the source
+    /// can drop what was read before its latest seek.
+    pub(crate) seeks: BTreeMap<PartitionId, u64>,
+    /// Partitions the pipeline asked to pause.
+    pub(crate) paused: BTreeSet<PartitionId>,
+}
+
+impl PollThread {
+    /// Poll until the source is dropped, then leave the group cleanly:
+    /// closing the consumer revokes every partition through the rebalance
+    /// callback, which commits them.
+    pub(crate) fn run(mut self) {
+        while self.serve_commands() {
+            self.backpressure();
+            let wait = if self.has_chunk() {
+                Duration::ZERO
+            } else {
+                POLL_WAIT
+            };
+            match self.consumer.poll(wait) {
+                None => self.context().flush_chunk(&[]),
+                Some(Ok(message)) => self.take(&message),
+                Some(Err(err)) => {
+                    tracing::warn!(%err, "kafka consumer error");
+                    if matches!(err, rdkafka::error::KafkaError::MessageConsumptionFatal(_)) {
+                        self.context().send(Event::Fatal(err.to_string()));
+                    }
+                }
+            }
+        }
+        self.context().flush_chunk(&[]);
+        if let Err(err) = self.consumer.close_queue() {
+            tracing::warn!(%err, "cannot close the consumer cleanly");
+            return;
+        }
+        while !self.consumer.closed() {
+            let _ = self.consumer.poll(POLL_WAIT);
+        }
+    }
+
+    fn context(&self) -> &GroupContext {
+        self.consumer.context()
+    }
+
+    fn has_chunk(&self) -> bool {
+        self.context()
+            .chunk
+            .lock()
+            .map(|c| c.is_some())
+            .unwrap_or(false)
+    }
+
+    /// Apply queued commands; `false` when the source is gone.
+    fn serve_commands(&mut self) -> bool {
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Seek {
+                    partition,
+                    offset,
+                    seek,
+                }) => self.seek(partition, offset, seek),
+                Ok(Command::Pause(ids)) => {
+                    self.paused.extend(ids.iter().copied());
+                    self.set_paused(&ids, true);
+                }
+                Ok(Command::Resume(ids)) => {
+                    for id in &ids {
+                        self.paused.remove(id);
+                    }
+                    if !self.context().backpressure.load(Ordering::Acquire) {
+                        self.set_paused(&ids, false);
+                    }
+                }
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn seek(&mut self, partition: PartitionId, offset: Offset, seek: u64) {
+        self.seeks.insert(partition, seek);
+        // Records gathered before the seek are of the old position.
+        {
+            let mut chunk = self
+                .context()
+                .chunk
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if chunk.as_ref().is_some_and(|c| c.partition == partition) {
+                *chunk = None;
+            }
+        }
+        let Ok((topic, p)) = self.context().map.topic_partition(partition) else {
+            return;
+        };
+        if let Err(err) = self
+            .consumer
+            .seek(topic, p, KafkaOffset::Offset(offset.0), SEEK_TIMEOUT)
+        {
+            // A partition revoked meanwhile cannot be positioned, and need
+            // not be: its revocation is already on the way to the source.
+            tracing::warn!(%partition, %offset, %err, "seek failed");
+        }
+    }
+
+    /// Pause every partition while the source is behind; resume (except
+    /// what the pipeline paused) once it caught up by half.
+    fn backpressure(&mut self) {
+        let buffered = self.context().buffered.load(Ordering::Acquire);
+        let engaged = self.context().backpressure.load(Ordering::Acquire);
+        if !engaged && buffered >= self.max_buffered {
+            self.context().backpressure.store(true, Ordering::Release);
+            if let Ok(assignment) = self.consumer.assignment() {
+                let _ = self.consumer.pause(&assignment);
+            }
+        } else if engaged && buffered <= self.max_buffered / 2 {
+            self.context().backpressure.store(false, Ordering::Release);
+            let ids: Vec<PartitionId> = match self.consumer.assignment() {
+                Ok(assignment) => assignment
+                    .elements()
+                    .iter()
+                    .filter_map(|e| self.context().map.id(e.topic(), e.partition()).ok())
+                    .filter(|id| !self.paused.contains(id))
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            self.set_paused(&ids, false);
+        }
+    }
+
+    fn set_paused(&self, ids: &[PartitionId], pause: bool) {
+        let mut tpl = TopicPartitionList::new();
+        for id in ids {
+            if let Ok((topic, p)) = self.context().map.topic_partition(*id) {
+                tpl.add_partition(topic, p);
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        let result = if pause {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        if let Err(err) = result {
+            tracing::warn!(?ids, pause, %err, "cannot pause or resume partitions");
+        }
+    }
+
+    /// Add a message to the chunk, sending the chunk first when the message
+    /// belongs elsewhere or it is full.
+    fn take(&self, message: &BorrowedMessage<'_>) {
+        let Ok(partition) = self.context().map.id(message.topic(), message.partition()) else {
+            return;
+        };
+        let seek = self.seeks.get(&partition).copied().unwrap_or(0);
+        let record = to_record(&self.source, partition, message);
+        let full = {
+            let mut guard = self
+                .context()
+                .chunk
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let same = guard
+                .as_ref()
+                .is_some_and(|c| c.partition == partition && c.seek == seek);
+            if !same {
+                if let Some(c) = guard.take() {
+                    self.context().send(Event::Records {
+                        partition: c.partition,
+                        seek: c.seek,
+                        records: c.records,
+                    });
+                }
+                *guard = Some(Chunk {
+                    partition,
+                    seek,
+                    records: Vec::with_capacity(self.max_batch_records.min(1024)),
+                });
+            }
+            match guard.as_mut() {
+                Some(c) => {
+                    c.records.push(record);
+                    c.records.len() >= self.max_batch_records
+                }
+                None => false,
+            }
+        };
+        if full {
+            self.context().flush_chunk(&[]);
+        }
+    }
+}
+
+fn to_record(source: &SourceId, partition: PartitionId, message: &BorrowedMessage<'_>) -> Record {
+    let mut record = Record::new(
+        Position::new(source.clone(), partition, Offset(message.offset())),
+        Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+    );
+    if let Some(key) = message.key() {
+        record.key = Some(Bytes::copy_from_slice(key));
+    }
+    if let Some(ms) = message.timestamp().to_millis() {
+        record.timestamp = Some(Timestamp(ms));
+    }
+    if let Some(headers) = message.headers() {
+        for h in headers.iter() {
+            record
+                .headers
+                .push(h.key, h.value.map(Bytes::copy_from_slice));
+        }
+    }
+    record
+}

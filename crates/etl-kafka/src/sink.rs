@@ -1,0 +1,193 @@
+//! The Kafka sink: a producer whose batches count as written only when
+//! every delivery report says so.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etl_record::Record;
+use etl_sink::{EncodedBatch, Reject, Sink, SinkError};
+use rdkafka::error::KafkaError as ClientError;
+use rdkafka::message::{Header, OwnedHeaders};
+use futures::channel::oneshot::Canceled;
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::{ErrorClass, KafkaError, KafkaSinkConfig, classify};
+
+/// How long to wait before enqueuing again when librdkafka's local queue
+/// is full and no delivery of this batch is pending yet.
+const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Writes each record of a batch as one Kafka message to a topic.
+///
+/// * The producer runs with `acks=all` and idempotence on, so a delivery
+///   report means every in-sync replica has the message, and librdkafka's
+///   own retries cannot duplicate or reorder it.
+/// * [`write`](Sink::write) returns `Ok` only when the delivery report of
+///   **every** message of the batch is a success; only then does the sink
+///   driver deliver the batch's acknowledgements.
+/// * The message key is the record's key; the record's headers are copied,
+///   and the record's idempotency key (`source/partition/offset`) is added
+///   as the header named by
+///   [`idempotency_header`](KafkaSinkConfig::idempotency_header)
+///   (`etl-idempotency-key` by default), so consumers can deduplicate
+///   replays. The timestamp is carried over when the record has one.
+/// * The message value is the record's encoding with one trailing newline
+///   removed: line encoders frame records with newlines, Kafka frames
+///   messages itself.
+/// * Failures are classified by [`classify`]: any retryable failure makes
+///   the whole batch retryable (a retry may duplicate messages that were
+///   delivered, which the idempotency header identifies); permanent
+///   failures of some messages while the rest were delivered are
+///   per-record rejects (the dead-letter path); a batch that failed
+///   entirely and permanently is a permanent error.
+pub struct KafkaSink {
+    producer: FutureProducer,
+    config: KafkaSinkConfig,
+}
+
+impl fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("topic", &self.config.topic)
+            .field("brokers", &self.config.brokers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// A sink writing to `config.topic`. Connects lazily: a broker that is
+    /// down shows up as retryable write errors, not here.
+    pub fn new(config: KafkaSinkConfig) -> Result<Self, KafkaError> {
+        let producer = config
+            .client_config()?
+            .create()
+            .map_err(|e| KafkaError::client("creating the producer", e))?;
+        Ok(KafkaSink { producer, config })
+    }
+
+    /// The configuration the sink was built from.
+    #[must_use]
+    pub fn config(&self) -> &KafkaSinkConfig {
+        &self.config
+    }
+
+    /// Build the message for `record` and hand it to librdkafka, waiting
+    /// (for this batch's oldest pending delivery, or briefly) while the
+    /// local queue is full.
+    async fn enqueue(
+        &self,
+        record: &Record,
+        value: &[u8],
+        pending: &mut VecDeque<(usize, DeliveryFuture)>,
+        reports: &mut [Option<Result<(), ClientError>>],
+    ) -> Result<DeliveryFuture, ClientError> {
+        let key = record.idempotency_key().to_string();
+        loop {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 1);
+            for h in record.headers.iter() {
+                headers = headers.insert(Header {
+                    key: &h.key,
+                    value: h.value.as_deref(),
+                });
+            }
+            headers = headers.insert(Header {
+                key: &self.config.idempotency_header,
+                value: Some(key.as_bytes()),
+            });
+            let mut message = FutureRecord::<[u8], [u8]>::to(&self.config.topic)
+                .payload(value)
+                .headers(headers);
+            if let Some(k) = record.key.as_deref() {
+                message = message.key(k);
+            }
+            if let Some(ts) = record.timestamp {
+                message = message.timestamp(ts.0);
+            }
+            match self.producer.send_result(message) {
+                Ok(delivery) => return Ok(delivery),
+                Err((ClientError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    match pending.pop_front() {
+                        Some((i, delivery)) => reports[i] = Some(outcome(delivery.await)),
+                        None => tokio::time::sleep(QUEUE_FULL_BACKOFF).await,
+                    }
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        let records = batch.records();
+        let mut reports: Vec<Option<Result<(), ClientError>>> = Vec::new();
+        reports.resize_with(records.len(), || None);
+        let mut pending = VecDeque::with_capacity(records.len());
+        for (i, record) in records.iter().enumerate() {
+            let encoded = batch.encoded(i).unwrap_or_default();
+            let value = encoded.strip_suffix(b"\n").unwrap_or(encoded);
+            match self.enqueue(record, value, &mut pending, &mut reports).await {
+                Ok(delivery) => pending.push_back((i, delivery)),
+                Err(e) => reports[i] = Some(Err(e)),
+            }
+        }
+        for (i, delivery) in pending {
+            reports[i] = Some(outcome(delivery.await));
+        }
+        self.judge(records, reports)
+    }
+}
+
+impl KafkaSink {
+    /// Turn the delivery reports of a batch into the write's outcome.
+    fn judge(
+        &self,
+        records: &[Record],
+        reports: Vec<Option<Result<(), ClientError>>>,
+    ) -> Result<(), SinkError> {
+        let mut permanent = Vec::new();
+        let mut first_permanent = None;
+        for (i, report) in reports.into_iter().enumerate() {
+            // Every slot is filled above; an empty one would be a bug, so
+            // it counts as a retryable failure rather than a success.
+            let error = match report {
+                Some(Ok(())) => continue,
+                Some(Err(e)) => e,
+                None => ClientError::Canceled,
+            };
+            let error = KafkaError::Produce {
+                topic: self.config.topic.clone(),
+                key: records.get(i).map(Record::idempotency_key).unwrap_or_default(),
+                source: error,
+            };
+            let class = match &error {
+                KafkaError::Produce { source, .. } => classify(source),
+                _ => ErrorClass::Permanent,
+            };
+            if class == ErrorClass::Retryable {
+                return Err(SinkError::retryable(error));
+            }
+            permanent.push(Reject::new(i, error.to_string()));
+            first_permanent.get_or_insert(error);
+        }
+        match first_permanent {
+            None => Ok(()),
+            Some(error) if permanent.len() == records.len() => Err(SinkError::permanent(error)),
+            Some(_) => Err(SinkError::Rejected(permanent)),
+        }
+    }
+}
+
+fn outcome(report: Result<OwnedDeliveryResult, Canceled>) -> Result<(), ClientError> {
+    match report {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _message))) => Err(e),
+        // The producer went away before reporting: nothing is known.
+        Err(Canceled) => Err(ClientError::Canceled),
+    }
+}
