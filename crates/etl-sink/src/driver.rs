@@ -1,0 +1,248 @@
+//! The sink driver: batching, writes in flight, fail-safe teardown.
+
+use std::sync::Arc;
+
+use etl_ack::{AckSet, Acked};
+use etl_record::{DeadLetter, Record};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::batch::BatchBuilder;
+use crate::handle::SinkHandle;
+use crate::metrics::{MetricsCell, add};
+use crate::write::{Job, Outcome, Shared, run_job};
+use crate::{DriverConfig, Encoder, Progress, ProgressSink, Sink, SinkError};
+
+/// Builds and starts a sink driver: a tokio task that takes
+/// `Acked<Vec<Record>>` from a bounded channel, encodes and batches the
+/// records (by count, bytes and linger time), keeps up to
+/// `max_in_flight` writes going, and resolves each batch's handles by the
+/// outcome of its write.
+///
+/// Teardown fails safe: whatever the driver holds when it stops without an
+/// outcome (aborted, panicked, past a shutdown deadline) fails, queued
+/// input included.
+#[derive(Debug)]
+pub struct SinkDriver {
+    sink: Arc<dyn Sink>,
+    encoder: Box<dyn Encoder>,
+    dead_letters: Option<Arc<dyn Sink>>,
+    config: DriverConfig,
+    resume: Option<Progress>,
+}
+
+impl SinkDriver {
+    /// A driver writing to `sink`, encoding with `encoder`, with the
+    /// default configuration and no dead-letter sink.
+    pub fn new(sink: impl Sink + 'static, encoder: impl Encoder + 'static) -> Self {
+        SinkDriver {
+            sink: Arc::new(sink),
+            encoder: Box::new(encoder),
+            dead_letters: None,
+            config: DriverConfig::default(),
+            resume: None,
+        }
+    }
+
+    /// An exactly-once driver for a sink that stores its progress with its
+    /// data. Returns the stored progress too: the pipeline MUST start each
+    /// listed partition's source there. The driver skips (and delivers)
+    /// records the progress already covers, writes one batch at a time,
+    /// and halts after a batch fails for good (writing later batches would
+    /// store progress past records that were never written).
+    pub fn exactly_once<S: ProgressSink + 'static>(
+        sink: S,
+        encoder: impl Encoder + 'static,
+    ) -> (Self, Progress) {
+        let progress = sink.progress();
+        let mut driver = SinkDriver::new(sink, encoder);
+        driver.resume = Some(progress.clone());
+        (driver, progress)
+    }
+
+    /// Use `config` (an exactly-once driver still writes one batch at a
+    /// time).
+    #[must_use]
+    pub fn config(mut self, config: DriverConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Send refused records (encoder or sink rejects) and, by policy,
+    /// batches that failed for good to `sink`, as NDJSON dead letters.
+    #[must_use]
+    pub fn dead_letters(mut self, sink: impl Sink + 'static) -> Self {
+        self.dead_letters = Some(Arc::new(sink));
+        self
+    }
+
+    /// Start the driver on the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    #[must_use]
+    pub fn spawn(self) -> SinkHandle {
+        let mut config = self.config;
+        config.max_in_flight = config.max_in_flight.max(1);
+        config.max_records = config.max_records.max(1);
+        let exactly_once = self.resume.is_some();
+        if exactly_once {
+            config.max_in_flight = 1;
+        }
+        let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
+        let (close_tx, close_rx) = oneshot::channel();
+        let metrics = Arc::new(MetricsCell::default());
+        let driver = Driver {
+            shared: Arc::new(Shared {
+                sink: self.sink,
+                dead_letters: self.dead_letters,
+                config,
+                metrics: metrics.clone(),
+            }),
+            encoder: self.encoder,
+            input: Input(rx),
+            close: close_rx,
+            resume: self.resume,
+            halt_on_failure: exactly_once,
+            builder: BatchBuilder::default(),
+            acks: AckSet::new(),
+            refused: Vec::new(),
+            first_at: None,
+        };
+        let task = tokio::spawn(driver.run());
+        SinkHandle::new(tx, close_tx, task, metrics)
+    }
+}
+
+/// The input channel's receiving end. Dropping it (the driver stopped for
+/// any reason) fails every item still queued: a queued item dropped
+/// normally would resolve its batch as delivered.
+struct Input(mpsc::Receiver<Acked<Vec<Record>>>);
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        self.0.close();
+        while let Ok(item) = self.0.try_recv() {
+            item.ack.fail();
+        }
+    }
+}
+
+struct Driver {
+    shared: Arc<Shared>,
+    encoder: Box<dyn Encoder>,
+    input: Input,
+    close: oneshot::Receiver<()>,
+    resume: Option<Progress>,
+    halt_on_failure: bool,
+    builder: BatchBuilder,
+    /// Handles of the batch being built: failed if the driver stops.
+    acks: AckSet,
+    refused: Vec<DeadLetter>,
+    first_at: Option<Instant>,
+}
+
+impl Driver {
+    fn has_pending(&self) -> bool {
+        !self.acks.is_empty()
+    }
+
+    fn is_full(&self) -> bool {
+        let c = &self.shared.config;
+        self.builder.len() >= c.max_records || self.builder.byte_len() >= c.max_bytes
+    }
+
+    fn accept(&mut self, item: Acked<Vec<Record>>) {
+        let (records, ack) = item.into_parts();
+        let mut kept = false;
+        for record in records {
+            if self.resume.as_ref().is_some_and(|p| p.covers(&record)) {
+                add(&self.shared.metrics.skipped, 1);
+                continue;
+            }
+            kept = true;
+            if let Some((record, err)) = self.builder.push(record, &*self.encoder) {
+                self.refused.push(DeadLetter::new(record, err.to_string()));
+            }
+        }
+        if kept {
+            self.acks.push(ack);
+            self.first_at.get_or_insert_with(Instant::now);
+        }
+        // Otherwise every record is already stored (or there were none):
+        // releasing the handle delivers it.
+    }
+
+    fn dispatch(&mut self) -> BoxFuture<'static, Outcome> {
+        let job = Job {
+            batch: self.builder.finish(),
+            acks: std::mem::take(&mut self.acks),
+            refused: std::mem::take(&mut self.refused),
+        };
+        self.first_at = None;
+        Box::pin(run_job(self.shared.clone(), job))
+    }
+
+    async fn run(mut self) -> Result<(), SinkError> {
+        let max = self.shared.config.max_in_flight;
+        let linger = self.shared.config.linger;
+        let mut in_flight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
+        let mut input_open = true;
+        let mut closing = false;
+        loop {
+            if self.has_pending() && in_flight.len() < max && (self.is_full() || !input_open) {
+                let job = self.dispatch();
+                in_flight.push(job);
+                continue;
+            }
+            if !input_open && !self.has_pending() && in_flight.is_empty() {
+                break;
+            }
+            let accepting = input_open && in_flight.len() < max && !self.is_full();
+            let linger_at = self.first_at.map(|t| t + linger);
+            tokio::select! {
+                biased;
+                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Outcome::Failed(reason) = outcome
+                        && self.halt_on_failure
+                    {
+                        return Err(SinkError::Halted(reason));
+                    }
+                }
+                // A close request, or the handle dropped: stop taking input,
+                // drain what is queued.
+                _ = &mut self.close, if !closing => {
+                    closing = true;
+                    self.input.0.close();
+                }
+                item = self.input.0.recv(), if accepting => match item {
+                    Some(item) => self.accept(item),
+                    None => input_open = false,
+                },
+                () = sleep_until(linger_at), if linger_at.is_some() && in_flight.len() < max => {
+                    let job = self.dispatch();
+                    in_flight.push(job);
+                }
+            }
+        }
+        self.shared
+            .config
+            .retry
+            .run(
+                || self.shared.sink.flush(),
+                |_| add(&self.shared.metrics.retries, 1),
+            )
+            .await
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

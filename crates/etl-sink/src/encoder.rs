@@ -1,0 +1,135 @@
+//! Encoders: how a record becomes bytes on the way to a sink.
+
+use std::fmt;
+
+use bytes::{BufMut, BytesMut};
+use etl_record::Record;
+use serde::de::IgnoredAny;
+
+use crate::SinkError;
+
+/// Turns a record into bytes, appending to a buffer the driver reuses
+/// from batch to batch (so encoding does not allocate per record).
+///
+/// A record that cannot be encoded is refused with
+/// [`SinkError::Encode`]; the driver sends it to the dead-letter path.
+/// Bytes appended before refusing are discarded by the caller.
+pub trait Encoder: Send + Sync + fmt::Debug {
+    /// Append `record`'s encoding to `out`.
+    ///
+    /// # Errors
+    ///
+    /// [`SinkError::Encode`] when the record cannot be encoded.
+    fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError>;
+}
+
+// Compile-time check that `Encoder` stays object safe.
+const _: Option<&dyn Encoder> = None;
+
+impl<E: Encoder + ?Sized> Encoder for Box<E> {
+    fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
+        (**self).encode(record, out)
+    }
+}
+
+/// One JSON document per line: the record's value, which must be valid
+/// JSON, followed by `\n`.
+///
+/// A value that is not JSON is refused (dead-letter path). Line breaks in
+/// the value can only be insignificant whitespace (JSON strings cannot hold
+/// raw line breaks), so they are written as spaces to keep one document per
+/// line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NdjsonEncoder {
+    _private: (),
+}
+
+impl NdjsonEncoder {
+    /// The encoder.
+    #[must_use]
+    pub fn new() -> Self {
+        NdjsonEncoder { _private: () }
+    }
+}
+
+impl Encoder for NdjsonEncoder {
+    fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
+        let value = &record.value[..];
+        // `IgnoredAny` validates without building a value: no allocation.
+        serde_json::from_slice::<IgnoredAny>(value).map_err(|e| SinkError::Encode {
+            key: record.idempotency_key(),
+            reason: format!("value is not valid JSON: {e}"),
+        })?;
+        if value.iter().any(|&b| b == b'\n' || b == b'\r') {
+            out.reserve(value.len() + 1);
+            for &b in value {
+                out.put_u8(if b == b'\n' || b == b'\r' { b' ' } else { b });
+            }
+        } else {
+            out.extend_from_slice(value);
+        }
+        out.put_u8(b'\n');
+        Ok(())
+    }
+}
+
+/// The value's bytes as they are, followed by `\n`. A value that itself
+/// contains line breaks becomes several lines.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RawLinesEncoder {
+    _private: (),
+}
+
+impl RawLinesEncoder {
+    /// The encoder.
+    #[must_use]
+    pub fn new() -> Self {
+        RawLinesEncoder { _private: () }
+    }
+}
+
+impl Encoder for RawLinesEncoder {
+    fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
+        out.extend_from_slice(&record.value);
+        out.put_u8(b'\n');
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etl_record::Position;
+
+    fn encode(encoder: &dyn Encoder, value: &'static [u8]) -> Result<BytesMut, SinkError> {
+        let mut out = BytesMut::new();
+        encoder
+            .encode(&Record::new(Position::default(), value), &mut out)
+            .map(|()| out)
+    }
+
+    #[test]
+    fn ndjson_accepts_json_and_flattens_whitespace_line_breaks() {
+        let enc = NdjsonEncoder::new();
+        assert_eq!(&encode(&enc, b"{\"a\":1}").unwrap()[..], b"{\"a\":1}\n");
+        assert_eq!(
+            &encode(&enc, b"{\n\"a\":\r\n1}").unwrap()[..],
+            b"{ \"a\":  1}\n"
+        );
+    }
+
+    #[test]
+    fn ndjson_refuses_non_json_without_panicking() {
+        let enc = NdjsonEncoder::new();
+        for bad in [&b""[..], b"{", b"nope", b"\xff\xfe", b"{} {}"] {
+            let err = encode(&enc, bad).unwrap_err();
+            assert!(matches!(err, SinkError::Encode { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn raw_lines_appends_a_newline() {
+        let enc = RawLinesEncoder::new();
+        assert_eq!(&encode(&enc, b"\xffraw").unwrap()[..], b"\xffraw\n");
+    }
+}

@@ -1,0 +1,159 @@
+//! The handle of a running sink driver.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etl_ack::Acked;
+use etl_record::Record;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::metrics::MetricsCell;
+use crate::{SendError, SinkError, SinkMetrics};
+
+/// Sends records to a sink driver. Cloneable; a clone per producer.
+#[derive(Clone, Debug)]
+pub struct SinkSender {
+    tx: mpsc::Sender<Acked<Vec<Record>>>,
+}
+
+impl SinkSender {
+    /// Queue records with their handle, waiting while the driver's input
+    /// channel is full (this is the backpressure that bounds memory).
+    ///
+    /// # Errors
+    ///
+    /// The driver is gone: the records are handed back, with the handle
+    /// already failed so that dropping them cannot count as a delivery.
+    pub async fn send(
+        &self,
+        item: Acked<Vec<Record>>,
+    ) -> Result<(), SendError<Acked<Vec<Record>>>> {
+        self.tx.send(item).await.map_err(|e| {
+            e.0.ack.fail();
+            SendError(e.0)
+        })
+    }
+}
+
+/// Controls a running sink driver (see [`SinkDriver`](crate::SinkDriver)).
+///
+/// Dropping the handle asks the driver to close as [`close`](Self::close)
+/// does, without waiting for it.
+#[derive(Debug)]
+pub struct SinkHandle {
+    sender: SinkSender,
+    close: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), SinkError>>,
+    metrics: Arc<MetricsCell>,
+}
+
+impl SinkHandle {
+    pub(crate) fn new(
+        tx: mpsc::Sender<Acked<Vec<Record>>>,
+        close: oneshot::Sender<()>,
+        task: JoinHandle<Result<(), SinkError>>,
+        metrics: Arc<MetricsCell>,
+    ) -> Self {
+        SinkHandle {
+            sender: SinkSender { tx },
+            close: Some(close),
+            task,
+            metrics,
+        }
+    }
+
+    /// Queue records with their handle (see [`SinkSender::send`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`SinkSender::send`].
+    pub async fn send(
+        &self,
+        item: Acked<Vec<Record>>,
+    ) -> Result<(), SendError<Acked<Vec<Record>>>> {
+        self.sender.send(item).await
+    }
+
+    /// Another sender into this driver.
+    #[must_use]
+    pub fn sender(&self) -> SinkSender {
+        self.sender.clone()
+    }
+
+    /// What the driver has done so far.
+    #[must_use]
+    pub fn metrics(&self) -> SinkMetrics {
+        self.metrics.snapshot()
+    }
+
+    fn request_close(&mut self) {
+        if let Some(close) = self.close.take() {
+            // The driver may already be gone; then there is nothing to close.
+            let _ = close.send(());
+        }
+    }
+
+    /// Stop taking input, write everything queued and batched, flush the
+    /// sink, and wait for the driver to finish.
+    ///
+    /// # Errors
+    ///
+    /// The driver halted ([`SinkError::Halted`]), panicked
+    /// ([`SinkError::Panicked`]) or could not flush; whatever it held then
+    /// was failed.
+    pub async fn close(mut self) -> Result<SinkMetrics, SinkError> {
+        self.request_close();
+        let joined = (&mut self.task).await;
+        self.finish(joined)
+    }
+
+    /// As [`close`](Self::close), but abort the driver if it has not
+    /// finished within `deadline`: every batch it still holds fails (and
+    /// will replay).
+    ///
+    /// # Errors
+    ///
+    /// [`SinkError::ShutdownTimeout`] past the deadline, otherwise as
+    /// [`close`](Self::close).
+    pub async fn shutdown(mut self, deadline: Duration) -> Result<SinkMetrics, SinkError> {
+        self.request_close();
+        match tokio::time::timeout(deadline, &mut self.task).await {
+            Ok(joined) => self.finish(joined),
+            Err(_) => {
+                self.task.abort();
+                // Wait until the task is gone, so its sets have failed.
+                let _ = (&mut self.task).await;
+                Err(SinkError::ShutdownTimeout(deadline))
+            }
+        }
+    }
+
+    /// Abort the driver now and wait until it is gone: every batch it held
+    /// (queued, batched or being written) has failed when this returns.
+    pub async fn abort(mut self) -> SinkMetrics {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        self.metrics.snapshot()
+    }
+
+    fn finish(
+        &self,
+        joined: Result<Result<(), SinkError>, tokio::task::JoinError>,
+    ) -> Result<SinkMetrics, SinkError> {
+        match joined {
+            Ok(Ok(())) => Ok(self.metrics.snapshot()),
+            Ok(Err(err)) => Err(err),
+            Err(err) if err.is_panic() => {
+                let payload = err.into_panic();
+                let msg = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "non-text panic payload".to_owned());
+                Err(SinkError::Panicked(msg))
+            }
+            Err(_) => Err(SinkError::Closed),
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Sinks: where records end up, and the driver that gets them there
+//! without ever acknowledging what is not durable.
+//!
+//! * [`Sink`] writes an [`EncodedBatch`] durably (`Ok` means durable) and
+//!   classifies its failures ([`SinkError`]: retryable, permanent, per-record
+//!   rejects). [`Encoder`]s ([`NdjsonEncoder`], [`RawLinesEncoder`]) turn
+//!   records into bytes.
+//! * Layers in the tower manner wrap a sink: [`Retry`] (exponential
+//!   backoff, full jitter, maximum elapsed time), [`Timeout`],
+//!   [`ConcurrencyLimit`].
+//! * [`SinkDriver`] runs a sink as a tokio task: it takes
+//!   `Acked<Vec<Record>>` from a bounded channel, batches by count, bytes
+//!   and linger time, keeps several writes in flight and delivers each
+//!   batch's [`AckSet`](etl_ack::AckSet) only after its durable write.
+//!   Failures fail the set (the partition replays) or go to a dead-letter
+//!   sink by policy; teardown (abort, panic, shutdown timeout) fails what
+//!   the driver held.
+//! * [`DeadLetterHandle`] writes dead letters as NDJSON lines.
+//! * Built-in sinks: [`FileSink`] (fsync before acknowledging, rotation,
+//!   crash recovery, exactly-once mode through [`ProgressSink`]),
+//!   [`StdoutSink`], [`BlackholeSink`], and fault-injecting sinks in
+//!   [`testing`].
+//!
+//! # Example
+//!
+//! ```
+//! use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
+//! use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+//! use etl_sink::testing::MemorySink;
+//! use etl_sink::{NdjsonEncoder, SinkDriver};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let (acker, mut receiver) = etl_ack::channel();
+//! let id = BatchId { partition: PartitionId(0), epoch: 1, seq: 0 };
+//! let ack = acker.open(BatchMeta { id, first_offset: 0, last_offset: 1, records: 2, bytes: 14 })?;
+//! let records = (0..2)
+//!     .map(|o| {
+//!         let at = Position::new(SourceId::new("in"), PartitionId(0), Offset(o));
+//!         Record::new(at, format!("{{\"n\":{o}}}"))
+//!     })
+//!     .collect();
+//!
+//! let memory = MemorySink::new();
+//! let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new()).spawn();
+//! sink.send(Acked::new(records, ack)).await?;
+//! let metrics = sink.close().await?;
+//!
+//! assert_eq!(metrics.records_written, 2);
+//! assert_eq!(memory.bytes(), b"{\"n\":0}\n{\"n\":1}\n");
+//! assert!(matches!(receiver.try_next(), Ok(AckEvent::Opened(_))));
+//! assert!(matches!(
+//!     receiver.try_next(),
+//!     Ok(AckEvent::Resolved(msg)) if msg.status == AckStatus::Delivered
+//! ));
+//! # Ok(())
+//! # }
+//! ```
+
+mod batch;
+mod builtin;
+mod config;
+mod dead_letter;
+mod driver;
+mod encoder;
+mod error;
+mod file_progress;
+mod file_sink;
+mod file_state;
+mod handle;
+mod limit;
+mod metrics;
+mod progress;
+mod retry;
+mod sink;
+pub mod testing;
+mod timeout;
+mod write;
+
+pub use batch::EncodedBatch;
+pub use builtin::{BlackholeSink, StdoutSink};
+pub use config::{DriverConfig, OnPermanentFailure};
+pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
+pub use driver::SinkDriver;
+pub use encoder::{Encoder, NdjsonEncoder, RawLinesEncoder};
+pub use error::{BoxError, Reject, SendError, SinkError};
+pub use file_sink::{FileSink, FileSinkConfig, FsyncPolicy};
+pub use handle::{SinkHandle, SinkSender};
+pub use limit::ConcurrencyLimit;
+pub use metrics::SinkMetrics;
+pub use progress::{Progress, ProgressSink};
+pub use retry::{Retry, RetryPolicy};
+pub use sink::{BoxSink, Sink};
+pub use timeout::Timeout;

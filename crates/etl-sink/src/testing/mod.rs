@@ -1,0 +1,17 @@
+//! Sinks for tests: an in-memory sink, fault injectors (fail every Nth
+//! write, fail a seeded fraction transiently, reject chosen records, hang,
+//! panic, run slow, wait behind a gate) and a recording wrapper that
+//! journals every call.
+//!
+//! The wrappers take an inner sink, so faults compose:
+//! `Slow::new(Flaky::new(MemorySink::new(), 0.3, 7), delay)`.
+
+mod faults;
+mod gate;
+mod memory;
+mod recording;
+
+pub use faults::{FailEveryNth, Flaky, Hang, Panic, Rejecting, Slow};
+pub use gate::{Gate, Gated};
+pub use memory::MemorySink;
+pub use recording::{Event, Journal, Recording};
