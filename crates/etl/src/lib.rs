@@ -17,7 +17,9 @@
 //! ```
 
 mod config;
+mod metrics;
 mod transform;
 
 pub use config::*;
+pub use metrics::*;
 pub use transform::*;

@@ -337,7 +337,11 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
     match source {
         SourceConfig::File(f) => {
             if f.paths.is_empty() {
-                ck.problem_at(span.clone(), "paths", "[source]", "paths is empty: name at least one file or glob",
+                ck.problem_at(
+                    span.clone(),
+                    "paths",
+                    "[source]",
+                    "paths is empty: name at least one file or glob",
                 );
             }
             if f.batch_records == 0 {

@@ -78,8 +78,20 @@ mod tests {
     #[test]
     fn families_have_help_and_type_once_and_labels_are_escaped() {
         let mut p = PromText::new();
-        p.sample("etl_x", PromKind::Gauge, "An x.", &[("partition", "0")], 1.0);
-        p.sample("etl_x", PromKind::Gauge, "An x.", &[("partition", "a\"b")], 2.5);
+        p.sample(
+            "etl_x",
+            PromKind::Gauge,
+            "An x.",
+            &[("partition", "0")],
+            1.0,
+        );
+        p.sample(
+            "etl_x",
+            PromKind::Gauge,
+            "An x.",
+            &[("partition", "a\"b")],
+            2.5,
+        );
         p.sample("etl_y_total", PromKind::Counter, "Ys.", &[], 3.0);
         assert_eq!(
             p.finish(),

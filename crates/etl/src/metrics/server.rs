@@ -22,7 +22,10 @@ pub async fn serve_metrics(
     render: Render,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot listen on {addr} for metrics: {e}"))
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr} for metrics: {e}"),
+        )
     })?;
     let local = listener.local_addr()?;
     let task = tokio::spawn(async move {
@@ -59,7 +62,11 @@ async fn answer(mut stream: TcpStream, render: &Render) -> std::io::Result<()> {
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", render()),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found; try /metrics\n".to_owned()),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain",
+            "not found; try /metrics\n".to_owned(),
+        ),
         _ => (
             "405 Method Not Allowed",
             "text/plain",

@@ -32,7 +32,11 @@ fn validate(path: &std::path::Path) -> Result<(), Exit> {
         "{}: ok ({} transform{}, {} sink{})",
         path.display(),
         config.transforms.len(),
-        if config.transforms.len() == 1 { "" } else { "s" },
+        if config.transforms.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         config.sinks.len(),
         if config.sinks.len() == 1 { "" } else { "s" },
     );
