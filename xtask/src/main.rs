@@ -6,6 +6,7 @@
 
 mod cmd;
 mod kafka;
+mod postgres;
 mod tidy;
 
 use std::process::ExitCode;
@@ -25,6 +26,7 @@ Tasks:
   prop [--cases N] property tests with N cases each (default 1024)
   tidy             layer order of crate dependencies, module docs
   kafka [--port N] run the Kafka-compatible test broker in the foreground
+  postgres         run a throwaway PostgreSQL server until Enter or Ctrl-C
 ";
 
 /// Crates with loom models, built with `--cfg etl_loom`.
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
         Some("tidy") => tidy::run(&root()),
         Some("kafka") => kafka::run(&args[1..]),
+        Some("postgres") => postgres::run_foreground(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())

@@ -1,0 +1,445 @@
+//! A throwaway PostgreSQL server for the test suites, on loopback.
+//!
+//! [`start`] finds the server binaries (installing Debian's `postgresql`
+//! package if they are missing and we are root), runs `initdb` into a fresh
+//! temporary directory, starts the server with `pg_ctl` on a free
+//! `127.0.0.1` port, creates a database and returns a [`Postgres`] guard.
+//! The `test` task wraps the test run in a server with one line:
+//!
+//! ```ignore
+//! let pg = postgres::start()?;
+//! cmd.env("ETL_TEST_POSTGRES", &pg.url())
+//! ```
+//!
+//! Cleanup does not depend on this process exiting normally. Right after
+//! the directory is made, a small reaper shell is spawned whose standard
+//! input is a pipe held by the guard; it ignores SIGINT, SIGTERM and SIGHUP
+//! and waits for that pipe to close. Dropping the guard closes it, and so
+//! does the kernel when this process dies in any way (Ctrl-C, panic,
+//! `kill -9`). The reaper then stops the server and removes the directory.
+//! `Drop` waits for it, so a dropped guard means a stopped server.
+//!
+//! The server refuses to run as root, so as root every server command runs
+//! as the `postgres` system user (the package creates it) via `runuser`.
+//!
+//! This file uses only `std`, so the `etl-postgres` tests include it with
+//! `#[path]` and start servers with exactly the same logic.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+/// The database superuser the cluster is initialised with.
+const USER: &str = "etl";
+/// The database created for the tests.
+const DATABASE: &str = "etl_test";
+/// The system user that runs the server when we are root.
+const SYSTEM_USER: &str = "postgres";
+/// Ports tried before giving up (another process may grab a free port
+/// between our probe and the server's bind).
+const PORT_ATTEMPTS: usize = 5;
+
+/// A running server in a temporary directory, stopped and removed on drop.
+#[derive(Debug)]
+pub(crate) struct Postgres {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+    password: String,
+    reaper: Option<Reaper>,
+}
+
+#[derive(Debug)]
+struct Reaper {
+    child: Child,
+    pipe: ChildStdin,
+}
+
+impl Postgres {
+    /// `postgres://etl:PASSWORD@127.0.0.1:PORT/etl_test`.
+    pub(crate) fn url(&self) -> String {
+        format!(
+            "postgres://{USER}:{}@127.0.0.1:{}/{DATABASE}",
+            self.password, self.port
+        )
+    }
+
+    /// The loopback port the server listens on.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The password of the `etl` superuser (random per server).
+    // Used by the etl-postgres tests, which include this file.
+    #[allow(dead_code)]
+    pub(crate) fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// Stop the server (fast shutdown: open sessions are terminated), for
+    /// outage tests. The directory stays; [`Postgres::restart`] brings the
+    /// server back on the same port.
+    // Used by the etl-postgres tests, which include this file.
+    #[allow(dead_code)]
+    pub(crate) fn stop(&self) -> Result {
+        self.pg_ctl(&["stop", "-m", "fast", "-w"])
+    }
+
+    /// Start a stopped server again on the same port and directory.
+    // Used by the etl-postgres tests, which include this file.
+    #[allow(dead_code)]
+    pub(crate) fn restart(&self) -> Result {
+        self.pg_ctl_start()
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn pg_ctl_start(&self) -> Result {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log");
+        let result = self.pg_ctl(&[
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            &log.to_string_lossy(),
+            "-o",
+            &options,
+        ]);
+        if let Err(e) = result {
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(10).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(format!("{e}\nserver log:\n{}", tail.join("\n")));
+        }
+        wait_for_tcp(self.port)
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result {
+        let data = self.data();
+        let mut all = vec!["-D", data.to_str().unwrap_or_default(), "-s"];
+        all.extend_from_slice(args);
+        run(&self.dir, &self.bin.join("pg_ctl"), &all)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(Reaper { mut child, pipe }) = self.reaper.take() {
+            // Closing the pipe is the reaper's signal to stop and clean up.
+            drop(pipe);
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Start a fresh server on a free loopback port with a random password and
+/// an empty `etl_test` database.
+pub(crate) fn start() -> Result<Postgres> {
+    let bin = binaries()?;
+    let dir = make_dir()?;
+    let mut server = Postgres {
+        reaper: Some(spawn_reaper(&dir, &bin)?),
+        dir,
+        bin,
+        port: 0,
+        password: random_hex(),
+    };
+    initdb(&server)?;
+    let mut last = String::new();
+    for _ in 0..PORT_ATTEMPTS {
+        server.port = free_port()?;
+        match server.pg_ctl_start() {
+            Ok(()) => {
+                create_database(&server)?;
+                return Ok(server);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(format!(
+        "the server did not start on any of {PORT_ATTEMPTS} ports: {last}"
+    ))
+}
+
+/// `cargo xtask postgres`: a server in the foreground until Enter or
+/// Ctrl-C.
+pub(crate) fn run_foreground(args: &[String]) -> Result {
+    if !args.is_empty() {
+        return Err("usage: cargo xtask postgres".to_owned());
+    }
+    let server = start()?;
+    println!("PostgreSQL listening on 127.0.0.1:{}", server.port());
+    println!("ETL_TEST_POSTGRES={}", server.url());
+    println!(
+        "ETL_TEST_POSTGRES={} cargo test -p etl-postgres  # in another terminal",
+        server.url()
+    );
+    println!("Enter or Ctrl-C stops it.");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    drop(server);
+    println!("stopped");
+    Ok(())
+}
+
+/// The directory holding `initdb` and `pg_ctl`, installing the Debian
+/// package first if neither Debian's nor `PATH`'s copy exists.
+fn binaries() -> Result<PathBuf> {
+    if let Some(bin) = find_binaries() {
+        return Ok(bin);
+    }
+    if !is_root() {
+        return Err(
+            "initdb and pg_ctl not found (not in /usr/lib/postgresql/*/bin nor PATH); \
+             install PostgreSQL, e.g. `apt-get install postgresql`"
+                .to_owned(),
+        );
+    }
+    eprintln!("xtask: PostgreSQL is not installed; installing Debian's `postgresql`");
+    let root = Path::new("/");
+    run_env(
+        root,
+        Path::new("apt-get"),
+        &["update"],
+        &[("DEBIAN_FRONTEND", "noninteractive")],
+    )?;
+    run_env(
+        root,
+        Path::new("apt-get"),
+        &["install", "-y", "--no-install-recommends", "postgresql"],
+        &[("DEBIAN_FRONTEND", "noninteractive")],
+    )?;
+    find_binaries().ok_or_else(|| "apt-get installed postgresql but initdb was not found".into())
+}
+
+fn find_binaries() -> Option<PathBuf> {
+    let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    // Debian keeps one directory per major version; take the newest.
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            Some((version, e.path().join("bin")))
+        })
+        .filter(|(_, bin)| has_both(bin))
+        .collect();
+    debian.sort();
+    if let Some((_, bin)) = debian.pop() {
+        return Some(bin);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find(|dir| has_both(dir))
+}
+
+fn is_root() -> bool {
+    // The owner of `/proc/self` is this process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// A fresh 0700 directory owned by whoever will run the server.
+fn make_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "etl-postgres-{}-{}",
+        std::process::id(),
+        &random_hex()[..8]
+    ));
+    run(
+        Path::new("/"),
+        Path::new("mkdir"),
+        &["-m", "700", &dir.to_string_lossy()],
+    )?;
+    Ok(dir)
+}
+
+/// The reaper: waits for its stdin to close, then stops the server and
+/// removes the directory, ignoring the signals a terminal sends.
+fn spawn_reaper(dir: &Path, bin: &Path) -> Result<Reaper> {
+    const SCRIPT: &str = r#"trap "" INT TERM HUP
+dir=$1; shift
+read _ignored
+"$@" >/dev/null 2>&1
+rm -rf "$dir""#;
+    let data = dir.join("data");
+    let pg_ctl = bin.join("pg_ctl");
+    let mut args: Vec<String> = vec!["-c".into(), SCRIPT.into(), "sh".into()];
+    args.push(dir.to_string_lossy().into_owned());
+    args.extend(as_server_user());
+    args.extend(
+        [
+            pg_ctl.to_string_lossy().as_ref(),
+            "stop",
+            "-D",
+            data.to_string_lossy().as_ref(),
+            "-m",
+            "fast",
+            "-w",
+        ]
+        .map(str::to_owned),
+    );
+    let mut child = Command::new("sh")
+        .args(&args)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the cleanup shell: {e}"))?;
+    let pipe = child
+        .stdin
+        .take()
+        .ok_or_else(|| "the cleanup shell has no stdin pipe".to_owned())?;
+    Ok(Reaper { child, pipe })
+}
+
+fn initdb(server: &Postgres) -> Result {
+    // The password goes through a file, never the command line.
+    let pwfile = server.dir.join("pwfile");
+    run_env(
+        &server.dir,
+        Path::new("sh"),
+        &[
+            "-c",
+            "umask 077; printf '%s\\n' \"$ETL_PGPASSWORD\" > \"$1\"",
+            "sh",
+            &pwfile.to_string_lossy(),
+        ],
+        &[("ETL_PGPASSWORD", &server.password)],
+    )?;
+    let data = server.data();
+    run(
+        &server.dir,
+        &server.bin.join("initdb"),
+        &[
+            "-D",
+            &data.to_string_lossy(),
+            "-U",
+            USER,
+            "--pwfile",
+            &pwfile.to_string_lossy(),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+        ],
+    )
+    .map_err(|e| format!("initdb failed: {e}"))
+}
+
+fn create_database(server: &Postgres) -> Result {
+    run(
+        &server.dir,
+        &server.bin.join("createdb"),
+        &[
+            "-h",
+            &server.dir.to_string_lossy(),
+            "-p",
+            &server.port.to_string(),
+            "-U",
+            USER,
+            DATABASE,
+        ],
+    )
+}
+
+/// The prefix that runs a command as the server's system user: `runuser`
+/// as root, nothing otherwise.
+fn as_server_user() -> Vec<String> {
+    if is_root() {
+        ["runuser", "-u", SYSTEM_USER, "--"]
+            .map(str::to_owned)
+            .to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+fn run(cwd: &Path, program: &Path, args: &[&str]) -> Result {
+    run_env(cwd, program, args, &[])
+}
+
+/// Run a command (as the server user unless it is `apt-get`), printing it
+/// first; its output is captured and shown only on failure.
+fn run_env(cwd: &Path, program: &Path, args: &[&str], envs: &[(&str, &str)]) -> Result {
+    let mut line: Vec<String> = if program == Path::new("apt-get") {
+        Vec::new()
+    } else {
+        as_server_user()
+    };
+    line.push(program.to_string_lossy().into_owned());
+    line.extend(args.iter().map(|a| (*a).to_owned()));
+    let shown = shown(&line);
+    eprintln!("$ {shown}");
+    let out = Command::new(&line[0])
+        .args(&line[1..])
+        .envs(envs.iter().copied())
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "`{shown}` failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// A command line for display. The password never appears in one: it
+/// travels in an environment variable into the password file.
+fn shown(line: &[String]) -> String {
+    line.join(" ")
+}
+
+fn free_port() -> Result<u16> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+/// `pg_ctl start -w` waits for the socket; also check the TCP listener.
+fn wait_for_tcp(port: u16) -> Result {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for _ in 0..100 {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("the server does not accept connections on {addr}"))
+}
+
+/// 16 random hex digits from the standard library's per-process hash keys.
+fn random_hex() -> String {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", hasher.finish())
+}
