@@ -21,6 +21,10 @@ impl SinkSender {
     /// Queue records with their handle, waiting while the driver's input
     /// channel is full (this is the backpressure that bounds memory).
     ///
+    /// Cancelling the returned future before it completes fails the
+    /// records' handle: records that never reached the driver were not
+    /// written.
+    ///
     /// # Errors
     ///
     /// The driver is gone: the records are handed back, with the handle
@@ -29,10 +33,34 @@ impl SinkSender {
         &self,
         item: Acked<Vec<Record>>,
     ) -> Result<(), SendError<Acked<Vec<Record>>>> {
-        self.tx.send(item).await.map_err(|e| {
-            e.0.ack.fail();
-            SendError(e.0)
-        })
+        let mut pending = FailUnlessSent(Some(item));
+        let reserved = self.tx.reserve().await;
+        let Some(item) = pending.0.take() else {
+            // Only this function takes the item, exactly once.
+            return Ok(());
+        };
+        match reserved {
+            Ok(permit) => {
+                permit.send(item);
+                Ok(())
+            }
+            Err(_) => {
+                item.ack.fail();
+                Err(SendError(item))
+            }
+        }
+    }
+}
+
+/// Holds an item while a send waits; fails its handle if the send is
+/// cancelled.
+struct FailUnlessSent(Option<Acked<Vec<Record>>>);
+
+impl Drop for FailUnlessSent {
+    fn drop(&mut self) {
+        if let Some(item) = &self.0 {
+            item.ack.fail();
+        }
     }
 }
 

@@ -1,0 +1,448 @@
+//! The sink driver end to end: retries, failure policies, dead letters,
+//! teardown and fan-out, observed through real acknowledgement channels.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etl_ack::AckStatus;
+use etl_record::{Offset, PartitionId, Record};
+use etl_sink::testing::{
+    Event, FailEveryNth, Flaky, Gated, Hang, MemorySink, Panic, Recording, Rejecting, Slow,
+};
+use etl_sink::{
+    DriverConfig, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SendError, SinkDriver, SinkError,
+};
+use support::{TestSource, record, tally};
+
+fn one_batch_per_item(max_in_flight: usize) -> DriverConfig {
+    DriverConfig {
+        max_records: 10,
+        linger: Duration::from_millis(5),
+        max_in_flight,
+        ..DriverConfig::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn thirty_percent_transient_failures_lose_nothing() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let flaky = Arc::new(Flaky::new(memory.clone(), 0.3, 42));
+    let sink = SinkDriver::new(flaky.clone(), NdjsonEncoder::new())
+        .config(one_batch_per_item(4))
+        .spawn();
+    let mut expected = BTreeSet::new();
+    for i in 0..60 {
+        let p = (i % 2) as u32;
+        let start = (i / 2) * 10;
+        expected.extend((start..start + 10).map(|o| (PartitionId(p), Offset(o))));
+        sink.send(source.batch(p, start..start + 10)).await.unwrap();
+    }
+    let metrics = sink.close().await.unwrap();
+    let msgs = source.resolutions();
+    assert_eq!(tally(&msgs), (60, 0), "every batch delivered");
+    let written: Vec<_> = memory.positions();
+    assert_eq!(written.len(), 600, "each record written exactly once");
+    assert_eq!(written.into_iter().collect::<BTreeSet<_>>(), expected);
+    assert!(flaky.failures() > 0);
+    assert_eq!(metrics.retries, flaky.failures());
+    assert_eq!(metrics.records_written, 600);
+    assert_eq!(metrics.batches_failed, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_failures_fail_their_batches_by_default() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailEveryNth::permanent(memory.clone(), 3),
+        NdjsonEncoder::new(),
+    )
+    .config(one_batch_per_item(1))
+    .spawn();
+    for i in 0..9 {
+        sink.send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+    }
+    let metrics = sink.close().await.unwrap();
+    let msgs = source.resolutions();
+    assert_eq!(tally(&msgs), (6, 3));
+    let failed: Vec<u64> = msgs
+        .iter()
+        .filter(|m| m.status == AckStatus::Failed)
+        .map(|m| m.id.seq)
+        .collect();
+    assert_eq!(failed, vec![2, 5, 8], "calls 3, 6, 9 failed");
+    assert_eq!(memory.positions().len(), 60);
+    assert_eq!(metrics.batches_written, 6);
+    assert_eq!(metrics.batches_failed, 3);
+    assert_eq!(metrics.records_written, 60);
+    assert_eq!(metrics.retries, 0, "permanent errors are not retried");
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_failures_go_to_dead_letters_by_policy() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailEveryNth::permanent(memory.clone(), 3),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        on_permanent_failure: OnPermanentFailure::DeadLetter,
+        ..one_batch_per_item(1)
+    })
+    .dead_letters(dead.clone())
+    .spawn();
+    for i in 0..9 {
+        sink.send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+    }
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (9, 0));
+    assert_eq!(memory.positions().len(), 60);
+    assert_eq!(dead.positions().len(), 30);
+    assert_eq!(metrics.dead_lettered, 30);
+    assert_eq!(metrics.records_written + metrics.dead_lettered, 90);
+    let text = String::from_utf8(dead.bytes()).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["reason"].as_str().unwrap().contains("injected failure"));
+        assert!(v["key"].as_str().unwrap().starts_with("in/0/"));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_dead_letter_sink_fails_the_batch() {
+    let mut source = TestSource::new();
+    let sink = SinkDriver::new(
+        FailEveryNth::permanent(MemorySink::new(), 1),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        on_permanent_failure: OnPermanentFailure::DeadLetter,
+        ..one_batch_per_item(1)
+    })
+    .dead_letters(FailEveryNth::permanent(MemorySink::new(), 1))
+    .spawn();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+    assert_eq!(metrics.dead_lettered, 0);
+}
+
+fn with_bad_value(mut records: Vec<Record>, index: usize) -> Vec<Record> {
+    records[index].value = bytes::Bytes::from_static(b"\xffnot json");
+    records
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_the_encoder_refuses_are_dead_lettered_or_fail_the_set() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .dead_letters(dead.clone())
+        .spawn();
+    let records = with_bad_value((0..5).map(|o| record(0, o)).collect(), 2);
+    sink.send(source.batch_of(records)).await.unwrap();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (1, 0));
+    assert_eq!(memory.positions().len(), 4);
+    assert_eq!(dead.positions(), vec![(PartitionId(0), Offset(2))]);
+    let line: serde_json::Value = serde_json::from_slice(&dead.bytes()).unwrap();
+    assert_eq!(line["value"], "ff6e6f74206a736f6e");
+    assert_eq!(line["value_encoding"], "hex");
+    assert_eq!(metrics.dead_lettered, 1);
+
+    // Without a dead-letter sink, the batch fails (and will replay).
+    let sink = SinkDriver::new(MemorySink::new(), NdjsonEncoder::new()).spawn();
+    let records = with_bad_value((0..5).map(|o| record(0, o)).collect(), 0);
+    sink.send(source.batch_of(records)).await.unwrap();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+    assert_eq!(metrics.batches_failed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_the_sink_rejects_are_dead_lettered() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let dead = MemorySink::new();
+    let rejecting = Rejecting::new(memory.clone(), |r: &Record| {
+        (r.position.offset.0 % 4 == 0).then(|| "duplicate key".to_owned())
+    });
+    let sink = SinkDriver::new(rejecting, NdjsonEncoder::new())
+        .dead_letters(dead.clone())
+        .spawn();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (1, 0));
+    assert_eq!(memory.positions().len(), 7);
+    assert_eq!(dead.positions().len(), 3);
+    assert_eq!(metrics.records_written, 7);
+    assert_eq!(metrics.dead_lettered, 3);
+    assert!(
+        String::from_utf8(dead.bytes())
+            .unwrap()
+            .contains("duplicate key")
+    );
+}
+
+async fn wait_for(mut cond: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("condition never became true");
+}
+
+#[tokio::test(start_paused = true)]
+async fn aborting_during_a_write_fails_every_set_held_even_queued_ones() {
+    let mut source = TestSource::new();
+    let hang = Arc::new(Hang::new());
+    let sink = SinkDriver::new(hang.clone(), NdjsonEncoder::new())
+        .config(one_batch_per_item(1))
+        .spawn();
+    for i in 0..3 {
+        sink.send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+    }
+    wait_for(|| hang.calls() == 1).await;
+    assert!(
+        source.resolutions().is_empty(),
+        "nothing resolves while writing"
+    );
+    sink.abort().await;
+    let msgs = source.resolutions();
+    assert_eq!(tally(&msgs), (0, 3), "in-flight and queued batches fail");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_sink_fails_what_the_driver_held() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(Panic::new(memory.clone(), 2), NdjsonEncoder::new())
+        .config(one_batch_per_item(1))
+        .spawn();
+    let sender = sink.sender();
+    sender.send(source.batch(0, 0..10)).await.unwrap();
+    sender.send(source.batch(0, 10..20)).await.unwrap();
+    let err = sink.close().await.unwrap_err();
+    assert!(
+        matches!(err, SinkError::Panicked(ref m) if m.contains("injected panic")),
+        "{err}"
+    );
+    let msgs = source.resolutions();
+    assert_eq!(msgs.len(), 2);
+    assert_eq!(
+        msgs.iter().find(|m| m.id.seq == 0).unwrap().status,
+        AckStatus::Delivered
+    );
+    assert_eq!(
+        msgs.iter().find(|m| m.id.seq == 1).unwrap().status,
+        AckStatus::Failed
+    );
+
+    // The driver is gone: a send hands the records back, already failed.
+    let SendError(back) = sender.send(source.batch(0, 20..30)).await.unwrap_err();
+    assert_eq!(back.value.len(), 10);
+    drop(back);
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_past_its_deadline_fails_the_sets() {
+    let mut source = TestSource::new();
+    let sink = SinkDriver::new(Gated::new(MemorySink::new()), NdjsonEncoder::new()).spawn();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    sink.send(source.batch(1, 0..10)).await.unwrap();
+    let err = sink.shutdown(Duration::from_secs(2)).await.unwrap_err();
+    assert!(matches!(err, SinkError::ShutdownTimeout(_)), "{err}");
+    assert_eq!(tally(&source.resolutions()), (0, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_shutdown_flushes_the_last_partial_batch() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_records: 1000,
+            linger: Duration::from_secs(3600),
+            ..DriverConfig::default()
+        })
+        .spawn();
+    sink.send(source.batch(0, 0..3)).await.unwrap();
+    let metrics = sink.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(metrics.records_written, 3);
+    assert_eq!(memory.flushes(), 1, "the sink is flushed on close");
+    assert_eq!(tally(&source.resolutions()), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_close_by_count_bytes_and_linger() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_records: 25,
+            max_bytes: 1 << 20,
+            linger: Duration::from_millis(100),
+            max_in_flight: 1,
+            ..DriverConfig::default()
+        })
+        .spawn();
+    // 3 items of 10: the batch closes at 30 >= 25 records.
+    for i in 0..3 {
+        sink.send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+    }
+    wait_for(|| memory.writes() == 1).await;
+    assert_eq!(memory.positions().len(), 30);
+    // A lone small item waits for the linger time, then goes out.
+    sink.send(source.batch(0, 30..32)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(memory.writes(), 1, "still lingering");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(memory.writes(), 2);
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(metrics.batches_written, 2);
+    assert!(metrics.write_count >= 2 && metrics.write_latency_max >= metrics.write_latency_mean());
+
+    // By bytes: each record encodes to 14 bytes, so 30 bytes close a batch
+    // of 3 records (a batch closes once it reaches the limit).
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_bytes: 30,
+            linger: Duration::from_secs(3600),
+            max_in_flight: 1,
+            ..DriverConfig::default()
+        })
+        .spawn();
+    for o in 0..6 {
+        sink.send(source.batch(0, o..o + 1)).await.unwrap();
+    }
+    wait_for(|| memory.writes() == 2).await;
+    sink.close().await.unwrap();
+    assert_eq!(memory.writes(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_sink_stalls_input_instead_of_buffering() {
+    let mut source = TestSource::new();
+    let gated = Gated::new(MemorySink::new());
+    let gate = gated.gate();
+    let sink = SinkDriver::new(gated, NdjsonEncoder::new())
+        .config(DriverConfig {
+            channel_capacity: 2,
+            ..one_batch_per_item(2)
+        })
+        .spawn();
+    // Two writes in flight, two items queued: the fifth send waits.
+    for i in 0..4 {
+        sink.send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+    }
+    let fifth = source.batch(0, 40..50);
+    let blocked = tokio::time::timeout(Duration::from_secs(10), sink.send(fifth)).await;
+    assert!(blocked.is_err(), "the input channel is full");
+    gate.open();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(metrics.batches_written, 4);
+    // The fifth send was cancelled: its records were never written, so
+    // their batch failed.
+    assert_eq!(tally(&source.resolutions()), (4, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fan_out_delivers_only_when_every_sink_has_written() {
+    let mut source = TestSource::new();
+    let fast = SinkDriver::new(MemorySink::new(), NdjsonEncoder::new()).spawn();
+    let gated = Gated::new(MemorySink::new());
+    let gate = gated.gate();
+    let slow = SinkDriver::new(gated, NdjsonEncoder::new()).spawn();
+    let item = source.batch(0, 0..10);
+    fast.send(item.clone()).await.unwrap();
+    slow.send(item).await.unwrap();
+    fast.close().await.unwrap();
+    assert!(
+        source.resolutions().is_empty(),
+        "the slow sink still holds it"
+    );
+    gate.open();
+    slow.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (1, 0));
+
+    // If one of the sinks fails it, the batch fails.
+    let ok = SinkDriver::new(MemorySink::new(), NdjsonEncoder::new()).spawn();
+    let bad = SinkDriver::new(
+        FailEveryNth::permanent(MemorySink::new(), 1),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        retry: RetryPolicy::never(),
+        ..DriverConfig::default()
+    })
+    .spawn();
+    let item = source.batch(0, 10..20);
+    ok.send(item.clone()).await.unwrap();
+    bad.send(item).await.unwrap();
+    ok.close().await.unwrap();
+    bad.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_returns_before_its_batch_is_delivered() {
+    let mut source = TestSource::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = etl_sink::FileSink::open(dir.path().join("out.ndjson"), Default::default())
+        .await
+        .unwrap();
+    let recording = Recording::new(Slow::new(file, Duration::from_millis(20)));
+    let journal = recording.journal();
+    let sink = SinkDriver::new(recording, NdjsonEncoder::new())
+        .config(one_batch_per_item(2))
+        .spawn();
+    let items: Vec<_> = (0..4)
+        .map(|i| source.batch(0, i * 10..i * 10 + 10))
+        .collect();
+    let observer_journal = journal.clone();
+    let observer = std::thread::spawn(move || {
+        for _ in 0..4 {
+            let msg = source.next_resolution().expect("resolution");
+            observer_journal.note(format!("delivered {} {:?}", msg.last_offset, msg.status));
+        }
+    });
+    for item in items {
+        sink.send(item).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    observer.join().unwrap();
+    let events = journal.events();
+    for i in 0..4i64 {
+        let last = i * 10 + 9;
+        let done = events
+            .iter()
+            .position(|e| matches!(e, Event::WriteDone { positions, ok: true } if positions.last().map(|p| p.1.0) == Some(last)))
+            .expect("write done");
+        let delivered = events
+            .iter()
+            .position(|e| *e == Event::Note(format!("delivered {last} Delivered")))
+            .expect("delivered");
+        assert!(done < delivered, "batch ending at {last}: {events:?}");
+    }
+}
