@@ -7,6 +7,7 @@ mod error;
 mod mapping;
 mod offsets;
 mod poll_thread;
+mod sink;
 mod source;
 
 pub use classify::{ErrorClass, classify};
@@ -15,4 +16,5 @@ pub use context::RevokeHandler;
 pub use error::KafkaError;
 pub use mapping::PartitionMap;
 pub use offsets::GroupOffsetStore;
+pub use sink::KafkaSink;
 pub use source::KafkaSource;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etl_record::Record;
 use etl_sink::{EncodedBatch, Reject, Sink, SinkError};
+use futures::channel::oneshot::Canceled;
 use rdkafka::error::KafkaError as ClientError;
 use rdkafka::message::{Header, OwnedHeaders};
-use futures::channel::oneshot::Canceled;
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -131,7 +131,10 @@ impl Sink for KafkaSink {
         for (i, record) in records.iter().enumerate() {
             let encoded = batch.encoded(i).unwrap_or_default();
             let value = encoded.strip_suffix(b"\n").unwrap_or(encoded);
-            match self.enqueue(record, value, &mut pending, &mut reports).await {
+            match self
+                .enqueue(record, value, &mut pending, &mut reports)
+                .await
+            {
                 Ok(delivery) => pending.push_back((i, delivery)),
                 Err(e) => reports[i] = Some(Err(e)),
             }
@@ -152,22 +155,19 @@ impl KafkaSink {
     ) -> Result<(), SinkError> {
         let mut permanent = Vec::new();
         let mut first_permanent = None;
-        for (i, report) in reports.into_iter().enumerate() {
-            // Every slot is filled above; an empty one would be a bug, so
-            // it counts as a retryable failure rather than a success.
-            let error = match report {
+        for (i, (record, report)) in records.iter().zip(reports).enumerate() {
+            // Every slot is filled by `write`; an empty one would be a bug,
+            // so it counts as a retryable failure rather than a success.
+            let source = match report {
                 Some(Ok(())) => continue,
                 Some(Err(e)) => e,
                 None => ClientError::Canceled,
             };
+            let class = classify(&source);
             let error = KafkaError::Produce {
                 topic: self.config.topic.clone(),
-                key: records.get(i).map(Record::idempotency_key).unwrap_or_default(),
-                source: error,
-            };
-            let class = match &error {
-                KafkaError::Produce { source, .. } => classify(source),
-                _ => ErrorClass::Permanent,
+                key: record.idempotency_key(),
+                source: Box::new(source),
             };
             if class == ErrorClass::Retryable {
                 return Err(SinkError::retryable(error));

@@ -38,12 +38,7 @@ async fn four_partitions_produce_and_group_consume() {
     }
 
     let consumer: StreamConsumer = broker
-        .config()
-        .set("group.id", unique("smoke-group"))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "1000")
+        .consumer_config(&unique("smoke-group"))
         .create()
         .expect("consumer");
     consumer.subscribe(&[&topic]).expect("subscribe");

@@ -98,6 +98,20 @@ impl TestBroker {
         config
     }
 
+    /// Settings for a group consumer: the timeouts the test broker needs
+    /// (its first JoinGroup of a group takes about half the session
+    /// timeout) and reading from the start.
+    pub(crate) fn consumer_config(&self, group: &str) -> ClientConfig {
+        let mut config = self.config();
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "1000");
+        config
+    }
+
     /// Create a topic with `partitions` partitions and wait until it is
     /// visible.
     pub(crate) async fn create_topic(&self, name: &str, partitions: i32) {

@@ -1,0 +1,201 @@
+//! The producer sink against a real broker: what a message carries, and
+//! that acknowledgements follow delivery reports.
+
+mod support;
+
+use std::time::Duration;
+
+use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
+use etl_kafka::{KafkaSink, KafkaSinkConfig};
+use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+use etl_sink::{EncodedBatch, RawLinesEncoder, Sink, SinkDriver, SinkError};
+use rdkafka::Message;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Headers;
+
+use support::{TestBroker, unique};
+
+fn record(offset: i64, value: &str) -> Record {
+    Record::new(
+        Position::new(SourceId::new("orders"), PartitionId(2), Offset(offset)),
+        value.to_owned(),
+    )
+}
+
+fn sink_config(broker: &TestBroker, topic: &str) -> KafkaSinkConfig {
+    let mut c = KafkaSinkConfig::new(broker.addr(), topic);
+    c.message_timeout_ms = 10_000;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_carry_key_headers_and_idempotency_key() {
+    let broker = TestBroker::start();
+    let topic = unique("sink");
+    broker.create_topic(&topic, 1).await;
+    let sink = KafkaSink::new(sink_config(&broker, &topic)).expect("sink");
+
+    let records = vec![
+        record(7, "first")
+            .with_key(&b"k1"[..])
+            .with_header("trace", &b"abc"[..]),
+        record(8, "second"),
+    ];
+    let (batch, refused) = EncodedBatch::encode(records, &RawLinesEncoder::new());
+    assert!(refused.is_empty());
+    sink.write(&batch).await.expect("durable write");
+
+    let consumer: StreamConsumer = broker
+        .consumer_config(&unique("sink-check"))
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[&topic]).expect("subscribe");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("messages within 30 s")
+            .expect("consume");
+        let headers: Vec<(String, Vec<u8>)> = m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        seen.push((
+            m.key().map(<[u8]>::to_vec),
+            m.payload().unwrap_or_default().to_vec(),
+            headers,
+        ));
+    }
+    assert_eq!(seen[0].0.as_deref(), Some(&b"k1"[..]));
+    assert_eq!(
+        seen[0].1, b"first",
+        "the line encoder's newline is not part of the value"
+    );
+    assert_eq!(
+        seen[0].2,
+        vec![
+            ("trace".to_owned(), b"abc".to_vec()),
+            ("etl-idempotency-key".to_owned(), b"orders/2/7".to_vec()),
+        ]
+    );
+    assert_eq!(seen[1].0, None);
+    assert_eq!(seen[1].1, b"second");
+    assert_eq!(
+        seen[1].2,
+        vec![("etl-idempotency-key".to_owned(), b"orders/2/8".to_vec())]
+    );
+}
+
+/// Run one batch through a sink driver and return how its handle resolved.
+async fn resolve_through_driver(sink: KafkaSink, records: Vec<Record>) -> AckStatus {
+    let (acker, mut receiver) = etl_ack::channel();
+    let id = BatchId {
+        partition: PartitionId(2),
+        epoch: 1,
+        seq: 0,
+    };
+    let last = records.last().map_or(0, |r| r.position.offset.0);
+    let ack = acker
+        .open(BatchMeta {
+            id,
+            first_offset: 0,
+            last_offset: last,
+            records: u32::try_from(records.len()).expect("small batch"),
+            bytes: 0,
+        })
+        .expect("receiver alive");
+    let driver = SinkDriver::new(sink, RawLinesEncoder::new()).spawn();
+    driver
+        .send(Acked::new(records, ack))
+        .await
+        .expect("driver alive");
+    let _ = driver.close().await;
+    loop {
+        match receiver.try_next() {
+            Ok(AckEvent::Resolved(msg)) => return msg.status,
+            Ok(AckEvent::Opened(_)) => {}
+            other => panic!("batch not resolved: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_is_delivered_only_when_every_report_succeeds() {
+    let broker = TestBroker::start();
+    let topic = unique("sink-acks");
+    broker.create_topic(&topic, 1).await;
+
+    let ok = KafkaSink::new(sink_config(&broker, &topic)).expect("sink");
+    let records = (0..20).map(|o| record(o, "small")).collect();
+    assert_eq!(
+        resolve_through_driver(ok, records).await,
+        AckStatus::Delivered
+    );
+
+    // One record over the producer's size limit: the others are written,
+    // but the batch's handle fails (no dead-letter sink), so it replays.
+    let mut config = sink_config(&broker, &topic);
+    config
+        .properties
+        .insert("message.max.bytes".into(), "1000".into());
+    let strict = KafkaSink::new(config).expect("sink");
+    let mut records: Vec<Record> = (0..5).map(|o| record(o, "small")).collect();
+    records.push(record(5, &"x".repeat(5_000)));
+    assert_eq!(
+        resolve_through_driver(strict, records).await,
+        AckStatus::Failed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_classified() {
+    let broker = TestBroker::start();
+    let topic = unique("sink-errors");
+    broker.create_topic(&topic, 1).await;
+
+    let mut config = sink_config(&broker, &topic);
+    config
+        .properties
+        .insert("message.max.bytes".into(), "1000".into());
+    let strict = KafkaSink::new(config).expect("sink");
+    let (too_big, _) =
+        EncodedBatch::encode(vec![record(0, &"x".repeat(5_000))], &RawLinesEncoder::new());
+    let err = strict.write(&too_big).await.expect_err("too large");
+    assert!(matches!(err, SinkError::Permanent(_)), "{err}");
+    let (mixed, _) = EncodedBatch::encode(
+        vec![
+            record(0, "ok"),
+            record(1, &"x".repeat(5_000)),
+            record(2, "ok"),
+        ],
+        &RawLinesEncoder::new(),
+    );
+    match strict.write(&mixed).await {
+        Err(SinkError::Rejected(rejects)) => {
+            assert_eq!(rejects.len(), 1);
+            assert_eq!(rejects[0].index, 1);
+            assert!(
+                rejects[0].reason.contains("orders/2/1"),
+                "{}",
+                rejects[0].reason
+            );
+        }
+        other => panic!("expected a per-record reject, got {other:?}"),
+    }
+
+    // Nothing listens on this port: the report times out, which a later
+    // attempt may not.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let mut config = KafkaSinkConfig::new(format!("127.0.0.1:{port}"), &topic);
+    config.message_timeout_ms = 1_000;
+    let unreachable = KafkaSink::new(config).expect("sink");
+    let (batch, _) = EncodedBatch::encode(vec![record(0, "x")], &RawLinesEncoder::new());
+    let err = unreachable.write(&batch).await.expect_err("no broker");
+    assert!(err.is_retryable(), "{err}");
+}
