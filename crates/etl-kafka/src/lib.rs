@@ -1,4 +1,59 @@
-//! Kafka connector (work in progress).
+//! Kafka connector: a consumer-group source and a producer sink.
+//!
+//! * [`KafkaSource`] is one member of a consumer group, as a
+//!   [`Source`](etl_source::Source). Rebalances become assignment events;
+//!   a revocation drains and commits the revoked partitions *inside* the
+//!   rebalance callback (through a [`RevokeHandler`], the checkpointer), so
+//!   the next owner starts exactly at the committed offsets. Replays seek,
+//!   backpressure pauses partitions, and polling never stops, so the
+//!   member stays in the group however slow the pipeline is.
+//! * [`GroupOffsetStore`] keeps the checkpointer's offsets in the group
+//!   (synchronous commits; auto-commit is always off).
+//! * [`KafkaSink`] is a producer with `acks=all` and idempotence, as a
+//!   [`Sink`](etl_sink::Sink): a batch is written only when every delivery
+//!   report succeeded; failures are [classified](classify) retryable or
+//!   permanent; keys and headers are carried over and each message gets
+//!   the record's idempotency key as the `etl-idempotency-key` header.
+//! * [`PartitionMap`] maps `(topic, partition)` to
+//!   [`PartitionId`](etl_record::PartitionId): the topic's index in the
+//!   source's list above bit 20, the Kafka partition below.
+//!
+//! librdkafka is built from source with the crate (no system library).
+//! See `docs/kafka.md` for configuration, rebalance and commit behaviour
+//! and how the tests get a broker.
+//!
+//! # Example
+//!
+//! Building the clients does not contact the broker; a member joins its
+//! group when started.
+//!
+//! ```
+//! use etl_kafka::{KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
+//! use etl_record::{PartitionId, SourceId};
+//!
+//! let mut config = KafkaSourceConfig::new(
+//!     "127.0.0.1:9092",
+//!     "orders-pipeline",
+//!     vec!["orders".to_owned(), "refunds".to_owned()],
+//! );
+//! config.session_timeout_ms = 6_000;
+//! let source = KafkaSource::new(SourceId::new("orders"), config)?;
+//!
+//! // Partition 3 of the second topic.
+//! let map = source.partition_map();
+//! let id = map.id("refunds", 3)?;
+//! assert_eq!(id, PartitionId((1 << 20) | 3));
+//! assert_eq!(map.topic_partition(id)?, ("refunds", 3));
+//!
+//! // The group is the offset store; the checkpointer commits through it.
+//! let _store = source.offset_store();
+//! // ...spawn the checkpointer with it, then `source.start(handle)` and
+//! // hand the source to the source driver.
+//!
+//! let sink = KafkaSink::new(KafkaSinkConfig::new("127.0.0.1:9092", "orders-copy"))?;
+//! assert_eq!(sink.config().idempotency_header, "etl-idempotency-key");
+//! # Ok::<(), etl_kafka::KafkaError>(())
+//! ```
 
 mod classify;
 mod config;
