@@ -22,10 +22,11 @@ pub(crate) enum Event {
     /// Partitions taken away; their watermarks are already committed.
     Revoked(Vec<PartitionId>),
     /// Consecutive records of one partition, read after its `seek`-th
-    /// seek.
+    /// seek and its `revocations`-th revocation.
     Records {
         partition: PartitionId,
         seek: u64,
+        revocations: u64,
         records: Vec<Record>,
     },
     /// The consumer hit an error it cannot recover from.
@@ -59,6 +60,7 @@ pub trait RevokeHandler: Send + Sync + 'static {
 pub(crate) struct Chunk {
     pub(crate) partition: PartitionId,
     pub(crate) seek: u64,
+    pub(crate) revocations: u64,
     pub(crate) records: Vec<Record>,
 }
 
@@ -76,6 +78,11 @@ pub(crate) struct GroupContext {
     /// Partitions the poll thread has paused for backpressure; new
     /// assignments join them.
     pub(crate) backpressure: AtomicBool,
+    /// How often each partition was revoked. Records carry the count they
+    /// were read under; the source drops those read before the latest
+    /// revocation, even if they were already on their way when it
+    /// happened (they belong to the next owner now).
+    revocations: Mutex<BTreeMap<PartitionId, u64>>,
 }
 
 impl fmt::Debug for GroupContext {
@@ -98,6 +105,7 @@ impl GroupContext {
             buffered: AtomicUsize::new(0),
             chunk: Mutex::new(None),
             backpressure: AtomicBool::new(false),
+            revocations: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -127,9 +135,20 @@ impl GroupContext {
             self.send(Event::Records {
                 partition: c.partition,
                 seek: c.seek,
+                revocations: c.revocations,
                 records: c.records,
             });
         }
+    }
+
+    /// How often `partition` was revoked so far.
+    pub(crate) fn revocations(&self, partition: PartitionId) -> u64 {
+        self.revocations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&partition)
+            .copied()
+            .unwrap_or(0)
     }
 
     fn ids(&self, tpl: &TopicPartitionList) -> Vec<PartitionId> {
@@ -161,6 +180,15 @@ impl ConsumerContext for GroupContext {
         // drain and commit them while the group waits for this callback:
         // the next owner starts exactly at what is committed here.
         self.flush_chunk(&ids);
+        {
+            let mut revocations = self
+                .revocations
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for id in &ids {
+                *revocations.entry(*id).or_insert(0) += 1;
+            }
+        }
         self.send(Event::Revoked(ids.clone()));
         let Some(revoke) = self.revoke.get() else {
             return;

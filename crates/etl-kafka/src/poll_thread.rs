@@ -220,12 +220,14 @@ impl PollThread {
                     self.context().send(Event::Records {
                         partition: c.partition,
                         seek: c.seek,
+                        revocations: c.revocations,
                         records: c.records,
                     });
                 }
                 *guard = Some(Chunk {
                     partition,
                     seek,
+                    revocations: self.context().revocations(partition),
                     records: Vec::with_capacity(self.max_batch_records.min(1024)),
                 });
             }

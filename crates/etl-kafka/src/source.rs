@@ -184,6 +184,7 @@ impl Source for KafkaSource {
                 Event::Records {
                     partition,
                     seek,
+                    revocations,
                     records,
                 } => {
                     self.consumer
@@ -194,7 +195,10 @@ impl Source for KafkaSource {
                     // Read before the latest seek, or of a partition no
                     // longer ours: the records come again where they
                     // belong.
-                    if seek != current || !self.assigned.contains(&partition) {
+                    if seek != current
+                        || !self.assigned.contains(&partition)
+                        || revocations != self.consumer.context().revocations(partition)
+                    {
                         continue;
                     }
                     return Ok(SourceEvent::Batch(PollBatch::from_records(

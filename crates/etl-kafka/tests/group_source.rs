@@ -3,69 +3,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use etl_kafka::{GroupOffsetStore, KafkaSource, KafkaSourceConfig, RevokeHandler};
+use etl_kafka::KafkaSource;
 use etl_record::{Offset, PartitionId, SourceId};
 use etl_source::{Source, SourceEvent};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use support::{TestBroker, unique};
-
-/// Commits the next offset after everything seen, from another thread
-/// (as the checkpointer does), when partitions are revoked.
-#[derive(Clone)]
-struct CommitSeen {
-    store: GroupOffsetStore,
-    seen: Arc<Mutex<BTreeMap<PartitionId, Offset>>>,
-    revoked: Arc<Mutex<Vec<PartitionId>>>,
-}
-
-impl RevokeHandler for CommitSeen {
-    fn revoke_blocking(
-        &self,
-        partitions: Vec<PartitionId>,
-    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
-        let seen = self.seen.lock().expect("lock").clone();
-        let commit: BTreeMap<_, _> = seen
-            .into_iter()
-            .filter(|(p, _)| partitions.contains(p))
-            .collect();
-        self.revoked.lock().expect("lock").extend(partitions);
-        let store = self.store.clone();
-        let to_commit = commit.clone();
-        std::thread::spawn(move || store.commit(&to_commit))
-            .join()
-            .expect("commit thread")?;
-        Ok(commit)
-    }
-}
-
-pub(crate) async fn produce(broker: &TestBroker, topic: &str, per_partition: i32, partitions: i32) {
-    let producer: FutureProducer = broker.config().create().expect("producer");
-    for i in 0..per_partition * partitions {
-        let payload = format!("{{\"n\":{i}}}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(topic)
-                    .payload(&payload)
-                    .partition(i % partitions),
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("delivery");
-    }
-}
-
-fn config(broker: &TestBroker, group: &str, topic: &str) -> KafkaSourceConfig {
-    let mut c = KafkaSourceConfig::new(broker.addr(), group, vec![topic.to_owned()]);
-    c.session_timeout_ms = 6000;
-    c.heartbeat_interval_ms = 1000;
-    c.max_batch_records = 4;
-    c
-}
+use support::{CommitSeen, TestBroker, produce, source_config, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_every_partition_and_commits_on_leave() {
@@ -75,8 +20,8 @@ async fn reads_every_partition_and_commits_on_leave() {
     broker.create_topic(&topic, 4).await;
     produce(&broker, &topic, 10, 4).await;
 
-    let mut source =
-        KafkaSource::new(SourceId::new("k"), config(&broker, &group, &topic)).expect("source");
+    let mut source = KafkaSource::new(SourceId::new("k"), source_config(&broker, &group, &topic))
+        .expect("source");
     let store = source.offset_store();
     let handler = CommitSeen {
         store: store.clone(),

