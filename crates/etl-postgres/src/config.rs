@@ -1,0 +1,334 @@
+//! The sink's configuration: where to connect, which table, which columns.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::PostgresError;
+
+/// How a batch reaches the table. Both run in one transaction per batch
+/// and upsert on the key; see `docs/postgres.md` for measurements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMethod {
+    /// `COPY` the batch into a temporary staging table, then one
+    /// `INSERT ... SELECT ... ON CONFLICT` into the target (the faster one
+    /// here).
+    #[default]
+    Copy,
+    /// Multi-row `INSERT ... VALUES (...), (...) ON CONFLICT` statements
+    /// with bound parameters.
+    Insert,
+}
+
+/// One column of the target table and where its value comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnConfig {
+    /// Column name (quoted in SQL, so any name works).
+    pub name: String,
+    /// Dotted path of the JSON field in the record's value (`customer.id`,
+    /// `items.0.sku`); the column name when absent; `""` for the whole
+    /// document.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// PostgreSQL type of the column (`text`, `bigint`, `numeric(10,2)`,
+    /// `timestamptz`, `jsonb`, ...). The server converts the field's text
+    /// to it, so a value it cannot convert is rejected with its reason.
+    #[serde(rename = "type")]
+    pub pg_type: String,
+}
+
+impl ColumnConfig {
+    /// A column `name` of type `pg_type`, filled from the JSON field at
+    /// `path`.
+    pub fn new(name: impl Into<String>, path: impl Into<String>, pg_type: impl Into<String>) -> Self {
+        ColumnConfig {
+            name: name.into(),
+            path: Some(path.into()),
+            pg_type: pg_type.into(),
+        }
+    }
+
+    /// The JSON path, defaulting to the column name.
+    #[must_use]
+    pub fn json_path(&self) -> &str {
+        self.path.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// Configuration of a [`PostgresSink`](crate::PostgresSink); the body of a
+/// `type = "postgres"` sink in the `etl` TOML config.
+///
+/// The password comes from, in order: [`password`](Self::password), the
+/// URL, the `PGPASSWORD` environment variable. It never appears in `Debug`
+/// output, logs or error messages.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSinkConfig {
+    /// `postgres://user@host:port/database` (a `key=value` connection
+    /// string works too).
+    pub url: String,
+    /// The password, if not in the URL or `PGPASSWORD`.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Target table, optionally `schema.table`.
+    pub table: String,
+    /// Columns filled from each record's JSON value.
+    #[serde(default)]
+    pub columns: Vec<ColumnConfig>,
+    /// The upsert key. If it names one of [`columns`](Self::columns), that
+    /// column's value is the key; otherwise it is a `text` column holding
+    /// the record's idempotency key (`source/partition/offset`), so a
+    /// replayed record overwrites its own row.
+    #[serde(default = "default_key_column")]
+    pub key_column: String,
+    /// Create the target table (key as primary key) if it does not exist.
+    #[serde(default)]
+    pub create_table: bool,
+    /// Store each partition's next offset in
+    /// [`progress_table`](Self::progress_table) in the same transaction
+    /// as the rows; the pipeline resumes from it.
+    #[serde(default)]
+    pub exactly_once: bool,
+    /// Table of stored progress (created if missing).
+    #[serde(default = "default_progress_table")]
+    pub progress_table: String,
+    /// Name under which this sink's progress is stored; the target table's
+    /// name when absent. Two sinks must not share one.
+    #[serde(default)]
+    pub progress_name: Option<String>,
+    /// How batches are written.
+    #[serde(default)]
+    pub method: WriteMethod,
+    /// Limit of one connection attempt, in seconds.
+    #[serde(default = "default_connect_timeout_secs")]
+    pub connect_timeout_secs: u64,
+}
+
+fn default_key_column() -> String {
+    "etl_key".to_owned()
+}
+
+fn default_progress_table() -> String {
+    "etl_progress".to_owned()
+}
+
+fn default_connect_timeout_secs() -> u64 {
+    10
+}
+
+impl PostgresSinkConfig {
+    /// A configuration for `table` at `url`, with no columns, the
+    /// idempotency key in `etl_key`, at-least-once, `COPY` writes.
+    pub fn new(url: impl Into<String>, table: impl Into<String>) -> Self {
+        PostgresSinkConfig {
+            url: url.into(),
+            password: None,
+            table: table.into(),
+            columns: Vec::new(),
+            key_column: default_key_column(),
+            create_table: false,
+            exactly_once: false,
+            progress_table: default_progress_table(),
+            progress_name: None,
+            method: WriteMethod::default(),
+            connect_timeout_secs: default_connect_timeout_secs(),
+        }
+    }
+
+    /// Add a column.
+    #[must_use]
+    pub fn column(mut self, name: &str, path: &str, pg_type: &str) -> Self {
+        self.columns.push(ColumnConfig::new(name, path, pg_type));
+        self
+    }
+
+    /// Set the upsert key column.
+    #[must_use]
+    pub fn key_column(mut self, name: impl Into<String>) -> Self {
+        self.key_column = name.into();
+        self
+    }
+
+    /// Create the table if missing.
+    #[must_use]
+    pub fn create_table(mut self, yes: bool) -> Self {
+        self.create_table = yes;
+        self
+    }
+
+    /// Exactly-once mode.
+    #[must_use]
+    pub fn exactly_once(mut self, yes: bool) -> Self {
+        self.exactly_once = yes;
+        self
+    }
+
+    /// Set the write method.
+    #[must_use]
+    pub fn method(mut self, method: WriteMethod) -> Self {
+        self.method = method;
+        self
+    }
+
+    /// Set the password.
+    #[must_use]
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The name progress is stored under.
+    #[must_use]
+    pub fn progress_key(&self) -> &str {
+        self.progress_name.as_deref().unwrap_or(&self.table)
+    }
+
+    /// Check names and types without connecting.
+    ///
+    /// # Errors
+    ///
+    /// [`PostgresError::Config`] naming the offending field.
+    pub fn validate(&self) -> Result<(), PostgresError> {
+        let bad = |field: &str, reason: String| {
+            Err(PostgresError::Config {
+                field: field.to_owned(),
+                reason,
+            })
+        };
+        if self.table.trim().is_empty() {
+            return bad("table", "is empty".into());
+        }
+        if self.key_column.is_empty() {
+            return bad("key_column", "is empty".into());
+        }
+        if self.progress_table.trim().is_empty() {
+            return bad("progress_table", "is empty".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, c) in self.columns.iter().enumerate() {
+            let field = format!("columns[{i}]");
+            if c.name.is_empty() {
+                return bad(&field, "the column name is empty".into());
+            }
+            if !seen.insert(c.name.as_str()) {
+                return bad(&field, format!("column `{}` appears twice", c.name));
+            }
+            if let Err(reason) = check_type(&c.pg_type) {
+                return bad(&format!("{field}.type"), reason);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A type name goes into SQL as written, so only the characters type names
+/// use are allowed (no quotes, semicolons or comments).
+fn check_type(ty: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || " _,()[]".contains(c);
+    if ty.trim().is_empty() {
+        Err("the type is empty".into())
+    } else if let Some(c) = ty.chars().find(|&c| !ok(c)) {
+        Err(format!("`{ty}` is not a type name (character {c:?})"))
+    } else {
+        Ok(())
+    }
+}
+
+/// `url` with any password replaced by `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        // A key=value string: hide the value of any password key.
+        return url
+            .split_whitespace()
+            .map(|kv| {
+                if kv.to_ascii_lowercase().starts_with("password=") {
+                    "password=***"
+                } else {
+                    kv
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for PostgresSinkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSinkConfig")
+            .field("url", &redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("table", &self.table)
+            .field("columns", &self.columns)
+            .field("key_column", &self.key_column)
+            .field("create_table", &self.create_table)
+            .field("exactly_once", &self.exactly_once)
+            .field("progress_table", &self.progress_table)
+            .field("progress_name", &self.progress_name)
+            .field("method", &self.method)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_in_urls_and_debug() {
+        assert_eq!(
+            redact_url("postgres://u:s3cret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(
+            redact_url("host=h password=s3cret user=u"),
+            "host=h password=*** user=u"
+        );
+        let config = PostgresSinkConfig::new("postgres://u:s3cret@h/db", "t").password("hunter2");
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret") && !debug.contains("hunter2"), "{debug}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let ok = PostgresSinkConfig::new("postgres://h/db", "t").column("n", "n", "numeric(10,2)");
+        assert!(ok.validate().is_ok());
+        let injected = PostgresSinkConfig::new("postgres://h/db", "t").column("n", "n", "int; drop");
+        let err = injected.validate().unwrap_err().to_string();
+        assert!(err.contains("columns[0].type"), "{err}");
+        let twice = PostgresSinkConfig::new("postgres://h/db", "t")
+            .column("a", "a", "text")
+            .column("a", "b", "text");
+        assert!(twice.validate().unwrap_err().to_string().contains("twice"));
+    }
+
+    #[test]
+    fn deserializes_with_defaults() {
+        let config: PostgresSinkConfig = serde_json::from_str(
+            r#"{"url": "postgres://h/db", "table": "t",
+                "columns": [{"name": "id", "type": "bigint"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(config.key_column, "etl_key");
+        assert_eq!(config.columns[0].json_path(), "id");
+        assert_eq!(config.method, WriteMethod::Copy);
+        assert_eq!(config.progress_key(), "t");
+    }
+}

@@ -1,0 +1,157 @@
+//! The crate's error type and how database errors are classified.
+
+use std::time::Duration;
+
+use etl_sink::SinkError;
+use tokio_postgres::error::SqlState;
+
+/// Everything that can go wrong in the PostgreSQL sink.
+///
+/// No variant carries the password: connection errors name the server by
+/// host, port, database and user only.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The configuration is invalid.
+    #[error("invalid PostgreSQL sink config: {field}: {reason}")]
+    Config {
+        /// The offending field (`table`, `columns[2].type`, ...).
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Connecting failed.
+    #[error("cannot connect to PostgreSQL at {target}: {source}")]
+    Connect {
+        /// `user@host:port/database`.
+        target: String,
+        /// The client's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// Connecting did not finish in time.
+    #[error("connecting to PostgreSQL at {target} timed out after {after:?}")]
+    ConnectTimeout {
+        /// `user@host:port/database`.
+        target: String,
+        /// The limit.
+        after: Duration,
+    },
+    /// A statement failed.
+    #[error("PostgreSQL failed to {during} (table {table}): {}", describe(source))]
+    Query {
+        /// What the sink was doing ("write a batch", "read progress", ...).
+        during: &'static str,
+        /// The table concerned.
+        table: String,
+        /// The client's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The progress table holds a row this sink cannot use.
+    #[error("progress table {table} is unusable: {reason}")]
+    CorruptProgress {
+        /// The progress table.
+        table: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// How the sink treats a database error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// The connection or server is (temporarily) unavailable: retry.
+    Retryable,
+    /// Some row's data is at fault: find it row by row and reject it.
+    Row,
+    /// Retrying cannot help (a missing table, no permission).
+    Permanent,
+}
+
+/// Classify a client error by its SQLSTATE; errors without one (I/O, a
+/// closed connection) are retryable.
+pub(crate) fn classify(err: &tokio_postgres::Error) -> Class {
+    let Some(code) = err.code() else {
+        return Class::Retryable;
+    };
+    let code = code.code();
+    let class = &code[..2.min(code.len())];
+    match class {
+        // Data exception, integrity constraint violation, and cardinality
+        // violation (one statement hitting the same key twice).
+        "22" | "23" | "21" => Class::Row,
+        // Connection exception, insufficient resources, operator
+        // intervention (shutdown, restart), transaction rollback
+        // (serialization failure, deadlock), lock not available.
+        "08" | "53" | "57" | "40" => Class::Retryable,
+        _ if code == SqlState::LOCK_NOT_AVAILABLE.code() => Class::Retryable,
+        _ => Class::Permanent,
+    }
+}
+
+/// The database's reason for an error: message, detail and SQLSTATE; the
+/// client's own text when there is no database error.
+pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                text.push_str(": ");
+                text.push_str(detail);
+            }
+            text
+        }
+        None => err.to_string(),
+    }
+}
+
+impl PostgresError {
+    /// Whether the same operation may succeed later (the server is down,
+    /// restarting or overloaded).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PostgresError::Connect { source, .. } => {
+                // Wrong password or database: no point retrying.
+                !matches!(
+                    source.code().map(SqlState::code).map(|c| &c[..2]),
+                    Some("28" | "3D")
+                ) && classify(source) == Class::Retryable
+            }
+            PostgresError::ConnectTimeout { .. } => true,
+            PostgresError::Query { source, .. } => classify(source) == Class::Retryable,
+            PostgresError::Config { .. } | PostgresError::CorruptProgress { .. } => false,
+        }
+    }
+}
+
+impl From<PostgresError> for SinkError {
+    fn from(err: PostgresError) -> Self {
+        if err.is_retryable() {
+            SinkError::retryable(err)
+        } else {
+            SinkError::permanent(err)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_are_permanent() {
+        let err = PostgresError::Config {
+            field: "table".into(),
+            reason: "is empty".into(),
+        };
+        assert!(!err.is_retryable());
+        assert!(matches!(SinkError::from(err), SinkError::Permanent(_)));
+        let timeout = PostgresError::ConnectTimeout {
+            target: "etl@127.0.0.1:1/db".into(),
+            after: Duration::from_secs(1),
+        };
+        assert!(SinkError::from(timeout).is_retryable());
+    }
+}

@@ -1,0 +1,157 @@
+//! The PostgreSQL sink: opening it, and its `Sink` and `ProgressSink`
+//! sides.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use etl_record::{Offset, PartitionId};
+use etl_sink::{EncodedBatch, Progress, ProgressSink, Sink, SinkError};
+
+use crate::connection::{Connector, Pool};
+use crate::mapping::Mapping;
+use crate::sql::Statements;
+use crate::{PostgresError, PostgresSinkConfig};
+
+/// A [`Sink`] that upserts each batch into a table in one transaction.
+///
+/// * Each record's JSON value becomes a row by the configured columns;
+///   the row is upserted on the key column (by default the record's
+///   idempotency key), so a replayed record overwrites its own row.
+/// * A batch that fails on some rows' data (a value its column's type
+///   does not accept, a constraint) is written again row by row inside
+///   savepoints: good rows commit, bad ones come back as
+///   [`SinkError::Rejected`] with the database's reason, for the
+///   dead-letter path.
+/// * A lost connection or a restarting server is a retryable error; the
+///   driver retries with backoff on a fresh connection.
+/// * In exactly-once mode ([`PostgresSinkConfig::exactly_once`]) each
+///   partition's next offset is stored in a progress table in the same
+///   transaction as the rows, and the sink is a [`ProgressSink`]: run it
+///   with [`SinkDriver::exactly_once`](etl_sink::SinkDriver::exactly_once).
+///
+/// Use it with [`NdjsonEncoder`](etl_sink::NdjsonEncoder), which sends
+/// values that are not JSON to the dead-letter path before they reach the
+/// sink.
+#[derive(Debug)]
+pub struct PostgresSink {
+    pub(crate) config: PostgresSinkConfig,
+    pub(crate) connector: Connector,
+    pub(crate) mapping: Mapping,
+    pub(crate) sql: Statements,
+    pub(crate) pool: Pool,
+    progress: Mutex<Progress>,
+}
+
+impl PostgresSink {
+    /// Validate `config`, connect, create the tables it asks for, and (in
+    /// exactly-once mode) read the stored progress.
+    ///
+    /// # Errors
+    ///
+    /// An invalid config, a failed connection or statement.
+    /// [`PostgresError::is_retryable`] tells whether trying again later
+    /// may help.
+    pub async fn connect(config: PostgresSinkConfig) -> Result<PostgresSink, PostgresError> {
+        config.validate()?;
+        let connector = Connector::new(&config)?;
+        let mapping = Mapping::new(&config);
+        let sql = Statements::new(&config, &mapping);
+        let sink = PostgresSink {
+            connector,
+            mapping,
+            sql,
+            pool: Pool::default(),
+            progress: Mutex::new(Progress::new()),
+            config,
+        };
+        let conn = sink.pool.take(&sink.connector).await?;
+        if sink.config.create_table {
+            conn.client
+                .batch_execute(&sink.sql.create_target)
+                .await
+                .map_err(|source| sink.query_error("create the table", source))?;
+        }
+        if sink.config.exactly_once {
+            conn.client
+                .batch_execute(&sink.sql.create_progress)
+                .await
+                .map_err(|source| sink.query_error("create the progress table", source))?;
+        }
+        sink.pool.give_back(conn);
+        if sink.config.exactly_once {
+            let stored = sink.read_progress().await?;
+            *sink.progress_lock() = stored;
+        }
+        tracing::debug!(target = sink.connector.target(), table = %sink.config.table, "PostgreSQL sink open");
+        Ok(sink)
+    }
+
+    /// The configuration (its `Debug` hides the password).
+    #[must_use]
+    pub fn config(&self) -> &PostgresSinkConfig {
+        &self.config
+    }
+
+    /// Read this sink's stored progress from the database (what
+    /// [`ProgressSink::progress`] caches).
+    ///
+    /// # Errors
+    ///
+    /// The query failed, or a row holds a partition out of range.
+    pub async fn read_progress(&self) -> Result<Progress, PostgresError> {
+        let conn = self.pool.take(&self.connector).await?;
+        let rows = conn
+            .client
+            .query(&self.sql.read_progress, &[&self.config.progress_key()])
+            .await
+            .map_err(|source| self.query_error("read progress", source))?;
+        self.pool.give_back(conn);
+        let mut progress = Progress::new();
+        for row in rows {
+            let partition: i64 = row.get(0);
+            let next: i64 = row.get(1);
+            let partition =
+                u32::try_from(partition).map_err(|_| PostgresError::CorruptProgress {
+                    table: self.config.progress_table.clone(),
+                    reason: format!("partition {partition} is out of range"),
+                })?;
+            progress.advance(PartitionId(partition), Offset(next));
+        }
+        Ok(progress)
+    }
+
+    pub(crate) fn exactly_once(&self) -> bool {
+        self.config.exactly_once
+    }
+
+    pub(crate) fn progress_lock(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn query_error(
+        &self,
+        during: &'static str,
+        source: tokio_postgres::Error,
+    ) -> PostgresError {
+        PostgresError::Query {
+            during,
+            table: self.config.table.clone(),
+            source,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        self.write_batch(batch).await
+    }
+}
+
+impl ProgressSink for PostgresSink {
+    /// The progress stored by this sink's committed transactions (read on
+    /// connect, advanced after each commit). Empty unless exactly-once.
+    fn progress(&self) -> Progress {
+        self.progress_lock().clone()
+    }
+}
