@@ -1,6 +1,9 @@
 //! The sink driver end to end: retries, failure policies, dead letters,
 //! teardown and fan-out, observed through real acknowledgement channels.
 
+// Helpers outside `#[test]` functions unwrap too: a panic is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::collections::BTreeSet;

@@ -1,7 +1,7 @@
 //! Shared helpers of the integration tests: a scripted source of acked
 //! batches and a way to read what became of them.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use etl_ack::{AckEvent, AckMsg, AckReceiver, AckStatus, Acked, Acker, BatchId, BatchMeta};
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};

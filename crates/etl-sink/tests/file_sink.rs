@@ -1,0 +1,349 @@
+//! The file sink: appends, crash recovery, rotation, and exactly-once
+//! output across simulated crashes.
+
+// Helpers outside `#[test]` functions unwrap too: a panic is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use etl_record::{Offset, PartitionId};
+use etl_sink::{
+    DriverConfig, EncodedBatch, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, ProgressSink,
+    RawLinesEncoder, Sink, SinkDriver, SinkError,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use support::{TestSource, record, tally};
+
+fn batch(partition: u32, offsets: std::ops::Range<i64>) -> EncodedBatch {
+    let records = offsets.map(|o| record(partition, o)).collect();
+    EncodedBatch::encode(records, &NdjsonEncoder::new()).0
+}
+
+fn append_raw(path: &Path, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// `(partition, offset)` of every line of every file of the output.
+fn positions(files: &[std::path::PathBuf]) -> Vec<(u32, i64)> {
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: bad line {line:?}: {e}", file.display()));
+            out.push((
+                u32::try_from(v["p"].as_u64().unwrap()).unwrap(),
+                v["o"].as_i64().unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn appends_and_reopens_after_the_last_complete_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let sink = FileSink::open(&path, FileSinkConfig::default())
+        .await
+        .unwrap();
+    sink.write(&batch(0, 0..3)).await.unwrap();
+    drop(sink);
+    // A crash mid-append left half a line behind.
+    append_raw(&path, b"{\"p\":0,\"o\":3");
+    let sink = FileSink::open(&path, FileSinkConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(positions(&sink.files()), vec![(0, 0), (0, 1), (0, 2)]);
+    sink.write(&batch(0, 3..5)).await.unwrap();
+    sink.flush().await.unwrap();
+    assert_eq!(positions(&sink.files()).len(), 5);
+    assert!(
+        sink.progress().is_empty(),
+        "progress is only kept in exactly-once mode"
+    );
+}
+
+#[tokio::test]
+async fn a_file_without_any_line_break_is_cut_to_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    std::fs::write(&path, b"partial").unwrap();
+    let sink = FileSink::open(&path, FileSinkConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::metadata(sink.path()).unwrap().len(), 0);
+}
+
+#[tokio::test]
+async fn rotates_by_size_and_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    // Each record is 14 bytes: three batches of 2 records, 40-byte files.
+    let config = FileSinkConfig {
+        rotate_bytes: Some(40),
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    for i in 0..3 {
+        sink.write(&batch(0, i * 2..i * 2 + 2)).await.unwrap();
+    }
+    assert_eq!(sink.segments(), 2);
+    assert_eq!(
+        positions(&sink.files()),
+        (0..6).map(|o| (0, o)).collect::<Vec<_>>()
+    );
+    drop(sink);
+    // Reopening finds the segments and keeps numbering after them.
+    let config = FileSinkConfig {
+        rotate_after: Some(Duration::ZERO),
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    assert_eq!(sink.segments(), 2);
+    sink.write(&batch(0, 6..7)).await.unwrap();
+    assert_eq!(sink.segments(), 3, "an aged, non-empty file rotates");
+    assert_eq!(positions(&sink.files()).len(), 7);
+}
+
+#[tokio::test]
+async fn interval_fsync_shares_one_fsync_between_concurrent_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = FileSinkConfig {
+        fsync: FsyncPolicy::Interval(Duration::from_millis(30)),
+        ..FileSinkConfig::default()
+    };
+    let sink = std::sync::Arc::new(FileSink::open(&path, config).await.unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let sink = sink.clone();
+        tasks.push(tokio::spawn(async move {
+            sink.write(&batch(1, i * 5..i * 5 + 5)).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(positions(&sink.files()).len(), 20);
+}
+
+#[tokio::test]
+async fn exactly_once_cuts_back_to_the_recorded_length_and_skips_stored_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    assert!(sink.progress().is_empty());
+    sink.write(&batch(0, 0..4)).await.unwrap();
+    sink.write(&batch(1, 10..12)).await.unwrap();
+    // A retried (or replayed) batch that is already stored is not written twice.
+    sink.write(&batch(0, 2..6)).await.unwrap();
+    let progress = sink.progress();
+    assert_eq!(progress.get(PartitionId(0)), Some(Offset(6)));
+    assert_eq!(progress.get(PartitionId(1)), Some(Offset(12)));
+    drop(sink);
+    // Data appended but never recorded (a crash before the progress file
+    // was replaced) is cut off on open.
+    append_raw(&path, b"{\"p\":0,\"o\":6}\n{\"p\":0,\"o\":7}\n");
+    let sink = FileSink::open(&path, config).await.unwrap();
+    assert_eq!(sink.progress(), progress);
+    let mut got = positions(&sink.files());
+    got.sort_unstable();
+    let mut want: Vec<_> = (0..6).map(|o| (0, o)).chain([(1, 10), (1, 11)]).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn exactly_once_recovers_a_rotation_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    sink.write(&batch(0, 0..3)).await.unwrap();
+    drop(sink);
+    // The crash hit after the rename, before the progress file said so.
+    std::fs::rename(&path, dir.path().join("out.ndjson.1")).unwrap();
+    let sink = FileSink::open(&path, config).await.unwrap();
+    assert_eq!(sink.segments(), 1);
+    assert_eq!(sink.progress().get(PartitionId(0)), Some(Offset(3)));
+    sink.write(&batch(0, 3..4)).await.unwrap();
+    assert_eq!(
+        positions(&sink.files()),
+        (0..4).map(|o| (0, o)).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_data_file_shorter_than_recorded_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    sink.write(&batch(0, 0..3)).await.unwrap();
+    drop(sink);
+    std::fs::write(&path, b"").unwrap();
+    let err = FileSink::open(&path, config).await.unwrap_err();
+    assert!(matches!(err, SinkError::CorruptProgress { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn the_dead_letter_driver_writes_lines_then_delivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dead.ndjson");
+    let mut source = TestSource::new();
+    let file = FileSink::open(&path, FileSinkConfig::default())
+        .await
+        .unwrap();
+    let dead = etl_sink::DeadLetterHandle::spawn(file, DriverConfig::default());
+    let item = source.batch(3, 0..2);
+    let (records, ack) = item.into_parts();
+    for r in records {
+        let letter = etl_record::DeadLetter::new(r, "line too long");
+        dead.send(etl_ack::Acked::new(letter, ack.clone()))
+            .await
+            .unwrap();
+    }
+    drop(ack);
+    let metrics = dead.close().await.unwrap();
+    assert_eq!(metrics.records_written, 2);
+    assert_eq!(tally(&source.resolutions()), (1, 0));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["key"], "in/3/1");
+    assert_eq!(lines[1]["reason"], "line too long");
+    assert_eq!(lines[1]["value"], "{\"p\":3,\"o\":1}");
+}
+
+const PARTITIONS: u32 = 2;
+const PER_PARTITION: i64 = 200;
+
+/// One run of the "process": resume from the sink's progress (sometimes
+/// from a little earlier, as a lagging offset store would), send records,
+/// and either crash after `crash_after` items or finish cleanly.
+async fn run_once(path: &Path, round: u32, crash_after: Option<usize>) -> bool {
+    let config = FileSinkConfig {
+        exactly_once: true,
+        rotate_bytes: Some(1500),
+        ..FileSinkConfig::default()
+    };
+    let file = FileSink::open(path, config).await.unwrap();
+    let (driver, progress) = SinkDriver::exactly_once(file, NdjsonEncoder::new());
+    let sink = driver
+        .config(DriverConfig {
+            max_records: 16,
+            linger: Duration::from_millis(1),
+            ..DriverConfig::default()
+        })
+        .spawn();
+    let mut source = TestSource::new();
+    let mut next: Vec<i64> = (0..PARTITIONS)
+        .map(|p| {
+            let resume = progress.get(PartitionId(p)).map_or(0, |o| o.0);
+            if round % 3 == 1 {
+                (resume - 5).max(0)
+            } else {
+                resume
+            }
+        })
+        .collect();
+    let mut sent = 0;
+    while next.iter().any(|&n| n < PER_PARTITION) {
+        for p in 0..PARTITIONS {
+            let from = next[p as usize];
+            let to = (from + 7).min(PER_PARTITION);
+            if from < to {
+                sink.send(source.batch(p, from..to)).await.unwrap();
+                next[p as usize] = to;
+                sent += 1;
+                if crash_after == Some(sent) {
+                    // Crash: the runtime is dropped with the driver mid-run.
+                    return false;
+                }
+            }
+        }
+    }
+    sink.close().await.unwrap();
+    let (_, failed) = tally(&source.resolutions());
+    assert_eq!(failed, 0);
+    true
+}
+
+#[test]
+fn exactly_once_file_output_survives_repeated_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut finished = false;
+    for round in 0..30u32 {
+        let crash_after = (round < 29).then(|| rng.gen_range(1..12usize));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let done = runtime.block_on(run_once(&path, round, crash_after));
+        // Cancels every task; blocking file work already started finishes,
+        // as it would have reached the disk before a real crash.
+        runtime.shutdown_timeout(Duration::from_secs(20));
+        if done {
+            finished = true;
+            break;
+        }
+        if round % 2 == 0 && path.exists() {
+            // A torn append the progress file does not cover.
+            append_raw(&path, b"{\"p\":0,\"o\":99999}\n{\"p\":1,");
+        }
+    }
+    assert!(finished);
+    let segments = (1..)
+        .map(|n| dir.path().join(format!("out.ndjson.{n}")))
+        .take_while(|p| p.exists());
+    let files: Vec<_> = segments.chain([path.clone()]).collect();
+    assert!(files.len() > 2, "rotation was exercised");
+    let got = positions(&files);
+    let unique: BTreeSet<_> = got.iter().copied().collect();
+    assert_eq!(got.len(), unique.len(), "no record twice");
+    let want: BTreeSet<_> = (0..PARTITIONS)
+        .flat_map(|p| (0..PER_PARTITION).map(move |o| (p, o)))
+        .collect();
+    assert_eq!(unique, want, "every record once");
+}
+
+#[tokio::test]
+async fn raw_lines_reach_the_file_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("raw.txt");
+    let mut source = TestSource::new();
+    let file = FileSink::open(&path, FileSinkConfig::default())
+        .await
+        .unwrap();
+    let sink = SinkDriver::new(file, RawLinesEncoder::new()).spawn();
+    sink.send(source.batch(0, 0..2)).await.unwrap();
+    sink.close().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "{\"p\":0,\"o\":0}\n{\"p\":0,\"o\":1}\n"
+    );
+}
