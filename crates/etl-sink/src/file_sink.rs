@@ -194,3 +194,49 @@ impl ProgressSink for FileSink {
         lock(&self.state).stored.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+
+    fn batch(n: i64) -> EncodedBatch {
+        let records = (0..n)
+            .map(|o| {
+                Record::new(
+                    Position::new(SourceId::new("s"), PartitionId(0), Offset(o)),
+                    "{}",
+                )
+            })
+            .collect();
+        EncodedBatch::encode(records, &crate::NdjsonEncoder::new()).0
+    }
+
+    #[tokio::test]
+    async fn a_write_returns_only_once_its_bytes_are_fsynced() {
+        let dir = tempfile::tempdir().unwrap();
+        for fsync in [
+            FsyncPolicy::EveryBatch,
+            FsyncPolicy::Interval(Duration::from_millis(20)),
+        ] {
+            let config = FileSinkConfig {
+                fsync,
+                exactly_once: true,
+                ..FileSinkConfig::default()
+            };
+            let sink = FileSink::open(dir.path().join(format!("{fsync:?}")), config)
+                .await
+                .unwrap();
+            for _ in 0..3 {
+                sink.write(&batch(4)).await.unwrap();
+                let s = lock(&sink.state);
+                assert!(s.written > 0 && s.synced == s.written, "{fsync:?}");
+                assert_eq!(
+                    s.stored.get(PartitionId(0)),
+                    Some(Offset(4)),
+                    "progress stored with the data"
+                );
+            }
+        }
+    }
+}

@@ -105,6 +105,14 @@ impl<S> Recording<S> {
     }
 }
 
+struct Active<'a>(&'a AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn positions(batch: &EncodedBatch) -> Vec<(PartitionId, Offset)> {
     batch
         .records()
@@ -119,13 +127,14 @@ impl<S: Sink> Sink for Recording<S> {
         let j = &self.journal.0;
         let now = j.active.fetch_add(1, Ordering::SeqCst) + 1;
         j.max_active.fetch_max(now, Ordering::SeqCst);
+        // Counts the write out even if its future is dropped mid-way.
+        let _active = Active(&j.active);
         self.journal.push(Event::WriteStarted(positions(batch)));
         let result = self.inner.write(batch).await;
         self.journal.push(Event::WriteDone {
             positions: positions(batch),
             ok: result.is_ok(),
         });
-        j.active.fetch_sub(1, Ordering::SeqCst);
         result
     }
 

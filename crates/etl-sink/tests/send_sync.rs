@@ -1,0 +1,46 @@
+//! What the crate promises about `Send` and `Sync`, checked at compile time.
+
+use etl_sink::{
+    BoxSink, DeadLetterHandle, EncodedBatch, FileSink, Progress, SinkDriver, SinkError, SinkHandle,
+    SinkMetrics, SinkSender,
+};
+
+fn send<T: Send>() {}
+fn sync<T: Sync>() {}
+fn send_value<T: Send>(_: &T) {}
+
+#[test]
+fn handles_sinks_and_futures_cross_threads() {
+    send::<SinkHandle>();
+    sync::<SinkHandle>();
+    send::<SinkSender>();
+    sync::<SinkSender>();
+    send::<DeadLetterHandle>();
+    send::<SinkDriver>();
+    send::<BoxSink>();
+    sync::<BoxSink>();
+    send::<FileSink>();
+    sync::<FileSink>();
+    send::<EncodedBatch>();
+    sync::<EncodedBatch>();
+    send::<SinkError>();
+    sync::<SinkError>();
+    send::<Progress>();
+    send::<SinkMetrics>();
+}
+
+#[tokio::test]
+async fn public_futures_are_send() {
+    let handle = SinkDriver::new(
+        etl_sink::BlackholeSink::new(),
+        etl_sink::RawLinesEncoder::new(),
+    )
+    .spawn();
+    let (ack, _rx) = etl_ack::AckRef::test_pair();
+    let send_fut = handle.send(etl_ack::Acked::new(Vec::new(), ack));
+    send_value(&send_fut);
+    let _ = send_fut.await;
+    let close = handle.close();
+    send_value(&close);
+    let _ = close.await;
+}
