@@ -1,0 +1,247 @@
+//! In-flight credits: bound the batches and bytes between the source and
+//! the durable write, per partition and in total.
+//!
+//! The source side reserves a batch's credit before opening it; the
+//! checkpointer gives it back when the batch resolves, when its epoch ends
+//! (revoke, replay), or at once when the batch was opened under an epoch
+//! that had already ended. Every reservation is released exactly once.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use etl_record::PartitionId;
+use tokio::sync::Notify;
+
+use crate::sync::{Arc, Mutex, lock};
+
+/// Bounds on in-flight work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlightLimits {
+    /// Batches in flight per partition.
+    pub max_batches_per_partition: u32,
+    /// Payload bytes in flight per partition.
+    pub max_bytes_per_partition: u64,
+    /// Batches in flight over all partitions.
+    pub max_batches: u32,
+    /// Payload bytes in flight over all partitions.
+    pub max_bytes: u64,
+}
+
+impl Default for InFlightLimits {
+    fn default() -> Self {
+        InFlightLimits {
+            max_batches_per_partition: 64,
+            max_bytes_per_partition: 32 << 20,
+            max_batches: 64,
+            max_bytes: 32 << 20,
+        }
+    }
+}
+
+/// Batches and bytes in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// Batches.
+    pub batches: u32,
+    /// Payload bytes.
+    pub bytes: u64,
+}
+
+impl InFlight {
+    fn fits(&self, bytes: u64, max_batches: u32, max_bytes: u64) -> bool {
+        // A batch larger than the byte limit still goes when nothing else
+        // is in flight, or it could never go at all.
+        self.batches < max_batches && (self.bytes == 0 || self.bytes + bytes <= max_bytes)
+    }
+
+    fn take(&mut self, bytes: u64) {
+        self.batches += 1;
+        self.bytes += bytes;
+    }
+
+    fn give(&mut self, batches: u32, bytes: u64) {
+        self.batches = self.batches.saturating_sub(batches);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    total: InFlight,
+    partitions: HashMap<PartitionId, InFlight>,
+}
+
+struct Inner {
+    limits: InFlightLimits,
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+/// Credits bounding in-flight batches and bytes, per partition and in
+/// total. Cloning shares the budget.
+#[derive(Clone)]
+pub struct InFlightBudget {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for InFlightBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlightBudget")
+            .field("limits", &self.inner.limits)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+impl InFlightBudget {
+    /// A budget with these limits.
+    #[must_use]
+    pub fn new(limits: InFlightLimits) -> Self {
+        InFlightBudget {
+            inner: Arc::new(Inner {
+                limits,
+                state: Mutex::new(State::default()),
+                notify: Notify::new(),
+            }),
+        }
+    }
+
+    /// The limits.
+    #[must_use]
+    pub fn limits(&self) -> InFlightLimits {
+        self.inner.limits
+    }
+
+    /// Reserve one more batch of `bytes` if it fits now.
+    pub fn try_acquire(&self, partition: PartitionId, bytes: u64) -> bool {
+        let l = self.inner.limits;
+        let mut state = lock(&self.inner.state);
+        let part = state.partitions.get(&partition).copied().unwrap_or_default();
+        if !state.total.fits(bytes, l.max_batches, l.max_bytes)
+            || !part.fits(bytes, l.max_batches_per_partition, l.max_bytes_per_partition)
+        {
+            return false;
+        }
+        state.total.take(bytes);
+        state.partitions.entry(partition).or_default().take(bytes);
+        true
+    }
+
+    /// Wait until one more batch of `bytes` fits, then reserve it.
+    ///
+    /// Cancel-safe: a cancelled wait reserves nothing.
+    pub async fn acquire(&self, partition: PartitionId, bytes: u64) {
+        loop {
+            let notified = self.inner.notify.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a release between the check and
+            // the wait still wakes this waiter.
+            notified.as_mut().enable();
+            if self.try_acquire(partition, bytes) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Give back `batches` reservations totalling `bytes`.
+    pub fn release_many(&self, partition: PartitionId, batches: u32, bytes: u64) {
+        if batches == 0 && bytes == 0 {
+            return;
+        }
+        {
+            let mut state = lock(&self.inner.state);
+            state.total.give(batches, bytes);
+            if let Some(p) = state.partitions.get_mut(&partition) {
+                p.give(batches, bytes);
+                if p.batches == 0 && p.bytes == 0 {
+                    state.partitions.remove(&partition);
+                }
+            }
+        }
+        self.inner.notify.notify_waiters();
+    }
+
+    /// Give back one reservation that was never opened as a batch (the
+    /// source failed between reserving and opening).
+    pub fn release(&self, partition: PartitionId, bytes: u64) {
+        self.release_many(partition, 1, bytes);
+    }
+
+    /// In flight over all partitions.
+    #[must_use]
+    pub fn in_flight(&self) -> InFlight {
+        lock(&self.inner.state).total
+    }
+
+    /// In flight for one partition.
+    #[must_use]
+    pub fn in_flight_of(&self, partition: PartitionId) -> InFlight {
+        lock(&self.inner.state)
+            .partitions
+            .get(&partition)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(all(test, not(etl_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn budget() -> InFlightBudget {
+        InFlightBudget::new(InFlightLimits {
+            max_batches_per_partition: 2,
+            max_bytes_per_partition: 100,
+            max_batches: 3,
+            max_bytes: 1000,
+        })
+    }
+
+    #[test]
+    fn limits_per_partition_and_in_total() {
+        let b = budget();
+        let (p0, p1) = (PartitionId(0), PartitionId(1));
+        assert!(b.try_acquire(p0, 60));
+        assert!(!b.try_acquire(p0, 60), "partition bytes");
+        assert!(b.try_acquire(p0, 40));
+        assert!(!b.try_acquire(p0, 0), "partition batches");
+        assert!(b.try_acquire(p1, 10));
+        assert!(!b.try_acquire(PartitionId(2), 1), "total batches");
+        assert_eq!(b.in_flight(), InFlight { batches: 3, bytes: 110 });
+        b.release_many(p0, 2, 100);
+        assert_eq!(b.in_flight_of(p0), InFlight::default());
+        assert!(b.try_acquire(PartitionId(2), 1));
+    }
+
+    #[test]
+    fn an_oversized_batch_goes_alone() {
+        let b = budget();
+        assert!(b.try_acquire(PartitionId(0), 5000));
+        assert!(!b.try_acquire(PartitionId(0), 1));
+    }
+
+    #[tokio::test]
+    async fn acquire_waits_for_a_release_and_cancelling_reserves_nothing() {
+        let b = budget();
+        let p = PartitionId(0);
+        b.acquire(p, 50).await;
+        b.acquire(p, 50).await;
+        let cancelled = tokio::time::timeout(Duration::from_millis(20), b.acquire(p, 50)).await;
+        assert!(cancelled.is_err());
+        assert_eq!(b.in_flight_of(p).batches, 2);
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.acquire(p, 50).await }
+        });
+        tokio::task::yield_now().await;
+        b.release(p, 50);
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("woken by the release")
+            .unwrap();
+        assert_eq!(b.in_flight_of(p), InFlight { batches: 2, bytes: 100 });
+    }
+}

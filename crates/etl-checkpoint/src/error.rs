@@ -1,0 +1,50 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+use etl_record::PartitionId;
+
+/// What can go wrong in checkpointing.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// An I/O error on an offset store file.
+    #[error("offset store {}: {op}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Store files exist but none holds a valid generation.
+    #[error(
+        "offset store {} has no valid generation ({detail}); refusing to restart from zero — \
+         inspect or remove the files, or reset offsets explicitly",
+        path.display()
+    )]
+    Corrupt {
+        /// The store's folder.
+        path: PathBuf,
+        /// What was wrong with each file.
+        detail: String,
+    },
+    /// A store of another kind failed (e.g. a consumer group commit).
+    #[error("offset store: {0}")]
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A commit failed; the previous commit stands.
+    #[error("commit of partitions {partitions:?} failed: {source}")]
+    Commit {
+        /// The partitions that were being committed.
+        partitions: Vec<PartitionId>,
+        /// The cause.
+        #[source]
+        source: Box<CheckpointError>,
+    },
+    /// The checkpointer thread is gone (shut down or panicked).
+    #[error("the checkpointer has stopped")]
+    Stopped,
+    /// The checkpointer thread could not be started.
+    #[error("cannot start the checkpointer thread: {0}")]
+    Spawn(#[source] std::io::Error),
+}

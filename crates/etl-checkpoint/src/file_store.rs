@@ -1,0 +1,257 @@
+//! The crash-safe file store.
+//!
+//! Two slot files, `offsets.0` and `offsets.1`, hold alternate
+//! generations: a commit writes generation `g` to slot `g % 2` through a
+//! temporary file (write, fsync, rename, fsync the folder), so the other
+//! slot still holds generation `g - 1`. A file is text:
+//!
+//! ```text
+//! etl-offsets 1
+//! generation 42
+//! 0 1337
+//! 3 -1
+//! crc32 0a1b2c3d
+//! ```
+//!
+//! The checksum covers every byte before its line. Loading takes the newest
+//! valid generation; an invalid newer file (torn, corrupted) is skipped with
+//! a warning. Files that exist but none valid is an error naming the
+//! folder: the store never silently restarts from zero.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use etl_record::{Offset, PartitionId};
+
+use crate::CheckpointError;
+use crate::store::{OffsetStore, Offsets};
+
+const MAGIC: &str = "etl-offsets 1";
+const SLOTS: [&str; 2] = ["offsets.0", "offsets.1"];
+const TEMP: &str = "offsets.tmp";
+
+/// Offsets in a local folder, crash-safe (see the module docs).
+#[derive(Debug)]
+pub struct FileStore {
+    dir: PathBuf,
+    generation: u64,
+    offsets: Offsets,
+}
+
+fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> CheckpointError + 'a {
+    move |source| CheckpointError::Io {
+        path: path.to_owned(),
+        op,
+        source,
+    }
+}
+
+impl FileStore {
+    /// Open (creating the folder if needed) and load the store in `dir`.
+    ///
+    /// # Errors
+    ///
+    /// The folder cannot be created or read, or files exist and none is a
+    /// valid generation.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let dir = dir.as_ref().to_owned();
+        fs::create_dir_all(&dir).map_err(io(&dir, "create folder"))?;
+        let mut store = FileStore {
+            dir,
+            generation: 0,
+            offsets: Offsets::new(),
+        };
+        store.reload()?;
+        Ok(store)
+    }
+
+    /// The store's folder.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The generation last loaded or committed (0: nothing committed yet).
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn reload(&mut self) -> Result<(), CheckpointError> {
+        let mut best: Option<(u64, Offsets)> = None;
+        let mut problems = Vec::new();
+        let mut present = 0;
+        for slot in SLOTS {
+            let path = self.dir.join(slot);
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&path, "read")(e)),
+            };
+            present += 1;
+            match parse(&bytes) {
+                Ok((generation, offsets)) => {
+                    if best.as_ref().is_none_or(|(g, _)| generation > *g) {
+                        best = Some((generation, offsets));
+                    }
+                }
+                Err(why) => problems.push(format!("{}: {why}", path.display())),
+            }
+        }
+        match best {
+            Some((generation, offsets)) => {
+                for p in &problems {
+                    tracing::warn!(store = %self.dir.display(), problem = %p, "ignoring an invalid offset store file; using the previous generation");
+                }
+                self.generation = generation;
+                self.offsets = offsets;
+                Ok(())
+            }
+            None if present == 0 => Ok(()),
+            None => Err(CheckpointError::Corrupt {
+                path: self.dir.clone(),
+                detail: problems.join("; "),
+            }),
+        }
+    }
+
+    fn write(&mut self, offsets: &Offsets, generation: u64) -> Result<(), CheckpointError> {
+        let text = render(generation, offsets);
+        let temp = self.dir.join(TEMP);
+        let target = self.dir.join(SLOTS[(generation % 2) as usize]);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)
+            .map_err(io(&temp, "create"))?;
+        file.write_all(text.as_bytes()).map_err(io(&temp, "write"))?;
+        file.sync_all().map_err(io(&temp, "fsync"))?;
+        drop(file);
+        fs::rename(&temp, &target).map_err(io(&target, "rename"))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&self.dir, "fsync folder"))?;
+        Ok(())
+    }
+}
+
+impl OffsetStore for FileStore {
+    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+        self.reload()?;
+        Ok(self.offsets.clone())
+    }
+
+    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+        let mut next = self.offsets.clone();
+        next.extend(offsets.iter().map(|(p, o)| (*p, *o)));
+        let generation = self.generation + 1;
+        self.write(&next, generation)?;
+        self.generation = generation;
+        self.offsets = next;
+        Ok(())
+    }
+}
+
+fn render(generation: u64, offsets: &Offsets) -> String {
+    let mut body = format!("{MAGIC}\ngeneration {generation}\n");
+    for (p, o) in offsets {
+        body.push_str(&format!("{} {}\n", p.0, o.0));
+    }
+    let crc = crc32fast::hash(body.as_bytes());
+    body.push_str(&format!("crc32 {crc:08x}\n"));
+    body
+}
+
+fn parse(bytes: &[u8]) -> Result<(u64, Offsets), String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
+    let body_end = text
+        .trim_end_matches('\n')
+        .rfind('\n')
+        .map(|i| i + 1)
+        .ok_or("truncated")?;
+    let (body, trailer) = text.split_at(body_end);
+    let crc = trailer
+        .trim_end()
+        .strip_prefix("crc32 ")
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .ok_or("missing checksum (torn write?)")?;
+    if crc32fast::hash(body.as_bytes()) != crc {
+        return Err("checksum mismatch".to_owned());
+    }
+    let mut lines = body.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err(format!("not an offset store file (expected {MAGIC:?})"));
+    }
+    let generation = lines
+        .next()
+        .and_then(|l| l.strip_prefix("generation "))
+        .and_then(|g| g.parse().ok())
+        .ok_or("missing generation")?;
+    let mut offsets = Offsets::new();
+    for line in lines {
+        let (p, o) = line.split_once(' ').ok_or("malformed line")?;
+        let p = p.parse().map_err(|_| format!("bad partition {p:?}"))?;
+        let o = o.parse().map_err(|_| format!("bad offset {o:?}"))?;
+        offsets.insert(PartitionId(p), Offset(o));
+    }
+    Ok((generation, offsets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(pairs: &[(u32, i64)]) -> Offsets {
+        pairs.iter().map(|(p, o)| (PartitionId(*p), Offset(*o))).collect()
+    }
+
+    #[test]
+    fn commits_merge_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileStore::open(dir.path()).unwrap();
+        assert!(s.load().unwrap().is_empty());
+        s.commit(&offsets(&[(0, 10), (1, 5)])).unwrap();
+        s.commit(&offsets(&[(1, 7)])).unwrap();
+        let mut again = FileStore::open(dir.path()).unwrap();
+        assert_eq!(again.load().unwrap(), offsets(&[(0, 10), (1, 7)]));
+        assert_eq!(again.generation(), 2);
+    }
+
+    #[test]
+    fn a_torn_newest_falls_back_to_the_previous_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileStore::open(dir.path()).unwrap();
+        s.commit(&offsets(&[(0, 1)])).unwrap();
+        s.commit(&offsets(&[(0, 2)])).unwrap();
+        // Generation 2 lives in slot 0: tear it.
+        let newest = dir.path().join("offsets.0");
+        let text = fs::read(&newest).unwrap();
+        fs::write(&newest, &text[..text.len() / 2]).unwrap();
+        let mut s = FileStore::open(dir.path()).unwrap();
+        assert_eq!(s.load().unwrap(), offsets(&[(0, 1)]));
+        // The next commit overwrites the torn slot, not the good one.
+        s.commit(&offsets(&[(0, 3)])).unwrap();
+        assert_eq!(FileStore::open(dir.path()).unwrap().load().unwrap(), offsets(&[(0, 3)]));
+    }
+
+    #[test]
+    fn no_valid_generation_is_an_error_naming_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("offsets.1"), b"garbage\x00\xff").unwrap();
+        let err = FileStore::open(dir.path()).unwrap_err();
+        assert!(matches!(err, CheckpointError::Corrupt { .. }));
+        let text = err.to_string();
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
+        assert!(text.contains("offsets.1"), "{text}");
+    }
+
+    #[test]
+    fn flipped_bits_are_caught_by_the_checksum() {
+        let body = render(3, &offsets(&[(0, 100)]));
+        assert_eq!(parse(body.as_bytes()).unwrap(), (3, offsets(&[(0, 100)])));
+        let flipped = body.replace("0 100", "0 900");
+        assert_eq!(parse(flipped.as_bytes()).unwrap_err(), "checksum mismatch");
+    }
+}

@@ -1,0 +1,381 @@
+//! The per-partition watermark tracker: a pure, synchronous state machine.
+//!
+//! It follows one partition through one assignment epoch at a time. The
+//! delivered watermark is the committable position after the contiguous
+//! prefix (by `seq`) of delivered batches. A failed batch pins it and ends
+//! the epoch, asking for a replay from the watermark under the next epoch.
+//! Resolutions of any other epoch are stale: counted, and nothing else.
+//!
+//! Each event costs O(1) amortized: pending batches live in a ring indexed
+//! by `seq - base_seq`, and the prefix only ever pops from the front.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use etl_ack::{AckMsg, AckStatus, BatchId, BatchMeta};
+use etl_record::{Offset, PartitionId};
+
+/// A batch the tracker knows of.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    /// Payload bytes, to release its credit.
+    bytes: u64,
+    opened_at: Instant,
+    state: SlotState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    Pending,
+    Delivered { last_offset: i64 },
+}
+
+/// Credit to give back to the in-flight budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Release {
+    /// Batches no longer in flight.
+    pub batches: u32,
+    /// Their payload bytes.
+    pub bytes: u64,
+}
+
+impl Release {
+    fn add(&mut self, bytes: u64) {
+        self.batches += 1;
+        self.bytes += bytes;
+    }
+}
+
+/// A replay the source must perform after a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayRequest {
+    /// The partition to replay.
+    pub partition: PartitionId,
+    /// The new epoch the source must use from now on (seq restarts at 0).
+    pub epoch: u32,
+    /// The partition's delivered watermark: seek here.
+    pub from: Offset,
+    /// The batch whose failure caused the replay.
+    pub failed: BatchId,
+}
+
+/// What an event did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// Credit to release.
+    pub release: Release,
+    /// A replay to request (only on the first failure of an epoch).
+    pub replay: Option<ReplayRequest>,
+    /// Whether the event was stale (another epoch) or a duplicate.
+    pub ignored: bool,
+}
+
+/// Watermark tracking of one partition.
+#[derive(Debug)]
+pub struct PartitionTracker {
+    partition: PartitionId,
+    epoch: u32,
+    watermark: Offset,
+    base_seq: u64,
+    slots: VecDeque<Slot>,
+    in_flight_bytes: u64,
+    /// Pending slots, kept as a count so revoke and shutdown checks are
+    /// O(1).
+    pending: usize,
+    failed_batches: u64,
+    replays: u64,
+    stale: u64,
+}
+
+impl PartitionTracker {
+    /// Start tracking `partition` under `epoch`, with nothing delivered
+    /// past `start`.
+    #[must_use]
+    pub fn new(partition: PartitionId, epoch: u32, start: Offset) -> Self {
+        PartitionTracker {
+            partition,
+            epoch,
+            watermark: start,
+            base_seq: 0,
+            slots: VecDeque::new(),
+            in_flight_bytes: 0,
+            pending: 0,
+            failed_batches: 0,
+            replays: 0,
+            stale: 0,
+        }
+    }
+
+    /// The partition.
+    #[must_use]
+    pub fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    /// The current epoch.
+    #[must_use]
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The delivered watermark: every offset below it was delivered.
+    #[must_use]
+    pub fn watermark(&self) -> Offset {
+        self.watermark
+    }
+
+    /// Batches of the current epoch opened and not yet folded into the
+    /// watermark (unresolved, or delivered behind an unresolved one).
+    #[must_use]
+    pub fn in_flight_batches(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Unresolved batches of the current epoch.
+    #[must_use]
+    pub fn unresolved(&self) -> usize {
+        self.pending
+    }
+
+    /// Payload bytes of in-flight batches.
+    #[must_use]
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.in_flight_bytes
+    }
+
+    /// When the oldest unresolved batch was opened.
+    #[must_use]
+    pub fn oldest_unresolved(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .find(|s| s.state == SlotState::Pending)
+            .map(|s| s.opened_at)
+    }
+
+    /// Failed batches seen (current and earlier epochs of this tracker).
+    #[must_use]
+    pub fn failed_batches(&self) -> u64 {
+        self.failed_batches
+    }
+
+    /// Replays requested.
+    #[must_use]
+    pub fn replays(&self) -> u64 {
+        self.replays
+    }
+
+    /// Stale or duplicate events discarded.
+    #[must_use]
+    pub fn stale(&self) -> u64 {
+        self.stale
+    }
+
+    /// A batch was opened. A batch of another epoch is stale: its credit is
+    /// released at once.
+    pub fn opened(&mut self, meta: &BatchMeta, now: Instant) -> Effect {
+        if meta.id.epoch != self.epoch || meta.id.partition != self.partition {
+            self.stale += 1;
+            let mut release = Release::default();
+            release.add(meta.bytes);
+            return Effect {
+                release,
+                ignored: true,
+                ..Effect::default()
+            };
+        }
+        let expected = self.base_seq + self.slots.len() as u64;
+        if meta.id.seq < expected {
+            // A duplicate announcement: the batch is already known.
+            self.stale += 1;
+            return Effect {
+                ignored: true,
+                ..Effect::default()
+            };
+        }
+        // A gap (never produced by the driver) would leave unopened seqs;
+        // they stay pending and pin the watermark, which is the safe side.
+        while self.base_seq + (self.slots.len() as u64) < meta.id.seq {
+            tracing::warn!(partition = %self.partition, seq = meta.id.seq, "batch sequence gap");
+            self.slots.push_back(Slot {
+                bytes: 0,
+                opened_at: now,
+                state: SlotState::Pending,
+            });
+            self.pending += 1;
+        }
+        self.slots.push_back(Slot {
+            bytes: meta.bytes,
+            opened_at: now,
+            state: SlotState::Pending,
+        });
+        self.in_flight_bytes += meta.bytes;
+        self.pending += 1;
+        Effect::default()
+    }
+
+    /// A batch resolved.
+    pub fn resolved(&mut self, msg: &AckMsg) -> Effect {
+        let ignored = Effect {
+            ignored: true,
+            ..Effect::default()
+        };
+        if msg.id.epoch != self.epoch || msg.id.partition != self.partition {
+            self.stale += 1;
+            return ignored;
+        }
+        let Some(index) = msg
+            .id
+            .seq
+            .checked_sub(self.base_seq)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i < self.slots.len())
+        else {
+            // Already folded into the watermark, or never opened.
+            self.stale += 1;
+            return ignored;
+        };
+        if self.slots[index].state != SlotState::Pending {
+            self.stale += 1;
+            return ignored;
+        }
+        match msg.status {
+            AckStatus::Failed => {
+                self.failed_batches += 1;
+                self.replays += 1;
+                let from = self.watermark;
+                let release = self.end_epoch();
+                Effect {
+                    release,
+                    replay: Some(ReplayRequest {
+                        partition: self.partition,
+                        epoch: self.epoch,
+                        from,
+                        failed: msg.id,
+                    }),
+                    ignored: false,
+                }
+            }
+            AckStatus::Delivered => {
+                self.slots[index].state = SlotState::Delivered {
+                    last_offset: msg.last_offset,
+                };
+                let mut release = Release::default();
+                release.add(self.slots[index].bytes);
+                self.in_flight_bytes -= self.slots[index].bytes;
+                self.pending -= 1;
+                while let Some(Slot {
+                    state: SlotState::Delivered { last_offset },
+                    ..
+                }) = self.slots.front().copied()
+                {
+                    let next = Offset(last_offset).next();
+                    if next > self.watermark {
+                        self.watermark = next;
+                    }
+                    self.slots.pop_front();
+                    self.base_seq += 1;
+                }
+                Effect {
+                    release,
+                    ..Effect::default()
+                }
+            }
+        }
+    }
+
+    /// End the current epoch (replay, revoke, re-assign): every pending
+    /// batch stops counting, later events of this epoch are stale. The
+    /// watermark stays. Returns the credit still held.
+    pub fn end_epoch(&mut self) -> Release {
+        let mut release = Release::default();
+        for slot in self.slots.drain(..) {
+            if slot.state == SlotState::Pending {
+                release.add(slot.bytes);
+            }
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        self.base_seq = 0;
+        self.in_flight_bytes = 0;
+        self.pending = 0;
+        release
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: PartitionId = PartitionId(3);
+
+    fn meta(epoch: u32, seq: u64, first: i64, last: i64) -> BatchMeta {
+        BatchMeta {
+            id: BatchId {
+                partition: P,
+                epoch,
+                seq,
+            },
+            first_offset: first,
+            last_offset: last,
+            records: (last - first + 1) as u32,
+            bytes: 10,
+        }
+    }
+
+    fn ack(m: &BatchMeta, status: AckStatus) -> AckMsg {
+        AckMsg {
+            id: m.id,
+            last_offset: m.last_offset,
+            status,
+        }
+    }
+
+    #[test]
+    fn watermark_is_the_contiguous_delivered_prefix() {
+        let now = Instant::now();
+        let mut t = PartitionTracker::new(P, 1, Offset(0));
+        let b: Vec<_> = (0..3).map(|s| meta(1, s, s as i64 * 10, s as i64 * 10 + 9)).collect();
+        for m in &b {
+            assert_eq!(t.opened(m, now), Effect::default());
+        }
+        t.resolved(&ack(&b[2], AckStatus::Delivered));
+        assert_eq!(t.watermark(), Offset(0), "batch 0 still unresolved");
+        t.resolved(&ack(&b[0], AckStatus::Delivered));
+        assert_eq!(t.watermark(), Offset(10));
+        let e = t.resolved(&ack(&b[1], AckStatus::Delivered));
+        assert_eq!(e.release, Release { batches: 1, bytes: 10 });
+        assert_eq!(t.watermark(), Offset(30));
+        assert_eq!(t.in_flight_batches(), 0);
+        assert!(t.resolved(&ack(&b[1], AckStatus::Delivered)).ignored, "duplicate");
+    }
+
+    #[test]
+    fn a_failure_pins_the_watermark_and_asks_for_one_replay() {
+        let now = Instant::now();
+        let mut t = PartitionTracker::new(P, 4, Offset(100));
+        let b: Vec<_> = (0..3).map(|s| meta(4, s, 100 + s as i64, 100 + s as i64)).collect();
+        for m in &b {
+            t.opened(m, now);
+        }
+        t.resolved(&ack(&b[0], AckStatus::Delivered));
+        let e = t.resolved(&ack(&b[1], AckStatus::Failed));
+        assert_eq!(
+            e.replay,
+            Some(ReplayRequest {
+                partition: P,
+                epoch: 5,
+                from: Offset(101),
+                failed: b[1].id
+            })
+        );
+        assert_eq!(e.release, Release { batches: 2, bytes: 20 }, "b1 and b2 stop counting");
+        // Batch 2 of the dead epoch delivering later changes nothing.
+        assert!(t.resolved(&ack(&b[2], AckStatus::Delivered)).ignored);
+        assert!(t.resolved(&ack(&b[2], AckStatus::Failed)).replay.is_none());
+        assert_eq!(t.watermark(), Offset(101));
+        assert_eq!((t.epoch(), t.stale(), t.replays()), (5, 2, 1));
+        // A stale open releases its credit at once.
+        let late = t.opened(&meta(4, 3, 103, 103), now);
+        assert!(late.ignored);
+        assert_eq!(late.release.batches, 1);
+    }
+}
