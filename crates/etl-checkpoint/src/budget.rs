@@ -116,9 +116,17 @@ impl InFlightBudget {
     pub fn try_acquire(&self, partition: PartitionId, bytes: u64) -> bool {
         let l = self.inner.limits;
         let mut state = lock(&self.inner.state);
-        let part = state.partitions.get(&partition).copied().unwrap_or_default();
+        let part = state
+            .partitions
+            .get(&partition)
+            .copied()
+            .unwrap_or_default();
         if !state.total.fits(bytes, l.max_batches, l.max_bytes)
-            || !part.fits(bytes, l.max_batches_per_partition, l.max_bytes_per_partition)
+            || !part.fits(
+                bytes,
+                l.max_batches_per_partition,
+                l.max_bytes_per_partition,
+            )
         {
             return false;
         }
@@ -210,7 +218,13 @@ mod tests {
         assert!(!b.try_acquire(p0, 0), "partition batches");
         assert!(b.try_acquire(p1, 10));
         assert!(!b.try_acquire(PartitionId(2), 1), "total batches");
-        assert_eq!(b.in_flight(), InFlight { batches: 3, bytes: 110 });
+        assert_eq!(
+            b.in_flight(),
+            InFlight {
+                batches: 3,
+                bytes: 110
+            }
+        );
         b.release_many(p0, 2, 100);
         assert_eq!(b.in_flight_of(p0), InFlight::default());
         assert!(b.try_acquire(PartitionId(2), 1));
@@ -242,6 +256,12 @@ mod tests {
             .await
             .expect("woken by the release")
             .unwrap();
-        assert_eq!(b.in_flight_of(p), InFlight { batches: 2, bytes: 100 });
+        assert_eq!(
+            b.in_flight_of(p),
+            InFlight {
+                batches: 2,
+                bytes: 100
+            }
+        );
     }
 }

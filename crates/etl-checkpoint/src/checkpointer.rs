@@ -13,12 +13,12 @@ use etl_ack::{AckEvent, AckReceiver};
 use etl_record::{Offset, PartitionId};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::CheckpointError;
 use crate::budget::{InFlightBudget, InFlightLimits};
 use crate::metrics::{CheckpointMetrics, PartitionMetrics};
 use crate::store::{OffsetStore, Offsets};
 use crate::sync::{Arc, Mutex, lock};
 use crate::tracker::{Effect, PartitionTracker, ReplayRequest};
-use crate::CheckpointError;
 
 /// Most ack events handled before control messages get a turn, so a flood
 /// of acks cannot starve a revoke.
@@ -159,7 +159,10 @@ impl std::fmt::Debug for Control {
 }
 
 impl CheckpointHandle {
-    fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Control) -> Result<oneshot::Receiver<Result<T, CheckpointError>>, CheckpointError> {
+    fn request<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Control,
+    ) -> Result<oneshot::Receiver<Result<T, CheckpointError>>, CheckpointError> {
         let (tx, rx) = oneshot::channel();
         self.control
             .send(make(tx))
@@ -214,7 +217,10 @@ impl CheckpointHandle {
     /// # Errors
     ///
     /// As [`revoke`](Self::revoke).
-    pub fn revoke_blocking(&self, partitions: Vec<PartitionId>) -> Result<Offsets, CheckpointError> {
+    pub fn revoke_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<Offsets, CheckpointError> {
         let rx = self.request(|r| Control::Revoke(partitions, r))?;
         rx.blocking_recv().map_err(|_| CheckpointError::Stopped)?
     }
@@ -318,7 +324,8 @@ impl State {
             if self.try_finish_shutdown().is_some() {
                 return;
             }
-            if !control_open && (!self.acks_open || self.acks.is_empty()) && self.revokes.is_empty() {
+            if !control_open && (!self.acks_open || self.acks.is_empty()) && self.revokes.is_empty()
+            {
                 // Every handle is gone: nobody can ask for anything again.
                 // Commit what was delivered and stop.
                 if let Err(e) = self.commit_moved() {
@@ -378,7 +385,8 @@ impl State {
         self.budget
             .release_many(partition, effect.release.batches, effect.release.bytes);
         if let Some(replay) = effect.replay {
-            self.next_epoch.insert(partition, replay.epoch.wrapping_add(1));
+            self.next_epoch
+                .insert(partition, replay.epoch.wrapping_add(1));
             if state.revoking {
                 // A revoked partition is not replayed here; its next owner
                 // starts from the commit.
@@ -438,7 +446,8 @@ impl State {
                 // Re-assignment: end the old epoch first.
                 let mut tracker = old.tracker;
                 let release = tracker.end_epoch();
-                self.budget.release_many(partition, release.batches, release.bytes);
+                self.budget
+                    .release_many(partition, release.batches, release.bytes);
             }
             let epoch = self.next_epoch.get(&partition).copied().unwrap_or(1);
             self.next_epoch.insert(partition, epoch.wrapping_add(1));
@@ -485,7 +494,8 @@ impl State {
             for p in &revoke.partitions {
                 if let Some(mut state) = self.partitions.remove(p) {
                     let release = state.tracker.end_epoch();
-                    self.next_epoch.insert(*p, state.tracker.epoch().wrapping_add(1));
+                    self.next_epoch
+                        .insert(*p, state.tracker.epoch().wrapping_add(1));
                     self.budget.release_many(*p, release.batches, release.bytes);
                 }
             }
@@ -498,7 +508,10 @@ impl State {
 
     /// Commit the watermarks of `partitions` that moved past their last
     /// commit; returns what was committed.
-    fn commit_partitions(&mut self, partitions: &[PartitionId]) -> Result<Offsets, CheckpointError> {
+    fn commit_partitions(
+        &mut self,
+        partitions: &[PartitionId],
+    ) -> Result<Offsets, CheckpointError> {
         let mut moved = Offsets::new();
         for p in partitions {
             if let Some(state) = self.partitions.get(p) {

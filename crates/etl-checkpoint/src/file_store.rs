@@ -126,7 +126,8 @@ impl FileStore {
             .truncate(true)
             .open(&temp)
             .map_err(io(&temp, "create"))?;
-        file.write_all(text.as_bytes()).map_err(io(&temp, "write"))?;
+        file.write_all(text.as_bytes())
+            .map_err(io(&temp, "write"))?;
         file.sync_all().map_err(io(&temp, "fsync"))?;
         drop(file);
         fs::rename(&temp, &target).map_err(io(&target, "rename"))?;
@@ -204,7 +205,10 @@ mod tests {
     use super::*;
 
     fn offsets(pairs: &[(u32, i64)]) -> Offsets {
-        pairs.iter().map(|(p, o)| (PartitionId(*p), Offset(*o))).collect()
+        pairs
+            .iter()
+            .map(|(p, o)| (PartitionId(*p), Offset(*o)))
+            .collect()
     }
 
     #[test]
@@ -233,7 +237,10 @@ mod tests {
         assert_eq!(s.load().unwrap(), offsets(&[(0, 1)]));
         // The next commit overwrites the torn slot, not the good one.
         s.commit(&offsets(&[(0, 3)])).unwrap();
-        assert_eq!(FileStore::open(dir.path()).unwrap().load().unwrap(), offsets(&[(0, 3)]));
+        assert_eq!(
+            FileStore::open(dir.path()).unwrap().load().unwrap(),
+            offsets(&[(0, 3)])
+        );
     }
 
     #[test]

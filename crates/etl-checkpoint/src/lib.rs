@@ -49,8 +49,6 @@ mod budget;
 mod checkpointer;
 mod error;
 mod file_store;
-#[cfg(all(test, etl_loom))]
-mod loom_tests;
 mod metrics;
 mod store;
 mod sync;

@@ -333,7 +333,9 @@ mod tests {
     fn watermark_is_the_contiguous_delivered_prefix() {
         let now = Instant::now();
         let mut t = PartitionTracker::new(P, 1, Offset(0));
-        let b: Vec<_> = (0..3).map(|s| meta(1, s, s as i64 * 10, s as i64 * 10 + 9)).collect();
+        let b: Vec<_> = (0..3)
+            .map(|s| meta(1, s, s as i64 * 10, s as i64 * 10 + 9))
+            .collect();
         for m in &b {
             assert_eq!(t.opened(m, now), Effect::default());
         }
@@ -342,17 +344,28 @@ mod tests {
         t.resolved(&ack(&b[0], AckStatus::Delivered));
         assert_eq!(t.watermark(), Offset(10));
         let e = t.resolved(&ack(&b[1], AckStatus::Delivered));
-        assert_eq!(e.release, Release { batches: 1, bytes: 10 });
+        assert_eq!(
+            e.release,
+            Release {
+                batches: 1,
+                bytes: 10
+            }
+        );
         assert_eq!(t.watermark(), Offset(30));
         assert_eq!(t.in_flight_batches(), 0);
-        assert!(t.resolved(&ack(&b[1], AckStatus::Delivered)).ignored, "duplicate");
+        assert!(
+            t.resolved(&ack(&b[1], AckStatus::Delivered)).ignored,
+            "duplicate"
+        );
     }
 
     #[test]
     fn a_failure_pins_the_watermark_and_asks_for_one_replay() {
         let now = Instant::now();
         let mut t = PartitionTracker::new(P, 4, Offset(100));
-        let b: Vec<_> = (0..3).map(|s| meta(4, s, 100 + s as i64, 100 + s as i64)).collect();
+        let b: Vec<_> = (0..3)
+            .map(|s| meta(4, s, 100 + s as i64, 100 + s as i64))
+            .collect();
         for m in &b {
             t.opened(m, now);
         }
@@ -367,7 +380,14 @@ mod tests {
                 failed: b[1].id
             })
         );
-        assert_eq!(e.release, Release { batches: 2, bytes: 20 }, "b1 and b2 stop counting");
+        assert_eq!(
+            e.release,
+            Release {
+                batches: 2,
+                bytes: 20
+            },
+            "b1 and b2 stop counting"
+        );
         // Batch 2 of the dead epoch delivering later changes nothing.
         assert!(t.resolved(&ack(&b[2], AckStatus::Delivered)).ignored);
         assert!(t.resolved(&ack(&b[2], AckStatus::Failed)).replay.is_none());
