@@ -154,10 +154,14 @@ impl BatchBuilder {
 
     /// The batch built so far; the builder starts over, keeping its buffer.
     pub(crate) fn finish(&mut self) -> EncodedBatch {
+        // The next batch is likely as large as this one: size its vectors
+        // up front rather than growing them record by record.
+        let records = Vec::with_capacity(self.records.capacity());
+        let ends = Vec::with_capacity(self.ends.capacity());
         EncodedBatch {
-            records: std::mem::take(&mut self.records),
+            records: std::mem::replace(&mut self.records, records),
             bytes: self.buf.split().freeze(),
-            ends: std::mem::take(&mut self.ends),
+            ends: std::mem::replace(&mut self.ends, ends),
         }
     }
 }

@@ -236,6 +236,40 @@ async fn the_dead_letter_driver_writes_lines_then_delivers() {
     assert_eq!(lines[1]["value"], "{\"p\":3,\"o\":1}");
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_exactly_once_driver_halts_after_a_failed_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let file = FileSink::open(&path, config).await.unwrap();
+    let failing = etl_sink::testing::FailEveryNth::permanent(file, 2);
+    let (driver, progress) = SinkDriver::exactly_once(failing, NdjsonEncoder::new());
+    assert!(progress.is_empty());
+    let sink = driver
+        .config(DriverConfig {
+            max_records: 5,
+            max_in_flight: 4,
+            ..DriverConfig::default()
+        })
+        .spawn();
+    let mut source = TestSource::new();
+    for i in 0..4 {
+        // Sends may find the driver already halted; then they fail too.
+        let _ = sink.send(source.batch(0, i * 5..i * 5 + 5)).await;
+    }
+    let err = sink.close().await.unwrap_err();
+    assert!(matches!(err, SinkError::Halted(_)), "{err}");
+    let msgs = source.resolutions();
+    assert_eq!(tally(&msgs), (1, 3), "only the first batch was stored");
+    // Nothing after the failed batch reached the file or its progress.
+    let file = FileSink::open(&path, config).await.unwrap();
+    assert_eq!(file.progress().get(PartitionId(0)), Some(Offset(5)));
+    assert_eq!(positions(&file.files()).len(), 5);
+}
+
 const PARTITIONS: u32 = 2;
 const PER_PARTITION: i64 = 200;
 

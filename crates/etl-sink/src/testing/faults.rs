@@ -10,7 +10,7 @@ use etl_record::Record;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{EncodedBatch, Reject, Sink, SinkError};
+use crate::{EncodedBatch, Progress, ProgressSink, Reject, Sink, SinkError};
 
 /// Fails every `n`th call to `write` (calls `n`, `2n`, ...), transiently
 /// or permanently; the other calls go to the inner sink.
@@ -74,6 +74,12 @@ impl<S: Sink> Sink for FailEveryNth<S> {
 
     async fn flush(&self) -> Result<(), SinkError> {
         self.inner.flush().await
+    }
+}
+
+impl<S: ProgressSink> ProgressSink for FailEveryNth<S> {
+    fn progress(&self) -> Progress {
+        self.inner.progress()
     }
 }
 
