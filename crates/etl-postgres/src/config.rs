@@ -42,7 +42,11 @@ pub struct ColumnConfig {
 impl ColumnConfig {
     /// A column `name` of type `pg_type`, filled from the JSON field at
     /// `path`.
-    pub fn new(name: impl Into<String>, path: impl Into<String>, pg_type: impl Into<String>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        path: impl Into<String>,
+        pg_type: impl Into<String>,
+    ) -> Self {
         ColumnConfig {
             name: name.into(),
             path: Some(path.into()),
@@ -303,14 +307,18 @@ mod tests {
         );
         let config = PostgresSinkConfig::new("postgres://u:s3cret@h/db", "t").password("hunter2");
         let debug = format!("{config:?}");
-        assert!(!debug.contains("s3cret") && !debug.contains("hunter2"), "{debug}");
+        assert!(
+            !debug.contains("s3cret") && !debug.contains("hunter2"),
+            "{debug}"
+        );
     }
 
     #[test]
     fn validation_names_the_field() {
         let ok = PostgresSinkConfig::new("postgres://h/db", "t").column("n", "n", "numeric(10,2)");
         assert!(ok.validate().is_ok());
-        let injected = PostgresSinkConfig::new("postgres://h/db", "t").column("n", "n", "int; drop");
+        let injected =
+            PostgresSinkConfig::new("postgres://h/db", "t").column("n", "n", "int; drop");
         let err = injected.validate().unwrap_err().to_string();
         assert!(err.contains("columns[0].type"), "{err}");
         let twice = PostgresSinkConfig::new("postgres://h/db", "t")

@@ -154,7 +154,11 @@ pub(crate) struct Pool {
 impl Pool {
     /// An idle connection, or a new one.
     pub(crate) async fn take(&self, connector: &Connector) -> Result<Conn, PostgresError> {
-        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         match idle {
             Some(conn) if !conn.client.is_closed() => Ok(conn),
             _ => connector.connect().await,

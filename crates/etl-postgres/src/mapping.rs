@@ -45,7 +45,11 @@ impl Mapping {
         let mut columns = Vec::with_capacity(config.columns.len() + 1);
         // A configured column named as the key is the key; otherwise the
         // idempotency key gets its own first column.
-        let key = match config.columns.iter().position(|c| c.name == config.key_column) {
+        let key = match config
+            .columns
+            .iter()
+            .position(|c| c.name == config.key_column)
+        {
             Some(i) => i,
             None => {
                 columns.push(Column {

@@ -69,7 +69,10 @@ impl Statements {
             )
         };
         let insert_head = format!("INSERT INTO {target} ({}) VALUES ", names.join(", "));
-        let casts: Vec<String> = cols.iter().map(|c| format!("::text::{}", c.pg_type)).collect();
+        let casts: Vec<String> = cols
+            .iter()
+            .map(|c| format!("::text::{}", c.pg_type))
+            .collect();
 
         let selected: Vec<String> = staged
             .iter()
@@ -107,9 +110,7 @@ impl Statements {
                  ON CONFLICT (name, partition) DO UPDATE \
                  SET next_offset = GREATEST(p.next_offset, EXCLUDED.next_offset)"
             ),
-            read_progress: format!(
-                "SELECT partition, next_offset FROM {progress} WHERE name = $1"
-            ),
+            read_progress: format!("SELECT partition, next_offset FROM {progress} WHERE name = $1"),
             insert_head,
             conflict,
             casts,
