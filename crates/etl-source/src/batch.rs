@@ -84,7 +84,6 @@ impl PollBatch {
     /// Check what a source promises about a batch: one partition, offsets
     /// strictly increasing over records and rejected input together.
     /// Returns the reason of the first violation.
-    #[allow(dead_code, reason = "used by the source driver")]
     pub(crate) fn check(&self) -> Result<(), String> {
         let mut offsets: Vec<(Offset, PartitionId)> = self
             .records

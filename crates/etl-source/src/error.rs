@@ -86,6 +86,9 @@ pub enum SourceError {
         /// The partition whose batch could not be opened.
         partition: PartitionId,
     },
+    /// The checkpointer failed or stopped (assign, revoke or commit).
+    #[error(transparent)]
+    Checkpoint(#[from] etl_checkpoint::CheckpointError),
     /// An error of a user-written source, passed through unchanged.
     #[error(transparent)]
     Custom(Box<dyn std::error::Error + Send + Sync>),

@@ -24,16 +24,24 @@
 //! ```
 
 mod batch;
+mod driver;
+mod driver_config;
 mod error;
 mod file_config;
 mod file_source;
 mod generator;
 mod line_reader;
+mod metrics;
+mod poison;
 mod source;
 
 pub use batch::PollBatch;
+pub use driver::SourceDriver;
+pub use driver_config::{DriverConfig, DriverExit, SourceOutput};
 pub use error::SourceError;
 pub use file_config::{EofPolicy, FileSourceConfig, LineFormat, file_partition_id};
 pub use file_source::FileSource;
 pub use generator::{GeneratorConfig, GeneratorSource};
+pub use metrics::{PartitionSourceMetrics, SourceMetrics, SourceMetricsHandle};
+pub use poison::PoisonPolicy;
 pub use source::{BoxSource, Source, SourceEvent};

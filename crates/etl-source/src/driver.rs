@@ -1,0 +1,495 @@
+//! The source driver: polls a source, opens a handle per batch under the
+//! partition's epoch, waits for credits, serves replays and revocations.
+
+use std::collections::BTreeMap;
+
+use etl_ack::{Acked, Acker, BatchId, BatchMeta};
+use etl_checkpoint::{CheckpointHandle, InFlightBudget, ReplayRequest, ReplayRequests};
+use etl_record::{DeadLetter, Offset, PartitionId, Record};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::poison::{PoisonTracker, Verdict};
+use crate::{
+    BoxSource, DriverConfig, DriverExit, PoisonPolicy, PollBatch, Source, SourceError, SourceEvent,
+    SourceMetricsHandle, SourceOutput,
+};
+
+/// Runs one [`Source`]: turns its batches into acknowledged output.
+///
+/// For every partition the source announces, the driver asks the
+/// checkpointer for an epoch and a start offset, and seeks there. Each
+/// poll batch then waits for in-flight credits
+/// ([`InFlightBudget::acquire`]), gets one handle opened through
+/// [`Acker::open`] with `BatchId { partition, epoch, seq }`, and goes
+/// downstream as [`SourceOutput`]s holding clones of it. A
+/// [`ReplayRequest`] seeks its partition back to the watermark under the
+/// new epoch; a range that keeps failing is narrowed to single records and
+/// a record that fails alone `max_replays` times is poison (see
+/// [`PoisonPolicy`]). A revoked partition stops being emitted and is
+/// drained and committed by the checkpointer.
+///
+/// Invariant: no record leaves the driver without a handle opened for its
+/// batch under its partition's current epoch. Output the driver cannot
+/// hand downstream (shutdown, closed channel) is failed, never dropped as
+/// delivered.
+pub struct SourceDriver {
+    source: BoxSource,
+    acker: Acker,
+    checkpoint: CheckpointHandle,
+    budget: InFlightBudget,
+    replays: ReplayRequests,
+    output: mpsc::Sender<SourceOutput>,
+    config: DriverConfig,
+    partitions: BTreeMap<PartitionId, PartitionState>,
+    poison: PoisonTracker,
+    metrics: SourceMetricsHandle,
+}
+
+impl std::fmt::Debug for SourceDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceDriver")
+            .field("partitions", &self.partitions)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PartitionState {
+    epoch: u32,
+    seq: u64,
+    /// Highest offset emitted in the current epoch.
+    last_emitted: Option<Offset>,
+}
+
+/// What woke the main loop.
+enum Wake {
+    Shutdown,
+    Replay(ReplayRequest),
+    Event(Result<SourceEvent, SourceError>),
+    Timer,
+    Commit,
+}
+
+/// One item of a batch, records and rejected input merged by offset.
+enum Item {
+    Record(Record),
+    Rejected(DeadLetter),
+}
+
+impl Item {
+    fn offset(&self) -> Offset {
+        match self {
+            Item::Record(r) => r.position.offset,
+            Item::Rejected(d) => d.record.position.offset,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            Item::Record(r) => r.byte_len() as u64,
+            Item::Rejected(d) => d.record.byte_len() as u64,
+        }
+    }
+}
+
+impl SourceDriver {
+    /// A driver for `source`, opening batches with `acker`, taking epochs,
+    /// start offsets and credits from `checkpoint`, serving `replays`, and
+    /// sending output on `output`.
+    pub fn new(
+        source: impl Source + 'static,
+        acker: Acker,
+        checkpoint: CheckpointHandle,
+        replays: ReplayRequests,
+        output: mpsc::Sender<SourceOutput>,
+        config: DriverConfig,
+    ) -> Self {
+        SourceDriver {
+            source: Box::new(source),
+            acker,
+            budget: checkpoint.budget(),
+            checkpoint,
+            replays,
+            output,
+            poison: PoisonTracker::new(config.max_replays),
+            config,
+            partitions: BTreeMap::new(),
+            metrics: SourceMetricsHandle::default(),
+        }
+    }
+
+    /// The driver's counters, readable while it runs.
+    #[must_use]
+    pub fn metrics(&self) -> SourceMetricsHandle {
+        self.metrics.clone()
+    }
+
+    /// Run until `shutdown` is cancelled, the source ends and everything
+    /// emitted is resolved, or an error. Cancellation stops polling at
+    /// once; output not yet handed downstream is failed. The driver does
+    /// not shut the checkpointer down: the caller does, after the sinks
+    /// drained.
+    ///
+    /// # Errors
+    ///
+    /// Errors of the source, of the checkpointer, a closed downstream
+    /// channel, a contract violation of the source, or a poison record
+    /// under [`PoisonPolicy::Halt`].
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<DriverExit, SourceError> {
+        let mut ended = false;
+        let mut commit_tick = self.config.source_commit_interval.map(|every| {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
+        loop {
+            let wait = if ended {
+                self.config.end_check_interval
+            } else {
+                self.config.idle_backoff
+            };
+            let wake = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => Wake::Shutdown,
+                Some(req) = self.replays.recv() => Wake::Replay(req),
+                _ = async { commit_tick.as_mut()?.tick().await; Some(()) }, if commit_tick.is_some() => Wake::Commit,
+                event = self.source.next(), if !ended => Wake::Event(event),
+                () = tokio::time::sleep(wait), if ended => Wake::Timer,
+            };
+            match wake {
+                Wake::Shutdown => return Ok(DriverExit::Shutdown),
+                Wake::Replay(req) => {
+                    self.replay(req).await?;
+                    ended = false;
+                }
+                Wake::Timer => {
+                    if self.all_resolved() {
+                        return Ok(DriverExit::Ended);
+                    }
+                }
+                Wake::Commit => {
+                    let committed = self.checkpoint.commit().await?;
+                    self.source.commit(&committed).await?;
+                }
+                Wake::Event(event) => match event? {
+                    SourceEvent::Assigned(partitions) => self.assign(partitions).await?,
+                    SourceEvent::Revoked(partitions) => self.revoke(partitions).await?,
+                    SourceEvent::Batch(batch) => {
+                        if !self.emit(batch, &shutdown).await? {
+                            return Ok(DriverExit::Shutdown);
+                        }
+                    }
+                    SourceEvent::Idle => {
+                        let wake = tokio::select! {
+                            biased;
+                            () = shutdown.cancelled() => Wake::Shutdown,
+                            Some(req) = self.replays.recv() => Wake::Replay(req),
+                            () = tokio::time::sleep(self.config.idle_backoff) => Wake::Timer,
+                        };
+                        match wake {
+                            Wake::Shutdown => return Ok(DriverExit::Shutdown),
+                            Wake::Replay(req) => self.replay(req).await?,
+                            _ => {}
+                        }
+                    }
+                    SourceEvent::End => ended = true,
+                },
+            }
+        }
+    }
+
+    /// Whether everything emitted is delivered: nothing in flight, no
+    /// replay pending, and every partition's watermark past the last offset
+    /// emitted (a failure pins the watermark, so a replay request still on
+    /// its way cannot be missed).
+    fn all_resolved(&self) -> bool {
+        if self.budget.in_flight().batches != 0 || !self.replays.is_empty() {
+            return false;
+        }
+        let metrics = self.checkpoint.metrics();
+        self.partitions
+            .iter()
+            .all(|(p, state)| match state.last_emitted {
+                None => true,
+                Some(last) => metrics
+                    .partitions
+                    .get(p)
+                    .is_some_and(|m| m.watermark > last),
+            })
+    }
+
+    async fn assign(&mut self, partitions: Vec<PartitionId>) -> Result<(), SourceError> {
+        let request = partitions
+            .iter()
+            .map(|p| (*p, self.config.start_offsets.get(p).copied()))
+            .collect();
+        for a in self.checkpoint.assign(request).await? {
+            tracing::debug!(partition = %a.partition, epoch = a.epoch, start = %a.start, "assigned");
+            self.poison.reset(a.partition);
+            self.partitions.insert(
+                a.partition,
+                PartitionState {
+                    epoch: a.epoch,
+                    seq: 0,
+                    last_emitted: None,
+                },
+            );
+            self.metrics.update(a.partition, |m| {
+                m.assigned = true;
+                m.epoch = a.epoch;
+                m.position = None;
+            });
+            self.source.seek(a.partition, a.start).await?;
+        }
+        Ok(())
+    }
+
+    async fn revoke(&mut self, partitions: Vec<PartitionId>) -> Result<(), SourceError> {
+        for p in &partitions {
+            self.partitions.remove(p);
+            self.poison.reset(*p);
+            self.metrics.update(*p, |m| m.assigned = false);
+        }
+        let committed = self.checkpoint.revoke(partitions).await?;
+        tracing::debug!(?committed, "revoked and committed");
+        self.source.commit(&committed).await
+    }
+
+    async fn replay(&mut self, req: ReplayRequest) -> Result<(), SourceError> {
+        let Some(state) = self.partitions.get_mut(&req.partition) else {
+            tracing::debug!(partition = %req.partition, "replay request of an unassigned partition ignored");
+            return Ok(());
+        };
+        if req.epoch <= state.epoch {
+            tracing::debug!(partition = %req.partition, epoch = req.epoch, "stale replay request ignored");
+            return Ok(());
+        }
+        *state = PartitionState {
+            epoch: req.epoch,
+            seq: 0,
+            last_emitted: None,
+        };
+        let verdict = self.poison.failed(req.failed, req.from);
+        tracing::info!(partition = %req.partition, from = %req.from, epoch = req.epoch, "replaying");
+        if let Verdict::Poison { offset, replays } = verdict {
+            if self.config.poison == PoisonPolicy::Halt {
+                return Err(SourceError::Poison {
+                    partition: req.partition,
+                    offset,
+                    replays,
+                });
+            }
+            tracing::warn!(partition = %req.partition, %offset, replays, "poison record goes to the dead-letter path");
+        }
+        self.metrics.update(req.partition, |m| {
+            m.replays += 1;
+            m.epoch = req.epoch;
+            m.position = None;
+        });
+        self.source.seek(req.partition, req.from).await
+    }
+
+    /// Emit one poll batch, split where records must travel alone. Returns
+    /// false when shutdown interrupted it.
+    async fn emit(
+        &mut self,
+        batch: PollBatch,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
+        let partition = batch.partition;
+        if let Err(reason) = batch.check() {
+            return Err(SourceError::Contract { partition, reason });
+        }
+        if !self.partitions.contains_key(&partition) {
+            return Err(SourceError::Contract {
+                partition,
+                reason: "a batch of a partition that is not assigned".into(),
+            });
+        }
+        for group in self.split(batch) {
+            // A replay of this partition while waiting for credits makes
+            // the rest of the batch stale: the source was sought back.
+            let epoch = self.partitions.get(&partition).map(|s| s.epoch);
+            if !self.reserve(partition, &group, shutdown).await? {
+                return Ok(false);
+            }
+            let state = self.partitions.get(&partition).copied();
+            if state.map(|s| s.epoch) != epoch || state.is_none() {
+                let bytes = group.iter().map(Item::bytes).sum();
+                self.budget.release(partition, bytes);
+                return Ok(true);
+            }
+            if !self.open_and_send(partition, group, shutdown).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Group the batch's items: runs of ordinary items together, every
+    /// isolated (narrowed or poison) item alone.
+    fn split(&self, batch: PollBatch) -> Vec<Vec<Item>> {
+        let partition = batch.partition;
+        let mut items: Vec<Item> = batch
+            .records
+            .into_iter()
+            .map(Item::Record)
+            .chain(batch.rejected.into_iter().map(Item::Rejected))
+            .collect();
+        items.sort_by_key(Item::offset);
+        let mut groups: Vec<Vec<Item>> = Vec::new();
+        let mut run: Vec<Item> = Vec::new();
+        for item in items {
+            if self.poison.isolate(partition, item.offset()) {
+                if !run.is_empty() {
+                    groups.push(std::mem::take(&mut run));
+                }
+                groups.push(vec![item]);
+            } else {
+                run.push(item);
+            }
+        }
+        if !run.is_empty() {
+            groups.push(run);
+        }
+        groups
+    }
+
+    /// Wait for credits for a group, serving replays meanwhile. False when
+    /// shutdown came first.
+    async fn reserve(
+        &mut self,
+        partition: PartitionId,
+        group: &[Item],
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
+        let bytes: u64 = group.iter().map(Item::bytes).sum();
+        if self.budget.try_acquire(partition, bytes) {
+            return Ok(true);
+        }
+        self.source.pause(&[partition]).await?;
+        let budget = self.budget.clone();
+        let acquire = budget.acquire(partition, bytes);
+        tokio::pin!(acquire);
+        loop {
+            let wake = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => Wake::Shutdown,
+                Some(req) = self.replays.recv() => Wake::Replay(req),
+                () = &mut acquire => Wake::Timer,
+            };
+            match wake {
+                Wake::Shutdown => return Ok(false),
+                Wake::Replay(req) => self.replay(req).await?,
+                _ => break,
+            }
+        }
+        if self.partitions.contains_key(&partition) {
+            self.source.resume(&[partition]).await?;
+        }
+        Ok(true)
+    }
+
+    /// Open the group's handle under the current epoch and send it down.
+    async fn open_and_send(
+        &mut self,
+        partition: PartitionId,
+        group: Vec<Item>,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
+        let bytes: u64 = group.iter().map(Item::bytes).sum();
+        let (Some(first), Some(last)) = (
+            group.first().map(Item::offset),
+            group.last().map(Item::offset),
+        ) else {
+            self.budget.release(partition, bytes);
+            return Ok(true);
+        };
+        let Some(state) = self.partitions.get_mut(&partition) else {
+            self.budget.release(partition, bytes);
+            return Ok(true);
+        };
+        let id = BatchId {
+            partition,
+            epoch: state.epoch,
+            seq: state.seq,
+        };
+        let meta = BatchMeta {
+            id,
+            first_offset: first.0,
+            last_offset: last.0,
+            records: group.len() as u32,
+            bytes,
+        };
+        let ack = match self.acker.open(meta) {
+            Ok(ack) => ack,
+            Err(_) => {
+                self.budget.release(partition, bytes);
+                return Err(SourceError::CheckpointerGone { partition });
+            }
+        };
+        state.seq += 1;
+        state.last_emitted = Some(last);
+        self.poison.opened(id, first, last, group.len());
+
+        let mut records = Vec::with_capacity(group.len());
+        let mut letters = Vec::new();
+        let (mut rejected, mut poisoned) = (0u64, 0u64);
+        for item in group {
+            match item {
+                Item::Record(r) if self.poison.is_poison(partition, r.position.offset) => {
+                    poisoned += 1;
+                    let reason = format!(
+                        "poison record: partition {partition} offset {} failed {} replays on its own",
+                        r.position.offset, self.config.max_replays
+                    );
+                    letters.push(DeadLetter::new(r, reason));
+                }
+                Item::Record(r) => records.push(r),
+                Item::Rejected(d) => {
+                    rejected += 1;
+                    letters.push(d);
+                }
+            }
+        }
+        let count = records.len() as u64;
+        self.metrics.update(partition, |m| {
+            m.batches += 1;
+            m.records += count;
+            m.rejected += rejected;
+            m.poison_records += poisoned;
+            m.position = Some(last);
+        });
+        let mut outputs = Vec::with_capacity(1 + letters.len());
+        if !records.is_empty() {
+            outputs.push(SourceOutput::Batch(Acked::new(records, ack.clone())));
+        }
+        outputs.extend(
+            letters
+                .into_iter()
+                .map(|d| SourceOutput::DeadLetter(Acked::new(d, ack.clone()))),
+        );
+        for output in outputs {
+            let sent = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => None,
+                sent = self.output.send(output) => Some(sent),
+            };
+            match sent {
+                Some(Ok(())) => {}
+                // Whatever downstream holds of this batch fails with it.
+                Some(Err(mpsc::error::SendError(output))) => {
+                    output.fail();
+                    return Err(SourceError::DownstreamClosed);
+                }
+                None => {
+                    ack.fail();
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+}

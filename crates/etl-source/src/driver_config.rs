@@ -1,0 +1,78 @@
+//! Configuration and outputs of the source driver.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etl_ack::Acked;
+use etl_record::{DeadLetter, Offset, PartitionId, Record};
+
+use crate::PoisonPolicy;
+
+/// How a [`SourceDriver`](crate::SourceDriver) behaves.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// Failures of the same range before it is narrowed to one record per
+    /// batch, and failures of a record alone before it is poison. At
+    /// least 1.
+    pub max_replays: u32,
+    /// What happens to a poison record.
+    pub poison: PoisonPolicy,
+    /// How long to wait after the source reported
+    /// [`Idle`](crate::SourceEvent::Idle).
+    pub idle_backoff: Duration,
+    /// After the source reported [`End`](crate::SourceEvent::End), how
+    /// often to check whether everything emitted is resolved.
+    pub end_check_interval: Duration,
+    /// Start positions that override the offset store on assignment (for
+    /// a sink that keeps its own progress). Partitions not listed start
+    /// at their committed offset.
+    pub start_offsets: BTreeMap<PartitionId, Offset>,
+    /// How often to pass committed offsets to
+    /// [`Source::commit`](crate::Source::commit), for a source that keeps
+    /// offsets itself. `None`: only after a revocation.
+    pub source_commit_interval: Option<Duration>,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            max_replays: 3,
+            poison: PoisonPolicy::DeadLetter,
+            idle_backoff: Duration::from_millis(10),
+            end_check_interval: Duration::from_millis(10),
+            start_offsets: BTreeMap::new(),
+            source_commit_interval: None,
+        }
+    }
+}
+
+/// What the driver sends downstream: records of one batch, or one dead
+/// letter, each with a clone of the batch's acknowledgement handle.
+#[derive(Debug)]
+pub enum SourceOutput {
+    /// Records of one poll batch (or of a narrowed slice of it).
+    Batch(Acked<Vec<Record>>),
+    /// Input the source rejected, or a poison record: to be written to
+    /// the dead-letter sink, which counts as its delivery.
+    DeadLetter(Acked<DeadLetter>),
+}
+
+impl SourceOutput {
+    /// Mark the covered batch failed (for code that cannot finish with
+    /// this output), then drop it.
+    pub fn fail(self) {
+        match self {
+            SourceOutput::Batch(a) => a.ack.fail(),
+            SourceOutput::DeadLetter(a) => a.ack.fail(),
+        }
+    }
+}
+
+/// Why [`SourceDriver::run`](crate::SourceDriver::run) returned normally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverExit {
+    /// Shutdown was requested.
+    Shutdown,
+    /// The source ended and everything emitted was resolved.
+    Ended,
+}

@@ -1,0 +1,208 @@
+//! Finding poison records: count failures per range, narrow a range that
+//! keeps failing to single-record batches, give up on a record that fails
+//! alone.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use etl_ack::BatchId;
+use etl_record::{Offset, PartitionId};
+
+/// What happens to a record that failed alone `max_replays` times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PoisonPolicy {
+    /// Send it downstream as a dead letter naming partition, offset and
+    /// replay count; writing the dead letter counts as its delivery.
+    #[default]
+    DeadLetter,
+    /// Stop the driver with [`SourceError::Poison`](crate::SourceError::Poison).
+    Halt,
+}
+
+/// Batches remembered per partition to map a failed batch back to its
+/// offsets. Far more than can be in flight under any sane limit.
+const RECENT_BATCHES: usize = 4096;
+
+/// The verdict on a failed batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Replay the partition (possibly narrowed).
+    Replay,
+    /// The record at `offset` failed alone `replays` times.
+    Poison { offset: Offset, replays: u32 },
+}
+
+#[derive(Debug, Default)]
+struct PartitionPoison {
+    /// `(epoch, seq, first, last, items)` of batches opened lately.
+    recent: VecDeque<(u32, u64, Offset, Offset, usize)>,
+    /// The range that failed lately, narrowed to the overlap of every
+    /// failure since, and how often it failed.
+    suspect: Option<(Offset, Offset, u32)>,
+    /// Records in this range are emitted one per batch.
+    narrow: Option<(Offset, Offset)>,
+    /// Failures of single-record batches, by offset.
+    singles: HashMap<Offset, u32>,
+    /// Offsets given up on: dead-lettered when read again.
+    poison: BTreeSet<Offset>,
+}
+
+/// Per-partition failure bookkeeping of the source driver.
+#[derive(Debug)]
+pub(crate) struct PoisonTracker {
+    max_replays: u32,
+    partitions: HashMap<PartitionId, PartitionPoison>,
+}
+
+impl PoisonTracker {
+    pub(crate) fn new(max_replays: u32) -> Self {
+        PoisonTracker {
+            max_replays: max_replays.max(1),
+            partitions: HashMap::new(),
+        }
+    }
+
+    /// Forget a partition (assigned afresh or revoked).
+    pub(crate) fn reset(&mut self, partition: PartitionId) {
+        self.partitions.remove(&partition);
+    }
+
+    /// A batch was opened.
+    pub(crate) fn opened(&mut self, id: BatchId, first: Offset, last: Offset, items: usize) {
+        let p = self.partitions.entry(id.partition).or_default();
+        if p.recent.len() == RECENT_BATCHES {
+            p.recent.pop_front();
+        }
+        p.recent.push_back((id.epoch, id.seq, first, last, items));
+    }
+
+    /// A batch failed and its partition replays from `from`.
+    pub(crate) fn failed(&mut self, failed: BatchId, from: Offset) -> Verdict {
+        let max = self.max_replays;
+        let p = self.partitions.entry(failed.partition).or_default();
+        let found = p
+            .recent
+            .iter()
+            .find(|(e, s, ..)| *e == failed.epoch && *s == failed.seq)
+            .map(|&(_, _, first, last, items)| (first, last, items));
+        // The failed batch's epoch is over: nothing else of it can fail.
+        p.recent.clear();
+        // Unknown batch (never expected): suspect everything from the
+        // watermark on; narrowing then still finds the record.
+        let (first, last, items) = found.unwrap_or((from, Offset(i64::MAX), usize::MAX));
+        if items == 1 {
+            let count = p.singles.entry(first).or_insert(0);
+            *count += 1;
+            if *count >= max {
+                let replays = *count;
+                p.singles.remove(&first);
+                p.poison.insert(first);
+                if p.narrow.is_some_and(|(a, b)| a <= first && first <= b) {
+                    p.narrow = None;
+                }
+                return Verdict::Poison {
+                    offset: first,
+                    replays,
+                };
+            }
+            return Verdict::Replay;
+        }
+        let suspect = match p.suspect {
+            Some((a, b, n)) if a <= last && first <= b => (a.max(first), b.min(last), n + 1),
+            _ => (first, last, 1),
+        };
+        if suspect.2 >= max {
+            p.narrow = Some((suspect.0, suspect.1));
+            p.suspect = None;
+        } else {
+            p.suspect = Some(suspect);
+        }
+        Verdict::Replay
+    }
+
+    /// Whether the record at `offset` must travel in a batch of its own.
+    pub(crate) fn isolate(&self, partition: PartitionId, offset: Offset) -> bool {
+        self.partitions.get(&partition).is_some_and(|p| {
+            p.poison.contains(&offset) || p.narrow.is_some_and(|(a, b)| a <= offset && offset <= b)
+        })
+    }
+
+    /// Whether the record at `offset` was given up on.
+    pub(crate) fn is_poison(&self, partition: PartitionId, offset: Offset) -> bool {
+        self.partitions
+            .get(&partition)
+            .is_some_and(|p| p.poison.contains(&offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: PartitionId = PartitionId(1);
+
+    fn id(epoch: u32, seq: u64) -> BatchId {
+        BatchId {
+            partition: P,
+            epoch,
+            seq,
+        }
+    }
+
+    #[test]
+    fn a_range_failing_max_times_is_narrowed_then_its_record_is_poison() {
+        let mut t = PoisonTracker::new(2);
+        // Offsets 0..=9 in one batch, failing twice.
+        t.opened(id(1, 0), Offset(0), Offset(9), 10);
+        assert_eq!(t.failed(id(1, 0), Offset(0)), Verdict::Replay);
+        assert!(!t.isolate(P, Offset(5)));
+        t.opened(id(2, 0), Offset(0), Offset(9), 10);
+        assert_eq!(t.failed(id(2, 0), Offset(0)), Verdict::Replay);
+        assert!(t.isolate(P, Offset(0)) && t.isolate(P, Offset(9)));
+        assert!(!t.isolate(P, Offset(10)));
+        // Singles now; offset 5 fails alone twice.
+        t.opened(id(3, 5), Offset(5), Offset(5), 1);
+        assert_eq!(t.failed(id(3, 5), Offset(5)), Verdict::Replay);
+        t.opened(id(4, 0), Offset(5), Offset(5), 1);
+        assert_eq!(
+            t.failed(id(4, 0), Offset(5)),
+            Verdict::Poison {
+                offset: Offset(5),
+                replays: 2
+            }
+        );
+        assert!(t.is_poison(P, Offset(5)) && t.isolate(P, Offset(5)));
+        assert!(
+            !t.isolate(P, Offset(6)),
+            "narrowing ends with the poison found"
+        );
+        t.reset(P);
+        assert!(!t.is_poison(P, Offset(5)));
+    }
+
+    #[test]
+    fn overlapping_failures_narrow_the_suspect_and_disjoint_ones_restart_it() {
+        let mut t = PoisonTracker::new(3);
+        t.opened(id(1, 0), Offset(0), Offset(9), 10);
+        t.failed(id(1, 0), Offset(0));
+        t.opened(id(2, 0), Offset(5), Offset(14), 10);
+        t.failed(id(2, 0), Offset(5));
+        // Disjoint: starts over, so no narrowing after the third failure.
+        t.opened(id(3, 0), Offset(20), Offset(29), 10);
+        t.failed(id(3, 0), Offset(20));
+        assert!(!t.isolate(P, Offset(7)) && !t.isolate(P, Offset(25)));
+        t.opened(id(4, 0), Offset(20), Offset(29), 10);
+        t.failed(id(4, 0), Offset(20));
+        t.opened(id(5, 0), Offset(22), Offset(40), 10);
+        t.failed(id(5, 0), Offset(22));
+        assert!(t.isolate(P, Offset(22)) && t.isolate(P, Offset(29)));
+        assert!(!t.isolate(P, Offset(21)) && !t.isolate(P, Offset(30)));
+    }
+
+    #[test]
+    fn an_unknown_batch_suspects_everything_from_the_watermark() {
+        let mut t = PoisonTracker::new(1);
+        assert_eq!(t.failed(id(9, 9), Offset(100)), Verdict::Replay);
+        assert!(t.isolate(P, Offset(100)) && t.isolate(P, Offset(1 << 40)));
+        assert!(!t.isolate(P, Offset(99)));
+    }
+}
