@@ -1,9 +1,22 @@
 //! Sources of an ETL pipeline: the [`Source`] trait and built-in sources.
 //!
 //! A source reads partitioned, replayable input and returns it in
-//! [`PollBatch`]es of one partition each; the source driver opens an
+//! [`PollBatch`]es of one partition each; the [`SourceDriver`] opens an
 //! acknowledgement handle per batch, bounds what is in flight and replays
 //! partitions after failures by [seeking](Source::seek) back.
+//!
+//! * [`Source`] is the trait to implement, with its implementor contract
+//!   (what a source MUST do on seek, on revoke, on shutdown); [`BoxSource`]
+//!   is how it is held. `docs/writing-a-source.md` walks through a
+//!   complete example.
+//! * [`SourceDriver`] runs a source against an `etl-checkpoint`
+//!   checkpointer: epochs from assignments and replays, credits from the
+//!   in-flight budget, [`SourceOutput`]s downstream, poison records
+//!   narrowed down and handled by [`PoisonPolicy`], counters in
+//!   [`SourceMetrics`].
+//! * [`FileSource`] reads NDJSON or raw lines from files (one partition
+//!   per file, byte offsets, bad input as dead letters);
+//!   [`GeneratorSource`] makes deterministic synthetic records.
 //!
 //! # Example
 //!
