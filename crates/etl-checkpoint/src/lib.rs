@@ -46,20 +46,24 @@
 //! ```
 
 mod budget;
-mod checkpointer;
+mod commits;
 mod error;
 mod file_store;
+mod handle;
+#[cfg(all(test, etl_loom))]
+mod loom_tests;
 mod metrics;
 mod store;
 mod sync;
 mod tracker;
+mod worker;
 
 pub use budget::{InFlight, InFlightBudget, InFlightLimits};
-pub use checkpointer::{
-    Assigned, CheckpointConfig, CheckpointHandle, CheckpointSummary, Checkpointer, ReplayRequests,
-};
 pub use error::CheckpointError;
 pub use file_store::FileStore;
+pub use handle::{
+    Assigned, CheckpointConfig, CheckpointHandle, CheckpointSummary, Checkpointer, ReplayRequests,
+};
 pub use metrics::{CheckpointMetrics, PartitionMetrics};
 pub use store::{MemoryStore, OffsetStore, Offsets};
 pub use tracker::{Effect, PartitionTracker, Release, ReplayRequest};

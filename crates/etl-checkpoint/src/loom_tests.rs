@@ -28,7 +28,9 @@ fn recorder() -> Recorder {
 
 /// Take what has been recorded so far.
 fn take(rec: &Recorder) -> Vec<AckMsg> {
-    rec.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+    rec.lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default()
 }
 
 fn meta(epoch: u32, seq: u64) -> BatchMeta {

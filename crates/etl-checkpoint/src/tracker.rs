@@ -127,17 +127,17 @@ impl PartitionTracker {
     /// Batches of the current epoch opened and not yet folded into the
     /// watermark (unresolved, or delivered behind an unresolved one).
     #[must_use]
-    pub fn in_flight_batches(&self) -> usize {
+    pub fn tracked_batches(&self) -> usize {
         self.slots.len()
     }
 
-    /// Unresolved batches of the current epoch.
+    /// Unresolved batches of the current epoch: the ones holding credit.
     #[must_use]
     pub fn unresolved(&self) -> usize {
         self.pending
     }
 
-    /// Payload bytes of in-flight batches.
+    /// Payload bytes of unresolved batches.
     #[must_use]
     pub fn in_flight_bytes(&self) -> u64 {
         self.in_flight_bytes
@@ -146,10 +146,9 @@ impl PartitionTracker {
     /// When the oldest unresolved batch was opened.
     #[must_use]
     pub fn oldest_unresolved(&self) -> Option<Instant> {
-        self.slots
-            .iter()
-            .find(|s| s.state == SlotState::Pending)
-            .map(|s| s.opened_at)
+        // The delivered prefix is always folded away, so the front slot,
+        // if any, is the lowest unresolved seq, opened first.
+        self.slots.front().map(|s| s.opened_at)
     }
 
     /// Failed batches seen (current and earlier epochs of this tracker).
@@ -185,9 +184,13 @@ impl PartitionTracker {
         }
         let expected = self.base_seq + self.slots.len() as u64;
         if meta.id.seq < expected {
-            // A duplicate announcement: the batch is already known.
+            // A duplicate announcement: the batch is already known. Every
+            // announcement follows its own reservation, so give it back.
             self.stale += 1;
+            let mut release = Release::default();
+            release.add(meta.bytes);
             return Effect {
+                release,
                 ignored: true,
                 ..Effect::default()
             };
@@ -352,7 +355,7 @@ mod tests {
             }
         );
         assert_eq!(t.watermark(), Offset(30));
-        assert_eq!(t.in_flight_batches(), 0);
+        assert_eq!((t.tracked_batches(), t.unresolved()), (0, 0));
         assert!(
             t.resolved(&ack(&b[1], AckStatus::Delivered)).ignored,
             "duplicate"

@@ -1,0 +1,175 @@
+//! Commits, revokes and shutdown on the checkpointer thread.
+//!
+//! Only watermarks are committed, and only once they pass the partition's
+//! floor (its last commit, or where it started), so a commit never
+//! regresses. A failed commit is logged, counted in the metrics and
+//! returned to whoever asked; the previous commit stands and the next
+//! commit retries.
+
+use std::time::Instant;
+
+use etl_record::PartitionId;
+
+use crate::CheckpointError;
+use crate::handle::{CheckpointSummary, Reply};
+use crate::store::Offsets;
+use crate::sync::lock;
+use crate::worker::{PendingRevoke, Worker};
+
+impl Worker {
+    pub(crate) fn start_revoke(&mut self, partitions: Vec<PartitionId>, reply: Reply<Offsets>) {
+        let mut known = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            if let Some(state) = self.partitions.get_mut(&p) {
+                state.revoking = true;
+                known.push((p, state.assignment));
+            }
+        }
+        self.revokes.push(PendingRevoke {
+            partitions: known,
+            deadline: Instant::now() + self.config.revoke_deadline,
+            reply,
+        });
+        self.finish_revokes(false);
+    }
+
+    /// The partitions of `revoke` still held by the assignment it names.
+    fn revoked(&self, revoke: &[(PartitionId, u64)]) -> Vec<PartitionId> {
+        revoke
+            .iter()
+            .filter(|(p, a)| self.partitions.get(p).is_some_and(|s| s.assignment == *a))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    pub(crate) fn unresolved(&self, partitions: &[PartitionId]) -> usize {
+        partitions
+            .iter()
+            .filter_map(|p| self.partitions.get(p))
+            .map(|s| s.tracker.unresolved())
+            .sum()
+    }
+
+    /// Complete every revoke whose partitions have nothing in flight, whose
+    /// deadline passed, or all of them with `force`: commit, end the
+    /// epochs, release their credit, drop the state, reply.
+    pub(crate) fn finish_revokes(&mut self, force: bool) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.revokes.len() {
+            let partitions = self.revoked(&self.revokes[i].partitions);
+            let unresolved = self.unresolved(&partitions);
+            if !(force || unresolved == 0 || now >= self.revokes[i].deadline) {
+                i += 1;
+                continue;
+            }
+            let revoke = self.revokes.swap_remove(i);
+            if unresolved > 0 {
+                tracing::warn!(
+                    partitions = ?partitions, unresolved,
+                    "revoking with batches still in flight; committing the watermark they pin"
+                );
+            }
+            let result = self.commit_partitions(&partitions).map(|_| {
+                partitions
+                    .iter()
+                    .filter_map(|p| Some((*p, self.partitions.get(p)?.committed?)))
+                    .collect::<Offsets>()
+            });
+            for p in &partitions {
+                if let Some(mut state) = self.partitions.remove(p) {
+                    let release = state.tracker.end_epoch();
+                    self.next_epoch
+                        .insert(*p, state.tracker.epoch().wrapping_add(1));
+                    self.budget.release_many(*p, release.batches, release.bytes);
+                }
+            }
+            let _ = revoke.reply.send(result);
+        }
+    }
+
+    /// Commit the watermarks of `partitions` that moved past their floor;
+    /// returns what was committed.
+    pub(crate) fn commit_partitions(
+        &mut self,
+        partitions: &[PartitionId],
+    ) -> Result<Offsets, CheckpointError> {
+        let mut moved = Offsets::new();
+        for p in partitions {
+            if let Some(state) = self.partitions.get(p) {
+                let w = state.tracker.watermark();
+                if w > state.floor {
+                    moved.insert(*p, w);
+                }
+            }
+        }
+        if moved.is_empty() {
+            return Ok(moved);
+        }
+        match self.store.commit(&moved) {
+            Ok(()) => {
+                for (p, o) in &moved {
+                    if let Some(state) = self.partitions.get_mut(p) {
+                        state.committed = Some(*o);
+                        state.floor = *o;
+                    }
+                }
+                self.commits += 1;
+                self.last_commit_error = None;
+                tracing::debug!(offsets = ?moved, "committed");
+                Ok(moved)
+            }
+            Err(e) => {
+                tracing::error!(offsets = ?moved, error = %e, "commit failed; the previous commit stands");
+                self.commit_errors += 1;
+                self.last_commit_error = Some(e.to_string());
+                Err(CheckpointError::Commit {
+                    partitions: moved.keys().copied().collect(),
+                    source: Box::new(e),
+                })
+            }
+        }
+    }
+
+    /// Commit every assigned partition's moved watermark.
+    pub(crate) fn commit_moved(&mut self) -> Result<Offsets, CheckpointError> {
+        self.last_commit = Instant::now();
+        let all: Vec<PartitionId> = self.partitions.keys().copied().collect();
+        self.commit_partitions(&all)
+    }
+
+    /// Finish a requested shutdown once nothing is in flight or its
+    /// deadline passed; whether the thread should stop.
+    pub(crate) fn try_finish_shutdown(&mut self) -> bool {
+        let Some((deadline, _)) = &self.shutdown else {
+            return false;
+        };
+        let all: Vec<PartitionId> = self.partitions.keys().copied().collect();
+        let unresolved = self.unresolved(&all);
+        if unresolved > 0 && Instant::now() < *deadline {
+            return false;
+        }
+        if unresolved > 0 {
+            tracing::warn!(
+                unresolved,
+                "shutdown deadline passed with batches in flight; committing the watermarks they pin"
+            );
+        }
+        self.finish_revokes(true);
+        let result = self.commit_moved();
+        self.publish_metrics();
+        let summary = result.map(|_| CheckpointSummary {
+            committed: self
+                .partitions
+                .iter()
+                .filter_map(|(p, s)| s.committed.map(|c| (*p, c)))
+                .collect(),
+            timed_out: unresolved > 0,
+            metrics: lock(&self.metrics).clone(),
+        });
+        if let Some((_, reply)) = self.shutdown.take() {
+            let _ = reply.send(summary);
+        }
+        true
+    }
+}

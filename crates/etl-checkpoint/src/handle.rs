@@ -1,0 +1,261 @@
+//! Starting a checkpointer and talking to it: configuration, the spawn
+//! function and the cloneable [`CheckpointHandle`].
+
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use etl_ack::AckReceiver;
+use etl_record::{Offset, PartitionId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::CheckpointError;
+use crate::budget::{InFlightBudget, InFlightLimits};
+use crate::metrics::CheckpointMetrics;
+use crate::store::{OffsetStore, Offsets};
+use crate::sync::{Arc, Mutex, lock};
+use crate::tracker::ReplayRequest;
+use crate::worker::Worker;
+
+/// Configuration of a checkpointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// How often moved watermarks are committed.
+    pub commit_interval: Duration,
+    /// How long a revoke waits for in-flight batches of the revoked
+    /// partitions; keep it below a consumer group's session timeout.
+    pub revoke_deadline: Duration,
+    /// How long shutdown waits for in-flight batches before the final
+    /// commit.
+    pub shutdown_deadline: Duration,
+    /// In-flight bounds.
+    pub limits: InFlightLimits,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            commit_interval: Duration::from_secs(1),
+            revoke_deadline: Duration::from_secs(10),
+            shutdown_deadline: Duration::from_secs(30),
+            limits: InFlightLimits::default(),
+        }
+    }
+}
+
+/// A partition's assignment: its fresh epoch and where to start reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Assigned {
+    /// The partition.
+    pub partition: PartitionId,
+    /// Its new epoch: every batch of this assignment carries it.
+    pub epoch: u32,
+    /// Seek here.
+    pub start: Offset,
+}
+
+/// How a checkpointer ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointSummary {
+    /// Committed offsets of the partitions assigned at shutdown.
+    pub committed: Offsets,
+    /// Whether batches were still unresolved when the deadline passed.
+    pub timed_out: bool,
+    /// Metrics at the end.
+    pub metrics: CheckpointMetrics,
+}
+
+/// Replay requests for the source side.
+pub type ReplayRequests = mpsc::UnboundedReceiver<ReplayRequest>;
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, CheckpointError>>;
+
+/// A request to the checkpointer thread.
+pub(crate) enum Control {
+    Assign(Vec<(PartitionId, Option<Offset>)>, Reply<Vec<Assigned>>),
+    Revoke(Vec<PartitionId>, Reply<Offsets>),
+    Commit(Reply<Offsets>),
+    Shutdown(Reply<CheckpointSummary>),
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Control::Assign(..) => "Assign",
+            Control::Revoke(..) => "Revoke",
+            Control::Commit(..) => "Commit",
+            Control::Shutdown(..) => "Shutdown",
+        })
+    }
+}
+
+/// Starts checkpointers.
+#[derive(Debug)]
+pub struct Checkpointer;
+
+impl Checkpointer {
+    /// Start a checkpointer thread owning `store` and draining `acks`.
+    ///
+    /// # Errors
+    ///
+    /// The thread could not be started.
+    pub fn spawn(
+        config: CheckpointConfig,
+        store: Box<dyn OffsetStore>,
+        acks: AckReceiver,
+    ) -> Result<(CheckpointHandle, ReplayRequests), CheckpointError> {
+        let (control_tx, control_rx) = crossbeam_channel::unbounded();
+        let (replay_tx, replay_rx) = mpsc::unbounded_channel();
+        let budget = InFlightBudget::new(config.limits);
+        let metrics = Arc::new(Mutex::new(CheckpointMetrics::default()));
+        let worker = Worker::new(
+            config,
+            store,
+            acks,
+            control_rx,
+            replay_tx,
+            budget.clone(),
+            metrics.clone(),
+        );
+        std::thread::Builder::new()
+            .name("etl-checkpointer".to_owned())
+            .spawn(move || worker.run())
+            .map_err(CheckpointError::Spawn)?;
+        Ok((
+            CheckpointHandle {
+                control: control_tx,
+                budget,
+                metrics,
+            },
+            replay_rx,
+        ))
+    }
+}
+
+/// Talks to a running checkpointer. Clones talk to the same one; when the
+/// last clone drops, the checkpointer commits what was delivered and stops.
+#[derive(Clone, Debug)]
+pub struct CheckpointHandle {
+    control: Sender<Control>,
+    budget: InFlightBudget,
+    metrics: Arc<Mutex<CheckpointMetrics>>,
+}
+
+type Pending<T> = oneshot::Receiver<Result<T, CheckpointError>>;
+
+impl CheckpointHandle {
+    fn request<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Control,
+    ) -> Result<Pending<T>, CheckpointError> {
+        let (tx, rx) = oneshot::channel();
+        self.control
+            .send(make(tx))
+            .map_err(|_| CheckpointError::Stopped)?;
+        Ok(rx)
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Control) -> Result<T, CheckpointError> {
+        self.request(make)?
+            .await
+            .map_err(|_| CheckpointError::Stopped)?
+    }
+
+    fn call_blocking<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Control,
+    ) -> Result<T, CheckpointError> {
+        self.request(make)?
+            .blocking_recv()
+            .map_err(|_| CheckpointError::Stopped)?
+    }
+
+    /// Start tracking partitions, each with fresh state and a fresh epoch
+    /// (epochs only grow per partition for the checkpointer's lifetime).
+    /// `Some(start)` overrides the store (a sink that keeps its own
+    /// progress); `None` starts at the committed offset, or 0. Assigning a
+    /// partition that is already assigned ends its current epoch first.
+    ///
+    /// # Errors
+    ///
+    /// The store could not be read, or the checkpointer stopped.
+    pub async fn assign(
+        &self,
+        partitions: Vec<(PartitionId, Option<Offset>)>,
+    ) -> Result<Vec<Assigned>, CheckpointError> {
+        self.call(|r| Control::Assign(partitions, r)).await
+    }
+
+    /// As [`assign`](Self::assign), blocking the calling thread (for
+    /// callbacks outside async code, such as a rebalance callback). Must
+    /// not be called from inside an async runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`assign`](Self::assign).
+    pub fn assign_blocking(
+        &self,
+        partitions: Vec<(PartitionId, Option<Offset>)>,
+    ) -> Result<Vec<Assigned>, CheckpointError> {
+        self.call_blocking(|r| Control::Assign(partitions, r))
+    }
+
+    /// End the partitions' epochs: wait until their in-flight batches
+    /// resolve (or the revoke deadline passes), commit their watermarks,
+    /// drop their state. Returns the committed offset of every revoked
+    /// partition that has one. Other partitions are untouched; partitions
+    /// not assigned are ignored.
+    ///
+    /// # Errors
+    ///
+    /// The commit failed (the partitions are dropped all the same; their
+    /// previous commit stands), or the checkpointer stopped.
+    pub async fn revoke(&self, partitions: Vec<PartitionId>) -> Result<Offsets, CheckpointError> {
+        self.call(|r| Control::Revoke(partitions, r)).await
+    }
+
+    /// As [`revoke`](Self::revoke), blocking the calling thread. Must not
+    /// be called from inside an async runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`revoke`](Self::revoke).
+    pub fn revoke_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<Offsets, CheckpointError> {
+        self.call_blocking(|r| Control::Revoke(partitions, r))
+    }
+
+    /// Commit every watermark that moved since its last commit; returns
+    /// what was committed.
+    ///
+    /// # Errors
+    ///
+    /// The commit failed (nothing advanced), or the checkpointer stopped.
+    pub async fn commit(&self) -> Result<Offsets, CheckpointError> {
+        self.call(Control::Commit).await
+    }
+
+    /// Wait for in-flight batches (up to the shutdown deadline), make a
+    /// final commit and stop the thread.
+    ///
+    /// # Errors
+    ///
+    /// The final commit failed, or the checkpointer had stopped.
+    pub async fn shutdown(&self) -> Result<CheckpointSummary, CheckpointError> {
+        self.call(Control::Shutdown).await
+    }
+
+    /// A snapshot of the metrics. It is refreshed after every control
+    /// message and a few times a second while acknowledgements flow.
+    #[must_use]
+    pub fn metrics(&self) -> CheckpointMetrics {
+        lock(&self.metrics).clone()
+    }
+
+    /// The in-flight budget the source side reserves credit from.
+    #[must_use]
+    pub fn budget(&self) -> InFlightBudget {
+        self.budget.clone()
+    }
+}

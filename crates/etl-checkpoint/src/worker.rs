@@ -1,0 +1,345 @@
+//! The checkpointer thread: the single owner of partition state.
+//!
+//! It drains acknowledgement events before anything else (a biased loop:
+//! acks, then one control message, then timers), so assign, revoke, ack
+//! and commit of a partition are totally ordered and an epoch check can
+//! never interleave with the revoke or replay that bumps it. Commits,
+//! revokes and shutdown live in `commits.rs`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+use etl_ack::{AckEvent, AckReceiver};
+use etl_record::{Offset, PartitionId};
+use tokio::sync::mpsc;
+
+use crate::CheckpointError;
+use crate::budget::InFlightBudget;
+use crate::handle::{Assigned, CheckpointConfig, CheckpointSummary, Control, Reply};
+use crate::metrics::{CheckpointMetrics, PartitionMetrics};
+use crate::store::{OffsetStore, Offsets};
+use crate::sync::{Arc, Mutex, lock};
+use crate::tracker::{PartitionTracker, ReplayRequest};
+
+/// Most ack events handled before a control message gets a turn, so a
+/// flood of acks cannot starve a revoke.
+const ACK_BURST: usize = 4096;
+/// How often the metrics snapshot is refreshed while acks flow.
+const METRICS_EVERY: Duration = Duration::from_millis(100);
+/// Polling period while the ack side reports readiness without events.
+const POLL: Duration = Duration::from_millis(2);
+
+/// One assigned partition.
+pub(crate) struct Partition {
+    pub(crate) tracker: PartitionTracker,
+    /// Last committed offset (stored, or by this checkpointer).
+    pub(crate) committed: Option<Offset>,
+    /// A watermark is committed only once it passes this: the stored
+    /// offset or the start, whichever is higher, then each commit. So
+    /// commits never regress and an untouched partition is not rewritten.
+    pub(crate) floor: Offset,
+    /// Identifies this assignment, so a revoke still waiting cannot drop a
+    /// later assignment of the same partition.
+    pub(crate) assignment: u64,
+    pub(crate) revoking: bool,
+}
+
+/// A revoke waiting for in-flight batches.
+pub(crate) struct PendingRevoke {
+    /// Partitions, each with the assignment the revoke applies to.
+    pub(crate) partitions: Vec<(PartitionId, u64)>,
+    pub(crate) deadline: Instant,
+    pub(crate) reply: Reply<Offsets>,
+}
+
+/// The checkpointer thread's state.
+pub(crate) struct Worker {
+    pub(crate) config: CheckpointConfig,
+    pub(crate) store: Box<dyn OffsetStore>,
+    acks: AckReceiver,
+    acks_open: bool,
+    control: Receiver<Control>,
+    replays: mpsc::UnboundedSender<ReplayRequest>,
+    pub(crate) budget: InFlightBudget,
+    pub(crate) metrics: Arc<Mutex<CheckpointMetrics>>,
+    pub(crate) partitions: HashMap<PartitionId, Partition>,
+    pub(crate) next_epoch: HashMap<PartitionId, u32>,
+    assignments: u64,
+    pub(crate) revokes: Vec<PendingRevoke>,
+    pub(crate) shutdown: Option<(Instant, Reply<CheckpointSummary>)>,
+    pub(crate) last_commit: Instant,
+    stale_unassigned: u64,
+    pub(crate) commits: u64,
+    pub(crate) commit_errors: u64,
+    pub(crate) last_commit_error: Option<String>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        config: CheckpointConfig,
+        store: Box<dyn OffsetStore>,
+        acks: AckReceiver,
+        control: Receiver<Control>,
+        replays: mpsc::UnboundedSender<ReplayRequest>,
+        budget: InFlightBudget,
+        metrics: Arc<Mutex<CheckpointMetrics>>,
+    ) -> Self {
+        Worker {
+            config,
+            store,
+            acks,
+            acks_open: true,
+            control,
+            replays,
+            budget,
+            metrics,
+            partitions: HashMap::new(),
+            next_epoch: HashMap::new(),
+            assignments: 0,
+            revokes: Vec::new(),
+            shutdown: None,
+            last_commit: Instant::now(),
+            stale_unassigned: 0,
+            commits: 0,
+            commit_errors: 0,
+            last_commit_error: None,
+        }
+    }
+
+    pub(crate) fn run(mut self) {
+        let mut control_open = true;
+        let mut last_publish = Instant::now();
+        let mut poll = false;
+        loop {
+            let drained = self.drain_acks();
+            let mut busy = drained;
+            let mut publish = false;
+            if control_open {
+                match self.control.try_recv() {
+                    Ok(msg) => {
+                        self.handle(msg);
+                        busy = true;
+                        publish = true;
+                    }
+                    Err(TryRecvError::Disconnected) => control_open = false,
+                    Err(TryRecvError::Empty) => {}
+                }
+            }
+            self.finish_revokes(false);
+            if self.last_commit.elapsed() >= self.config.commit_interval {
+                // A failure is logged and counted; the next interval retries.
+                let _ = self.commit_moved();
+            }
+            // Metrics are refreshed a few times a second, not per event, so
+            // their cost does not ride on every acknowledgement.
+            if publish || last_publish.elapsed() >= METRICS_EVERY {
+                self.publish_metrics();
+                last_publish = Instant::now();
+            }
+            if self.try_finish_shutdown() {
+                return;
+            }
+            if !control_open && self.revokes.is_empty() && (!self.acks_open || self.acks.is_empty())
+            {
+                // Every handle is gone: nobody can ask for anything again.
+                // Commit what was delivered and stop.
+                let _ = self.commit_moved();
+                self.publish_metrics();
+                return;
+            }
+            if drained {
+                poll = false;
+            }
+            if !busy {
+                let woke_by_acks = self.wait(control_open, poll);
+                // Woken by the ack side, yet the next drain may find
+                // nothing: the `Acker` is gone (its channel stays "ready")
+                // while handles may still resolve. Then poll, not spin.
+                poll = woke_by_acks && self.acks.is_empty();
+            }
+        }
+    }
+
+    /// Handle up to [`ACK_BURST`] ack events; whether any was handled.
+    fn drain_acks(&mut self) -> bool {
+        if !self.acks_open {
+            return false;
+        }
+        let now = Instant::now();
+        for n in 0..ACK_BURST {
+            match self.acks.try_next() {
+                Ok(event) => self.on_event(event, now),
+                Err(TryRecvError::Empty) => return n > 0,
+                Err(TryRecvError::Disconnected) => {
+                    // Every acker and handle is gone: nothing more will come.
+                    self.acks_open = false;
+                    return n > 0;
+                }
+            }
+        }
+        true
+    }
+
+    fn on_event(&mut self, event: AckEvent, now: Instant) {
+        let partition = match event {
+            AckEvent::Opened(m) => m.id.partition,
+            AckEvent::Resolved(m) => m.id.partition,
+        };
+        let Some(state) = self.partitions.get_mut(&partition) else {
+            // Not assigned (revoked, never assigned): stale. An open still
+            // holds credit, which goes back now.
+            self.stale_unassigned += 1;
+            if let AckEvent::Opened(m) = event {
+                self.budget.release(partition, m.bytes);
+            }
+            return;
+        };
+        let effect = match &event {
+            AckEvent::Opened(m) => state.tracker.opened(m, now),
+            AckEvent::Resolved(m) => state.tracker.resolved(m),
+        };
+        self.budget
+            .release_many(partition, effect.release.batches, effect.release.bytes);
+        let Some(replay) = effect.replay else {
+            return;
+        };
+        self.next_epoch
+            .insert(partition, replay.epoch.wrapping_add(1));
+        if state.revoking {
+            // A partition being revoked is not replayed here: its next
+            // owner starts from the commit, which the failure pinned.
+            tracing::info!(partition = %partition, failed_seq = replay.failed.seq, "batch failed during revoke; not replaying");
+            return;
+        }
+        tracing::warn!(
+            partition = %partition, from = %replay.from, epoch = replay.epoch,
+            failed_seq = replay.failed.seq, "batch failed; replaying the partition"
+        );
+        // The source side may be gone at shutdown; then there is nothing
+        // left to replay into.
+        let _ = self.replays.send(replay);
+    }
+
+    fn handle(&mut self, msg: Control) {
+        match msg {
+            Control::Assign(partitions, reply) => {
+                let _ = reply.send(self.assign(partitions));
+            }
+            Control::Revoke(partitions, reply) => self.start_revoke(partitions, reply),
+            Control::Commit(reply) => {
+                let _ = reply.send(self.commit_moved());
+            }
+            Control::Shutdown(reply) => {
+                if let Some((_, earlier)) = self.shutdown.take() {
+                    // A second shutdown supersedes the first; the first
+                    // caller learns the checkpointer stopped.
+                    let _ = earlier.send(Err(CheckpointError::Stopped));
+                }
+                self.shutdown = Some((Instant::now() + self.config.shutdown_deadline, reply));
+            }
+        }
+    }
+
+    fn assign(
+        &mut self,
+        partitions: Vec<(PartitionId, Option<Offset>)>,
+    ) -> Result<Vec<Assigned>, CheckpointError> {
+        // Reload on every assignment: another group member may have
+        // committed since the last load.
+        let stored = self.store.load()?;
+        let mut assigned = Vec::with_capacity(partitions.len());
+        for (partition, start) in partitions {
+            if let Some(mut old) = self.partitions.remove(&partition) {
+                // Re-assignment: end the old epoch first.
+                let release = old.tracker.end_epoch();
+                self.budget
+                    .release_many(partition, release.batches, release.bytes);
+            }
+            let epoch = self.next_epoch.get(&partition).copied().unwrap_or(1);
+            self.next_epoch.insert(partition, epoch.wrapping_add(1));
+            let committed = stored.get(&partition).copied();
+            let start = start.or(committed).unwrap_or(Offset(0));
+            self.assignments += 1;
+            self.partitions.insert(
+                partition,
+                Partition {
+                    tracker: PartitionTracker::new(partition, epoch, start),
+                    committed,
+                    floor: committed.map_or(start, |c| c.max(start)),
+                    assignment: self.assignments,
+                    revoking: false,
+                },
+            );
+            assigned.push(Assigned {
+                partition,
+                epoch,
+                start,
+            });
+        }
+        Ok(assigned)
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut at = self.last_commit + self.config.commit_interval;
+        for r in &self.revokes {
+            at = at.min(r.deadline);
+        }
+        if let Some((d, _)) = &self.shutdown {
+            at = at.min(*d);
+        }
+        at
+    }
+
+    /// Wait for an event or the next deadline; whether the ack side woke
+    /// it. With `poll`, the ack side is checked every [`POLL`] instead.
+    fn wait(&self, control_open: bool, poll: bool) -> bool {
+        let mut deadline = self.next_deadline();
+        let mut select = Select::new();
+        let watch_acks = self.acks_open && !poll;
+        if watch_acks {
+            self.acks.register(&mut select);
+        } else if self.acks_open {
+            deadline = deadline.min(Instant::now() + POLL);
+        }
+        let control = control_open.then(|| select.recv(&self.control));
+        if !watch_acks && control.is_none() {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            return false;
+        }
+        // Readiness only: the loop's try_recv calls do the receiving.
+        match select.ready_deadline(deadline) {
+            Ok(index) => watch_acks && Some(index) != control,
+            Err(_) => false,
+        }
+    }
+
+    pub(crate) fn publish_metrics(&self) {
+        let now = Instant::now();
+        let partitions: BTreeMap<PartitionId, PartitionMetrics> = self
+            .partitions
+            .iter()
+            .map(|(p, s)| {
+                let t = &s.tracker;
+                let metrics = PartitionMetrics {
+                    epoch: t.epoch(),
+                    watermark: t.watermark(),
+                    committed: s.committed,
+                    in_flight_batches: t.unresolved() as u64,
+                    in_flight_bytes: t.in_flight_bytes(),
+                    oldest_unresolved_age: t.oldest_unresolved().map(|at| now - at),
+                    failed_batches: t.failed_batches(),
+                    replays: t.replays(),
+                    stale_acks: t.stale(),
+                };
+                (*p, metrics)
+            })
+            .collect();
+        let mut m = lock(&self.metrics);
+        m.partitions = partitions;
+        m.commits = self.commits;
+        m.commit_errors = self.commit_errors;
+        m.last_commit_error.clone_from(&self.last_commit_error);
+        m.stale_acks_unassigned = self.stale_unassigned;
+    }
+}
