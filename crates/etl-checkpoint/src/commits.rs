@@ -84,6 +84,7 @@ impl Worker {
                     self.budget.release_many(*p, release.batches, release.bytes);
                 }
             }
+            self.publish_metrics();
             let _ = revoke.reply.send(result);
         }
     }

@@ -112,12 +112,18 @@ impl Worker {
         let mut last_publish = Instant::now();
         let mut poll = false;
         loop {
-            let drained = self.drain_acks();
+            let drained = self.drain_acks(ACK_BURST);
             let mut busy = drained;
             let mut publish = false;
             if control_open {
                 match self.control.try_recv() {
                     Ok(msg) => {
+                        // Every ack sent before this message is queued by
+                        // now: handle those first, so a caller that resolved
+                        // batches and then asked (commit, revoke, shutdown)
+                        // sees them counted.
+                        let queued = self.acks.len();
+                        self.drain_acks(queued);
                         self.handle(msg);
                         busy = true;
                         publish = true;
@@ -161,13 +167,13 @@ impl Worker {
         }
     }
 
-    /// Handle up to [`ACK_BURST`] ack events; whether any was handled.
-    fn drain_acks(&mut self) -> bool {
+    /// Handle up to `limit` ack events; whether any was handled.
+    fn drain_acks(&mut self, limit: usize) -> bool {
         if !self.acks_open {
             return false;
         }
         let now = Instant::now();
-        for n in 0..ACK_BURST {
+        for n in 0..limit {
             match self.acks.try_next() {
                 Ok(event) => self.on_event(event, now),
                 Err(TryRecvError::Empty) => return n > 0,
@@ -178,7 +184,7 @@ impl Worker {
                 }
             }
         }
-        true
+        limit > 0
     }
 
     fn on_event(&mut self, event: AckEvent, now: Instant) {
@@ -221,14 +227,20 @@ impl Worker {
         let _ = self.replays.send(replay);
     }
 
+    /// Handle a control message. Metrics are published before any reply,
+    /// so a caller that got its answer sees a snapshot at least as new.
     fn handle(&mut self, msg: Control) {
         match msg {
             Control::Assign(partitions, reply) => {
-                let _ = reply.send(self.assign(partitions));
+                let result = self.assign(partitions);
+                self.publish_metrics();
+                let _ = reply.send(result);
             }
             Control::Revoke(partitions, reply) => self.start_revoke(partitions, reply),
             Control::Commit(reply) => {
-                let _ = reply.send(self.commit_moved());
+                let result = self.commit_moved();
+                self.publish_metrics();
+                let _ = reply.send(result);
             }
             Control::Shutdown(reply) => {
                 if let Some((_, earlier)) = self.shutdown.take() {
