@@ -30,7 +30,7 @@ Tasks:
 ";
 
 /// Crates with loom models, built with `--cfg etl_loom`.
-const LOOM_CRATES: &[&str] = &["etl-ack"];
+const LOOM_CRATES: &[&str] = &["etl-ack", "etl-checkpoint"];
 /// Cases per property test in `cargo xtask ci`.
 const CI_PROP_CASES: u32 = 10_000;
 const DEFAULT_PROP_CASES: u32 = 1024;
