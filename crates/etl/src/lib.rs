@@ -5,7 +5,7 @@
 //!     r#"
 //!     [source]
 //!     type = "generator"
-//!     count = 10
+//!     records_per_partition = 10
 //!
 //!     [[sinks]]
 //!     type = "blackhole"
@@ -18,8 +18,10 @@
 
 mod config;
 mod metrics;
+mod runtime;
 mod transform;
 
 pub use config::*;
 pub use metrics::*;
+pub use runtime::*;
 pub use transform::*;

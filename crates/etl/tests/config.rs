@@ -139,7 +139,7 @@ fn missing_sections_and_exactly_once_with_fan_out_are_rejected() {
     let fan_out = r#"
 [source]
 type = "generator"
-count = 1
+records_per_partition = 1
 [[sinks]]
 type = "file"
 path = "a"
@@ -163,5 +163,5 @@ fn load_names_the_file() {
     std::fs::write(&bad, "[source]\ntype = \"generator\"\n").unwrap();
     let err = load_config(&bad).unwrap_err().to_string();
     assert!(err.contains("bad.toml:"), "{err}");
-    assert!(err.contains("count"), "{err}");
+    assert!(err.contains("at least one sink"), "{err}");
 }

@@ -69,6 +69,9 @@ pub enum EofPolicy {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSourceConfig {
+    /// The source's name, part of every record's idempotency key
+    /// (default `file`).
+    pub name: Option<String>,
     /// Paths or glob patterns.
     pub paths: Vec<String>,
     /// Line format.
@@ -92,8 +95,14 @@ pub struct FileSourceConfig {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GeneratorConfig {
-    /// Records to generate in all.
-    pub count: u64,
+    /// The source's name, part of every record's idempotency key
+    /// (default `generator`).
+    pub name: Option<String>,
+    /// Records to generate per partition; unbounded when absent.
+    pub records_per_partition: Option<u64>,
+    /// Varies the generated content; the same seed gives the same records.
+    #[serde(default)]
+    pub seed: u64,
     /// Partitions to spread them over.
     #[serde(default = "defaults::one")]
     pub partitions: u32,

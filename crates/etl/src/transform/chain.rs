@@ -198,7 +198,7 @@ mod tests {
             r#"
             [source]
             type = "generator"
-            count = 1
+            records_per_partition = 1
             [[transforms]]
             type = "parse_json"
             [[transforms]]

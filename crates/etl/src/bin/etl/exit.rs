@@ -36,6 +36,23 @@ impl Exit {
         Exit::new(code, e.to_string())
     }
 
+    pub(crate) fn from_pipeline(e: etl::PipelineError) -> Self {
+        use etl::PipelineError as P;
+        use etl_checkpoint::CheckpointError as C;
+        use etl_source::SourceError as S;
+        let code = match &e {
+            P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
+            P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
+            P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
+            | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
+                code::IO
+            }
+            P::Invalid(_) => code::CONFIG,
+            _ => code::FAILURE,
+        };
+        Exit::new(code, e.to_string())
+    }
+
     /// Print the error the way cargo does and return the exit code.
     pub(crate) fn report(self) -> ExitCode {
         eprintln!("error: {}", self.message);

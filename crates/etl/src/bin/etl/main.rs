@@ -3,6 +3,8 @@
 mod args;
 mod exit;
 mod logging;
+mod offsets;
+mod run;
 
 use std::process::ExitCode;
 
@@ -13,12 +15,11 @@ use exit::Exit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _status_line = logging::init(cli.log_format, cli.quiet);
-    let result = match cli.command {
-        Command::Validate { config } => validate(&config),
-        Command::Run(_) | Command::Offsets { .. } => Err(Exit::failure(
-            "this command is not available in this build".to_owned(),
-        )),
+    let status_line = logging::init(cli.log_format, cli.quiet);
+    let result = match &cli.command {
+        Command::Validate { config } => validate(config),
+        Command::Run(args) => run::run(args, status_line),
+        Command::Offsets { command } => offsets::offsets(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

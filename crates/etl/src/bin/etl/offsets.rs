@@ -1,0 +1,74 @@
+//! `etl offsets show|reset`: inspect and rewind the offset store.
+
+use etl_checkpoint::{FileStore, OffsetStore, Offsets};
+use etl_record::{Offset, PartitionId};
+
+use crate::args::OffsetsCommand;
+use crate::exit::{Exit, code};
+
+fn open_store(config: &std::path::Path) -> Result<FileStore, Exit> {
+    let config = etl::load_config(config).map_err(Exit::from_config)?;
+    match &config.checkpoint.store {
+        etl::StoreConfig::File { path } => {
+            FileStore::open(path).map_err(|e| Exit::new(code::IO, e.to_string()))
+        }
+        other => Err(Exit::new(
+            code::CONFIG,
+            format!("the offset store is {other:?}: only a file store can be shown or reset here"),
+        )),
+    }
+}
+
+pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
+    match command {
+        OffsetsCommand::Show { config, json } => {
+            let mut store = open_store(config)?;
+            let offsets = store
+                .load()
+                .map_err(|e| Exit::new(code::IO, e.to_string()))?;
+            if *json {
+                let map: serde_json::Map<String, serde_json::Value> = offsets
+                    .iter()
+                    .map(|(p, o)| (p.to_string(), serde_json::Value::from(o.0)))
+                    .collect();
+                println!("{}", serde_json::Value::Object(map));
+            } else if offsets.is_empty() {
+                println!("no committed offsets in {}", store.dir().display());
+            } else {
+                println!("{:>10}  {:>20}", "PARTITION", "COMMITTED");
+                for (p, o) in &offsets {
+                    println!("{:>10}  {:>20}", p.0, o.0);
+                }
+            }
+            Ok(())
+        }
+        OffsetsCommand::Reset {
+            config,
+            partitions,
+            to,
+        } => {
+            let mut store = open_store(config)?;
+            let current = store
+                .load()
+                .map_err(|e| Exit::new(code::IO, e.to_string()))?;
+            let targets: Vec<PartitionId> = if partitions.is_empty() {
+                current.keys().copied().collect()
+            } else {
+                partitions.iter().map(|p| PartitionId(*p)).collect()
+            };
+            if targets.is_empty() {
+                println!("no committed offsets to reset in {}", store.dir().display());
+                return Ok(());
+            }
+            let reset: Offsets = targets.iter().map(|p| (*p, Offset(*to))).collect();
+            store
+                .commit(&reset)
+                .map_err(|e| Exit::new(code::IO, e.to_string()))?;
+            for p in targets {
+                let before = current.get(&p).map_or("-".to_owned(), |o| o.to_string());
+                println!("partition {p}: {before} -> {to}");
+            }
+            Ok(())
+        }
+    }
+}

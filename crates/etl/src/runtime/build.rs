@@ -1,0 +1,227 @@
+//! Building a pipeline from a configuration file's [`Config`].
+
+use std::sync::Arc;
+
+use etl_checkpoint::{CheckpointConfig, FileStore, InFlightLimits, MemoryStore, OffsetStore};
+use etl_record::SourceId;
+use etl_sink::{
+    BlackholeSink, DriverConfig, Encoder, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder,
+    OnPermanentFailure, RawLinesEncoder, RetryPolicy, Sink, SinkDriver, StdoutSink,
+};
+use etl_source::{
+    DriverConfig as SourceDriverConfig, EofPolicy as SrcEof, FileSource,
+    FileSourceConfig as SrcFileConfig, GeneratorConfig as SrcGenConfig, GeneratorSource,
+    LineFormat as SrcFormat, PoisonPolicy as SrcPoison, Source,
+};
+
+use super::{Pipeline, PipelineBuilder, PipelineError};
+use crate::config::{
+    Config, Encoding, EofPolicy, FsyncPolicy as CfgFsync, LineFormat, PermanentErrorPolicy,
+    PoisonPolicy, SinkConfig, SinkKind, SourceConfig, StoreConfig,
+};
+use crate::transform::TransformChain;
+
+/// Build the pipeline a configuration describes: open its source, sinks
+/// and offset store.
+///
+/// # Errors
+///
+/// A part could not be opened (a missing input file, an unwritable output,
+/// a corrupt offset store), or the configuration names a connector this
+/// build does not include.
+pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineError> {
+    let mut builder = Pipeline::builder()
+        .transforms(TransformChain::from_config(&config.transforms))
+        .checkpoint(CheckpointConfig {
+            commit_interval: config.checkpoint.commit_interval,
+            revoke_deadline: config.checkpoint.revoke_deadline,
+            shutdown_deadline: config.checkpoint.shutdown_timeout,
+            limits: InFlightLimits {
+                max_batches_per_partition: config.limits.max_in_flight_batches_per_partition,
+                max_bytes_per_partition: config.limits.max_in_flight_bytes_per_partition.0,
+                max_batches: config.limits.max_in_flight_batches,
+                max_bytes: config.limits.max_in_flight_bytes.0,
+            },
+        })
+        .source_driver(SourceDriverConfig {
+            max_replays: config.delivery.max_replays.max(1),
+            poison: match config.delivery.poison {
+                PoisonPolicy::DeadLetter => SrcPoison::DeadLetter,
+                PoisonPolicy::Halt => SrcPoison::Halt,
+            },
+            ..SourceDriverConfig::default()
+        })
+        .on_failure(config.delivery.on_failure)
+        .shutdown_timeout(config.checkpoint.shutdown_timeout);
+
+    builder = builder.offset_store(open_store(&config.checkpoint.store)?);
+    builder = with_source(builder, &config.source)?;
+    for sink in &config.sinks {
+        builder = with_sink(builder, sink).await?;
+    }
+    if let Some(kind) = &config.dead_letter {
+        let sink = open_sink(kind, "dead_letter").await?.shared();
+        builder = builder.dead_letter(sink);
+    }
+    builder.build()
+}
+
+fn open_store(store: &StoreConfig) -> Result<Box<dyn OffsetStore>, PipelineError> {
+    Ok(match store {
+        StoreConfig::File { path } => Box::new(FileStore::open(path)?),
+        StoreConfig::Memory => Box::new(MemoryStore::new()),
+        StoreConfig::Source => {
+            return Err(PipelineError::Invalid(
+                "store = \"source\" needs a source that keeps offsets (kafka)".to_owned(),
+            ));
+        }
+    })
+}
+
+fn with_source(
+    builder: PipelineBuilder,
+    source: &SourceConfig,
+) -> Result<PipelineBuilder, PipelineError> {
+    let source: Box<dyn Source> = match source {
+        SourceConfig::File(f) => Box::new(FileSource::open(SrcFileConfig {
+            name: SourceId::new(f.name.as_deref().unwrap_or("file")),
+            inputs: f.paths.clone(),
+            format: match f.format {
+                LineFormat::Ndjson => SrcFormat::Ndjson,
+                LineFormat::Lines => SrcFormat::Raw,
+            },
+            max_line_bytes: usize::try_from(f.max_line_bytes.0).unwrap_or(usize::MAX),
+            max_batch_records: f.batch_records,
+            eof: match f.eof {
+                EofPolicy::Wait => SrcEof::Wait,
+                EofPolicy::Emit => SrcEof::Emit,
+                EofPolicy::DeadLetter => SrcEof::DeadLetter,
+            },
+            follow: f.follow,
+            ..SrcFileConfig::default()
+        })?),
+        SourceConfig::Generator(g) => Box::new(GeneratorSource::new(SrcGenConfig {
+            name: SourceId::new(g.name.as_deref().unwrap_or("generator")),
+            partitions: g.partitions,
+            records_per_partition: g.records_per_partition,
+            batch_records: g.batch_records,
+            rate: g.rate.map(|r| r as f64),
+            seed: g.seed,
+        })?),
+        SourceConfig::Kafka(_) => {
+            return Err(PipelineError::Invalid(
+                "this build of etl has no Kafka source".to_owned(),
+            ));
+        }
+    };
+    Ok(builder.source(source))
+}
+
+fn encoder(encoding: Encoding) -> Box<dyn Encoder> {
+    match encoding {
+        Encoding::Ndjson => Box::new(NdjsonEncoder::new()),
+        Encoding::Lines => Box::new(RawLinesEncoder::new()),
+    }
+}
+
+/// An opened sink: shareable, or a file sink that keeps its progress (which
+/// is the only sink of its pipeline, so it is not shared).
+enum Opened {
+    Shared(Arc<dyn Sink>),
+    ExactlyOnce(FileSink),
+}
+
+impl Opened {
+    fn shared(self) -> Arc<dyn Sink> {
+        match self {
+            Opened::Shared(s) => s,
+            Opened::ExactlyOnce(f) => Arc::new(f),
+        }
+    }
+}
+
+/// Open the sink of a `[[sinks]]` entry or of `[dead_letter]`.
+async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError> {
+    let sink_error = |source| PipelineError::Sink {
+        name: name.to_owned(),
+        source,
+    };
+    Ok(match kind {
+        SinkKind::File(f) => {
+            if let Some(dir) = f.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|source| PipelineError::Sink {
+                    name: name.to_owned(),
+                    source: etl_sink::SinkError::Io {
+                        op: "create the output folder",
+                        path: dir.to_owned(),
+                        source,
+                    },
+                })?;
+            }
+            let file = FileSink::open(
+                &f.path,
+                FileSinkConfig {
+                    fsync: match (f.fsync, f.fsync_interval) {
+                        (CfgFsync::Interval, Some(every)) => FsyncPolicy::Interval(every),
+                        _ => FsyncPolicy::EveryBatch,
+                    },
+                    rotate_bytes: f.rotate_bytes.map(|b| b.0),
+                    rotate_after: f.rotate_interval,
+                    exactly_once: f.exactly_once,
+                },
+            )
+            .await
+            .map_err(sink_error)?;
+            if f.exactly_once {
+                Opened::ExactlyOnce(file)
+            } else {
+                Opened::Shared(Arc::new(file))
+            }
+        }
+        SinkKind::Stdout(_) => Opened::Shared(Arc::new(StdoutSink::new())),
+        SinkKind::Blackhole(_) => Opened::Shared(Arc::new(BlackholeSink::new())),
+        SinkKind::Kafka(_) | SinkKind::Postgres(_) => {
+            return Err(PipelineError::Invalid(format!(
+                "sink {name:?}: this build of etl has no such connector"
+            )));
+        }
+    })
+}
+
+async fn with_sink(
+    builder: PipelineBuilder,
+    config: &SinkConfig,
+) -> Result<PipelineBuilder, PipelineError> {
+    let o = &config.options;
+    let driver_config = DriverConfig {
+        max_records: o.batch_max_records,
+        max_bytes: usize::try_from(o.batch_max_bytes.0).unwrap_or(usize::MAX),
+        linger: o.linger,
+        max_in_flight: o.concurrency,
+        retry: RetryPolicy {
+            max_elapsed: o.retry_max_elapsed,
+            ..RetryPolicy::default()
+        },
+        write_timeout: Some(o.timeout),
+        on_permanent_failure: match o.on_permanent_error {
+            PermanentErrorPolicy::Fail => OnPermanentFailure::Fail,
+            PermanentErrorPolicy::DeadLetter => OnPermanentFailure::DeadLetter,
+        },
+        ..DriverConfig::default()
+    };
+    let encoding = match &config.kind {
+        SinkKind::File(f) => f.encoding,
+        SinkKind::Stdout(s) => s.encoding,
+        _ => Encoding::Ndjson,
+    };
+    Ok(match open_sink(&config.kind, &config.name).await? {
+        Opened::ExactlyOnce(file) => {
+            let (driver, progress) = SinkDriver::exactly_once(file, encoder(encoding));
+            builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
+        }
+        Opened::Shared(sink) => builder.sink(
+            config.name.clone(),
+            SinkDriver::new(sink, encoder(encoding)).config(driver_config),
+        ),
+    })
+}

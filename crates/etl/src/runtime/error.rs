@@ -1,0 +1,53 @@
+//! The runtime's error type.
+
+use etl_record::IdempotencyKey;
+
+/// Why a pipeline could not be built or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The pipeline is missing a part or has contradictory parts.
+    #[error("invalid pipeline: {0}")]
+    Invalid(String),
+    /// The source or its driver failed.
+    #[error(transparent)]
+    Source(#[from] etl_source::SourceError),
+    /// A sink failed for good.
+    #[error("sink {name:?}: {source}")]
+    Sink {
+        /// The sink's name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: etl_sink::SinkError,
+    },
+    /// The checkpointer or the offset store failed.
+    #[error(transparent)]
+    Checkpoint(#[from] etl_checkpoint::CheckpointError),
+    /// A record had to be dead-lettered and no dead-letter sink is set.
+    #[error(
+        "record {key} must go to the dead-letter path ({reason}), but no [dead_letter] sink is configured"
+    )]
+    NoDeadLetterSink {
+        /// The record's identity.
+        key: IdempotencyKey,
+        /// Why it was set aside.
+        reason: String,
+    },
+    /// A batch failed and the delivery policy says halt.
+    #[error(
+        "a batch of partition {partition} failed (offsets from {from}) and on_failure = \"halt\"; \
+         nothing past offset {from} was committed"
+    )]
+    Halted {
+        /// The partition.
+        partition: etl_record::PartitionId,
+        /// Its watermark: everything below was delivered and committed.
+        from: etl_record::Offset,
+    },
+    /// A connector failed to start.
+    #[error("{0}")]
+    Connector(Box<dyn std::error::Error + Send + Sync>),
+    /// A task of the runtime panicked.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,124 @@
+//! The transform stage: applies the transforms to each batch and fans the
+//! result out to every sink, dead letters to the dead-letter sink.
+//!
+//! Every record leaves this stage with an explicit outcome. The batch's
+//! handle is cloned once per sink (and per dead letter); it resolves
+//! *Delivered* only when every sink has written its copy, so a record
+//! routed to several sinks is committed only once all of them hold it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use etl_ack::{AckRef, Acked};
+use etl_record::{DeadLetter, Record};
+use etl_sink::{DeadLetterHandle, SinkSender};
+
+use crate::transform::{ChainOutput, TransformChain};
+
+/// Counters of the transform stage, shared with the metrics.
+#[derive(Debug, Default)]
+pub(crate) struct StageCounters {
+    pub(crate) read: AtomicU64,
+    pub(crate) filtered: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+}
+
+/// Where the stage sends its output.
+#[derive(Debug)]
+pub(crate) struct Outputs {
+    pub(crate) sinks: Vec<SinkSender>,
+    pub(crate) dead_letters: Option<Arc<DeadLetterHandle>>,
+}
+
+/// Why the stage stopped early.
+#[derive(Debug)]
+pub(crate) enum StageStop {
+    /// A sink driver is gone (it halted; its own error says why).
+    SinkGone,
+    /// A dead letter had nowhere to go.
+    NoDeadLetterSink(DeadLetter),
+}
+
+/// Runs one batch through the transforms and hands the result on.
+#[derive(Debug)]
+pub(crate) struct Stage {
+    chain: TransformChain,
+    out: ChainOutput,
+    outputs: Outputs,
+    counters: Arc<StageCounters>,
+}
+
+impl Stage {
+    pub(crate) fn new(
+        chain: TransformChain,
+        outputs: Outputs,
+        counters: Arc<StageCounters>,
+    ) -> Self {
+        Stage {
+            chain,
+            out: ChainOutput::default(),
+            outputs,
+            counters,
+        }
+    }
+
+    /// Process one batch of records with their handle.
+    pub(crate) async fn batch(&mut self, batch: Acked<Vec<Record>>) -> Result<(), StageStop> {
+        let (records, ack) = batch.into_parts();
+        self.counters
+            .read
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.out.clear();
+        self.chain.apply(records, &mut self.out);
+        self.counters
+            .filtered
+            .fetch_add(self.out.filtered, Ordering::Relaxed);
+        for letter in std::mem::take(&mut self.out.rejected) {
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            self.dead_letter(Acked::new(letter, ack.clone())).await?;
+        }
+        if self.out.kept.is_empty() {
+            // Everything was filtered or dead-lettered: dropping `ack`
+            // resolves this share of the batch as consumed.
+            return Ok(());
+        }
+        let kept = std::mem::take(&mut self.out.kept);
+        self.fan_out(kept, ack).await
+    }
+
+    async fn fan_out(&mut self, kept: Vec<Record>, ack: AckRef) -> Result<(), StageStop> {
+        let Some((last, others)) = self.outputs.sinks.split_last() else {
+            // A pipeline is built with at least one sink.
+            ack.fail();
+            return Err(StageStop::SinkGone);
+        };
+        for sink in others {
+            if sink
+                .send(Acked::new(kept.clone(), ack.clone()))
+                .await
+                .is_err()
+            {
+                ack.fail();
+                return Err(StageStop::SinkGone);
+            }
+        }
+        if last.send(Acked::new(kept, ack.clone())).await.is_err() {
+            ack.fail();
+            return Err(StageStop::SinkGone);
+        }
+        Ok(())
+    }
+
+    /// Send a dead letter (from the source or a transform) to the
+    /// dead-letter sink; without one, fail its batch and stop.
+    pub(crate) async fn dead_letter(&mut self, letter: Acked<DeadLetter>) -> Result<(), StageStop> {
+        match &self.outputs.dead_letters {
+            Some(dlq) => dlq.send(letter).await.map_err(|_| StageStop::SinkGone),
+            None => {
+                let (letter, ack) = letter.into_parts();
+                ack.fail();
+                Err(StageStop::NoDeadLetterSink(letter))
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The pipeline runtime: one source driver, the transforms, fan-out to the
+//! sinks, one checkpointer; graceful shutdown; a summary at the end.
+
+mod build;
+mod error;
+mod fanout;
+mod hub;
+mod pipeline;
+
+pub use build::pipeline_from_config;
+pub use error::PipelineError;
+pub use hub::{MetricsHub, PipelineSnapshot};
+pub use pipeline::{Pipeline, PipelineBuilder, Summary};
