@@ -10,4 +10,4 @@ mod pipeline;
 pub use build::pipeline_from_config;
 pub use error::PipelineError;
 pub use hub::{MetricsHub, PipelineSnapshot};
-pub use pipeline::{Pipeline, PipelineBuilder, Summary};
+pub use pipeline::{Pipeline, PipelineBuilder, SourceFactory, Summary};

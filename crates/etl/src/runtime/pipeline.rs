@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etl_checkpoint::{CheckpointConfig, Checkpointer, MemoryStore, OffsetStore, Offsets};
+use etl_checkpoint::{
+    CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
+};
 use etl_record::{Offset, PartitionId};
 use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
@@ -17,6 +19,16 @@ use super::{MetricsHub, PipelineError};
 use crate::config::FailurePolicy;
 use crate::transform::{Transform, TransformChain};
 
+/// Creates the source once the checkpointer runs, for sources that need
+/// its handle (a Kafka consumer commits on revoke through it).
+pub type SourceFactory =
+    Box<dyn FnOnce(&CheckpointHandle) -> Result<Box<dyn Source>, PipelineError> + Send>;
+
+enum SourceSpec {
+    Ready(Box<dyn Source>),
+    Factory(SourceFactory),
+}
+
 struct SinkSpec {
     name: String,
     driver: SinkDriver,
@@ -24,7 +36,7 @@ struct SinkSpec {
 
 /// Assembles a [`Pipeline`].
 pub struct PipelineBuilder {
-    source: Option<Box<dyn Source>>,
+    source: Option<SourceSpec>,
     chain: TransformChain,
     sinks: Vec<SinkSpec>,
     progress: Option<BTreeMap<PartitionId, Offset>>,
@@ -71,7 +83,21 @@ impl PipelineBuilder {
     /// The source.
     #[must_use]
     pub fn source(mut self, source: impl Source + 'static) -> Self {
-        self.source = Some(Box::new(source));
+        self.source = Some(SourceSpec::Ready(Box::new(source)));
+        self
+    }
+
+    /// The source, created by `factory` once the checkpointer is running
+    /// (for a source that needs the [`CheckpointHandle`], such as a
+    /// consumer-group member that commits on revoke).
+    #[must_use]
+    pub fn source_factory(
+        mut self,
+        factory: impl FnOnce(&CheckpointHandle) -> Result<Box<dyn Source>, PipelineError>
+        + Send
+        + 'static,
+    ) -> Self {
+        self.source = Some(SourceSpec::Factory(Box::new(factory)));
         self
     }
 
@@ -227,7 +253,7 @@ impl Summary {
 
 /// A pipeline ready to run. See [`Pipeline::builder`].
 pub struct Pipeline {
-    source: Box<dyn Source>,
+    source: SourceSpec,
     chain: TransformChain,
     sinks: Vec<SinkSpec>,
     dead_letter: Option<Arc<dyn Sink>>,
@@ -332,6 +358,16 @@ impl Pipeline {
             }
         });
 
+        let source = match source {
+            SourceSpec::Ready(source) => source,
+            SourceSpec::Factory(factory) => match factory(&checkpointer) {
+                Ok(source) => source,
+                Err(e) => {
+                    let _ = checkpointer.shutdown().await;
+                    return Err(e);
+                }
+            },
+        };
         let (out_tx, mut out_rx) = mpsc::channel::<SourceOutput>(channel_capacity);
         let driver = SourceDriver::new(
             source,
