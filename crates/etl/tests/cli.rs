@@ -1,0 +1,300 @@
+//! The `etl` binary end to end on real files: a full run, resume, a
+//! graceful stop on SIGTERM, offsets reset, and configuration errors with
+//! their exit codes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn etl() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    cmd.arg("--log-format").arg("json");
+    cmd
+}
+
+fn run(config: &Path) -> Output {
+    etl().arg("run").arg(config).output().expect("etl runs")
+}
+
+/// The fields of the `pipeline finished` log line.
+fn finished(out: &Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["message"] == "pipeline finished")
+        .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"))
+}
+
+fn ids(path: &Path) -> HashMap<u64, u32> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut seen = HashMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("every output line parses");
+        *seen.entry(v["id"].as_u64().expect("an id")).or_default() += 1;
+    }
+    seen
+}
+
+fn write_input(dir: &Path, records: u64) -> PathBuf {
+    let input = dir.join("in.ndjson");
+    let mut text = String::new();
+    for id in 0..records {
+        text.push_str(&format!("{{\"id\":{id},\"amount\":{}}}\n", id % 100));
+    }
+    text.push_str("not json\n");
+    std::fs::write(&input, text).unwrap();
+    input
+}
+
+fn file_config(dir: &Path) -> PathBuf {
+    let config = dir.join("pipeline.toml");
+    std::fs::write(
+        &config,
+        r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[transforms]]
+type = "filter"
+field = "amount"
+op = ">="
+value = 10
+
+[[transforms]]
+type = "add_field"
+field = "seen"
+value = true
+
+[[sinks]]
+name = "out"
+type = "file"
+path = "out/out.ndjson"
+
+[dead_letter]
+type = "file"
+path = "out/dead.ndjson"
+
+[checkpoint]
+commit_interval = "100ms"
+"#,
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn runs_then_resumes_without_redoing_work() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), 1000);
+    let config = file_config(dir.path());
+
+    let first = run(&config);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let summary = finished(&first);
+    assert_eq!(summary["read"], 1000);
+    assert_eq!(summary["filtered"], 100);
+    assert_eq!(summary["written"], 900);
+    assert_eq!(summary["dead_lettered"], 1, "the line that is not JSON");
+    let out = ids(&dir.path().join("out/out.ndjson"));
+    assert_eq!(out.len(), 900);
+    assert!(out.values().all(|n| *n == 1));
+    let dead = std::fs::read_to_string(dir.path().join("out/dead.ndjson")).unwrap();
+    assert!(
+        dead.contains("not json") && dead.contains("invalid JSON"),
+        "{dead}"
+    );
+
+    let second = run(&config);
+    assert!(second.status.success());
+    assert_eq!(finished(&second)["read"], 0, "everything was committed");
+    assert_eq!(ids(&dir.path().join("out/out.ndjson")).len(), 900);
+
+    let shown = etl()
+        .args(["offsets", "show", "--json"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let offsets: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    // Offsets are byte positions of line starts; the commit is one past
+    // the last line's start.
+    let input_len = std::fs::metadata(dir.path().join("in.ndjson"))
+        .unwrap()
+        .len();
+    let last_line_start = input_len - "not json\n".len() as u64;
+    let committed = offsets.as_object().unwrap().values().next().unwrap();
+    assert_eq!(
+        committed.as_u64(),
+        Some(last_line_start + 1),
+        "committed past the last line"
+    );
+}
+
+#[test]
+fn offsets_reset_replays_from_the_reset_point() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), 200);
+    let config = file_config(dir.path());
+    assert!(run(&config).status.success());
+
+    let reset = etl()
+        .args(["offsets", "reset", "--to", "0"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    assert!(String::from_utf8_lossy(&reset.stdout).contains("-> 0"));
+
+    let again = run(&config);
+    assert!(again.status.success());
+    assert_eq!(finished(&again)["read"], 200, "replayed from offset 0");
+    let out = ids(&dir.path().join("out/out.ndjson"));
+    assert!(
+        out.values().all(|n| *n == 2),
+        "every record written twice: at-least-once replay"
+    );
+}
+
+fn wait_for_lines(path: &Path, at_least: usize, limit: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let n = std::fs::read_to_string(path).map_or(0, |t| t.lines().count());
+        if n >= at_least {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{} did not reach {at_least} lines", path.display());
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+#[test]
+fn sigterm_stops_gracefully_and_a_restart_loses_and_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gen.toml");
+    let total = 40_000u64;
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+type = "generator"
+partitions = 2
+records_per_partition = {}
+rate = 20000
+batch_records = 100
+
+[[sinks]]
+type = "file"
+path = "out.ndjson"
+linger = "5ms"
+
+[checkpoint]
+commit_interval = "50ms"
+"#,
+            total / 2
+        ),
+    )
+    .unwrap();
+    let output = dir.path().join("out.ndjson");
+
+    let child = etl()
+        .arg("run")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&output, 2000, Duration::from_secs(60));
+    signal(&child, "TERM");
+    let stopped = child.wait_with_output().unwrap();
+    assert!(
+        stopped.status.success(),
+        "exit {:?}: {}",
+        stopped.status,
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let summary = finished(&stopped);
+    assert_eq!(summary["stopped_by_signal"], true);
+    let written_before = ids(&output).len() as u64;
+    assert!(written_before < total, "stopped early");
+
+    let rest = etl().arg("run").arg(&config).output().unwrap();
+    assert!(rest.status.success());
+    let out = ids(&output);
+    assert_eq!(out.len() as u64, total, "nothing lost");
+    let repeated: Vec<_> = out.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "a clean stop commits what it wrote: {} repeated",
+        repeated.len()
+    );
+    assert_eq!(
+        finished(&rest)["read"].as_u64(),
+        Some(total - written_before)
+    );
+}
+
+#[test]
+fn invalid_config_exits_78_with_every_problem_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"file\"\npaths = []\n\n[[sinks]]\ntype = \"file\"\npath = \"o\"\nlinger = \"soon\"\n",
+    )
+    .unwrap();
+    for command in ["validate", "run"] {
+        let out = etl().arg(command).arg(&config).output().unwrap();
+        assert_eq!(out.status.code(), Some(78), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("bad.toml:3:1: [source]: paths is empty"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("bad.toml:8:"), "{stderr}");
+    }
+    let missing = etl()
+        .arg("run")
+        .arg(dir.path().join("nope.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(66));
+}
+
+#[test]
+fn a_missing_input_file_exits_66_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = file_config(dir.path());
+    let out = run(&config);
+    assert_eq!(out.status.code(), Some(66));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in.ndjson"));
+}
+
+#[test]
+fn help_explains_exit_codes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_etl"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("EXIT CODES") && text.contains("78"), "{text}");
+}
