@@ -2,6 +2,10 @@
 //! graceful stop on SIGTERM, offsets reset, and configuration errors with
 //! their exit codes.
 
+// Helpers outside `#[test]` functions unwrap too: a panic here is a failed
+// test, not lost data.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
