@@ -16,6 +16,7 @@ use etl_ack::{AckMsg, AckStatus, BatchId, BatchMeta};
 use etl_checkpoint::{PartitionTracker, Release};
 use etl_record::{Offset, PartitionId};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 const PARTITIONS: u32 = 2;
 
@@ -312,6 +313,13 @@ impl Harness {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/prop_tracker.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
     #[test]
     fn prop_tracker_matches_the_model(ops in prop::collection::vec(op(), 1..120)) {
         let mut h = Harness::default();
