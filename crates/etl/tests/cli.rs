@@ -302,3 +302,83 @@ fn help_explains_exit_codes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("EXIT CODES") && text.contains("78"), "{text}");
 }
+
+#[test]
+fn serves_prometheus_metrics_and_logs_progress_while_running() {
+    use std::io::{Read, Write};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gen.toml");
+    std::fs::write(
+        &config,
+        r#"
+[source]
+type = "generator"
+partitions = 2
+records_per_partition = 1000000
+rate = 5000
+
+[[sinks]]
+name = "nowhere"
+type = "blackhole"
+
+[checkpoint]
+commit_interval = "50ms"
+store = { type = "memory" }
+"#,
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = etl()
+        .arg("run")
+        .arg(&config)
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args(["--progress-interval", "0.1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let page = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no metrics page"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            continue;
+        };
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut page = String::new();
+        s.read_to_string(&mut page).unwrap();
+        if page.contains("etl_partition_committed_offset{partition=\"1\"}") {
+            break page;
+        }
+    };
+    signal(&child, "INT");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    for family in [
+        "etl_records_read_total",
+        "etl_partition_watermark{partition=\"0\"}",
+        "etl_partition_in_flight_batches",
+        "etl_partition_oldest_unresolved_seconds",
+        "etl_partition_stale_acks_total",
+        "etl_sink_records_written_total{sink=\"nowhere\"}",
+        "etl_sink_write_latency_max_seconds",
+    ] {
+        assert!(page.contains(family), "{family} missing from:\n{page}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let progress = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["message"] == "progress" && v["read"].as_u64() > Some(0))
+        .unwrap_or_else(|| panic!("no progress line in:\n{stderr}"));
+    assert!(progress["records_per_sec"].is_u64());
+    assert!(progress["committed"].as_str().unwrap().contains('='));
+}
