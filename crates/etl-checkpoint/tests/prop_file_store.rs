@@ -80,10 +80,10 @@ fn damage(dir: &Path, generation: u64, crash: &Crash) -> bool {
 /// case cost milliseconds.
 fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(dir) = tempfile::tempdir_in(shm) {
-            return dir;
-        }
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::tempdir_in(shm)
+    {
+        return dir;
     }
     tempfile::tempdir().unwrap()
 }
