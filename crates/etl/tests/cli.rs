@@ -359,6 +359,8 @@ store = { type = "memory" }
             break page;
         }
     };
+    // Let a few progress reports follow the first commit.
+    std::thread::sleep(Duration::from_millis(500));
     signal(&child, "INT");
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
