@@ -1,6 +1,7 @@
 //! Loom models of the checkpointer core: batches resolving concurrently
 //! from several threads, a revoke racing an in-flight acknowledgement of
-//! the revoked epoch, and credits reserved and released concurrently.
+//! the revoked epoch, and credits reserved and released concurrently
+//! (never past the limits, balanced at the end).
 //!
 //! The checkpointer serialises every event on its thread; what races is
 //! *when* a resolution is produced relative to what the checkpointer has
@@ -11,7 +12,7 @@
 use std::time::Instant;
 
 use etl_ack::loom_support::{Recorder, recorded};
-use etl_ack::{AckMsg, AckStatus, BatchId, BatchMeta};
+use etl_ack::{AckMsg, BatchId, BatchMeta};
 use etl_record::{Offset, PartitionId};
 use loom::sync::Mutex;
 use loom::thread;
@@ -88,14 +89,20 @@ fn batches_resolving_on_two_threads() {
         let t1 = thread::spawn(move || drop(first));
         let t2 = thread::spawn(move || drop(second));
         // The checkpointer consumes mid-race...
-        let seen = consume(&mut t, &b, take(&rec));
+        let early = take(&rec);
+        let mut resolutions: Vec<u64> = early.iter().map(|m| m.id.seq).collect();
+        let seen = consume(&mut t, &b, early);
         for w in &seen {
             // ...and never passes batch 0 unless batch 0 is delivered.
             assert!(*w == Offset(0) || *w == Offset(10) || *w == Offset(20));
         }
         t1.join().expect("no panic");
         t2.join().expect("no panic");
-        let rest = consume(&mut t, &b, take(&rec));
+        let late = take(&rec);
+        resolutions.extend(late.iter().map(|m| m.id.seq));
+        resolutions.sort_unstable();
+        assert_eq!(resolutions, [0, 1], "each batch resolves exactly once");
+        let rest = consume(&mut t, &b, late);
         let mut last = Offset(0);
         for w in seen.iter().chain(&rest) {
             assert!(*w >= last, "the watermark never regresses");
@@ -201,5 +208,48 @@ fn credits_acquired_and_released_concurrently() {
         let expect = u32::from(mine) + u32::from(theirs);
         assert_eq!(b.in_flight().batches, expect);
         assert_eq!(b.in_flight().bytes, u64::from(expect) * 5);
+    });
+}
+
+#[test]
+fn try_acquire_and_release_many_racing_stay_within_limits_and_balance() {
+    const LIMITS: InFlightLimits = InFlightLimits {
+        max_batches_per_partition: 2,
+        max_bytes_per_partition: 8,
+        max_batches: 3,
+        max_bytes: 12,
+    };
+    loom::model(|| {
+        let b = InFlightBudget::new(LIMITS);
+        let within = |b: &InFlightBudget| {
+            let all = b.in_flight();
+            assert!(all.batches <= LIMITS.max_batches && all.bytes <= LIMITS.max_bytes);
+            for p in [P, PartitionId(1)] {
+                let one = b.in_flight_of(p);
+                assert!(one.batches <= LIMITS.max_batches_per_partition);
+                assert!(one.bytes <= LIMITS.max_bytes_per_partition);
+            }
+        };
+        // Each thread takes what credit it can for its partition, checks
+        // the bounds, then gives it all back in one call.
+        let worker = |b: InFlightBudget, p: PartitionId| {
+            move || {
+                let got = (0..2).filter(|_| b.try_acquire(p, 4)).count() as u32;
+                within(&b);
+                b.release_many(p, got, u64::from(got) * 4);
+                got
+            }
+        };
+        let t1 = thread::spawn(worker(b.clone(), P));
+        let t2 = thread::spawn(worker(b.clone(), PartitionId(1)));
+        let (g1, g2) = (t1.join().expect("no panic"), t2.join().expect("no panic"));
+        assert!(g1 >= 1 && g2 >= 1, "three batches fit: each gets one");
+        within(&b);
+        assert_eq!(
+            b.in_flight(),
+            crate::budget::InFlight::default(),
+            "balanced"
+        );
+        assert_eq!(b.in_flight_of(P), crate::budget::InFlight::default());
     });
 }

@@ -1,6 +1,6 @@
 //! The checkpointer thread with a real ack channel: out-of-order
-//! resolution, failure and replay, stale acknowledgements, revoke, shutdown,
-//! credits and commit errors.
+//! resolution, failure and replay, stale acknowledgements, revoke,
+//! re-assignment, interval commits, shutdown, credits and commit errors.
 
 #![allow(clippy::unwrap_used)]
 
@@ -239,6 +239,72 @@ async fn revoke_gives_up_at_its_deadline_and_late_acks_are_stale() {
     assert_eq!(again[0].start, Offset(10));
     assert_eq!(f.handle.metrics().stale_acks_unassigned, 1);
     assert_eq!(f.store.offsets(), offsets(&[(P0, 10)]));
+}
+
+#[tokio::test]
+async fn revoking_an_unassigned_partition_is_a_no_op() {
+    let f = start();
+    let e = f.epoch(P0).await;
+    let a0 = f.open(P0, e, 0, 0).await;
+    // Nothing of P1 to wait for: the reply comes at once (the revoke
+    // deadline is far beyond the guard), and P0 is left as it was.
+    let revoked = tokio::time::timeout(GUARD, f.handle.revoke(vec![P1]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(revoked, Offsets::new());
+    assert_eq!(f.store.commits(), 0);
+    let m = &f.handle.metrics().partitions[&P0];
+    assert_eq!((m.epoch, m.in_flight_batches), (e, 1));
+    assert_eq!(f.handle.budget().in_flight().batches, 1);
+    drop(a0);
+    assert_eq!(f.handle.commit().await.unwrap(), offsets(&[(P0, 10)]));
+}
+
+#[tokio::test]
+async fn reassigning_reloads_the_store() {
+    let f = start();
+    let e = f.epoch(P0).await;
+    drop(f.open(P0, e, 0, 0).await);
+    assert_eq!(f.handle.commit().await.unwrap(), offsets(&[(P0, 10)]));
+    // Another owner of the partition committed further meanwhile.
+    let mut elsewhere = f.store.clone();
+    elsewhere.commit(&offsets(&[(P0, 70)])).unwrap();
+    let again = f.handle.assign(vec![(P0, None)]).await.unwrap();
+    assert!(again[0].epoch > e, "a strictly larger epoch");
+    assert_eq!(
+        again[0].start,
+        Offset(70),
+        "from the store, not from memory"
+    );
+    let m = &f.handle.metrics().partitions[&P0];
+    assert_eq!((m.watermark, m.committed), (Offset(70), Some(Offset(70))));
+    // Delivering under the new epoch commits past the reloaded offset.
+    drop(f.open(P0, again[0].epoch, 0, 70).await);
+    assert_eq!(f.handle.commit().await.unwrap(), offsets(&[(P0, 80)]));
+}
+
+#[tokio::test]
+async fn the_interval_commits_without_being_asked() {
+    let config = CheckpointConfig {
+        commit_interval: Duration::from_millis(10),
+        ..config()
+    };
+    let f = start_with(config, MemoryStore::new());
+    let e = f.epoch(P0).await;
+    drop(f.open(P0, e, 0, 0).await);
+    // No commit call: the interval does it, and the metrics (refreshed a
+    // few times a second) catch up.
+    let committed = |f: &Fixture| f.handle.metrics().partitions[&P0].committed;
+    let deadline = std::time::Instant::now() + GUARD;
+    while (f.store.offsets().is_empty() || committed(&f).is_none())
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(f.store.offsets(), offsets(&[(P0, 10)]));
+    assert_eq!(committed(&f), Some(Offset(10)));
+    assert!(f.handle.metrics().commits >= 1);
 }
 
 #[tokio::test]
