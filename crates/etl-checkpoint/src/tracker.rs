@@ -26,8 +26,13 @@ struct Slot {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotState {
+    /// A seq skipped by a later announcement: not opened yet, so it holds
+    /// no credit, but it pins the watermark until it opens and delivers.
+    Unopened,
     Pending,
-    Delivered { last_offset: i64 },
+    Delivered {
+        last_offset: i64,
+    },
 }
 
 /// Credit to give back to the in-flight budget.
@@ -124,8 +129,9 @@ impl PartitionTracker {
         self.watermark
     }
 
-    /// Batches of the current epoch opened and not yet folded into the
-    /// watermark (unresolved, or delivered behind an unresolved one).
+    /// Batches of the current epoch not yet folded into the watermark
+    /// (unresolved, delivered behind an unresolved one, or skipped by an
+    /// out-of-order announcement).
     #[must_use]
     pub fn tracked_batches(&self) -> usize {
         self.slots.len()
@@ -183,6 +189,28 @@ impl PartitionTracker {
             };
         }
         let expected = self.base_seq + self.slots.len() as u64;
+        let gap = meta
+            .id
+            .seq
+            .checked_sub(self.base_seq)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| {
+                self.slots
+                    .get(*i)
+                    .is_some_and(|s| s.state == SlotState::Unopened)
+            });
+        if let Some(index) = gap {
+            // The announcement of a seq skipped earlier: it holds credit
+            // from now on, like any batch.
+            self.slots[index] = Slot {
+                bytes: meta.bytes,
+                opened_at: now,
+                state: SlotState::Pending,
+            };
+            self.in_flight_bytes += meta.bytes;
+            self.pending += 1;
+            return Effect::default();
+        }
         if meta.id.seq < expected {
             // A duplicate announcement: the batch is already known. Every
             // announcement follows its own reservation, so give it back.
@@ -195,16 +223,16 @@ impl PartitionTracker {
                 ..Effect::default()
             };
         }
-        // A gap (never produced by the driver) would leave unopened seqs;
-        // they stay pending and pin the watermark, which is the safe side.
+        // A gap (announcements out of order; never produced by the driver)
+        // leaves unopened seqs: they pin the watermark, the safe side, but
+        // hold no credit until their own announcement comes.
         while self.base_seq + (self.slots.len() as u64) < meta.id.seq {
             tracing::warn!(partition = %self.partition, seq = meta.id.seq, "batch sequence gap");
             self.slots.push_back(Slot {
                 bytes: 0,
                 opened_at: now,
-                state: SlotState::Pending,
+                state: SlotState::Unopened,
             });
-            self.pending += 1;
         }
         self.slots.push_back(Slot {
             bytes: meta.bytes,
@@ -400,5 +428,45 @@ mod tests {
         let late = t.opened(&meta(4, 3, 103, 103), now);
         assert!(late.ignored);
         assert_eq!(late.release.batches, 1);
+    }
+
+    #[test]
+    fn out_of_order_announcements_release_each_credit_once() {
+        let now = Instant::now();
+        let mut t = PartitionTracker::new(P, 1, Offset(0));
+        let (b0, b1, b2) = (meta(1, 0, 0, 9), meta(1, 1, 10, 19), meta(1, 2, 20, 29));
+        // Seq 1 announced before seq 0: seq 0 pins, holding no credit yet.
+        assert_eq!(t.opened(&b1, now), Effect::default());
+        assert_eq!((t.unresolved(), t.in_flight_bytes()), (1, 10));
+        // Its own announcement is not a duplicate: it now holds credit.
+        assert_eq!(t.opened(&b0, now), Effect::default());
+        assert_eq!((t.unresolved(), t.in_flight_bytes(), t.stale()), (2, 20, 0));
+        let mut released = Release::default();
+        for m in [&b1, &b0] {
+            let e = t.resolved(&ack(m, AckStatus::Delivered));
+            released.batches += e.release.batches;
+            released.bytes += e.release.bytes;
+        }
+        assert_eq!(
+            released,
+            Release {
+                batches: 2,
+                bytes: 20
+            }
+        );
+        assert_eq!(t.watermark(), Offset(20));
+        // A gap still open when the epoch ends gives back only what was
+        // announced.
+        t.opened(&b2, now);
+        t.opened(&meta(1, 4, 40, 49), now);
+        assert_eq!(t.unresolved(), 2);
+        assert_eq!(
+            t.end_epoch(),
+            Release {
+                batches: 2,
+                bytes: 20
+            }
+        );
+        assert_eq!(t.watermark(), Offset(20));
     }
 }
