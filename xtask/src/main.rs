@@ -101,6 +101,7 @@ fn lint() -> Result {
 }
 
 fn test() -> Result {
+    let pg = postgres::start()?;
     // Property tests run in `prop` with a chosen case count; skip them here
     // so they do not run twice.
     Cmd::cargo(&[
@@ -113,6 +114,7 @@ fn test() -> Result {
         "--skip",
         "prop_",
     ])
+    .env("ETL_TEST_POSTGRES", &pg.url())
     .run()?;
     Cmd::cargo(&["test", "--workspace", "--doc", "--all-features", "--locked"]).run()
 }
