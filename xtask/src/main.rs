@@ -104,10 +104,15 @@ fn test() -> Result {
     let pg = postgres::start()?;
     // Property tests run in `prop` with a chosen case count; skip them here
     // so they do not run twice.
+    // Benches are built by `lint` (clippy --all-targets) and run by
+    // `bench`; criterion's harness does not take libtest's `--skip`.
     Cmd::cargo(&[
         "test",
         "--workspace",
-        "--all-targets",
+        "--lib",
+        "--bins",
+        "--tests",
+        "--examples",
         "--all-features",
         "--locked",
         "--",
