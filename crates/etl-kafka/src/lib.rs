@@ -55,6 +55,7 @@
 //! # Ok::<(), etl_kafka::KafkaError>(())
 //! ```
 
+mod checkpoint;
 mod classify;
 mod config;
 mod context;

@@ -44,7 +44,8 @@ const IDLE_AFTER: Duration = Duration::from_millis(100);
 ///
 /// Dropping the source leaves the group: the poll thread closes the
 /// consumer, which revokes (drains and commits) every partition first.
-/// [`close`](KafkaSource::close) does the same and waits for it.
+/// Dropped inside a Tokio runtime, the runtime's shutdown waits for that;
+/// [`close`](KafkaSource::close) does the same and waits for it itself.
 pub struct KafkaSource {
     consumer: Arc<BaseConsumer<GroupContext>>,
     events: UnboundedReceiver<Event>,
@@ -161,8 +162,16 @@ impl KafkaSource {
 impl Drop for KafkaSource {
     fn drop(&mut self) {
         // Closing the command channel stops the poll thread, which leaves
-        // the group cleanly on its own; dropping must not block.
+        // the group cleanly on its own; dropping must not block. Inside a
+        // Tokio runtime, a blocking task waits for the thread, so the
+        // runtime's shutdown (the end of a process) waits until the
+        // partitions are committed and handed over.
         self.commands = None;
+        if let Some(thread) = self.thread.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn_blocking(move || thread.join()));
+        }
     }
 }
 

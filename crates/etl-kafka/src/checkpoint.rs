@@ -1,0 +1,39 @@
+//! The checkpointer and the consumer group, wired to each other: the group
+//! is the checkpointer's offset store, and the checkpointer ends the
+//! epochs of partitions the group revokes.
+
+use std::collections::BTreeMap;
+
+use etl_checkpoint::{CheckpointError, CheckpointHandle, OffsetStore, Offsets};
+use etl_record::{Offset, PartitionId};
+
+use crate::{GroupOffsetStore, RevokeHandler};
+
+/// The checkpointer commits its watermarks to the group: `load` reads the
+/// group's committed offsets (on every assignment, so a partition that
+/// comes back starts where its last owner committed), `commit` waits for
+/// the coordinator.
+impl OffsetStore for GroupOffsetStore {
+    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+        GroupOffsetStore::load(self).map_err(|e| CheckpointError::Store(Box::new(e)))
+    }
+
+    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+        GroupOffsetStore::commit(self, offsets).map_err(|e| CheckpointError::Store(Box::new(e)))
+    }
+}
+
+/// A revocation inside the rebalance callback goes through the
+/// checkpointer: it ends the partitions' epochs, waits for their in-flight
+/// batches up to its `revoke_deadline` and commits their watermarks to the
+/// group before the callback returns. Revoking a partition the
+/// checkpointer does not track (never assigned, or already revoked by the
+/// source driver) does nothing.
+impl RevokeHandler for CheckpointHandle {
+    fn revoke_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
+        CheckpointHandle::revoke_blocking(self, partitions).map_err(Into::into)
+    }
+}
