@@ -36,6 +36,11 @@ pub struct CrashLoop {
     /// After every kill, note whether the output ends in a torn line and
     /// check that the offset store loads (`etl offsets show`).
     pub inspect_after_kill: bool,
+    /// After every kill, also leave what a crash in the middle of a write
+    /// leaves on a machine that loses power: half a record at the end of
+    /// the output and a half-written temporary file in the offset store.
+    /// The restart must cut the one and ignore the other.
+    pub tear_after_kill: bool,
     /// The pipeline (batch sizes, limits, commit interval); its paths are
     /// set by [`run`](Self::run).
     pub pipeline: PipelineToml,
@@ -55,6 +60,7 @@ impl CrashLoop {
             seed,
             mode,
             inspect_after_kill: false,
+            tear_after_kill: false,
             pipeline: PipelineToml::new(Path::new("."), Vec::new()),
         }
     }
@@ -145,6 +151,10 @@ impl CrashLoop {
                     }
                     tally.store_loads += 1;
                 }
+                if self.tear_after_kill {
+                    tear(&pipeline)?;
+                    tally.torn_tails += 1;
+                }
                 continue;
             }
             if end.log.code != Some(0) {
@@ -191,6 +201,22 @@ fn faulty_binary() -> PathBuf {
     profile_dir()
         .0
         .join(format!("etl-faulty{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Leave half a record at the end of the output and a torn temporary
+/// file in the offset store.
+fn tear(pipeline: &PipelineToml) -> Result<(), String> {
+    use std::io::Write;
+    let torn = |e: std::io::Error| format!("cannot tear the output: {e}");
+    let mut out = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&pipeline.output)
+        .map_err(torn)?;
+    out.write_all(b"{\"id\":424242424,\"amou").map_err(torn)?;
+    std::fs::create_dir_all(&pipeline.store).map_err(torn)?;
+    std::fs::write(pipeline.store.join("offsets.tmp"), "etl-offsets 1\ngenera").map_err(torn)?;
+    Ok(())
 }
 
 /// Whether the file ends in a partial line.

@@ -39,8 +39,8 @@ pub struct Tally {
     pub bound_per_event: u64,
     /// Whether the sink is exactly-once (no duplicates allowed).
     pub exactly_once: bool,
-    /// Kills after which the output ended in a partial line (cut on
-    /// restart).
+    /// Kills after which the output ended in a partial line, found or
+    /// left there by the loop (the restart must cut it).
     pub torn_tails: u32,
     /// Times the offset store was loaded between a kill and the restart.
     pub store_loads: u32,
