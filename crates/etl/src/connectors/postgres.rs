@@ -2,7 +2,8 @@
 //! opened from its TOML table.
 //!
 //! The table deserializes into [`PostgresSinkConfig`] and is validated
-//! before connecting. Configuration problems are
+//! before connecting; without a `url` the URL comes from `DATABASE_URL`
+//! (the password from the URL, `password`, or `PGPASSWORD`). Configuration problems are
 //! [`PipelineError::Invalid`]; a failed connection is
 //! [`PipelineError::Connector`]. Neither message, nor any log line, holds
 //! the password: the crate's errors name the server as
@@ -16,6 +17,9 @@ use serde::Deserialize;
 
 use crate::PipelineError;
 
+/// Where the URL comes from when the sink's table has no `url`.
+const URL_ENV: &str = "DATABASE_URL";
+
 /// How long a start waits for a server that refuses connections (one being
 /// restarted, say) before giving up.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(30);
@@ -25,7 +29,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// Read a `type = "postgres"` table into the sink's configuration and check
-/// it, without connecting.
+/// it, without connecting. Without a `url`, the URL is `DATABASE_URL`'s.
 ///
 /// # Errors
 ///
@@ -34,10 +38,19 @@ pub(crate) fn postgres_config(
     table: &toml::Table,
     name: &str,
 ) -> Result<PostgresSinkConfig, PipelineError> {
+    let mut table = table.clone();
+    if !table.contains_key("url") {
+        let url = std::env::var(URL_ENV).map_err(|_| {
+            PipelineError::Invalid(format!(
+                "sink {name:?} (postgres): no `url`, and {URL_ENV} is not set in the environment"
+            ))
+        })?;
+        table.insert("url".to_owned(), toml::Value::String(url));
+    }
     let invalid = |message: String| {
         PipelineError::Invalid(format!(
             "sink {name:?} (postgres): {}",
-            redact(&message, table)
+            redact(&message, &table)
         ))
     };
     let config = PostgresSinkConfig::deserialize(toml::Value::Table(table.clone()))
