@@ -7,6 +7,7 @@
 mod cmd;
 mod kafka;
 mod postgres;
+mod soak;
 mod tidy;
 
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ Tasks:
   tidy             layer order of crate dependencies, module docs
   kafka [--port N] run the Kafka-compatible test broker in the foreground
   postgres         run a throwaway PostgreSQL server until Enter or Ctrl-C
+  soak --minutes N the end-to-end crash loop for N minutes, printing its tally
 ";
 
 /// Crates with loom models, built with `--cfg etl_loom`.
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Some("tidy") => tidy::run(&root()),
         Some("kafka") => kafka::run(&args[1..]),
         Some("postgres") => postgres::run_foreground(&args[1..]),
+        Some("soak") => soak::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{HELP}");
             Ok(())
