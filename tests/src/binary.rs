@@ -45,10 +45,10 @@ fn newest_source() -> Option<SystemTime> {
             for entry in entries.flatten() {
                 walk(&entry.path(), newest);
             }
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml") {
-            if let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified()) {
-                *newest = Some(newest.map_or(modified, |n| n.max(modified)));
-            }
+        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml")
+            && let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified())
+        {
+            *newest = Some(newest.map_or(modified, |n| n.max(modified)));
         }
     }
     let mut newest = None;
