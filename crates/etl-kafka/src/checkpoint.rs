@@ -28,12 +28,21 @@ impl OffsetStore for GroupOffsetStore {
 /// batches up to its `revoke_deadline` and commits their watermarks to the
 /// group before the callback returns. Revoking a partition the
 /// checkpointer does not track (never assigned, or already revoked by the
-/// source driver) does nothing.
+/// source driver) does nothing. Nor does revoking through a checkpointer
+/// that has stopped: a pipeline shuts its checkpointer down (with a final
+/// commit of every partition) before the source leaves the group, so the
+/// group's offsets are already where they belong.
 impl RevokeHandler for CheckpointHandle {
     fn revoke_blocking(
         &self,
         partitions: Vec<PartitionId>,
     ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
-        CheckpointHandle::revoke_blocking(self, partitions).map_err(Into::into)
+        match CheckpointHandle::revoke_blocking(self, partitions) {
+            Err(CheckpointError::Stopped) => {
+                tracing::debug!("revoke after the checkpointer's final commit: nothing to commit");
+                Ok(BTreeMap::new())
+            }
+            other => other.map_err(Into::into),
+        }
     }
 }

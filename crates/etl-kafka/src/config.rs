@@ -215,8 +215,10 @@ fn reject_owned(properties: &BTreeMap<String, String>, owned: &[&str]) -> Result
     }
 }
 
+/// Kafka's own default since 3.0: long enough for the default revoke
+/// deadline of a pipeline (10 s) to stay within two thirds of it.
 fn default_session_timeout_ms() -> u32 {
-    10_000
+    45_000
 }
 fn default_heartbeat_interval_ms() -> u32 {
     3_000
@@ -253,7 +255,7 @@ mod tests {
             rd.get("partition.assignment.strategy"),
             Some("cooperative-sticky")
         );
-        assert_eq!(c.max_revoke_deadline(), Duration::from_millis(6_666));
+        assert_eq!(c.max_revoke_deadline(), Duration::from_secs(30));
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! ```
 
 mod config;
+mod connectors;
 mod metrics;
 mod runtime;
 mod transform;

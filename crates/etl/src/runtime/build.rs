@@ -54,8 +54,7 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
         .on_failure(config.delivery.on_failure)
         .shutdown_timeout(config.checkpoint.shutdown_timeout);
 
-    builder = builder.offset_store(open_store(&config.checkpoint.store)?);
-    builder = with_source(builder, &config.source)?;
+    builder = with_source(builder, config)?;
     for sink in &config.sinks {
         builder = with_sink(builder, sink).await?;
     }
@@ -78,11 +77,13 @@ fn open_store(store: &StoreConfig) -> Result<Box<dyn OffsetStore>, PipelineError
     })
 }
 
+/// The source and, unless the source keeps offsets itself, the offset
+/// store.
 fn with_source(
     builder: PipelineBuilder,
-    source: &SourceConfig,
+    config: &Config,
 ) -> Result<PipelineBuilder, PipelineError> {
-    let source: Box<dyn Source> = match source {
+    let source: Box<dyn Source> = match &config.source {
         SourceConfig::File(f) => Box::new(FileSource::open(SrcFileConfig {
             name: SourceId::new(f.name.as_deref().unwrap_or("file")),
             inputs: f.paths.clone(),
@@ -108,13 +109,21 @@ fn with_source(
             rate: g.rate.map(|r| r as f64),
             seed: g.seed,
         })?),
+        // Offsets live in the consumer group: it is the offset store.
+        #[cfg(feature = "kafka")]
+        SourceConfig::Kafka(table) => {
+            return crate::connectors::kafka::with_source(builder, table, &config.checkpoint);
+        }
+        #[cfg(not(feature = "kafka"))]
         SourceConfig::Kafka(_) => {
             return Err(PipelineError::Invalid(
                 "this build of etl has no Kafka source".to_owned(),
             ));
         }
     };
-    Ok(builder.source(source))
+    Ok(builder
+        .offset_store(open_store(&config.checkpoint.store)?)
+        .source(source))
 }
 
 fn encoder(encoding: Encoding) -> Box<dyn Encoder> {
@@ -180,7 +189,15 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
         }
         SinkKind::Stdout(_) => Opened::Shared(Arc::new(StdoutSink::new())),
         SinkKind::Blackhole(_) => Opened::Shared(Arc::new(BlackholeSink::new())),
-        SinkKind::Kafka(_) | SinkKind::Postgres(_) => {
+        #[cfg(feature = "kafka")]
+        SinkKind::Kafka(table) => Opened::Shared(crate::connectors::kafka::open_sink(table, name)?),
+        #[cfg(not(feature = "kafka"))]
+        SinkKind::Kafka(_) => {
+            return Err(PipelineError::Invalid(format!(
+                "sink {name:?}: this build of etl has no such connector"
+            )));
+        }
+        SinkKind::Postgres(_) => {
             return Err(PipelineError::Invalid(format!(
                 "sink {name:?}: this build of etl has no such connector"
             )));
