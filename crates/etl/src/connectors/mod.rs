@@ -2,3 +2,7 @@
 
 #[cfg(feature = "kafka")]
 pub(crate) mod kafka;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+pub(crate) use postgres::open_postgres;

@@ -138,6 +138,8 @@ fn encoder(encoding: Encoding) -> Box<dyn Encoder> {
 enum Opened {
     Shared(Arc<dyn Sink>),
     ExactlyOnce(FileSink),
+    #[cfg(feature = "postgres")]
+    PostgresExactlyOnce(Box<etl_postgres::PostgresSink>),
 }
 
 impl Opened {
@@ -145,6 +147,8 @@ impl Opened {
         match self {
             Opened::Shared(s) => s,
             Opened::ExactlyOnce(f) => Arc::new(f),
+            #[cfg(feature = "postgres")]
+            Opened::PostgresExactlyOnce(p) => Arc::new(*p),
         }
     }
 }
@@ -197,6 +201,16 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
                 "sink {name:?}: this build of etl has no such connector"
             )));
         }
+        #[cfg(feature = "postgres")]
+        SinkKind::Postgres(table) => {
+            let sink = crate::connectors::open_postgres(table, name).await?;
+            if sink.config().exactly_once {
+                Opened::PostgresExactlyOnce(Box::new(sink))
+            } else {
+                Opened::Shared(Arc::new(sink))
+            }
+        }
+        #[cfg(not(feature = "postgres"))]
         SinkKind::Postgres(_) => {
             return Err(PipelineError::Invalid(format!(
                 "sink {name:?}: this build of etl has no such connector"
@@ -234,6 +248,11 @@ async fn with_sink(
     Ok(match open_sink(&config.kind, &config.name).await? {
         Opened::ExactlyOnce(file) => {
             let (driver, progress) = SinkDriver::exactly_once(file, encoder(encoding));
+            builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
+        }
+        #[cfg(feature = "postgres")]
+        Opened::PostgresExactlyOnce(sink) => {
+            let (driver, progress) = SinkDriver::exactly_once(*sink, encoder(encoding));
             builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
         }
         Opened::Shared(sink) => builder.sink(
