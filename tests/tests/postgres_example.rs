@@ -37,8 +37,14 @@ fn the_postgres_example_runs_and_a_second_run_adds_nothing() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["reason"].to_string())
         .collect();
     assert_eq!(reasons.len(), 2, "{dead}");
-    assert!(reasons.iter().any(|r| r.contains("timestamp")), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r.contains("numeric field overflow")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("timestamp")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("numeric field overflow")),
+        "{reasons:?}"
+    );
     let row = &query(
         &url,
         &format!("SELECT customer, total::text, sku, channel FROM \"{table}\" WHERE order_id = 0"),
