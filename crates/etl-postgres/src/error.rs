@@ -21,7 +21,7 @@ pub enum PostgresError {
         reason: String,
     },
     /// Connecting failed.
-    #[error("cannot connect to PostgreSQL at {target}: {source}")]
+    #[error("cannot connect to PostgreSQL at {target}: {}", describe(source))]
     Connect {
         /// `user@host:port/database`.
         target: String,
@@ -102,7 +102,22 @@ pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
             }
             text
         }
-        None => err.to_string(),
+        None => {
+            // The client's own text is terse ("error connecting to
+            // server"); the cause (connection refused, reset) is in the
+            // chain.
+            let mut text = err.to_string();
+            let mut cause = std::error::Error::source(err);
+            while let Some(c) = cause {
+                let shown = c.to_string();
+                if !text.ends_with(&shown) {
+                    text.push_str(": ");
+                    text.push_str(&shown);
+                }
+                cause = c.source();
+            }
+            text
+        }
     }
 }
 
