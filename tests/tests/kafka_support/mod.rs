@@ -1,0 +1,316 @@
+//! Support for the Kafka end-to-end suites: the test broker (the same
+//! code as `etl-kafka`'s tests), producing numbered records, `etl`
+//! processes that are members of one consumer group, and reading their
+//! file outputs by record id.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+#[path = "../../../crates/etl-kafka/tests/support/broker.rs"]
+mod broker;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+pub(crate) use broker::{TestBroker, unique};
+
+/// Every produced value is exactly this long, so output bytes count
+/// records.
+pub(crate) const LINE_BYTES: u64 = 40;
+
+/// The value of record `id`: `{"id":N,"pad":"..."}`, [`LINE_BYTES`] - 1
+/// bytes (the file sink adds the newline).
+pub(crate) fn value(id: u64) -> String {
+    let head = format!("{{\"id\":{id},\"pad\":\"");
+    let pad = (LINE_BYTES as usize - 1) - head.len() - 2;
+    format!("{head}{}\"}}", "x".repeat(pad))
+}
+
+/// Produce records `0..count` round-robin over `partitions` partitions of
+/// `topic`; returns each record's idempotency key as the Kafka source
+/// names it (`source/partition/offset`), by id.
+pub(crate) async fn produce(
+    broker: &TestBroker,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+    source: &str,
+) -> BTreeMap<u64, String> {
+    let producer: FutureProducer = broker
+        .config()
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "2000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()
+        .expect("producer");
+    let mut pending = Vec::with_capacity(count as usize);
+    for id in 0..count {
+        let payload = value(id);
+        let partition = i32::try_from(id % partitions as u64).expect("few partitions");
+        let delivery = producer
+            .send_result(
+                FutureRecord::<(), _>::to(topic)
+                    .payload(&payload)
+                    .partition(partition),
+            )
+            .map_err(|(e, _)| e)
+            .expect("enqueue");
+        pending.push((id, delivery));
+    }
+    let mut keys = BTreeMap::new();
+    for (id, delivery) in pending {
+        let d = delivery
+            .await
+            .expect("delivery report")
+            .map_err(|(e, _)| e)
+            .expect("delivered");
+        keys.insert(id, format!("{source}/{}/{}", d.partition, d.offset));
+    }
+    keys
+}
+
+/// Settings of a group member's pipeline.
+#[derive(Clone, Debug)]
+pub(crate) struct MemberConfig {
+    pub(crate) brokers: String,
+    pub(crate) group: String,
+    pub(crate) topic: String,
+    /// Records per poll batch.
+    pub(crate) max_batch_records: usize,
+    /// Poll batches in flight, in all.
+    pub(crate) max_in_flight_batches: u32,
+    pub(crate) commit_interval_ms: u64,
+    pub(crate) revoke_deadline_ms: u64,
+}
+
+impl MemberConfig {
+    pub(crate) fn new(broker: &TestBroker, group: &str, topic: &str) -> Self {
+        MemberConfig {
+            brokers: broker.addr().to_owned(),
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            max_batch_records: 500,
+            max_in_flight_batches: 8,
+            commit_interval_ms: 20,
+            revoke_deadline_ms: 3_000,
+        }
+    }
+
+    /// Records in flight at most: every batch in flight full.
+    pub(crate) fn in_flight_records(&self) -> u64 {
+        u64::from(self.max_in_flight_batches) * self.max_batch_records as u64
+    }
+
+    /// The most records one kill can write twice: those in flight when
+    /// the last commit was taken, and those opened with the credit handed
+    /// back before the next (commits follow every moved watermark within
+    /// `commit_interval`): twice the in-flight bound.
+    pub(crate) fn duplicate_bound_per_kill(&self) -> u64 {
+        2 * self.in_flight_records()
+    }
+
+    /// The pipeline: the group's topic into `sink`, a TOML `[[sinks]]`
+    /// body (without its header).
+    pub(crate) fn render(&self, sink: &str) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "[source]\ntype = \"kafka\"\nbrokers = {:?}\ngroup_id = {:?}\ntopics = [{:?}]\n\
+             session_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n\
+             max_batch_records = {}\nmax_buffered_records = {}\n\n\
+             [[sinks]]\nname = \"out\"\n{sink}\n\n\
+             [limits]\nmax_in_flight_batches = {}\nmax_in_flight_batches_per_partition = {}\n\n\
+             [checkpoint]\ncommit_interval = \"{}ms\"\nrevoke_deadline = \"{}ms\"\n\
+             shutdown_timeout = \"10s\"\nstore = {{ type = \"source\" }}\n",
+            self.brokers,
+            self.group,
+            self.topic,
+            self.max_batch_records,
+            4 * self.max_batch_records,
+            self.max_in_flight_batches,
+            self.max_in_flight_batches,
+            self.commit_interval_ms,
+            self.revoke_deadline_ms,
+        );
+        s
+    }
+}
+
+/// One `etl run` process of the group, restarted under the same name with
+/// a fresh output file (and log) per run.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) name: String,
+    dir: PathBuf,
+    config: MemberConfig,
+    child: Option<Child>,
+    pub(crate) runs: u32,
+}
+
+impl Member {
+    pub(crate) fn new(name: &str, dir: &Path, config: &MemberConfig) -> Self {
+        Member {
+            name: name.to_owned(),
+            dir: dir.to_path_buf(),
+            config: config.clone(),
+            child: None,
+            runs: 0,
+        }
+    }
+
+    /// Start a run writing to its own file sink.
+    pub(crate) fn start(&mut self) {
+        let output = self.dir.join(format!("{}-run{}.ndjson", self.name, self.runs + 1));
+        let sink = format!("type = \"file\"\npath = {:?}", output.display().to_string());
+        self.start_with(&sink);
+    }
+
+    /// Start a run with this `[[sinks]]` body.
+    pub(crate) fn start_with(&mut self, sink: &str) {
+        assert!(self.child.is_none(), "{} is running", self.name);
+        self.runs += 1;
+        let base = self.dir.join(format!("{}-run{}", self.name, self.runs));
+        let config = base.with_extension("toml");
+        std::fs::write(&config, self.config.render(sink)).expect("write config");
+        let log = std::fs::File::create(base.with_extension("log")).expect("log file");
+        let child = Command::new(etl_tests::etl_binary())
+            .args(["--log-format", "json", "run"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start etl");
+        self.child = Some(child);
+    }
+
+    pub(crate) fn running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => c.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+
+    /// SIGKILL: no handler runs, nothing is drained or committed.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait for the graceful stop; fails the test after a
+    /// generous guard.
+    pub(crate) fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success(), "kill -TERM {}", child.id());
+        let guard = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > guard {
+                let _ = child.kill();
+                panic!("{} did not stop within 30 s of SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The log of run `run` (1-based).
+    pub(crate) fn log(&self, run: u32) -> String {
+        let path = self.dir.join(format!("{}-run{run}.log", self.name));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Bytes in the `.ndjson` files of `dir`: with [`LINE_BYTES`]-long lines,
+/// a count of written records (duplicates included).
+pub(crate) fn output_bytes(dir: &Path) -> u64 {
+    ndjson_files(dir)
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn ndjson_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "ndjson"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Lines of every `.ndjson` file of `dir`, counted by record id. A last
+/// line without its newline (a run killed in the middle of a write; that
+/// batch was never acknowledged) is left out; any other line that is not
+/// a record fails the test.
+pub(crate) fn read_ids(dir: &Path) -> BTreeMap<u64, u32> {
+    let mut ids = BTreeMap::new();
+    for path in ndjson_files(dir) {
+        let bytes = std::fs::read(&path).expect("read output");
+        let complete = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(i) => &bytes[..=i],
+            None => &[][..],
+        };
+        for line in complete.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
+                panic!(
+                    "{}: not a record ({e}): {}",
+                    path.display(),
+                    String::from_utf8_lossy(line)
+                )
+            });
+            let id = v["id"].as_u64().expect("record with an id");
+            *ids.entry(id).or_insert(0) += 1;
+        }
+    }
+    ids
+}
+
+/// Lost records and duplicates, by id, of records `0..count`.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) lines: u64,
+    pub(crate) distinct: u64,
+    pub(crate) missing: Vec<u64>,
+    pub(crate) unexpected: u64,
+    pub(crate) duplicates: u64,
+}
+
+pub(crate) fn count(ids: &BTreeMap<u64, u32>, count: u64) -> Counts {
+    let mut c = Counts::default();
+    for (id, n) in ids {
+        c.lines += u64::from(*n);
+        if *id < count {
+            c.distinct += 1;
+            c.duplicates += u64::from(n - 1);
+        } else {
+            c.unexpected += u64::from(*n);
+        }
+    }
+    c.missing = (0..count).filter(|id| !ids.contains_key(id)).collect();
+    c
+}
