@@ -15,13 +15,15 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use kafka_support::{LINE_BYTES, Member, MemberConfig, TestBroker, count, output_bytes, read_ids, unique};
+use kafka_support::{
+    LINE_BYTES, Member, MemberConfig, TestBroker, count, output_bytes, read_ids, unique,
+};
 
 const RECORDS: u64 = 200_000;
 const PARTITIONS: i32 = 4;
 const MEMBERS: usize = 3;
 const KILLS: usize = 3;
-const SEED: u64 = 0x6b61_666b_61;
+const SEED: u64 = 0x006b_6166_6b61;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_members_killed_under_load_lose_nothing() {

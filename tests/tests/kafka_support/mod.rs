@@ -40,16 +40,32 @@ pub(crate) async fn produce(
     count: u64,
     source: &str,
 ) -> BTreeMap<u64, String> {
-    let producer: FutureProducer = broker
+    produce_range(&producer(broker), topic, partitions, 0..count, source).await
+}
+
+/// A producer for [`produce_range`], batching generously.
+pub(crate) fn producer(broker: &TestBroker) -> FutureProducer {
+    broker
         .config()
         .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "2000000")
         .set("queue.buffering.max.kbytes", "1048576")
         .create()
-        .expect("producer");
-    let mut pending = Vec::with_capacity(count as usize);
-    for id in 0..count {
+        .expect("producer")
+}
+
+/// Produce records `ids` as [`produce`] does, waiting for every delivery
+/// report.
+pub(crate) async fn produce_range(
+    producer: &FutureProducer,
+    topic: &str,
+    partitions: i32,
+    ids: std::ops::Range<u64>,
+    source: &str,
+) -> BTreeMap<u64, String> {
+    let mut pending = Vec::with_capacity(usize::try_from(ids.end - ids.start).unwrap_or(0));
+    for id in ids {
         let payload = value(id);
         let partition = i32::try_from(id % partitions as u64).expect("few partitions");
         let delivery = producer
@@ -163,9 +179,21 @@ impl Member {
         }
     }
 
+    /// Records written by every run so far (see [`LINE_BYTES`]).
+    pub(crate) fn written(&self) -> u64 {
+        (1..=self.runs)
+            .filter_map(|r| std::fs::metadata(self.output(r)).ok())
+            .map(|m| m.len() / LINE_BYTES)
+            .sum()
+    }
+
+    fn output(&self, run: u32) -> PathBuf {
+        self.dir.join(format!("{}-run{run}.ndjson", self.name))
+    }
+
     /// Start a run writing to its own file sink.
     pub(crate) fn start(&mut self) {
-        let output = self.dir.join(format!("{}-run{}.ndjson", self.name, self.runs + 1));
+        let output = self.output(self.runs + 1);
         let sink = format!("type = \"file\"\npath = {:?}", output.display().to_string());
         self.start_with(&sink);
     }
