@@ -91,7 +91,9 @@ pub(crate) async fn open_postgres(
 
 fn connector_error(name: &str, e: PostgresError) -> PipelineError {
     let message = match &e {
-        PostgresError::Config { .. } => return PipelineError::Invalid(format!("sink {name:?}: {e}")),
+        PostgresError::Config { .. } => {
+            return PipelineError::Invalid(format!("sink {name:?}: {e}"));
+        }
         _ => format!("sink {name:?}: {e}"),
     };
     PipelineError::Connector(message.into())
@@ -198,7 +200,10 @@ mod tests {
 
     #[test]
     fn finds_passwords_in_both_url_forms() {
-        assert_eq!(url_password("postgres://u:pw@h:1/db").as_deref(), Some("pw"));
+        assert_eq!(
+            url_password("postgres://u:pw@h:1/db").as_deref(),
+            Some("pw")
+        );
         assert_eq!(url_password("postgres://u@h/db"), None);
         assert_eq!(
             url_password("host=h password=pw user=u").as_deref(),
