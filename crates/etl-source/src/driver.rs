@@ -139,6 +139,8 @@ impl SourceDriver {
     /// under [`PoisonPolicy::Halt`].
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<DriverExit, SourceError> {
         let mut ended = false;
+        // Whether the watermarks were refreshed since the source ended.
+        let mut refreshed = false;
         let mut commit_tick = self.config.source_commit_interval.map(|every| {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -163,10 +165,24 @@ impl SourceDriver {
                 Wake::Replay(req) => {
                     self.replay(req).await?;
                     ended = false;
+                    refreshed = false;
                 }
                 Wake::Timer => {
                     if self.all_resolved() {
                         return Ok(DriverExit::Ended);
+                    }
+                    // Nothing in flight means the checkpointer has handled
+                    // every resolution, but it publishes watermarks only a
+                    // few times a second (and not while it sleeps until its
+                    // next commit). A control message makes them current:
+                    // without it a bounded run ends up to a commit interval
+                    // late.
+                    if !refreshed && self.budget.in_flight().batches == 0 && self.replays.is_empty()
+                    {
+                        refreshed = true;
+                        if self.checkpoint.commit().await.is_ok() && self.all_resolved() {
+                            return Ok(DriverExit::Ended);
+                        }
                     }
                 }
                 Wake::Commit => {

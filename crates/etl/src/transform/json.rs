@@ -6,6 +6,7 @@ use std::cmp::Ordering;
 use etl_record::Record;
 use serde_json::{Map, Value};
 
+use super::json_fast::{Fast, FastStage};
 use super::{Outcome, Transform};
 use crate::config::CompareOp;
 
@@ -64,6 +65,8 @@ pub struct JsonStage {
     name: String,
     ops: Vec<JsonOp>,
     mutates: bool,
+    /// Steps on top-level fields run without a document tree.
+    pub(super) fast: Option<FastStage>,
 }
 
 impl JsonStage {
@@ -73,6 +76,7 @@ impl JsonStage {
         let mutates = ops.iter().any(JsonOp::mutates);
         JsonStage {
             name: name.into(),
+            fast: FastStage::new(&ops),
             ops,
             mutates,
         }
@@ -85,6 +89,26 @@ impl Transform for JsonStage {
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
+        if let Some(fast) = &mut self.fast {
+            match fast.apply(&record.value) {
+                Fast::Keep(None) => return Outcome::Keep(record),
+                Fast::Keep(Some(value)) => {
+                    record.value = value.into();
+                    return Outcome::Keep(record);
+                }
+                Fast::Filtered => return Outcome::Filtered,
+                // The tree path below says what is wrong with it.
+                Fast::Fallback => {}
+            }
+        }
+        self.apply_tree(record)
+    }
+}
+
+impl JsonStage {
+    /// The general path: parse into a document tree, run the steps,
+    /// serialize.
+    fn apply_tree(&mut self, mut record: Record) -> Outcome {
         let mut doc: Map<String, Value> = match serde_json::from_slice(&record.value) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
@@ -168,7 +192,7 @@ fn remove(doc: &mut Map<String, Value>, path: &[String]) -> Option<Value> {
     map.remove(last)
 }
 
-fn compare(field: Option<&Value>, op: CompareOp, constant: &Value) -> bool {
+pub(super) fn compare(field: Option<&Value>, op: CompareOp, constant: &Value) -> bool {
     if op == CompareOp::Exists {
         return field.is_some();
     }

@@ -8,6 +8,7 @@
 mod chain;
 mod closures;
 mod json;
+mod json_fast;
 
 pub use chain::{ChainOutput, TransformChain};
 pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};

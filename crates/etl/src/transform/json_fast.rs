@@ -1,0 +1,546 @@
+//! The fast path of the fused JSON steps, for steps on top-level fields:
+//! no document tree. Keys and re-serialized values go into buffers reused
+//! from record to record; the only allocation per kept record is its new
+//! value.
+//!
+//! Invariant: the output is byte for byte what the tree path writes (keys
+//! in `serde_json::Map` order, which is sorted without `preserve_order`,
+//! the last of duplicate keys winning, values re-serialized by
+//! serde_json), and filters compare the same parsed values. Anything the
+//! fast path does not handle (invalid JSON, a non-object) is left to the
+//! tree path, so error messages do not change either.
+
+use std::fmt;
+use std::ops::Range;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+use super::json::{JsonOp, compare};
+use crate::config::CompareOp;
+
+/// One step on a top-level field.
+#[derive(Debug)]
+enum FastOp {
+    Filter {
+        field: String,
+        op: CompareOp,
+        value: Value,
+    },
+    Add {
+        field: String,
+        /// The constant, serialized once.
+        json: Vec<u8>,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Drop {
+        field: String,
+    },
+}
+
+/// What the fast path made of a record.
+#[derive(Debug, PartialEq)]
+pub(super) enum Fast {
+    /// Keep it: with a new value, or unchanged (`None`).
+    Keep(Option<Vec<u8>>),
+    /// A filter dropped it.
+    Filtered,
+    /// Not handled here (not a JSON object, invalid JSON): use the tree.
+    Fallback,
+}
+
+/// A field of the record being processed: ranges into [`Scratch`].
+#[derive(Debug, Clone)]
+struct Entry {
+    key: Range<usize>,
+    value: Range<usize>,
+    /// The parsed number, when the value is one, so filters compare what
+    /// the parser read rather than a re-parse of its serialization.
+    number: Option<Number>,
+}
+
+#[derive(Debug, Default)]
+struct Scratch {
+    keys: String,
+    values: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+/// The fused steps, run without a document tree.
+#[derive(Debug)]
+pub(super) struct FastStage {
+    ops: Vec<FastOp>,
+    mutates: bool,
+    scratch: Scratch,
+}
+
+impl FastStage {
+    /// The fast path for `ops`, if every step is on a top-level field and
+    /// this build's `serde_json::Map` keeps keys sorted.
+    pub(super) fn new(ops: &[JsonOp]) -> Option<Self> {
+        if !map_is_sorted() {
+            return None;
+        }
+        let one = |path: &[String]| match path {
+            [field] => Some(field.clone()),
+            _ => None,
+        };
+        let ops = ops
+            .iter()
+            .map(|op| {
+                Some(match op {
+                    JsonOp::Filter { path, op, value } => FastOp::Filter {
+                        field: one(path)?,
+                        op: *op,
+                        value: value.clone(),
+                    },
+                    JsonOp::Add { path, value } => FastOp::Add {
+                        field: one(path)?,
+                        json: serde_json::to_vec(value).ok()?,
+                    },
+                    JsonOp::Rename { from, to } => FastOp::Rename {
+                        from: one(from)?,
+                        to: one(to)?,
+                    },
+                    JsonOp::Drop { path } => FastOp::Drop { field: one(path)? },
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let mutates = ops.iter().any(|op| !matches!(op, FastOp::Filter { .. }));
+        Some(FastStage {
+            ops,
+            mutates,
+            scratch: Scratch::default(),
+        })
+    }
+
+    /// Run the steps on one JSON value.
+    pub(super) fn apply(&mut self, input: &[u8]) -> Fast {
+        let s = &mut self.scratch;
+        s.keys.clear();
+        s.values.clear();
+        s.entries.clear();
+        let mut de = serde_json::Deserializer::from_slice(input);
+        if de.deserialize_map(TopLevel(s)).is_err() || de.end().is_err() {
+            return Fast::Fallback;
+        }
+        for op in &self.ops {
+            match op {
+                FastOp::Filter { field, op, value } => {
+                    let found = s.find(field).map(|i| s.value_of(i));
+                    if !compare(found.as_ref(), *op, value) {
+                        return Fast::Filtered;
+                    }
+                }
+                FastOp::Add { field, json } => {
+                    let value = s.values.len()..s.values.len() + json.len();
+                    s.values.extend_from_slice(json);
+                    s.push_key(field, value, None);
+                }
+                FastOp::Rename { from, to } => {
+                    if let Some(i) = s.find(from) {
+                        let moved = s.entries[i].clone();
+                        s.remove(from);
+                        s.push_key(to, moved.value, moved.number);
+                    }
+                }
+                FastOp::Drop { field } => s.remove(field),
+            }
+        }
+        if !self.mutates {
+            return Fast::Keep(None);
+        }
+        Fast::Keep(Some(s.write()))
+    }
+}
+
+impl Scratch {
+    /// The index of the field's live entry (the last of duplicates).
+    fn find(&self, field: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .rposition(|e| &self.keys[e.key.clone()] == field)
+    }
+
+    fn remove(&mut self, field: &str) {
+        let keys = &self.keys;
+        self.entries.retain(|e| &keys[e.key.clone()] != field);
+    }
+
+    fn push_key(&mut self, field: &str, value: Range<usize>, number: Option<Number>) {
+        let start = self.keys.len();
+        self.keys.push_str(field);
+        self.entries.push(Entry {
+            key: start..self.keys.len(),
+            value,
+            number,
+        });
+    }
+
+    /// The entry's value as the tree path would hold it.
+    fn value_of(&self, i: usize) -> Value {
+        let e = &self.entries[i];
+        match &e.number {
+            Some(n) => Value::Number(n.clone()),
+            // Strings, booleans and null re-parse to exactly what was read.
+            None => serde_json::from_slice(&self.values[e.value.clone()]).unwrap_or(Value::Null),
+        }
+    }
+
+    /// The object, keys sorted, the last of duplicates winning.
+    fn write(&mut self) -> Vec<u8> {
+        let keys = &self.keys;
+        // Stable: among equal keys the last pushed stays last.
+        self.entries
+            .sort_by(|a, b| keys[a.key.clone()].cmp(&keys[b.key.clone()]));
+        let mut out =
+            Vec::with_capacity(self.keys.len() + self.values.len() + 4 * self.entries.len() + 2);
+        out.push(b'{');
+        let mut first = true;
+        for (i, e) in self.entries.iter().enumerate() {
+            let key = &keys[e.key.clone()];
+            if self
+                .entries
+                .get(i + 1)
+                .is_some_and(|next| &keys[next.key.clone()] == key)
+            {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            // Writing a string to a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut out, key);
+            out.push(b':');
+            out.extend_from_slice(&self.values[e.value.clone()]);
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// `serde_json::Map` is a `BTreeMap` unless a crate in the build enables
+/// `preserve_order`; the fast path writes sorted keys, so it checks.
+fn map_is_sorted() -> bool {
+    serde_json::from_str::<Map<String, Value>>(r#"{"b":0,"a":0}"#)
+        .ok()
+        .and_then(|m| m.keys().next().map(|k| k == "a"))
+        .unwrap_or(false)
+}
+
+/// Reads the top-level object into the scratch buffers.
+struct TopLevel<'a>(&'a mut Scratch);
+
+impl<'de> Visitor<'de> for TopLevel<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let s = self.0;
+        loop {
+            let start = s.keys.len();
+            if map.next_key_seed(Key(&mut s.keys))?.is_none() {
+                return Ok(());
+            }
+            let key = start..s.keys.len();
+            let from = s.values.len();
+            let number = map.next_value_seed(Canonical(&mut s.values))?;
+            s.entries.push(Entry {
+                key,
+                value: from..s.values.len(),
+                number,
+            });
+        }
+    }
+}
+
+/// Appends a key's (unescaped) text.
+struct Key<'a>(&'a mut String);
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Key<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        self.0.push_str(v);
+        Ok(())
+    }
+}
+
+/// Appends a value's serialization as `serde_json::Value` would write it;
+/// returns the number when the value is one.
+struct Canonical<'a>(&'a mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for Canonical<'_> {
+    type Value = Option<Number>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl Canonical<'_> {
+    fn number(self, n: Number) -> Option<Number> {
+        // Writing a number to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *self.0, &n);
+        Some(n)
+    }
+}
+
+impl<'de> Visitor<'de> for Canonical<'_> {
+    type Value = Option<Number>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        self.0.extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(self.number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(self.number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        // As `Value` does: a non-finite float (never parsed from JSON) is
+        // null.
+        match Number::from_f64(v) {
+            Some(n) => Ok(self.number(n)),
+            None => {
+                self.0.extend_from_slice(b"null");
+                Ok(None)
+            }
+        }
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        // Writing a string to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *self.0, v);
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        self.0.extend_from_slice(b"null");
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let out = self.0;
+        out.push(b'[');
+        let mut first = true;
+        loop {
+            let mark = out.len();
+            if !first {
+                out.push(b',');
+            }
+            if seq.next_element_seed(Canonical(&mut *out))?.is_none() {
+                out.truncate(mark);
+                break;
+            }
+            first = false;
+        }
+        out.push(b']');
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        // Nested objects are rare on this path: build them as the tree
+        // path does, so key order and duplicates match.
+        let mut object = Map::new();
+        while let Some((k, v)) = map.next_entry::<String, Value>()? {
+            object.insert(k, v);
+        }
+        let _ = serde_json::to_writer(&mut *self.0, &object);
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use etl_record::{Position, Record};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::transform::{JsonStage, Outcome, Transform};
+
+    fn ops() -> Vec<JsonOp> {
+        vec![
+            JsonOp::Filter {
+                path: JsonOp::path("amount"),
+                op: CompareOp::Ge,
+                value: Value::from(10),
+            },
+            JsonOp::Add {
+                path: JsonOp::path("tag"),
+                value: serde_json::json!({"z": 1, "a": [true, null]}),
+            },
+            JsonOp::Rename {
+                from: JsonOp::path("user"),
+                to: JsonOp::path("customer"),
+            },
+            JsonOp::Drop {
+                path: JsonOp::path("gone"),
+            },
+        ]
+    }
+
+    /// What the tree path makes of `input`.
+    fn tree(ops: &[JsonOp], input: &str) -> Fast {
+        let mut stage = JsonStage::new("json", ops.to_vec());
+        stage.fast = None;
+        match stage.apply(Record::new(Position::default(), input.to_owned())) {
+            Outcome::Keep(r) => Fast::Keep(Some(r.value.to_vec())),
+            Outcome::Filtered => Fast::Filtered,
+            _ => Fast::Fallback,
+        }
+    }
+
+    /// What the fast path makes of `input` ("unchanged" spelled out).
+    fn fast(ops: &[JsonOp], input: &str) -> Fast {
+        match FastStage::new(ops)
+            .expect("top-level steps take the fast path")
+            .apply(input.as_bytes())
+        {
+            Fast::Keep(None) => Fast::Keep(Some(input.as_bytes().to_vec())),
+            other => other,
+        }
+    }
+
+    #[test]
+    fn writes_what_the_tree_path_writes() {
+        for input in [
+            r#"{"user":"u1","amount":12.50,"gone":1,"b":[1, 2.0e1,"\u00e9\n"],"a":{"y":1,"x":2}}"#,
+            r#"{"amount":1e3,"amount":3}"#,
+            r#"{"amount":10,"customer":"old","user":"new","tag":0}"#,
+            r#" { "amount" : 18446744073709551616 } "#,
+            r#"{"amount":-5}"#,
+            r#"{"k\"ey":true,"amount":99}"#,
+            r#"{}"#,
+        ] {
+            assert_eq!(fast(&ops(), input), tree(&ops(), input), "{input}");
+        }
+    }
+
+    #[test]
+    fn leaves_errors_and_non_objects_to_the_tree_path() {
+        for input in ["not json", "[1]", r#"{"a":1} x"#, r#"{"a":}"#, ""] {
+            assert_eq!(fast(&ops(), input), Fast::Fallback, "{input}");
+        }
+    }
+
+    #[test]
+    fn nested_paths_take_the_tree_path() {
+        let ops = vec![JsonOp::Drop {
+            path: JsonOp::path("a.b"),
+        }];
+        assert!(FastStage::new(&ops).is_none());
+    }
+
+    #[test]
+    fn filters_alone_keep_the_bytes() {
+        let ops = vec![JsonOp::Filter {
+            path: JsonOp::path("a"),
+            op: CompareOp::Exists,
+            value: Value::Null,
+        }];
+        let mut stage = FastStage::new(&ops).expect("fast path");
+        assert_eq!(stage.apply(br#"{ "a" : 1 }"#), Fast::Keep(None));
+        assert_eq!(stage.apply(br#"{"b":1}"#), Fast::Filtered);
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-c\"\\\\\u{e9}\n ]{0,4}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                prop::collection::btree_map("[a-c]", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn op() -> impl Strategy<Value = JsonOp> {
+        let field = "[a-d]";
+        let cmp = prop_oneof![
+            Just(CompareOp::Eq),
+            Just(CompareOp::Ne),
+            Just(CompareOp::Lt),
+            Just(CompareOp::Ge),
+            Just(CompareOp::Exists),
+        ];
+        prop_oneof![
+            (field, cmp, json_value()).prop_map(|(f, op, value)| JsonOp::Filter {
+                path: JsonOp::path(&f),
+                op,
+                value,
+            }),
+            (field, json_value()).prop_map(|(f, value)| JsonOp::Add {
+                path: JsonOp::path(&f),
+                value,
+            }),
+            (field, field).prop_map(|(a, b)| JsonOp::Rename {
+                from: JsonOp::path(&a),
+                to: JsonOp::path(&b),
+            }),
+            field.prop_map(|f| JsonOp::Drop {
+                path: JsonOp::path(&f),
+            }),
+        ]
+    }
+
+    /// An object as text, with duplicate keys and spacing the tree path
+    /// normalizes away.
+    fn object_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(("[a-d]", json_value(), any::<bool>()), 0..6).prop_map(|fields| {
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v, spaced)| {
+                    let sep = if *spaced { " : " } else { ":" };
+                    format!("{}{sep}{}", Value::from(k.as_str()), v)
+                })
+                .collect();
+            format!("{{{}}}", body.join(", "))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn prop_fast_path_matches_tree_path(
+            ops in prop::collection::vec(op(), 1..5),
+            input in object_text(),
+        ) {
+            prop_assert_eq!(fast(&ops, &input), tree(&ops, &input));
+        }
+    }
+}
