@@ -4,6 +4,7 @@
 //! failure. `cargo xtask ci` is what CI runs; each of its steps also runs
 //! on its own. See `cargo xtask help`.
 
+mod bench;
 mod cmd;
 mod kafka;
 mod postgres;
@@ -26,6 +27,8 @@ Tasks:
   loom             loom models (--cfg etl_loom, release, own target dir)
   prop [--cases N] property tests with N cases each (default 1024)
   tidy             layer order of crate dependencies, module docs
+  bench [--full]   performance budgets against same-run baselines, one table
+                   (not part of ci; --full: memory run at 1M and 10M records)
   kafka [--port N] run the Kafka-compatible test broker in the foreground
   postgres         run a throwaway PostgreSQL server until Enter or Ctrl-C
   soak --minutes N the end-to-end crash loop for N minutes, printing its tally
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Some("loom") => loom(),
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
         Some("tidy") => tidy::run(&root()),
+        Some("bench") => bench::run(&args[1..]),
         Some("kafka") => kafka::run(&args[1..]),
         Some("postgres") => postgres::run_foreground(&args[1..]),
         Some("soak") => soak::run(&args[1..]),

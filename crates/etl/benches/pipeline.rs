@@ -1,0 +1,221 @@
+//! Whole-pipeline measurements in one process, printed as `RESULT` lines
+//! for `cargo xtask bench` (which runs this binary directly, so its own
+//! peak memory is what `VmHWM` reports).
+//!
+//! * `ack [--records N] [--rounds R]`: generator -> JSON transform ->
+//!   blackhole, with acknowledgements (the real [`Pipeline`]: source
+//!   driver, checkpointer, sink driver) and without (the same source,
+//!   transforms, encoder and sink in the same three tasks, but no handles,
+//!   no tracking, no in-flight budget). Rounds alternate; the best of each
+//!   is reported.
+//! * `rate [--records N]`: records per second of the acknowledged pipeline
+//!   into a blackhole (the source side's speed, to size a slow sink).
+//! * `memory --records N --sink-rate R`: the acknowledged pipeline into
+//!   a sink that writes at most `R` records per second
+//!   ([`etl_sink::testing::Slow`]); reports peak RSS.
+//!
+//! Run by hand with `cargo bench -p etl --bench pipeline -- ack`.
+
+// A bench binary: failures end the run with a message, like a test.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use etl::{CompareOp, JsonOp, JsonStage, Pipeline, TransformChain};
+use etl_checkpoint::{CheckpointConfig, InFlightLimits};
+use etl_record::{Record, SourceId};
+use etl_sink::testing::Slow;
+use etl_sink::{BlackholeSink, DriverConfig, EncodedBatch, NdjsonEncoder, Sink, SinkDriver};
+use etl_source::{GeneratorConfig, GeneratorSource, Source, SourceEvent};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Records per source poll, as a configuration file's default.
+const POLL_RECORDS: usize = 4096;
+/// Records per sink write, as the sink driver's default.
+const SINK_RECORDS: usize = 8192;
+
+fn main() {
+    // `cargo bench` passes `--bench`; flags of our own come in pairs.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let flag = |name: &str, default: u64| -> u64 {
+        args.windows(2)
+            .find(|w| w[0] == name)
+            .and_then(|w| w[1].parse().ok())
+            .unwrap_or(default)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match args.first().map(String::as_str) {
+        Some("ack") | None => {
+            let records = flag("--records", 2_000_000);
+            let rounds = flag("--rounds", 3).max(1);
+            let (mut on, mut off) = (0f64, 0f64);
+            for _ in 0..rounds {
+                off = off.max(runtime.block_on(acks_off(records)));
+                on = on.max(runtime.block_on(acks_on(records, None)));
+            }
+            println!("RESULT ack_on_rps={on:.0} ack_off_rps={off:.0}");
+        }
+        Some("rate") => {
+            let records = flag("--records", 1_000_000);
+            let rate = runtime.block_on(acks_on(records, None));
+            println!("RESULT rate_rps={rate:.0}");
+        }
+        Some("memory") => {
+            let records = flag("--records", 1_000_000);
+            let sink_rate = flag("--sink-rate", 10_000).max(1);
+            let rate = runtime.block_on(acks_on(records, Some(sink_rate)));
+            println!(
+                "RESULT records={records} rps={rate:.0} peak_rss_kib={}",
+                peak_rss_kib()
+            );
+        }
+        Some(other) => {
+            eprintln!("unknown mode {other:?}: ack | rate | memory");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn generator(records: u64) -> GeneratorSource {
+    GeneratorSource::new(GeneratorConfig {
+        name: SourceId::new("bench"),
+        partitions: 1,
+        records_per_partition: Some(records),
+        batch_records: POLL_RECORDS,
+        rate: None,
+        seed: 1,
+    })
+    .unwrap()
+}
+
+/// Drop about 10% (amounts are uniform below 1000), add a field.
+fn transforms() -> TransformChain {
+    let mut chain = TransformChain::new();
+    chain.push(Box::new(JsonStage::new(
+        "json",
+        vec![
+            JsonOp::Filter {
+                path: JsonOp::path("amount"),
+                op: CompareOp::Ge,
+                value: serde_json::json!(100),
+            },
+            JsonOp::Add {
+                path: JsonOp::path("pipeline"),
+                value: serde_json::json!("bench"),
+            },
+        ],
+    )));
+    chain
+}
+
+/// The real pipeline; with `sink_rate`, the sink waits so that it writes
+/// at most that many records per second.
+async fn acks_on(records: u64, sink_rate: Option<u64>) -> f64 {
+    let sink: Box<dyn Sink> = match sink_rate {
+        None => Box::new(BlackholeSink::new()),
+        Some(rate) => {
+            let per_write = Duration::from_secs_f64(SINK_RECORDS as f64 / rate as f64);
+            Box::new(Slow::new(BlackholeSink::new(), per_write))
+        }
+    };
+    let driver = SinkDriver::new(sink, NdjsonEncoder::new()).config(DriverConfig {
+        max_records: SINK_RECORDS,
+        ..DriverConfig::default()
+    });
+    let pipeline = Pipeline::builder()
+        .source(generator(records))
+        .transforms(transforms())
+        .sink("out", driver)
+        .checkpoint(CheckpointConfig {
+            limits: InFlightLimits::default(),
+            ..CheckpointConfig::default()
+        })
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let summary = pipeline.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(summary.read, records);
+    records as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The same source, transforms, encoder and sink on three tasks joined by
+/// bounded channels, without acknowledgement handles.
+async fn acks_off(records: u64) -> f64 {
+    let started = Instant::now();
+    let (poll_tx, mut poll_rx) = mpsc::channel::<Vec<Record>>(16);
+    let (kept_tx, mut kept_rx) = mpsc::channel::<Vec<Record>>(16);
+    let source = tokio::spawn(async move {
+        let mut source = generator(records);
+        loop {
+            match source.next().await.unwrap() {
+                SourceEvent::Batch(batch) => {
+                    if poll_tx.send(batch.records).await.is_err() {
+                        return;
+                    }
+                }
+                SourceEvent::End => return,
+                SourceEvent::Assigned(_) | SourceEvent::Revoked(_) | SourceEvent::Idle => {}
+            }
+        }
+    });
+    let stage = tokio::spawn(async move {
+        let mut chain = transforms();
+        let mut out = etl::ChainOutput::default();
+        let mut read = 0u64;
+        while let Some(batch) = poll_rx.recv().await {
+            read += batch.len() as u64;
+            out.clear();
+            chain.apply(batch, &mut out);
+            if kept_tx.send(std::mem::take(&mut out.kept)).await.is_err() {
+                break;
+            }
+        }
+        read
+    });
+    let sink = tokio::spawn(async move {
+        let sink = BlackholeSink::new();
+        let encoder = NdjsonEncoder::new();
+        let mut pending: Vec<Record> = Vec::with_capacity(SINK_RECORDS);
+        loop {
+            let next = kept_rx.recv().await;
+            let done = next.is_none();
+            if let Some(batch) = next {
+                pending.extend(batch);
+            }
+            if pending.len() >= SINK_RECORDS || (done && !pending.is_empty()) {
+                let (encoded, refused) =
+                    EncodedBatch::encode(std::mem::take(&mut pending), &encoder);
+                assert!(refused.is_empty());
+                sink.write(&encoded).await.unwrap();
+            }
+            if done {
+                return sink.records();
+            }
+        }
+    });
+    source.await.unwrap();
+    let read = stage.await.unwrap();
+    let written = sink.await.unwrap();
+    assert_eq!(read, records);
+    assert!(written > 0);
+    records as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Peak resident set size of this process, in KiB (0 where unknown).
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,537 @@
+//! `cargo xtask bench`: the performance budgets, each measured against a
+//! baseline in the same run, printed as one table.
+//!
+//! Whole-pipeline figures run the release `etl` binary (peak RSS from
+//! `/usr/bin/time -v`, or `VmHWM` polled from `/proc` without it) or the
+//! `pipeline` bench harness of the `etl` crate; the checkpointer figure is
+//! a criterion bench of `etl-checkpoint`. Nothing here asserts a timing:
+//! the table says whether each budget was met. `docs/benchmarks.md`
+//! records the results.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Result;
+use crate::cmd::{Cmd, root};
+
+/// Records in the file-to-file input.
+const FILE_RECORDS: u64 = 2_000_000;
+/// Records per run of the acknowledgement comparison.
+const ACK_RECORDS: u64 = 2_000_000;
+/// How much slower than the source the memory run's sink is.
+const SLOW_FACTOR: u64 = 100;
+
+/// One row of the table.
+struct Row {
+    name: String,
+    figure: String,
+    baseline: String,
+    ratio: f64,
+    budget: String,
+    met: Option<bool>,
+}
+
+/// Run the suite; `--full` uses the issue's sizes for the memory run
+/// (1 and 10 million records; about half an hour at a 100x slower sink).
+pub(crate) fn run(args: &[String]) -> Result {
+    let full = args.iter().any(|a| a == "--full");
+    let started = Instant::now();
+    let work = root().join("target").join("bench");
+    std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+
+    Cmd::cargo(&["build", "--release", "-p", "etl"]).run()?;
+    let etl = root().join("target").join("release").join("etl");
+    let harness = build_harness()?;
+    let mut rows = Vec::new();
+
+    // 1. Acknowledgements on versus off.
+    let out = capture(Command::new(&harness).args([
+        "ack",
+        "--records",
+        &ACK_RECORDS.to_string(),
+        "--rounds",
+        "3",
+    ]))?;
+    let (on, off) = (field(&out, "ack_on_rps")?, field(&out, "ack_off_rps")?);
+    rows.push(Row {
+        name: "ack overhead: generator -> json -> blackhole".into(),
+        figure: format!("{} rec/s acks on", si(on)),
+        baseline: format!("{} rec/s acks off", si(off)),
+        ratio: on / off,
+        budget: "on/off >= 0.95".into(),
+        met: Some(on / off >= 0.95),
+    });
+
+    // 2. File to file.
+    let f2f = work.join("file-to-file");
+    let expected = write_input(&f2f.join("input").join("data.ndjson"), FILE_RECORDS)?;
+    let input = f2f.join("input").join("data.ndjson");
+    let cat = best_of(3, || {
+        let t = Instant::now();
+        let status = Command::new("cat")
+            .arg(&input)
+            .stdout(std::fs::File::create(f2f.join("cat.out")).map_err(|e| e.to_string())?)
+            .status()
+            .map_err(|e| format!("cannot run cat: {e}"))?;
+        if !status.success() {
+            return Err(format!("cat failed: {status}"));
+        }
+        Ok(FILE_RECORDS as f64 / t.elapsed().as_secs_f64())
+    })?;
+    let _ = std::fs::remove_file(f2f.join("cat.out"));
+    let config = write_file_config(&f2f)?;
+    let mut rss_kib = 0;
+    let rate = best_of(3, || {
+        reset(&f2f)?;
+        let (secs, rss) = timed_run(&etl, &config)?;
+        rss_kib = rss_kib.max(rss);
+        let lines = count_lines(&f2f.join("output").join("out.ndjson"))?;
+        if lines != expected {
+            return Err(format!(
+                "file to file wrote {lines} lines, expected {expected}"
+            ));
+        }
+        Ok(FILE_RECORDS as f64 / secs)
+    })?;
+    rows.push(Row {
+        name: "file to file: 2M NDJSON, filter, add, fsync".into(),
+        figure: format!("{} rec/s", si(rate)),
+        baseline: format!("{} rec/s cat", si(cat)),
+        ratio: rate / cat,
+        budget: ">= 2M rec/s".into(),
+        met: Some(rate >= 2e6),
+    });
+    rows.push(Row {
+        name: "file to file: peak RSS".into(),
+        figure: format!("{:.1} MiB", rss_kib as f64 / 1024.0),
+        baseline: "64 MiB".into(),
+        ratio: rss_kib as f64 / 1024.0 / 64.0,
+        budget: "< 64 MiB".into(),
+        met: Some(rss_kib < 64 * 1024),
+    });
+
+    // 3. Checkpointer: per-ack cost against pending batches.
+    Cmd::cargo(&[
+        "bench",
+        "-p",
+        "etl-checkpoint",
+        "--bench",
+        "checkpoint",
+        "--",
+        "ack_handling",
+        "--warm-up-time",
+        "1",
+        "--measurement-time",
+        "3",
+    ])
+    .run()?;
+    for shape in ["in_order", "pinned"] {
+        let one = acks_per_sec(shape, 1)?;
+        for pending in [100, 10_000] {
+            let rate = acks_per_sec(shape, pending)?;
+            rows.push(Row {
+                name: format!("checkpointer acks ({shape}), {pending} pending"),
+                figure: format!("{} acks/s", si(rate)),
+                baseline: format!("{} acks/s, 1 pending", si(one)),
+                ratio: rate / one,
+                budget: "flat (>= 0.8)".into(),
+                met: Some(rate / one >= 0.8),
+            });
+        }
+    }
+
+    // 4. Memory with a sink 100x slower than the source.
+    let source_rate = field(&capture(Command::new(&harness).args(["rate"]))?, "rate_rps")?;
+    let sink_rate = (source_rate as u64 / SLOW_FACTOR).max(1);
+    let sizes: [u64; 2] = if full {
+        [1_000_000, 10_000_000]
+    } else {
+        [50_000, 500_000]
+    };
+    let mut peaks = Vec::new();
+    for n in sizes {
+        let out = capture(Command::new(&harness).args([
+            "memory",
+            "--records",
+            &n.to_string(),
+            "--sink-rate",
+            &sink_rate.to_string(),
+        ]))?;
+        peaks.push(field(&out, "peak_rss_kib")? / 1024.0);
+    }
+    rows.push(Row {
+        name: format!(
+            "memory, sink {SLOW_FACTOR}x slower ({} rec/s): {} vs {} records",
+            si(sink_rate as f64),
+            si(sizes[1] as f64),
+            si(sizes[0] as f64)
+        ),
+        figure: format!("{:.1} MiB", peaks[1]),
+        baseline: format!("{:.1} MiB", peaks[0]),
+        ratio: peaks[1] / peaks[0],
+        budget: "flat (<= 1.1)".into(),
+        met: Some(peaks[1] / peaks[0] <= 1.1),
+    });
+
+    // 5. Restart after kill -9: time to the first delivered record.
+    let (cold, warm) = restart(&etl, &f2f, &config)?;
+    rows.push(Row {
+        name: "restart after kill -9: first record".into(),
+        figure: format!("{:.0} ms", warm * 1e3),
+        baseline: format!("{:.0} ms cold start", cold * 1e3),
+        ratio: warm / cold,
+        budget: "< 1 s".into(),
+        met: Some(warm < 1.0),
+    });
+
+    // 6. Kafka against a raw librdkafka consumer.
+    rows.push(Row {
+        name: "kafka -> blackhole vs raw librdkafka".into(),
+        figure: "not measured".into(),
+        baseline: "-".into(),
+        ratio: f64::NAN,
+        budget: ">= 0.8".into(),
+        met: None,
+    });
+
+    print!("{}", table(&rows));
+    eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+/// Build the `pipeline` bench harness; its path.
+fn build_harness() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let args = [
+        "bench",
+        "-p",
+        "etl",
+        "--bench",
+        "pipeline",
+        "--no-run",
+        "--message-format=json",
+    ];
+    eprintln!("$ cargo {}", args.join(" "));
+    let out = Command::new(cargo)
+        .args(args)
+        .current_dir(root())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building the bench harness failed: {}", out.status));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["target"]["name"] == "pipeline")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| "cargo did not report the bench harness executable".to_owned())
+}
+
+/// Print, run, and return standard output (standard error passes through).
+fn capture(cmd: &mut Command) -> Result<String> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    eprintln!("$ {shown}");
+    let out = cmd
+        .current_dir(root())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{shown} failed: {}", out.status));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `key=value` from a `RESULT` line.
+fn field(out: &str, key: &str) -> Result<f64> {
+    out.lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .flat_map(str::split_whitespace)
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .ok_or_else(|| format!("no {key} in output:\n{out}"))
+}
+
+fn best_of(n: usize, mut f: impl FnMut() -> Result<f64>) -> Result<f64> {
+    let mut best = 0f64;
+    for _ in 0..n {
+        best = best.max(f()?);
+    }
+    Ok(best)
+}
+
+/// Acks per second of the criterion bench `ack_handling/<shape>/<pending>`.
+fn acks_per_sec(shape: &str, pending: u64) -> Result<f64> {
+    let path = root()
+        .join("target")
+        .join("criterion")
+        .join("ack_handling")
+        .join(shape)
+        .join(pending.to_string())
+        .join("new")
+        .join("estimates.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let ns = v["mean"]["point_estimate"]
+        .as_f64()
+        .ok_or_else(|| format!("{}: no mean estimate", path.display()))?;
+    Ok(1e9 / ns)
+}
+
+/// splitmix64: deterministic input without a dependency.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Write `n` NDJSON records of about 100 bytes (id, user, amount,
+/// timestamp, tags) unless the file already holds them; returns how many
+/// have `amount >= 100` (about 90%), the lines the pipeline keeps.
+fn write_input(path: &Path, n: u64) -> Result<u64> {
+    const TAGS: [&str; 6] = ["red", "green", "blue", "new", "sale", "vip"];
+    let mut kept = 0;
+    let mut text = String::with_capacity(128 * 1024 * 1024);
+    for id in 0..n {
+        let h = mix(id);
+        let cents = (h >> 10) % 100_000;
+        if cents >= 10_000 {
+            kept += 1;
+        }
+        let _ = writeln!(
+            text,
+            r#"{{"id":{id},"user":"user-{:04}","amount":{}.{:02},"timestamp":{},"tags":["{}","{}"]}}"#,
+            h % 10_000,
+            cents / 100,
+            cents % 100,
+            1_700_000_000_000u64 + id * 7,
+            TAGS[((h >> 30) % 6) as usize],
+            TAGS[((h >> 40) % 6) as usize],
+        );
+    }
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == text.len() as u64) {
+        return Ok(kept);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(kept)
+}
+
+fn write_file_config(dir: &Path) -> Result<PathBuf> {
+    let config = r#"# Written by `cargo xtask bench`.
+[source]
+type = "file"
+paths = ["input/*.ndjson"]
+
+[[transforms]]
+type = "filter"
+field = "amount"
+op = ">="
+value = 100
+
+[[transforms]]
+type = "add_field"
+field = "pipeline"
+value = "bench"
+
+[[sinks]]
+name = "out"
+type = "file"
+path = "output/out.ndjson"
+
+[checkpoint]
+commit_interval = "500ms"
+store = { type = "file", path = "state" }
+"#;
+    let path = dir.join("pipeline.toml");
+    std::fs::write(&path, config).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Remove the output and the offsets of a previous run.
+fn reset(dir: &Path) -> Result {
+    for sub in ["output", "state"] {
+        let p = dir.join(sub);
+        if p.exists() {
+            std::fs::remove_dir_all(&p)
+                .map_err(|e| format!("cannot remove {}: {e}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn count_lines(path: &Path) -> Result<u64> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(bytes.iter().filter(|&&b| b == b'\n').count() as u64)
+}
+
+/// Run `etl run config` to completion: seconds and peak RSS in KiB.
+fn timed_run(etl: &Path, config: &Path) -> Result<(f64, u64)> {
+    let time = Path::new("/usr/bin/time");
+    let mut cmd = if time.exists() {
+        let mut c = Command::new(time);
+        c.arg("-v").arg(etl);
+        c
+    } else {
+        Command::new(etl)
+    };
+    cmd.arg("run").arg(config);
+    eprintln!("$ {}", format!("{cmd:?}").replace('"', ""));
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start etl: {e}"))?;
+    let mut polled = 0;
+    let stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut e) = stderr {
+            let _ = std::io::Read::read_to_string(&mut e, &mut s);
+        }
+        s
+    });
+    let status = loop {
+        polled = polled.max(vm_hwm(&child).unwrap_or(0));
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let log = reader.join().unwrap_or_default();
+    if !status.success() {
+        return Err(format!("etl run failed: {status}\n{log}"));
+    }
+    let reported = log
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
+        .and_then(|v| v.trim().parse().ok());
+    Ok((secs, reported.unwrap_or(polled)))
+}
+
+/// `VmHWM` of a running child (of `/usr/bin/time`'s child when wrapped,
+/// which this does not see; the wrapper's own report is used then).
+fn vm_hwm(child: &Child) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Seconds from process start to the first byte in the output file: on a
+/// cold start, and on a restart after `kill -9` mid-run (median of three
+/// each).
+fn restart(etl: &Path, dir: &Path, config: &Path) -> Result<(f64, f64)> {
+    let output = dir.join("output").join("out.ndjson");
+    let start = |wait_for_commit: bool| -> Result<(f64, Child)> {
+        let _ = std::fs::remove_file(&output);
+        let started = Instant::now();
+        let child = Command::new(etl)
+            .arg("run")
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start etl: {e}"))?;
+        let deadline = started + Duration::from_secs(20);
+        while std::fs::metadata(&output).map_or(true, |m| m.len() == 0) {
+            if Instant::now() > deadline {
+                return Err("no output within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        let first = started.elapsed().as_secs_f64();
+        if wait_for_commit {
+            // Past the first commit (interval 500 ms), mid-input.
+            std::thread::sleep(Duration::from_millis(700));
+        }
+        Ok((first, child))
+    };
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        reset(dir)?;
+        let (first, mut child) = start(true)?;
+        cold.push(first);
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let (first, mut child) = start(false)?;
+        warm.push(first);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    reset(dir)?;
+    Ok((median(&mut cold), median(&mut warm)))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `1.23M`, `456k`.
+fn si(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    let head = ["benchmark", "figure", "baseline", "ratio", "budget", "met"];
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.figure.clone(),
+                r.baseline.clone(),
+                if r.ratio.is_finite() {
+                    format!("{:.2}", r.ratio)
+                } else {
+                    "-".into()
+                },
+                r.budget.clone(),
+                match r.met {
+                    Some(true) => "yes".into(),
+                    Some(false) => "NO".into(),
+                    None => "n/a".into(),
+                },
+            ]
+        })
+        .collect();
+    let mut width = head.map(str::len);
+    for row in &cells {
+        for (w, c) in width.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cols: &[String]| {
+        let cols: Vec<String> = cols
+            .iter()
+            .zip(width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "| {} |", cols.join(" | "));
+    };
+    line(&mut out, &head.map(str::to_owned));
+    let _ = writeln!(out, "|{}|", width.map(|w| "-".repeat(w + 2)).join("|"));
+    for row in &cells {
+        line(&mut out, row);
+    }
+    out
+}
