@@ -93,7 +93,7 @@ impl Transform for JsonStage {
             match fast.apply(&record.value) {
                 Fast::Keep(None) => return Outcome::Keep(record),
                 Fast::Keep(Some(value)) => {
-                    record.value = value.into();
+                    record.value = value;
                     return Outcome::Keep(record);
                 }
                 Fast::Filtered => return Outcome::Filtered,
