@@ -10,9 +10,10 @@
 //!   is reported.
 //! * `rate [--records N]`: records per second of the acknowledged pipeline
 //!   into a blackhole (the source side's speed, to size a slow sink).
-//! * `memory --records N --sink-rate R`: the acknowledged pipeline into
-//!   a sink that writes at most `R` records per second
-//!   ([`etl_sink::testing::Slow`]); reports peak RSS.
+//! * `memory --records N --sink-rate R [--in-flight-mib M]`: the
+//!   acknowledged pipeline into a sink that writes at most `R` records per
+//!   second ([`etl_sink::testing::Slow`]), with `M` MiB of payload in
+//!   flight at most (default 8); reports peak RSS.
 //!
 //! Run by hand with `cargo bench -p etl --bench pipeline -- ack`.
 
@@ -58,19 +59,20 @@ fn main() {
             let (mut on, mut off) = (0f64, 0f64);
             for _ in 0..rounds {
                 off = off.max(runtime.block_on(acks_off(records)));
-                on = on.max(runtime.block_on(acks_on(records, None)));
+                on = on.max(runtime.block_on(acks_on(records, None, None)));
             }
             println!("RESULT ack_on_rps={on:.0} ack_off_rps={off:.0}");
         }
         Some("rate") => {
             let records = flag("--records", 1_000_000);
-            let rate = runtime.block_on(acks_on(records, None));
+            let rate = runtime.block_on(acks_on(records, None, None));
             println!("RESULT rate_rps={rate:.0}");
         }
         Some("memory") => {
             let records = flag("--records", 1_000_000);
             let sink_rate = flag("--sink-rate", 10_000).max(1);
-            let rate = runtime.block_on(acks_on(records, Some(sink_rate)));
+            let in_flight = flag("--in-flight-mib", 8) << 20;
+            let rate = runtime.block_on(acks_on(records, Some(sink_rate), Some(in_flight)));
             println!(
                 "RESULT records={records} rps={rate:.0} peak_rss_kib={}",
                 peak_rss_kib()
@@ -116,8 +118,9 @@ fn transforms() -> TransformChain {
 }
 
 /// The real pipeline; with `sink_rate`, the sink waits so that it writes
-/// at most that many records per second.
-async fn acks_on(records: u64, sink_rate: Option<u64>) -> f64 {
+/// at most that many records per second; `in_flight` bounds payload bytes
+/// in flight (the default limits otherwise).
+async fn acks_on(records: u64, sink_rate: Option<u64>, in_flight: Option<u64>) -> f64 {
     let sink: Box<dyn Sink> = match sink_rate {
         None => Box::new(BlackholeSink::new()),
         Some(rate) => {
@@ -134,7 +137,14 @@ async fn acks_on(records: u64, sink_rate: Option<u64>) -> f64 {
         .transforms(transforms())
         .sink("out", driver)
         .checkpoint(CheckpointConfig {
-            limits: InFlightLimits::default(),
+            limits: match in_flight {
+                Some(bytes) => InFlightLimits {
+                    max_bytes: bytes,
+                    max_bytes_per_partition: bytes,
+                    ..InFlightLimits::default()
+                },
+                None => InFlightLimits::default(),
+            },
             ..CheckpointConfig::default()
         })
         .build()
