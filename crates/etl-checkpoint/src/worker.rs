@@ -111,10 +111,15 @@ impl Worker {
         let mut control_open = true;
         let mut last_publish = Instant::now();
         let mut poll = false;
+        // Events handled since the metrics were last published: then the
+        // wait below wakes in time to publish them, so a watermark never
+        // looks stale for a whole commit interval.
+        let mut unpublished = false;
         loop {
             let drained = self.drain_acks(ACK_BURST);
             let mut busy = drained;
             let mut publish = false;
+            unpublished |= drained;
             if control_open {
                 match self.control.try_recv() {
                     Ok(msg) => {
@@ -139,9 +144,10 @@ impl Worker {
             }
             // Metrics are refreshed a few times a second, not per event, so
             // their cost does not ride on every acknowledgement.
-            if publish || last_publish.elapsed() >= METRICS_EVERY {
+            if publish || (unpublished && last_publish.elapsed() >= METRICS_EVERY) {
                 self.publish_metrics();
                 last_publish = Instant::now();
+                unpublished = false;
             }
             if self.try_finish_shutdown() {
                 return;
@@ -158,7 +164,8 @@ impl Worker {
                 poll = false;
             }
             if !busy {
-                let woke_by_acks = self.wait(control_open, poll);
+                let due = unpublished.then(|| last_publish + METRICS_EVERY);
+                let woke_by_acks = self.wait(control_open, poll, due);
                 // Woken by the ack side, yet the next drain may find
                 // nothing: the `Acker` is gone (its channel stays "ready")
                 // while handles may still resolve. Then poll, not spin.
@@ -303,10 +310,13 @@ impl Worker {
         at
     }
 
-    /// Wait for an event or the next deadline; whether the ack side woke
-    /// it. With `poll`, the ack side is checked every [`POLL`] instead.
-    fn wait(&self, control_open: bool, poll: bool) -> bool {
+    /// Wait for an event, the next deadline, or `metrics_due`; whether the
+    /// ack side woke it. With `poll`, the ack side is checked every [`POLL`] instead.
+    fn wait(&self, control_open: bool, poll: bool, metrics_due: Option<Instant>) -> bool {
         let mut deadline = self.next_deadline();
+        if let Some(due) = metrics_due {
+            deadline = deadline.min(due);
+        }
         let mut select = Select::new();
         let watch_acks = self.acks_open && !poll;
         if watch_acks {

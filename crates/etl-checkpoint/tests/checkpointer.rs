@@ -500,3 +500,26 @@ fn dropping_every_handle_commits_and_stops_the_thread() {
     }
     assert_eq!(store.offsets(), offsets(&[(P0, 5)]));
 }
+
+#[tokio::test]
+async fn metrics_follow_acks_without_waiting_for_a_commit() {
+    // The commit interval is an hour: the watermark must still show up in
+    // the metrics promptly after the batch resolves.
+    let f = start();
+    let epoch = f.epoch(P0).await;
+    let ack = f.open(P0, epoch, 0, 0).await;
+    drop(ack);
+    let started = std::time::Instant::now();
+    loop {
+        let m = f.handle.metrics();
+        if m.partitions.get(&P0).map(|p| p.watermark) == Some(Offset(10)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < GUARD,
+            "metrics never showed the watermark"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(f.store.offsets().is_empty(), "no commit was asked for");
+}
