@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use etl_ack::{Acked, Acker, BatchId, BatchMeta};
+use etl_ack::{AckSet, Acked, Acker, BatchId, BatchMeta};
 use etl_checkpoint::{CheckpointHandle, InFlightBudget, ReplayRequest, ReplayRequests};
 use etl_record::{DeadLetter, Offset, PartitionId, Record};
 use tokio::sync::mpsc;
@@ -446,6 +446,11 @@ impl SourceDriver {
                 return Err(SourceError::CheckpointerGone { partition });
             }
         };
+        // Until every output of this batch is handed downstream, the batch
+        // is failed if this future is dropped (the task aborted, the driver
+        // cancelled from outside) or unwinds: a bare handle would resolve
+        // *Delivered* on drop and commit records nobody received.
+        let in_hand = AckSet::from(vec![ack.clone()]);
         state.seq += 1;
         state.last_emitted = Some(last);
         self.poison.opened(id, first, last, group.len());
@@ -506,6 +511,7 @@ impl SourceDriver {
                 }
             }
         }
+        in_hand.deliver();
         Ok(true)
     }
 }
