@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use etl_ack::{AckRef, Acked};
+use etl_ack::{AckRef, AckSet, Acked};
 use etl_record::{DeadLetter, Record};
 use etl_sink::{DeadLetterHandle, SinkSender};
 
@@ -65,6 +65,16 @@ impl Stage {
     /// Process one batch of records with their handle.
     pub(crate) async fn batch(&mut self, batch: Acked<Vec<Record>>) -> Result<(), StageStop> {
         let (records, ack) = batch.into_parts();
+        // A transform that panics, or this future dropped half-way, must
+        // fail the batch: the bare handle would resolve *Delivered* and
+        // commit records that never reached a sink.
+        let in_hand = AckSet::from(vec![ack.clone()]);
+        let result = self.process(records, ack).await;
+        in_hand.deliver();
+        result
+    }
+
+    async fn process(&mut self, records: Vec<Record>, ack: AckRef) -> Result<(), StageStop> {
         self.counters
             .read
             .fetch_add(records.len() as u64, Ordering::Relaxed);

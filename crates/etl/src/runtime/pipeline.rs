@@ -480,10 +480,11 @@ impl Pipeline {
             Ok(Ok(exit)) => exit,
             Ok(Err(e)) => {
                 // A closed downstream is the stage's doing: report its cause.
-                if let Ok(Err(stop)) = stage_result {
-                    return Err(stop_error(stop, first_error));
-                }
-                return Err(e.into());
+                return Err(match stage_result {
+                    Ok(Err(stop)) => stop_error(stop, first_error),
+                    Err(join) => PipelineError::Internal(format!("transform stage: {join}")),
+                    Ok(Ok(())) => e.into(),
+                });
             }
             Err(join) => return Err(PipelineError::Internal(format!("source driver: {join}"))),
         };
