@@ -175,18 +175,24 @@ impl PartitionTracker {
         self.stale
     }
 
+    /// An announcement that changes nothing (stale epoch, duplicate): count
+    /// it and give back the credit reserved for it.
+    fn ignore_open(&mut self, meta: &BatchMeta) -> Effect {
+        self.stale += 1;
+        let mut release = Release::default();
+        release.add(meta.bytes);
+        Effect {
+            release,
+            ignored: true,
+            ..Effect::default()
+        }
+    }
+
     /// A batch was opened. A batch of another epoch is stale: its credit is
     /// released at once.
     pub fn opened(&mut self, meta: &BatchMeta, now: Instant) -> Effect {
         if meta.id.epoch != self.epoch || meta.id.partition != self.partition {
-            self.stale += 1;
-            let mut release = Release::default();
-            release.add(meta.bytes);
-            return Effect {
-                release,
-                ignored: true,
-                ..Effect::default()
-            };
+            return self.ignore_open(meta);
         }
         let expected = self.base_seq + self.slots.len() as u64;
         let gap = meta
@@ -214,14 +220,7 @@ impl PartitionTracker {
         if meta.id.seq < expected {
             // A duplicate announcement: the batch is already known. Every
             // announcement follows its own reservation, so give it back.
-            self.stale += 1;
-            let mut release = Release::default();
-            release.add(meta.bytes);
-            return Effect {
-                release,
-                ignored: true,
-                ..Effect::default()
-            };
+            return self.ignore_open(meta);
         }
         // A gap (announcements out of order; never produced by the driver)
         // leaves unopened seqs: they pin the watermark, the safe side, but
