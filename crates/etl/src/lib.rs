@@ -23,6 +23,7 @@ mod runtime;
 mod transform;
 
 pub use config::*;
+pub use connectors::check_connectors;
 pub use metrics::*;
 pub use runtime::*;
 pub use transform::*;

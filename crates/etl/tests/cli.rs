@@ -385,3 +385,40 @@ store = { type = "memory" }
         .unwrap_or_else(|| panic!("no progress line with commits in:\n{stderr}"));
     assert!(progress["records_per_sec"].is_u64());
 }
+
+#[test]
+fn validate_checks_connector_tables_without_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("connectors.toml");
+    std::fs::write(
+        &config,
+        r#"
+[source]
+type = "generator"
+
+[[sinks]]
+name = "db"
+type = "postgres"
+url = "postgres://etl@127.0.0.1:1/nowhere"
+
+[[sinks]]
+name = "topic"
+type = "kafka"
+brokers = "127.0.0.1:1"
+topic = "out"
+colour = "blue"
+"#,
+    )
+    .unwrap();
+    let out = etl().arg("validate").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sink \"db\" (postgres)") && stderr.contains("table"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sink \"topic\" (kafka)") && stderr.contains("colour"),
+        "{stderr}"
+    );
+}

@@ -100,12 +100,7 @@ pub(crate) fn with_source(
 /// [`PipelineError::Invalid`] naming the sink and the key;
 /// [`PipelineError::Connector`] when librdkafka refuses the settings.
 pub(crate) fn open_sink(table: &toml::Table, name: &str) -> Result<Arc<dyn Sink>, PipelineError> {
-    let config = KafkaSinkConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-        PipelineError::Invalid(format!(
-            "sink {name:?} (kafka): {}",
-            e.to_string().trim_end()
-        ))
-    })?;
+    let config = sink_config(table, name)?;
     let sink = KafkaSink::new(config).map_err(|e| match e {
         etl_kafka::KafkaError::Config { .. } => {
             PipelineError::Invalid(format!("sink {name:?} (kafka): {e}"))
@@ -113,6 +108,23 @@ pub(crate) fn open_sink(table: &toml::Table, name: &str) -> Result<Arc<dyn Sink>
         other => connector(other),
     })?;
     Ok(Arc::new(sink))
+}
+
+/// Read a `[[sinks]] type = "kafka"` table, without connecting.
+///
+/// # Errors
+///
+/// [`PipelineError::Invalid`] naming the sink and the key.
+pub(crate) fn sink_config(
+    table: &toml::Table,
+    name: &str,
+) -> Result<KafkaSinkConfig, PipelineError> {
+    KafkaSinkConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+        PipelineError::Invalid(format!(
+            "sink {name:?} (kafka): {}",
+            e.to_string().trim_end()
+        ))
+    })
 }
 
 fn connector(e: etl_kafka::KafkaError) -> PipelineError {

@@ -29,6 +29,17 @@ fn main() -> ExitCode {
 
 fn validate(path: &std::path::Path) -> Result<(), Exit> {
     let config = etl::load_config(path).map_err(Exit::from_config)?;
+    let problems = etl::check_connectors(&config);
+    if !problems.is_empty() {
+        return Err(Exit::new(
+            exit::code::CONFIG,
+            format!(
+                "{} has connector problems:\n  {}",
+                path.display(),
+                problems.join("\n  ")
+            ),
+        ));
+    }
     println!(
         "{}: ok ({} transform{}, {} sink{})",
         path.display(),
