@@ -37,6 +37,8 @@ pub(crate) enum StageStop {
     SinkGone,
     /// A dead letter had nowhere to go.
     NoDeadLetterSink(DeadLetter),
+    /// A transform worker went away without an answer.
+    WorkerGone,
 }
 
 /// Runs one batch through the transforms and hands the result on.
@@ -75,24 +77,39 @@ impl Stage {
     }
 
     async fn process(&mut self, records: Vec<Record>, ack: AckRef) -> Result<(), StageStop> {
-        self.counters
-            .read
-            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        let read = records.len();
         self.out.clear();
         self.chain.apply(records, &mut self.out);
+        let out = std::mem::take(&mut self.out);
+        self.deliver(read, out, ack).await
+    }
+
+    /// Hand on what the transforms made of a batch of `read` records:
+    /// rejected records to the dead-letter sink, kept ones to every sink.
+    pub(crate) async fn deliver(
+        &mut self,
+        read: usize,
+        out: ChainOutput,
+        ack: AckRef,
+    ) -> Result<(), StageStop> {
+        let ChainOutput {
+            kept,
+            rejected,
+            filtered,
+        } = out;
+        self.counters.read.fetch_add(read as u64, Ordering::Relaxed);
         self.counters
             .filtered
-            .fetch_add(self.out.filtered, Ordering::Relaxed);
-        for letter in std::mem::take(&mut self.out.rejected) {
+            .fetch_add(filtered, Ordering::Relaxed);
+        for letter in rejected {
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             self.dead_letter(Acked::new(letter, ack.clone())).await?;
         }
-        if self.out.kept.is_empty() {
+        if kept.is_empty() {
             // Everything was filtered or dead-lettered: dropping `ack`
             // resolves this share of the batch as consumed.
             return Ok(());
         }
-        let kept = std::mem::take(&mut self.out.kept);
         self.fan_out(kept, ack).await
     }
 

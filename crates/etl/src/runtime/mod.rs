@@ -5,6 +5,9 @@ mod build;
 mod error;
 mod fanout;
 mod hub;
+mod ordered;
+#[cfg(test)]
+mod ordered_tests;
 mod pipeline;
 
 pub use build::pipeline_from_config;

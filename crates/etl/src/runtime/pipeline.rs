@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Outputs, Stage, StageStop};
 use super::hub::SinkSlot;
+use super::ordered::{Workers, run_parallel, run_serial};
 use super::{MetricsHub, PipelineError};
 use crate::config::FailurePolicy;
 use crate::transform::{Transform, TransformChain};
@@ -47,6 +48,7 @@ pub struct PipelineBuilder {
     on_failure: FailurePolicy,
     channel_capacity: usize,
     shutdown_timeout: Duration,
+    transform_workers: usize,
 }
 
 impl std::fmt::Debug for PipelineBuilder {
@@ -75,6 +77,7 @@ impl Default for PipelineBuilder {
             on_failure: FailurePolicy::Replay,
             channel_capacity: 16,
             shutdown_timeout: Duration::from_secs(30),
+            transform_workers: default_transform_workers(),
         }
     }
 }
@@ -183,6 +186,17 @@ impl PipelineBuilder {
         self
     }
 
+    /// How many threads run the transforms (default: the number of
+    /// cores, at most 4). With 2 or more, and when every transform can
+    /// [`fork`](Transform::fork), whole batches run on that many workers
+    /// and their results still reach the sinks in the order the batches
+    /// came; otherwise the transforms run on one task.
+    #[must_use]
+    pub fn transform_workers(mut self, workers: usize) -> Self {
+        self.transform_workers = workers;
+        self
+    }
+
     /// Check and assemble.
     ///
     /// # Errors
@@ -217,6 +231,7 @@ impl PipelineBuilder {
             on_failure: self.on_failure,
             channel_capacity: self.channel_capacity.max(1),
             shutdown_timeout: self.shutdown_timeout,
+            transform_workers: self.transform_workers,
             hub: MetricsHub::default(),
         })
     }
@@ -263,6 +278,7 @@ pub struct Pipeline {
     on_failure: FailurePolicy,
     channel_capacity: usize,
     shutdown_timeout: Duration,
+    transform_workers: usize,
     hub: MetricsHub,
 }
 
@@ -310,6 +326,7 @@ impl Pipeline {
             on_failure,
             channel_capacity,
             shutdown_timeout,
+            transform_workers,
             hub,
         } = self;
 
@@ -368,7 +385,7 @@ impl Pipeline {
                 }
             },
         };
-        let (out_tx, mut out_rx) = mpsc::channel::<SourceOutput>(channel_capacity);
+        let (out_tx, out_rx) = mpsc::channel::<SourceOutput>(channel_capacity);
         let driver = SourceDriver::new(
             source,
             acker,
@@ -381,30 +398,16 @@ impl Pipeline {
         let cancel = shutdown.child_token();
         let driver_task = tokio::spawn(driver.run(cancel.clone()));
 
+        let workers = Workers::spawn(&chain, transform_workers);
         let outputs = Outputs {
             sinks: handles.iter().map(|(_, h, _)| h.sender()).collect(),
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
-        let stage_cancel = cancel.clone();
-        let mut stage = Stage::new(chain, outputs, hub.stage());
-        let stage_task = tokio::spawn(async move {
-            while let Some(output) = out_rx.recv().await {
-                let result = match output {
-                    SourceOutput::Batch(batch) => stage.batch(batch).await,
-                    SourceOutput::DeadLetter(letter) => stage.dead_letter(letter).await,
-                };
-                if let Err(stop) = result {
-                    stage_cancel.cancel();
-                    // Fail what is still queued: it never reached a sink.
-                    out_rx.close();
-                    while let Ok(o) = out_rx.try_recv() {
-                        o.fail();
-                    }
-                    return Err(stop);
-                }
-            }
-            Ok(())
-        });
+        let stage = Stage::new(chain, outputs, hub.stage());
+        let stage_task = match workers {
+            Some(workers) => tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone())),
+            None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
+        };
 
         // Wait for the driver, or for a halt.
         let mut halted = None;
@@ -510,12 +513,20 @@ impl Pipeline {
     }
 }
 
+/// The number of cores, at most 4.
+fn default_transform_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
 fn stop_error(stop: StageStop, sink_error: Option<PipelineError>) -> PipelineError {
     match stop {
         StageStop::NoDeadLetterSink(letter) => PipelineError::NoDeadLetterSink {
             key: letter.record.idempotency_key(),
             reason: letter.reason,
         },
+        StageStop::WorkerGone => {
+            PipelineError::Internal("a transform worker stopped without an answer".to_owned())
+        }
         StageStop::SinkGone => sink_error.unwrap_or_else(|| {
             PipelineError::Internal("a sink driver stopped without an error".to_owned())
         }),

@@ -54,6 +54,18 @@ impl TransformChain {
         self.stages.is_empty()
     }
 
+    /// An independent copy of the chain for another worker, when every
+    /// stage can [`fork`](Transform::fork); `None` otherwise.
+    #[must_use]
+    pub fn fork(&self) -> Option<TransformChain> {
+        let stages = self
+            .stages
+            .iter()
+            .map(|s| s.fork())
+            .collect::<Option<Vec<_>>>()?;
+        Some(TransformChain { stages })
+    }
+
     /// Run `records` through every stage, appending to `out`.
     pub fn apply(&mut self, records: Vec<Record>, out: &mut ChainOutput) {
         if self.stages.is_empty() {

@@ -88,6 +88,13 @@ impl Transform for JsonStage {
         &self.name
     }
 
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(JsonStage::new(
+            self.name.clone(),
+            self.ops.clone(),
+        )))
+    }
+
     fn apply(&mut self, mut record: Record) -> Outcome {
         if let Some(fast) = &mut self.fast {
             match fast.apply(&record.value) {

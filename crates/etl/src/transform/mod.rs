@@ -31,13 +31,25 @@ pub enum Outcome {
     Reject(Record, String),
 }
 
-/// One step of the pipeline's per-record processing. Runs on the
-/// pipeline's transform task, one record at a time, in partition order.
+/// One step of the pipeline's per-record processing. Runs one record at a
+/// time, in partition order within each batch.
+///
+/// A transform that can run on several batches at once returns a fresh
+/// copy of itself from [`fork`](Transform::fork): the pipeline then runs
+/// whole batches on a small pool of workers, each with its own copy, and
+/// still hands the results to the sinks in the order the batches came.
+/// The default, `None`, keeps every batch on one task, one after another.
 pub trait Transform: Send {
     /// Name in metrics, logs and dead-letter reasons.
     fn name(&self) -> &str;
     /// Decide what happens to `record`.
     fn apply(&mut self, record: Record) -> Outcome;
+    /// An independent copy that behaves exactly like this one on any
+    /// record, for another worker; `None` (the default) when the
+    /// transform keeps state across records that must not be split.
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        None
+    }
 }
 
 impl std::fmt::Debug for dyn Transform {

@@ -1,0 +1,238 @@
+//! The transform stage on several cores: whole batches run on a small pool
+//! of worker threads, each with its own copy of the transforms, and a
+//! second loop hands the results on strictly in the order the batches
+//! came (a bounded FIFO of pending results), so every sink still sees each
+//! partition in order.
+//!
+//! Invariant: from the moment a batch leaves the source channel until its
+//! result is handed to the sinks, a guard holds a clone of its handle and
+//! fails it if the batch is dropped on the way (a stop, a panic).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, mpsc as std_mpsc};
+use std::thread;
+
+use etl_ack::{AckRef, AckSet, Acked};
+use etl_record::{DeadLetter, Record};
+use etl_source::SourceOutput;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::fanout::{Stage, StageStop};
+use crate::transform::{ChainOutput, TransformChain};
+
+/// What a worker answers: the batch's output, or the panic of a transform.
+type Answer = thread::Result<ChainOutput>;
+
+struct Job {
+    records: Vec<Record>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// Worker threads running copies of the transform chain.
+#[derive(Debug)]
+pub(crate) struct Workers {
+    jobs: std_mpsc::Sender<Job>,
+    count: usize,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("records", &self.records.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Workers {
+    /// `count` workers, each with a fork of `chain`; `None` when fewer
+    /// than two are asked for, the chain is empty (nothing to share out),
+    /// a stage cannot fork, or a thread cannot start.
+    pub(crate) fn spawn(chain: &TransformChain, count: usize) -> Option<Workers> {
+        if count < 2 || chain.is_empty() {
+            return None;
+        }
+        let chains = (0..count)
+            .map(|_| chain.fork())
+            .collect::<Option<Vec<_>>>()?;
+        let (jobs, rx) = std_mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for (i, chain) in chains.into_iter().enumerate() {
+            let rx = rx.clone();
+            let started = thread::Builder::new()
+                .name(format!("etl-transform-{i}"))
+                .spawn(move || work(chain, &rx));
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "cannot start a transform worker: transforms run on one task");
+                return None;
+            }
+        }
+        Some(Workers { jobs, count })
+    }
+
+    /// Number of worker threads.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Queue a batch; its answer comes on the returned receiver (which
+    /// reports an error if the workers are gone).
+    fn submit(&self, records: Vec<Record>) -> oneshot::Receiver<Answer> {
+        let (reply, answer) = oneshot::channel();
+        // A send error drops the job with its reply sender: the receiver
+        // then reports the workers gone.
+        let _ = self.jobs.send(Job { records, reply });
+        answer
+    }
+}
+
+/// A worker's loop: runs until the job queue closes.
+fn work(mut chain: TransformChain, jobs: &Mutex<std_mpsc::Receiver<Job>>) {
+    loop {
+        let job = {
+            let rx = jobs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            rx.recv()
+        };
+        let Ok(Job { records, reply }) = job else {
+            return;
+        };
+        let answer = catch_unwind(AssertUnwindSafe(|| {
+            let mut out = ChainOutput::default();
+            chain.apply(records, &mut out);
+            out
+        }));
+        // The stage may have stopped; its guard fails the batch.
+        let _ = reply.send(answer);
+    }
+}
+
+/// One source output on its way through the workers, in arrival order.
+enum Pending {
+    Batch {
+        read: usize,
+        answer: oneshot::Receiver<Answer>,
+        ack: AckRef,
+        in_hand: AckSet,
+    },
+    Letter {
+        letter: Acked<DeadLetter>,
+        in_hand: AckSet,
+    },
+}
+
+/// Run the stage until the source channel closes or the stage stops:
+/// batches go to `workers`, and their results go to the sinks in order.
+/// A transform's panic is resumed on this task, as if it ran here.
+pub(crate) async fn run_parallel(
+    mut stage: Stage,
+    workers: Workers,
+    mut input: mpsc::Receiver<SourceOutput>,
+    cancel: CancellationToken,
+) -> Result<(), StageStop> {
+    let (fifo_tx, mut fifo_rx) = mpsc::channel::<Pending>(workers.count() * 2);
+    let stopped = CancellationToken::new();
+
+    let dispatch = async {
+        // Owned here, so the queue and the workers close when this ends.
+        let (fifo_tx, workers) = (fifo_tx, workers);
+        loop {
+            let output = tokio::select! {
+                biased;
+                () = stopped.cancelled() => break,
+                output = input.recv() => match output {
+                    Some(output) => output,
+                    None => return,
+                },
+            };
+            let pending = match output {
+                SourceOutput::Batch(batch) => {
+                    let (records, ack) = batch.into_parts();
+                    let in_hand = AckSet::from(vec![ack.clone()]);
+                    Pending::Batch {
+                        read: records.len(),
+                        answer: workers.submit(records),
+                        ack,
+                        in_hand,
+                    }
+                }
+                SourceOutput::DeadLetter(letter) => Pending::Letter {
+                    in_hand: AckSet::from(vec![letter.ack.clone()]),
+                    letter,
+                },
+            };
+            // An error means the stage stopped: the guard fails the batch.
+            if fifo_tx.send(pending).await.is_err() {
+                break;
+            }
+        }
+        // Fail what is still queued: it never reached a sink.
+        input.close();
+        while let Ok(output) = input.try_recv() {
+            output.fail();
+        }
+    };
+
+    let deliver = async {
+        while let Some(pending) = fifo_rx.recv().await {
+            let result = match pending {
+                Pending::Batch {
+                    read,
+                    answer,
+                    ack,
+                    in_hand,
+                } => match answer.await {
+                    Ok(Ok(out)) => stage.deliver(read, out, ack).await.map(|()| in_hand),
+                    Ok(Err(panic)) => {
+                        drop(in_hand);
+                        std::panic::resume_unwind(panic)
+                    }
+                    Err(_) => Err(StageStop::WorkerGone),
+                },
+                Pending::Letter { letter, in_hand } => {
+                    stage.dead_letter(letter).await.map(|()| in_hand)
+                }
+            };
+            match result {
+                Ok(in_hand) => in_hand.deliver(),
+                Err(stop) => {
+                    cancel.cancel();
+                    stopped.cancel();
+                    // Dropping the rest fails it (its guards).
+                    fifo_rx.close();
+                    while fifo_rx.try_recv().is_ok() {}
+                    return Err(stop);
+                }
+            }
+        }
+        Ok(())
+    };
+
+    let ((), result) = tokio::join!(dispatch, deliver);
+    result
+}
+
+/// The serial stage: every batch on this task, one after another.
+pub(crate) async fn run_serial(
+    mut stage: Stage,
+    mut input: mpsc::Receiver<SourceOutput>,
+    cancel: CancellationToken,
+) -> Result<(), StageStop> {
+    while let Some(output) = input.recv().await {
+        let result = match output {
+            SourceOutput::Batch(batch) => stage.batch(batch).await,
+            SourceOutput::DeadLetter(letter) => stage.dead_letter(letter).await,
+        };
+        if let Err(stop) = result {
+            cancel.cancel();
+            // Fail what is still queued: it never reached a sink.
+            input.close();
+            while let Ok(o) = input.try_recv() {
+                o.fail();
+            }
+            return Err(stop);
+        }
+    }
+    Ok(())
+}

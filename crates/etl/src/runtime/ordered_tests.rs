@@ -1,0 +1,183 @@
+//! Tests of the transform stage on several workers: per-partition order
+//! into the sinks, an outcome for every record, panics failing the batch.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etl_checkpoint::MemoryStore;
+use etl_record::{Offset, PartitionId, Record};
+use etl_sink::{EncodedBatch, RawLinesEncoder, Sink, SinkDriver, SinkError};
+use etl_source::{GeneratorConfig, GeneratorSource};
+use tokio_util::sync::CancellationToken;
+
+use super::{Pipeline, PipelineError};
+use crate::transform::{Outcome, Transform, TransformChain, map};
+
+/// Keeps the positions of what it is given, in the order given.
+#[derive(Debug, Default, Clone)]
+struct Collect(Arc<Mutex<Vec<(PartitionId, Offset)>>>);
+
+#[async_trait]
+impl Sink for Collect {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        let mut seen = self.0.lock().unwrap();
+        seen.extend(
+            batch
+                .records()
+                .iter()
+                .map(|r| (r.position.partition, r.position.offset)),
+        );
+        Ok(())
+    }
+}
+
+/// Slower on some batches than on others, so workers finish out of
+/// order; filters offsets divisible by 5, rejects those that are 3 mod 7,
+/// and panics at `panic_at` when set.
+#[derive(Debug, Clone)]
+struct Uneven {
+    forks: Arc<AtomicUsize>,
+    panic_at: Option<i64>,
+}
+
+impl Transform for Uneven {
+    fn name(&self) -> &str {
+        "uneven"
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        let offset = record.position.offset.0;
+        assert!(self.panic_at != Some(offset), "a bug in user code");
+        if (offset / 3) % 4 == 0 {
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        if offset % 5 == 0 {
+            Outcome::Filtered
+        } else if offset % 7 == 3 {
+            Outcome::Reject(record, "three mod seven".to_owned())
+        } else {
+            Outcome::Keep(record)
+        }
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        self.forks.fetch_add(1, Ordering::Relaxed);
+        Some(Box::new(self.clone()))
+    }
+}
+
+const PARTITIONS: u32 = 3;
+const PER_PARTITION: u64 = 300;
+
+fn source() -> GeneratorSource {
+    GeneratorSource::new(GeneratorConfig {
+        partitions: PARTITIONS,
+        records_per_partition: Some(PER_PARTITION),
+        batch_records: 3,
+        ..GeneratorConfig::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_keep_partition_order_and_every_outcome() {
+    let forks = Arc::new(AtomicUsize::new(0));
+    let (out, dlq) = (Collect::default(), Collect::default());
+    let pipeline = Pipeline::builder()
+        .source(source())
+        .transform(Uneven {
+            forks: forks.clone(),
+            panic_at: None,
+        })
+        .transform_workers(2)
+        .sink("out", SinkDriver::new(out.clone(), RawLinesEncoder::new()))
+        .dead_letter(dlq.clone())
+        .build()
+        .unwrap();
+    let summary = tokio::time::timeout(
+        Duration::from_secs(60),
+        pipeline.run(CancellationToken::new()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(forks.load(Ordering::Relaxed) >= 2, "ran on the workers");
+
+    let total = u64::from(PARTITIONS) * PER_PARTITION;
+    assert_eq!(summary.read, total);
+    assert_eq!(
+        summary.written() + summary.filtered + summary.dead_lettered,
+        total
+    );
+    let mut by_partition: BTreeMap<PartitionId, Vec<i64>> = BTreeMap::new();
+    for (p, o) in out.0.lock().unwrap().iter() {
+        by_partition.entry(*p).or_default().push(o.0);
+    }
+    let expected: Vec<i64> = (0..PER_PARTITION as i64)
+        .filter(|o| o % 5 != 0 && o % 7 != 3)
+        .collect();
+    assert_eq!(by_partition.len(), PARTITIONS as usize);
+    for (p, offsets) in by_partition {
+        assert_eq!(offsets, expected, "partition {p}: in order, each once");
+    }
+    let rejected = (0..PER_PARTITION as i64)
+        .filter(|o| o % 5 != 0 && o % 7 == 3)
+        .count();
+    assert_eq!(dlq.0.lock().unwrap().len(), rejected * PARTITIONS as usize);
+    assert_eq!(summary.committed.len(), PARTITIONS as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_on_a_worker_fails_its_batch() {
+    let store = MemoryStore::new();
+    let pipeline = Pipeline::builder()
+        .source(source())
+        .transform(Uneven {
+            forks: Arc::default(),
+            panic_at: Some(25),
+        })
+        .transform_workers(2)
+        .sink(
+            "out",
+            SinkDriver::new(Collect::default(), RawLinesEncoder::new()),
+        )
+        .dead_letter(Collect::default())
+        .offset_store(store.clone())
+        .build()
+        .unwrap();
+    let err = pipeline.run(CancellationToken::new()).await.unwrap_err();
+    assert!(matches!(err, PipelineError::Internal(_)), "{err}");
+    for p in 0..PARTITIONS {
+        let committed = store
+            .offsets()
+            .get(&PartitionId(p))
+            .copied()
+            .unwrap_or(Offset(0));
+        assert!(committed <= Offset(24), "partition {p}: {committed}");
+    }
+}
+
+#[test]
+fn a_chain_that_cannot_fork_stays_serial() {
+    let mut chain = TransformChain::new();
+    assert!(super::ordered::Workers::spawn(&chain, 2).is_none(), "empty");
+    chain.push(Box::new(Uneven {
+        forks: Arc::default(),
+        panic_at: None,
+    }));
+    assert!(
+        super::ordered::Workers::spawn(&chain, 1).is_none(),
+        "one worker"
+    );
+    assert!(super::ordered::Workers::spawn(&chain, 2).is_some());
+    chain.push(Box::new(map("closure", |r: &Record| Ok(r.clone()))));
+    assert!(
+        super::ordered::Workers::spawn(&chain, 2).is_none(),
+        "a closure"
+    );
+}
