@@ -39,27 +39,49 @@ impl<E: Encoder + ?Sized> Encoder for Box<E> {
 /// the value can only be insignificant whitespace (JSON strings cannot hold
 /// raw line breaks), so they are written as spaces to keep one document per
 /// line.
+///
+/// [`NdjsonEncoder::trusted`] skips the check, for pipelines whose values
+/// were already validated as JSON upstream (an NDJSON source that checks
+/// every line, a JSON transform that just wrote them): the check costs
+/// about as much as parsing the value again.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NdjsonEncoder {
-    _private: (),
+    trusted: bool,
 }
 
 impl NdjsonEncoder {
-    /// The encoder.
+    /// The encoder, checking every value.
     #[must_use]
     pub fn new() -> Self {
-        NdjsonEncoder { _private: () }
+        NdjsonEncoder { trusted: false }
+    }
+
+    /// An encoder that trusts every value to be valid JSON and writes it
+    /// without checking (line breaks are still flattened). Use it only
+    /// where that is guaranteed: a value that is not JSON would be written
+    /// as it is instead of going to the dead-letter path.
+    #[must_use]
+    pub fn trusted() -> Self {
+        NdjsonEncoder { trusted: true }
+    }
+
+    /// Whether this encoder skips the JSON check.
+    #[must_use]
+    pub fn is_trusted(&self) -> bool {
+        self.trusted
     }
 }
 
 impl Encoder for NdjsonEncoder {
     fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
         let value = &record.value[..];
-        // `IgnoredAny` validates without building a value: no allocation.
-        serde_json::from_slice::<IgnoredAny>(value).map_err(|e| SinkError::Encode {
-            key: record.idempotency_key(),
-            reason: format!("value is not valid JSON: {e}"),
-        })?;
+        if !self.trusted {
+            // `IgnoredAny` validates without building a value: no allocation.
+            serde_json::from_slice::<IgnoredAny>(value).map_err(|e| SinkError::Encode {
+                key: record.idempotency_key(),
+                reason: format!("value is not valid JSON: {e}"),
+            })?;
+        }
         if value.iter().any(|&b| b == b'\n' || b == b'\r') {
             out.reserve(value.len() + 1);
             for &b in value {
@@ -125,6 +147,16 @@ mod tests {
             let err = encode(&enc, bad).unwrap_err();
             assert!(matches!(err, SinkError::Encode { .. }), "{err}");
         }
+    }
+
+    #[test]
+    fn trusted_ndjson_skips_the_check_but_keeps_one_line_per_value() {
+        let enc = NdjsonEncoder::trusted();
+        assert!(enc.is_trusted() && !NdjsonEncoder::new().is_trusted());
+        assert_eq!(&encode(&enc, b"{\"a\":1}").unwrap()[..], b"{\"a\":1}\n");
+        assert_eq!(&encode(&enc, b"{\n\"a\":1}").unwrap()[..], b"{ \"a\":1}\n");
+        // Not checked: written as given.
+        assert_eq!(&encode(&enc, b"nope").unwrap()[..], b"nope\n");
     }
 
     #[test]

@@ -55,8 +55,9 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
         .shutdown_timeout(config.checkpoint.shutdown_timeout);
 
     builder = with_source(builder, config)?;
+    let trusted = values_are_json(config);
     for sink in &config.sinks {
-        builder = with_sink(builder, sink).await?;
+        builder = with_sink(builder, sink, trusted).await?;
     }
     if let Some(kind) = &config.dead_letter {
         let sink = open_sink(kind, "dead_letter").await?.shared();
@@ -126,8 +127,26 @@ fn with_source(
         .source(source))
 }
 
-fn encoder(encoding: Encoding) -> Box<dyn Encoder> {
+/// Whether every value reaching the sinks is known to be valid JSON: the
+/// built-in transforms (all JSON steps, fused into one stage that runs
+/// last) parse every record they keep, the NDJSON file source checks every
+/// line, and the generator writes JSON. The sinks' NDJSON encoders then
+/// skip their own check.
+fn values_are_json(config: &Config) -> bool {
+    !config.transforms.is_empty()
+        || matches!(
+            &config.source,
+            SourceConfig::Generator(_)
+                | SourceConfig::File(crate::config::FileSourceConfig {
+                    format: LineFormat::Ndjson,
+                    ..
+                })
+        )
+}
+
+fn encoder(encoding: Encoding, trusted: bool) -> Box<dyn Encoder> {
     match encoding {
+        Encoding::Ndjson if trusted => Box::new(NdjsonEncoder::trusted()),
         Encoding::Ndjson => Box::new(NdjsonEncoder::new()),
         Encoding::Lines => Box::new(RawLinesEncoder::new()),
     }
@@ -222,6 +241,7 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
 async fn with_sink(
     builder: PipelineBuilder,
     config: &SinkConfig,
+    trusted: bool,
 ) -> Result<PipelineBuilder, PipelineError> {
     let o = &config.options;
     let driver_config = DriverConfig {
@@ -247,17 +267,39 @@ async fn with_sink(
     };
     Ok(match open_sink(&config.kind, &config.name).await? {
         Opened::ExactlyOnce(file) => {
-            let (driver, progress) = SinkDriver::exactly_once(file, encoder(encoding));
+            let (driver, progress) = SinkDriver::exactly_once(file, encoder(encoding, trusted));
             builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
         }
         #[cfg(feature = "postgres")]
         Opened::PostgresExactlyOnce(sink) => {
-            let (driver, progress) = SinkDriver::exactly_once(*sink, encoder(encoding));
+            let (driver, progress) = SinkDriver::exactly_once(*sink, encoder(encoding, trusted));
             builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
         }
         Opened::Shared(sink) => builder.sink(
             config.name.clone(),
-            SinkDriver::new(sink, encoder(encoding)).config(driver_config),
+            SinkDriver::new(sink, encoder(encoding, trusted)).config(driver_config),
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(source: &str, transforms: &str) -> Config {
+        let text = format!("[source]\n{source}\n{transforms}\n[[sinks]]\ntype = \"blackhole\"\n");
+        crate::parse_config(&text, std::path::Path::new(".")).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn encoders_trust_only_values_known_to_be_json() {
+        let filter = "[[transforms]]\ntype = \"filter\"\nfield = \"n\"\nop = \">\"\nvalue = 1";
+        let ndjson = "type = \"file\"\npaths = [\"in.ndjson\"]";
+        let lines = "type = \"file\"\npaths = [\"in.txt\"]\nformat = \"lines\"";
+        let generator = "type = \"generator\"\nrecords_per_partition = 1";
+        assert!(values_are_json(&config(ndjson, "")));
+        assert!(values_are_json(&config(generator, "")));
+        assert!(values_are_json(&config(lines, filter)));
+        assert!(!values_are_json(&config(lines, "")));
+    }
 }
