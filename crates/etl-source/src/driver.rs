@@ -86,11 +86,13 @@ impl Item {
         }
     }
 
-    fn bytes(&self) -> u64 {
-        match self {
-            Item::Record(r) => r.byte_len() as u64,
-            Item::Rejected(d) => d.record.byte_len() as u64,
-        }
+    /// In-flight credit: payload plus the per-record overhead.
+    fn bytes(&self, overhead: u64) -> u64 {
+        overhead
+            + match self {
+                Item::Record(r) => r.byte_len() as u64,
+                Item::Rejected(d) => d.record.byte_len() as u64,
+            }
     }
 }
 
@@ -333,7 +335,10 @@ impl SourceDriver {
             }
             let state = self.partitions.get(&partition).copied();
             if state.map(|s| s.epoch) != epoch || state.is_none() {
-                let bytes = group.iter().map(Item::bytes).sum();
+                let bytes = group
+                    .iter()
+                    .map(|i| i.bytes(self.config.record_overhead_bytes))
+                    .sum();
                 self.budget.release(partition, bytes);
                 return Ok(true);
             }
@@ -381,7 +386,10 @@ impl SourceDriver {
         group: &[Item],
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
-        let bytes: u64 = group.iter().map(Item::bytes).sum();
+        let bytes: u64 = group
+            .iter()
+            .map(|i| i.bytes(self.config.record_overhead_bytes))
+            .sum();
         if self.budget.try_acquire(partition, bytes) {
             return Ok(true);
         }
@@ -415,7 +423,10 @@ impl SourceDriver {
         group: Vec<Item>,
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
-        let bytes: u64 = group.iter().map(Item::bytes).sum();
+        let bytes: u64 = group
+            .iter()
+            .map(|i| i.bytes(self.config.record_overhead_bytes))
+            .sum();
         let (Some(first), Some(last)) = (
             group.first().map(Item::offset),
             group.last().map(Item::offset),

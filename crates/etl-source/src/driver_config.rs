@@ -31,7 +31,17 @@ pub struct DriverConfig {
     /// [`Source::commit`](crate::Source::commit), for a source that keeps
     /// offsets itself. `None`: only after a revocation.
     pub source_commit_interval: Option<Duration>,
+    /// Bytes of in-flight credit a record takes beyond its payload, so
+    /// that `max_in_flight_bytes` bounds memory rather than payload: the
+    /// in-memory [`Record`] itself and its share of the vectors and
+    /// buffers that carry it to the sinks. The default is
+    /// `size_of::<Record>()` plus 64 (measured on the file-to-file
+    /// benchmark; see `docs/operations.md`). 0 counts payload only.
+    pub record_overhead_bytes: u64,
 }
+
+/// Credit a record takes beyond its payload, by default.
+pub(crate) const RECORD_OVERHEAD_BYTES: u64 = std::mem::size_of::<Record>() as u64 + 64;
 
 impl Default for DriverConfig {
     fn default() -> Self {
@@ -42,6 +52,7 @@ impl Default for DriverConfig {
             end_check_interval: Duration::from_millis(10),
             start_offsets: BTreeMap::new(),
             source_commit_interval: None,
+            record_overhead_bytes: RECORD_OVERHEAD_BYTES,
         }
     }
 }
