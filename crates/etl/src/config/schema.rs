@@ -478,7 +478,7 @@ pub(crate) mod defaults {
         64
     }
     pub(crate) fn max_bytes() -> ByteSize {
-        ByteSize(32 << 20)
+        ByteSize(16 << 20)
     }
     pub(crate) fn commit_interval() -> Duration {
         Duration::from_secs(1)
