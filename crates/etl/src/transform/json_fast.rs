@@ -15,6 +15,7 @@ use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::json::{JsonOp, compare};
@@ -72,6 +73,17 @@ struct Scratch {
     /// New values are cut from shared blocks: no allocation per record,
     /// and no allocator overhead per record while they are in flight.
     arena: BytesMut,
+    /// The order the last record was written in, and its keys.
+    layout: Layout,
+}
+
+/// The keys of a written record and the order its entries went out in.
+#[derive(Debug, Default)]
+struct Layout {
+    keys: String,
+    ranges: Vec<Range<usize>>,
+    /// Indexes into `Scratch::entries`.
+    order: Vec<usize>,
 }
 
 /// Size of an arena block; a block is freed once its records are gone.
@@ -131,7 +143,12 @@ impl FastStage {
         s.keys.clear();
         s.values.clear();
         s.entries.clear();
-        let mut de = serde_json::Deserializer::from_slice(input);
+        // One UTF-8 check for the whole value; the parser then borrows
+        // strings without checking each again.
+        let Ok(text) = std::str::from_utf8(input) else {
+            return Fast::Fallback;
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
         if de.deserialize_map(TopLevel(s)).is_err() || de.end().is_err() {
             return Fast::Fallback;
         }
@@ -193,36 +210,62 @@ impl Scratch {
         let e = &self.entries[i];
         match &e.number {
             Some(n) => Value::Number(n.clone()),
-            // Strings, booleans and null re-parse to exactly what was read.
+            // Strings, booleans, null, and text copied because it was
+            // canonical (integers among it) re-parse to exactly what was
+            // read.
             None => serde_json::from_slice(&self.values[e.value.clone()]).unwrap_or(Value::Null),
         }
     }
 
+    /// Which entries to write, in which order: sorted by key, the last of
+    /// duplicates only. Records of one stream mostly share their keys and
+    /// key order, so the order of the previous record is reused when its
+    /// keys were the same, in the same places.
+    fn plan(&mut self) {
+        let layout = &mut self.layout;
+        if layout.keys == self.keys
+            && layout.ranges.len() == self.entries.len()
+            && layout
+                .ranges
+                .iter()
+                .zip(&self.entries)
+                .all(|(r, e)| *r == e.key)
+        {
+            return;
+        }
+        let keys = &self.keys;
+        let key = |i: usize| &keys[self.entries[i].key.clone()];
+        layout.order.clear();
+        layout.order.extend(0..self.entries.len());
+        // Stable: among equal keys the last pushed stays last.
+        layout.order.sort_by(|&a, &b| key(a).cmp(key(b)));
+        let order = std::mem::take(&mut layout.order);
+        layout.order = order
+            .iter()
+            .enumerate()
+            .filter(|&(n, &i)| order.get(n + 1).is_none_or(|&next| key(next) != key(i)))
+            .map(|(_, &i)| i)
+            .collect();
+        layout.keys.clone_from(keys);
+        layout.ranges.clear();
+        layout
+            .ranges
+            .extend(self.entries.iter().map(|e| e.key.clone()));
+    }
+
     /// The object, keys sorted, the last of duplicates winning.
     fn write(&mut self) -> Bytes {
+        self.plan();
         let keys = &self.keys;
-        // Stable: among equal keys the last pushed stays last.
-        self.entries
-            .sort_by(|a, b| keys[a.key.clone()].cmp(&keys[b.key.clone()]));
         let out = &mut self.out;
         out.clear();
         out.push(b'{');
-        let mut first = true;
-        for (i, e) in self.entries.iter().enumerate() {
-            let key = &keys[e.key.clone()];
-            if self
-                .entries
-                .get(i + 1)
-                .is_some_and(|next| &keys[next.key.clone()] == key)
-            {
-                continue;
-            }
-            if !first {
+        for (n, &i) in self.layout.order.iter().enumerate() {
+            if n > 0 {
                 out.push(b',');
             }
-            first = false;
-            // Writing a string to a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut *out, key);
+            let e = &self.entries[i];
+            write_key(out, &keys[e.key.clone()]);
             out.push(b':');
             out.extend_from_slice(&self.values[e.value.clone()]);
         }
@@ -233,6 +276,68 @@ impl Scratch {
         self.arena.extend_from_slice(out);
         self.arena.split().freeze()
     }
+}
+
+/// A key as serde_json writes it: quoted, escaped where needed.
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // Writing a string to a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, key);
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// Whether `raw`, the text of one valid JSON value, is exactly what
+/// serde_json writes for the value it parses to, so it can be copied
+/// rather than parsed and written again: no whitespace, no escapes, no
+/// objects (their keys are sorted on writing), and numbers only as
+/// integers that parse to an `i64` or `u64` other than `-0`. Floats are
+/// left to the parser: their shortest form is not the text's in general.
+fn is_canonical(raw: &[u8]) -> bool {
+    let mut i = 0;
+    while i < raw.len() {
+        match raw[i] {
+            b'"' => {
+                // A valid string: its closing quote is the first `"` not
+                // escaped, and there is no escape if there is no `\`.
+                i += 1;
+                loop {
+                    match raw.get(i) {
+                        Some(b'"') => break,
+                        Some(b'\\') | None => return false,
+                        Some(_) => i += 1,
+                    }
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while raw.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+                let token = &raw[start..i];
+                let digits = token.len() - usize::from(token[0] == b'-');
+                // Up to 18 digits always fits an i64; a leading zero is
+                // only ever the number zero in valid JSON.
+                if digits > 18 || token == b"-0" {
+                    return false;
+                }
+                if matches!(raw.get(i), Some(b'.' | b'e' | b'E')) {
+                    return false;
+                }
+            }
+            b'[' | b']' | b',' | b't' | b'r' | b'u' | b'e' | b'f' | b'a' | b'l' | b's' | b'n' => {
+                i += 1;
+            }
+            // Whitespace, objects.
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// `serde_json::Map` is a `BTreeMap` unless a crate in the build enables
@@ -263,7 +368,17 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
             }
             let key = start..s.keys.len();
             let from = s.values.len();
-            let number = map.next_value_seed(Canonical(&mut s.values))?;
+            let raw: &'de RawValue = map.next_value()?;
+            let number = if is_canonical(raw.get().as_bytes()) {
+                // Already what serde_json would write: copy the text.
+                s.values.extend_from_slice(raw.get().as_bytes());
+                None
+            } else {
+                let mut de = serde_json::Deserializer::from_str(raw.get());
+                Canonical(&mut s.values)
+                    .deserialize(&mut de)
+                    .map_err(serde::de::Error::custom)?
+            };
             s.entries.push(Entry {
                 key,
                 value: from..s.values.len(),
@@ -531,10 +646,59 @@ mod tests {
         ]
     }
 
+    /// A value as users write it, often not as serde_json writes it:
+    /// spacing, escapes, `-0`, exponents, trailing zeros, integers past
+    /// 64 bits, unsorted objects, next to serde_json's own output.
+    fn raw_value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            json_value().prop_map(|v| v.to_string()),
+            prop::sample::select(vec![
+                "-0",
+                "0",
+                "-0.0",
+                "1.50",
+                "100.0",
+                "1e2",
+                "1E+2",
+                "-3e-7",
+                "0.1",
+                "123456789012345678",
+                "-123456789012345678",
+                "1234567890123456789",
+                "-9223372036854775808",
+                "18446744073709551615",
+                "18446744073709551616",
+                r#""\u0041\n""#,
+                r#""\/""#,
+                r#""caf\u00e9 é""#,
+                r#""""#,
+                "true",
+                "false",
+                "null",
+                r#"{"b":1,"a":2}"#,
+                r#"{"a":1,"a":2}"#,
+                "{ }",
+                "[ ]",
+            ])
+            .prop_map(str::to_owned),
+            (-1e6f64..1e6).prop_map(|f| f.to_string()),
+            any::<i64>().prop_map(|i| i.to_string()),
+        ];
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            prop::collection::vec((inner, any::<bool>()), 0..3).prop_map(|items| {
+                let items: Vec<String> = items
+                    .into_iter()
+                    .map(|(v, spaced)| if spaced { format!(" {v} ") } else { v })
+                    .collect();
+                format!("[{}]", items.join(","))
+            })
+        })
+    }
+
     /// An object as text, with duplicate keys and spacing the tree path
     /// normalizes away.
     fn object_text() -> impl Strategy<Value = String> {
-        prop::collection::vec(("[a-d]", json_value(), any::<bool>()), 0..6).prop_map(|fields| {
+        prop::collection::vec(("[a-d]", raw_value(), any::<bool>()), 0..6).prop_map(|fields| {
             let body: Vec<String> = fields
                 .iter()
                 .map(|(k, v, spaced)| {
@@ -546,7 +710,49 @@ mod tests {
         })
     }
 
+    /// Objects of one shape (the same keys in the same order, values
+    /// differing), with objects of other shapes among them.
+    fn stream() -> impl Strategy<Value = Vec<String>> {
+        let shaped = prop::collection::vec("[a-d]", 0..6).prop_flat_map(|keys| {
+            let n = keys.len();
+            prop::collection::vec(prop::collection::vec(raw_value(), n), 1..5).prop_map(
+                move |rows| {
+                    rows.iter()
+                        .map(|values| {
+                            let body: Vec<String> = keys
+                                .iter()
+                                .zip(values)
+                                .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
+                                .collect();
+                            format!("{{{}}}", body.join(","))
+                        })
+                        .collect::<Vec<_>>()
+                },
+            )
+        });
+        prop::collection::vec(
+            prop_oneof![shaped, object_text().prop_map(|t| vec![t])],
+            1..4,
+        )
+        .prop_map(|runs| runs.concat())
+    }
+
     proptest! {
+        #[test]
+        fn prop_one_stage_over_a_stream_matches_tree_path(
+            ops in prop::collection::vec(op(), 1..5),
+            inputs in stream(),
+        ) {
+            let mut stage = FastStage::new(&ops).expect("top-level steps take the fast path");
+            for input in &inputs {
+                let fast = match stage.apply(input.as_bytes()) {
+                    Fast::Keep(None) => Fast::Keep(Some(Bytes::copy_from_slice(input.as_bytes()))),
+                    other => other,
+                };
+                prop_assert_eq!(fast, tree(&ops, input), "{}", input);
+            }
+        }
+
         #[test]
         fn prop_fast_path_matches_tree_path(
             ops in prop::collection::vec(op(), 1..5),
