@@ -82,7 +82,7 @@ impl Encoder for NdjsonEncoder {
                 reason: format!("value is not valid JSON: {e}"),
             })?;
         }
-        if value.iter().any(|&b| b == b'\n' || b == b'\r') {
+        if memchr::memchr2(b'\n', b'\r', value).is_some() {
             out.reserve(value.len() + 1);
             for &b in value {
                 out.put_u8(if b == b'\n' || b == b'\r' { b' ' } else { b });
