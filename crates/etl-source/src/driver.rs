@@ -360,8 +360,15 @@ impl SourceDriver {
             .chain(batch.rejected.into_iter().map(Item::Rejected))
             .collect();
         items.sort_by_key(Item::offset);
+        // Almost always nothing is isolated: the batch stays one group.
+        if !items
+            .iter()
+            .any(|item| self.poison.isolate(partition, item.offset()))
+        {
+            return vec![items];
+        }
         let mut groups: Vec<Vec<Item>> = Vec::new();
-        let mut run: Vec<Item> = Vec::new();
+        let mut run: Vec<Item> = Vec::with_capacity(items.len());
         for item in items {
             if self.poison.isolate(partition, item.offset()) {
                 if !run.is_empty() {

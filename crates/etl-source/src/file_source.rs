@@ -68,6 +68,14 @@ impl FileSource {
         let files = resolve_inputs(&config.inputs)?
             .into_iter()
             .map(|(partition, path)| {
+                // Offsets, progress lines and dead-letter keys name the
+                // partition; this says which file it is.
+                tracing::info!(
+                    source = %config.name,
+                    partition = partition.0,
+                    path = %path.display(),
+                    "reading file"
+                );
                 Ok(FileState {
                     partition,
                     reader: LineReader::open(&path, config.name.clone(), partition)?,

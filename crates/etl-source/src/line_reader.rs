@@ -32,6 +32,8 @@ pub(crate) struct LineReader {
     skipping: bool,
     /// The last read found the end of the file.
     at_eof: bool,
+    /// Records in the last batch read, to size the next one's vector.
+    last_batch_records: usize,
 }
 
 /// What one call to [`LineReader::read_batch`] found.
@@ -66,6 +68,7 @@ impl LineReader {
             scanned: 0,
             skipping: false,
             at_eof: false,
+            last_batch_records: 0,
         })
     }
 
@@ -103,6 +106,11 @@ impl LineReader {
         final_eof: bool,
     ) -> Result<ReadOutcome, SourceError> {
         let mut batch = PollBatch::new(self.partition);
+        // A batch is mostly as long as the one before: size the vector
+        // once rather than growing it (and moving the records) step by step.
+        batch
+            .records
+            .reserve(self.last_batch_records.min(config.max_batch_records));
         let mut bytes = 0usize;
         self.at_eof = false;
         while batch.len() < config.max_batch_records && bytes < config.max_batch_bytes {
@@ -165,6 +173,7 @@ impl LineReader {
             }
             pending_tail = false;
         }
+        self.last_batch_records = batch.records.len();
         Ok(ReadOutcome {
             batch,
             at_eof: self.at_eof,
