@@ -89,6 +89,11 @@ fn with_source(
             name: SourceId::new(f.name.as_deref().unwrap_or("file")),
             inputs: f.paths.clone(),
             format: match f.format {
+                // The JSON steps parse every line anyway and send what is
+                // not a JSON object to the dead-letter path with the
+                // parser's message: checking at the source as well would
+                // parse each line twice.
+                LineFormat::Ndjson if !config.transforms.is_empty() => SrcFormat::Raw,
                 LineFormat::Ndjson => SrcFormat::Ndjson,
                 LineFormat::Lines => SrcFormat::Raw,
             },
