@@ -4,10 +4,17 @@
 //!
 //! * `ack [--records N] [--rounds R]`: generator -> JSON transform ->
 //!   blackhole, with acknowledgements (the real [`Pipeline`]: source
-//!   driver, checkpointer, sink driver) and without (the same source,
-//!   transforms, encoder and sink in the same three tasks, but no handles,
-//!   no tracking, no in-flight budget). Rounds alternate; the best of each
-//!   is reported.
+//!   driver, checkpointer, sink driver, the transforms on one task) and
+//!   without (the same source, transforms, encoder and sink in the same
+//!   three tasks, but no handles, no tracking, no in-flight budget): the
+//!   same shape, so the difference is the acknowledgement machinery. The
+//!   real pipeline with its default transform pool is measured too
+//!   (`ack_on_pool_rps`), for reference. Rounds alternate; the best of
+//!   each is reported.
+//! * `ack-on [--records N]`, `ack-off [--records N]`: one run of either
+//!   side (default 200k records), for instruction counts under
+//!   `valgrind --tool=callgrind`, which do not move with the machine's
+//!   load as times do.
 //! * `rate [--records N]`: records per second of the acknowledged pipeline
 //!   into a blackhole (the source side's speed, to size a slow sink).
 //! * `memory --records N --sink-rate R [--in-flight-mib M]`: the
@@ -56,30 +63,42 @@ fn main() {
         Some("ack") | None => {
             let records = flag("--records", 2_000_000);
             let rounds = flag("--rounds", 3).max(1);
-            let (mut on, mut off) = (0f64, 0f64);
+            let (mut on, mut off, mut pool) = (0f64, 0f64, 0f64);
             for _ in 0..rounds {
                 off = off.max(runtime.block_on(acks_off(records)));
-                on = on.max(runtime.block_on(acks_on(records, None, None)));
+                on = on.max(runtime.block_on(acks_on(records, None, None, Some(1))));
+                pool = pool.max(runtime.block_on(acks_on(records, None, None, None)));
             }
-            println!("RESULT ack_on_rps={on:.0} ack_off_rps={off:.0}");
+            println!("RESULT ack_on_rps={on:.0} ack_off_rps={off:.0} ack_on_pool_rps={pool:.0}");
+        }
+        // One run of one side, for instruction counts under callgrind.
+        Some("ack-on") => {
+            let records = flag("--records", 200_000);
+            let rate = runtime.block_on(acks_on(records, None, None, Some(1)));
+            println!("RESULT ack_on_rps={rate:.0}");
+        }
+        Some("ack-off") => {
+            let records = flag("--records", 200_000);
+            let rate = runtime.block_on(acks_off(records));
+            println!("RESULT ack_off_rps={rate:.0}");
         }
         Some("rate") => {
             let records = flag("--records", 1_000_000);
-            let rate = runtime.block_on(acks_on(records, None, None));
+            let rate = runtime.block_on(acks_on(records, None, None, None));
             println!("RESULT rate_rps={rate:.0}");
         }
         Some("memory") => {
             let records = flag("--records", 1_000_000);
             let sink_rate = flag("--sink-rate", 10_000).max(1);
             let in_flight = flag("--in-flight-mib", 8) << 20;
-            let rate = runtime.block_on(acks_on(records, Some(sink_rate), Some(in_flight)));
+            let rate = runtime.block_on(acks_on(records, Some(sink_rate), Some(in_flight), None));
             println!(
                 "RESULT records={records} rps={rate:.0} peak_rss_kib={}",
                 peak_rss_kib()
             );
         }
         Some(other) => {
-            eprintln!("unknown mode {other:?}: ack | rate | memory");
+            eprintln!("unknown mode {other:?}: ack | ack-on | ack-off | rate | memory");
             std::process::exit(2);
         }
     }
@@ -119,8 +138,14 @@ fn transforms() -> TransformChain {
 
 /// The real pipeline; with `sink_rate`, the sink waits so that it writes
 /// at most that many records per second; `in_flight` bounds payload bytes
-/// in flight (the default limits otherwise).
-async fn acks_on(records: u64, sink_rate: Option<u64>, in_flight: Option<u64>) -> f64 {
+/// in flight (the default limits otherwise); `workers` sets the transform
+/// threads (the default pool otherwise).
+async fn acks_on(
+    records: u64,
+    sink_rate: Option<u64>,
+    in_flight: Option<u64>,
+    workers: Option<usize>,
+) -> f64 {
     let sink: Box<dyn Sink> = match sink_rate {
         None => Box::new(BlackholeSink::new()),
         Some(rate) => {
@@ -132,7 +157,11 @@ async fn acks_on(records: u64, sink_rate: Option<u64>, in_flight: Option<u64>) -
         max_records: SINK_RECORDS,
         ..DriverConfig::default()
     });
-    let pipeline = Pipeline::builder()
+    let mut builder = Pipeline::builder();
+    if let Some(workers) = workers {
+        builder = builder.transform_workers(workers);
+    }
+    let pipeline = builder
         .source(generator(records))
         .transforms(transforms())
         .sink("out", driver)
