@@ -57,7 +57,8 @@ pub struct KafkaSourceConfig {
     #[serde(default = "default_max_batch_records")]
     pub max_batch_records: usize,
     /// Records fetched but not yet handed to the pipeline before the
-    /// fetching partitions are paused.
+    /// fetching partitions are paused (if the pipeline has not taken half
+    /// of them within 100 ms).
     #[serde(default = "default_max_buffered_records")]
     pub max_buffered_records: usize,
     /// Further librdkafka consumer settings, passed through unchanged.

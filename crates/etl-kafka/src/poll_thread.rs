@@ -6,12 +6,22 @@
 //! on an async task: blocking it never stalls the runtime, and the loop
 //! keeps polling (serving callbacks and heartbeats' companions) while the
 //! pipeline is slow, pausing partitions instead of stopping.
+//!
+//! A pipeline that is only briefly behind is waited for instead: pausing
+//! a partition makes librdkafka drop what it prefetched for it and fetch
+//! it again on resume, which stalls the partition (about a second against
+//! the test broker) and costs the broker the same bytes twice. So the
+//! thread stops polling for up to [`CATCH_UP_WAIT`] while the source takes
+//! what is buffered, and pauses only if it is still behind then. Commands
+//! are served meanwhile; callbacks wait at most that long (a rebalance
+//! drops librdkafka's prefetched records by itself, so they do not queue
+//! behind them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use etl_record::{Offset, PartitionId, Position, Record, SourceId, Timestamp};
@@ -25,6 +35,11 @@ use crate::context::{Chunk, Event, GroupContext};
 const POLL_WAIT: Duration = Duration::from_millis(20);
 /// How long a seek may wait for the broker.
 const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the thread waits, without polling, for the source to take
+/// half of what is buffered before it pauses every partition instead.
+const CATCH_UP_WAIT: Duration = Duration::from_millis(100);
+/// How long one look at the source's progress sleeps while waiting.
+const CATCH_UP_SLICE: Duration = Duration::from_micros(500);
 
 /// What the source asks of the poll thread.
 #[derive(Debug)]
@@ -53,6 +68,9 @@ pub(crate) struct PollThread {
     pub(crate) seeks: BTreeMap<PartitionId, u64>,
     /// Partitions the pipeline asked to pause.
     pub(crate) paused: BTreeSet<PartitionId>,
+    /// Since when the source has been behind (more than `max_buffered`
+    /// records waiting, not yet half taken) without a pause.
+    pub(crate) behind_since: Option<Instant>,
 }
 
 impl PollThread {
@@ -61,7 +79,10 @@ impl PollThread {
     /// callback, which commits them.
     pub(crate) fn run(mut self) {
         while self.serve_commands() {
-            self.backpressure();
+            if self.backpressure() {
+                std::thread::sleep(CATCH_UP_SLICE);
+                continue;
+            }
             let wait = if self.has_chunk() {
                 Duration::ZERO
             } else {
@@ -153,17 +174,33 @@ impl PollThread {
         }
     }
 
-    /// Pause every partition while the source is behind; resume (except
-    /// what the pipeline paused) once it caught up by half.
-    fn backpressure(&mut self) {
+    /// While the source is behind, wait for it to catch up by half
+    /// (`true`: do not poll now) for up to [`CATCH_UP_WAIT`], then pause
+    /// every partition; resume them (except what the pipeline paused) once
+    /// it caught up by half.
+    fn backpressure(&mut self) -> bool {
         let buffered = self.context().buffered.load(Ordering::Acquire);
         let engaged = self.context().backpressure.load(Ordering::Acquire);
-        if !engaged && buffered >= self.max_buffered {
+        let caught_up = buffered <= self.max_buffered / 2;
+        if !engaged {
+            let since = match self.behind_since {
+                None if buffered < self.max_buffered => return false,
+                Some(_) if caught_up => {
+                    self.behind_since = None;
+                    return false;
+                }
+                Some(since) => since,
+                None => *self.behind_since.insert(Instant::now()),
+            };
+            if since.elapsed() < CATCH_UP_WAIT {
+                return true;
+            }
+            self.behind_since = None;
             self.context().backpressure.store(true, Ordering::Release);
             if let Ok(assignment) = self.consumer.assignment() {
                 let _ = self.consumer.pause(&assignment);
             }
-        } else if engaged && buffered <= self.max_buffered / 2 {
+        } else if caught_up {
             self.context().backpressure.store(false, Ordering::Release);
             let ids: Vec<PartitionId> = match self.consumer.assignment() {
                 Ok(assignment) => assignment
@@ -176,6 +213,7 @@ impl PollThread {
             };
             self.set_paused(&ids, false);
         }
+        false
     }
 
     fn set_paused(&self, ids: &[PartitionId], pause: bool) {

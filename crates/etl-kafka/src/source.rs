@@ -41,6 +41,8 @@ const IDLE_AFTER: Duration = Duration::from_millis(100);
 /// by itself while more than
 /// [`max_buffered_records`](KafkaSourceConfig::max_buffered_records) wait
 /// for the pipeline, so the member keeps polling and stays in the group.
+/// (It first waits up to 100 ms for the pipeline to take half of them: a
+/// pause drops what librdkafka prefetched for the partitions.)
 ///
 /// Dropping the source leaves the group: the poll thread closes the
 /// consumer, which revokes (drains and commits) every partition first.
@@ -128,6 +130,7 @@ impl KafkaSource {
             max_buffered: self.config.max_buffered_records,
             seeks: BTreeMap::new(),
             paused: BTreeSet::new(),
+            behind_since: None,
         };
         let thread = std::thread::Builder::new()
             .name(format!("kafka-poll-{}", self.config.group_id))
