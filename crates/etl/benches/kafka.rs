@@ -1,0 +1,435 @@
+//! Kafka -> blackhole against a raw librdkafka consumer, printed as
+//! `RESULT` lines for `cargo xtask bench` (which starts the broker,
+//! produces the topic once and alternates the two consumers).
+//!
+//! * `produce --brokers B --topic T --partitions P --records N`: create
+//!   the topic and write `N` NDJSON records of about 100 bytes (id, user,
+//!   amount, timestamp, tags) round-robin over its partitions, `acks=all`,
+//!   batched for throughput; every delivery report must succeed. A topic
+//!   that exists already must hold exactly `N` records (counted by reading
+//!   it), or the run fails.
+//! * `raw --brokers B --topic T --records N`: a plain rdkafka
+//!   [`BaseConsumer`] in a new group reads the topic from the start until
+//!   `N` messages arrived, summing payload lengths. Reports `raw_rps`.
+//! * `etl --brokers B --topic T --records N`: the real pipeline, built
+//!   from a configuration as `etl run` builds it: `[source] type =
+//!   "kafka"` in a new group, no transforms, one blackhole sink, offsets
+//!   in the group. A task polls the pipeline's metrics every millisecond
+//!   until the sink wrote `N` records, then stops the pipeline. Reports
+//!   `etl_rps`.
+//!
+//! Rates are `N` over the time from the first message (raw) or the first
+//! record entering the transforms (etl) to the `N`th, so joining the group
+//! (about half the session timeout on the test broker) is not counted.
+//!
+//! Both consumers run with the same librdkafka fetch settings: its
+//! defaults, except `fetch.queue.backoff.ms`, which the etl source sets to
+//! 50 ms and the raw consumer sets likewise (with librdkafka's 1 s default
+//! both stall for whole seconds each time a partition's local queue
+//! passes 100,000 messages, which swamps a sub-second measurement). Both
+//! use the same session timeout and assignment strategy
+//! (`cooperative-sticky`), read from `earliest` and never commit on their
+//! own. What differs is what the comparison measures: the etl source
+//! copies every payload (and reads the headers, key and timestamp) into a
+//! record on its poll thread and hands batches of up to 500 to the source
+//! driver, which tracks them for acknowledgement; the sink driver encodes
+//! them to NDJSON, checking that each value is JSON, and the blackhole
+//! counts them; the checkpointer commits the group's offsets every
+//! second. The etl figure also includes the sink's linger (up to 50 ms)
+//! for the last partial batch, and the metrics polling.
+//!
+//! Run by hand against `cargo xtask kafka --port 19092`:
+//!
+//! ```text
+//! cargo bench -p etl --bench kafka -- produce --brokers 127.0.0.1:19092 --topic bench --partitions 4 --records 1000000
+//! cargo bench -p etl --bench kafka -- raw --brokers 127.0.0.1:19092 --topic bench --records 1000000
+//! cargo bench -p etl --bench kafka -- etl --brokers 127.0.0.1:19092 --topic bench --records 1000000
+//! ```
+
+// A bench binary: failures end the run with a message, like a test.
+#![allow(clippy::unwrap_used)]
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientConfig, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+/// Group settings both consumers share: the test broker takes about half
+/// the session timeout to form a new group, so it is short.
+const SESSION_TIMEOUT_MS: u32 = 6_000;
+const HEARTBEAT_INTERVAL_MS: u32 = 1_000;
+/// The etl source's default assignment strategy, used by both.
+const ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
+/// The etl source's `fetch.queue.backoff.ms` (`etl-kafka`'s
+/// `SOURCE_DEFAULTS`), given to the raw consumer too.
+const FETCH_QUEUE_BACKOFF_MS: u32 = 50;
+/// How long a run may take before it is called stuck.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn main() {
+    // `cargo bench` passes `--bench`; flags of our own come in pairs.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let text = |name: &str| -> String {
+        args.windows(2)
+            .find(|w| w[0] == name)
+            .map(|w| w[1].clone())
+            .unwrap_or_else(|| fail(&format!("{name} is required")))
+    };
+    let number = |name: &str| -> u64 {
+        text(name)
+            .parse()
+            .unwrap_or_else(|_| fail(&format!("{name} takes a number")))
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (brokers, topic) = (text("--brokers"), text("--topic"));
+    let records = number("--records");
+    match args.first().map(String::as_str) {
+        Some("produce") => {
+            let partitions = i32::try_from(number("--partitions"))
+                .ok()
+                .filter(|p| *p > 0)
+                .unwrap_or_else(|| fail("--partitions takes a count from 1"));
+            match runtime.block_on(produce(&brokers, &topic, partitions, records)) {
+                Some(rate) => println!("RESULT produced={records} produce_rps={rate:.0}"),
+                None => println!("RESULT produced=0"),
+            }
+        }
+        Some("raw") => {
+            let rate = raw(&brokers, &topic, records);
+            println!("RESULT raw_rps={rate:.0}");
+        }
+        Some("etl") => {
+            let rate = runtime.block_on(etl(&brokers, &topic, records));
+            println!("RESULT etl_rps={rate:.0}");
+        }
+        other => fail(&format!("unknown mode {other:?}: produce | raw | etl")),
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("kafka bench: {message}");
+    std::process::exit(2);
+}
+
+/// A group id no earlier run used, so the group starts at `earliest`.
+fn new_group(side: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("bench-{side}-{}-{nanos}", std::process::id())
+}
+
+/// splitmix64, as `cargo xtask bench` uses for its file input.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Record `id` as one NDJSON line without the newline (about 100 bytes),
+/// like `write_input` in `xtask/src/bench.rs`.
+fn record(id: u64, out: &mut String) {
+    const TAGS: [&str; 6] = ["red", "green", "blue", "new", "sale", "vip"];
+    let h = mix(id);
+    let cents = (h >> 10) % 100_000;
+    out.clear();
+    let _ = write!(
+        out,
+        r#"{{"id":{id},"user":"user-{:04}","amount":{}.{:02},"timestamp":{},"tags":["{}","{}"]}}"#,
+        h % 10_000,
+        cents / 100,
+        cents % 100,
+        1_700_000_000_000u64 + id * 7,
+        TAGS[((h >> 30) % 6) as usize],
+        TAGS[((h >> 40) % 6) as usize],
+    );
+}
+
+/// Counts delivery reports.
+#[derive(Default)]
+struct Deliveries {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, (): ()) {
+        match result {
+            Ok(_) => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((err, _)) => {
+                if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("kafka bench: delivery failed: {err}");
+                }
+            }
+        }
+    }
+}
+
+/// Create the topic and fill it: records per second of producing, or
+/// `None` when the topic already held the records.
+async fn produce(brokers: &str, topic: &str, partitions: i32, records: u64) -> Option<f64> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let results = admin
+        .create_topics(
+            [&NewTopic::new(
+                topic,
+                partitions,
+                TopicReplication::Fixed(1),
+            )],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap_or_else(|e| fail(&format!("creating topic {topic}: {e}")));
+    for result in results {
+        match result {
+            Ok(_) => {}
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                let held = count(brokers, topic);
+                if held != records {
+                    fail(&format!(
+                        "topic {topic} already exists with {held} records, not {records}: \
+                         use another topic or a fresh broker"
+                    ));
+                }
+                eprintln!("kafka bench: topic {topic} already holds {records} records");
+                return None;
+            }
+            Err((t, e)) => fail(&format!("cannot create topic {t}: {e}")),
+        }
+    }
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("acks", "all")
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create_with_context(Deliveries::default())
+        .unwrap();
+    let started = Instant::now();
+    let mut line = String::with_capacity(160);
+    let spread = u64::from(partitions.unsigned_abs());
+    for id in 0..records {
+        record(id, &mut line);
+        let partition = i32::try_from(id % spread).unwrap_or(0);
+        let mut message = BaseRecord::<(), str>::to(topic)
+            .payload(line.as_str())
+            .partition(partition);
+        loop {
+            match producer.send(message) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    message = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => fail(&format!("producing record {id}: {e}")),
+            }
+        }
+        if id % 10_000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .unwrap_or_else(|e| fail(&format!("flushing the producer: {e}")));
+    let rate = records as f64 / started.elapsed().as_secs_f64();
+    let deliveries = producer.context();
+    let (ok, failed) = (
+        deliveries.ok.load(Ordering::Relaxed),
+        deliveries.failed.load(Ordering::Relaxed),
+    );
+    if ok != records || failed != 0 {
+        fail(&format!(
+            "{ok} of {records} records delivered, {failed} failed"
+        ));
+    }
+    // Not checked against the watermarks: Tansu 0.6.0 reports a
+    // partition's high watermark as the last batch's base offset + 1.
+    Some(rate)
+}
+
+/// Records in `topic`, counted by reading every partition from the start
+/// until nothing more arrives for two seconds.
+fn count(brokers: &str, topic: &str) -> u64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", new_group("count"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string())
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap_or_else(|e| fail(&format!("metadata of {topic}: {e}")));
+    let mut assignment = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            assignment
+                .add_partition_offset(topic, p.id(), rdkafka::Offset::Beginning)
+                .unwrap();
+        }
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut seen = 0u64;
+    let mut last = Instant::now();
+    while last.elapsed() < Duration::from_secs(2) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(_)) => {
+                seen += 1;
+                last = Instant::now();
+            }
+            Some(Err(e)) => fail(&format!("counting {topic}: {e}")),
+            None => {}
+        }
+    }
+    seen
+}
+
+/// A plain consumer in a new group: records per second from the first
+/// message to the `records`th.
+fn raw(brokers: &str, topic: &str, records: u64) -> f64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", new_group("raw"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", SESSION_TIMEOUT_MS.to_string())
+        .set("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS.to_string())
+        .set("partition.assignment.strategy", ASSIGNMENT_STRATEGY)
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string())
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let mut first = None;
+    let (mut received, mut bytes) = (0u64, 0u64);
+    while received < records {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                first.get_or_insert_with(Instant::now);
+                bytes += message.payload().map_or(0, |p| p.len() as u64);
+                received += 1;
+            }
+            Some(Err(e)) => eprintln!("kafka bench: consumer error: {e}"),
+            None => {}
+        }
+        if Instant::now() > deadline {
+            fail(&format!(
+                "raw consumer read {received} of {records} records in {RUN_TIMEOUT:?}"
+            ));
+        }
+    }
+    let secs = first.map_or(f64::NAN, |t| t.elapsed().as_secs_f64());
+    eprintln!(
+        "kafka bench: raw read {received} messages, {} payload bytes in {secs:.3} s",
+        std::hint::black_box(bytes)
+    );
+    records as f64 / secs
+}
+
+/// The real pipeline from a configuration: records per second from the
+/// first record read to the `records`th written.
+async fn etl(brokers: &str, topic: &str, records: u64) -> f64 {
+    let config = format!(
+        r#"
+[source]
+type = "kafka"
+name = "bench"
+brokers = "{brokers}"
+group_id = "{group}"
+topics = ["{topic}"]
+session_timeout_ms = {SESSION_TIMEOUT_MS}
+heartbeat_interval_ms = {HEARTBEAT_INTERVAL_MS}
+assignment_strategy = "{ASSIGNMENT_STRATEGY}"
+auto_offset_reset = "earliest"
+
+[[sinks]]
+name = "out"
+type = "blackhole"
+
+[checkpoint]
+revoke_deadline = "3s"
+store = {{ type = "source" }}
+"#,
+        group = new_group("etl"),
+    );
+    let config = etl::parse_config(&config, std::path::Path::new("."))
+        .unwrap_or_else(|e| fail(&format!("configuration: {e:?}")));
+    let pipeline = etl::pipeline_from_config(&config)
+        .await
+        .unwrap_or_else(|e| fail(&format!("building the pipeline: {e}")));
+    let hub = pipeline.metrics();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let watch = tokio::spawn(async move {
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        let mut first = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let totals = hub.totals();
+            if first.is_none() && totals.read > 0 {
+                first = Some(Instant::now());
+            }
+            if totals.written >= records {
+                stop.cancel();
+                return first.map(|t| t.elapsed().as_secs_f64());
+            }
+            if Instant::now() > deadline {
+                eprintln!(
+                    "kafka bench: etl wrote {} of {records} records (read {}) in {RUN_TIMEOUT:?}",
+                    totals.written, totals.read
+                );
+                stop.cancel();
+                return None;
+            }
+        }
+    });
+    let summary = pipeline
+        .run(shutdown)
+        .await
+        .unwrap_or_else(|e| fail(&format!("the pipeline failed: {e}")));
+    let secs = watch
+        .await
+        .unwrap()
+        .unwrap_or_else(|| fail("the pipeline did not write every record"));
+    eprintln!(
+        "kafka bench: etl read {}, wrote {} in {secs:.3} s",
+        summary.read,
+        summary.written()
+    );
+    if summary.read < records || summary.written() < records {
+        fail(&format!(
+            "etl read {} and wrote {} records, expected at least {records}",
+            summary.read,
+            summary.written()
+        ));
+    }
+    records as f64 / secs
+}
