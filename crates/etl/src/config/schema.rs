@@ -196,7 +196,8 @@ pub enum SinkKind {
     File(FileSinkConfig),
     /// Write to standard output.
     Stdout(StdoutSinkConfig),
-    /// Discard (benchmarks).
+    /// Discard every record, without checking its value (benchmarks, dry
+    /// runs).
     Blackhole(BlackholeSinkConfig),
     /// A Kafka producer; the table is read by the Kafka connector.
     Kafka(toml::Table),

@@ -268,6 +268,9 @@ async fn with_sink(
     let encoding = match &config.kind {
         SinkKind::File(f) => f.encoding,
         SinkKind::Stdout(s) => s.encoding,
+        // Nothing is written, so there is no format to check values
+        // against: the blackhole takes every record as it is.
+        SinkKind::Blackhole(_) => Encoding::Lines,
         _ => Encoding::Ndjson,
     };
     Ok(match open_sink(&config.kind, &config.name).await? {
@@ -306,5 +309,24 @@ mod tests {
         assert!(values_are_json(&config(generator, "")));
         assert!(values_are_json(&config(lines, filter)));
         assert!(!values_are_json(&config(lines, "")));
+    }
+
+    #[tokio::test]
+    async fn the_blackhole_takes_values_that_are_not_json() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("in.txt"), "not json\n{\"a\":1}\n").unwrap();
+        let source = format!(
+            "type = \"file\"\npaths = [{:?}]\nformat = \"lines\"",
+            dir.path().join("in.txt")
+        );
+        let mut config = config(&source, "");
+        config.checkpoint.store = crate::config::StoreConfig::Memory;
+        let pipeline = pipeline_from_config(&config).await.unwrap();
+        let summary = pipeline
+            .run(tokio_util::sync::CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!((summary.read, summary.written()), (2, 2));
+        assert_eq!(summary.dead_lettered, 0);
     }
 }
