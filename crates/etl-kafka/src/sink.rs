@@ -38,7 +38,7 @@ const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
 /// * The message value is the record's encoding with one trailing newline
 ///   removed: line encoders frame records with newlines, Kafka frames
 ///   messages itself.
-/// * Failures are classified by [`classify`]: any retryable failure makes
+/// * Failures are classified by [`classify`](fn@classify): any retryable failure makes
 ///   the whole batch retryable (a retry may duplicate messages that were
 ///   delivered, which the idempotency header identifies); permanent
 ///   failures of some messages while the rest were delivered are
