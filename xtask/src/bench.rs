@@ -116,8 +116,20 @@ pub(crate) fn run(args: &[String]) -> Result {
 
     // 2. File to file.
     let f2f = work.join("file-to-file");
-    let expected = write_input(&f2f.join("input").join("data.ndjson"), FILE_RECORDS)?;
     let input = f2f.join("input").join("data.ndjson");
+    let expected = field(
+        &capture(
+            Command::new(&harness)
+                .args([
+                    "write-input",
+                    "--records",
+                    &FILE_RECORDS.to_string(),
+                    "--path",
+                ])
+                .arg(&input),
+        )?,
+        "kept",
+    )? as u64;
     let cat = best_of(3, || {
         let t = Instant::now();
         let status = Command::new("cat")
@@ -434,48 +446,6 @@ fn acks_per_sec(shape: &str, pending: u64) -> Result<f64> {
         .as_f64()
         .ok_or_else(|| format!("{}: no mean estimate", path.display()))?;
     Ok(1e9 / ns)
-}
-
-/// splitmix64: deterministic input without a dependency.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Write `n` NDJSON records of about 100 bytes (id, user, amount,
-/// timestamp, tags) unless the file already holds them; returns how many
-/// have `amount >= 100` (about 90%), the lines the pipeline keeps.
-fn write_input(path: &Path, n: u64) -> Result<u64> {
-    const TAGS: [&str; 6] = ["red", "green", "blue", "new", "sale", "vip"];
-    let mut kept = 0;
-    let mut text = String::with_capacity(128 * 1024 * 1024);
-    for id in 0..n {
-        let h = mix(id);
-        let cents = (h >> 10) % 100_000;
-        if cents >= 10_000 {
-            kept += 1;
-        }
-        let _ = writeln!(
-            text,
-            r#"{{"id":{id},"user":"user-{:04}","amount":{}.{:02},"timestamp":{},"tags":["{}","{}"]}}"#,
-            h % 10_000,
-            cents / 100,
-            cents % 100,
-            1_700_000_000_000u64 + id * 7,
-            TAGS[((h >> 30) % 6) as usize],
-            TAGS[((h >> 40) % 6) as usize],
-        );
-    }
-    if std::fs::metadata(path).is_ok_and(|m| m.len() == text.len() as u64) {
-        return Ok(kept);
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(kept)
 }
 
 fn write_file_config(dir: &Path) -> Result<PathBuf> {

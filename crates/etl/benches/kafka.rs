@@ -49,9 +49,10 @@
 // A bench binary: failures end the run with a message, like a test.
 #![allow(clippy::unwrap_used)]
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod common;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
@@ -133,33 +134,6 @@ fn new_group(side: &str) -> String {
     format!("bench-{side}-{}-{nanos}", std::process::id())
 }
 
-/// splitmix64, as `cargo xtask bench` uses for its file input.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Record `id` as one NDJSON line without the newline (about 100 bytes),
-/// like `write_input` in `xtask/src/bench.rs`.
-fn record(id: u64, out: &mut String) {
-    const TAGS: [&str; 6] = ["red", "green", "blue", "new", "sale", "vip"];
-    let h = mix(id);
-    let cents = (h >> 10) % 100_000;
-    out.clear();
-    let _ = write!(
-        out,
-        r#"{{"id":{id},"user":"user-{:04}","amount":{}.{:02},"timestamp":{},"tags":["{}","{}"]}}"#,
-        h % 10_000,
-        cents / 100,
-        cents % 100,
-        1_700_000_000_000u64 + id * 7,
-        TAGS[((h >> 30) % 6) as usize],
-        TAGS[((h >> 40) % 6) as usize],
-    );
-}
-
 /// Counts delivery reports.
 #[derive(Default)]
 struct Deliveries {
@@ -235,7 +209,8 @@ async fn produce(brokers: &str, topic: &str, partitions: i32, records: u64) -> O
     let mut line = String::with_capacity(160);
     let spread = u64::from(partitions.unsigned_abs());
     for id in 0..records {
-        record(id, &mut line);
+        line.clear();
+        common::record(id, &mut line);
         let partition = i32::try_from(id % spread).unwrap_or(0);
         let mut message = BaseRecord::<(), str>::to(topic)
             .payload(line.as_str())

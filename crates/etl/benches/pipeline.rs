@@ -15,6 +15,9 @@
 //!   side (default 200k records), for instruction counts under
 //!   `valgrind --tool=callgrind`, which do not move with the machine's
 //!   load as times do.
+//! * `write-input --path FILE [--records N]`: write the file-to-file
+//!   input (unless FILE already holds it): `N` NDJSON records of about 100
+//!   bytes; reports how many the bench filter keeps (`kept`).
 //! * `rate [--records N]`: records per second of the acknowledged pipeline
 //!   into a blackhole (the source side's speed, to size a slow sink).
 //! * `memory --records N --sink-rate R [--in-flight-mib M]`: the
@@ -28,6 +31,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
+
+mod common;
 
 use etl::{CompareOp, JsonOp, JsonStage, Pipeline, TransformChain};
 use etl_checkpoint::{CheckpointConfig, InFlightLimits};
@@ -82,6 +87,28 @@ fn main() {
             let rate = runtime.block_on(acks_off(records));
             println!("RESULT ack_off_rps={rate:.0}");
         }
+        // The file-to-file input, so every harness and xtask write the
+        // same records.
+        Some("write-input") => {
+            let records = flag("--records", 2_000_000);
+            let Some(path) = args.windows(2).find(|w| w[0] == "--path").map(|w| &w[1]) else {
+                eprintln!("write-input needs --path FILE");
+                std::process::exit(2);
+            };
+            let (mut text, mut kept) = (String::new(), 0u64);
+            for id in 0..records {
+                kept += u64::from(common::record(id, &mut text));
+                text.push('\n');
+            }
+            let unchanged = std::fs::metadata(path).is_ok_and(|m| m.len() == text.len() as u64);
+            if !unchanged {
+                if let Some(dir) = std::path::Path::new(path).parent() {
+                    std::fs::create_dir_all(dir).unwrap();
+                }
+                std::fs::write(path, text).unwrap();
+            }
+            println!("RESULT kept={kept}");
+        }
         Some("rate") => {
             let records = flag("--records", 1_000_000);
             let rate = runtime.block_on(acks_on(records, None, None, None));
@@ -98,7 +125,9 @@ fn main() {
             );
         }
         Some(other) => {
-            eprintln!("unknown mode {other:?}: ack | ack-on | ack-off | rate | memory");
+            eprintln!(
+                "unknown mode {other:?}: ack | ack-on | ack-off | write-input | rate | memory"
+            );
             std::process::exit(2);
         }
     }
