@@ -11,7 +11,7 @@ use etl_tests::{CrashLoop, SinkMode};
 
 fn torn_writes(name: &str, mode: SinkMode, seed: u64) {
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let mut crash = CrashLoop::new(name, mode, 20_000, 40, seed);
+    let mut crash = CrashLoop::new(name, mode, 60_000, 40, seed);
     crash.pad = 2000;
     crash.kill_after_ms = (5, 60);
     crash.inspect_after_kill = true;
