@@ -385,14 +385,25 @@ async fn a_sink_that_never_resolves_stops_the_source_at_the_in_flight_bound() {
 
 #[tokio::test]
 async fn the_byte_bound_holds_as_well() {
+    // Payload only, to compare with the records' byte lengths.
+    byte_bound_holds(0).await;
+}
+
+#[tokio::test]
+async fn the_byte_bound_counts_a_per_record_overhead() {
+    byte_bound_holds(1000).await;
+}
+
+/// With `overhead` bytes counted per record besides its value, a limit
+/// just short of three batches of ten lets exactly two through.
+async fn byte_bound_holds(overhead: u64) {
     let generator = GeneratorSource::new(GeneratorConfig {
         records_per_partition: Some(100),
         batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
-    // Exactly two batches of ten records fit; the third does not.
-    let size = |o: u64| GeneratorSource::value(0, 1, P0, o).len() as u64;
+    let size = |o: u64| GeneratorSource::value(0, 1, P0, o).len() as u64 + overhead;
     let limit: u64 = (0..30).map(size).sum::<u64>() - 1;
     let two: u64 = (0..20).map(size).sum();
     let limits = InFlightLimits {
@@ -405,9 +416,8 @@ async fn the_byte_bound_holds_as_well() {
         generator,
         MemoryStore::new(),
         limits,
-        // Payload only, to compare with the records' byte lengths.
         DriverConfig {
-            record_overhead_bytes: 0,
+            record_overhead_bytes: overhead,
             ..DriverConfig::default()
         },
     );
@@ -512,46 +522,4 @@ async fn a_poison_record_halts_the_driver_by_policy() {
     assert!(letters.is_empty() && !delivered.contains(&7));
     h.checkpoint.shutdown().await.unwrap();
     assert_eq!(committed(&h.store), BTreeMap::from([(P0, Offset(7))]));
-}
-
-#[tokio::test]
-async fn the_byte_bound_counts_a_per_record_overhead() {
-    let generator = GeneratorSource::new(GeneratorConfig {
-        records_per_partition: Some(100),
-        batch_records: 10,
-        ..GeneratorConfig::default()
-    })
-    .unwrap();
-    // With 1000 bytes of overhead per record, two batches of ten fit and
-    // the third does not.
-    let overhead = 1000;
-    let size = |o: u64| GeneratorSource::value(0, 1, P0, o).len() as u64 + overhead;
-    let limit: u64 = (0..30).map(size).sum::<u64>() - 1;
-    let two: u64 = (0..20).map(size).sum();
-    let limits = InFlightLimits {
-        max_batches_per_partition: 100,
-        max_bytes_per_partition: limit,
-        max_batches: 100,
-        max_bytes: limit,
-    };
-    let mut h = start(
-        generator,
-        MemoryStore::new(),
-        limits,
-        DriverConfig {
-            record_overhead_bytes: overhead,
-            ..DriverConfig::default()
-        },
-    );
-    let budget = h.checkpoint.budget();
-    let held = vec![recv(&mut h.rx).await, recv(&mut h.rx).await];
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(h.rx.try_recv().is_err());
-    assert_eq!(budget.in_flight().batches, 2);
-    assert_eq!(budget.in_flight().bytes, two);
-    h.shutdown.cancel();
-    assert_eq!(h.driver.await.unwrap().unwrap(), DriverExit::Shutdown);
-    drop(held);
-    h.checkpoint.shutdown().await.unwrap();
-    assert_eq!(committed(&h.store), BTreeMap::from([(P0, Offset(20))]));
 }
