@@ -123,7 +123,7 @@ async fn failing_partition_stalls_only_its_commits() {
                     }
                 }
                 // No dead letters are expected; failing one replays it.
-                SourceOutput::DeadLetter(letter) => letter.ack.fail(),
+                SourceOutput::DeadLetter(letter) => letter.fail(),
             }
         }
     });

@@ -105,12 +105,12 @@ impl DeadLetterHandle {
         &self,
         letter: Acked<DeadLetter>,
     ) -> Result<(), SendError<Acked<DeadLetter>>> {
-        let record = letter_record(&letter.value);
+        let record = letter_record(letter.value());
         let (letter, ack) = letter.into_parts();
         self.inner
             .send(Acked::new(vec![record], ack))
             .await
-            .map_err(|SendError(back)| SendError(Acked::new(letter, back.ack)))
+            .map_err(|SendError(back)| SendError(Acked::new(letter, back.into_parts().1)))
     }
 
     /// What the driver has done so far.

@@ -119,18 +119,9 @@ impl SinkDriver {
 }
 
 /// The input channel's receiving end. Dropping it (the driver stopped for
-/// any reason) fails every item still queued: a queued item dropped
-/// normally would resolve its batch as delivered.
+/// any reason) drops every item still queued, and a dropped [`Acked`]
+/// fails its batch.
 struct Input(mpsc::Receiver<Acked<Vec<Record>>>);
-
-impl Drop for Input {
-    fn drop(&mut self) {
-        self.0.close();
-        while let Ok(item) = self.0.try_recv() {
-            item.ack.fail();
-        }
-    }
-}
 
 struct Driver {
     shared: Arc<Shared>,

@@ -33,33 +33,16 @@ impl SinkSender {
         &self,
         item: Acked<Vec<Record>>,
     ) -> Result<(), SendError<Acked<Vec<Record>>>> {
-        let mut pending = FailUnlessSent(Some(item));
-        let reserved = self.tx.reserve().await;
-        let Some(item) = pending.0.take() else {
-            // Only this function takes the item, exactly once.
-            return Ok(());
-        };
-        match reserved {
+        // Cancelled while waiting: `item` is dropped, which fails it.
+        match self.tx.reserve().await {
             Ok(permit) => {
                 permit.send(item);
                 Ok(())
             }
             Err(_) => {
-                item.ack.fail();
+                item.ack().fail();
                 Err(SendError(item))
             }
-        }
-    }
-}
-
-/// Holds an item while a send waits; fails its handle if the send is
-/// cancelled.
-struct FailUnlessSent(Option<Acked<Vec<Record>>>);
-
-impl Drop for FailUnlessSent {
-    fn drop(&mut self) {
-        if let Some(item) = &self.0 {
-            item.ack.fail();
         }
     }
 }

@@ -258,7 +258,7 @@ async fn a_panicking_sink_fails_what_the_driver_held() {
 
     // The driver is gone: a send hands the records back, already failed.
     let SendError(back) = sender.send(source.batch(0, 20..30)).await.unwrap_err();
-    assert_eq!(back.value.len(), 10);
+    assert_eq!(back.value().len(), 10);
     drop(back);
     assert_eq!(tally(&source.resolutions()), (0, 1));
 }

@@ -178,12 +178,14 @@ pub async fn run(
     );
     let driver = tokio::spawn(driver.run(CancellationToken::new()));
 
-    // The "sink": dropping an output resolves its batch as delivered.
+    // The "sink": consuming an output resolves its batch as delivered
+    // (an output merely dropped would fail it and replay).
     let mut delivered = 0;
     while let Some(output) = rx.recv().await {
-        if let SourceOutput::Batch(batch) = output {
-            delivered += batch.value.len();
+        if let SourceOutput::Batch(batch) = &output {
+            delivered += batch.value().len();
         }
+        output.consume();
     }
     assert_eq!(driver.await??, DriverExit::Ended);
     checkpoint.shutdown().await?;

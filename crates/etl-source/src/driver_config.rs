@@ -70,11 +70,22 @@ pub enum SourceOutput {
 
 impl SourceOutput {
     /// Mark the covered batch failed (for code that cannot finish with
-    /// this output), then drop it.
+    /// this output), then drop it. Dropping an output does the same: an
+    /// [`Acked`] value fails its handle unless taken out with
+    /// [`Acked::into_parts`].
     pub fn fail(self) {
         match self {
-            SourceOutput::Batch(a) => a.ack.fail(),
-            SourceOutput::DeadLetter(a) => a.ack.fail(),
+            SourceOutput::Batch(a) => a.fail(),
+            SourceOutput::DeadLetter(a) => a.fail(),
+        }
+    }
+
+    /// Finish with this output: its share of the batch resolves as
+    /// consumed (see [`Acked::consume`]).
+    pub fn consume(self) {
+        match self {
+            SourceOutput::Batch(a) => a.consume(),
+            SourceOutput::DeadLetter(a) => a.consume(),
         }
     }
 }

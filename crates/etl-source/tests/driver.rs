@@ -175,7 +175,7 @@ fn roomy() -> InFlightLimits {
 }
 
 fn offsets(batch: &Acked<Vec<Record>>) -> Vec<i64> {
-    batch.value.iter().map(|r| r.position.offset.0).collect()
+    batch.value().iter().map(|r| r.position.offset.0).collect()
 }
 
 async fn recv(rx: &mut mpsc::Receiver<SourceOutput>) -> SourceOutput {
@@ -202,12 +202,13 @@ async fn epochs_bump_on_assign_and_replay_and_a_replay_seeks_to_the_watermark() 
         let SourceOutput::Batch(batch) = output else {
             panic!("no dead letters expected")
         };
-        let id = batch.ack.batch_id();
+        let id = batch.ack().batch_id();
         seen.push((id.epoch, id.seq, offsets(&batch)));
         if !failed_once && offsets(&batch) == vec![4, 5] {
             failed_once = true;
-            batch.ack.fail();
+            batch.ack().fail();
         }
+        batch.consume();
     }
     assert_eq!(h.driver.await.unwrap().unwrap(), DriverExit::Ended);
     let first_epoch = seen[0].0;
@@ -250,8 +251,9 @@ async fn assignment_resumes_from_the_committed_offset() {
     while let Some(output) = h.rx.recv().await {
         if let SourceOutput::Batch(b) = output {
             first
-                .entry(b.ack.batch_id().partition)
+                .entry(b.ack().batch_id().partition)
                 .or_insert(offsets(&b)[0]);
+            b.consume();
         }
     }
     assert_eq!(h.driver.await.unwrap().unwrap(), DriverExit::Ended);
@@ -286,9 +288,9 @@ async fn revoke_mid_flight_discards_the_old_epoch() {
     let SourceOutput::Batch(a) = recv(&mut h.rx).await else {
         panic!()
     };
-    let old_epoch = a.ack.batch_id().epoch;
+    let old_epoch = a.ack().batch_id().epoch;
     assert_eq!(offsets(&a), vec![0, 1]);
-    drop(a);
+    a.consume();
     let SourceOutput::Batch(held) = recv(&mut h.rx).await else {
         panic!()
     };
@@ -298,18 +300,19 @@ async fn revoke_mid_flight_discards_the_old_epoch() {
     let SourceOutput::Batch(p0) = recv(&mut h.rx).await else {
         panic!()
     };
-    assert_eq!(p0.ack.batch_id().partition, P0);
+    assert_eq!(p0.ack().batch_id().partition, P0);
     assert_eq!(committed(&h.store).get(&P1), Some(&Offset(2)));
     // The held batch resolves now: its epoch is over, it moves nothing.
-    drop(held);
-    drop(p0);
+    held.consume();
+    p0.consume();
     let mut replay = Vec::new();
     while let Some(output) = h.rx.recv().await {
         if let SourceOutput::Batch(b) = output {
-            let id = b.ack.batch_id();
+            let id = b.ack().batch_id();
             assert_eq!(id.partition, P1);
             assert!(id.epoch > old_epoch, "a new assignment is a new epoch");
             replay.extend(offsets(&b));
+            b.consume();
         }
     }
     assert_eq!(
@@ -364,18 +367,19 @@ async fn a_sink_that_never_resolves_stops_the_source_at_the_in_flight_bound() {
     let held_bytes: u64 = held
         .iter()
         .map(|o| match o {
-            SourceOutput::Batch(b) => b.value.iter().map(|r| r.byte_len() as u64).sum(),
+            SourceOutput::Batch(b) => b.value().iter().map(|r| r.byte_len() as u64).sum(),
             SourceOutput::DeadLetter(_) => 0,
         })
         .sum();
     assert_eq!(budget.in_flight().bytes, held_bytes);
 
     // Resolving frees the source; it runs to the end.
-    drop(held);
+    held.into_iter().for_each(SourceOutput::consume);
     let mut count = 20;
     while let Some(output) = h.rx.recv().await {
         if let SourceOutput::Batch(b) = output {
-            count += b.value.len();
+            count += b.value().len();
+            b.consume();
         }
     }
     assert_eq!(count, 1000);
@@ -431,7 +435,7 @@ async fn byte_bound_holds(overhead: u64) {
     assert!(in_flight.bytes <= limit);
     h.shutdown.cancel();
     assert_eq!(h.driver.await.unwrap().unwrap(), DriverExit::Shutdown);
-    drop(held);
+    held.into_iter().for_each(SourceOutput::consume);
     h.checkpoint.shutdown().await.unwrap();
     assert_eq!(committed(&h.store), BTreeMap::from([(P0, Offset(20))]));
 }
@@ -447,12 +451,13 @@ async fn sink_failing(
         match output {
             SourceOutput::Batch(b) => {
                 if offsets(&b).contains(&bad) {
-                    b.ack.fail();
+                    b.ack().fail();
                 } else {
                     delivered.extend(offsets(&b));
                 }
+                b.consume();
             }
-            SourceOutput::DeadLetter(d) => letters.push(d.value),
+            SourceOutput::DeadLetter(d) => letters.push(d.into_parts().0),
         }
     }
     (delivered, letters)

@@ -158,7 +158,7 @@ pub(crate) async fn run_parallel(
                     }
                 }
                 SourceOutput::DeadLetter(letter) => Pending::Letter {
-                    in_hand: AckSet::from(vec![letter.ack.clone()]),
+                    in_hand: AckSet::from(vec![letter.ack().clone()]),
                     letter,
                 },
             };
