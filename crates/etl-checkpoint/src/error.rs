@@ -29,6 +29,11 @@ pub enum CheckpointError {
         /// What was wrong with each file.
         detail: String,
     },
+    /// The store's lock cannot be taken: another pipeline owns the store
+    /// ([`LockError::InUse`](etl_record::LockError::InUse), naming the
+    /// holder's process id), or the lock file cannot be used.
+    #[error("offset store: {0}")]
+    Lock(#[from] etl_record::LockError),
     /// A store of another kind failed (e.g. a consumer group commit).
     #[error("offset store: {0}")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),

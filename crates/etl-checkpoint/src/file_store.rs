@@ -17,12 +17,18 @@
 //! valid generation; an invalid newer file (torn, corrupted) is skipped with
 //! a warning. Files that exist but none valid is an error naming the
 //! folder: the store never silently restarts from zero.
+//!
+//! One store at a time owns a folder: opening takes an exclusive advisory
+//! lock on `lock` in it (see [`OwnerLock`]) and holds it until the store is
+//! dropped, so a second pipeline on the same folder, in this process or
+//! another, is refused with [`CheckpointError::Lock`] instead of
+//! committing over the first one's offsets.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use etl_record::{Offset, PartitionId};
+use etl_record::{Offset, OwnerLock, PartitionId};
 
 use crate::CheckpointError;
 use crate::store::{OffsetStore, Offsets};
@@ -30,6 +36,7 @@ use crate::store::{OffsetStore, Offsets};
 const MAGIC: &str = "etl-offsets 1";
 const SLOTS: [&str; 2] = ["offsets.0", "offsets.1"];
 const TEMP: &str = "offsets.tmp";
+const LOCK: &str = "lock";
 
 /// Offsets in a local folder, crash-safe (see the module docs).
 #[derive(Debug)]
@@ -37,6 +44,8 @@ pub struct FileStore {
     dir: PathBuf,
     generation: u64,
     offsets: Offsets,
+    /// Held for the store's life: this store is the folder's only writer.
+    lock: OwnerLock,
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> CheckpointError + 'a {
@@ -48,19 +57,23 @@ fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Ch
 }
 
 impl FileStore {
-    /// Open (creating the folder if needed) and load the store in `dir`.
+    /// Open (creating the folder if needed), lock and load the store in
+    /// `dir`.
     ///
     /// # Errors
     ///
-    /// The folder cannot be created or read, or files exist and none is a
-    /// valid generation.
+    /// [`CheckpointError::Lock`] when another store (another pipeline, in
+    /// this process or another) holds the folder; the folder cannot be
+    /// created or read, or files exist and none is a valid generation.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let dir = dir.as_ref().to_owned();
         fs::create_dir_all(&dir).map_err(io(&dir, "create folder"))?;
+        let lock = OwnerLock::acquire(dir.join(LOCK))?;
         let mut store = FileStore {
             dir,
             generation: 0,
             offsets: Offsets::new(),
+            lock,
         };
         store.reload()?;
         Ok(store)
@@ -72,48 +85,38 @@ impl FileStore {
         &self.dir
     }
 
+    /// The lock file this store holds.
+    #[must_use]
+    pub fn lock_path(&self) -> &Path {
+        self.lock.path()
+    }
+
     /// The generation last loaded or committed (0: nothing committed yet).
     #[must_use]
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// The offsets last committed in `dir`, read without taking the
+    /// folder's lock: for inspecting a store a running pipeline owns. A
+    /// missing folder reads as empty.
+    ///
+    /// # Errors
+    ///
+    /// The folder cannot be read, or files exist and none is a valid
+    /// generation.
+    pub fn peek(dir: impl AsRef<Path>) -> Result<Offsets, CheckpointError> {
+        Ok(read_newest(dir.as_ref())?
+            .map(|(_, o)| o)
+            .unwrap_or_default())
+    }
+
     fn reload(&mut self) -> Result<(), CheckpointError> {
-        let mut best: Option<(u64, Offsets)> = None;
-        let mut problems = Vec::new();
-        let mut present = 0;
-        for slot in SLOTS {
-            let path = self.dir.join(slot);
-            let bytes = match fs::read(&path) {
-                Ok(b) => b,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io(&path, "read")(e)),
-            };
-            present += 1;
-            match parse(&bytes) {
-                Ok((generation, offsets)) => {
-                    if best.as_ref().is_none_or(|(g, _)| generation > *g) {
-                        best = Some((generation, offsets));
-                    }
-                }
-                Err(why) => problems.push(format!("{}: {why}", path.display())),
-            }
+        if let Some((generation, offsets)) = read_newest(&self.dir)? {
+            self.generation = generation;
+            self.offsets = offsets;
         }
-        match best {
-            Some((generation, offsets)) => {
-                for p in &problems {
-                    tracing::warn!(store = %self.dir.display(), problem = %p, "ignoring an invalid offset store file; using the previous generation");
-                }
-                self.generation = generation;
-                self.offsets = offsets;
-                Ok(())
-            }
-            None if present == 0 => Ok(()),
-            None => Err(CheckpointError::Corrupt {
-                path: self.dir.clone(),
-                detail: problems.join("; "),
-            }),
-        }
+        Ok(())
     }
 
     fn write(&mut self, offsets: &Offsets, generation: u64) -> Result<(), CheckpointError> {
@@ -152,6 +155,43 @@ impl OffsetStore for FileStore {
         self.generation = generation;
         self.offsets = next;
         Ok(())
+    }
+}
+
+/// The newest valid generation in `dir`, if any file exists.
+fn read_newest(dir: &Path) -> Result<Option<(u64, Offsets)>, CheckpointError> {
+    let mut best: Option<(u64, Offsets)> = None;
+    let mut problems = Vec::new();
+    let mut present = 0;
+    for slot in SLOTS {
+        let path = dir.join(slot);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path, "read")(e)),
+        };
+        present += 1;
+        match parse(&bytes) {
+            Ok((generation, offsets)) => {
+                if best.as_ref().is_none_or(|(g, _)| generation > *g) {
+                    best = Some((generation, offsets));
+                }
+            }
+            Err(why) => problems.push(format!("{}: {why}", path.display())),
+        }
+    }
+    match best {
+        Some(best) => {
+            for p in &problems {
+                tracing::warn!(store = %dir.display(), problem = %p, "ignoring an invalid offset store file; using the previous generation");
+            }
+            Ok(Some(best))
+        }
+        None if present == 0 => Ok(None),
+        None => Err(CheckpointError::Corrupt {
+            path: dir.to_owned(),
+            detail: problems.join("; "),
+        }),
     }
 }
 
@@ -218,6 +258,7 @@ mod tests {
         assert!(s.load().unwrap().is_empty());
         s.commit(&offsets(&[(0, 10), (1, 5)])).unwrap();
         s.commit(&offsets(&[(1, 7)])).unwrap();
+        drop(s);
         let mut again = FileStore::open(dir.path()).unwrap();
         assert_eq!(again.load().unwrap(), offsets(&[(0, 10), (1, 7)]));
         assert_eq!(again.generation(), 2);
@@ -229,6 +270,7 @@ mod tests {
         let mut s = FileStore::open(dir.path()).unwrap();
         s.commit(&offsets(&[(0, 1)])).unwrap();
         s.commit(&offsets(&[(0, 2)])).unwrap();
+        drop(s);
         // Generation 2 lives in slot 0: tear it.
         let newest = dir.path().join("offsets.0");
         let text = fs::read(&newest).unwrap();
@@ -237,6 +279,7 @@ mod tests {
         assert_eq!(s.load().unwrap(), offsets(&[(0, 1)]));
         // The next commit overwrites the torn slot, not the good one.
         s.commit(&offsets(&[(0, 3)])).unwrap();
+        drop(s);
         assert_eq!(
             FileStore::open(dir.path()).unwrap().load().unwrap(),
             offsets(&[(0, 3)])
@@ -252,6 +295,26 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains(&dir.path().display().to_string()), "{text}");
         assert!(text.contains("offsets.1"), "{text}");
+    }
+
+    #[test]
+    fn a_second_store_on_the_same_folder_is_refused_while_the_first_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = FileStore::open(dir.path()).unwrap();
+        let err = FileStore::open(dir.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, CheckpointError::Lock(e) if e.is_in_use()),
+            "{text}"
+        );
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
+        assert!(text.contains(&std::process::id().to_string()), "{text}");
+        first.commit(&offsets(&[(0, 1)])).unwrap();
+        // Inspecting needs no ownership.
+        assert_eq!(FileStore::peek(dir.path()).unwrap(), offsets(&[(0, 1)]));
+        drop(first);
+        let mut second = FileStore::open(dir.path()).unwrap();
+        assert_eq!(second.load().unwrap(), offsets(&[(0, 1)]));
     }
 
     #[test]

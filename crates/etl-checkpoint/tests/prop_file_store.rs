@@ -112,13 +112,16 @@ proptest! {
             merged.extend(offsets);
             // What the last two successful commits left.
             let previous = std::mem::replace(&mut current, merged);
-            let damaged = damage(dir.path(), store.generation(), &crash);
+            let generation = store.generation();
+            let damaged = damage(dir.path(), generation, &crash);
+            // The crash ends the process, and its lock with it.
+            drop(store);
             let mut reopened = match FileStore::open(dir.path()) {
                 Ok(reopened) => reopened,
                 Err(err) => {
                     // Only when the one generation written so far was
                     // damaged in place: a clear error, never an empty store.
-                    prop_assert!(damaged && store.generation() == 1, "{}", err);
+                    prop_assert!(damaged && generation == 1, "{}", err);
                     prop_assert!(!matches!(crash, Crash::Delete));
                     let text = err.to_string();
                     prop_assert!(text.contains("no valid generation"), "{}", text);
@@ -146,6 +149,7 @@ fn a_stray_temp_file_is_ignored() {
     let mut store = FileStore::open(dir.path()).unwrap();
     let offsets: Offsets = [(PartitionId(0), Offset(5))].into();
     store.commit(&offsets).unwrap();
+    drop(store);
     fs::write(dir.path().join("offsets.tmp"), b"etl-offsets 1\ngener").unwrap();
     assert_eq!(
         FileStore::open(dir.path()).unwrap().load().unwrap(),

@@ -13,6 +13,9 @@
 //!   partition, offset)`: a sink that stores it can deduplicate replays.
 //! * [`DeadLetter`] is a record set aside with the reason (bad input, a
 //!   poison record, a row a sink rejected).
+//! * [`OwnerLock`] makes one pipeline at a time the owner of a piece of
+//!   state (an offset store, an exactly-once output): an advisory lock the
+//!   kernel releases when the holder dies.
 //!
 //! # Example
 //!
@@ -38,6 +41,7 @@ mod error;
 mod headers;
 mod identity;
 mod key;
+mod lock;
 mod record;
 
 pub use dead_letter::DeadLetter;
@@ -45,4 +49,5 @@ pub use error::ParseKeyError;
 pub use headers::{Header, Headers};
 pub use identity::{Offset, PartitionId, Position, SourceId};
 pub use key::IdempotencyKey;
+pub use lock::{LockError, OwnerLock};
 pub use record::{Record, Timestamp};

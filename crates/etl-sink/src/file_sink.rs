@@ -53,6 +53,17 @@ impl Default for FileSinkConfig {
 /// * Rotation renames the active file `<path>` to `<path>.<n>` (1, 2, ...)
 ///   and starts a new `<path>`.
 /// * On open, a partial trailing line (a crash mid-append) is cut off.
+/// * One writer: the sink holds an exclusive advisory lock on
+///   `<path>.lock` (see [`etl_record::OwnerLock`]) from open until it is
+///   dropped, since it cuts the file back on open and after a failed
+///   append. A second sink on the same path, in this process or another,
+///   is refused.
+/// * Before data is reported durable (after each `fsync`, and on
+///   [`flush`](Sink::flush)), the sink checks that `<path>` still names
+///   the file it writes (device and inode). Once the file was deleted or
+///   another file renamed over it, every later write and flush fails with
+///   [`SinkError::Io`]: records are never acknowledged into a file no path
+///   names.
 ///
 /// **Exactly-once mode** (`exactly_once: true`): after each `fsync` the
 /// sink atomically replaces `<path>.progress` (temporary file, `fsync`,
@@ -89,8 +100,11 @@ impl FileSink {
     ///
     /// # Errors
     ///
-    /// I/O errors, or [`SinkError::CorruptProgress`] when the progress file
-    /// cannot be trusted (the data file is shorter than recorded).
+    /// I/O errors; [`SinkError::Permanent`] wrapping
+    /// [`LockError::InUse`](etl_record::LockError::InUse) (naming the
+    /// holder's process id) when another sink holds the output; or
+    /// [`SinkError::CorruptProgress`] when the progress file cannot be
+    /// trusted (the data file is shorter than recorded).
     pub async fn open(path: impl AsRef<Path>, config: FileSinkConfig) -> Result<Self, SinkError> {
         let path = path.as_ref().to_owned();
         let p = path.clone();

@@ -1,13 +1,13 @@
 //! The file sink's blocking core: open and recover, append, fsync, rotate.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bytes::Bytes;
-use etl_record::{Offset, PartitionId};
+use etl_record::{LockError, Offset, OwnerLock, PartitionId};
 
 use crate::file_progress::{Stored, parent_dir, read_stored, suffixed, sync_dir, write_stored};
 use crate::{FileSinkConfig, Progress, SinkError};
@@ -15,11 +15,50 @@ use crate::{FileSinkConfig, Progress, SinkError};
 /// One record of a batch as the exactly-once path sees it.
 pub(crate) type Placed = (PartitionId, Offset, Range<usize>);
 
+/// Which file a path names: device and inode. Where the platform has no
+/// such numbers, every file compares equal and only a deleted path is
+/// noticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    #[cfg(unix)]
+    fn of(meta: &Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn of(_meta: &Metadata) -> FileId {
+        FileId { dev: 0, ino: 0 }
+    }
+}
+
+/// How the active file was lost while the sink had it open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lost {
+    Deleted,
+    Replaced,
+}
+
 #[derive(Debug)]
 pub(crate) struct FileState {
     path: PathBuf,
     config: FileSinkConfig,
+    /// Held for the sink's life: this sink is the output's only writer.
+    _lock: OwnerLock,
     file: File,
+    /// The file `file` is; `path` must still name it when data is
+    /// reported durable.
+    active: FileId,
+    /// Set once `path` no longer names `file`: every later write fails.
+    lost: Option<Lost>,
     /// Length of the active file.
     len: u64,
     /// Bytes appended since open, across segments; `synced` of them are
@@ -43,6 +82,15 @@ fn open_active(path: &Path) -> Result<File, SinkError> {
         .create(true)
         .open(path)
         .map_err(|e| SinkError::io("open", path, e))
+}
+
+/// Take the output's lock, `<path>.lock`, before anything reads or cuts
+/// the output.
+fn lock_output(path: &Path) -> Result<OwnerLock, SinkError> {
+    OwnerLock::acquire(suffixed(path, "lock")).map_err(|e| match e {
+        LockError::Io { path, op, source } => SinkError::io(op, path, source),
+        in_use => SinkError::permanent(in_use),
+    })
 }
 
 /// Highest `n` such that `<path>.<n>` exists.
@@ -93,6 +141,7 @@ fn truncate(file: &File, len: u64, path: &Path) -> Result<(), SinkError> {
 
 impl FileState {
     pub(crate) fn open(path: &Path, config: FileSinkConfig) -> Result<FileState, SinkError> {
+        let lock = lock_output(path)?;
         let mut segments = last_segment(path)?;
         let mut keep = None;
         let mut stored = Progress::new();
@@ -125,10 +174,11 @@ impl FileState {
             segments = segments.max(side.segments);
         }
         let mut file = open_active(path)?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| SinkError::io("stat", path, e))?
-            .len();
+            .map_err(|e| SinkError::io("stat", path, e))?;
+        let active = FileId::of(&meta);
+        let len = meta.len();
         let len = match keep {
             Some(keep) if len < keep => {
                 return Err(SinkError::CorruptProgress {
@@ -148,7 +198,10 @@ impl FileState {
         let state = FileState {
             path: path.to_owned(),
             config,
+            _lock: lock,
             file,
+            active,
+            lost: None,
             len,
             written: 0,
             synced: 0,
@@ -185,6 +238,9 @@ impl FileState {
         bytes: &Bytes,
         placed: Option<&[Placed]>,
     ) -> Result<u64, SinkError> {
+        if let Some(lost) = self.lost {
+            return Err(self.lost_error(lost));
+        }
         self.maybe_rotate(bytes.len() as u64)?;
         let before = self.len;
         let result = match placed {
@@ -234,11 +290,14 @@ impl FileState {
     /// the progress with it).
     pub(crate) fn sync(&mut self) -> Result<(), SinkError> {
         if self.synced == self.written && self.stored == self.appended {
-            return Ok(());
+            return self.check_active();
         }
         self.file
             .sync_data()
             .map_err(|e| SinkError::io("fsync", &self.path, e))?;
+        // Data is durable output only in a file its path still names:
+        // check after the fsync, the last moment before it is reported.
+        self.check_active()?;
         if self.config.exactly_once {
             self.store()?;
             self.stored = self.appended.clone();
@@ -247,6 +306,41 @@ impl FileState {
         self.synced = self.written;
         self.last_sync = Instant::now();
         Ok(())
+    }
+
+    /// Fail unless `path` still names the file being written. Once it
+    /// does not (deleted, or another file renamed over it), it never will
+    /// again for this sink: appending to a file no path names would lose
+    /// every record while reporting it written.
+    fn check_active(&mut self) -> Result<(), SinkError> {
+        if let Some(lost) = self.lost {
+            return Err(self.lost_error(lost));
+        }
+        let lost = match std::fs::metadata(&self.path) {
+            Ok(meta) if FileId::of(&meta) == self.active => return Ok(()),
+            Ok(_) => Lost::Replaced,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Lost::Deleted,
+            Err(e) => return Err(SinkError::io("stat", &self.path, e)),
+        };
+        self.lost = Some(lost);
+        let err = self.lost_error(lost);
+        tracing::error!(error = %err, "the file sink's output is gone; no further write can succeed");
+        Err(err)
+    }
+
+    fn lost_error(&self, lost: Lost) -> SinkError {
+        let (kind, what) = match lost {
+            Lost::Deleted => (std::io::ErrorKind::NotFound, "deleted"),
+            Lost::Replaced => (std::io::ErrorKind::Other, "replaced by another file"),
+        };
+        let cause = std::io::Error::new(
+            kind,
+            format!(
+                "the output file was {what} while the sink was writing it; \
+                 the sink stops rather than report records written to a file no path names"
+            ),
+        );
+        SinkError::io("keep writing to", &self.path, cause)
     }
 
     fn maybe_rotate(&mut self, incoming: u64) -> Result<(), SinkError> {
@@ -271,6 +365,12 @@ impl FileState {
         std::fs::rename(&self.path, &seg).map_err(|e| SinkError::io("rename", &self.path, e))?;
         sync_dir(parent_dir(&self.path))?;
         self.file = open_active(&self.path)?;
+        self.active = FileId::of(
+            &self
+                .file
+                .metadata()
+                .map_err(|e| SinkError::io("stat", &self.path, e))?,
+        );
         self.segments = next;
         self.len = 0;
         self.opened_at = Instant::now();

@@ -381,3 +381,84 @@ async fn raw_lines_reach_the_file_as_given() {
         "{\"p\":0,\"o\":0}\n{\"p\":0,\"o\":1}\n"
     );
 }
+
+#[tokio::test]
+async fn a_second_sink_on_the_same_output_is_refused_while_the_first_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    for exactly_once in [true, false] {
+        let config = FileSinkConfig {
+            exactly_once,
+            ..FileSinkConfig::default()
+        };
+        let first = FileSink::open(&path, config).await.unwrap();
+        let err = FileSink::open(&path, config).await.unwrap_err();
+        let text = err.to_string();
+        let lock =
+            std::error::Error::source(&err).and_then(|e| e.downcast_ref::<etl_record::LockError>());
+        assert!(lock.is_some_and(etl_record::LockError::is_in_use), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.contains(&std::process::id().to_string()), "{text}");
+        first.write(&batch(0, 0..2)).await.unwrap();
+        drop(first);
+        let second = FileSink::open(&path, config).await.unwrap();
+        second.write(&batch(0, 2..4)).await.unwrap();
+    }
+}
+
+/// Each way the output's path can stop naming the file the sink writes.
+fn output_deleted_or_replaced(path: &Path, how: &str) {
+    match how {
+        "deleted" => std::fs::remove_file(path).unwrap(),
+        "replaced" => {
+            let other = path.with_extension("other");
+            std::fs::write(&other, b"").unwrap();
+            std::fs::rename(&other, path).unwrap();
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_or_replaced_output_fails_every_later_write_and_flush() {
+    for how in ["deleted", "replaced"] {
+        for exactly_once in [false, true] {
+            for fsync in [
+                FsyncPolicy::EveryBatch,
+                FsyncPolicy::Interval(Duration::from_millis(5)),
+            ] {
+                let case = format!("{how}, exactly_once {exactly_once}, {fsync:?}");
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("out.ndjson");
+                let config = FileSinkConfig {
+                    exactly_once,
+                    fsync,
+                    ..FileSinkConfig::default()
+                };
+                let sink = FileSink::open(&path, config).await.unwrap();
+                sink.write(&batch(0, 0..3)).await.unwrap();
+                output_deleted_or_replaced(&path, how);
+                let err = sink.write(&batch(0, 3..6)).await.unwrap_err();
+                let text = err.to_string();
+                assert!(text.contains(&path.display().to_string()), "{case}: {text}");
+                assert!(text.contains(how), "{case}: {text}");
+                // Nothing is ever reported durable again, retried or not.
+                assert!(sink.write(&batch(0, 3..6)).await.is_err(), "{case}");
+                assert!(sink.write(&batch(0, 6..9)).await.is_err(), "{case}");
+                assert!(sink.flush().await.is_err(), "{case}");
+                if exactly_once {
+                    assert_eq!(
+                        sink.progress().get(PartitionId(0)),
+                        Some(Offset(3)),
+                        "{case}: progress stays with the lost file's data"
+                    );
+                }
+                if how == "replaced" {
+                    assert_eq!(std::fs::read(&path).unwrap(), b"", "{case}");
+                } else {
+                    assert!(!path.exists(), "{case}: the sink does not recreate it");
+                }
+            }
+        }
+    }
+}

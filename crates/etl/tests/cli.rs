@@ -423,3 +423,166 @@ colour = "blue"
         "{stderr}"
     );
 }
+
+/// A generator pipeline (2 partitions of 20,000 records, 500 a second:
+/// still running when the test acts on it) writing `out.ndjson`, with its
+/// offset store at `state`.
+fn slow_config(dir: &Path, name: &str, state: &str, extra: &str) -> PathBuf {
+    let config = dir.join(name);
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+type = "generator"
+partitions = 2
+records_per_partition = 20000
+rate = 500
+batch_records = 100
+
+[[sinks]]
+type = "file"
+path = "out.ndjson"
+linger = "5ms"
+{extra}
+
+[checkpoint]
+commit_interval = "50ms"
+store = {{ type = "file", path = "{state}" }}
+"#
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// The committed offset of each partition, from `etl offsets show`.
+fn committed(config: &Path) -> HashMap<u64, u64> {
+    let show = etl()
+        .args(["offsets", "show", "--json"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(show.status.success(), "{show:?}");
+    let json: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    json.as_object()
+        .unwrap()
+        .iter()
+        .map(|(p, o)| (p.parse().unwrap(), o.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_second_run_on_the_same_state_exits_75_naming_the_holders_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = slow_config(dir.path(), "gen.toml", ".etl-state", "exactly_once = true");
+    // Same output, another store: the output's own lock refuses it.
+    let other = slow_config(
+        dir.path(),
+        "other.toml",
+        "other-state",
+        "exactly_once = true",
+    );
+    let output = dir.path().join("out.ndjson");
+    let mut holder = etl()
+        .arg("run")
+        .arg(&config)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&output, 200, Duration::from_secs(60));
+    let pid = holder.id().to_string();
+    for (config, lock) in [(&config, ".etl-state/lock"), (&other, "out.ndjson.lock")] {
+        let second = run(config);
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(75), "{stderr}");
+        assert!(
+            stderr.contains(&format!("pid {pid}")) && stderr.contains(lock),
+            "{stderr}"
+        );
+    }
+    // `offsets show` reads without the lock; `offsets reset` needs it.
+    committed(&config);
+    let reset = etl()
+        .args(["offsets", "reset", "--to", "0"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(reset.status.code(), Some(75), "{reset:?}");
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "the holder was still running through all of the above"
+    );
+
+    // kill -9: the kernel releases the locks; the stale pid in the lock
+    // files does not block the next run, which finishes the work once.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let fast = dir.path().join("fast.toml");
+    std::fs::write(
+        &fast,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("rate = 500\n", ""),
+    )
+    .unwrap();
+    let rest = run(&fast);
+    assert!(
+        rest.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rest.stderr)
+    );
+    let out = ids(&output);
+    assert_eq!(out.len(), 40_000, "nothing lost");
+    assert!(out.values().all(|n| *n == 1), "exactly once");
+}
+
+#[test]
+fn a_deleted_output_file_stops_the_run_instead_of_exiting_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = slow_config(
+        dir.path(),
+        "gen.toml",
+        ".etl-state",
+        "retry_max_elapsed = \"1s\"",
+    );
+    let output = dir.path().join("out.ndjson");
+    let child = etl()
+        .arg("run")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lines(&output, 200, Duration::from_secs(60));
+    // A second name keeps the deleted file's content for the checks below;
+    // the output's own path is gone all the same.
+    let kept = dir.path().join("kept.ndjson");
+    std::fs::hard_link(&output, &kept).unwrap();
+    std::fs::remove_file(&output).unwrap();
+    let stopped = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert!(
+        !stopped.status.success(),
+        "the records written after the rm were reported written: {stderr}"
+    );
+    assert!(
+        stderr.contains("out.ndjson") && stderr.contains("deleted"),
+        "{stderr}"
+    );
+    assert!(!output.exists(), "the sink does not recreate the file");
+    // Nothing was committed past what the lost file holds: every record
+    // below each partition's committed offset is in it (the generator's
+    // id is offset * partitions + partition).
+    let written = ids(&kept);
+    let committed = committed(&config);
+    let total: u64 = committed.values().sum();
+    assert!(total < 40_000, "committed {committed:?}");
+    for (partition, end) in committed {
+        for offset in 0..end {
+            assert!(
+                written.contains_key(&(offset * 2 + partition)),
+                "partition {partition} committed {end}, but offset {offset} is not in the file"
+            );
+        }
+    }
+}

@@ -18,6 +18,7 @@ EXIT CODES:
     65   halted on bad data (a poison record or a rejected record with poison = \"halt\")
     66   an input file is missing or unreadable
     74   an I/O error on the offset store or an output
+    75   the state is in use: another run holds the offset store or a file output (its pid is named)
     78   the configuration is invalid (every problem is listed with its line)
     130  aborted by a second SIGINT/SIGTERM (nothing is lost: uncommitted work replays)
 

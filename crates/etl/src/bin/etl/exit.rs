@@ -8,6 +8,9 @@ pub(crate) mod code {
     pub(crate) const DATA: u8 = 65;
     pub(crate) const NO_INPUT: u8 = 66;
     pub(crate) const IO: u8 = 74;
+    /// EX_TEMPFAIL: the state (offset store, exactly-once output) is owned
+    /// by another run; try again once it has ended.
+    pub(crate) const IN_USE: u8 = 75;
     pub(crate) const CONFIG: u8 = 78;
     pub(crate) const ABORTED: u8 = 130;
 }
@@ -40,6 +43,9 @@ impl Exit {
         use etl::PipelineError as P;
         use etl_checkpoint::CheckpointError as C;
         use etl_source::SourceError as S;
+        if held_by_another_run(&e) {
+            return Exit::new(code::IN_USE, e.to_string());
+        }
         let code = match &e {
             P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
             P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
@@ -53,9 +59,29 @@ impl Exit {
         Exit::new(code, e.to_string())
     }
 
+    /// An offset store's failure: 75 when another run owns it, else 74.
+    pub(crate) fn from_store(e: &etl_checkpoint::CheckpointError) -> Self {
+        let code = if held_by_another_run(e) {
+            code::IN_USE
+        } else {
+            code::IO
+        };
+        Exit::new(code, e.to_string())
+    }
+
     /// Print the error the way cargo does and return the exit code.
     pub(crate) fn report(self) -> ExitCode {
         eprintln!("error: {}", self.message);
         ExitCode::from(self.code)
     }
+}
+
+/// Whether `e`, or any error under it, says another run holds a lock this
+/// one needs (the offset store, an exactly-once output), wherever in the
+/// pipeline it was found.
+fn held_by_another_run(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |e| e.source()).any(|e| {
+        e.downcast_ref::<etl_record::LockError>()
+            .is_some_and(etl_record::LockError::is_in_use)
+    })
 }

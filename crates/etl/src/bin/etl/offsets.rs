@@ -6,12 +6,11 @@ use etl_record::{Offset, PartitionId};
 use crate::args::OffsetsCommand;
 use crate::exit::{Exit, code};
 
-fn open_store(config: &std::path::Path) -> Result<FileStore, Exit> {
+/// The file store's folder named by the configuration.
+fn store_dir(config: &std::path::Path) -> Result<std::path::PathBuf, Exit> {
     let config = etl::load_config(config).map_err(Exit::from_config)?;
     match &config.checkpoint.store {
-        etl::StoreConfig::File { path } => {
-            FileStore::open(path).map_err(|e| Exit::new(code::IO, e.to_string()))
-        }
+        etl::StoreConfig::File { path } => Ok(path.clone()),
         other => Err(Exit::new(
             code::CONFIG,
             format!("the offset store is {other:?}: only a file store can be shown or reset here"),
@@ -22,10 +21,9 @@ fn open_store(config: &std::path::Path) -> Result<FileStore, Exit> {
 pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
     match command {
         OffsetsCommand::Show { config, json } => {
-            let mut store = open_store(config)?;
-            let offsets = store
-                .load()
-                .map_err(|e| Exit::new(code::IO, e.to_string()))?;
+            // Reading needs no ownership: this works while a run has it.
+            let dir = store_dir(config)?;
+            let offsets = FileStore::peek(&dir).map_err(|e| Exit::from_store(&e))?;
             if *json {
                 let map: serde_json::Map<String, serde_json::Value> = offsets
                     .iter()
@@ -33,7 +31,7 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
                     .collect();
                 println!("{}", serde_json::Value::Object(map));
             } else if offsets.is_empty() {
-                println!("no committed offsets in {}", store.dir().display());
+                println!("no committed offsets in {}", dir.display());
             } else {
                 println!("{:>10}  {:>20}", "PARTITION", "COMMITTED");
                 for (p, o) in &offsets {
@@ -47,10 +45,10 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
             partitions,
             to,
         } => {
-            let mut store = open_store(config)?;
-            let current = store
-                .load()
-                .map_err(|e| Exit::new(code::IO, e.to_string()))?;
+            // Rewinding owns the store: refused (75) while a run has it.
+            let mut store =
+                FileStore::open(store_dir(config)?).map_err(|e| Exit::from_store(&e))?;
+            let current = store.load().map_err(|e| Exit::from_store(&e))?;
             let targets: Vec<PartitionId> = if partitions.is_empty() {
                 current.keys().copied().collect()
             } else {
@@ -61,9 +59,7 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
                 return Ok(());
             }
             let reset: Offsets = targets.iter().map(|p| (*p, Offset(*to))).collect();
-            store
-                .commit(&reset)
-                .map_err(|e| Exit::new(code::IO, e.to_string()))?;
+            store.commit(&reset).map_err(|e| Exit::from_store(&e))?;
             for p in targets {
                 let before = current.get(&p).map_or("-".to_owned(), |o| o.to_string());
                 println!("partition {p}: {before} -> {to}");
