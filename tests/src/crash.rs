@@ -208,6 +208,10 @@ fn faulty_binary() -> PathBuf {
 fn tear(pipeline: &PipelineToml) -> Result<(), String> {
     use std::io::Write;
     let torn = |e: std::io::Error| format!("cannot tear the output: {e}");
+    // A kill can land before the run created the output's folder.
+    if let Some(parent) = pipeline.output.parent() {
+        std::fs::create_dir_all(parent).map_err(torn)?;
+    }
     let mut out = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
