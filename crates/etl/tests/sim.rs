@@ -139,6 +139,13 @@ fn sim_generated_pipelines_keep_the_delivery_contract() {
         }
     }
     quiet_scripted_panics();
+    if let Ok(filter) = std::env::var("SIM_TRACE") {
+        // The runtime's own log, to see how a failing case unfolds.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     eprintln!("sim: {cases} case(s) from seed {first:#x}, switches {features:?}");
     let started = std::time::Instant::now();
     let mut failures = Vec::new();
@@ -196,6 +203,7 @@ fn list_enabled(f: Features) -> String {
         f.exact_poison_attribution,
         f.environment_failures,
         f.sink_outages,
+        f.exactly_once_rebalances,
     ];
     Features::NAMES
         .iter()

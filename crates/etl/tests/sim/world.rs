@@ -346,13 +346,23 @@ impl Sink for SimSink {
             .iter()
             .map(|r| (r.position.partition.0, r.position.offset.0))
             .collect();
-        let (verdict, slow) = {
+        let (verdict, slow, entry) = {
             let mut state = self.world.lock();
             let healed = state.healed;
             let sink = &mut state.sinks[self.index];
             let call = sink.calls;
             sink.calls += 1;
-            (self.verdict(call, &records, healed), self.slowness(healed))
+            // Logged as failed until it succeeds: a write that hangs until
+            // its timeout, or dies with the process, failed.
+            sink.writes.push(Write {
+                records: records.clone(),
+                ok: false,
+            });
+            (
+                self.verdict(call, &records, healed),
+                self.slowness(healed),
+                sink.writes.len() - 1,
+            )
         };
         if let Some(delay) = slow {
             tokio::time::sleep(delay).await;
@@ -369,13 +379,14 @@ impl Sink for SimSink {
             return std::future::pending().await;
         }
         let sink = &mut state.sinks[self.index];
-        sink.writes.push(Write {
-            records,
-            ok: result.is_ok(),
-        });
         if result.is_ok() {
-            for r in batch.records() {
-                let value = String::from_utf8_lossy(&r.value).into_owned();
+            sink.writes[entry].ok = true;
+            for (i, r) in batch.records().iter().enumerate() {
+                // What the sink stores: the encoded line (for the
+                // dead-letter sink, the letter) without its line break.
+                let line = batch.encoded(i).unwrap_or_default();
+                let line = line.strip_suffix(b"\n").unwrap_or(line);
+                let value = String::from_utf8_lossy(line).into_owned();
                 sink.contents
                     .push((r.position.partition.0, r.position.offset.0, value));
             }
