@@ -158,6 +158,8 @@ fn sim_generated_pipelines_keep_the_delivery_contract() {
                 cases: 1,
                 failure_persistence: None,
                 max_shrink_iters: 256,
+                // A hang costs real time per try: shrinking stops in time.
+                max_shrink_time: 60_000,
                 ..Config::default()
             },
             rng(seed),

@@ -33,9 +33,10 @@ pub struct Features {
     /// are treated as poison, and every healthy record is dead-lettered.
     pub environment_failures: bool,
     /// Sinks whose writes all hang for a stretch (an outage, each attempt
-    /// ended by the write timeout) across a graceful stop. Finds hole 5:
-    /// the stop waits for a stage blocked on a full sink channel with no
-    /// deadline.
+    /// ended by the write timeout, up to 1 s), and a dead-letter sink
+    /// whose write hangs (its driver has no write timeout), across a
+    /// graceful stop. Finds hole 5: the stop waits with no deadline for a
+    /// stage blocked on a full sink or dead-letter channel.
     pub sink_outages: bool,
     /// Revocations and reassignments in exactly-once pipelines. Finds
     /// hole 10: a reassigned partition is sought to the sink's progress
@@ -263,9 +264,13 @@ fn fault(features: Features, dead_letter: bool) -> BoxedStrategy<Fault> {
     let mut options = vec![
         (0u16..60).prop_map(Fault::Transient).boxed(),
         (0u16..60).prop_map(Fault::Permanent).boxed(),
-        (0u16..60).prop_map(Fault::Hang).boxed(),
         (1u8..=30).prop_map(Fault::Slow).boxed(),
     ];
+    // The dead-letter sink's driver has no write timeout: a hang there
+    // lasts, so it belongs with the outages (hole 5).
+    if !dead_letter || features.sink_outages {
+        options.push((0u16..60).prop_map(Fault::Hang).boxed());
+    }
     if !dead_letter && features.exact_poison_attribution {
         options.push(
             (0u8..8, 0u8..40)
