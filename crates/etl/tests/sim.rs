@@ -186,7 +186,9 @@ fn sim_generated_pipelines_keep_the_delivery_contract() {
                     break;
                 }
             }
-            Err(TestError::Abort(reason)) => panic!("sim: case {i} (seed {seed:#x}) aborted: {reason}"),
+            Err(TestError::Abort(reason)) => {
+                panic!("sim: case {i} (seed {seed:#x}) aborted: {reason}")
+            }
         }
     }
     eprintln!(

@@ -127,7 +127,10 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         });
     let source_scenario = s.clone();
     builder = builder.source_factory(move |checkpoint| {
-        Ok(Box::new(SimSource::new(&source_scenario, checkpoint.clone())))
+        Ok(Box::new(SimSource::new(
+            &source_scenario,
+            checkpoint.clone(),
+        )))
     });
     for (index, spec) in s.sinks.iter().enumerate() {
         let sink = SimSink {

@@ -105,7 +105,9 @@ impl OffsetStore for SimStore {
         if !self.life.alive() {
             return Err(CheckpointError::Store("the process is dead".into()));
         }
-        state.committed.extend(offsets.iter().map(|(p, o)| (*p, *o)));
+        state
+            .committed
+            .extend(offsets.iter().map(|(p, o)| (*p, *o)));
         Ok(())
     }
 }
@@ -149,7 +151,11 @@ impl SimSource {
         let n = s.partitions.len();
         let mut script = Vec::new();
         for r in &s.rebalances {
-            let mut ps: Vec<u32> = r.partitions.iter().map(|p| u32::from(*p) % n as u32).collect();
+            let mut ps: Vec<u32> = r
+                .partitions
+                .iter()
+                .map(|p| u32::from(*p) % n as u32)
+                .collect();
             ps.sort_unstable();
             ps.dedup();
             let at = u64::from(r.after);
@@ -224,13 +230,18 @@ impl SimSource {
                     value(p as u32, o),
                 );
                 if self.rejects.contains(&(p as u32, o)) {
-                    batch.rejected.push(DeadLetter::new(record, "sim: bad input"));
+                    batch
+                        .rejected
+                        .push(DeadLetter::new(record, "sim: bad input"));
                 } else {
                     batch.records.push(record);
                 }
             }
             self.batches += 1;
-            if self.commit_every.is_some_and(|every| self.batches % every == 0) {
+            if self
+                .commit_every
+                .is_some_and(|every| self.batches.is_multiple_of(every))
+            {
                 self.commit_due = true;
             }
             return SourceEvent::Batch(batch);
@@ -290,10 +301,14 @@ impl SimSink {
         for fault in &self.faults {
             match *fault {
                 Fault::Transient(n) if u64::from(n) == call => {
-                    return Verdict::Fail(SinkError::retryable(format!("sim: transient at call {call}")));
+                    return Verdict::Fail(SinkError::retryable(format!(
+                        "sim: transient at call {call}"
+                    )));
                 }
                 Fault::Permanent(n) if u64::from(n) == call => {
-                    return Verdict::Fail(SinkError::permanent(format!("sim: permanent at call {call}")));
+                    return Verdict::Fail(SinkError::permanent(format!(
+                        "sim: permanent at call {call}"
+                    )));
                 }
                 Fault::Hang(n) if u64::from(n) == call => return Verdict::Hang,
                 Fault::Outage { from, calls }
@@ -405,7 +420,12 @@ impl ProgressSink for SimSink {
 }
 
 /// Per-record fates the transform steps give (used by the model too).
-pub fn apply_steps(steps: &[super::scenario::Step], partition: u32, offset: i64, value: String) -> StepResult {
+pub fn apply_steps(
+    steps: &[super::scenario::Step],
+    partition: u32,
+    offset: i64,
+    value: String,
+) -> StepResult {
     use super::scenario::Step;
     let mut kept = vec![value];
     let mut rejected = false;
