@@ -97,8 +97,10 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         .checkpoint(CheckpointConfig {
             // Out of reach: the source asks for commits instead.
             commit_interval: Duration::from_secs(3600),
-            revoke_deadline: Duration::from_secs(5),
-            shutdown_deadline: Duration::from_secs(5),
+            // Wall-clock deadlines (the checkpointer's thread): short, as
+            // the virtual clock runs far faster than the wall clock.
+            revoke_deadline: Duration::from_secs(1),
+            shutdown_deadline: Duration::from_secs(1),
             limits: InFlightLimits {
                 max_batches_per_partition: u32::from(s.max_in_flight.max(1)),
                 max_bytes_per_partition: 1 << 30,

@@ -33,7 +33,8 @@ pub struct Features {
     /// are treated as poison, and every healthy record is dead-lettered.
     pub environment_failures: bool,
     /// Sinks whose writes all hang for a stretch (an outage, each attempt
-    /// ended by the write timeout, up to 1 s), and a dead-letter sink
+    /// ended by the write timeout, up to 1 s, retried up to 6 times, with
+    /// up to 64 batches in flight), and a dead-letter sink
     /// whose write hangs (its driver has no write timeout), across a
     /// graceful stop. Finds hole 5: the stop waits with no deadline for a
     /// stage blocked on a full sink or dead-letter channel.
@@ -293,16 +294,16 @@ fn fault(features: Features, dead_letter: bool) -> BoxedStrategy<Fault> {
 
 fn sink(features: Features) -> impl Strategy<Value = SinkSpec> {
     // Without outages, writes stay short, so a stop drains quickly.
-    let timeout = if features.sink_outages {
-        50u16..=1000
+    let (timeout, retries) = if features.sink_outages {
+        (50u16..=1000, 0u8..=6)
     } else {
-        20u16..=200
+        (20u16..=200, 0u8..=2)
     };
     (
         1u8..=32,
         0u8..=20,
         1u8..=4,
-        0u8..=2,
+        retries,
         timeout,
         prop::bool::weighted(0.15),
         vec(fault(features, false), 0..=3),
@@ -350,11 +351,16 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
         vec(sink(features), 1..=3),
         prop::option::weighted(0.75, vec(fault(features, true), 0..=2)),
     );
+    let in_flight = if features.sink_outages {
+        1u8..=64
+    } else {
+        1u8..=16
+    };
     let policy = (
         1u8..=3,
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
-        1u8..=16,
+        in_flight,
         200u16..=3000,
         vec(run_end(), 0..=3),
     );
