@@ -32,7 +32,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 
 use sim::model::check;
 use sim::run::{Ended, Plan, run_once};
-use sim::scenario::{Features, RunEnd, Scenario, scenario};
+use sim::scenario::{Features, Scenario, scenario};
 use sim::world::World;
 
 const DEFAULT_CASES: u64 = 48;
@@ -55,15 +55,8 @@ fn simulate(s: &Scenario, features: Features) -> Result<(), String> {
         }
         let ended = run_once(s, &world, plan);
         let state = world.lock();
-        check(
-            s,
-            &state,
-            &ended,
-            recovery,
-            features.exact_poison_attribution,
-            features.environment_failures,
-        )
-        .map_err(|e| format!("run {i} ({plan:?}, {}): {e}", describe(&ended)))?;
+        check(s, &state, &ended, recovery, features)
+            .map_err(|e| format!("run {i} ({plan:?}, {}): {e}", describe(&ended)))?;
     }
     Ok(())
 }
@@ -197,7 +190,6 @@ fn sim_generated_pipelines_keep_the_delivery_contract() {
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let _ = RunEnd::Stop(0);
 }
 
 fn list_enabled(f: Features) -> String {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::run::Ended;
-use super::scenario::{Fault, Scenario};
+use super::scenario::{Fault, Features, Scenario};
 use super::world::{State, apply_steps, value};
 
 /// The fate the transform steps give each record, as the model sees it.
@@ -57,9 +57,10 @@ pub fn check(
     state: &State,
     ended: &Ended,
     recovery: bool,
-    features_exact: bool,
-    environment: bool,
+    features: Features,
 ) -> Result<(), String> {
+    let features_exact = features.exact_poison_attribution;
+    let environment = features.environment_failures;
     let fates = fates(s);
     let dlq_index = s.sinks.len();
     let dead: BTreeSet<(u32, i64)> = state.sinks[dlq_index]
