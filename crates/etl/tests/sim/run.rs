@@ -2,7 +2,9 @@
 //! with a paused clock, on the stores the world keeps.
 //!
 //! Determinism: every task of the pipeline runs on the one runtime
-//! thread, transforms included (`transform_workers(1)`), retries have no
+//! thread, transforms included (`transform_workers(1)`, unless the
+//! scenario asks for the parallel stage: then two worker threads run
+//! them, and their timing is not fixed either), retries have no
 //! jitter (no backoff), and the checkpointer's own commit interval is out
 //! of reach (the source asks for commits at scripted points instead). The
 //! checkpointer still runs on its own thread with the wall clock: how far
@@ -14,7 +16,7 @@
 
 use std::time::Duration;
 
-use etl::{FailurePolicy, Pipeline, PipelineError, Summary, flat_map};
+use etl::{FailurePolicy, Pipeline, PipelineError, Summary};
 use etl_checkpoint::{CheckpointConfig, InFlightLimits};
 use etl_sink::{DriverConfig, OnPermanentFailure, RawLinesEncoder, RetryPolicy, SinkDriver};
 use etl_source::{DriverConfig as SourceDriverConfig, PoisonPolicy};
@@ -22,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::scenario::{RunEnd, Scenario};
-use super::world::{Life, SimSink, SimSource, SimStore, World, transform};
+use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World};
 
 /// Largest step of virtual time while the runtime waits.
 const TICK: Duration = Duration::from_millis(5);
@@ -92,8 +94,8 @@ impl Plan {
 fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineError> {
     let parts = s.partitions.len() as u32;
     let mut builder = Pipeline::builder()
-        .transform_workers(1)
-        .transform(flat_map("sim", transform(s, world.clone())))
+        .transform_workers(if s.parallel_transforms { 2 } else { 1 })
+        .transform(SimTransform::new(s, world.clone()))
         .checkpoint(CheckpointConfig {
             // Out of reach: the source asks for commits instead.
             commit_interval: Duration::from_secs(3600),

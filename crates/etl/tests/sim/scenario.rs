@@ -111,6 +111,9 @@ pub struct Scenario {
     pub commit_every: Option<u8>,
     /// Transform steps, in order.
     pub steps: Vec<Step>,
+    /// The steps run on two worker threads (the parallel, ordered stage)
+    /// instead of the runtime's thread.
+    pub parallel_transforms: bool,
     /// The sinks (one only when exactly-once).
     pub sinks: Vec<SinkSpec>,
     /// The single sink stores its progress with its data (exactly-once).
@@ -346,7 +349,7 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
         prop::option::weighted(0.7, 1u8..=6),
     );
     let pipeline = (
-        vec(step(features), 0..=3),
+        (vec(step(features), 0..=3), prop::bool::weighted(0.25)),
         prop::bool::weighted(0.35),
         vec(sink(features), 1..=3),
         prop::option::weighted(0.75, vec(fault(features, true), 0..=2)),
@@ -366,7 +369,7 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     );
     (shape, pipeline, policy).prop_map(move |(shape, pipeline, policy)| {
         let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
-        let (steps, exactly_once, mut sinks, dead_letter) = pipeline;
+        let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
         let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) = policy;
         let mut s = Scenario {
             partitions,
@@ -375,6 +378,7 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
             rebalances,
             commit_every,
             steps,
+            parallel_transforms,
             sinks: Vec::new(),
             exactly_once,
             dead_letter,

@@ -2,12 +2,13 @@
 //! contents, exactly-once progress, dead letters), and the scripted
 //! source, sinks and offset store a run sees.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use etl::{Outcome, Transform};
 use etl_checkpoint::{CheckpointError, CheckpointHandle, OffsetStore, Offsets};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 use etl_sink::{EncodedBatch, Progress, ProgressSink, Sink, SinkError};
@@ -465,28 +466,47 @@ fn hits(offset: i64, every: u8, at: u8) -> bool {
     offset % every == i64::from(at) % every
 }
 
-/// The scenario's transform as one `flat_map`: the steps, and the
-/// scripted panics (each fires once over the scenario).
-pub fn transform(
-    s: &Scenario,
+/// The scenario's transform steps as one transform, with the scripted
+/// panics (each fires once over the scenario). It forks, so a scenario
+/// with transform workers runs it on the parallel stage.
+#[derive(Clone, Debug)]
+pub struct SimTransform {
+    steps: Vec<super::scenario::Step>,
+    panics: BTreeSet<(u32, i64)>,
     world: World,
-) -> impl FnMut(&Record) -> Result<Vec<Record>, String> + Send + 'static {
-    use super::scenario::Step;
-    let steps = s.steps.clone();
-    let n = s.partitions.len() as u32;
-    let panics: HashMap<(u32, i64), ()> = steps
-        .iter()
-        .filter_map(|st| match st {
-            Step::Panic { partition, offset } => {
-                Some(((u32::from(*partition) % n, i64::from(*offset)), ()))
-            }
-            _ => None,
-        })
-        .collect();
-    move |record: &Record| {
+}
+
+impl SimTransform {
+    pub fn new(s: &Scenario, world: World) -> Self {
+        use super::scenario::Step;
+        let n = s.partitions.len() as u32;
+        let panics = s
+            .steps
+            .iter()
+            .filter_map(|st| match st {
+                Step::Panic { partition, offset } => {
+                    Some((u32::from(*partition) % n, i64::from(*offset)))
+                }
+                _ => None,
+            })
+            .collect();
+        SimTransform {
+            steps: s.steps.clone(),
+            panics,
+            world,
+        }
+    }
+}
+
+impl Transform for SimTransform {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
         let (p, o) = (record.position.partition.0, record.position.offset.0);
-        if panics.contains_key(&(p, o)) {
-            let mut state = world.lock();
+        if self.panics.contains(&(p, o)) {
+            let mut state = self.world.lock();
             if !state.healed && state.panicked.insert((p, o)) {
                 state.panics_this_run += 1;
                 drop(state);
@@ -494,18 +514,23 @@ pub fn transform(
             }
         }
         let value = String::from_utf8_lossy(&record.value).into_owned();
-        let out = apply_steps(&steps, p, o, value);
+        let out = apply_steps(&self.steps, p, o, value);
         if out.rejected {
-            return Err("sim: rejected by a step".to_owned());
+            return Outcome::Reject(record, "sim: rejected by a step".to_owned());
         }
-        Ok(out
-            .kept
-            .into_iter()
-            .map(|v| {
-                let mut r = record.clone();
-                r.value = v.into();
-                r
-            })
-            .collect())
+        Outcome::Many(
+            out.kept
+                .into_iter()
+                .map(|v| {
+                    let mut r = record.clone();
+                    r.value = v.into();
+                    r
+                })
+                .collect(),
+        )
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(self.clone()))
     }
 }
