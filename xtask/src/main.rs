@@ -8,6 +8,7 @@ mod bench;
 mod cmd;
 mod kafka;
 mod postgres;
+mod sim;
 mod soak;
 mod tidy;
 
@@ -26,6 +27,10 @@ Tasks:
   doc              cargo doc with warnings denied (broken links fail)
   loom             loom models (--cfg etl_loom, release, own target dir)
   prop [--cases N] property tests with N cases each (default 1024)
+  sim [--cases N] [--seed S] [--enable SWITCH,...|all] [--keep-going]
+                   the whole-pipeline simulation: N generated pipelines
+                   (default 1000; ci runs 2000 from a fixed seed), or one
+                   replayed from the seed a failure printed
   tidy             layer order of crate dependencies, module docs
   bench [--full]   performance budgets against same-run baselines, one table
                    (not part of ci; --full: memory run at 1M and 10M records)
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
         Some("doc") => doc(),
         Some("loom") => loom(),
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
+        Some("sim") => sim::Options::parse(&args[1..]).and_then(|o| sim::run(&o)),
         Some("tidy") => tidy::run(&root()),
         Some("bench") => bench::run(&args[1..]),
         Some("kafka") => kafka::run(&args[1..]),
@@ -80,6 +86,7 @@ fn ci() -> Result {
     doc()?;
     loom()?;
     prop(CI_PROP_CASES)?;
+    sim::run(&sim::Options::ci())?;
     tidy::run(&root())?;
     eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
     Ok(())

@@ -1,0 +1,227 @@
+//! The reference model of the delivery contract (ARCHITECTURE.md §2),
+//! checked against the world after every run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::run::Ended;
+use super::scenario::{Fault, Features, Scenario};
+use super::world::{State, apply_steps, value};
+
+/// The fate the transform steps give each record, as the model sees it.
+struct Fates {
+    /// (partition, offset) -> values every sink must hold.
+    kept: BTreeMap<(u32, i64), Vec<String>>,
+    /// Records that must reach the dead-letter sink (source and
+    /// transform rejects).
+    rejected: BTreeSet<(u32, i64)>,
+}
+
+fn fates(s: &Scenario) -> Fates {
+    let n = s.partitions.len() as u32;
+    let source_rejects: BTreeSet<(u32, i64)> = s
+        .source_rejects
+        .iter()
+        .map(|(p, o)| (u32::from(*p), i64::from(*o)))
+        .filter(|(p, _)| *p < n)
+        .collect();
+    let mut kept = BTreeMap::new();
+    let mut rejected = BTreeSet::new();
+    for (p, count) in s.partitions.iter().enumerate() {
+        let p = p as u32;
+        for o in 0..i64::from(*count) {
+            if source_rejects.contains(&(p, o)) {
+                rejected.insert((p, o));
+                continue;
+            }
+            let out = apply_steps(&s.steps, p, o, value(p, o));
+            if out.rejected {
+                rejected.insert((p, o));
+            } else {
+                kept.insert((p, o), out.kept);
+            }
+        }
+    }
+    Fates { kept, rejected }
+}
+
+/// Whether a healed pipeline can read all its input: not when records
+/// must be dead-lettered and there is no dead-letter sink (then it halts,
+/// by design).
+fn can_finish(s: &Scenario, fates: &Fates) -> bool {
+    s.dead_letter.is_some() || fates.rejected.is_empty()
+}
+
+/// Check the world after a run; the first violation found, if any.
+pub fn check(
+    s: &Scenario,
+    state: &State,
+    ended: &Ended,
+    recovery: bool,
+    features: Features,
+) -> Result<(), String> {
+    let features_exact = features.exact_poison_attribution;
+    let environment = features.environment_failures;
+    let fates = fates(s);
+    let dlq_index = s.sinks.len();
+    let dead: BTreeSet<(u32, i64)> = state.sinks[dlq_index]
+        .contents
+        .iter()
+        .map(|(p, o, _)| (*p, *o))
+        .collect();
+
+    // How the run ended.
+    match ended {
+        Ended::Panicked(text) => return Err(format!("a panic escaped Pipeline::run: {text}")),
+        Ended::Hung { bound } => {
+            return Err(format!(
+                "the run did not end within its bound of {bound:?} (virtual time)"
+            ));
+        }
+        Ended::Returned(Err(etl::PipelineError::Internal(text))) if state.panics_this_run == 0 => {
+            return Err(format!("internal error without a scripted panic: {text}"));
+        }
+        Ended::Returned(Err(e)) if recovery && can_finish(s, &fates) => {
+            return Err(format!("the recovery run (every fault healed) failed: {e}"));
+        }
+        _ => {}
+    }
+
+    // Committed c => every record below c is in every sink it was routed
+    // to, filtered, or dead-lettered.
+    let committed = &state.committed;
+    let mut sink_values: Vec<BTreeMap<(u32, i64), Vec<&str>>> = Vec::new();
+    for sink in &state.sinks[..dlq_index] {
+        let mut held: BTreeMap<(u32, i64), Vec<&str>> = BTreeMap::new();
+        for (p, o, v) in &sink.contents {
+            held.entry((*p, *o)).or_default().push(v.as_str());
+        }
+        sink_values.push(held);
+    }
+    let delivered = |p: u32,
+                     o: i64,
+                     sinks: &mut dyn Iterator<Item = usize>|
+     -> Result<(), String> {
+        if fates.rejected.contains(&(p, o)) {
+            return if dead.contains(&(p, o)) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "record {p}:{o} was rejected but is not in the dead-letter sink"
+                ))
+            };
+        }
+        if dead.contains(&(p, o)) {
+            return Ok(());
+        }
+        let want = fates.kept.get(&(p, o)).map_or(&[][..], Vec::as_slice);
+        for i in sinks {
+            let held = sink_values[i].get(&(p, o)).map_or(&[][..], Vec::as_slice);
+            if let Some(missing) = want.iter().find(|v| !held.contains(&v.as_str())) {
+                return Err(format!(
+                    "record {p}:{o} (value {missing:?}) is not in sink{i} and was not dead-lettered"
+                ));
+            }
+        }
+        Ok(())
+    };
+    for (partition, c) in committed {
+        let p = partition.0;
+        for o in 0..c.0 {
+            delivered(p, o, &mut (0..dlq_index))
+                .map_err(|e| format!("partition {p} committed {}: {e}", c.0))?;
+        }
+    }
+
+    if s.exactly_once {
+        let sink = &state.sinks[0];
+        // Stored progress covers only records delivered everywhere.
+        for (partition, next) in sink.progress.iter() {
+            let p = partition.0;
+            for o in 0..next.0 {
+                delivered(p, o, &mut std::iter::once(0)).map_err(|e| {
+                    format!("exactly-once progress of partition {p} is {}: {e}", next.0)
+                })?;
+            }
+        }
+        // No record twice.
+        let mut seen = BTreeSet::new();
+        for (p, o, v) in &sink.contents {
+            if !seen.insert((p, o, v)) {
+                return Err(format!(
+                    "exactly-once sink holds record {p}:{o} (value {v:?}) twice"
+                ));
+            }
+        }
+    }
+
+    // Dead letters: only records that had to go there.
+    for (p, o, line) in &state.sinks[dlq_index].contents {
+        let key = (*p, *o);
+        if fates.rejected.contains(&key) {
+            continue;
+        }
+        let mut failed_alone = false;
+        let mut failed_in_any = false;
+        let mut on_broken_sink = false;
+        for (i, spec) in s.sinks.iter().enumerate() {
+            let writes = &state.sinks[i].writes;
+            let alone = writes
+                .iter()
+                .any(|w| !w.ok && !w.records.is_empty() && w.records.iter().all(|r| *r == key));
+            let any = writes.iter().any(|w| !w.ok && w.records.contains(&key));
+            failed_alone |= alone;
+            failed_in_any |= any;
+            if any
+                && !spec.dead_letter_failures
+                && spec.faults.iter().any(|f| matches!(f, Fault::Broken(_)))
+            {
+                on_broken_sink = true;
+            }
+        }
+        if environment && on_broken_sink {
+            return Err(format!(
+                "record {p}:{o} was dead-lettered because a sink's environment is broken \
+                 (it fails whatever the record): that must halt, not isolate; letter {line}"
+            ));
+        }
+        let sink_dead_letters = s.sinks.iter().any(|k| k.dead_letter_failures);
+        let justified = if features_exact && !sink_dead_letters {
+            failed_alone
+        } else {
+            failed_in_any
+        };
+        if !justified {
+            return Err(format!(
+                "record {p}:{o} was dead-lettered although no write {} failed; letter {line}",
+                if features_exact && !sink_dead_letters {
+                    "of it alone"
+                } else {
+                    "holding it"
+                }
+            ));
+        }
+    }
+
+    // After the recovery run, everything is committed.
+    if recovery && can_finish(s, &fates) {
+        for (p, count) in s.partitions.iter().enumerate() {
+            let want = i64::from(*count);
+            if want == 0 {
+                continue;
+            }
+            let partition = etl_record::PartitionId(p as u32);
+            let mut got = committed.get(&partition).map_or(0, |c| c.0);
+            if s.exactly_once {
+                // The sink's progress is where the source resumes.
+                let progress = state.sinks[0].progress.get(partition);
+                got = got.max(progress.map_or(0, |o| o.0));
+            }
+            if got < want {
+                return Err(format!(
+                    "after the recovery run partition {p} committed {got} of {want} records"
+                ));
+            }
+        }
+    }
+    Ok(())
+}

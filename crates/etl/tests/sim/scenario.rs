@@ -1,0 +1,414 @@
+//! What a simulated pipeline is made of, and how scenarios are generated.
+//!
+//! A [`Scenario`] is plain data (partitions, source script, transform
+//! steps, sinks with their faults, the runs and how each ends), so
+//! proptest shrinks it field by field to a small, readable counterexample.
+
+use proptest::collection::{btree_set, vec};
+use proptest::prelude::*;
+
+/// Generator switches. Each one that is off by default turns on a part of
+/// the generator that finds a hole of issue 14 which is not closed on
+/// this branch yet: switch it on once the fix is in (and make it the
+/// default then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Transforms that panic on a record (once). Finds hole 1: a
+    /// panicking transform lets the batches still queued for the stage
+    /// resolve *Delivered*, so other partitions commit past records no
+    /// sink wrote (`crates/etl/src/runtime/ordered.rs`).
+    pub transform_panics: bool,
+    /// Exactly-once sinks in pipelines that also dead-letter records
+    /// (transform and source rejects). Finds hole 2: the exactly-once
+    /// sink's stored progress moves past records whose dead letter is not
+    /// durable yet.
+    pub exactly_once_dead_letters: bool,
+    /// Sinks that fail every write holding one given record, and the
+    /// exact poison check (a record dead-lettered as poison failed a write
+    /// on its own). Finds hole 3: the sink driver merges single-record
+    /// probes and blames the lowest record of a failed merge.
+    pub exact_poison_attribution: bool,
+    /// Sinks that fail every write from some call on (an environment
+    /// error: broken pipe, read-only file). Finds hole 4: such failures
+    /// are treated as poison, and every healthy record is dead-lettered.
+    pub environment_failures: bool,
+    /// Sinks whose writes all hang for a stretch (an outage, each attempt
+    /// ended by the write timeout, up to 1 s, retried up to 6 times, with
+    /// up to 64 batches in flight), and a dead-letter sink
+    /// whose write hangs (its driver has no write timeout), across a
+    /// graceful stop. Finds hole 5: the stop waits with no deadline for a
+    /// stage blocked on a full sink or dead-letter channel.
+    pub sink_outages: bool,
+    /// Revocations and reassignments in exactly-once pipelines. Finds
+    /// hole 10: a reassigned partition is sought to the sink's progress
+    /// as read when the pipeline was built, not as stored now, and
+    /// records written since are written again.
+    pub exactly_once_rebalances: bool,
+}
+
+impl Features {
+    /// What this branch runs by default: every generator part whose hole
+    /// is closed here.
+    pub const DEFAULT: Features = Features {
+        transform_panics: false,
+        exactly_once_dead_letters: false,
+        exact_poison_attribution: false,
+        environment_failures: false,
+        sink_outages: false,
+        exactly_once_rebalances: false,
+    };
+
+    /// The switch names, as `--enable` and `SIM_ENABLE` take them.
+    pub const NAMES: [&'static str; 6] = [
+        "transform_panics",
+        "exactly_once_dead_letters",
+        "exact_poison_attribution",
+        "environment_failures",
+        "sink_outages",
+        "exactly_once_rebalances",
+    ];
+
+    /// Turn on the named switch (or every switch for `all`).
+    pub fn enable(&mut self, name: &str) -> Result<(), String> {
+        match name {
+            "transform_panics" => self.transform_panics = true,
+            "exactly_once_dead_letters" => self.exactly_once_dead_letters = true,
+            "exact_poison_attribution" => self.exact_poison_attribution = true,
+            "environment_failures" => self.environment_failures = true,
+            "sink_outages" => self.sink_outages = true,
+            "exactly_once_rebalances" => self.exactly_once_rebalances = true,
+            "all" => {
+                for n in Self::NAMES {
+                    self.enable(n)?;
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown simulation switch {other:?}; known: {}, all",
+                    Self::NAMES.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One generated pipeline and the life it lives: several runs on the same
+/// stores, then a recovery run with every fault healed.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Records per partition (offsets 0..n); 1 to 8 partitions.
+    pub partitions: Vec<u8>,
+    /// Records per source batch.
+    pub source_batch: u8,
+    /// Input the source rejects as bad (partition, offset): dead letters.
+    pub source_rejects: Vec<(u8, u8)>,
+    /// Revocations (and later reassignments) the source announces.
+    pub rebalances: Vec<Rebalance>,
+    /// The source asks the checkpointer to commit every this many batches
+    /// (the checkpointer's own interval runs on the wall clock, so it is
+    /// set out of reach).
+    pub commit_every: Option<u8>,
+    /// Transform steps, in order.
+    pub steps: Vec<Step>,
+    /// The steps run on two worker threads (the parallel, ordered stage)
+    /// instead of the runtime's thread.
+    pub parallel_transforms: bool,
+    /// The sinks (one only when exactly-once).
+    pub sinks: Vec<SinkSpec>,
+    /// The single sink stores its progress with its data (exactly-once).
+    pub exactly_once: bool,
+    /// The dead-letter sink, with its faults.
+    pub dead_letter: Option<Vec<Fault>>,
+    /// Failures of a range before narrowing, and of a record alone before
+    /// it is poison.
+    pub max_replays: u8,
+    /// A poison record halts the run instead of being dead-lettered.
+    pub poison_halts: bool,
+    /// A failed batch halts the run instead of replaying.
+    pub halt_on_failure: bool,
+    /// In-flight batches allowed (per partition and in total).
+    pub max_in_flight: u8,
+    /// The pipeline's shutdown timeout, in virtual milliseconds.
+    pub shutdown_timeout_ms: u16,
+    /// How each run before the recovery run ends.
+    pub runs: Vec<RunEnd>,
+}
+
+/// A revocation announced after `after` source events, and the
+/// reassignment `back_after` events later.
+#[derive(Clone, Debug)]
+pub struct Rebalance {
+    /// Source events before the revocation.
+    pub after: u8,
+    /// Partitions revoked (indices, taken modulo the partition count).
+    pub partitions: Vec<u8>,
+    /// Source events between the revocation and the reassignment.
+    pub back_after: u8,
+}
+
+/// A transform step. Which records it touches depends only on the offset
+/// (`offset % every == at`), so the model knows each record's fate.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Drop the record on purpose.
+    Filter {
+        /// Period.
+        every: u8,
+        /// Residue.
+        at: u8,
+    },
+    /// Replace the record with `copies` copies (0: dropped).
+    Expand {
+        /// Period.
+        every: u8,
+        /// Residue.
+        at: u8,
+        /// Copies made.
+        copies: u8,
+    },
+    /// Reject the record to the dead-letter path.
+    Reject {
+        /// Period.
+        every: u8,
+        /// Residue.
+        at: u8,
+    },
+    /// Panic on this record, the first time it is seen.
+    Panic {
+        /// Partition index.
+        partition: u8,
+        /// Offset.
+        offset: u8,
+    },
+}
+
+/// One sink and how its driver is configured.
+#[derive(Clone, Debug)]
+pub struct SinkSpec {
+    /// Records per write (above the source batch: batches merge).
+    pub max_records: u8,
+    /// Linger before a partial batch is written, virtual ms.
+    pub linger_ms: u8,
+    /// Writes in flight.
+    pub in_flight: u8,
+    /// Retries of a retryable failure (no backoff: retry timing stays
+    /// deterministic).
+    pub retries: u8,
+    /// Write timeout, virtual ms.
+    pub timeout_ms: u16,
+    /// A batch that failed for good goes to the dead-letter sink.
+    pub dead_letter_failures: bool,
+    /// Its faults.
+    pub faults: Vec<Fault>,
+}
+
+/// A fault of a sink (write calls are counted over the whole scenario, so
+/// a fault at call `n` fires once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Write call `n` fails, retryably.
+    Transient(u16),
+    /// Write call `n` fails for good.
+    Permanent(u16),
+    /// Write call `n` never completes (the write timeout ends it).
+    Hang(u16),
+    /// Every write takes this long (virtual ms).
+    Slow(u8),
+    /// Every write holding this record (partition index, offset) fails for
+    /// good.
+    Poison(u8, u8),
+    /// Every write from call `n` on fails (retryably): the environment is
+    /// broken until the recovery run.
+    Broken(u16),
+    /// Writes from call `from` hang, for `calls` calls.
+    Outage {
+        /// First hanging call.
+        from: u16,
+        /// Calls that hang.
+        calls: u16,
+    },
+}
+
+/// How a run ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// A graceful stop (SIGTERM) at this virtual time (ms).
+    Stop(u16),
+    /// The process dies at this virtual time (ms): nothing more becomes
+    /// durable, the stores keep what they held.
+    Crash(u16),
+}
+
+fn step(features: Features) -> BoxedStrategy<Step> {
+    let period = (1u8..=7).prop_flat_map(|every| (Just(every), 0..every));
+    let mut options = vec![
+        period
+            .clone()
+            .prop_map(|(every, at)| Step::Filter { every, at })
+            .boxed(),
+        (period.clone(), 0u8..=3)
+            .prop_map(|((every, at), copies)| Step::Expand { every, at, copies })
+            .boxed(),
+        ((3u8..=9).prop_flat_map(|every| (Just(every), 0..every)))
+            .prop_map(|(every, at)| Step::Reject { every, at })
+            .boxed(),
+    ];
+    if features.transform_panics {
+        options.push(
+            (0u8..8, 0u8..40)
+                .prop_map(|(partition, offset)| Step::Panic { partition, offset })
+                .boxed(),
+        );
+    }
+    proptest::strategy::Union::new(options).boxed()
+}
+
+fn fault(features: Features, dead_letter: bool) -> BoxedStrategy<Fault> {
+    let mut options = vec![
+        (0u16..60).prop_map(Fault::Transient).boxed(),
+        (0u16..60).prop_map(Fault::Permanent).boxed(),
+        (1u8..=30).prop_map(Fault::Slow).boxed(),
+    ];
+    // The dead-letter sink's driver has no write timeout: a hang there
+    // lasts, so it belongs with the outages (hole 5).
+    if !dead_letter || features.sink_outages {
+        options.push((0u16..60).prop_map(Fault::Hang).boxed());
+    }
+    if !dead_letter && features.exact_poison_attribution {
+        options.push(
+            (0u8..8, 0u8..40)
+                .prop_map(|(p, o)| Fault::Poison(p, o))
+                .boxed(),
+        );
+    }
+    if features.environment_failures {
+        options.push((0u16..40).prop_map(Fault::Broken).boxed());
+    }
+    if !dead_letter && features.sink_outages {
+        options.push(
+            (0u16..40, 1u16..400)
+                .prop_map(|(from, calls)| Fault::Outage { from, calls })
+                .boxed(),
+        );
+    }
+    proptest::strategy::Union::new(options).boxed()
+}
+
+fn sink(features: Features) -> impl Strategy<Value = SinkSpec> {
+    // Without outages, writes stay short, so a stop drains quickly.
+    let (timeout, retries) = if features.sink_outages {
+        (50u16..=1000, 0u8..=6)
+    } else {
+        (20u16..=200, 0u8..=2)
+    };
+    (
+        1u8..=32,
+        0u8..=20,
+        1u8..=4,
+        retries,
+        timeout,
+        prop::bool::weighted(0.15),
+        vec(fault(features, false), 0..=3),
+    )
+        .prop_map(
+            |(max_records, linger_ms, in_flight, retries, timeout_ms, dlf, faults)| SinkSpec {
+                max_records,
+                linger_ms,
+                in_flight,
+                retries,
+                timeout_ms,
+                dead_letter_failures: dlf,
+                faults,
+            },
+        )
+}
+
+fn rebalance() -> impl Strategy<Value = Rebalance> {
+    (0u8..30, vec(0u8..8, 1..=3), 0u8..10).prop_map(|(after, partitions, back_after)| Rebalance {
+        after,
+        partitions,
+        back_after,
+    })
+}
+
+fn run_end() -> impl Strategy<Value = RunEnd> {
+    prop_oneof![
+        (0u16..1500).prop_map(RunEnd::Stop),
+        (0u16..1500).prop_map(RunEnd::Crash),
+    ]
+}
+
+/// Scenarios with the given switches.
+pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
+    let shape = (
+        vec(0u8..=40, 1..=8),
+        1u8..=8,
+        btree_set((0u8..8, 0u8..40), 0..=3),
+        vec(rebalance(), 0..=2),
+        prop::option::weighted(0.7, 1u8..=6),
+    );
+    let pipeline = (
+        (vec(step(features), 0..=3), prop::bool::weighted(0.25)),
+        prop::bool::weighted(0.35),
+        vec(sink(features), 1..=3),
+        prop::option::weighted(0.75, vec(fault(features, true), 0..=2)),
+    );
+    let in_flight = if features.sink_outages {
+        1u8..=64
+    } else {
+        1u8..=16
+    };
+    let policy = (
+        1u8..=3,
+        prop::bool::weighted(0.1),
+        prop::bool::weighted(0.1),
+        in_flight,
+        200u16..=3000,
+        vec(run_end(), 0..=3),
+    );
+    (shape, pipeline, policy).prop_map(move |(shape, pipeline, policy)| {
+        let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
+        let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
+        let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) = policy;
+        let mut s = Scenario {
+            partitions,
+            source_batch,
+            source_rejects: rejects.into_iter().collect(),
+            rebalances,
+            commit_every,
+            steps,
+            parallel_transforms,
+            sinks: Vec::new(),
+            exactly_once,
+            dead_letter,
+            max_replays,
+            poison_halts,
+            halt_on_failure,
+            max_in_flight,
+            shutdown_timeout_ms: shutdown,
+            runs,
+        };
+        if s.exactly_once {
+            sinks.truncate(1);
+            if !features.exactly_once_rebalances {
+                // Hole 10: no rebalance in an exactly-once pipeline until
+                // that hole is closed.
+                s.rebalances.clear();
+            }
+            if !features.exactly_once_dead_letters {
+                // Hole 2: no record of an exactly-once pipeline may take
+                // the dead-letter path until that hole is closed.
+                s.source_rejects.clear();
+                s.steps.retain(|st| !matches!(st, Step::Reject { .. }));
+                for sink in &mut sinks {
+                    sink.dead_letter_failures = false;
+                    sink.faults.retain(|f| !matches!(f, Fault::Poison(..)));
+                }
+                s.poison_halts = true;
+            }
+        }
+        s.sinks = sinks;
+        s
+    })
+}
