@@ -50,7 +50,7 @@ impl Features {
     /// What this branch runs by default: every generator part whose hole
     /// is closed here.
     pub const DEFAULT: Features = Features {
-        transform_panics: false,
+        transform_panics: true,
         exactly_once_dead_letters: false,
         exact_poison_attribution: false,
         environment_failures: false,
