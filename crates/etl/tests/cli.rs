@@ -423,3 +423,71 @@ colour = "blue"
         "{stderr}"
     );
 }
+
+/// 20 NDJSON lines, the tenth of which (offset 9 in line numbers) is not
+/// JSON, and an exactly-once file sink; `[dead_letter]` only when asked.
+fn exactly_once_config(dir: &Path, dead_letter: bool) -> PathBuf {
+    let mut input = String::new();
+    for id in 0..20 {
+        if id == 9 {
+            input.push_str("not json\n");
+        } else {
+            input.push_str(&format!("{{\"id\":{id}}}\n"));
+        }
+    }
+    std::fs::write(dir.join("in.ndjson"), input).unwrap();
+    let config = dir.join("exactly_once.toml");
+    let mut text = r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+name = "out"
+type = "file"
+path = "out.ndjson"
+exactly_once = true
+
+[checkpoint]
+commit_interval = "50ms"
+"#
+    .to_owned();
+    if dead_letter {
+        text.push_str("\n[dead_letter]\ntype = \"file\"\npath = \"dead.ndjson\"\n");
+    }
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+#[test]
+fn exactly_once_progress_never_skips_a_dead_letter_that_was_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let halted = run(&exactly_once_config(dir.path(), false));
+    assert_eq!(
+        halted.status.code(),
+        Some(65),
+        "{}",
+        String::from_utf8_lossy(&halted.stderr)
+    );
+    // The sink did store the good lines around the bad one: its progress
+    // is past the line that went nowhere.
+    assert_eq!(ids(&dir.path().join("out.ndjson")).len(), 19);
+
+    let rerun = run(&exactly_once_config(dir.path(), true));
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let dead = std::fs::read_to_string(dir.path().join("dead.ndjson")).unwrap_or_default();
+    assert!(
+        dead.contains("not json"),
+        "the bad line was never dead-lettered: {dead:?}"
+    );
+    let out = ids(&dir.path().join("out.ndjson"));
+    assert_eq!(out.len(), 19);
+    assert!(
+        out.values().all(|n| *n == 1),
+        "the exactly-once sink wrote a line twice: {out:?}"
+    );
+}

@@ -1,13 +1,11 @@
 //! Building and running a pipeline from Rust.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
-use etl_record::{Offset, PartitionId};
 use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
@@ -40,7 +38,8 @@ pub struct PipelineBuilder {
     source: Option<SourceSpec>,
     chain: TransformChain,
     sinks: Vec<SinkSpec>,
-    progress: Option<BTreeMap<PartitionId, Offset>>,
+    /// The stored progress of the exactly-once sink, if there is one.
+    progress: Option<etl_sink::Progress>,
     dead_letter: Option<Arc<dyn Sink>>,
     store: Option<Box<dyn OffsetStore>>,
     checkpoint: CheckpointConfig,
@@ -130,8 +129,14 @@ impl PipelineBuilder {
     }
 
     /// Add the single sink of an exactly-once pipeline, with the progress
-    /// it stored (from [`SinkDriver::exactly_once`]): the source resumes
-    /// there instead of at the offset store's commits.
+    /// it stored (from [`SinkDriver::exactly_once`]).
+    ///
+    /// The source still resumes at the offset store's commits, which only
+    /// ever cover records whose every destination (dead letters included)
+    /// is durable; the driver skips what the sink's progress already
+    /// holds. Resuming at the sink's progress instead would skip a dead
+    /// letter that never became durable: the sink's progress moves past
+    /// records it does not store.
     #[must_use]
     pub fn exactly_once_sink(
         mut self,
@@ -139,7 +144,7 @@ impl PipelineBuilder {
         driver: SinkDriver,
         progress: etl_sink::Progress,
     ) -> Self {
-        self.progress = Some(progress.iter().collect());
+        self.progress = Some(progress);
         self.sink(name, driver)
     }
 
@@ -216,10 +221,13 @@ impl PipelineBuilder {
                     .to_owned(),
             ));
         }
-        let mut source_driver = self.source_driver;
-        if let Some(progress) = self.progress {
-            source_driver.start_offsets.extend(progress);
+        if let Some(progress) = &self.progress {
+            tracing::debug!(
+                ?progress,
+                "exactly-once sink: resuming at the commits, skipping what the sink holds"
+            );
         }
+        let source_driver = self.source_driver;
         Ok(Pipeline {
             source,
             chain: self.chain,
