@@ -9,6 +9,7 @@ use etl_checkpoint::{
 use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Outputs, Stage, StageStop};
@@ -404,7 +405,7 @@ impl Pipeline {
         );
         hub.set_source(driver.metrics());
         let cancel = shutdown.child_token();
-        let driver_task = tokio::spawn(driver.run(cancel.clone()));
+        let mut driver_task = tokio::spawn(driver.run(cancel.clone()));
 
         let workers = Workers::spawn(&chain, transform_workers);
         let outputs = Outputs {
@@ -412,73 +413,148 @@ impl Pipeline {
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
         let stage = Stage::new(chain, outputs, hub.stage());
-        let stage_task = match workers {
+        let mut stage_task = match workers {
             Some(workers) => tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone())),
             None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
         };
 
-        // Wait for the driver, or for a halt.
+        // Run until the driver ends, a halt, or a stop is asked for.
         let mut halted = None;
-        let driver_result = {
-            tokio::pin!(driver_task);
-            tokio::select! {
-                r = &mut driver_task => r,
-                Some(request) = halt_rx.recv() => {
-                    halted = Some(request);
-                    cancel.cancel();
-                    driver_task.await
-                }
+        let mut driver_done = None;
+        tokio::select! {
+            r = &mut driver_task => driver_done = Some(r),
+            Some(request) = halt_rx.recv() => {
+                halted = Some(request);
+                cancel.cancel();
             }
-        };
-        let stage_result = stage_task.await;
-        replay_gate.abort();
+            () = shutdown.cancelled() => {}
+        }
 
-        // Drain the sinks, then the dead-letter sink, then commit.
-        let mut first_error: Option<PipelineError> = None;
-        let mut sink_metrics = Vec::new();
+        // From here every wait ends by one deadline, whatever hangs: what
+        // a part still holds at its deadline is failed (its partitions
+        // replay), never delivered. The last tenth of the time is kept for
+        // the final commit.
+        let end_at = Instant::now() + shutdown_timeout;
+        let reserve = shutdown_timeout / 10;
+        let drain_at = end_at - reserve;
+        let mut timed_out: Vec<&'static str> = Vec::new();
+
+        // The source driver stops polling at once; only a call into the
+        // source or the checkpointer can hold it. Aborted, its guards fail
+        // the batch it was handing on.
+        let driver_result = match driver_done {
+            Some(r) => r,
+            None => match tokio::time::timeout_at(drain_at, &mut driver_task).await {
+                Ok(r) => r,
+                Err(_) => {
+                    timed_out.push("the source driver");
+                    driver_task.abort();
+                    (&mut driver_task).await
+                }
+            },
+        };
+
+        // The stage drains what the source handed on into the sinks.
+        let stage_in_time = tokio::time::timeout_at(drain_at, &mut stage_task)
+            .await
+            .ok();
+
+        // Close the sinks, all at once, by the same deadline; past it
+        // they are aborted and fail what they hold. A stage still blocked
+        // on a full sink then finds it gone, and fails what it holds too.
+        let budget = drain_at.saturating_duration_since(Instant::now());
+        let mut closing = Vec::with_capacity(handles.len());
         for (name, handle, slot) in handles {
             let metrics = handle.metrics();
-            // The stage is done, so this is the last strong reference.
-            let Ok(handle) = Arc::try_unwrap(handle) else {
-                sink_metrics.push((name, metrics));
-                continue;
-            };
-            match handle.shutdown(shutdown_timeout).await {
-                Ok(m) => {
+            // Only the stage held other references, through senders.
+            let task = Arc::try_unwrap(handle)
+                .ok()
+                .map(|handle| tokio::spawn(handle.shutdown(budget)));
+            closing.push((name, slot, metrics, task));
+        }
+        let stage_result = match stage_in_time {
+            Some(r) => Some(r),
+            None => {
+                timed_out.push("the transform stage");
+                let grace_at = (drain_at + reserve / 2).max(Instant::now());
+                if tokio::time::timeout_at(grace_at, &mut stage_task)
+                    .await
+                    .is_err()
+                {
+                    // Blocked elsewhere (the dead-letter sink, a worker).
+                    stage_task.abort();
+                    let _ = (&mut stage_task).await;
+                }
+                // Its result is the teardown's doing, not a cause.
+                None
+            }
+        };
+        replay_gate.abort();
+
+        // The stage is gone: the dead-letter driver is ours alone.
+        let mut dead_lettered = 0;
+        let dlq_closing = dlq.map(|(_, handle)| {
+            dead_lettered = handle.metrics().records_written;
+            let budget = drain_at.saturating_duration_since(Instant::now());
+            Arc::try_unwrap(handle)
+                .ok()
+                .map(|handle| tokio::spawn(handle.shutdown(budget)))
+        });
+
+        let mut first_error: Option<PipelineError> = None;
+        let mut sink_metrics = Vec::with_capacity(closing.len());
+        for (name, slot, metrics, task) in closing {
+            match closed(task).await {
+                None => sink_metrics.push((name, metrics)),
+                Some(Ok(m)) => {
                     slot.finish(m);
                     sink_metrics.push((name, m));
                 }
-                Err(source) => {
+                Some(Err(source)) => {
                     sink_metrics.push((name.clone(), metrics));
                     first_error.get_or_insert(PipelineError::Sink { name, source });
                 }
             }
         }
-        let mut dead_lettered = 0;
-        if let Some((_, handle)) = dlq {
-            dead_lettered = handle.metrics().records_written;
-            if let Ok(handle) = Arc::try_unwrap(handle) {
-                match handle.shutdown(shutdown_timeout).await {
-                    Ok(m) => {
-                        dead_lettered = m.records_written;
-                        if let Some(slot) = &dlq_slot {
-                            slot.finish(m);
-                        }
-                    }
-                    Err(source) => {
-                        first_error.get_or_insert(PipelineError::Sink {
-                            name: "dead_letter".to_owned(),
-                            source,
-                        });
-                    }
+        match closed(dlq_closing.flatten()).await {
+            None => {}
+            Some(Ok(m)) => {
+                dead_lettered = m.records_written;
+                if let Some(slot) = &dlq_slot {
+                    slot.finish(m);
                 }
+            }
+            Some(Err(source)) => {
+                first_error.get_or_insert(PipelineError::Sink {
+                    name: "dead_letter".to_owned(),
+                    source,
+                });
             }
         }
         dead_lettered += sink_metrics
             .iter()
             .map(|(_, m)| m.dead_lettered)
             .sum::<u64>();
-        let final_commit = checkpointer.shutdown().await;
+
+        // The final commit, bounded too: a store that never answers (a
+        // group coordinator that is down) must not hold the stop.
+        let commit_budget = end_at.saturating_duration_since(Instant::now());
+        let final_commit = match within_wall_clock(commit_budget, checkpointer.shutdown()).await {
+            None => Err(PipelineError::FinalCommit(format!(
+                "the offset store did not answer within shutdown_timeout ({})",
+                humantime::format_duration(shutdown_timeout)
+            ))),
+            Some(Err(e)) => Err(e.into()),
+            // A commit that failed with nothing committed since (a revoke
+            // whose commit failed, its partition gone) leaves delivered
+            // records uncommitted: that is no success either.
+            Some(Ok(summary)) => match &summary.metrics.last_commit_error {
+                Some(reason) => Err(PipelineError::FinalCommit(format!(
+                    "the last commit failed: {reason}"
+                ))),
+                None => Ok(summary),
+            },
+        };
 
         // Report the root cause first.
         if let Some(request) = halted {
@@ -492,20 +568,30 @@ impl Pipeline {
             Ok(Err(e)) => {
                 // A closed downstream is the stage's doing: report its cause.
                 return Err(match stage_result {
-                    Ok(Err(stop)) => stop_error(stop, first_error),
-                    Err(join) => PipelineError::Internal(format!("transform stage: {join}")),
-                    Ok(Ok(())) => e.into(),
+                    Some(Ok(Err(stop))) => stop_error(stop, first_error),
+                    Some(Err(join)) => PipelineError::Internal(format!("transform stage: {join}")),
+                    Some(Ok(Ok(()))) | None => e.into(),
                 });
             }
+            // Aborted at its deadline (counted in `timed_out`).
+            Err(join) if join.is_cancelled() => etl_source::DriverExit::Shutdown,
             Err(join) => return Err(PipelineError::Internal(format!("source driver: {join}"))),
         };
         match stage_result {
-            Ok(Ok(())) => {}
-            Ok(Err(stop)) => return Err(stop_error(stop, first_error)),
-            Err(join) => return Err(PipelineError::Internal(format!("transform stage: {join}"))),
+            Some(Ok(Ok(()))) | None => {}
+            Some(Ok(Err(stop))) => return Err(stop_error(stop, first_error)),
+            Some(Err(join)) => {
+                return Err(PipelineError::Internal(format!("transform stage: {join}")));
+            }
         }
         if let Some(e) = first_error {
             return Err(e);
+        }
+        if !timed_out.is_empty() {
+            return Err(PipelineError::ShutdownTimeout {
+                parts: timed_out.join(" and "),
+                timeout: shutdown_timeout,
+            });
         }
         let final_commit = final_commit?;
         let snapshot = hub.snapshot();
@@ -518,6 +604,44 @@ impl Pipeline {
             committed: final_commit.committed,
             stopped: exit == etl_source::DriverExit::Shutdown,
         })
+    }
+}
+
+/// The outcome of a sink driver's spawned shutdown; `None` when there was
+/// nothing to close.
+async fn closed(
+    task: Option<tokio::task::JoinHandle<Result<SinkMetrics, etl_sink::SinkError>>>,
+) -> Option<Result<SinkMetrics, etl_sink::SinkError>> {
+    let joined = task?.await;
+    // `shutdown` does not panic; a join error means the runtime is
+    // going away, and the driver with it (which fails what it held).
+    Some(joined.unwrap_or(Err(etl_sink::SinkError::Closed)))
+}
+
+/// Wait for `future` at most `limit` of wall-clock time.
+///
+/// The checkpointer runs on its own thread, on the wall clock. Under
+/// tokio's paused clock (tests, simulations) a tokio timer would jump
+/// ahead while that thread is still working, whenever every task waits,
+/// and give up on an answer that was on its way. The timer here is a
+/// blocking task, which holds the paused clock still while it runs, and
+/// ends as soon as `future` does.
+async fn within_wall_clock<F: std::future::Future>(
+    limit: Duration,
+    future: F,
+) -> Option<F::Output> {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let timer = tokio::task::spawn_blocking(move || {
+        // Returns early once `done` is dropped: the future finished.
+        let _ = finished.recv_timeout(limit);
+    });
+    tokio::select! {
+        biased;
+        out = future => {
+            drop(done);
+            Some(out)
+        }
+        _ = timer => None,
     }
 }
 

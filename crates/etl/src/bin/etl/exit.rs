@@ -43,7 +43,8 @@ impl Exit {
         let code = match &e {
             P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
             P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
-            P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
+            P::FinalCommit(_)
+            | P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
             | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
                 code::IO
             }
