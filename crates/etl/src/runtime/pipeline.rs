@@ -432,24 +432,26 @@ impl Pipeline {
 
         // From here every wait ends by one deadline, whatever hangs: what
         // a part still holds at its deadline is failed (its partitions
-        // replay), never delivered. The last tenth of the time is kept for
-        // the final commit.
+        // replay), never delivered. The parts drain until `drain_at`; past
+        // it they are torn down, and the rest of the time is the final
+        // commit's.
         let end_at = Instant::now() + shutdown_timeout;
         let reserve = shutdown_timeout / 10;
         let drain_at = end_at - reserve;
+        let teardown_at = end_at - reserve / 2;
         let mut timed_out: Vec<&'static str> = Vec::new();
 
         // The source driver stops polling at once; only a call into the
         // source or the checkpointer can hold it. Aborted, its guards fail
         // the batch it was handing on.
         let driver_result = match driver_done {
-            Some(r) => r,
+            Some(r) => Some(r),
             None => match tokio::time::timeout_at(drain_at, &mut driver_task).await {
-                Ok(r) => r,
+                Ok(r) => Some(r),
                 Err(_) => {
                     timed_out.push("the source driver");
-                    driver_task.abort();
-                    (&mut driver_task).await
+                    abort(&mut driver_task, teardown_at).await;
+                    None
                 }
             },
         };
@@ -476,14 +478,12 @@ impl Pipeline {
             Some(r) => Some(r),
             None => {
                 timed_out.push("the transform stage");
-                let grace_at = (drain_at + reserve / 2).max(Instant::now());
-                if tokio::time::timeout_at(grace_at, &mut stage_task)
+                if tokio::time::timeout_at(teardown_at, &mut stage_task)
                     .await
                     .is_err()
                 {
                     // Blocked elsewhere (the dead-letter sink, a worker).
-                    stage_task.abort();
-                    let _ = (&mut stage_task).await;
+                    abort(&mut stage_task, end_at - reserve / 4).await;
                 }
                 // Its result is the teardown's doing, not a cause.
                 None
@@ -564,8 +564,8 @@ impl Pipeline {
             });
         }
         let exit = match driver_result {
-            Ok(Ok(exit)) => exit,
-            Ok(Err(e)) => {
+            Some(Ok(Ok(exit))) => exit,
+            Some(Ok(Err(e))) => {
                 // A closed downstream is the stage's doing: report its cause.
                 return Err(match stage_result {
                     Some(Ok(Err(stop))) => stop_error(stop, first_error),
@@ -573,9 +573,11 @@ impl Pipeline {
                     Some(Ok(Ok(()))) | None => e.into(),
                 });
             }
-            // Aborted at its deadline (counted in `timed_out`).
-            Err(join) if join.is_cancelled() => etl_source::DriverExit::Shutdown,
-            Err(join) => return Err(PipelineError::Internal(format!("source driver: {join}"))),
+            Some(Err(join)) => {
+                return Err(PipelineError::Internal(format!("source driver: {join}")));
+            }
+            // Torn down at its deadline (counted in `timed_out`).
+            None => etl_source::DriverExit::Shutdown,
         };
         match stage_result {
             Some(Ok(Ok(()))) | None => {}
@@ -605,6 +607,14 @@ impl Pipeline {
             stopped: exit == etl_source::DriverExit::Shutdown,
         })
     }
+}
+
+/// Abort `task` and wait until `until` at most for it to go: a task
+/// stuck in a blocking call cannot go at once, and is then left behind
+/// (what it holds fails whenever it does go).
+async fn abort<T>(task: &mut tokio::task::JoinHandle<T>, until: Instant) {
+    task.abort();
+    let _ = tokio::time::timeout_at(until, task).await;
 }
 
 /// The outcome of a sink driver's spawned shutdown; `None` when there was
