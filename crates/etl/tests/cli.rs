@@ -491,3 +491,26 @@ fn exactly_once_progress_never_skips_a_dead_letter_that_was_not_written() {
         "the exactly-once sink wrote a line twice: {out:?}"
     );
 }
+
+#[test]
+fn a_zero_batch_size_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("zero.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\n\n[[sinks]]\ntype = \"file\"\npath = \"o\"\n\
+         batch_max_bytes = \"0B\"\n\n[checkpoint]\nshutdown_timeout = \"0s\"\n",
+    )
+    .unwrap();
+    for command in ["validate", "run"] {
+        let out = etl().arg(command).arg(&config).output().unwrap();
+        assert_eq!(out.status.code(), Some(78), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for key in [
+            "zero.toml:7:1: [[sinks]] #1: batch_max_bytes must be at least 1",
+            "zero.toml:10:1: [checkpoint]: shutdown_timeout must be above zero",
+        ] {
+            assert!(stderr.contains(key), "{command}: {key} missing in {stderr}");
+        }
+    }
+}
