@@ -369,3 +369,48 @@ async fn a_commit_that_never_returns_does_not_hold_the_stop() {
         .expect_err("the final commit never happened");
     assert!(err.to_string().contains("commit"), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shutdown_timeout() {
+    let source = GeneratorSource::new(GeneratorConfig {
+        partitions: 1,
+        records_per_partition: None,
+        batch_records: 10,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let stuck = Arc::new(Hang::new());
+    let timeout = Duration::from_secs(5);
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .transform(map("refuses everything", |_: &Record| Err("no".to_owned())))
+        .sink(
+            "nowhere",
+            SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),
+        )
+        .dead_letter(stuck.clone())
+        .shutdown_timeout(timeout)
+        .transform_workers(1)
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    for _ in 0..100_000 {
+        if stuck.calls() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(stuck.calls() > 0, "no dead letter was ever written");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    let stopped_at = tokio::time::Instant::now();
+    let result = tokio::time::timeout(timeout * 100, run)
+        .await
+        .expect("the stop hung past its timeout")
+        .unwrap();
+    let took = stopped_at.elapsed();
+    assert!(took <= timeout, "the stop took {took:?}");
+    let err = result.expect_err("the dead letters were never written");
+    assert!(err.to_string().contains("dead_letter"), "{err}");
+}
