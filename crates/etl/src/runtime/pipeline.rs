@@ -185,7 +185,11 @@ impl PipelineBuilder {
         self
     }
 
-    /// How long a graceful stop may take for the sinks to flush.
+    /// How long a graceful stop may take, all of it: from the stop request
+    /// (or the end of the source) the source driver, the transform stage
+    /// and the sinks get nine tenths of it to drain and flush, and are
+    /// torn down past that (what they hold fails and is read again next
+    /// run); the final commit gets the rest. Default 30 s.
     #[must_use]
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
@@ -317,12 +321,17 @@ impl Pipeline {
 
     /// Run until the source is exhausted and everything is delivered, or
     /// until `shutdown` is cancelled: then polling stops, in-flight records
-    /// drain to the sinks, the sinks flush and a final commit is made.
+    /// drain to the sinks, the sinks flush and a final commit is made,
+    /// all within [`shutdown_timeout`](PipelineBuilder::shutdown_timeout).
     ///
     /// # Errors
     ///
     /// The first failure of a part; whatever was in flight then is failed,
     /// so nothing past the last commit counts as delivered.
+    /// [`PipelineError::ShutdownTimeout`] when parts had to be torn down at
+    /// the deadline, [`PipelineError::FinalCommit`] (or
+    /// [`PipelineError::Checkpoint`]) when the final commit failed, did
+    /// not finish in time, or the run's last commit failed.
     pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, PipelineError> {
         let Pipeline {
             source,
