@@ -60,3 +60,22 @@ impl Exit {
         ExitCode::from(self.code)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_final_commit_is_an_io_error_and_a_forced_stop_a_failure() {
+        let commit = Exit::from_pipeline(etl::PipelineError::FinalCommit(
+            "the offset store did not answer".to_owned(),
+        ));
+        assert_eq!(commit.code, code::IO);
+        let forced = Exit::from_pipeline(etl::PipelineError::ShutdownTimeout {
+            parts: "the transform stage".to_owned(),
+            timeout: std::time::Duration::from_secs(30),
+        });
+        assert_eq!(forced.code, code::FAILURE);
+        assert!(forced.message.contains("30s"), "{}", forced.message);
+    }
+}
