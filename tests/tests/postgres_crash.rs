@@ -97,9 +97,10 @@ fn exactly_once_stores_every_record_once_across_kill_9() {
     assert_eq!(rows, expected(), "row count against input count");
     assert_eq!(keys, rows, "an idempotency key repeats");
     assert_eq!(ids, rows, "a record id repeats");
-    // The last run resumed from the stored progress: it read exactly the
-    // records not stored yet, none twice.
-    assert_eq!(last_read(&etl), expected() - before_last);
+    // The last run resumed at the offset store's commit, which may lag the
+    // stored progress: it read at least the records not stored yet, and
+    // the sink skipped (without writing them again) those it held.
+    assert!(last_read(&etl) >= expected() - before_last);
     let progress = postgres_support::query(
         &url,
         &format!("SELECT next_offset FROM etl_progress WHERE name = '{table}'"),

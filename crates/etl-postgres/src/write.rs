@@ -24,23 +24,42 @@ struct Work {
     rows: Vec<(usize, Row)>,
     partitions: Vec<i64>,
     next_offsets: Vec<i64>,
+    /// Partition and offset of every record of the batch, by index.
+    positions: Vec<(i64, i64)>,
 }
 
 impl Work {
     fn is_empty(&self) -> bool {
         self.rows.is_empty() && self.partitions.is_empty()
     }
+
+    /// Hold each partition's progress at its first rejected record
+    /// (`rejected` are batch indices). A reject becomes a dead letter
+    /// written after this transaction; progress stored past it would let
+    /// the next run skip it, and lose it if that write never happened.
+    /// Rows after it in the batch are then written again when the batch
+    /// is read again (an upsert of the same values).
+    fn hold_at(&mut self, rejected: impl IntoIterator<Item = usize>) {
+        for index in rejected {
+            let Some(&(partition, offset)) = self.positions.get(index) else {
+                continue;
+            };
+            if let Some(k) = self.partitions.iter().position(|p| *p == partition) {
+                self.next_offsets[k] = self.next_offsets[k].min(offset);
+            }
+        }
+    }
 }
 
 impl PostgresSink {
     pub(crate) async fn write_batch(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
-        let (work, mut rejects) = self.prepare_work(batch);
+        let (mut work, mut rejects) = self.prepare_work(batch);
         if !work.is_empty() {
             let mut conn = self.pool.take(&self.connector).await?;
             let written = match self.write_all(&mut conn, &work).await {
                 Err(e) if classify(&e) == Class::Row => {
                     tracing::debug!(reason = %describe(&e), "batch refused; writing it row by row");
-                    self.write_each(&mut conn, &work, &mut rejects).await
+                    self.write_each(&mut conn, &mut work, &mut rejects).await
                 }
                 other => other,
             };
@@ -88,11 +107,17 @@ impl PostgresSink {
                 Err(reason) => rejects.push(Reject::new(i, reason)),
             }
         }
-        let work = Work {
+        let mut work = Work {
             rows,
             partitions: next.keys().map(|&p| i64::from(p)).collect(),
             next_offsets: next.values().copied().collect(),
+            positions: batch
+                .records()
+                .iter()
+                .map(|r| (i64::from(r.position.partition.0), r.position.offset.0))
+                .collect(),
         };
+        work.hold_at(rejects.iter().map(|r| r.index));
         (work, rejects)
     }
 
@@ -174,7 +199,7 @@ impl PostgresSink {
     async fn write_each(
         &self,
         conn: &mut Conn,
-        work: &Work,
+        work: &mut Work,
         rejects: &mut Vec<Reject>,
     ) -> Result<(), tokio_postgres::Error> {
         let insert = conn.prepare(&self.sql.insert_one).await?;
@@ -194,6 +219,7 @@ impl PostgresSink {
                 Err(e) => return Err(e),
             }
         }
+        work.hold_at(found.iter().map(|r| r.index));
         if let Some(store) = store {
             self.store_progress(&tx, &store, work).await?;
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use etl_postgres::{PostgresSink, PostgresSinkConfig, WriteMethod};
 use etl_record::{Offset, PartitionId};
+use etl_sink::testing::{FailEveryNth, MemorySink};
 use etl_sink::{DriverConfig, NdjsonEncoder, ProgressSink, SinkDriver};
 use support::{TestSource, client, counts, records, table, url};
 
@@ -163,4 +164,41 @@ async fn progress_is_kept_per_sink_name() {
     other.progress_name = Some(format!("{name}-other"));
     let other = PostgresSink::connect(other).await.unwrap();
     assert!(other.progress().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_never_passes_a_rejected_row_before_its_dead_letter_is_written() {
+    let url = url();
+    // A row the database refuses (not a bigint), and a value that is not
+    // a JSON document (refused before the transaction; the encoder trusts
+    // its input, as it does behind the pipeline's JSON steps).
+    for (bad, value) in [(4, r#"{"id":"abc","name":"x"}"#), (6, "not json")] {
+        let name = table("eo_reject");
+        let sink = PostgresSink::connect(config(&url, &name, WriteMethod::Copy))
+            .await
+            .unwrap();
+        let (driver, _) = SinkDriver::exactly_once(sink, NdjsonEncoder::trusted());
+        // The dead-letter sink is on a full disk.
+        let handle = driver
+            .config(driver_config())
+            .dead_letters(FailEveryNth::permanent(MemorySink::new(), 1))
+            .spawn();
+        let mut source = TestSource::new();
+        let mut batch = records(0, 0..10);
+        batch[bad] = support::record(0, bad as i64, value);
+        handle.send(source.batch(batch)).await.unwrap();
+        assert!(handle.close().await.is_err(), "the dead letter failed");
+        assert_eq!(source.tally(), (0, 1));
+
+        // The next run must read the refused row again, so the stored
+        // progress stops before it.
+        let again = PostgresSink::connect(config(&url, &name, WriteMethod::Copy))
+            .await
+            .unwrap();
+        let next = again.progress().get(PartitionId(0)).unwrap_or(Offset(0));
+        assert!(
+            next <= Offset(bad as i64),
+            "progress {next} passes offset {bad}, whose dead letter was never written"
+        );
+    }
 }

@@ -586,3 +586,94 @@ fn a_deleted_output_file_stops_the_run_instead_of_exiting_0() {
         }
     }
 }
+
+/// 20 NDJSON lines, the tenth of which (offset 9 in line numbers) is not
+/// JSON, and an exactly-once file sink; `[dead_letter]` only when asked.
+fn exactly_once_config(dir: &Path, dead_letter: bool) -> PathBuf {
+    let mut input = String::new();
+    for id in 0..20 {
+        if id == 9 {
+            input.push_str("not json\n");
+        } else {
+            input.push_str(&format!("{{\"id\":{id}}}\n"));
+        }
+    }
+    std::fs::write(dir.join("in.ndjson"), input).unwrap();
+    let config = dir.join("exactly_once.toml");
+    let mut text = r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+name = "out"
+type = "file"
+path = "out.ndjson"
+exactly_once = true
+
+[checkpoint]
+commit_interval = "50ms"
+"#
+    .to_owned();
+    if dead_letter {
+        text.push_str("\n[dead_letter]\ntype = \"file\"\npath = \"dead.ndjson\"\n");
+    }
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+#[test]
+fn exactly_once_progress_never_skips_a_dead_letter_that_was_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let halted = run(&exactly_once_config(dir.path(), false));
+    assert_eq!(
+        halted.status.code(),
+        Some(65),
+        "{}",
+        String::from_utf8_lossy(&halted.stderr)
+    );
+    // The sink did store the good lines around the bad one: its progress
+    // is past the line that went nowhere.
+    assert_eq!(ids(&dir.path().join("out.ndjson")).len(), 19);
+
+    let rerun = run(&exactly_once_config(dir.path(), true));
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let dead = std::fs::read_to_string(dir.path().join("dead.ndjson")).unwrap_or_default();
+    assert!(
+        dead.contains("not json"),
+        "the bad line was never dead-lettered: {dead:?}"
+    );
+    let out = ids(&dir.path().join("out.ndjson"));
+    assert_eq!(out.len(), 19);
+    assert!(
+        out.values().all(|n| *n == 1),
+        "the exactly-once sink wrote a line twice: {out:?}"
+    );
+}
+
+#[test]
+fn a_zero_batch_size_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("zero.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\n\n[[sinks]]\ntype = \"file\"\npath = \"o\"\n\
+         batch_max_bytes = \"0B\"\n\n[checkpoint]\nshutdown_timeout = \"0s\"\n",
+    )
+    .unwrap();
+    for command in ["validate", "run"] {
+        let out = etl().arg(command).arg(&config).output().unwrap();
+        assert_eq!(out.status.code(), Some(78), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for key in [
+            "zero.toml:7:1: [[sinks]] #1: batch_max_bytes must be at least 1",
+            "zero.toml:10:1: [checkpoint]: shutdown_timeout must be above zero",
+        ] {
+            assert!(stderr.contains(key), "{command}: {key} missing in {stderr}");
+        }
+    }
+}

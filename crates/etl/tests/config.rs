@@ -165,3 +165,118 @@ fn load_names_the_file() {
     assert!(err.contains("bad.toml:"), "{err}");
     assert!(err.contains("at least one sink"), "{err}");
 }
+
+/// A configuration with one setting replaced: `[section]` gets `line`.
+fn with_setting(section: &str, line: &str) -> String {
+    let mut text = String::from(
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 10\n\n\
+         [[sinks]]\nname = \"out\"\ntype = \"file\"\npath = \"out.ndjson\"\n",
+    );
+    match section {
+        "[source]" => text = text.replacen("[source]\n", &format!("[source]\n{line}\n"), 1),
+        "[[sinks]]" => {
+            text = text.replacen("[[sinks]]\n", &format!("[[sinks]]\n{line}\n"), 1);
+        }
+        other => text.push_str(&format!("\n{other}\n{line}\n")),
+    }
+    text
+}
+
+#[test]
+fn every_limit_out_of_range_is_refused_naming_its_key() {
+    let cases = [
+        ("[[sinks]]", "batch_max_bytes = \"0B\"", "batch_max_bytes"),
+        ("[[sinks]]", "batch_max_bytes = 0", "batch_max_bytes"),
+        ("[[sinks]]", "batch_max_bytes = \"0.4B\"", "batch_max_bytes"),
+        ("[[sinks]]", "batch_max_records = 0", "batch_max_records"),
+        ("[[sinks]]", "concurrency = 0", "concurrency"),
+        ("[[sinks]]", "timeout = \"0s\"", "timeout"),
+        ("[[sinks]]", "linger = \"1000000000y\"", "linger"),
+        (
+            "[[sinks]]",
+            "retry_max_elapsed = \"1000000000y\"",
+            "retry_max_elapsed",
+        ),
+        ("[[sinks]]", "batch_max_records = -1", "batch_max_records"),
+        ("[[sinks]]", "rotate_bytes = 0", "rotate_bytes"),
+        ("[[sinks]]", "rotate_interval = \"0s\"", "rotate_interval"),
+        (
+            "[[sinks]]",
+            "fsync = \"interval\"\nfsync_interval = \"0s\"",
+            "fsync_interval",
+        ),
+        ("[source]", "batch_records = 0", "batch_records"),
+        ("[source]", "partitions = 0", "partitions"),
+        ("[source]", "rate = 0", "rate"),
+        (
+            "[limits]",
+            "max_in_flight_batches = 0",
+            "max_in_flight_batches",
+        ),
+        (
+            "[limits]",
+            "max_in_flight_bytes = \"0B\"",
+            "max_in_flight_bytes",
+        ),
+        (
+            "[limits]",
+            "max_in_flight_batches_per_partition = 0",
+            "max_in_flight_batches_per_partition",
+        ),
+        (
+            "[limits]",
+            "max_in_flight_bytes_per_partition = 0",
+            "max_in_flight_bytes_per_partition",
+        ),
+        ("[delivery]", "max_replays = 0", "max_replays"),
+        (
+            "[checkpoint]",
+            "commit_interval = \"0s\"",
+            "commit_interval",
+        ),
+        (
+            "[checkpoint]",
+            "shutdown_timeout = \"0s\"",
+            "shutdown_timeout",
+        ),
+        (
+            "[checkpoint]",
+            "revoke_deadline = \"0s\"",
+            "revoke_deadline",
+        ),
+        (
+            "[checkpoint]",
+            "shutdown_timeout = \"1000000000y\"",
+            "shutdown_timeout",
+        ),
+        (
+            "[checkpoint]",
+            "commit_interval = \"1000000000y\"",
+            "commit_interval",
+        ),
+    ];
+    let mut accepted = Vec::new();
+    for (section, line, key) in cases {
+        let text = with_setting(section, line);
+        match parse_config(&text, Path::new(".")) {
+            Ok(_) => accepted.push(format!("{section} {line}")),
+            Err(problems) => {
+                let named = problems.iter().any(|p| p.message.contains(key));
+                assert!(
+                    named,
+                    "{section} {line}: no problem names {key}: {problems:?}"
+                );
+                let at_key = problems.iter().any(|p| {
+                    text.lines()
+                        .nth(p.line - 1)
+                        .is_some_and(|l| l.contains(key))
+                });
+                assert!(
+                    at_key,
+                    "{section} {line}: not pointed at its line: {problems:?}"
+                );
+            }
+        }
+    }
+    assert!(accepted.is_empty(), "accepted: {accepted:#?}");
+}

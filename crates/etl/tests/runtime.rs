@@ -1,13 +1,30 @@
 //! The runtime's teardown paths: a panicking transform fails the batch it
-//! was working on, so its offsets are never committed.
+//! was working on, so its offsets are never committed; a dead letter that
+//! never became durable is produced again by the next run; a graceful
+//! stop ends within its timeout whatever hangs, and a run whose last
+//! commit failed is not a success.
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
 use etl::{Pipeline, PipelineError, map};
-use etl_checkpoint::MemoryStore;
-use etl_record::{Offset, PartitionId, Record};
-use etl_sink::{BlackholeSink, RawLinesEncoder, SinkDriver};
-use etl_source::{GeneratorConfig, GeneratorSource};
+use etl_checkpoint::{
+    CheckpointConfig, CheckpointError, CheckpointHandle, InFlightLimits, MemoryStore, OffsetStore,
+    Offsets,
+};
+use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+use etl_sink::testing::{FailEveryNth, Hang, MemorySink};
+use etl_sink::{
+    BlackholeSink, DriverConfig, FileSink, FileSinkConfig, NdjsonEncoder, RawLinesEncoder, Sink,
+    SinkDriver,
+};
+use etl_source::{
+    FileSource, FileSourceConfig, GeneratorConfig, GeneratorSource, PollBatch, Source, SourceError,
+    SourceEvent,
+};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -94,4 +111,356 @@ async fn a_panicking_transform_never_lets_queued_batches_of_other_partitions_com
             }
         }
     }
+}
+
+/// 20 NDJSON lines; the tenth is not JSON, so the source sends it to the
+/// dead-letter path.
+fn input_with_a_bad_line(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    for id in 0..20 {
+        if id == 9 {
+            text.push_str("not json\n");
+        } else {
+            text.push_str(&format!("{{\"id\":{id}}}\n"));
+        }
+    }
+    let path = dir.join("in.ndjson");
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+async fn exactly_once_pipeline(
+    dir: &std::path::Path,
+    store: &MemoryStore,
+    dead_letter: impl Sink + 'static,
+) -> Pipeline {
+    let source = FileSource::open(FileSourceConfig {
+        inputs: vec![input_with_a_bad_line(dir)],
+        ..FileSourceConfig::default()
+    })
+    .unwrap();
+    let file = FileSink::open(
+        dir.join("out.ndjson"),
+        FileSinkConfig {
+            exactly_once: true,
+            ..FileSinkConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (driver, progress) = SinkDriver::exactly_once(file, NdjsonEncoder::new());
+    Pipeline::builder()
+        .source(source)
+        .exactly_once_sink("out", driver, progress)
+        .dead_letter(dead_letter)
+        .offset_store(store.clone())
+        .shutdown_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// Lines of the exactly-once output by id, with their counts.
+fn output_ids(dir: &std::path::Path) -> BTreeMap<u64, usize> {
+    let text = std::fs::read_to_string(dir.join("out.ndjson")).unwrap_or_default();
+    let mut ids = BTreeMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        *ids.entry(v["id"].as_u64().unwrap()).or_default() += 1;
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_failed_before_a_stop_is_written_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemoryStore::new();
+
+    // The dead-letter sink refuses every write (a full disk); the run is
+    // stopped while the bad line keeps failing.
+    let full = Arc::new(FailEveryNth::permanent(MemorySink::new(), 1));
+    let pipeline = exactly_once_pipeline(dir.path(), &store, full.clone()).await;
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    for _ in 0..1000 {
+        if full.calls() > 0 && output_ids(dir.path()).len() == 19 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(full.calls() > 0, "the dead letter was never attempted");
+    stop.cancel();
+    let _ = run.await.unwrap();
+    assert_eq!(
+        output_ids(dir.path()).len(),
+        19,
+        "the good lines are stored"
+    );
+
+    // The next run has a working dead-letter sink: the line is written
+    // there, and the exactly-once output gains nothing twice.
+    let dead = MemorySink::new();
+    let pipeline = exactly_once_pipeline(dir.path(), &store, dead.clone()).await;
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    let letters = String::from_utf8(dead.bytes()).unwrap();
+    assert!(letters.contains("not json"), "lost: {letters:?}");
+    let out = output_ids(dir.path());
+    assert_eq!(out.len(), 19);
+    assert!(out.values().all(|n| *n == 1), "{out:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_with_a_sink_that_never_finishes_ends_within_the_shutdown_timeout() {
+    let store = MemoryStore::new();
+    let source = GeneratorSource::new(GeneratorConfig {
+        partitions: 2,
+        records_per_partition: None,
+        batch_records: 10,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let stuck = Arc::new(Hang::new());
+    let driver = SinkDriver::new(stuck.clone(), RawLinesEncoder::new()).config(DriverConfig {
+        max_records: 10,
+        max_in_flight: 1,
+        channel_capacity: 4,
+        write_timeout: Some(Duration::from_secs(1)),
+        ..DriverConfig::default()
+    });
+    let timeout = Duration::from_secs(5);
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .sink("stuck", driver)
+        .checkpoint(CheckpointConfig {
+            limits: InFlightLimits {
+                max_batches: 1000,
+                max_batches_per_partition: 1000,
+                ..InFlightLimits::default()
+            },
+            ..CheckpointConfig::default()
+        })
+        .offset_store(store.clone())
+        .shutdown_timeout(timeout)
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    // The clock only moves while every task waits; the checkpointer's
+    // thread does not count, so wait for the first write by polling.
+    for _ in 0..100_000 {
+        if stuck.calls() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(stuck.calls() > 0, "the sink was never written to");
+    // Let the queues between the source and the sink fill up.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    let stopped_at = tokio::time::Instant::now();
+    let result = tokio::time::timeout(timeout * 100, run)
+        .await
+        .expect("the stop hung past its timeout")
+        .unwrap();
+    let took = stopped_at.elapsed();
+    assert!(took <= timeout, "the stop took {took:?}");
+    let err = result.expect_err("the sink never wrote: the stop cannot be clean");
+    assert!(err.to_string().contains("stuck"), "{err}");
+    assert!(
+        store.offsets().values().all(|o| *o == Offset(0)),
+        "committed {:?} although the sink wrote nothing",
+        store.offsets()
+    );
+}
+
+/// A store whose every commit fails.
+#[derive(Debug, Default)]
+struct RefusingStore;
+
+impl OffsetStore for RefusingStore {
+    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+        Ok(Offsets::new())
+    }
+
+    fn commit(&mut self, _offsets: &Offsets) -> Result<(), CheckpointError> {
+        Err(CheckpointError::Store(
+            "the coordinator is unreachable".into(),
+        ))
+    }
+}
+
+/// One partition of ten records, then a revoke made the way a consumer
+/// group's rebalance callback makes it (straight through the
+/// checkpointer's handle, its error only logged), then the end.
+struct RevokedByTheGroup {
+    handle: CheckpointHandle,
+    step: u32,
+}
+
+#[async_trait::async_trait]
+impl Source for RevokedByTheGroup {
+    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        self.step += 1;
+        let p = PartitionId(0);
+        Ok(match self.step {
+            1 => SourceEvent::Assigned(vec![p]),
+            2 => {
+                let mut batch = PollBatch::new(p);
+                batch.records = (0..10)
+                    .map(|o| Record::new(Position::new(SourceId::new("s"), p, Offset(o)), "x"))
+                    .collect();
+                SourceEvent::Batch(batch)
+            }
+            3 => {
+                while self
+                    .handle
+                    .metrics()
+                    .partitions
+                    .get(&p)
+                    .is_none_or(|m| m.watermark < Offset(10))
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                // The callback logs the failed commit and goes on.
+                let _ = self.handle.revoke(vec![p]).await;
+                SourceEvent::Revoked(vec![p])
+            }
+            _ => SourceEvent::End,
+        })
+    }
+
+    async fn seek(&mut self, _partition: PartitionId, _offset: Offset) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_last_commit_failed_is_not_a_success() {
+    let pipeline = Pipeline::builder()
+        .source_factory(|handle| {
+            Ok(Box::new(RevokedByTheGroup {
+                handle: handle.clone(),
+                step: 0,
+            }))
+        })
+        .sink(
+            "nowhere",
+            SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),
+        )
+        .offset_store(RefusingStore)
+        .build()
+        .unwrap();
+    let err = pipeline
+        .run(CancellationToken::new())
+        .await
+        .expect_err("the delivered records were never committed");
+    assert!(
+        err.to_string().contains("the coordinator is unreachable"),
+        "{err}"
+    );
+}
+
+/// A store whose commits never return (until the test ends).
+#[derive(Debug)]
+struct StuckStore {
+    entered: Arc<std::sync::atomic::AtomicBool>,
+    release: std::sync::mpsc::Receiver<()>,
+}
+
+impl OffsetStore for StuckStore {
+    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+        Ok(Offsets::new())
+    }
+
+    fn commit(&mut self, _offsets: &Offsets) -> Result<(), CheckpointError> {
+        self.entered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.release.recv();
+        Err(CheckpointError::Store("released".into()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_never_returns_does_not_hold_the_stop() {
+    let (_release, release) = std::sync::mpsc::channel();
+    let entered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let source = GeneratorSource::new(GeneratorConfig {
+        partitions: 1,
+        records_per_partition: None,
+        batch_records: 10,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .sink(
+            "nowhere",
+            SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),
+        )
+        .checkpoint(CheckpointConfig {
+            commit_interval: Duration::from_millis(1),
+            ..CheckpointConfig::default()
+        })
+        .offset_store(StuckStore {
+            entered: entered.clone(),
+            release,
+        })
+        .shutdown_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    while !entered.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    let err = run
+        .await
+        .unwrap()
+        .expect_err("the final commit never happened");
+    assert!(err.to_string().contains("commit"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shutdown_timeout() {
+    let source = GeneratorSource::new(GeneratorConfig {
+        partitions: 1,
+        records_per_partition: None,
+        batch_records: 10,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let stuck = Arc::new(Hang::new());
+    let timeout = Duration::from_secs(5);
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .transform(map("refuses everything", |_: &Record| Err("no".to_owned())))
+        .sink(
+            "nowhere",
+            SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),
+        )
+        .dead_letter(stuck.clone())
+        .shutdown_timeout(timeout)
+        .transform_workers(1)
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    for _ in 0..100_000 {
+        if stuck.calls() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(stuck.calls() > 0, "no dead letter was ever written");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    let stopped_at = tokio::time::Instant::now();
+    let result = tokio::time::timeout(timeout * 100, run)
+        .await
+        .expect("the stop hung past its timeout")
+        .unwrap();
+    let took = stopped_at.elapsed();
+    assert!(took <= timeout, "the stop took {took:?}");
+    let err = result.expect_err("the dead letters were never written");
+    assert!(err.to_string().contains("dead_letter"), "{err}");
 }

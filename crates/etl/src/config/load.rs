@@ -5,6 +5,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -139,13 +140,42 @@ impl Checker<'_> {
         self.problem(at..at, section, message);
     }
 
-    /// A deserialization error: point at the field or value it names.
+    /// A deserialization error: point at the field or value it names, and
+    /// name the key of that line when the message does not.
     fn serde_problem(&mut self, span: Range<usize>, section: &str, message: &str) {
         let token = quoted_token(message, '`').or_else(|| quoted_token(message, '"'));
         let at = token
             .and_then(|t| find_key(self.text, &span, t).or_else(|| find_text(self.text, &span, t)))
             .unwrap_or(span.start);
-        self.problem(at..at, section, message.to_owned());
+        let message = match key_of_line(self.text, at) {
+            Some(key) if !message.contains(key) => format!("{key}: {message}"),
+            _ => message.to_owned(),
+        };
+        self.problem(at..at, section, message);
+    }
+
+    /// A problem at `key` unless `value` is at least 1.
+    fn at_least_one(&mut self, span: &Range<usize>, section: &str, key: &str, value: u64) {
+        if value == 0 {
+            self.problem_at(
+                span.clone(),
+                key,
+                section,
+                format!("{key} must be at least 1"),
+            );
+        }
+    }
+
+    /// A problem at `key` unless `value` is above zero.
+    fn above_zero(&mut self, span: &Range<usize>, section: &str, key: &str, value: Duration) {
+        if value.is_zero() {
+            self.problem_at(
+                span.clone(),
+                key,
+                section,
+                format!("{key} must be above zero"),
+            );
+        }
     }
 
     fn section<T: DeserializeOwned>(
@@ -184,6 +214,15 @@ fn find_key(text: &str, span: &Range<usize>, key: &str) -> Option<usize> {
         offset += line.len();
     }
     None
+}
+
+/// The key assigned on the line holding byte `at`, if it is `key = ...`.
+fn key_of_line(text: &str, at: usize) -> Option<&str> {
+    let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(start..)?.lines().next()?.trim_start();
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim_end();
+    (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(key)
 }
 
 fn find_text(text: &str, span: &Range<usize>, needle: &str) -> Option<usize> {
@@ -271,45 +310,50 @@ pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem
     let dead_letter = raw
         .dead_letter
         .and_then(|v| ck.section::<SinkKind>(v, "[dead_letter]"))
-        .map(|(k, _)| k);
+        .map(|(k, span)| {
+            check_sink_kind(&mut ck, &k, &span, "[dead_letter]");
+            k
+        });
     let delivery = raw
         .delivery
         .and_then(|v| ck.section::<DeliveryConfig>(v, "[delivery]"))
-        .map(|(d, _)| d)
+        .map(|(d, span)| {
+            ck.at_least_one(&span, "[delivery]", "max_replays", u64::from(d.max_replays));
+            d
+        })
         .unwrap_or_default();
     let limits = match raw.limits {
         Some(v) => ck.section::<LimitsConfig>(v, "[limits]"),
         None => Some((LimitsConfig::default(), 0..0)),
     };
     if let Some((l, span)) = &limits {
-        if l.max_in_flight_batches == 0 || l.max_in_flight_batches_per_partition == 0 {
-            ck.problem(
-                span.clone(),
-                "[limits]",
-                "in-flight batch limits must be at least 1",
-            );
-        }
-        if l.max_in_flight_bytes.0 == 0 || l.max_in_flight_bytes_per_partition.0 == 0 {
-            ck.problem(
-                span.clone(),
-                "[limits]",
-                "in-flight byte limits must be at least 1",
-            );
+        for (key, value) in [
+            ("max_in_flight_batches", u64::from(l.max_in_flight_batches)),
+            ("max_in_flight_bytes", l.max_in_flight_bytes.0),
+            (
+                "max_in_flight_batches_per_partition",
+                u64::from(l.max_in_flight_batches_per_partition),
+            ),
+            (
+                "max_in_flight_bytes_per_partition",
+                l.max_in_flight_bytes_per_partition.0,
+            ),
+        ] {
+            ck.at_least_one(span, "[limits]", key, value);
         }
     }
     let checkpoint = match raw.checkpoint {
         Some(v) => ck.section::<CheckpointConfig>(v, "[checkpoint]"),
         None => Some((CheckpointConfig::default(), 0..0)),
     };
-    if let Some((c, span)) = &checkpoint
-        && c.commit_interval.is_zero()
-    {
-        ck.problem_at(
-            span.clone(),
-            "commit_interval",
-            "[checkpoint]",
-            "commit_interval must be above zero",
-        );
+    if let Some((c, span)) = &checkpoint {
+        for (key, value) in [
+            ("commit_interval", c.commit_interval),
+            ("revoke_deadline", c.revoke_deadline),
+            ("shutdown_timeout", c.shutdown_timeout),
+        ] {
+            ck.above_zero(span, "[checkpoint]", key, value);
+        }
     }
 
     match (source, limits, checkpoint) {
@@ -344,23 +388,16 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
                     "paths is empty: name at least one file or glob",
                 );
             }
-            if f.batch_records == 0 {
-                ck.problem(span.clone(), "[source]", "batch_records must be at least 1");
-            }
-            if f.max_line_bytes.0 == 0 {
-                ck.problem(span, "[source]", "max_line_bytes must be at least 1");
-            }
+            ck.at_least_one(&span, "[source]", "batch_records", f.batch_records as u64);
+            ck.at_least_one(&span, "[source]", "max_line_bytes", f.max_line_bytes.0);
         }
         SourceConfig::Generator(g) => {
-            if g.partitions == 0 {
-                ck.problem(span.clone(), "[source]", "partitions must be at least 1");
-            }
-            if g.batch_records == 0 {
-                ck.problem(span.clone(), "[source]", "batch_records must be at least 1");
-            }
+            ck.at_least_one(&span, "[source]", "partitions", u64::from(g.partitions));
+            ck.at_least_one(&span, "[source]", "batch_records", g.batch_records as u64);
             if g.rate == Some(0) {
-                ck.problem(
+                ck.problem_at(
                     span,
+                    "rate",
                     "[source]",
                     "rate must be above zero (omit it for no limit)",
                 );
@@ -453,26 +490,18 @@ fn sink_entry(
             return None;
         }
     };
-    if options.batch_max_records == 0 || options.concurrency == 0 {
-        ck.problem(
-            span.clone(),
-            section,
-            "batch_max_records and concurrency must be at least 1",
-        );
-    }
+    ck.at_least_one(
+        &span,
+        section,
+        "batch_max_records",
+        options.batch_max_records as u64,
+    );
+    ck.at_least_one(&span, section, "batch_max_bytes", options.batch_max_bytes.0);
+    ck.at_least_one(&span, section, "concurrency", options.concurrency as u64);
+    ck.above_zero(&span, section, "timeout", options.timeout);
     match SinkKind::deserialize(toml::Value::Table(table)) {
         Ok(kind) => {
-            if let SinkKind::File(f) = &kind
-                && f.fsync == FsyncPolicy::Interval
-                && f.fsync_interval.is_none()
-            {
-                ck.problem_at(
-                    span,
-                    "fsync",
-                    section,
-                    "fsync = \"interval\" needs fsync_interval",
-                );
-            }
+            check_sink_kind(ck, &kind, &span, section);
             Some(SinkConfig {
                 name,
                 kind,
@@ -483,6 +512,30 @@ fn sink_entry(
             ck.serde_problem(span, section, e.message());
             None
         }
+    }
+}
+
+/// Ranges of a sink's own settings (of `[[sinks]]` or `[dead_letter]`).
+fn check_sink_kind(ck: &mut Checker<'_>, kind: &SinkKind, span: &Range<usize>, section: &str) {
+    let SinkKind::File(f) = kind else {
+        return;
+    };
+    if f.fsync == FsyncPolicy::Interval && f.fsync_interval.is_none() {
+        ck.problem_at(
+            span.clone(),
+            "fsync",
+            section,
+            "fsync = \"interval\" needs fsync_interval",
+        );
+    }
+    if let Some(every) = f.fsync_interval {
+        ck.above_zero(span, section, "fsync_interval", every);
+    }
+    if let Some(bytes) = f.rotate_bytes {
+        ck.at_least_one(span, section, "rotate_bytes", bytes.0);
+    }
+    if let Some(age) = f.rotate_interval {
+        ck.above_zero(span, section, "rotate_interval", age);
     }
 }
 

@@ -69,14 +69,26 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
-/// Deserialize a duration written as `"1s"`, `"250ms"`, `"2m 30s"`.
+/// The longest duration accepted anywhere in a configuration. Longer ones
+/// are typos or units mixed up, and some would overflow a clock when
+/// added to the current time.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Deserialize a duration written as `"1s"`, `"250ms"`, `"2m 30s"`, at
+/// most [`MAX_DURATION`].
 pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
-    humantime::parse_duration(&text).map_err(|e| {
+    let parsed = humantime::parse_duration(&text).map_err(|e| {
         serde::de::Error::custom(format!(
             "invalid duration {text:?}: {e} (write e.g. \"500ms\", \"10s\", \"2m\")"
         ))
-    })
+    })?;
+    if parsed > MAX_DURATION {
+        return Err(serde::de::Error::custom(format!(
+            "duration {text:?} is out of range: at most 365 days"
+        )));
+    }
+    Ok(parsed)
 }
 
 /// Like [`duration`], for an optional field.
@@ -100,5 +112,20 @@ mod tests {
                 .contains("unknown unit")
         );
         assert!(ByteSize::parse("MiB").is_err());
+    }
+
+    #[test]
+    fn durations_past_a_year_are_refused() {
+        let parse = |text: &str| {
+            duration(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
+        };
+        assert_eq!(parse("365days"), Ok(MAX_DURATION));
+        assert!(
+            parse("366days")
+                .unwrap_err()
+                .to_string()
+                .contains("out of range")
+        );
+        assert!(parse("1000000000y").is_err());
     }
 }

@@ -44,6 +44,26 @@ pub enum PipelineError {
         /// Its watermark: everything below was delivered and committed.
         from: etl_record::Offset,
     },
+    /// A graceful stop did not finish within `shutdown_timeout`: these
+    /// parts were torn down, and what they held failed (it is read again
+    /// on the next run). Nothing past the last commit counts as
+    /// delivered.
+    #[error(
+        "the graceful stop did not finish within shutdown_timeout ({}): {parts} stopped \
+         by force; records they held were not committed and will be read again",
+        humantime::format_duration(*timeout)
+    )]
+    ShutdownTimeout {
+        /// The parts that had to be torn down.
+        parts: String,
+        /// The timeout.
+        timeout: std::time::Duration,
+    },
+    /// The run's last commit failed or did not finish: the offset store
+    /// holds an earlier commit, so records delivered since are read again
+    /// on the next run.
+    #[error("final commit: {0}; the previous commit stands and later records will be read again")]
+    FinalCommit(String),
     /// A connector failed to start.
     #[error("{0}")]
     Connector(Box<dyn std::error::Error + Send + Sync>),

@@ -1,16 +1,15 @@
 //! Building and running a pipeline from Rust.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
-use etl_record::{Offset, PartitionId};
 use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Outputs, Stage, StageStop};
@@ -40,7 +39,8 @@ pub struct PipelineBuilder {
     source: Option<SourceSpec>,
     chain: TransformChain,
     sinks: Vec<SinkSpec>,
-    progress: Option<BTreeMap<PartitionId, Offset>>,
+    /// The stored progress of the exactly-once sink, if there is one.
+    progress: Option<etl_sink::Progress>,
     dead_letter: Option<Arc<dyn Sink>>,
     store: Option<Box<dyn OffsetStore>>,
     checkpoint: CheckpointConfig,
@@ -130,8 +130,14 @@ impl PipelineBuilder {
     }
 
     /// Add the single sink of an exactly-once pipeline, with the progress
-    /// it stored (from [`SinkDriver::exactly_once`]): the source resumes
-    /// there instead of at the offset store's commits.
+    /// it stored (from [`SinkDriver::exactly_once`]).
+    ///
+    /// The source still resumes at the offset store's commits, which only
+    /// ever cover records whose every destination (dead letters included)
+    /// is durable; the driver skips what the sink's progress already
+    /// holds. Resuming at the sink's progress instead would skip a dead
+    /// letter that never became durable: the sink's progress moves past
+    /// records it does not store.
     #[must_use]
     pub fn exactly_once_sink(
         mut self,
@@ -139,7 +145,7 @@ impl PipelineBuilder {
         driver: SinkDriver,
         progress: etl_sink::Progress,
     ) -> Self {
-        self.progress = Some(progress.iter().collect());
+        self.progress = Some(progress);
         self.sink(name, driver)
     }
 
@@ -179,7 +185,11 @@ impl PipelineBuilder {
         self
     }
 
-    /// How long a graceful stop may take for the sinks to flush.
+    /// How long a graceful stop may take, all of it: from the stop request
+    /// (or the end of the source) the source driver, the transform stage
+    /// and the sinks get nine tenths of it to drain and flush, and are
+    /// torn down past that (what they hold fails and is read again next
+    /// run); the final commit gets the rest. Default 30 s.
     #[must_use]
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
@@ -216,10 +226,13 @@ impl PipelineBuilder {
                     .to_owned(),
             ));
         }
-        let mut source_driver = self.source_driver;
-        if let Some(progress) = self.progress {
-            source_driver.start_offsets.extend(progress);
+        if let Some(progress) = &self.progress {
+            tracing::debug!(
+                ?progress,
+                "exactly-once sink: resuming at the commits, skipping what the sink holds"
+            );
         }
+        let source_driver = self.source_driver;
         Ok(Pipeline {
             source,
             chain: self.chain,
@@ -308,12 +321,17 @@ impl Pipeline {
 
     /// Run until the source is exhausted and everything is delivered, or
     /// until `shutdown` is cancelled: then polling stops, in-flight records
-    /// drain to the sinks, the sinks flush and a final commit is made.
+    /// drain to the sinks, the sinks flush and a final commit is made,
+    /// all within [`shutdown_timeout`](PipelineBuilder::shutdown_timeout).
     ///
     /// # Errors
     ///
     /// The first failure of a part; whatever was in flight then is failed,
     /// so nothing past the last commit counts as delivered.
+    /// [`PipelineError::ShutdownTimeout`] when parts had to be torn down at
+    /// the deadline, [`PipelineError::FinalCommit`] (or
+    /// [`PipelineError::Checkpoint`]) when the final commit failed, did
+    /// not finish in time, or the run's last commit failed.
     pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, PipelineError> {
         let Pipeline {
             source,
@@ -396,7 +414,7 @@ impl Pipeline {
         );
         hub.set_source(driver.metrics());
         let cancel = shutdown.child_token();
-        let driver_task = tokio::spawn(driver.run(cancel.clone()));
+        let mut driver_task = tokio::spawn(driver.run(cancel.clone()));
 
         let workers = Workers::spawn(&chain, transform_workers);
         let outputs = Outputs {
@@ -404,73 +422,148 @@ impl Pipeline {
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
         let stage = Stage::new(chain, outputs, hub.stage());
-        let stage_task = match workers {
+        let mut stage_task = match workers {
             Some(workers) => tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone())),
             None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
         };
 
-        // Wait for the driver, or for a halt.
+        // Run until the driver ends, a halt, or a stop is asked for.
         let mut halted = None;
-        let driver_result = {
-            tokio::pin!(driver_task);
-            tokio::select! {
-                r = &mut driver_task => r,
-                Some(request) = halt_rx.recv() => {
-                    halted = Some(request);
-                    cancel.cancel();
-                    driver_task.await
-                }
+        let mut driver_done = None;
+        tokio::select! {
+            r = &mut driver_task => driver_done = Some(r),
+            Some(request) = halt_rx.recv() => {
+                halted = Some(request);
+                cancel.cancel();
             }
-        };
-        let stage_result = stage_task.await;
-        replay_gate.abort();
+            () = shutdown.cancelled() => {}
+        }
 
-        // Drain the sinks, then the dead-letter sink, then commit.
-        let mut first_error: Option<PipelineError> = None;
-        let mut sink_metrics = Vec::new();
+        // From here every wait ends by one deadline, whatever hangs: what
+        // a part still holds at its deadline is failed (its partitions
+        // replay), never delivered. The parts drain until `drain_at`; past
+        // it they are torn down, and the rest of the time is the final
+        // commit's.
+        let end_at = Instant::now() + shutdown_timeout;
+        let reserve = shutdown_timeout / 10;
+        let drain_at = end_at - reserve;
+        let teardown_at = end_at - reserve / 2;
+        let mut timed_out: Vec<&'static str> = Vec::new();
+
+        // The source driver stops polling at once; only a call into the
+        // source or the checkpointer can hold it. Aborted, its guards fail
+        // the batch it was handing on.
+        let driver_result = match driver_done {
+            Some(r) => Some(r),
+            None => match tokio::time::timeout_at(drain_at, &mut driver_task).await {
+                Ok(r) => Some(r),
+                Err(_) => {
+                    timed_out.push("the source driver");
+                    abort(&mut driver_task, teardown_at).await;
+                    None
+                }
+            },
+        };
+
+        // The stage drains what the source handed on into the sinks.
+        let stage_in_time = tokio::time::timeout_at(drain_at, &mut stage_task)
+            .await
+            .ok();
+
+        // Close the sinks, all at once, by the same deadline; past it
+        // they are aborted and fail what they hold. A stage still blocked
+        // on a full sink then finds it gone, and fails what it holds too.
+        let budget = drain_at.saturating_duration_since(Instant::now());
+        let mut closing = Vec::with_capacity(handles.len());
         for (name, handle, slot) in handles {
             let metrics = handle.metrics();
-            // The stage is done, so this is the last strong reference.
-            let Ok(handle) = Arc::try_unwrap(handle) else {
-                sink_metrics.push((name, metrics));
-                continue;
-            };
-            match handle.shutdown(shutdown_timeout).await {
-                Ok(m) => {
+            // Only the stage held other references, through senders.
+            let task = Arc::try_unwrap(handle)
+                .ok()
+                .map(|handle| tokio::spawn(handle.shutdown(budget)));
+            closing.push((name, slot, metrics, task));
+        }
+        let stage_result = match stage_in_time {
+            Some(r) => Some(r),
+            None => {
+                timed_out.push("the transform stage");
+                if tokio::time::timeout_at(teardown_at, &mut stage_task)
+                    .await
+                    .is_err()
+                {
+                    // Blocked elsewhere (the dead-letter sink, a worker).
+                    abort(&mut stage_task, end_at - reserve / 4).await;
+                }
+                // Its result is the teardown's doing, not a cause.
+                None
+            }
+        };
+        replay_gate.abort();
+
+        // The stage is gone: the dead-letter driver is ours alone.
+        let mut dead_lettered = 0;
+        let dlq_closing = dlq.map(|(_, handle)| {
+            dead_lettered = handle.metrics().records_written;
+            let budget = drain_at.saturating_duration_since(Instant::now());
+            Arc::try_unwrap(handle)
+                .ok()
+                .map(|handle| tokio::spawn(handle.shutdown(budget)))
+        });
+
+        let mut first_error: Option<PipelineError> = None;
+        let mut sink_metrics = Vec::with_capacity(closing.len());
+        for (name, slot, metrics, task) in closing {
+            match closed(task).await {
+                None => sink_metrics.push((name, metrics)),
+                Some(Ok(m)) => {
                     slot.finish(m);
                     sink_metrics.push((name, m));
                 }
-                Err(source) => {
+                Some(Err(source)) => {
                     sink_metrics.push((name.clone(), metrics));
                     first_error.get_or_insert(PipelineError::Sink { name, source });
                 }
             }
         }
-        let mut dead_lettered = 0;
-        if let Some((_, handle)) = dlq {
-            dead_lettered = handle.metrics().records_written;
-            if let Ok(handle) = Arc::try_unwrap(handle) {
-                match handle.shutdown(shutdown_timeout).await {
-                    Ok(m) => {
-                        dead_lettered = m.records_written;
-                        if let Some(slot) = &dlq_slot {
-                            slot.finish(m);
-                        }
-                    }
-                    Err(source) => {
-                        first_error.get_or_insert(PipelineError::Sink {
-                            name: "dead_letter".to_owned(),
-                            source,
-                        });
-                    }
+        match closed(dlq_closing.flatten()).await {
+            None => {}
+            Some(Ok(m)) => {
+                dead_lettered = m.records_written;
+                if let Some(slot) = &dlq_slot {
+                    slot.finish(m);
                 }
+            }
+            Some(Err(source)) => {
+                first_error.get_or_insert(PipelineError::Sink {
+                    name: "dead_letter".to_owned(),
+                    source,
+                });
             }
         }
         dead_lettered += sink_metrics
             .iter()
             .map(|(_, m)| m.dead_lettered)
             .sum::<u64>();
-        let final_commit = checkpointer.shutdown().await;
+
+        // The final commit, bounded too: a store that never answers (a
+        // group coordinator that is down) must not hold the stop.
+        let commit_budget = end_at.saturating_duration_since(Instant::now());
+        let final_commit = match within_wall_clock(commit_budget, checkpointer.shutdown()).await {
+            None => Err(PipelineError::FinalCommit(format!(
+                "the offset store did not answer within shutdown_timeout ({})",
+                humantime::format_duration(shutdown_timeout)
+            ))),
+            Some(Err(e)) => Err(e.into()),
+            // A commit that failed with nothing committed since (a revoke
+            // whose commit failed, its partition gone) leaves delivered
+            // records uncommitted: that is no success either.
+            Some(Ok(summary)) => match &summary.metrics.last_commit_error {
+                Some(reason) => Err(PipelineError::FinalCommit(format!(
+                    "the last commit failed: {reason}"
+                ))),
+                None => Ok(summary),
+            },
+        };
 
         // Report the root cause first.
         if let Some(request) = halted {
@@ -480,24 +573,36 @@ impl Pipeline {
             });
         }
         let exit = match driver_result {
-            Ok(Ok(exit)) => exit,
-            Ok(Err(e)) => {
+            Some(Ok(Ok(exit))) => exit,
+            Some(Ok(Err(e))) => {
                 // A closed downstream is the stage's doing: report its cause.
                 return Err(match stage_result {
-                    Ok(Err(stop)) => stop_error(stop, first_error),
-                    Err(join) => PipelineError::Internal(format!("transform stage: {join}")),
-                    Ok(Ok(())) => e.into(),
+                    Some(Ok(Err(stop))) => stop_error(stop, first_error),
+                    Some(Err(join)) => PipelineError::Internal(format!("transform stage: {join}")),
+                    Some(Ok(Ok(()))) | None => e.into(),
                 });
             }
-            Err(join) => return Err(PipelineError::Internal(format!("source driver: {join}"))),
+            Some(Err(join)) => {
+                return Err(PipelineError::Internal(format!("source driver: {join}")));
+            }
+            // Torn down at its deadline (counted in `timed_out`).
+            None => etl_source::DriverExit::Shutdown,
         };
         match stage_result {
-            Ok(Ok(())) => {}
-            Ok(Err(stop)) => return Err(stop_error(stop, first_error)),
-            Err(join) => return Err(PipelineError::Internal(format!("transform stage: {join}"))),
+            Some(Ok(Ok(()))) | None => {}
+            Some(Ok(Err(stop))) => return Err(stop_error(stop, first_error)),
+            Some(Err(join)) => {
+                return Err(PipelineError::Internal(format!("transform stage: {join}")));
+            }
         }
         if let Some(e) = first_error {
             return Err(e);
+        }
+        if !timed_out.is_empty() {
+            return Err(PipelineError::ShutdownTimeout {
+                parts: timed_out.join(" and "),
+                timeout: shutdown_timeout,
+            });
         }
         let final_commit = final_commit?;
         let snapshot = hub.snapshot();
@@ -510,6 +615,52 @@ impl Pipeline {
             committed: final_commit.committed,
             stopped: exit == etl_source::DriverExit::Shutdown,
         })
+    }
+}
+
+/// Abort `task` and wait until `until` at most for it to go: a task
+/// stuck in a blocking call cannot go at once, and is then left behind
+/// (what it holds fails whenever it does go).
+async fn abort<T>(task: &mut tokio::task::JoinHandle<T>, until: Instant) {
+    task.abort();
+    let _ = tokio::time::timeout_at(until, task).await;
+}
+
+/// The outcome of a sink driver's spawned shutdown; `None` when there was
+/// nothing to close.
+async fn closed(
+    task: Option<tokio::task::JoinHandle<Result<SinkMetrics, etl_sink::SinkError>>>,
+) -> Option<Result<SinkMetrics, etl_sink::SinkError>> {
+    let joined = task?.await;
+    // `shutdown` does not panic; a join error means the runtime is
+    // going away, and the driver with it (which fails what it held).
+    Some(joined.unwrap_or(Err(etl_sink::SinkError::Closed)))
+}
+
+/// Wait for `future` at most `limit` of wall-clock time.
+///
+/// The checkpointer runs on its own thread, on the wall clock. Under
+/// tokio's paused clock (tests, simulations) a tokio timer would jump
+/// ahead while that thread is still working, whenever every task waits,
+/// and give up on an answer that was on its way. The timer here is a
+/// blocking task, which holds the paused clock still while it runs, and
+/// ends as soon as `future` does.
+async fn within_wall_clock<F: std::future::Future>(
+    limit: Duration,
+    future: F,
+) -> Option<F::Output> {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let timer = tokio::task::spawn_blocking(move || {
+        // Returns early once `done` is dropped: the future finished.
+        let _ = finished.recv_timeout(limit);
+    });
+    tokio::select! {
+        biased;
+        out = future => {
+            drop(done);
+            Some(out)
+        }
+        _ = timer => None,
     }
 }
 

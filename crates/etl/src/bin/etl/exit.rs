@@ -49,7 +49,8 @@ impl Exit {
         let code = match &e {
             P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
             P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
-            P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
+            P::FinalCommit(_)
+            | P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
             | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
                 code::IO
             }
@@ -84,4 +85,23 @@ fn held_by_another_run(e: &(dyn std::error::Error + 'static)) -> bool {
         e.downcast_ref::<etl_record::LockError>()
             .is_some_and(etl_record::LockError::is_in_use)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_final_commit_is_an_io_error_and_a_forced_stop_a_failure() {
+        let commit = Exit::from_pipeline(etl::PipelineError::FinalCommit(
+            "the offset store did not answer".to_owned(),
+        ));
+        assert_eq!(commit.code, code::IO);
+        let forced = Exit::from_pipeline(etl::PipelineError::ShutdownTimeout {
+            parts: "the transform stage".to_owned(),
+            timeout: std::time::Duration::from_secs(30),
+        });
+        assert_eq!(forced.code, code::FAILURE);
+        assert!(forced.message.contains("30s"), "{}", forced.message);
+    }
 }

@@ -15,7 +15,12 @@ pub(crate) fn run(args: &RunArgs, status_line: bool) -> Result<(), Exit> {
         .thread_name("etl-worker")
         .build()
         .map_err(|e| Exit::failure(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(run_async(args, &config, status_line))
+    let result = runtime.block_on(run_async(args, &config, status_line));
+    // The stop is over (bounded by shutdown_timeout): a blocking call of a
+    // sink it aborted may still be stuck in the kernel, and must not hold
+    // the exit.
+    runtime.shutdown_background();
+    result
 }
 
 async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> Result<(), Exit> {
