@@ -60,6 +60,20 @@ pub enum KafkaError {
         #[source]
         source: Box<ClientError>,
     },
+    /// The group coordinator did not answer a commit in time (the broker
+    /// is unreachable, or the coordinator is moving). The previous commit
+    /// stands.
+    #[error(
+        "kafka: committing offsets {offsets} to group `{group}`: no answer from the group coordinator within {timeout:?}"
+    )]
+    CommitTimedOut {
+        /// The consumer group.
+        group: String,
+        /// The offsets, as `topic/partition@offset` items.
+        offsets: String,
+        /// The commit timeout.
+        timeout: std::time::Duration,
+    },
     /// A record could not be produced, or its delivery report says it
     /// failed.
     #[error("kafka: producing record {key} to topic `{topic}`: {source}")]
