@@ -8,7 +8,9 @@ use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
 use etl_record::{Offset, PartitionId};
-use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
+use etl_sink::{
+    DeadLetterHandle, DriverConfig as SinkDriverConfig, ProgressSink, Sink, SinkDriver, SinkMetrics,
+};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::fanout::{Outputs, Stage, StageStop};
 use super::hub::SinkSlot;
 use super::ordered::{Workers, run_parallel, run_serial};
+use super::progress_store::SinkProgressStore;
 use super::{MetricsHub, PipelineError};
 use crate::config::FailurePolicy;
 use crate::transform::{Transform, TransformChain};
@@ -41,6 +44,7 @@ pub struct PipelineBuilder {
     chain: TransformChain,
     sinks: Vec<SinkSpec>,
     progress: Option<BTreeMap<PartitionId, Offset>>,
+    progress_sink: Option<Arc<dyn ProgressSink>>,
     dead_letter: Option<Arc<dyn Sink>>,
     store: Option<Box<dyn OffsetStore>>,
     checkpoint: CheckpointConfig,
@@ -70,6 +74,7 @@ impl Default for PipelineBuilder {
             chain: TransformChain::new(),
             sinks: Vec::new(),
             progress: None,
+            progress_sink: None,
             dead_letter: None,
             store: None,
             checkpoint: CheckpointConfig::default(),
@@ -131,7 +136,10 @@ impl PipelineBuilder {
 
     /// Add the single sink of an exactly-once pipeline, with the progress
     /// it stored (from [`SinkDriver::exactly_once`]): the source resumes
-    /// there instead of at the offset store's commits.
+    /// there instead of at the offset store's commits. The progress is
+    /// read again from the sink on every assignment
+    /// ([`ProgressSink::reload_progress`]), so a partition another process
+    /// advanced meanwhile resumes where that one left it.
     #[must_use]
     pub fn exactly_once_sink(
         mut self,
@@ -140,6 +148,7 @@ impl PipelineBuilder {
         progress: etl_sink::Progress,
     ) -> Self {
         self.progress = Some(progress.iter().collect());
+        self.progress_sink = driver.progress_sink();
         self.sink(name, driver)
     }
 
@@ -217,7 +226,11 @@ impl PipelineBuilder {
             ));
         }
         let mut source_driver = self.source_driver;
-        if let Some(progress) = self.progress {
+        // With the sink at hand, its progress is read at each assignment
+        // (see `SinkProgressStore`); fixed start offsets would go stale.
+        if let Some(progress) = self.progress
+            && self.progress_sink.is_none()
+        {
             source_driver.start_offsets.extend(progress);
         }
         Ok(Pipeline {
@@ -226,6 +239,7 @@ impl PipelineBuilder {
             sinks: self.sinks,
             dead_letter: self.dead_letter,
             store: self.store.unwrap_or_else(|| Box::new(MemoryStore::new())),
+            progress_sink: self.progress_sink,
             checkpoint: self.checkpoint,
             source_driver,
             on_failure: self.on_failure,
@@ -273,6 +287,7 @@ pub struct Pipeline {
     sinks: Vec<SinkSpec>,
     dead_letter: Option<Arc<dyn Sink>>,
     store: Box<dyn OffsetStore>,
+    progress_sink: Option<Arc<dyn ProgressSink>>,
     checkpoint: CheckpointConfig,
     source_driver: SourceDriverConfig,
     on_failure: FailurePolicy,
@@ -321,6 +336,7 @@ impl Pipeline {
             sinks,
             dead_letter,
             store,
+            progress_sink,
             checkpoint,
             source_driver,
             on_failure,
@@ -330,6 +346,14 @@ impl Pipeline {
             hub,
         } = self;
 
+        let store: Box<dyn OffsetStore> = match progress_sink {
+            Some(sink) => Box::new(SinkProgressStore::new(
+                store,
+                sink,
+                tokio::runtime::Handle::current(),
+            )),
+            None => store,
+        };
         let (acker, receiver) = etl_ack::channel();
         let (checkpointer, mut replays) = Checkpointer::spawn(checkpoint, store, receiver)?;
         hub.set_checkpoint(checkpointer.clone());
