@@ -157,7 +157,19 @@ impl Worker {
             );
         }
         self.finish_revokes(true);
-        let result = self.commit_moved();
+        // With nothing left to commit, the last commit attempt decides: a
+        // revocation whose commit failed (a Kafka group that dropped this
+        // member while its broker was down) leaves nothing moved, yet the
+        // run's work is not committed, and the run must not end as if it
+        // were.
+        let result = self.commit_moved().and_then(|moved| {
+            match (&self.last_commit_error, moved.is_empty()) {
+                (Some(e), true) => Err(CheckpointError::Store(
+                    format!("the last commit failed and nothing committed since: {e}").into(),
+                )),
+                _ => Ok(moved),
+            }
+        });
         self.publish_metrics();
         let summary = result.map(|_| CheckpointSummary {
             committed: self

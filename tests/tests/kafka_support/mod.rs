@@ -105,6 +105,8 @@ pub(crate) struct MemberConfig {
     pub(crate) max_in_flight_batches: u32,
     pub(crate) commit_interval_ms: u64,
     pub(crate) revoke_deadline_ms: u64,
+    /// The source's `commit_timeout_ms`, when not the default.
+    pub(crate) commit_timeout_ms: Option<u32>,
 }
 
 impl MemberConfig {
@@ -117,6 +119,7 @@ impl MemberConfig {
             max_in_flight_batches: 8,
             commit_interval_ms: 20,
             revoke_deadline_ms: 3_000,
+            commit_timeout_ms: None,
         }
     }
 
@@ -156,6 +159,14 @@ impl MemberConfig {
             self.commit_interval_ms,
             self.revoke_deadline_ms,
         );
+        if let Some(ms) = self.commit_timeout_ms {
+            // Still in the `[source]` table: appended after its keys.
+            s = s.replacen(
+                "\n\n[[sinks]]",
+                &format!("\ncommit_timeout_ms = {ms}\n\n[[sinks]]"),
+                1,
+            );
+        }
         s
     }
 }
