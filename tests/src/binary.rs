@@ -60,6 +60,8 @@ fn newest_source() -> Option<SystemTime> {
         "etl-checkpoint",
         "etl-source",
         "etl-sink",
+        "etl-kafka",
+        "etl-postgres",
     ] {
         walk(&crates.join(name).join("src"), &mut newest);
         walk(&crates.join(name).join("Cargo.toml"), &mut newest);

@@ -19,6 +19,22 @@ use kafka_support::{
     LINE_BYTES, Member, MemberConfig, TestBroker, count, output_bytes, read_ids, unique,
 };
 
+/// What a failure shows: each member's assignment, paused partitions and
+/// fetch positions as it last logged them, and the group's committed
+/// offsets, so a partition that stopped can be told from a slow run.
+fn diagnose(broker: &TestBroker, group: &str, topic: &str, members: &[Member]) -> String {
+    let mut s = String::new();
+    for m in members {
+        s.push_str(&m.state());
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "committed offsets of {group}: {:?}",
+        broker.committed(group, topic, PARTITIONS)
+    ));
+    s
+}
+
 const RECORDS: u64 = 200_000;
 const PARTITIONS: i32 = 4;
 const MEMBERS: usize = 3;
@@ -84,7 +100,8 @@ async fn group_members_killed_under_load_lose_nothing() {
         }
         assert!(
             Instant::now() < deadline,
-            "not done after 150 s: {written} lines written, kills done {done_kills:?}, left {kills:?}"
+            "not done after 150 s: {written} lines written, kills done {done_kills:?}, left {kills:?}\n{}",
+            diagnose(&broker, &group, &topic, &members)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -117,8 +134,9 @@ async fn group_members_killed_under_load_lose_nothing() {
     assert_eq!(done_kills.len(), KILLS);
     assert!(
         counts.missing.is_empty(),
-        "lost: {:?}",
-        &counts.missing[..counts.missing.len().min(20)]
+        "lost: {:?}\n{}",
+        &counts.missing[..counts.missing.len().min(20)],
+        diagnose(&broker, &group, &topic, &members)
     );
     assert_eq!(counts.unexpected, 0);
     assert!(

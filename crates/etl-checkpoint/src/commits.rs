@@ -140,15 +140,17 @@ impl Worker {
     }
 
     /// Finish a requested shutdown once nothing is in flight or its
-    /// deadline passed; whether the thread should stop.
-    pub(crate) fn try_finish_shutdown(&mut self) -> bool {
+    /// deadline passed: then the thread stops, and answers the caller
+    /// with what this returns once the worker (its store included) is
+    /// dropped.
+    pub(crate) fn try_finish_shutdown(&mut self) -> Option<ShutdownAnswer> {
         let Some((deadline, _)) = &self.shutdown else {
-            return false;
+            return None;
         };
         let all: Vec<PartitionId> = self.partitions.keys().copied().collect();
         let unresolved = self.unresolved(&all);
         if unresolved > 0 && Instant::now() < *deadline {
-            return false;
+            return None;
         }
         if unresolved > 0 {
             tracing::warn!(
@@ -157,7 +159,19 @@ impl Worker {
             );
         }
         self.finish_revokes(true);
-        let result = self.commit_moved();
+        // With nothing left to commit, the last commit attempt decides: a
+        // revocation whose commit failed (a Kafka group that dropped this
+        // member while its broker was down) leaves nothing moved, yet the
+        // run's work is not committed, and the run must not end as if it
+        // were.
+        let result = self.commit_moved().and_then(|moved| {
+            match (&self.last_commit_error, moved.is_empty()) {
+                (Some(e), true) => Err(CheckpointError::Store(
+                    format!("the last commit failed and nothing committed since: {e}").into(),
+                )),
+                _ => Ok(moved),
+            }
+        });
         self.publish_metrics();
         let summary = result.map(|_| CheckpointSummary {
             committed: self
@@ -168,9 +182,23 @@ impl Worker {
             timed_out: unresolved > 0,
             metrics: lock(&self.metrics).clone(),
         });
-        if let Some((_, reply)) = self.shutdown.take() {
-            let _ = reply.send(summary);
+        Some(ShutdownAnswer {
+            reply: self.shutdown.take().map(|(_, reply)| reply),
+            summary,
+        })
+    }
+}
+
+/// The answer to a shutdown request, sent once the worker is gone.
+pub(crate) struct ShutdownAnswer {
+    reply: Option<Reply<CheckpointSummary>>,
+    summary: Result<CheckpointSummary, CheckpointError>,
+}
+
+impl ShutdownAnswer {
+    pub(crate) fn send(self) {
+        if let Some(reply) = self.reply {
+            let _ = reply.send(self.summary);
         }
-        true
     }
 }

@@ -149,7 +149,12 @@ impl Worker {
                 last_publish = Instant::now();
                 unpublished = false;
             }
-            if self.try_finish_shutdown() {
+            if let Some(answer) = self.try_finish_shutdown() {
+                // The store goes (with the lock it holds on its state)
+                // before the caller hears the checkpointer stopped: a
+                // pipeline started right after may open the same state.
+                drop(self);
+                answer.send();
                 return;
             }
             if !control_open && self.revokes.is_empty() && (!self.acks_open || self.acks.is_empty())

@@ -66,6 +66,12 @@ pub struct KafkaSourceConfig {
     /// starts, `earliest` (default) or `latest`.
     #[serde(default = "default_auto_offset_reset")]
     pub auto_offset_reset: String,
+    /// How long a commit to the group may wait for the group
+    /// coordinator before it fails (the previous commit then stands).
+    /// Bounds revocations and graceful stops while the broker is
+    /// unreachable.
+    #[serde(default = "default_commit_timeout_ms")]
+    pub commit_timeout_ms: u32,
     /// Most records in one poll batch (one partition each).
     #[serde(default = "default_max_batch_records")]
     pub max_batch_records: usize,
@@ -96,6 +102,7 @@ impl KafkaSourceConfig {
             heartbeat_interval_ms: default_heartbeat_interval_ms(),
             assignment_strategy: default_assignment_strategy(),
             auto_offset_reset: default_auto_offset_reset(),
+            commit_timeout_ms: default_commit_timeout_ms(),
             max_batch_records: default_max_batch_records(),
             max_buffered_records: default_max_buffered_records(),
             properties: BTreeMap::new(),
@@ -129,6 +136,12 @@ impl KafkaSourceConfig {
         if self.max_buffered_records == 0 {
             return Err(KafkaError::config(
                 "max_buffered_records",
+                "must be at least 1",
+            ));
+        }
+        if self.commit_timeout_ms == 0 {
+            return Err(KafkaError::config(
+                "commit_timeout_ms",
                 "must be at least 1",
             ));
         }
@@ -245,6 +258,9 @@ fn default_assignment_strategy() -> String {
 }
 fn default_auto_offset_reset() -> String {
     "earliest".to_owned()
+}
+fn default_commit_timeout_ms() -> u32 {
+    10_000
 }
 fn default_max_batch_records() -> usize {
     500

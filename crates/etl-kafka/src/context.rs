@@ -1,10 +1,10 @@
 //! The consumer context: rebalance callbacks become assignment events, and
 //! a revocation drains and commits before the callback returns.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use etl_record::{Offset, PartitionId, Record};
 use rdkafka::TopicPartitionList;
@@ -75,9 +75,13 @@ pub(crate) struct GroupContext {
     /// Records read but not yet sent (touched only by the poll thread and
     /// the callbacks it runs; the lock is never contended).
     pub(crate) chunk: Mutex<Option<Chunk>>,
-    /// Partitions the poll thread has paused for backpressure; new
-    /// assignments join them.
+    /// Whether the poll thread has paused every partition for
+    /// backpressure; new assignments join them.
     pub(crate) backpressure: AtomicBool,
+    /// Partitions the pipeline asked to pause (its in-flight limit). A
+    /// new assignment of a partition clears its entry: the pipeline's
+    /// state of a partition ends with its revocation.
+    pub(crate) paused: Mutex<BTreeSet<PartitionId>>,
     /// How often each partition was revoked. Records carry the count they
     /// were read under; the source drops those read before the latest
     /// revocation, even if they were already on their way when it
@@ -105,6 +109,7 @@ impl GroupContext {
             buffered: AtomicUsize::new(0),
             chunk: Mutex::new(None),
             backpressure: AtomicBool::new(false),
+            paused: Mutex::new(BTreeSet::new()),
             revocations: Mutex::new(BTreeMap::new()),
         }
     }
@@ -139,6 +144,11 @@ impl GroupContext {
                 records: c.records,
             });
         }
+    }
+
+    /// The partitions the pipeline asked to pause.
+    pub(crate) fn paused(&self) -> MutexGuard<'_, BTreeSet<PartitionId>> {
+        self.paused.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How often `partition` was revoked so far.
@@ -212,11 +222,31 @@ impl ConsumerContext for GroupContext {
                 if ids.is_empty() {
                     return;
                 }
-                if self.backpressure.load(Ordering::Acquire) {
-                    use rdkafka::consumer::Consumer;
-                    if let Err(err) = consumer.pause(tpl) {
-                        tracing::warn!(%err, "cannot pause newly assigned partitions");
+                // librdkafka keeps an application's pause on the
+                // partition, not on the assignment: a partition paused
+                // (for backpressure, or by the pipeline) when it was
+                // revoked would come back paused, and nothing would ever
+                // resume it: its records would stop flowing for good. So
+                // every assignment sets the state explicitly: paused
+                // while backpressure is engaged (its release resumes the
+                // whole assignment), fetching otherwise.
+                {
+                    let mut paused = self.paused();
+                    for id in &ids {
+                        paused.remove(id);
                     }
+                }
+                let pause = self.backpressure.load(Ordering::Acquire);
+                let set = {
+                    use rdkafka::consumer::Consumer;
+                    if pause {
+                        consumer.pause(tpl)
+                    } else {
+                        consumer.resume(tpl)
+                    }
+                };
+                if let Err(err) = set {
+                    tracing::warn!(%err, pause, "cannot set the pause state of newly assigned partitions");
                 }
                 tracing::info!(group = %self.group, ?ids, "partitions assigned");
                 self.send(Event::Assigned(ids));

@@ -49,6 +49,18 @@ pub enum KafkaError {
         /// The partition id.
         partition: PartitionId,
     },
+    /// A partition id of the mapping by topic index that earlier versions
+    /// used (stored progress written by one of them). Applied now, it
+    /// could name another partition.
+    #[error(
+        "kafka: stored progress names partition id {partition}, of the mapping by topic index of \
+         earlier versions (reordering `topics` moved it to other partitions); refusing to apply it. \
+         See docs/kafka.md, \"Partition ids\", for how to move on"
+    )]
+    LegacyPartitionId {
+        /// The partition id.
+        partition: PartitionId,
+    },
     /// Committing offsets to the consumer group failed.
     #[error("kafka: committing offsets {offsets} to group `{group}`: {source}")]
     Commit {
@@ -59,6 +71,20 @@ pub enum KafkaError {
         /// The client's error.
         #[source]
         source: Box<ClientError>,
+    },
+    /// The group coordinator did not answer a commit in time (the broker
+    /// is unreachable, or the coordinator is moving). The previous commit
+    /// stands.
+    #[error(
+        "kafka: committing offsets {offsets} to group `{group}`: no answer from the group coordinator within {timeout:?}"
+    )]
+    CommitTimedOut {
+        /// The consumer group.
+        group: String,
+        /// The offsets, as `topic/partition@offset` items.
+        offsets: String,
+        /// The commit timeout.
+        timeout: std::time::Duration,
     },
     /// A record could not be produced, or its delivery report says it
     /// failed.

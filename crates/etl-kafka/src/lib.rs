@@ -15,8 +15,9 @@
 //!   permanent; keys and headers are carried over and each message gets
 //!   the record's idempotency key as the `etl-idempotency-key` header.
 //! * [`PartitionMap`] maps `(topic, partition)` to
-//!   [`PartitionId`](etl_record::PartitionId): the topic's index in the
-//!   source's list above bit 20, the Kafka partition below.
+//!   [`PartitionId`](etl_record::PartitionId) by the topic's name and the
+//!   partition number alone (a hash of the name above bit 16, the Kafka
+//!   partition below), so the order of `topics` never matters.
 //!
 //! librdkafka is built from source with the crate (no system library).
 //! See `docs/kafka.md` for configuration, rebalance and commit behaviour
@@ -29,7 +30,7 @@
 //!
 //! ```
 //! use etl_kafka::{KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
-//! use etl_record::{PartitionId, SourceId};
+//! use etl_record::SourceId;
 //!
 //! let mut config = KafkaSourceConfig::new(
 //!     "127.0.0.1:9092",
@@ -39,10 +40,11 @@
 //! config.session_timeout_ms = 6_000;
 //! let source = KafkaSource::new(SourceId::new("orders"), config)?;
 //!
-//! // Partition 3 of the second topic.
+//! // Partition 3 of `refunds`: its id depends on the name and the number
+//! // only, whatever the order of the topics.
 //! let map = source.partition_map();
 //! let id = map.id("refunds", 3)?;
-//! assert_eq!(id, PartitionId((1 << 20) | 3));
+//! assert_eq!(id.0 & 0xffff, 3);
 //! assert_eq!(map.topic_partition(id)?, ("refunds", 3));
 //!
 //! // The group is the offset store; the checkpointer commits through it.

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use etl_record::{Offset, PartitionId};
@@ -15,17 +16,29 @@ use crate::context::GroupContext;
 /// How long loading offsets may wait for the group coordinator.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What a commit still waiting for the coordinator will answer.
+type PendingCommit = Receiver<Result<(), rdkafka::error::KafkaError>>;
+
 /// Offsets committed to the source's consumer group.
 ///
 /// [`load`](GroupOffsetStore::load) reads the group's committed offsets of
 /// every partition of the source's topics (a partition with none is left
 /// out, so it starts where `auto.offset.reset` says);
-/// [`commit`](GroupOffsetStore::commit) commits synchronously, so `Ok`
-/// means the group coordinator stored the offsets. It shares the source's
+/// [`commit`](GroupOffsetStore::commit) waits for the coordinator, so `Ok`
+/// means the group stored the offsets, but never longer than
+/// [`commit_timeout_ms`](crate::KafkaSourceConfig::commit_timeout_ms):
+/// with the broker unreachable a commit fails with
+/// [`KafkaError::CommitTimedOut`] instead of blocking a revocation or a
+/// graceful stop until the broker comes back. It shares the source's
 /// consumer: Kafka only accepts commits from a member of the group.
 #[derive(Clone)]
 pub struct GroupOffsetStore {
     consumer: Arc<BaseConsumer<GroupContext>>,
+    timeout: Duration,
+    /// A commit that outlived its deadline, still waiting for the
+    /// coordinator. The next commit waits for it first (within its own
+    /// deadline), so at most one commit waits at a time.
+    pending: Arc<Mutex<Option<PendingCommit>>>,
 }
 
 impl fmt::Debug for GroupOffsetStore {
@@ -37,8 +50,12 @@ impl fmt::Debug for GroupOffsetStore {
 }
 
 impl GroupOffsetStore {
-    pub(crate) fn new(consumer: Arc<BaseConsumer<GroupContext>>) -> Self {
-        GroupOffsetStore { consumer }
+    pub(crate) fn new(consumer: Arc<BaseConsumer<GroupContext>>, timeout: Duration) -> Self {
+        GroupOffsetStore {
+            consumer,
+            timeout,
+            pending: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// The group's committed offsets of every partition of the topics.
@@ -74,7 +91,15 @@ impl GroupOffsetStore {
     }
 
     /// Commit `offsets` (each the position after the last delivered
-    /// record) to the group, waiting for the coordinator's answer.
+    /// record) to the group, waiting for the coordinator's answer up to
+    /// the commit timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`KafkaError::Commit`] when the coordinator refused the commit,
+    /// [`KafkaError::CommitTimedOut`] when it did not answer in time (the
+    /// offsets may still be stored later; the previous commit stands
+    /// until then, so nothing is skipped, at worst replayed).
     pub fn commit(&self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), KafkaError> {
         if offsets.is_empty() {
             return Ok(());
@@ -88,12 +113,55 @@ impl GroupOffsetStore {
                 .map_err(|e| KafkaError::client("building the commit", e))?;
             shown.push(format!("{topic}/{p}@{offset}"));
         }
-        self.consumer
-            .commit(&tpl, CommitMode::Sync)
-            .map_err(|source| KafkaError::Commit {
-                group: self.consumer.context().group.clone(),
+        let group = &self.consumer.context().group;
+        let timed_out = || KafkaError::CommitTimedOut {
+            group: group.clone(),
+            offsets: shown.join(","),
+            timeout: self.timeout,
+        };
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        // librdkafka's synchronous commit has no timeout of its own (it
+        // waits for a coordinator however long that takes), so it runs on
+        // a thread of its own and is waited for with a deadline.
+        if let Some(earlier) = pending.take() {
+            match earlier.recv_timeout(self.timeout) {
+                Err(RecvTimeoutError::Timeout) => {
+                    *pending = Some(earlier);
+                    return Err(timed_out());
+                }
+                Ok(_) | Err(RecvTimeoutError::Disconnected) => {}
+            }
+        }
+        let (tx, rx) = sync_channel(1);
+        let consumer = Arc::clone(&self.consumer);
+        std::thread::Builder::new()
+            .name("kafka-commit".to_owned())
+            .spawn(move || {
+                let _ = tx.send(consumer.commit(&tpl, CommitMode::Sync));
+            })
+            .map_err(|e| {
+                KafkaError::client(
+                    format!("starting the commit thread: {e}"),
+                    rdkafka::error::KafkaError::Canceled,
+                )
+            })?;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(KafkaError::Commit {
+                group: group.clone(),
                 offsets: shown.join(","),
                 source: Box::new(source),
-            })
+            }),
+            Err(RecvTimeoutError::Timeout) => {
+                *pending = Some(rx);
+                Err(timed_out())
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(KafkaError::client(
+                "committing offsets: the commit thread stopped without an answer",
+                rdkafka::error::KafkaError::Canceled,
+            )),
+        }
     }
 }

@@ -17,7 +17,7 @@
 //! drops librdkafka's prefetched records by itself, so they do not queue
 //! behind them).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -40,6 +40,16 @@ const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
 const CATCH_UP_WAIT: Duration = Duration::from_millis(100);
 /// How long one look at the source's progress sleeps while waiting.
 const CATCH_UP_SLICE: Duration = Duration::from_micros(500);
+/// How often the member logs its state (assignment, paused partitions,
+/// positions), for an operator, or a test, looking at a partition that
+/// does not move.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How long leaving the group may take. librdkafka's close waits for the
+/// coordinator (and for commits still waiting on it); with the broker
+/// unreachable that can be forever. Past this, the consumer is dropped
+/// without a clean leave: the group notices after `session.timeout.ms`,
+/// and what was committed stands.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the source asks of the poll thread.
 #[derive(Debug)]
@@ -66,11 +76,11 @@ pub(crate) struct PollThread {
     /// Seek count per partition: records are tagged with it so the source
     /// can drop what was read before its latest seek.
     pub(crate) seeks: BTreeMap<PartitionId, u64>,
-    /// Partitions the pipeline asked to pause.
-    pub(crate) paused: BTreeSet<PartitionId>,
     /// Since when the source has been behind (more than `max_buffered`
     /// records waiting, not yet half taken) without a pause.
     pub(crate) behind_since: Option<Instant>,
+    /// When the state was last logged.
+    pub(crate) reported_at: Instant,
 }
 
 impl PollThread {
@@ -79,6 +89,10 @@ impl PollThread {
     /// callback, which commits them.
     pub(crate) fn run(mut self) {
         while self.serve_commands() {
+            if self.reported_at.elapsed() >= REPORT_EVERY {
+                self.reported_at = Instant::now();
+                self.report();
+            }
             if self.backpressure() {
                 std::thread::sleep(CATCH_UP_SLICE);
                 continue;
@@ -104,9 +118,58 @@ impl PollThread {
             tracing::warn!(%err, "cannot close the consumer cleanly");
             return;
         }
+        let deadline = Instant::now() + CLOSE_TIMEOUT;
         while !self.consumer.closed() {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    group = %self.context().group,
+                    timeout = ?CLOSE_TIMEOUT,
+                    "the consumer did not leave the group in time (is the broker reachable?); \
+                     dropping it, the group notices after its session timeout"
+                );
+                return;
+            }
             let _ = self.consumer.poll(POLL_WAIT);
         }
+    }
+
+    /// The partitions assigned to this member.
+    fn assignment(&self) -> Vec<PartitionId> {
+        match self.consumer.assignment() {
+            Ok(assignment) => assignment
+                .elements()
+                .iter()
+                .filter_map(|e| self.context().map.id(e.topic(), e.partition()).ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Log the member's state: its assignment, what is paused and where
+    /// each partition's fetch stands.
+    fn report(&self) {
+        let assigned = self.assignment();
+        let paused: Vec<PartitionId> = self.context().paused().iter().copied().collect();
+        let positions: Vec<String> = match self.consumer.position() {
+            Ok(tpl) => tpl
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    KafkaOffset::Offset(o) => format!("{}/{}@{o}", e.topic(), e.partition()),
+                    other => format!("{}/{}@{other:?}", e.topic(), e.partition()),
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        tracing::info!(
+            group = %self.context().group,
+            ?assigned,
+            paused_by_pipeline = ?paused,
+            backpressure = self.context().backpressure.load(Ordering::Acquire),
+            buffered = self.context().buffered.load(Ordering::Acquire),
+            ?positions,
+            "kafka member state"
+        );
     }
 
     fn context(&self) -> &GroupContext {
@@ -131,12 +194,15 @@ impl PollThread {
                     seek,
                 }) => self.seek(partition, offset, seek),
                 Ok(Command::Pause(ids)) => {
-                    self.paused.extend(ids.iter().copied());
+                    self.context().paused().extend(ids.iter().copied());
                     self.set_paused(&ids, true);
                 }
                 Ok(Command::Resume(ids)) => {
-                    for id in &ids {
-                        self.paused.remove(id);
+                    {
+                        let mut paused = self.context().paused();
+                        for id in &ids {
+                            paused.remove(id);
+                        }
                     }
                     if !self.context().backpressure.load(Ordering::Acquire) {
                         self.set_paused(&ids, false);
@@ -202,14 +268,12 @@ impl PollThread {
             }
         } else if caught_up {
             self.context().backpressure.store(false, Ordering::Release);
-            let ids: Vec<PartitionId> = match self.consumer.assignment() {
-                Ok(assignment) => assignment
-                    .elements()
-                    .iter()
-                    .filter_map(|e| self.context().map.id(e.topic(), e.partition()).ok())
-                    .filter(|id| !self.paused.contains(id))
-                    .collect(),
-                Err(_) => Vec::new(),
+            let ids: Vec<PartitionId> = {
+                let paused = self.context().paused();
+                self.assignment()
+                    .into_iter()
+                    .filter(|id| !paused.contains(id))
+                    .collect()
             };
             self.set_paused(&ids, false);
         }

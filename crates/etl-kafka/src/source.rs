@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etl_record::{Offset, PartitionId, SourceId};
@@ -95,10 +95,14 @@ impl KafkaSource {
     }
 
     /// The consumer group as an offset store, for the checkpointer: it
-    /// loads the group's committed offsets and commits synchronously.
+    /// loads the group's committed offsets and commits, waiting for the
+    /// coordinator up to `commit_timeout_ms`.
     #[must_use]
     pub fn offset_store(&self) -> GroupOffsetStore {
-        GroupOffsetStore::new(Arc::clone(&self.consumer))
+        GroupOffsetStore::new(
+            Arc::clone(&self.consumer),
+            Duration::from_millis(u64::from(self.config.commit_timeout_ms)),
+        )
     }
 
     /// The partition mapping of this source's topics.
@@ -129,8 +133,8 @@ impl KafkaSource {
             max_batch_records: self.config.max_batch_records,
             max_buffered: self.config.max_buffered_records,
             seeks: BTreeMap::new(),
-            paused: BTreeSet::new(),
             behind_since: None,
+            reported_at: Instant::now(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("kafka-poll-{}", self.config.group_id))

@@ -62,9 +62,97 @@ async fn reads_every_partition_and_commits_on_leave() {
     source.close().await;
     let mut revoked = handler.revoked.lock().expect("lock").clone();
     revoked.sort();
-    assert_eq!(revoked, (0..4).map(PartitionId).collect::<Vec<_>>());
+    let map = etl_kafka::PartitionMap::new(vec![topic.clone()]).expect("map");
+    let mut all: Vec<PartitionId> = (0..4).map(|p| map.id(&topic, p).expect("mapped")).collect();
+    all.sort();
+    assert_eq!(revoked, all);
     assert_eq!(
         broker.committed(&group, &topic, 4),
         (0..4).map(|p| (p, 10)).collect()
     );
+}
+
+/// librdkafka keeps a paused partition paused across its revocation: a
+/// partition paused (for backpressure, or by the pipeline's in-flight
+/// limit) when the group took it away came back paused, and since its new
+/// assignment starts with nothing paused in the pipeline's view, nothing
+/// ever resumed it. Its records stopped flowing for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_paused_when_revoked_is_read_again_when_it_comes_back() {
+    const PER_PARTITION: i32 = 10;
+    let broker = TestBroker::start();
+    let topic = unique("paused");
+    let group = unique("paused-group");
+    broker.create_topic(&topic, 2).await;
+    produce(&broker, &topic, PER_PARTITION, 2).await;
+
+    let start = |name: &str| {
+        let mut source =
+            KafkaSource::new(SourceId::new(name), source_config(&broker, &group, &topic))
+                .expect("source");
+        let handler = CommitSeen {
+            store: source.offset_store(),
+            seen: Arc::default(),
+            revoked: Arc::default(),
+        };
+        source.start(handler).expect("start");
+        source
+    };
+
+    // The first member gets both partitions and pauses them at once.
+    let mut first = start("first");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut assigned = Vec::new();
+    while assigned.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no assignment in 60 s"
+        );
+        if let SourceEvent::Assigned(ids) = first.next().await.expect("next") {
+            first.pause(&ids).await.expect("pause");
+            for id in ids {
+                first.seek(id, Offset(0)).await.expect("seek");
+                assigned.push(id);
+            }
+        }
+    }
+
+    // A second member takes one of them (still paused) away...
+    let second = start("second");
+    let moved = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no revocation in 60 s"
+        );
+        match first.next().await.expect("next") {
+            SourceEvent::Revoked(ids) => break ids,
+            SourceEvent::Batch(b) => panic!("a paused partition was read: {:?}", b.partition),
+            _ => {}
+        }
+    };
+    assert_eq!(moved.len(), 1, "one partition moves: {moved:?}");
+
+    // ...and leaves: the partition comes back, and must be read.
+    second.close().await;
+    let mut read = 0;
+    let mut back = false;
+    while read < PER_PARTITION as usize {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "partition {moved:?} came back: {back}; {read} of {PER_PARTITION} records read in 60 s"
+        );
+        match first.next().await.expect("next") {
+            SourceEvent::Assigned(ids) => {
+                assert_eq!(ids, moved);
+                back = true;
+                first.seek(ids[0], Offset(0)).await.expect("seek");
+            }
+            SourceEvent::Batch(b) => {
+                assert_eq!(b.partition, moved[0], "the partition still paused was read");
+                read += b.records.len();
+            }
+            _ => {}
+        }
+    }
+    first.close().await;
 }

@@ -88,7 +88,7 @@ async fn failing_partition_stalls_only_its_commits() {
 
     // One poll batch per sink write, so a failure covers one partition.
     let sink = Arc::new(FailOnePartition {
-        failing: PartitionId(FAILING as u32),
+        failing: source.partition_map().id(&topic, FAILING).expect("mapped"),
         ..FailOnePartition::default()
     });
     let sink_driver = SinkDriver::new(sink.clone(), RawLinesEncoder::new())
@@ -152,7 +152,7 @@ async fn failing_partition_stalls_only_its_commits() {
         "the refused partition committed past its first record: {committed:?}"
     );
     let metrics = checkpoint.metrics();
-    let stalled = &metrics.partitions[&PartitionId(FAILING as u32)];
+    let stalled = &metrics.partitions[&sink.failing];
     // Each replay starts a new epoch of the partition.
     assert_eq!(stalled.watermark.0, 0, "{stalled:?}");
     assert!(stalled.epoch >= 3, "{stalled:?}");

@@ -148,10 +148,27 @@ impl Sink for PostgresSink {
     }
 }
 
+#[async_trait]
 impl ProgressSink for PostgresSink {
     /// The progress stored by this sink's committed transactions (read on
-    /// connect, advanced after each commit). Empty unless exactly-once.
+    /// connect and on every reload, advanced after each commit). Empty
+    /// unless exactly-once.
     fn progress(&self) -> Progress {
         self.progress_lock().clone()
+    }
+
+    /// Query the progress table: other processes writing under the same
+    /// progress name (members of one consumer group) advance it too, and
+    /// a partition assigned to this one must resume where they left it.
+    async fn reload_progress(&self) -> Result<Progress, SinkError> {
+        if !self.exactly_once() {
+            return Ok(Progress::new());
+        }
+        let stored = self.read_progress().await?;
+        let mut progress = self.progress_lock();
+        for (partition, next) in stored.iter() {
+            progress.advance(partition, next);
+        }
+        Ok(progress.clone())
     }
 }

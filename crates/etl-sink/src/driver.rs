@@ -32,6 +32,10 @@ pub struct SinkDriver {
     dead_letters: Option<Arc<dyn Sink>>,
     config: DriverConfig,
     resume: Option<Progress>,
+    /// The sink's own progress, for an exactly-once driver: records it
+    /// covers are skipped. Read for every input, so progress the sink
+    /// reloaded (a partition another process advanced) counts at once.
+    progress: Option<Arc<dyn ProgressSink>>,
 }
 
 impl SinkDriver {
@@ -44,6 +48,7 @@ impl SinkDriver {
             dead_letters: None,
             config: DriverConfig::default(),
             resume: None,
+            progress: None,
         }
     }
 
@@ -58,9 +63,30 @@ impl SinkDriver {
         encoder: impl Encoder + 'static,
     ) -> (Self, Progress) {
         let progress = sink.progress();
-        let mut driver = SinkDriver::new(sink, encoder);
+        let sink = Arc::new(sink);
+        let mut driver = SinkDriver::new_shared(sink.clone(), encoder);
         driver.resume = Some(progress.clone());
+        driver.progress = Some(sink);
         (driver, progress)
+    }
+
+    fn new_shared(sink: Arc<dyn Sink>, encoder: impl Encoder + 'static) -> Self {
+        SinkDriver {
+            sink,
+            encoder: Box::new(encoder),
+            dead_letters: None,
+            config: DriverConfig::default(),
+            resume: None,
+            progress: None,
+        }
+    }
+
+    /// The sink of an exactly-once driver, as the keeper of its progress:
+    /// the pipeline reloads the progress through it on every assignment
+    /// and starts the assigned partitions there. `None` for other drivers.
+    #[must_use]
+    pub fn progress_sink(&self) -> Option<Arc<dyn ProgressSink>> {
+        self.progress.clone()
     }
 
     /// Use `config` (an exactly-once driver still writes one batch at a
@@ -107,6 +133,7 @@ impl SinkDriver {
             input: Input(rx),
             close: close_rx,
             resume: self.resume,
+            progress: self.progress,
             halt_on_failure: exactly_once,
             builder: BatchBuilder::default(),
             acks: AckSet::new(),
@@ -129,6 +156,7 @@ struct Driver {
     input: Input,
     close: oneshot::Receiver<()>,
     resume: Option<Progress>,
+    progress: Option<Arc<dyn ProgressSink>>,
     halt_on_failure: bool,
     builder: BatchBuilder,
     /// Handles of the batch being built: failed if the driver stops.
@@ -149,6 +177,14 @@ impl Driver {
 
     fn accept(&mut self, item: Acked<Vec<Record>>) {
         let (records, ack) = item.into_parts();
+        // The progress now, not at start: the sink may have reloaded it
+        // (a reassigned partition another process advanced), and the
+        // source resumed that partition below it only if it had to.
+        if let (Some(resume), Some(sink)) = (self.resume.as_mut(), &self.progress) {
+            for (partition, next) in sink.progress().iter() {
+                resume.advance(partition, next);
+            }
+        }
         let mut kept = false;
         for record in records {
             if self.resume.as_ref().is_some_and(|p| p.covers(&record)) {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use etl_record::{Offset, PartitionId, Record};
 
-use crate::Sink;
+use crate::{Sink, SinkError};
 
 /// For each partition, the offset of the next record the sink has not
 /// stored: every record of the partition below it is in the sink's data.
@@ -89,9 +89,28 @@ impl FromIterator<(PartitionId, Offset)> for Progress {
 /// so nothing below it is read again and nothing above it was stored. With
 /// several sinks, one sink's progress says nothing about the others, so
 /// the offset store stays in charge and delivery is at-least-once.
+#[async_trait::async_trait]
 pub trait ProgressSink: Sink {
     /// The progress stored with the data.
     fn progress(&self) -> Progress;
+
+    /// Read the stored progress again from where it is stored, and from
+    /// then on report it in [`progress`](ProgressSink::progress) too.
+    /// Called whenever the pipeline is assigned partitions: with several
+    /// processes writing one store (members of a Kafka consumer group
+    /// sharing a PostgreSQL progress table), another may have advanced a
+    /// partition since this one last looked, and the partition must
+    /// resume there, not at what this process saw. The default returns
+    /// [`progress`](ProgressSink::progress), right for a store only this
+    /// process writes.
+    ///
+    /// # Errors
+    ///
+    /// The stored progress could not be read; the assignment fails (a
+    /// partition is never started at a position that may be stale).
+    async fn reload_progress(&self) -> Result<Progress, SinkError> {
+        Ok(self.progress())
+    }
 }
 
 #[cfg(test)]

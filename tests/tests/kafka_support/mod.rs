@@ -32,7 +32,8 @@ pub(crate) fn value(id: u64) -> String {
 
 /// Produce records `0..count` round-robin over `partitions` partitions of
 /// `topic`; returns each record's idempotency key as the Kafka source
-/// names it (`source/partition/offset`), by id.
+/// names it (`source/partition id/offset`, the id from the topic's name
+/// and the partition number), by id.
 pub(crate) async fn produce(
     broker: &TestBroker,
     topic: &str,
@@ -78,6 +79,7 @@ pub(crate) async fn produce_range(
             .expect("enqueue");
         pending.push((id, delivery));
     }
+    let map = etl_kafka::PartitionMap::new(vec![topic.to_owned()]).expect("topic");
     let mut keys = BTreeMap::new();
     for (id, delivery) in pending {
         let d = delivery
@@ -85,7 +87,8 @@ pub(crate) async fn produce_range(
             .expect("delivery report")
             .map_err(|(e, _)| e)
             .expect("delivered");
-        keys.insert(id, format!("{source}/{}/{}", d.partition, d.offset));
+        let partition = map.id(topic, d.partition).expect("mapped");
+        keys.insert(id, format!("{source}/{partition}/{}", d.offset));
     }
     keys
 }
@@ -102,6 +105,8 @@ pub(crate) struct MemberConfig {
     pub(crate) max_in_flight_batches: u32,
     pub(crate) commit_interval_ms: u64,
     pub(crate) revoke_deadline_ms: u64,
+    /// The source's `commit_timeout_ms`, when not the default.
+    pub(crate) commit_timeout_ms: Option<u32>,
 }
 
 impl MemberConfig {
@@ -114,6 +119,7 @@ impl MemberConfig {
             max_in_flight_batches: 8,
             commit_interval_ms: 20,
             revoke_deadline_ms: 3_000,
+            commit_timeout_ms: None,
         }
     }
 
@@ -153,6 +159,14 @@ impl MemberConfig {
             self.commit_interval_ms,
             self.revoke_deadline_ms,
         );
+        if let Some(ms) = self.commit_timeout_ms {
+            // Still in the `[source]` table: appended after its keys.
+            s = s.replacen(
+                "\n\n[[sinks]]",
+                &format!("\ncommit_timeout_ms = {ms}\n\n[[sinks]]"),
+                1,
+            );
+        }
         s
     }
 }
@@ -252,6 +266,29 @@ impl Member {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The member's state as its current run last logged it: the last
+    /// `kafka member state` line (assignment, paused partitions, fetch
+    /// positions), and its last assignment and revocation lines.
+    pub(crate) fn state(&self) -> String {
+        let log = self.log(self.runs);
+        let last = |needle: &str| {
+            log.lines()
+                .rev()
+                .find(|l| l.contains(needle))
+                .unwrap_or("(none)")
+                .to_owned()
+        };
+        format!(
+            "{} (run {}, running: {}):\n  state:    {}\n  assigned: {}\n  revoked:  {}",
+            self.name,
+            self.runs,
+            self.child.is_some(),
+            last("kafka member state"),
+            last("partitions assigned"),
+            last("partitions revoked"),
+        )
     }
 
     /// The log of run `run` (1-based).

@@ -136,6 +136,17 @@ impl TestBroker {
 }
 
 impl TestBroker {
+    /// Kill a private broker (the broker becomes unreachable). Panics
+    /// with a shared one (`ETL_TEST_KAFKA`), which a test cannot stop.
+    pub(crate) fn kill(&mut self) {
+        let child = self
+            .child
+            .as_mut()
+            .expect("a test that stops the broker needs a private one (unset ETL_TEST_KAFKA)");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// The offsets `group` has committed for partitions `0..partitions` of
     /// `topic`, read by a fresh client that does not join the group.
     pub(crate) fn committed(

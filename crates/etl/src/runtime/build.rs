@@ -56,8 +56,9 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
 
     builder = with_source(builder, config)?;
     let trusted = values_are_json(config);
+    let stored = StoredProgressCheck::new(config)?;
     for sink in &config.sinks {
-        builder = with_sink(builder, sink, trusted).await?;
+        builder = with_sink(builder, sink, trusted, &stored).await?;
     }
     if let Some(kind) = &config.dead_letter {
         let sink = open_sink(kind, "dead_letter").await?.shared();
@@ -243,10 +244,46 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
     })
 }
 
+/// What an exactly-once sink's stored progress must satisfy for this
+/// source before it is applied.
+enum StoredProgressCheck {
+    Any,
+    /// A Kafka source: no partition id of the mapping by topic index that
+    /// earlier versions stored (it may name another partition now).
+    #[cfg(feature = "kafka")]
+    Kafka(etl_kafka::PartitionMap),
+}
+
+impl StoredProgressCheck {
+    fn new(config: &Config) -> Result<Self, PipelineError> {
+        match &config.source {
+            #[cfg(feature = "kafka")]
+            SourceConfig::Kafka(table) => {
+                let (_, source) = crate::connectors::kafka::source_config(table)?;
+                etl_kafka::PartitionMap::new(source.topics)
+                    .map(StoredProgressCheck::Kafka)
+                    .map_err(|e| PipelineError::Invalid(format!("[source] {e}")))
+            }
+            _ => Ok(StoredProgressCheck::Any),
+        }
+    }
+
+    fn check(&self, sink: &str, progress: &etl_sink::Progress) -> Result<(), PipelineError> {
+        match self {
+            StoredProgressCheck::Any => Ok(()),
+            #[cfg(feature = "kafka")]
+            StoredProgressCheck::Kafka(map) => map
+                .check_stored(progress.iter().map(|(p, _)| p))
+                .map_err(|e| PipelineError::Invalid(format!("sink {sink:?}: {e}"))),
+        }
+    }
+}
+
 async fn with_sink(
     builder: PipelineBuilder,
     config: &SinkConfig,
     trusted: bool,
+    stored: &StoredProgressCheck,
 ) -> Result<PipelineBuilder, PipelineError> {
     let o = &config.options;
     let driver_config = DriverConfig {
@@ -276,11 +313,13 @@ async fn with_sink(
     Ok(match open_sink(&config.kind, &config.name).await? {
         Opened::ExactlyOnce(file) => {
             let (driver, progress) = SinkDriver::exactly_once(file, encoder(encoding, trusted));
+            stored.check(&config.name, &progress)?;
             builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
         }
         #[cfg(feature = "postgres")]
         Opened::PostgresExactlyOnce(sink) => {
             let (driver, progress) = SinkDriver::exactly_once(*sink, encoder(encoding, trusted));
+            stored.check(&config.name, &progress)?;
             builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
         }
         Opened::Shared(sink) => builder.sink(

@@ -9,6 +9,7 @@ mod ordered;
 #[cfg(test)]
 mod ordered_tests;
 mod pipeline;
+mod progress_store;
 
 pub use build::pipeline_from_config;
 pub use error::PipelineError;

@@ -6,7 +6,9 @@ use std::time::Duration;
 use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
-use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
+use etl_sink::{
+    DeadLetterHandle, DriverConfig as SinkDriverConfig, ProgressSink, Sink, SinkDriver, SinkMetrics,
+};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -15,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::fanout::{Outputs, Stage, StageStop};
 use super::hub::SinkSlot;
 use super::ordered::{Workers, run_parallel, run_serial};
+use super::progress_store::SinkProgressStore;
 use super::{MetricsHub, PipelineError};
 use crate::config::FailurePolicy;
 use crate::transform::{Transform, TransformChain};
@@ -41,6 +44,8 @@ pub struct PipelineBuilder {
     sinks: Vec<SinkSpec>,
     /// The stored progress of the exactly-once sink, if there is one.
     progress: Option<etl_sink::Progress>,
+    /// The exactly-once sink, to read its progress on every assignment.
+    progress_sink: Option<Arc<dyn ProgressSink>>,
     dead_letter: Option<Arc<dyn Sink>>,
     store: Option<Box<dyn OffsetStore>>,
     checkpoint: CheckpointConfig,
@@ -70,6 +75,7 @@ impl Default for PipelineBuilder {
             chain: TransformChain::new(),
             sinks: Vec::new(),
             progress: None,
+            progress_sink: None,
             dead_letter: None,
             store: None,
             checkpoint: CheckpointConfig::default(),
@@ -132,12 +138,15 @@ impl PipelineBuilder {
     /// Add the single sink of an exactly-once pipeline, with the progress
     /// it stored (from [`SinkDriver::exactly_once`]).
     ///
-    /// The source still resumes at the offset store's commits, which only
-    /// ever cover records whose every destination (dead letters included)
-    /// is durable; the driver skips what the sink's progress already
-    /// holds. Resuming at the sink's progress instead would skip a dead
-    /// letter that never became durable: the sink's progress moves past
-    /// records it does not store.
+    /// The source resumes at the lower of the offset store's commit and
+    /// the sink's progress: the commit only ever covers records whose
+    /// every destination (dead letters included) is durable, while the
+    /// sink's progress moves past records it does not store, so resuming
+    /// there alone would skip a dead letter that never became durable.
+    /// The driver skips what the sink's progress already holds. The
+    /// progress is read again from the sink on every assignment
+    /// ([`ProgressSink::reload_progress`]), so a partition another process
+    /// advanced meanwhile is skipped up to where that one left it.
     #[must_use]
     pub fn exactly_once_sink(
         mut self,
@@ -146,6 +155,7 @@ impl PipelineBuilder {
         progress: etl_sink::Progress,
     ) -> Self {
         self.progress = Some(progress);
+        self.progress_sink = driver.progress_sink();
         self.sink(name, driver)
     }
 
@@ -239,6 +249,7 @@ impl PipelineBuilder {
             sinks: self.sinks,
             dead_letter: self.dead_letter,
             store: self.store.unwrap_or_else(|| Box::new(MemoryStore::new())),
+            progress_sink: self.progress_sink,
             checkpoint: self.checkpoint,
             source_driver,
             on_failure: self.on_failure,
@@ -286,6 +297,7 @@ pub struct Pipeline {
     sinks: Vec<SinkSpec>,
     dead_letter: Option<Arc<dyn Sink>>,
     store: Box<dyn OffsetStore>,
+    progress_sink: Option<Arc<dyn ProgressSink>>,
     checkpoint: CheckpointConfig,
     source_driver: SourceDriverConfig,
     on_failure: FailurePolicy,
@@ -339,6 +351,7 @@ impl Pipeline {
             sinks,
             dead_letter,
             store,
+            progress_sink,
             checkpoint,
             source_driver,
             on_failure,
@@ -348,6 +361,14 @@ impl Pipeline {
             hub,
         } = self;
 
+        let store: Box<dyn OffsetStore> = match progress_sink {
+            Some(sink) => Box::new(SinkProgressStore::new(
+                store,
+                sink,
+                tokio::runtime::Handle::current(),
+            )),
+            None => store,
+        };
         let (acker, receiver) = etl_ack::channel();
         let (checkpointer, mut replays) = Checkpointer::spawn(checkpoint, store, receiver)?;
         hub.set_checkpoint(checkpointer.clone());

@@ -140,7 +140,7 @@ pub fn check(
         // covers only records delivered everywhere.
         for (partition, next) in sink.progress.iter() {
             let p = partition.0;
-            let resume = committed.get(partition).map_or(0, |c| c.0).min(next.0);
+            let resume = committed.get(&partition).map_or(0, |c| c.0).min(next.0);
             for o in 0..resume {
                 delivered(p, o, &mut std::iter::once(0)).map_err(|e| {
                     format!("exactly-once resume position of partition {p} is {resume}: {e}")
