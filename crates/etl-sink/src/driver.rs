@@ -102,6 +102,7 @@ impl SinkDriver {
                 dead_letters: self.dead_letters,
                 config,
                 metrics: metrics.clone(),
+                exactly_once,
             }),
             encoder: self.encoder,
             input: Input(rx),
@@ -110,6 +111,7 @@ impl SinkDriver {
             halt_on_failure: exactly_once,
             builder: BatchBuilder::default(),
             acks: AckSet::new(),
+            ends: Vec::new(),
             refused: Vec::new(),
             first_at: None,
         };
@@ -142,6 +144,8 @@ struct Driver {
     builder: BatchBuilder,
     /// Handles of the batch being built: failed if the driver stops.
     acks: AckSet,
+    /// Where each handle's records end in the batch being built.
+    ends: Vec<usize>,
     refused: Vec<DeadLetter>,
     first_at: Option<Instant>,
 }
@@ -170,7 +174,13 @@ impl Driver {
             }
         }
         if kept {
+            let slots = self.acks.len();
             self.acks.push(ack);
+            if self.acks.len() > slots {
+                self.ends.push(self.builder.len());
+            } else if let Some(end) = self.ends.last_mut() {
+                *end = self.builder.len();
+            }
             self.first_at.get_or_insert_with(Instant::now);
         }
         // Otherwise every record is already stored (or there were none):
@@ -181,6 +191,7 @@ impl Driver {
         let job = Job {
             batch: self.builder.finish(),
             acks: std::mem::take(&mut self.acks),
+            ends: std::mem::take(&mut self.ends),
             refused: std::mem::take(&mut self.refused),
         };
         self.first_at = None;
@@ -206,13 +217,20 @@ impl Driver {
             let linger_at = self.first_at.map(|t| t + linger);
             tokio::select! {
                 biased;
-                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
-                    if let Outcome::Failed(reason) = outcome
-                        && self.halt_on_failure
-                    {
-                        return Err(SinkError::Halted(reason));
+                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => match outcome {
+                    Outcome::Delivered => {}
+                    Outcome::Failed(reason) => {
+                        if self.halt_on_failure {
+                            return Err(SinkError::Halted(reason));
+                        }
                     }
-                }
+                    // Returning drops every write in flight, the batch
+                    // being built and the queued input: all of it fails.
+                    Outcome::Halt(err) => {
+                        tracing::error!(error = %err, "the sink fails whatever the records; stopping");
+                        return Err(err);
+                    }
+                },
                 // A close request, or the handle dropped: stop taking input,
                 // drain what is queued.
                 _ = &mut self.close, if !closing => {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
-use crate::{DriverConfig, EncodedBatch, OnPermanentFailure, Sink, SinkError};
+use crate::{DriverConfig, EncodedBatch, FailureKind, OnPermanentFailure, Sink, SinkError};
 
 /// What every write of one driver shares.
 #[derive(Debug)]
@@ -18,6 +18,9 @@ pub(crate) struct Shared {
     pub(crate) dead_letters: Option<Arc<dyn Sink>>,
     pub(crate) config: DriverConfig,
     pub(crate) metrics: Arc<MetricsCell>,
+    /// An exactly-once driver writes nothing after a failed part of a
+    /// batch: its stored progress would move past the failed records.
+    pub(crate) exactly_once: bool,
 }
 
 /// One batch on its way to the sink, with the handles it covers and the
@@ -26,6 +29,9 @@ pub(crate) struct Shared {
 pub(crate) struct Job {
     pub(crate) batch: EncodedBatch,
     pub(crate) acks: AckSet,
+    /// `ends[i]` is the end (exclusive) of the records of handle `i` of
+    /// `acks` in `batch`: the source batches the write merges.
+    pub(crate) ends: Vec<usize>,
     pub(crate) refused: Vec<DeadLetter>,
 }
 
@@ -34,6 +40,19 @@ pub(crate) struct Job {
 pub(crate) enum Outcome {
     Delivered,
     Failed(String),
+    /// The sink failed whatever the records (an error of the environment,
+    /// after the retry policy): the driver stops with this error.
+    Halt(SinkError),
+}
+
+/// How the write of one part (one source batch, or the whole job) ended.
+enum Part {
+    /// Durable, once `letters` are.
+    Written,
+    /// Failed because of its records: its handles fail and it replays.
+    Failed(String),
+    /// The sink cannot write, whatever the records.
+    Halt(SinkError),
 }
 
 impl Shared {
@@ -58,13 +77,13 @@ impl Shared {
     }
 
     /// Write dead letters durably; `Err` says why they are not.
-    async fn write_dead_letters(&self, letters: Vec<DeadLetter>) -> Result<(), String> {
+    async fn write_dead_letters(&self, letters: Vec<DeadLetter>) -> Result<(), LetterFailure> {
         let Some(sink) = &self.dead_letters else {
-            return Err(format!(
+            return Err(LetterFailure::Failed(format!(
                 "{} record(s) need the dead-letter sink and there is none; first: {}",
                 letters.len(),
                 letters.first().map_or("", |l| l.reason.as_str())
-            ));
+            )));
         };
         let count = letters.len() as u64;
         let batch = dead_letter_batch(letters);
@@ -73,88 +92,214 @@ impl Shared {
                 add(&self.metrics.dead_lettered, count);
                 Ok(())
             }
-            Err(err) => Err(format!("dead-letter write failed: {err}")),
+            Err(err) if err.kind() == FailureKind::Environment => Err(LetterFailure::Halt(err)),
+            Err(err) => Err(LetterFailure::Failed(format!(
+                "dead-letter write failed: {err}"
+            ))),
         }
     }
+}
+
+/// Why dead letters are not durable.
+enum LetterFailure {
+    /// There is no dead-letter sink, or it refused the letters.
+    Failed(String),
+    /// The dead-letter sink cannot write, whatever the letters.
+    Halt(SinkError),
 }
 
 /// Run one job to its end. The handles are delivered only after every
 /// record of the batch is durable in the sink or the dead-letter sink;
 /// otherwise they fail. Dropping this future mid-way drops the set, which
 /// fails it.
+///
+/// A write of several source batches that fails because of its data is
+/// split: each source batch is written again on its own, so only the one
+/// holding the bad record fails. The source side counts failures per
+/// batch to find poison records; a merged write would blame (and replay,
+/// and in the end dead-letter) every batch it merged.
 pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
     let started = Instant::now();
     let Job {
         batch,
-        acks,
+        mut acks,
+        ends,
         mut refused,
     } = job;
-    let m = &shared.metrics;
     let written = if batch.is_empty() {
         Ok(())
     } else {
         shared.write_to(&*shared.sink, &batch).await
     };
-    let failure = match written {
+    // Each part's handles with its outcome, in batch order.
+    let mut parts: Vec<(AckSet, Part)> = Vec::new();
+    match written {
+        Err(err)
+            if err.kind() == FailureKind::Data && acks.len() > 1 && ends.len() == acks.len() =>
+        {
+            tracing::debug!(error = %err, batches = acks.len(), "a merged write failed on its data; writing its batches one by one");
+            let mut sets = Vec::with_capacity(acks.len());
+            while acks.len() > 1 {
+                sets.push(acks.split_off(acks.len() - 1));
+            }
+            sets.push(acks);
+            sets.reverse();
+            let mut start = 0;
+            let mut stop = false;
+            for (set, end) in sets.into_iter().zip(ends) {
+                let range = start..end;
+                start = end;
+                if stop {
+                    // Not written: failing it is what dropping it does.
+                    parts.push((
+                        set,
+                        Part::Failed("an earlier batch of the write failed".into()),
+                    ));
+                    continue;
+                }
+                let part = batch.select(|i| range.contains(&i));
+                let result = if part.is_empty() {
+                    Ok(())
+                } else {
+                    shared.write_to(&*shared.sink, &part).await
+                };
+                let outcome = settle(&shared, result, part, &mut refused);
+                stop = match &outcome {
+                    Part::Halt(_) => true,
+                    Part::Failed(_) => shared.exactly_once,
+                    Part::Written => false,
+                };
+                parts.push((set, outcome));
+            }
+        }
+        result => {
+            let outcome = settle(&shared, result, batch, &mut refused);
+            parts.push((acks, outcome));
+        }
+    }
+    let outcome = resolve(&shared, parts, refused).await;
+    shared.metrics.record_latency(started.elapsed());
+    outcome
+}
+
+/// Account for one write's result; the records it sets aside (rejected,
+/// or the whole part under [`OnPermanentFailure::DeadLetter`]) join
+/// `letters`.
+fn settle(
+    shared: &Shared,
+    written: Result<(), SinkError>,
+    batch: EncodedBatch,
+    letters: &mut Vec<DeadLetter>,
+) -> Part {
+    let m = &shared.metrics;
+    match written {
         Ok(()) => {
-            add(&m.records_written, batch.len() as u64);
-            add(&m.bytes_written, batch.bytes().len() as u64);
-            add(&m.batches_written, 1);
-            None
+            if !batch.is_empty() {
+                add(&m.records_written, batch.len() as u64);
+                add(&m.bytes_written, batch.bytes().len() as u64);
+                add(&m.batches_written, 1);
+            }
+            Part::Written
         }
         Err(SinkError::Rejected(rejects)) => {
             let indices: BTreeSet<usize> = rejects.iter().map(|r| r.index).collect();
             if let Some(bad) = indices.iter().find(|&&i| i >= batch.len()) {
-                Some(format!(
+                return Part::Failed(format!(
                     "sink rejected record {bad} of a batch of {}",
                     batch.len()
-                ))
-            } else {
-                let accepted_bytes: usize = (0..batch.len())
-                    .filter(|i| !indices.contains(i))
-                    .filter_map(|i| batch.range(i).map(|r| r.len()))
-                    .sum();
-                add(&m.records_written, (batch.len() - indices.len()) as u64);
-                add(&m.bytes_written, accepted_bytes as u64);
-                add(&m.batches_written, 1);
-                for reject in rejects {
-                    if let Some(record) = batch.records().get(reject.index) {
-                        refused.push(DeadLetter::new(
-                            record.clone(),
-                            format!("rejected by the sink: {}", reject.reason),
-                        ));
-                    }
-                }
-                None
+                ));
             }
+            let accepted_bytes: usize = (0..batch.len())
+                .filter(|i| !indices.contains(i))
+                .filter_map(|i| batch.range(i).map(|r| r.len()))
+                .sum();
+            add(&m.records_written, (batch.len() - indices.len()) as u64);
+            add(&m.bytes_written, accepted_bytes as u64);
+            add(&m.batches_written, 1);
+            for reject in rejects {
+                if let Some(record) = batch.records().get(reject.index) {
+                    letters.push(DeadLetter::new(
+                        record.clone(),
+                        format!("rejected by the sink: {}", reject.reason),
+                    ));
+                }
+            }
+            Part::Written
         }
+        Err(err) if err.kind() == FailureKind::Environment => Part::Halt(err),
         Err(err) => match shared.config.on_permanent_failure {
-            OnPermanentFailure::Fail => Some(err.to_string()),
+            OnPermanentFailure::Fail => Part::Failed(err.to_string()),
             OnPermanentFailure::DeadLetter => {
                 let reason = format!("sink write failed: {err}");
                 for record in batch.into_records() {
-                    refused.push(DeadLetter::new(record, reason.clone()));
+                    letters.push(DeadLetter::new(record, reason.clone()));
                 }
-                None
+                Part::Written
             }
         },
-    };
-    let outcome = match failure {
-        Some(reason) => Outcome::Failed(reason),
-        None if refused.is_empty() => Outcome::Delivered,
-        None => match shared.write_dead_letters(refused).await {
-            Ok(()) => Outcome::Delivered,
-            Err(reason) => Outcome::Failed(reason),
-        },
-    };
-    m.record_latency(started.elapsed());
-    match &outcome {
-        Outcome::Delivered => acks.deliver(),
-        Outcome::Failed(reason) => {
-            tracing::warn!(%reason, batches = acks.len(), "sink batch failed; its partitions will replay");
-            add(&m.batches_failed, 1);
+    }
+}
+
+/// Write the letters, then deliver or fail every part's handles.
+async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadLetter>) -> Outcome {
+    let m = &shared.metrics;
+    let mut halt = None;
+    let mut failure = None;
+    for (_, part) in &parts {
+        match part {
+            Part::Halt(_) | Part::Written => {}
+            Part::Failed(reason) => {
+                failure.get_or_insert_with(|| reason.clone());
+            }
+        }
+    }
+    let mut parts: Vec<(AckSet, bool)> = parts
+        .into_iter()
+        .map(|(acks, part)| match part {
+            Part::Written => (acks, true),
+            Part::Failed(_) => (acks, false),
+            Part::Halt(err) => {
+                halt.get_or_insert(err);
+                (acks, false)
+            }
+        })
+        .collect();
+    if let Some(err) = halt {
+        // Nothing of this job is delivered: the pipeline stops, and what
+        // was written will be written again after the cause is fixed.
+        add(&m.batches_failed, 1);
+        drop(parts);
+        return Outcome::Halt(err);
+    }
+    if !letters.is_empty() && parts.iter().any(|(_, written)| *written) {
+        match shared.write_dead_letters(letters).await {
+            Ok(()) => {}
+            Err(LetterFailure::Halt(err)) => {
+                add(&m.batches_failed, 1);
+                drop(parts);
+                return Outcome::Halt(SinkError::DeadLetter(Box::new(err)));
+            }
+            Err(LetterFailure::Failed(reason)) => {
+                for (_, written) in &mut parts {
+                    *written = false;
+                }
+                failure.get_or_insert(reason);
+            }
+        }
+    }
+    for (acks, written) in parts {
+        if written {
+            acks.deliver();
+        } else {
             acks.fail();
         }
     }
-    outcome
+    match failure {
+        None => Outcome::Delivered,
+        Some(reason) => {
+            tracing::warn!(%reason, "sink batch failed; its partitions will replay");
+            add(&m.batches_failed, 1);
+            Outcome::Failed(reason)
+        }
+    }
 }

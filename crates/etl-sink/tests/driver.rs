@@ -57,15 +57,12 @@ async fn thirty_percent_transient_failures_lose_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn permanent_failures_fail_their_batches_by_default() {
+async fn data_failures_fail_their_batches_by_default() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
-    let sink = SinkDriver::new(
-        FailEveryNth::permanent(memory.clone(), 3),
-        NdjsonEncoder::new(),
-    )
-    .config(one_batch_per_item(1))
-    .spawn();
+    let sink = SinkDriver::new(FailEveryNth::data(memory.clone(), 3), NdjsonEncoder::new())
+        .config(one_batch_per_item(1))
+        .spawn();
     for i in 0..9 {
         sink.send(source.batch(0, i * 10..i * 10 + 10))
             .await
@@ -84,24 +81,21 @@ async fn permanent_failures_fail_their_batches_by_default() {
     assert_eq!(metrics.batches_written, 6);
     assert_eq!(metrics.batches_failed, 3);
     assert_eq!(metrics.records_written, 60);
-    assert_eq!(metrics.retries, 0, "permanent errors are not retried");
+    assert_eq!(metrics.retries, 0, "data errors are not retried");
 }
 
 #[tokio::test(start_paused = true)]
-async fn permanent_failures_go_to_dead_letters_by_policy() {
+async fn data_failures_go_to_dead_letters_by_policy() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
-    let sink = SinkDriver::new(
-        FailEveryNth::permanent(memory.clone(), 3),
-        NdjsonEncoder::new(),
-    )
-    .config(DriverConfig {
-        on_permanent_failure: OnPermanentFailure::DeadLetter,
-        ..one_batch_per_item(1)
-    })
-    .dead_letters(dead.clone())
-    .spawn();
+    let sink = SinkDriver::new(FailEveryNth::data(memory.clone(), 3), NdjsonEncoder::new())
+        .config(DriverConfig {
+            on_permanent_failure: OnPermanentFailure::DeadLetter,
+            ..one_batch_per_item(1)
+        })
+        .dead_letters(dead.clone())
+        .spawn();
     for i in 0..9 {
         sink.send(source.batch(0, i * 10..i * 10 + 10))
             .await
@@ -122,10 +116,29 @@ async fn permanent_failures_go_to_dead_letters_by_policy() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failing_dead_letter_sink_fails_the_batch() {
+async fn a_dead_letter_sink_refusing_the_letters_fails_the_batch() {
     let mut source = TestSource::new();
     let sink = SinkDriver::new(
-        FailEveryNth::permanent(MemorySink::new(), 1),
+        FailEveryNth::data(MemorySink::new(), 1),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        on_permanent_failure: OnPermanentFailure::DeadLetter,
+        ..one_batch_per_item(1)
+    })
+    .dead_letters(FailEveryNth::data(MemorySink::new(), 1))
+    .spawn();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+    assert_eq!(metrics.dead_lettered, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_dead_letter_sink_halts_the_driver() {
+    let mut source = TestSource::new();
+    let sink = SinkDriver::new(
+        FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
     .config(DriverConfig {
@@ -135,9 +148,12 @@ async fn a_failing_dead_letter_sink_fails_the_batch() {
     .dead_letters(FailEveryNth::permanent(MemorySink::new(), 1))
     .spawn();
     sink.send(source.batch(0, 0..10)).await.unwrap();
-    let metrics = sink.close().await.unwrap();
+    let err = sink.close().await.unwrap_err();
+    assert!(
+        matches!(&err, SinkError::DeadLetter(inner) if matches!(**inner, SinkError::Permanent(_))),
+        "{err}"
+    );
     assert_eq!(tally(&source.resolutions()), (0, 1));
-    assert_eq!(metrics.dead_lettered, 0);
 }
 
 fn with_bad_value(mut records: Vec<Record>, index: usize) -> Vec<Record> {
@@ -392,7 +408,7 @@ async fn fan_out_delivers_only_when_every_sink_has_written() {
     // If one of the sinks fails it, the batch fails.
     let ok = SinkDriver::new(MemorySink::new(), NdjsonEncoder::new()).spawn();
     let bad = SinkDriver::new(
-        FailEveryNth::permanent(MemorySink::new(), 1),
+        FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
     .config(DriverConfig {
