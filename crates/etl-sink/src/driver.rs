@@ -87,8 +87,7 @@ impl SinkDriver {
     #[must_use]
     pub fn spawn(self) -> SinkHandle {
         let mut config = self.config;
-        config.max_in_flight = config.max_in_flight.max(1);
-        config.max_records = config.max_records.max(1);
+        let invalid = config.validate().err();
         let exactly_once = self.resume.is_some();
         if exactly_once {
             config.max_in_flight = 1;
@@ -115,7 +114,15 @@ impl SinkDriver {
             refused: Vec::new(),
             first_at: None,
         };
-        let task = tokio::spawn(driver.run());
+        let task = match invalid {
+            // Dropping the driver drops its input: whatever is sent fails.
+            Some(err) => tokio::spawn(async move {
+                drop(driver);
+                tracing::error!(error = %err, "sink driver not started");
+                Err(err)
+            }),
+            None => tokio::spawn(driver.run()),
+        };
         SinkHandle::new(tx, close_tx, task, metrics)
     }
 }
@@ -155,9 +162,12 @@ impl Driver {
         !self.acks.is_empty()
     }
 
+    /// Whether the batch being built is due for writing. An empty batch
+    /// is never full, so input is always taken when nothing is held.
     fn is_full(&self) -> bool {
         let c = &self.shared.config;
-        self.builder.len() >= c.max_records || self.builder.byte_len() >= c.max_bytes
+        self.has_pending()
+            && (self.builder.len() >= c.max_records || self.builder.byte_len() >= c.max_bytes)
     }
 
     fn accept(&mut self, item: Acked<Vec<Record>>) {

@@ -136,6 +136,11 @@ pub enum SinkError {
     /// records set aside from a batch.
     #[error("dead-letter write failed: {0}")]
     DeadLetter(#[source] Box<SinkError>),
+    /// The driver's configuration is out of range (see
+    /// [`DriverConfig::validate`](crate::DriverConfig::validate)); the
+    /// driver did not start and failed whatever was sent to it.
+    #[error("invalid sink driver config: {0}")]
+    InvalidConfig(String),
     /// The driver is gone.
     #[error("sink driver is closed")]
     Closed,

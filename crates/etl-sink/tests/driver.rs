@@ -465,3 +465,28 @@ async fn the_write_returns_before_its_batch_is_delivered() {
         assert!(done < delivered, "batch ending at {last}: {events:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
+    // `batch_max_bytes = "0B"`: no batch could ever be started. The driver
+    // must not take the batch and wait for ever (then panic on close).
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_bytes: 0,
+            ..one_batch_per_item(1)
+        })
+        .spawn();
+    // The driver may already be gone: the send then hands the batch back,
+    // failed.
+    let _ = sink.send(source.batch(0, 0..10)).await;
+    let closed = tokio::time::timeout(Duration::from_secs(3600), sink.close())
+        .await
+        .expect("the driver ends");
+    let err = closed.unwrap_err();
+    assert!(matches!(err, SinkError::InvalidConfig(_)), "{err}");
+    assert!(err.to_string().contains("max_bytes"), "{err}");
+    assert_eq!(tally(&source.resolutions()), (0, 1), "the batch failed");
+    assert!(memory.positions().is_empty());
+}

@@ -165,3 +165,24 @@ fn load_names_the_file() {
     assert!(err.contains("bad.toml:"), "{err}");
     assert!(err.contains("at least one sink"), "{err}");
 }
+
+#[test]
+fn zero_sink_limits_are_refused() {
+    for (option, value) in [
+        ("batch_max_bytes", "\"0B\""),
+        ("batch_max_records", "0"),
+        ("concurrency", "0"),
+        ("timeout", "\"0s\""),
+    ] {
+        let config = format!(
+            "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\
+             [[sinks]]\ntype = \"blackhole\"\n{option} = {value}\n"
+        );
+        let problems = parse_config(&config, Path::new(".")).unwrap_err();
+        assert_eq!(problems.len(), 1, "{option}: {problems:?}");
+        assert!(
+            problems[0].message.contains(option),
+            "{option}: {problems:?}"
+        );
+    }
+}

@@ -453,12 +453,25 @@ fn sink_entry(
             return None;
         }
     };
-    if options.batch_max_records == 0 || options.concurrency == 0 {
+    // The sink driver refuses these too (`DriverConfig::validate`); here
+    // they are reported with their place, by their names in the file.
+    let zero: Vec<&str> = [
+        ("batch_max_records", options.batch_max_records == 0),
+        ("batch_max_bytes", options.batch_max_bytes.0 == 0),
+        ("concurrency", options.concurrency == 0),
+    ]
+    .into_iter()
+    .filter_map(|(name, is_zero)| is_zero.then_some(name))
+    .collect();
+    if !zero.is_empty() {
         ck.problem(
             span.clone(),
             section,
-            "batch_max_records and concurrency must be at least 1",
+            format!("{} must be at least 1", zero.join(", ")),
         );
+    }
+    if options.timeout.is_zero() {
+        ck.problem(span.clone(), section, "timeout must be longer than zero");
     }
     match SinkKind::deserialize(toml::Value::Table(table)) {
         Ok(kind) => {
