@@ -1,13 +1,14 @@
 //! The sink driver: batching, writes in flight, fail-safe teardown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use etl_ack::{AckSet, Acked};
 use etl_record::{DeadLetter, Record};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::batch::BatchBuilder;
@@ -94,6 +95,7 @@ impl SinkDriver {
         }
         let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
         let (close_tx, close_rx) = oneshot::channel();
+        let (ended_tx, ended_rx) = watch::channel(false);
         let metrics = Arc::new(MetricsCell::default());
         let driver = Driver {
             shared: Arc::new(Shared {
@@ -106,6 +108,7 @@ impl SinkDriver {
             encoder: self.encoder,
             input: Input(rx),
             close: close_rx,
+            input_ended: ended_rx,
             resume: self.resume,
             halt_on_failure: exactly_once,
             builder: BatchBuilder::default(),
@@ -123,7 +126,7 @@ impl SinkDriver {
             }),
             None => tokio::spawn(driver.run()),
         };
-        SinkHandle::new(tx, close_tx, task, metrics)
+        SinkHandle::new(tx, close_tx, ended_tx, task, metrics)
     }
 }
 
@@ -146,6 +149,9 @@ struct Driver {
     encoder: Box<dyn Encoder>,
     input: Input,
     close: oneshot::Receiver<()>,
+    /// Turns `true` once the upstream read all its input: lingering for
+    /// more records is then pointless.
+    input_ended: watch::Receiver<bool>,
     resume: Option<Progress>,
     halt_on_failure: bool,
     builder: BatchBuilder,
@@ -210,7 +216,9 @@ impl Driver {
 
     async fn run(mut self) -> Result<(), SinkError> {
         let max = self.shared.config.max_in_flight;
-        let linger = self.shared.config.linger;
+        let mut linger = self.shared.config.linger;
+        // Whether the end of the upstream's input may still be announced.
+        let mut awaiting_end = true;
         let mut in_flight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
         let mut input_open = true;
         let mut closing = false;
@@ -250,6 +258,18 @@ impl Driver {
                 item = self.input.0.recv(), if accepting => match item {
                     Some(item) => self.accept(item),
                     None => input_open = false,
+                },
+                // The upstream's input ended: write a partial batch as soon
+                // as the input is idle (the branches above come first).
+                changed = self.input_ended.changed(), if awaiting_end => match changed {
+                    // The handle is gone: no announcement can come.
+                    Err(_) => awaiting_end = false,
+                    Ok(()) => {
+                        if *self.input_ended.borrow_and_update() {
+                            awaiting_end = false;
+                            linger = Duration::ZERO;
+                        }
+                    }
                 },
                 () = sleep_until(linger_at), if linger_at.is_some() && in_flight.len() < max => {
                     let job = self.dispatch();

@@ -490,3 +490,27 @@ async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
     assert_eq!(tally(&source.resolutions()), (0, 1), "the batch failed");
     assert!(memory.positions().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let linger = Duration::from_secs(3600);
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_records: 1000,
+            linger,
+            ..DriverConfig::default()
+        })
+        .spawn();
+    let start = tokio::time::Instant::now();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    sink.input_ended();
+    wait_for(|| memory.positions().len() == 10).await;
+    // A replay after the end is not held back either.
+    sink.send(source.batch(0, 10..15)).await.unwrap();
+    wait_for(|| memory.positions().len() == 15).await;
+    assert!(start.elapsed() < linger / 10, "{:?}", start.elapsed());
+    sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (2, 0));
+}

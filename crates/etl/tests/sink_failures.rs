@@ -1,6 +1,7 @@
 //! Whole pipelines against failing sinks: an error of the environment
 //! halts the run with nothing committed past it and nothing dead-lettered;
 //! an error of the data is pinned on exactly the record that causes it.
+//! And a sink's batching never holds up the end of a bounded run.
 
 #![allow(clippy::unwrap_used)]
 
@@ -169,4 +170,35 @@ async fn only_the_record_a_merged_write_fails_on_is_dead_lettered() {
     assert_eq!(written, expected, "every good record reached the sink");
     assert_eq!(committed(&store, 0), Offset(40));
     assert_eq!(committed(&store, 1), Offset(40));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_linger_does_not_delay_the_end_of_a_bounded_run() {
+    let store = MemoryStore::new();
+    let memory = MemorySink::new();
+    let linger = Duration::from_secs(3600);
+    let pipeline = Pipeline::builder()
+        .source(generator(2, 95, 10))
+        .sink(
+            "out",
+            SinkDriver::new(memory.clone(), RawLinesEncoder::new()).config(DriverConfig {
+                max_records: 1000,
+                linger,
+                ..DriverConfig::default()
+            }),
+        )
+        .offset_store(store.clone())
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let summary = pipeline.run(CancellationToken::new()).await.unwrap();
+    assert!(
+        start.elapsed() < linger / 10,
+        "the last partial batch is written once the input ends, not after its linger: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(memory.positions().len(), 190);
+    assert_eq!(summary.committed.len(), 2);
+    assert_eq!(committed(&store, 0), Offset(95));
+    assert_eq!(committed(&store, 1), Offset(95));
 }

@@ -396,6 +396,7 @@ impl Pipeline {
         );
         hub.set_source(driver.metrics());
         let cancel = shutdown.child_token();
+        let mut input_ended = driver.input_ended();
         let driver_task = tokio::spawn(driver.run(cancel.clone()));
 
         let workers = Workers::spawn(&chain, transform_workers);
@@ -409,16 +410,27 @@ impl Pipeline {
             None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
         };
 
-        // Wait for the driver, or for a halt.
+        // Wait for the driver, or for a halt. Once the source has read all
+        // its input, the sinks write their last partial batches at once: a
+        // bounded run does not end a linger late.
         let mut halted = None;
         let driver_result = {
             tokio::pin!(driver_task);
-            tokio::select! {
-                r = &mut driver_task => r,
-                Some(request) = halt_rx.recv() => {
-                    halted = Some(request);
-                    cancel.cancel();
-                    driver_task.await
+            let mut told_sinks = false;
+            loop {
+                tokio::select! {
+                    r = &mut driver_task => break r,
+                    Some(request) = halt_rx.recv() => {
+                        halted = Some(request);
+                        cancel.cancel();
+                        break driver_task.await;
+                    }
+                    Ok(_) = input_ended.wait_for(|ended| *ended), if !told_sinks => {
+                        told_sinks = true;
+                        for (_, handle, _) in &handles {
+                            handle.input_ended();
+                        }
+                    }
                 }
             }
         };
