@@ -157,8 +157,9 @@ struct Driver {
     builder: BatchBuilder,
     /// Handles of the batch being built: failed if the driver stops.
     acks: AckSet,
-    /// Where each handle's records end in the batch being built.
-    ends: Vec<usize>,
+    /// Where each handle's records end in the batch being built, and its
+    /// encoder refusals in `refused`.
+    ends: Vec<(usize, usize)>,
     refused: Vec<DeadLetter>,
     first_at: Option<Instant>,
 }
@@ -193,9 +194,9 @@ impl Driver {
             let slots = self.acks.len();
             self.acks.push(ack);
             if self.acks.len() > slots {
-                self.ends.push(self.builder.len());
+                self.ends.push((self.builder.len(), self.refused.len()));
             } else if let Some(end) = self.ends.last_mut() {
-                *end = self.builder.len();
+                *end = (self.builder.len(), self.refused.len());
             }
             self.first_at.get_or_insert_with(Instant::now);
         }

@@ -30,8 +30,9 @@ pub(crate) struct Job {
     pub(crate) batch: EncodedBatch,
     pub(crate) acks: AckSet,
     /// `ends[i]` is the end (exclusive) of the records of handle `i` of
-    /// `acks` in `batch`: the source batches the write merges.
-    pub(crate) ends: Vec<usize>,
+    /// `acks` in `batch` (the source batches the write merges), and of its
+    /// records in `refused`.
+    pub(crate) ends: Vec<(usize, usize)>,
     pub(crate) refused: Vec<DeadLetter>,
 }
 
@@ -131,9 +132,10 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
     } else {
         shared.write_to(&*shared.sink, &batch).await
     };
-    // Each part's handles with its outcome, in batch order.
+    // Each part's handles with its outcome, in batch order, and the dead
+    // letters of the parts written.
     let mut parts: Vec<(AckSet, Part)> = Vec::new();
-    match written {
+    let letters = match written {
         Err(err)
             if err.kind() == FailureKind::Data && acks.len() > 1 && ends.len() == acks.len() =>
         {
@@ -144,11 +146,21 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
             }
             sets.push(acks);
             sets.reverse();
-            let mut start = 0;
+            let mut letters = Vec::new();
+            let mut refused = refused.into_iter();
+            let (mut start, mut refused_start) = (0, 0);
             let mut stop = false;
-            for (set, end) in sets.into_iter().zip(ends) {
+            for (set, (end, refused_end)) in sets.into_iter().zip(ends) {
                 let range = start..end;
                 start = end;
+                // The batch's own encoder refusals: dead-lettered only if
+                // the batch is written (a failed one is refused again when
+                // it replays).
+                let mut own: Vec<DeadLetter> = refused
+                    .by_ref()
+                    .take(refused_end.saturating_sub(refused_start))
+                    .collect();
+                refused_start = refused_start.max(refused_end);
                 if stop {
                     // Not written: failing it is what dropping it does.
                     parts.push((
@@ -163,21 +175,26 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
                 } else {
                     shared.write_to(&*shared.sink, &part).await
                 };
-                let outcome = settle(&shared, result, part, &mut refused);
+                let outcome = settle(&shared, result, part, &mut own);
                 stop = match &outcome {
                     Part::Halt(_) => true,
                     Part::Failed(_) => shared.exactly_once,
-                    Part::Written => false,
+                    Part::Written => {
+                        letters.append(&mut own);
+                        false
+                    }
                 };
                 parts.push((set, outcome));
             }
+            letters
         }
         result => {
             let outcome = settle(&shared, result, batch, &mut refused);
             parts.push((acks, outcome));
+            refused
         }
-    }
-    let outcome = resolve(&shared, parts, refused).await;
+    };
+    let outcome = resolve(&shared, parts, letters).await;
     shared.metrics.record_latency(started.elapsed());
     outcome
 }

@@ -18,7 +18,7 @@ use etl_sink::{
 };
 use tokio::time::Instant;
 
-use support::{TestSource, tally};
+use support::{TestSource, record, tally};
 
 /// One write per `max_records` records; the dead-letter policy on, so a
 /// failure wrongly taken for bad data would show up as dead letters.
@@ -167,4 +167,50 @@ async fn a_merged_write_is_split_by_source_batch_not_by_record() {
     let dead: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
     assert_eq!(dead, (5..10).collect::<Vec<_>>(), "by policy, its batch");
     assert_eq!(memory.positions().len(), 15);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_failing_in_a_merged_write_keeps_its_encoder_refusals_for_its_replay() {
+    // Two batches merged into one write, each holding a value the encoder
+    // refuses; the sink fails any write holding offset 8 (second batch).
+    // Only the first batch is written, so only its refusal is a dead
+    // letter: the second batch's comes again when it replays.
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(8)),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        max_records: 100,
+        linger: Duration::from_millis(5),
+        ..DriverConfig::default()
+    })
+    .dead_letters(dead.clone())
+    .spawn();
+    for (range, bad) in [(0..5, 2), (5..10, 6)] {
+        let records = range
+            .map(|o| {
+                let mut r = record(0, o);
+                if o == bad {
+                    r.value = bytes::Bytes::from_static(b"\xffnot json");
+                }
+                r
+            })
+            .collect();
+        sink.send(source.batch_of(records)).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    let msgs = source.resolutions();
+    let failed: Vec<i64> = msgs
+        .iter()
+        .filter(|m| m.status == AckStatus::Failed)
+        .map(|m| m.last_offset)
+        .collect();
+    assert_eq!(failed, vec![9], "only the second batch fails");
+    let dead: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(dead, vec![2], "no dead letter for a batch that replays");
+    let written: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(written, vec![0, 1, 3, 4]);
 }
