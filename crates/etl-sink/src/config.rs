@@ -14,9 +14,10 @@ pub enum OnPermanentFailure {
     /// a record that keeps failing).
     #[default]
     Fail,
-    /// Write the batch's records to the dead-letter sink, and deliver them
-    /// once that write is durable (fail them if it is not, or if there is
-    /// no dead-letter sink).
+    /// Write the batch again in halves (halves of what fails again) until
+    /// the records that fail alone are found, write those to the
+    /// dead-letter sink, and deliver the batch once that write is durable
+    /// (fail it if it is not, or if there is no dead-letter sink).
     DeadLetter,
 }
 

@@ -175,7 +175,7 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
                 } else {
                     shared.write_to(&*shared.sink, &part).await
                 };
-                let outcome = settle(&shared, result, part, &mut own);
+                let outcome = finish_part(&shared, result, part, &mut own).await;
                 stop = match &outcome {
                     Part::Halt(_) => true,
                     Part::Failed(_) => shared.exactly_once,
@@ -189,7 +189,7 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
             letters
         }
         result => {
-            let outcome = settle(&shared, result, batch, &mut refused);
+            let outcome = finish_part(&shared, result, batch, &mut refused).await;
             parts.push((acks, outcome));
             refused
         }
@@ -197,6 +197,63 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
     let outcome = resolve(&shared, parts, letters).await;
     shared.metrics.record_latency(started.elapsed());
     outcome
+}
+
+/// Whether `err` says the batch failed because of records it holds,
+/// without saying which.
+fn refused_for_its_data(err: &SinkError) -> bool {
+    err.kind() == FailureKind::Data && !matches!(err, SinkError::Rejected(_))
+}
+
+/// Account for one part's write. Under [`OnPermanentFailure::DeadLetter`]
+/// a part of several records refused for its data is narrowed down
+/// first ([`isolate`]), so that only the records at fault are set aside.
+async fn finish_part(
+    shared: &Shared,
+    written: Result<(), SinkError>,
+    part: EncodedBatch,
+    letters: &mut Vec<DeadLetter>,
+) -> Part {
+    match written {
+        Err(err)
+            if refused_for_its_data(&err)
+                && part.len() > 1
+                && shared.config.on_permanent_failure == OnPermanentFailure::DeadLetter =>
+        {
+            tracing::debug!(error = %err, records = part.len(), "a write failed on its data; narrowing it down to the records at fault");
+            isolate(shared, &part, letters).await
+        }
+        written => settle(shared, written, part, letters),
+    }
+}
+
+/// Write `part`, known to fail on its data, in halves, each half that
+/// fails on its data in halves again, in order: records written, records
+/// that fail alone become dead letters. Costs about `2 * log2(len)`
+/// writes per bad record, and only once a write failed.
+async fn isolate(shared: &Shared, part: &EncodedBatch, letters: &mut Vec<DeadLetter>) -> Part {
+    let halves = |r: std::ops::Range<usize>| {
+        let mid = r.start + r.len() / 2;
+        [mid..r.end, r.start..mid]
+    };
+    // Ranges still to write, the next one last.
+    let mut todo: Vec<std::ops::Range<usize>> = halves(0..part.len()).to_vec();
+    while let Some(range) = todo.pop() {
+        let sub = part.select(|i| range.contains(&i));
+        let written = shared.write_to(&*shared.sink, &sub).await;
+        match written {
+            Err(err) if refused_for_its_data(&err) && range.len() > 1 => {
+                todo.extend(halves(range));
+            }
+            written => match settle(shared, written, sub, letters) {
+                Part::Written => {}
+                // The environment failed: the job halts. (A malformed
+                // reject: the part fails and replays.)
+                other => return other,
+            },
+        }
+    }
+    Part::Written
 }
 
 /// Account for one write's result; the records it sets aside (rejected,

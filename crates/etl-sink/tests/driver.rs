@@ -13,7 +13,8 @@ use std::time::Duration;
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{
-    Event, FailEveryNth, Flaky, Gated, Hang, MemorySink, Panic, Recording, Rejecting, Slow,
+    Event, FailEveryNth, FailWhere, Flaky, Gated, Hang, MemorySink, Panic, Recording, Rejecting,
+    Slow,
 };
 use etl_sink::{
     DriverConfig, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SendError, SinkDriver, SinkError,
@@ -85,11 +86,12 @@ async fn data_failures_fail_their_batches_by_default() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn data_failures_go_to_dead_letters_by_policy() {
+async fn data_failures_dead_letter_only_the_records_at_fault_by_policy() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
-    let sink = SinkDriver::new(FailEveryNth::data(memory.clone(), 3), NdjsonEncoder::new())
+    let bad = |r: &Record| matches!(r.position.offset.0, 25 | 47);
+    let sink = SinkDriver::new(FailWhere::new(memory.clone(), bad), NdjsonEncoder::new())
         .config(DriverConfig {
             on_permanent_failure: OnPermanentFailure::DeadLetter,
             ..one_batch_per_item(1)
@@ -103,9 +105,14 @@ async fn data_failures_go_to_dead_letters_by_policy() {
     }
     let metrics = sink.close().await.unwrap();
     assert_eq!(tally(&source.resolutions()), (9, 0));
-    assert_eq!(memory.positions().len(), 60);
-    assert_eq!(dead.positions().len(), 30);
-    assert_eq!(metrics.dead_lettered, 30);
+    assert_eq!(memory.positions().len(), 88);
+    let dead_offsets: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(
+        dead_offsets,
+        vec![25, 47],
+        "not their batches' good records"
+    );
+    assert_eq!(metrics.dead_lettered, 2);
     assert_eq!(metrics.records_written + metrics.dead_lettered, 90);
     let text = String::from_utf8(dead.bytes()).unwrap();
     for line in text.lines() {

@@ -146,9 +146,9 @@ async fn a_merged_write_failing_on_one_record_fails_only_its_batch() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_merged_write_is_split_by_source_batch_not_by_record() {
-    // Batches of 5 records; the one holding offset 7 fails as a whole, the
-    // others are written (the source narrows that batch further).
+async fn a_merged_write_dead_letters_only_the_record_at_fault_by_policy() {
+    // Batches of 5 records merged into one write that fails on offset 7:
+    // under the dead-letter policy the driver narrows it down itself.
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
@@ -165,8 +165,9 @@ async fn a_merged_write_is_split_by_source_batch_not_by_record() {
     sink.close().await.unwrap();
     assert_eq!(tally(&source.resolutions()), (4, 0));
     let dead: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
-    assert_eq!(dead, (5..10).collect::<Vec<_>>(), "by policy, its batch");
-    assert_eq!(memory.positions().len(), 15);
+    assert_eq!(dead, vec![7], "not the good records of its batch");
+    let written: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(written, (0..20).filter(|&o| o != 7).collect::<Vec<_>>());
 }
 
 #[tokio::test(start_paused = true)]
