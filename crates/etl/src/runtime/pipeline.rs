@@ -8,7 +8,9 @@ use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
 use etl_record::{Offset, PartitionId};
-use etl_sink::{DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkMetrics};
+use etl_sink::{
+    DeadLetterHandle, DriverConfig as SinkDriverConfig, Sink, SinkDriver, SinkError, SinkMetrics,
+};
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -484,8 +486,21 @@ impl Pipeline {
             .sum::<u64>();
         let final_commit = checkpointer.shutdown().await;
 
-        // Report the root cause first.
+        // Report the root cause first. A sink that stopped on its own error
+        // (it cannot write, whatever the records) failed the batches whose
+        // replay `on_failure = "halt"` then refused: the sink is the cause.
         if let Some(request) = halted {
+            if let Some(err @ PipelineError::Sink { .. }) = first_error
+                && !matches!(
+                    &err,
+                    PipelineError::Sink {
+                        source: SinkError::Halted(_) | SinkError::ShutdownTimeout(_),
+                        ..
+                    }
+                )
+            {
+                return Err(err);
+            }
             return Err(PipelineError::Halted {
                 partition: request.partition,
                 from: request.from,
