@@ -59,6 +59,18 @@ impl AckSet {
         self.0.len()
     }
 
+    /// Split the set in two: `self` keeps the first `at` handles, the
+    /// returned set holds the rest (both still fail what they hold when
+    /// dropped). Lets a sink resolve the batches of one write one by one.
+    ///
+    /// # Panics
+    ///
+    /// If `at > self.len()`.
+    #[must_use]
+    pub fn split_off(&mut self, at: usize) -> AckSet {
+        AckSet(self.0.split_off(at))
+    }
+
     /// The handles held, in insertion order.
     pub fn iter(&self) -> std::slice::Iter<'_, AckRef> {
         self.0.iter()
@@ -178,6 +190,21 @@ mod ack_set_tests {
         drop((a, b));
         left.fail();
         assert_eq!(rx_a.try_recv().unwrap().status, AckStatus::Failed);
+        assert_eq!(rx_b.try_recv().unwrap().status, AckStatus::Failed);
+    }
+
+    #[test]
+    fn split_off_resolves_each_half_by_its_own_outcome() {
+        let (a, rx_a) = AckRef::test_pair();
+        let (b, rx_b) = AckRef::test_pair();
+        let mut set: AckSet = vec![a.clone(), b.clone()].into();
+        drop((a, b));
+        let tail = set.split_off(1);
+        assert!(rx_a.try_recv().is_err() && rx_b.try_recv().is_err());
+        assert_eq!((set.len(), tail.len()), (1, 1));
+        set.deliver();
+        drop(tail);
+        assert_eq!(rx_a.try_recv().unwrap().status, AckStatus::Delivered);
         assert_eq!(rx_b.try_recv().unwrap().status, AckStatus::Failed);
     }
 }

@@ -1,13 +1,17 @@
-//! Which producer errors are worth retrying.
+//! Which producer errors are worth retrying, and whose fault they are.
 //!
 //! librdkafka already retries transient failures inside the producer (up
 //! to `message.timeout.ms`); an error that reaches a delivery report has
 //! outlived those retries. It is still *retryable* for the pipeline when a
 //! later attempt can succeed without anyone changing anything (a broker
 //! was down, a leader moved, a queue was full): the sink driver backs off
-//! and writes the batch again. It is *permanent* when the same records
-//! will fail the same way (too large, not authorised, invalid): the batch
-//! goes to the dead-letter path or fails its partition, by policy.
+//! and writes the batch again, and halts the pipeline once its retry
+//! policy gives up (an unreachable cluster is not a bad record). It is the
+//! *record's* fault when that message would fail wherever it went (too
+//! large, malformed, a timestamp out of range): the record is rejected and
+//! takes the dead-letter path. Anything else (not authorised, unknown
+//! topic, a client that cannot be built) is an error of the *environment*:
+//! every record would fail the same way, so the pipeline halts.
 
 use rdkafka::error::KafkaError as ClientError;
 use rdkafka::types::RDKafkaErrorCode as Code;
@@ -15,10 +19,14 @@ use rdkafka::types::RDKafkaErrorCode as Code;
 /// How a failed write should be treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
-    /// A later attempt may succeed unchanged.
+    /// A later attempt may succeed unchanged (an error of the environment
+    /// once retries are spent).
     Retryable,
-    /// The same records will fail the same way.
-    Permanent,
+    /// This message will fail wherever it goes: it is rejected and goes
+    /// to the dead-letter path.
+    Record,
+    /// Every message would fail the same way: the pipeline halts.
+    Environment,
 }
 
 /// Classify a producer error from a delivery report or a failed enqueue.
@@ -28,12 +36,22 @@ pub fn classify(error: &ClientError) -> ErrorClass {
         ClientError::Canceled => ErrorClass::Retryable,
         _ => error
             .rdkafka_error_code()
-            .map_or(ErrorClass::Permanent, classify_code),
+            .map_or(ErrorClass::Environment, classify_code),
     }
 }
 
 fn classify_code(code: Code) -> ErrorClass {
     match code {
+        Code::MessageSizeTooLarge
+        | Code::MessageBatchTooLarge
+        | Code::InvalidMessageSize
+        | Code::InvalidMessage
+        | Code::InvalidRecord
+        | Code::InvalidTimestamp
+        | Code::InvalidDifferentRecord
+        | Code::BadMessage
+        | Code::KeySerialization
+        | Code::ValueSerialization => ErrorClass::Record,
         Code::MessageTimedOut
         | Code::QueueFull
         | Code::BrokerTransportFailure
@@ -66,7 +84,7 @@ fn classify_code(code: Code) -> ErrorClass {
         | Code::CoordinatorLoadInProgress
         | Code::CoordinatorNotAvailable
         | Code::NotCoordinator => ErrorClass::Retryable,
-        _ => ErrorClass::Permanent,
+        _ => ErrorClass::Environment,
     }
 }
 
@@ -93,23 +111,37 @@ mod tests {
     }
 
     #[test]
-    fn bad_records_and_authorisation_are_permanent() {
+    fn bad_records_are_the_records_fault() {
         for code in [
             Code::MessageSizeTooLarge,
             Code::InvalidMessage,
-            Code::TopicAuthorizationFailed,
-            Code::UnknownTopic,
             Code::InvalidRecord,
+            Code::InvalidTimestamp,
         ] {
             assert_eq!(
                 classify(&ClientError::MessageProduction(code)),
-                ErrorClass::Permanent,
+                ErrorClass::Record,
+                "{code:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn authorisation_and_missing_topics_are_the_environments_fault() {
+        for code in [
+            Code::TopicAuthorizationFailed,
+            Code::ClusterAuthorizationFailed,
+            Code::UnknownTopic,
+        ] {
+            assert_eq!(
+                classify(&ClientError::MessageProduction(code)),
+                ErrorClass::Environment,
                 "{code:?}"
             );
         }
         assert_eq!(
             classify(&ClientError::ClientCreation("bad".into())),
-            ErrorClass::Permanent
+            ErrorClass::Environment
         );
     }
 }

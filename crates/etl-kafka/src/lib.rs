@@ -11,8 +11,9 @@
 //!   (synchronous commits; auto-commit is always off).
 //! * [`KafkaSink`] is a producer with `acks=all` and idempotence, as a
 //!   [`Sink`](etl_sink::Sink): a batch is written only when every delivery
-//!   report succeeded; failures are [classified](fn@classify) retryable or
-//!   permanent; keys and headers are carried over and each message gets
+//!   report succeeded; failures are [classified](fn@classify) retryable,
+//!   the record's fault (a dead letter) or the environment's (the pipeline
+//!   halts); keys and headers are carried over and each message gets
 //!   the record's idempotency key as the `etl-idempotency-key` header.
 //! * [`PartitionMap`] maps `(topic, partition)` to
 //!   [`PartitionId`](etl_record::PartitionId) by the topic's name and the

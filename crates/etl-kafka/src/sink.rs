@@ -38,12 +38,15 @@ const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
 /// * The message value is the record's encoding with one trailing newline
 ///   removed: line encoders frame records with newlines, Kafka frames
 ///   messages itself.
-/// * Failures are classified by [`classify`](fn@classify): any retryable failure makes
-///   the whole batch retryable (a retry may duplicate messages that were
-///   delivered, which the idempotency header identifies); permanent
-///   failures of some messages while the rest were delivered are
-///   per-record rejects (the dead-letter path); a batch that failed
-///   entirely and permanently is a permanent error.
+/// * Failures are classified by [`classify`](fn@classify): any retryable
+///   failure makes the whole batch retryable (a retry may duplicate
+///   messages that were delivered, which the idempotency header
+///   identifies; an unreachable cluster halts the pipeline once the
+///   driver's retry policy gives up); a failure of the environment (not
+///   authorised, unknown topic) is [`SinkError::Permanent`] and halts the
+///   pipeline; messages refused for what they are (too large, invalid)
+///   are per-record rejects (the dead-letter path), even when every
+///   message of the batch was refused.
 pub struct KafkaSink {
     producer: FutureProducer,
     config: KafkaSinkConfig,
@@ -153,8 +156,7 @@ impl KafkaSink {
         records: &[Record],
         reports: Vec<Option<Result<(), ClientError>>>,
     ) -> Result<(), SinkError> {
-        let mut permanent = Vec::new();
-        let mut first_permanent = None;
+        let mut rejects = Vec::new();
         for (i, (record, report)) in records.iter().zip(reports).enumerate() {
             // Every slot is filled by `write`; an empty one would be a bug,
             // so it counts as a retryable failure rather than a success.
@@ -169,16 +171,16 @@ impl KafkaSink {
                 key: record.idempotency_key(),
                 source: Box::new(source),
             };
-            if class == ErrorClass::Retryable {
-                return Err(SinkError::retryable(error));
+            match class {
+                ErrorClass::Retryable => return Err(SinkError::retryable(error)),
+                ErrorClass::Environment => return Err(SinkError::permanent(error)),
+                ErrorClass::Record => rejects.push(Reject::new(i, error.to_string())),
             }
-            permanent.push(Reject::new(i, error.to_string()));
-            first_permanent.get_or_insert(error);
         }
-        match first_permanent {
-            None => Ok(()),
-            Some(error) if permanent.len() == records.len() => Err(SinkError::permanent(error)),
-            Some(_) => Err(SinkError::Rejected(permanent)),
+        if rejects.is_empty() {
+            Ok(())
+        } else {
+            Err(SinkError::Rejected(rejects))
         }
     }
 }

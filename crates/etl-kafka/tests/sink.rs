@@ -165,7 +165,10 @@ async fn errors_are_classified() {
     let (too_big, _) =
         EncodedBatch::encode(vec![record(0, &"x".repeat(5_000))], &RawLinesEncoder::new());
     let err = strict.write(&too_big).await.expect_err("too large");
-    assert!(matches!(err, SinkError::Permanent(_)), "{err}");
+    assert!(
+        matches!(&err, SinkError::Rejected(rejects) if rejects.len() == 1),
+        "a message too large is the record's fault, even alone: {err}"
+    );
     let (mixed, _) = EncodedBatch::encode(
         vec![
             record(0, "ok"),

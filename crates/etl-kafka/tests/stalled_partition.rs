@@ -29,7 +29,7 @@ const PER_PARTITION: i32 = 40;
 const FAILING: i32 = 2;
 
 /// Writes records to memory, except those of one partition: a batch
-/// holding any of them fails permanently.
+/// holding any of them fails as a failure of its data (it replays).
 #[derive(Debug, Default)]
 struct FailOnePartition {
     failing: PartitionId,
@@ -46,7 +46,7 @@ impl Sink for FailOnePartition {
             .any(|r| r.position.partition == self.failing)
         {
             *self.failures.lock().expect("lock") += 1;
-            return Err(SinkError::permanent(format!(
+            return Err(SinkError::data(format!(
                 "partition {} is refused",
                 self.failing
             )));

@@ -65,18 +65,24 @@ pub(crate) enum Class {
     Retryable,
     /// Some row's data is at fault: find it row by row and reject it.
     Row,
-    /// Retrying cannot help (a missing table, no permission).
+    /// Retrying cannot help, and no row is at fault (a missing table, no
+    /// permission, a broken schema): an error of the environment, which
+    /// halts the pipeline.
     Permanent,
 }
 
 /// Classify a client error by its SQLSTATE; errors without one (I/O, a
 /// closed connection) are retryable.
 pub(crate) fn classify(err: &tokio_postgres::Error) -> Class {
-    let Some(code) = err.code() else {
-        return Class::Retryable;
-    };
-    let code = code.code();
-    let class = &code[..2.min(code.len())];
+    match err.code() {
+        Some(code) => classify_sqlstate(code.code()),
+        None => Class::Retryable,
+    }
+}
+
+/// Classify a SQLSTATE (`"42501"`, `"23505"`, ...) by its class.
+fn classify_sqlstate(code: &str) -> Class {
+    let class = code.get(..2).unwrap_or(code);
     match class {
         // Data exception, integrity constraint violation, and cardinality
         // violation (one statement hitting the same key twice).
@@ -86,6 +92,8 @@ pub(crate) fn classify(err: &tokio_postgres::Error) -> Class {
         // (serialization failure, deadlock), lock not available.
         "08" | "53" | "57" | "40" => Class::Retryable,
         _ if code == SqlState::LOCK_NOT_AVAILABLE.code() => Class::Retryable,
+        // Everything else, syntax error or access rule violation (class
+        // 42: a revoked privilege, a dropped table or column) included.
         _ => Class::Permanent,
     }
 }
@@ -141,10 +149,20 @@ impl PostgresError {
     }
 }
 
+/// The sink driver's view: retryable errors are retried (and halt the
+/// pipeline once its retry policy gives up: a server that stays down is
+/// not a bad record), errors of a row's data (SQLSTATE classes 21, 22, 23)
+/// are the data's ([`SinkError::Data`]; the sink normally turns them into
+/// per-row rejects first), everything else (class 42: a revoked privilege,
+/// a dropped table; a wrong password) is an error of the environment
+/// ([`SinkError::Permanent`]) and halts the pipeline.
 impl From<PostgresError> for SinkError {
     fn from(err: PostgresError) -> Self {
         if err.is_retryable() {
             SinkError::retryable(err)
+        } else if matches!(&err, PostgresError::Query { source, .. } if classify(source) == Class::Row)
+        {
+            SinkError::data(err)
         } else {
             SinkError::permanent(err)
         }
@@ -162,11 +180,30 @@ mod tests {
             reason: "is empty".into(),
         };
         assert!(!err.is_retryable());
-        assert!(matches!(SinkError::from(err), SinkError::Permanent(_)));
+        let err = SinkError::from(err);
+        assert!(matches!(err, SinkError::Permanent(_)));
+        assert_eq!(err.kind(), etl_sink::FailureKind::Environment, "halts");
         let timeout = PostgresError::ConnectTimeout {
             target: "etl@127.0.0.1:1/db".into(),
             after: Duration::from_secs(1),
         };
         assert!(SinkError::from(timeout).is_retryable());
+    }
+
+    #[test]
+    fn sqlstate_classes_say_whether_a_row_or_the_environment_is_at_fault() {
+        // A revoked privilege, a dropped table or column: every row would
+        // fail, so no row is at fault.
+        for code in ["42501", "42P01", "42703", "3D000", "28P01"] {
+            assert_eq!(classify_sqlstate(code), Class::Permanent, "{code}");
+        }
+        // A value the column refuses, a constraint: that row's fault.
+        for code in ["22P02", "22003", "23505", "23502", "23514", "21000"] {
+            assert_eq!(classify_sqlstate(code), Class::Row, "{code}");
+        }
+        // The server is away or busy: retried, then the environment's.
+        for code in ["08006", "57P01", "53300", "40001", "55P03"] {
+            assert_eq!(classify_sqlstate(code), Class::Retryable, "{code}");
+        }
     }
 }

@@ -205,3 +205,36 @@ async fn passwords_never_appear_in_errors() {
     let sink = PostgresSink::connect(good).await.unwrap();
     assert!(!format!("{sink:?}").contains(&password));
 }
+
+#[tokio::test]
+async fn a_dropped_table_halts_the_driver_and_dead_letters_nothing() {
+    // No row is at fault when the table is gone (SQLSTATE 42P01): the
+    // driver stops with the error instead of replaying the records into
+    // the dead-letter sink.
+    let url = url();
+    let db = client(&url).await;
+    let name = table("dropped");
+    let sink = PostgresSink::connect(orders(&url, &name, WriteMethod::Copy))
+        .await
+        .unwrap();
+    let letters = MemorySink::new();
+    let handle = SinkDriver::new(sink, NdjsonEncoder::new())
+        .config(etl_sink::DriverConfig {
+            on_permanent_failure: etl_sink::OnPermanentFailure::DeadLetter,
+            ..etl_sink::DriverConfig::default()
+        })
+        .dead_letters(letters.clone())
+        .spawn();
+    let mut source = TestSource::new();
+    db.batch_execute(&format!("DROP TABLE \"{name}\""))
+        .await
+        .unwrap();
+    let _ = handle.send(source.batch(records(0, 0..10))).await;
+    let err = handle.close().await.unwrap_err();
+    assert!(matches!(err, SinkError::Permanent(_)), "{err}");
+    assert_eq!(err.kind(), etl_sink::FailureKind::Environment);
+    assert!(err.to_string().contains(&name), "{err}");
+    assert!(err.to_string().contains("42P01"), "{err}");
+    assert_eq!(source.tally(), (0, 1));
+    assert!(letters.positions().is_empty(), "nothing dead-lettered");
+}

@@ -32,13 +32,9 @@ impl Sink for StdoutSink {
         })
         .await
         .map_err(|e| SinkError::permanent(format!("stdout task failed: {e}")))?
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                SinkError::permanent(e)
-            } else {
-                SinkError::retryable(e)
-            }
-        })
+        // A broken pipe (the reader went away) is not retried and halts
+        // the pipeline; see `SinkError::is_retryable`.
+        .map_err(|e| SinkError::io("write to", "standard output", e))
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use crate::RetryPolicy;
+use crate::{RetryPolicy, SinkError};
 
-/// What the driver does with a batch that failed for good (a permanent
-/// error, or retryable errors past the retry policy).
+/// What the driver does with a batch that failed for good because of its
+/// data ([`FailureKind::Data`](crate::FailureKind::Data)). A failure of
+/// the environment halts the driver whatever this says.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnPermanentFailure {
     /// Fail the batch's acknowledgements: its partitions replay from
@@ -13,9 +14,10 @@ pub enum OnPermanentFailure {
     /// a record that keeps failing).
     #[default]
     Fail,
-    /// Write the batch's records to the dead-letter sink, and deliver them
-    /// once that write is durable (fail them if it is not, or if there is
-    /// no dead-letter sink).
+    /// Write the batch again in halves (halves of what fails again) until
+    /// the records that fail alone are found, write those to the
+    /// dead-letter sink, and deliver the batch once that write is durable
+    /// (fail it if it is not, or if there is no dead-letter sink).
     DeadLetter,
 }
 
@@ -53,6 +55,80 @@ impl Default for DriverConfig {
             retry: RetryPolicy::default(),
             write_timeout: None,
             on_permanent_failure: OnPermanentFailure::Fail,
+        }
+    }
+}
+
+impl DriverConfig {
+    /// Check every limit's range: `max_records`, `max_bytes`,
+    /// `max_in_flight` and `channel_capacity` at least 1, a
+    /// `write_timeout` longer than zero. A driver spawned with a config
+    /// that fails this stops at once with the error (and fails whatever
+    /// was sent to it) rather than run with a limit it can never meet.
+    ///
+    /// # Errors
+    ///
+    /// [`SinkError::InvalidConfig`] naming the first offending field.
+    pub fn validate(&self) -> Result<(), SinkError> {
+        let at_least_one = [
+            ("max_records", self.max_records),
+            ("max_bytes", self.max_bytes),
+            ("max_in_flight", self.max_in_flight),
+            ("channel_capacity", self.channel_capacity),
+        ];
+        if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
+            return Err(SinkError::InvalidConfig(format!(
+                "{field} must be at least 1"
+            )));
+        }
+        if self.write_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(SinkError::InvalidConfig(
+                "write_timeout must be longer than zero".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_limits_are_refused_by_name() {
+        assert!(DriverConfig::default().validate().is_ok());
+        let cases = [
+            DriverConfig {
+                max_records: 0,
+                ..DriverConfig::default()
+            },
+            DriverConfig {
+                max_bytes: 0,
+                ..DriverConfig::default()
+            },
+            DriverConfig {
+                max_in_flight: 0,
+                ..DriverConfig::default()
+            },
+            DriverConfig {
+                channel_capacity: 0,
+                ..DriverConfig::default()
+            },
+            DriverConfig {
+                write_timeout: Some(Duration::ZERO),
+                ..DriverConfig::default()
+            },
+        ];
+        let fields = [
+            "max_records",
+            "max_bytes",
+            "max_in_flight",
+            "channel_capacity",
+            "write_timeout",
+        ];
+        for (config, field) in cases.iter().zip(fields) {
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
         }
     }
 }

@@ -1,13 +1,14 @@
 //! The sink driver: batching, writes in flight, fail-safe teardown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use etl_ack::{AckSet, Acked};
 use etl_record::{DeadLetter, Record};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::batch::BatchBuilder;
@@ -113,14 +114,14 @@ impl SinkDriver {
     #[must_use]
     pub fn spawn(self) -> SinkHandle {
         let mut config = self.config;
-        config.max_in_flight = config.max_in_flight.max(1);
-        config.max_records = config.max_records.max(1);
+        let invalid = config.validate().err();
         let exactly_once = self.resume.is_some();
         if exactly_once {
             config.max_in_flight = 1;
         }
         let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
         let (close_tx, close_rx) = oneshot::channel();
+        let (ended_tx, ended_rx) = watch::channel(false);
         let metrics = Arc::new(MetricsCell::default());
         let driver = Driver {
             shared: Arc::new(Shared {
@@ -128,20 +129,31 @@ impl SinkDriver {
                 dead_letters: self.dead_letters,
                 config,
                 metrics: metrics.clone(),
+                exactly_once,
             }),
             encoder: self.encoder,
             input: Input(rx),
             close: close_rx,
+            input_ended: ended_rx,
             resume: self.resume,
             progress: self.progress,
             halt_on_failure: exactly_once,
             builder: BatchBuilder::default(),
             acks: AckSet::new(),
+            ends: Vec::new(),
             refused: Vec::new(),
             first_at: None,
         };
-        let task = tokio::spawn(driver.run());
-        SinkHandle::new(tx, close_tx, task, metrics)
+        let task = match invalid {
+            // Dropping the driver drops its input: whatever is sent fails.
+            Some(err) => tokio::spawn(async move {
+                drop(driver);
+                tracing::error!(error = %err, "sink driver not started");
+                Err(err)
+            }),
+            None => tokio::spawn(driver.run()),
+        };
+        SinkHandle::new(tx, close_tx, ended_tx, task, metrics)
     }
 }
 
@@ -155,12 +167,18 @@ struct Driver {
     encoder: Box<dyn Encoder>,
     input: Input,
     close: oneshot::Receiver<()>,
+    /// Turns `true` once the upstream read all its input: lingering for
+    /// more records is then pointless.
+    input_ended: watch::Receiver<bool>,
     resume: Option<Progress>,
     progress: Option<Arc<dyn ProgressSink>>,
     halt_on_failure: bool,
     builder: BatchBuilder,
     /// Handles of the batch being built: failed if the driver stops.
     acks: AckSet,
+    /// Where each handle's records end in the batch being built, and its
+    /// encoder refusals in `refused`.
+    ends: Vec<(usize, usize)>,
     refused: Vec<DeadLetter>,
     first_at: Option<Instant>,
 }
@@ -170,9 +188,12 @@ impl Driver {
         !self.acks.is_empty()
     }
 
+    /// Whether the batch being built is due for writing. An empty batch
+    /// is never full, so input is always taken when nothing is held.
     fn is_full(&self) -> bool {
         let c = &self.shared.config;
-        self.builder.len() >= c.max_records || self.builder.byte_len() >= c.max_bytes
+        self.has_pending()
+            && (self.builder.len() >= c.max_records || self.builder.byte_len() >= c.max_bytes)
     }
 
     fn accept(&mut self, item: Acked<Vec<Record>>) {
@@ -197,7 +218,13 @@ impl Driver {
             }
         }
         if kept {
+            let slots = self.acks.len();
             self.acks.push(ack);
+            if self.acks.len() > slots {
+                self.ends.push((self.builder.len(), self.refused.len()));
+            } else if let Some(end) = self.ends.last_mut() {
+                *end = (self.builder.len(), self.refused.len());
+            }
             self.first_at.get_or_insert_with(Instant::now);
         }
         // Otherwise every record is already stored (or there were none):
@@ -208,6 +235,7 @@ impl Driver {
         let job = Job {
             batch: self.builder.finish(),
             acks: std::mem::take(&mut self.acks),
+            ends: std::mem::take(&mut self.ends),
             refused: std::mem::take(&mut self.refused),
         };
         self.first_at = None;
@@ -216,7 +244,9 @@ impl Driver {
 
     async fn run(mut self) -> Result<(), SinkError> {
         let max = self.shared.config.max_in_flight;
-        let linger = self.shared.config.linger;
+        let mut linger = self.shared.config.linger;
+        // Whether the end of the upstream's input may still be announced.
+        let mut awaiting_end = true;
         let mut in_flight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
         let mut input_open = true;
         let mut closing = false;
@@ -233,13 +263,20 @@ impl Driver {
             let linger_at = self.first_at.map(|t| t + linger);
             tokio::select! {
                 biased;
-                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
-                    if let Outcome::Failed(reason) = outcome
-                        && self.halt_on_failure
-                    {
-                        return Err(SinkError::Halted(reason));
+                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => match outcome {
+                    Outcome::Delivered => {}
+                    Outcome::Failed(reason) => {
+                        if self.halt_on_failure {
+                            return Err(SinkError::Halted(reason));
+                        }
                     }
-                }
+                    // Returning drops every write in flight, the batch
+                    // being built and the queued input: all of it fails.
+                    Outcome::Halt(err) => {
+                        tracing::error!(error = %err, "the sink fails whatever the records; stopping");
+                        return Err(err);
+                    }
+                },
                 // A close request, or the handle dropped: stop taking input,
                 // drain what is queued.
                 _ = &mut self.close, if !closing => {
@@ -249,6 +286,18 @@ impl Driver {
                 item = self.input.0.recv(), if accepting => match item {
                     Some(item) => self.accept(item),
                     None => input_open = false,
+                },
+                // The upstream's input ended: write a partial batch as soon
+                // as the input is idle (the branches above come first).
+                changed = self.input_ended.changed(), if awaiting_end => match changed {
+                    // The handle is gone: no announcement can come.
+                    Err(_) => awaiting_end = false,
+                    Ok(()) => {
+                        if *self.input_ended.borrow_and_update() {
+                            awaiting_end = false;
+                            linger = Duration::ZERO;
+                        }
+                    }
                 },
                 () = sleep_until(linger_at), if linger_at.is_some() && in_flight.len() < max => {
                     let job = self.dispatch();

@@ -30,22 +30,58 @@ impl Reject {
     }
 }
 
+/// Whose fault a failed write is: it decides what the driver does once
+/// the retry policy is spent (see [`SinkError::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The sink cannot write, whatever the records: a broken pipe, a
+    /// read-only or full disk, refused credentials or privileges, a
+    /// dropped table, an unreachable broker. Replaying the records would
+    /// fail the same way and dead-lettering them would set good data
+    /// aside, so the driver stops with the error and the pipeline halts;
+    /// nothing past the failed batch is committed.
+    Environment,
+    /// The records are at fault (a row the database refuses, a message
+    /// too large, a value the encoder cannot encode): the other records
+    /// would be written. The failed batch's partitions replay, a range
+    /// that keeps failing is narrowed to single records, and a record that
+    /// fails alone goes to the dead-letter path as poison.
+    Data,
+}
+
 /// Everything that can go wrong on the sink path.
 ///
-/// A sink classifies its failures: [`Retryable`](SinkError::Retryable)
-/// (try the same batch again), [`Permanent`](SinkError::Permanent) (it will
-/// never succeed) and [`Rejected`](SinkError::Rejected) (some records were
-/// refused, the others are durably written). The driver retries what
-/// [`is_retryable`](SinkError::is_retryable) says it may.
+/// A sink classifies its failures twice. Whether retrying the same write
+/// may succeed ([`is_retryable`](SinkError::is_retryable)):
+/// [`Retryable`](SinkError::Retryable), [`Timeout`](SinkError::Timeout)
+/// and most [`Io`](SinkError::Io) errors are retried by the driver's retry
+/// policy. And whose fault it is ([`kind`](SinkError::kind)): only
+/// [`Rejected`](SinkError::Rejected) (some records refused, the others
+/// durably written), [`Data`](SinkError::Data) (the batch failed because
+/// of records it holds) and [`Encode`](SinkError::Encode) are
+/// [`FailureKind::Data`]; every other error, once retries are spent, is
+/// [`FailureKind::Environment`] and halts the pipeline. An unclassified
+/// failure ([`Permanent`](SinkError::Permanent)) therefore halts rather
+/// than sending good records to the dead-letter path.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SinkError {
-    /// A transient failure: the same write may succeed later.
+    /// A transient failure: the same write may succeed later. Once the
+    /// retry policy gives up it counts as an error of the environment.
     #[error("transient sink error: {0}")]
     Retryable(#[source] BoxError),
-    /// A failure that retrying cannot fix.
+    /// A failure that retrying cannot fix and that is not known to be
+    /// caused by the records: an error of the environment.
     #[error("permanent sink error: {0}")]
     Permanent(#[source] BoxError),
+    /// The batch failed because of records it holds, and the sink cannot
+    /// say which (a multi-row statement refused for one bad row, a message
+    /// over the broker's size limit). Nothing of the batch was written.
+    /// Not retried; the batch's partitions replay and narrow down to the
+    /// record at fault.
+    #[error("sink refused the batch's data: {0}")]
+    Data(#[source] BoxError),
     /// Some records were refused; every other record of the batch was
     /// durably written.
     #[error("sink rejected {} record(s), first: {}", .0.len(), first_reason(.0))]
@@ -53,8 +89,10 @@ pub enum SinkError {
     /// A write did not finish in time (retryable).
     #[error("sink write timed out after {0:?}")]
     Timeout(Duration),
-    /// An I/O operation on a file failed (retryable: the file sink rolls a
-    /// failed append back before returning it).
+    /// An I/O operation on a file or stream failed. Retryable (the file
+    /// sink rolls a failed append back before returning it), except a
+    /// broken pipe, a refused permission and a read-only file system,
+    /// which no retry can fix.
     #[error("cannot {op} {}: {source}", path.display())]
     Io {
         /// What was attempted ("append to", "fsync", "rename", ...).
@@ -94,6 +132,15 @@ pub enum SinkError {
     /// that were never written.
     #[error("exactly-once sink driver halted after a failed batch: {0}")]
     Halted(String),
+    /// The dead-letter sink failed for good while the driver wrote the
+    /// records set aside from a batch.
+    #[error("dead-letter write failed: {0}")]
+    DeadLetter(#[source] Box<SinkError>),
+    /// The driver's configuration is out of range (see
+    /// [`DriverConfig::validate`](crate::DriverConfig::validate)); the
+    /// driver did not start and failed whatever was sent to it.
+    #[error("invalid sink driver config: {0}")]
+    InvalidConfig(String),
     /// The driver is gone.
     #[error("sink driver is closed")]
     Closed,
@@ -114,20 +161,59 @@ impl SinkError {
         SinkError::Permanent(err.into())
     }
 
-    /// Whether retrying the same write may succeed.
-    #[must_use]
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            SinkError::Retryable(_) | SinkError::Timeout(_) | SinkError::Io { .. }
-        )
+    /// An error caused by the batch's records (see [`SinkError::Data`]).
+    pub fn data(err: impl Into<BoxError>) -> Self {
+        SinkError::Data(err.into())
     }
 
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// An I/O error of `op` on `path` (a file, or a name such as
+    /// "standard output").
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         SinkError::Io {
             op,
             path: path.into(),
             source,
+        }
+    }
+
+    /// Whether retrying the same write may succeed.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SinkError::Retryable(_) | SinkError::Timeout(_) => true,
+            SinkError::Io { source, .. } => !matches!(
+                source.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::PermissionDenied
+                    | std::io::ErrorKind::ReadOnlyFilesystem
+            ),
+            _ => false,
+        }
+    }
+
+    /// Whose fault the failure is, once retries are spent:
+    /// [`FailureKind::Data`] for [`Rejected`](SinkError::Rejected),
+    /// [`Data`](SinkError::Data) and [`Encode`](SinkError::Encode),
+    /// [`FailureKind::Environment`] for everything else.
+    #[must_use]
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            SinkError::Rejected(_) | SinkError::Data(_) | SinkError::Encode { .. } => {
+                FailureKind::Data
+            }
+            _ => FailureKind::Environment,
+        }
+    }
+
+    /// Whether the failure is an I/O error of the output (the sink's own
+    /// or its dead-letter sink's): the `etl` binary exits with code 74
+    /// for it.
+    #[must_use]
+    pub fn is_io(&self) -> bool {
+        match self {
+            SinkError::Io { .. } => true,
+            SinkError::DeadLetter(inner) => inner.is_io(),
+            _ => false,
         }
     }
 }
@@ -166,5 +252,33 @@ mod tests {
             text.contains("1 record(s)") && text.contains("bad row"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn only_errors_of_the_records_are_data_and_unclassified_ones_halt() {
+        use std::io::{Error, ErrorKind};
+        assert_eq!(SinkError::data("too large").kind(), FailureKind::Data);
+        assert!(!SinkError::data("too large").is_retryable());
+        assert_eq!(
+            SinkError::Rejected(vec![Reject::new(0, "bad")]).kind(),
+            FailureKind::Data
+        );
+        for err in [
+            SinkError::permanent("x"),
+            SinkError::retryable("x"),
+            SinkError::Timeout(Duration::from_secs(1)),
+            SinkError::io("append to", "out", Error::from(ErrorKind::StorageFull)),
+        ] {
+            assert_eq!(err.kind(), FailureKind::Environment, "{err}");
+        }
+        let pipe = SinkError::io(
+            "write to",
+            "standard output",
+            Error::from(ErrorKind::BrokenPipe),
+        );
+        assert!(!pipe.is_retryable() && pipe.is_io());
+        assert!(SinkError::io("fsync", "out", Error::from(ErrorKind::Interrupted)).is_retryable());
+        assert!(SinkError::DeadLetter(Box::new(pipe)).is_io());
+        assert!(!SinkError::permanent("x").is_io());
     }
 }

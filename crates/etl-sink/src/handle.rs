@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use etl_ack::Acked;
 use etl_record::Record;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::metrics::MetricsCell;
@@ -55,6 +55,7 @@ impl SinkSender {
 pub struct SinkHandle {
     sender: SinkSender,
     close: Option<oneshot::Sender<()>>,
+    input_ended: watch::Sender<bool>,
     task: JoinHandle<Result<(), SinkError>>,
     metrics: Arc<MetricsCell>,
 }
@@ -63,12 +64,14 @@ impl SinkHandle {
     pub(crate) fn new(
         tx: mpsc::Sender<Acked<Vec<Record>>>,
         close: oneshot::Sender<()>,
+        input_ended: watch::Sender<bool>,
         task: JoinHandle<Result<(), SinkError>>,
         metrics: Arc<MetricsCell>,
     ) -> Self {
         SinkHandle {
             sender: SinkSender { tx },
             close: Some(close),
+            input_ended,
             task,
             metrics,
         }
@@ -90,6 +93,15 @@ impl SinkHandle {
     #[must_use]
     pub fn sender(&self) -> SinkSender {
         self.sender.clone()
+    }
+
+    /// Tell the driver that the upstream has read all its input: from now
+    /// on it writes a partial batch as soon as its input is idle instead
+    /// of waiting out [`linger`](crate::DriverConfig::linger), so the last
+    /// records of a bounded run (and any replay after them) are written at
+    /// once. Unlike [`close`](Self::close) it keeps taking input.
+    pub fn input_ended(&self) {
+        self.input_ended.send_replace(true);
     }
 
     /// What the driver has done so far.

@@ -2,9 +2,9 @@
 //! without ever acknowledging what is not durable.
 //!
 //! * [`Sink`] writes an [`EncodedBatch`] durably (`Ok` means durable) and
-//!   classifies its failures ([`SinkError`]: retryable, permanent, per-record
-//!   rejects). [`Encoder`]s ([`NdjsonEncoder`], [`RawLinesEncoder`]) turn
-//!   records into bytes.
+//!   classifies its failures ([`SinkError`]: retryable or not, and of the
+//!   environment or of the data, [`FailureKind`]). [`Encoder`]s
+//!   ([`NdjsonEncoder`], [`RawLinesEncoder`]) turn records into bytes.
 //! * Layers in the tower manner wrap a sink: [`Retry`] (exponential
 //!   backoff, full jitter, maximum elapsed time), [`Timeout`],
 //!   [`ConcurrencyLimit`].
@@ -12,9 +12,10 @@
 //!   `Acked<Vec<Record>>` from a bounded channel, batches by count, bytes
 //!   and linger time, keeps several writes in flight and delivers each
 //!   batch's [`AckSet`](etl_ack::AckSet) only after its durable write.
-//!   Failures fail the set (the partition replays) or go to a dead-letter
-//!   sink by policy; teardown (abort, panic, shutdown timeout) fails what
-//!   the driver held.
+//!   A failure of the data fails the set (the partition replays) or goes
+//!   to a dead-letter sink by policy; a failure of the environment stops
+//!   the driver with the error; teardown (abort, panic, shutdown timeout)
+//!   fails what the driver held.
 //! * [`DeadLetterHandle`] writes dead letters as NDJSON lines.
 //! * Built-in sinks: [`FileSink`] (fsync before acknowledging, rotation,
 //!   crash recovery, exactly-once mode through [`ProgressSink`]),
@@ -83,7 +84,7 @@ pub use config::{DriverConfig, OnPermanentFailure};
 pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
 pub use driver::SinkDriver;
 pub use encoder::{Encoder, NdjsonEncoder, RawLinesEncoder};
-pub use error::{BoxError, Reject, SendError, SinkError};
+pub use error::{BoxError, FailureKind, Reject, SendError, SinkError};
 pub use file_sink::{FileSink, FileSinkConfig, FsyncPolicy};
 pub use handle::{SinkHandle, SinkSender};
 pub use limit::ConcurrencyLimit;

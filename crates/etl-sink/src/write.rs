@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
-use crate::{DriverConfig, EncodedBatch, OnPermanentFailure, Sink, SinkError};
+use crate::{DriverConfig, EncodedBatch, FailureKind, OnPermanentFailure, Sink, SinkError};
 
 /// What every write of one driver shares.
 #[derive(Debug)]
@@ -18,6 +18,9 @@ pub(crate) struct Shared {
     pub(crate) dead_letters: Option<Arc<dyn Sink>>,
     pub(crate) config: DriverConfig,
     pub(crate) metrics: Arc<MetricsCell>,
+    /// An exactly-once driver writes nothing after a failed part of a
+    /// batch: its stored progress would move past the failed records.
+    pub(crate) exactly_once: bool,
 }
 
 /// One batch on its way to the sink, with the handles it covers and the
@@ -26,6 +29,10 @@ pub(crate) struct Shared {
 pub(crate) struct Job {
     pub(crate) batch: EncodedBatch,
     pub(crate) acks: AckSet,
+    /// `ends[i]` is the end (exclusive) of the records of handle `i` of
+    /// `acks` in `batch` (the source batches the write merges), and of its
+    /// records in `refused`.
+    pub(crate) ends: Vec<(usize, usize)>,
     pub(crate) refused: Vec<DeadLetter>,
 }
 
@@ -34,6 +41,19 @@ pub(crate) struct Job {
 pub(crate) enum Outcome {
     Delivered,
     Failed(String),
+    /// The sink failed whatever the records (an error of the environment,
+    /// after the retry policy): the driver stops with this error.
+    Halt(SinkError),
+}
+
+/// How the write of one part (one source batch, or the whole job) ended.
+enum Part {
+    /// Durable, once `letters` are.
+    Written,
+    /// Failed because of its records: its handles fail and it replays.
+    Failed(String),
+    /// The sink cannot write, whatever the records.
+    Halt(SinkError),
 }
 
 impl Shared {
@@ -58,13 +78,13 @@ impl Shared {
     }
 
     /// Write dead letters durably; `Err` says why they are not.
-    async fn write_dead_letters(&self, letters: Vec<DeadLetter>) -> Result<(), String> {
+    async fn write_dead_letters(&self, letters: Vec<DeadLetter>) -> Result<(), LetterFailure> {
         let Some(sink) = &self.dead_letters else {
-            return Err(format!(
+            return Err(LetterFailure::Failed(format!(
                 "{} record(s) need the dead-letter sink and there is none; first: {}",
                 letters.len(),
                 letters.first().map_or("", |l| l.reason.as_str())
-            ));
+            )));
         };
         let count = letters.len() as u64;
         let batch = dead_letter_batch(letters);
@@ -73,88 +93,287 @@ impl Shared {
                 add(&self.metrics.dead_lettered, count);
                 Ok(())
             }
-            Err(err) => Err(format!("dead-letter write failed: {err}")),
+            Err(err) if err.kind() == FailureKind::Environment => Err(LetterFailure::Halt(err)),
+            Err(err) => Err(LetterFailure::Failed(format!(
+                "dead-letter write failed: {err}"
+            ))),
         }
     }
+}
+
+/// Why dead letters are not durable.
+enum LetterFailure {
+    /// There is no dead-letter sink, or it refused the letters.
+    Failed(String),
+    /// The dead-letter sink cannot write, whatever the letters.
+    Halt(SinkError),
 }
 
 /// Run one job to its end. The handles are delivered only after every
 /// record of the batch is durable in the sink or the dead-letter sink;
 /// otherwise they fail. Dropping this future mid-way drops the set, which
 /// fails it.
+///
+/// A write of several source batches that fails because of its data is
+/// split: each source batch is written again on its own, so only the one
+/// holding the bad record fails. The source side counts failures per
+/// batch to find poison records; a merged write would blame (and replay,
+/// and in the end dead-letter) every batch it merged.
 pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
     let started = Instant::now();
     let Job {
         batch,
-        acks,
+        mut acks,
+        ends,
         mut refused,
     } = job;
-    let m = &shared.metrics;
     let written = if batch.is_empty() {
         Ok(())
     } else {
         shared.write_to(&*shared.sink, &batch).await
     };
-    let failure = match written {
+    // Each part's handles with its outcome, in batch order, and the dead
+    // letters of the parts written.
+    let mut parts: Vec<(AckSet, Part)> = Vec::new();
+    let letters = match written {
+        Err(err)
+            if err.kind() == FailureKind::Data && acks.len() > 1 && ends.len() == acks.len() =>
+        {
+            tracing::debug!(error = %err, batches = acks.len(), "a merged write failed on its data; writing its batches one by one");
+            let mut sets = Vec::with_capacity(acks.len());
+            while acks.len() > 1 {
+                sets.push(acks.split_off(acks.len() - 1));
+            }
+            sets.push(acks);
+            sets.reverse();
+            let mut letters = Vec::new();
+            let mut refused = refused.into_iter();
+            let (mut start, mut refused_start) = (0, 0);
+            let mut stop = false;
+            for (set, (end, refused_end)) in sets.into_iter().zip(ends) {
+                let range = start..end;
+                start = end;
+                // The batch's own encoder refusals: dead-lettered only if
+                // the batch is written (a failed one is refused again when
+                // it replays).
+                let mut own: Vec<DeadLetter> = refused
+                    .by_ref()
+                    .take(refused_end.saturating_sub(refused_start))
+                    .collect();
+                refused_start = refused_start.max(refused_end);
+                if stop {
+                    // Not written: failing it is what dropping it does.
+                    parts.push((
+                        set,
+                        Part::Failed("an earlier batch of the write failed".into()),
+                    ));
+                    continue;
+                }
+                let part = batch.select(|i| range.contains(&i));
+                let result = if part.is_empty() {
+                    Ok(())
+                } else {
+                    shared.write_to(&*shared.sink, &part).await
+                };
+                let outcome = finish_part(&shared, result, part, &mut own).await;
+                stop = match &outcome {
+                    Part::Halt(_) => true,
+                    Part::Failed(_) => shared.exactly_once,
+                    Part::Written => {
+                        letters.append(&mut own);
+                        false
+                    }
+                };
+                parts.push((set, outcome));
+            }
+            letters
+        }
+        result => {
+            let outcome = finish_part(&shared, result, batch, &mut refused).await;
+            parts.push((acks, outcome));
+            refused
+        }
+    };
+    let outcome = resolve(&shared, parts, letters).await;
+    shared.metrics.record_latency(started.elapsed());
+    outcome
+}
+
+/// Whether `err` says the batch failed because of records it holds,
+/// without saying which.
+fn refused_for_its_data(err: &SinkError) -> bool {
+    err.kind() == FailureKind::Data && !matches!(err, SinkError::Rejected(_))
+}
+
+/// Account for one part's write. Under [`OnPermanentFailure::DeadLetter`]
+/// a part of several records refused for its data is narrowed down
+/// first ([`isolate`]), so that only the records at fault are set aside.
+async fn finish_part(
+    shared: &Shared,
+    written: Result<(), SinkError>,
+    part: EncodedBatch,
+    letters: &mut Vec<DeadLetter>,
+) -> Part {
+    match written {
+        Err(err)
+            if refused_for_its_data(&err)
+                && part.len() > 1
+                && shared.config.on_permanent_failure == OnPermanentFailure::DeadLetter =>
+        {
+            tracing::debug!(error = %err, records = part.len(), "a write failed on its data; narrowing it down to the records at fault");
+            isolate(shared, &part, letters).await
+        }
+        written => settle(shared, written, part, letters),
+    }
+}
+
+/// Write `part`, known to fail on its data, in halves, each half that
+/// fails on its data in halves again, in order: records written, records
+/// that fail alone become dead letters. Costs about `2 * log2(len)`
+/// writes per bad record, and only once a write failed.
+async fn isolate(shared: &Shared, part: &EncodedBatch, letters: &mut Vec<DeadLetter>) -> Part {
+    let halves = |r: std::ops::Range<usize>| {
+        let mid = r.start + r.len() / 2;
+        [mid..r.end, r.start..mid]
+    };
+    // Ranges still to write, the next one last.
+    let mut todo: Vec<std::ops::Range<usize>> = halves(0..part.len()).to_vec();
+    while let Some(range) = todo.pop() {
+        let sub = part.select(|i| range.contains(&i));
+        let written = shared.write_to(&*shared.sink, &sub).await;
+        match written {
+            Err(err) if refused_for_its_data(&err) && range.len() > 1 => {
+                todo.extend(halves(range));
+            }
+            written => match settle(shared, written, sub, letters) {
+                Part::Written => {}
+                // The environment failed: the job halts. (A malformed
+                // reject: the part fails and replays.)
+                other => return other,
+            },
+        }
+    }
+    Part::Written
+}
+
+/// Account for one write's result; the records it sets aside (rejected,
+/// or the whole part under [`OnPermanentFailure::DeadLetter`]) join
+/// `letters`.
+fn settle(
+    shared: &Shared,
+    written: Result<(), SinkError>,
+    batch: EncodedBatch,
+    letters: &mut Vec<DeadLetter>,
+) -> Part {
+    let m = &shared.metrics;
+    match written {
         Ok(()) => {
-            add(&m.records_written, batch.len() as u64);
-            add(&m.bytes_written, batch.bytes().len() as u64);
-            add(&m.batches_written, 1);
-            None
+            if !batch.is_empty() {
+                add(&m.records_written, batch.len() as u64);
+                add(&m.bytes_written, batch.bytes().len() as u64);
+                add(&m.batches_written, 1);
+            }
+            Part::Written
         }
         Err(SinkError::Rejected(rejects)) => {
             let indices: BTreeSet<usize> = rejects.iter().map(|r| r.index).collect();
             if let Some(bad) = indices.iter().find(|&&i| i >= batch.len()) {
-                Some(format!(
+                return Part::Failed(format!(
                     "sink rejected record {bad} of a batch of {}",
                     batch.len()
-                ))
-            } else {
-                let accepted_bytes: usize = (0..batch.len())
-                    .filter(|i| !indices.contains(i))
-                    .filter_map(|i| batch.range(i).map(|r| r.len()))
-                    .sum();
-                add(&m.records_written, (batch.len() - indices.len()) as u64);
-                add(&m.bytes_written, accepted_bytes as u64);
-                add(&m.batches_written, 1);
-                for reject in rejects {
-                    if let Some(record) = batch.records().get(reject.index) {
-                        refused.push(DeadLetter::new(
-                            record.clone(),
-                            format!("rejected by the sink: {}", reject.reason),
-                        ));
-                    }
-                }
-                None
+                ));
             }
+            let accepted_bytes: usize = (0..batch.len())
+                .filter(|i| !indices.contains(i))
+                .filter_map(|i| batch.range(i).map(|r| r.len()))
+                .sum();
+            add(&m.records_written, (batch.len() - indices.len()) as u64);
+            add(&m.bytes_written, accepted_bytes as u64);
+            add(&m.batches_written, 1);
+            for reject in rejects {
+                if let Some(record) = batch.records().get(reject.index) {
+                    letters.push(DeadLetter::new(
+                        record.clone(),
+                        format!("rejected by the sink: {}", reject.reason),
+                    ));
+                }
+            }
+            Part::Written
         }
+        Err(err) if err.kind() == FailureKind::Environment => Part::Halt(err),
         Err(err) => match shared.config.on_permanent_failure {
-            OnPermanentFailure::Fail => Some(err.to_string()),
+            OnPermanentFailure::Fail => Part::Failed(err.to_string()),
             OnPermanentFailure::DeadLetter => {
                 let reason = format!("sink write failed: {err}");
                 for record in batch.into_records() {
-                    refused.push(DeadLetter::new(record, reason.clone()));
+                    letters.push(DeadLetter::new(record, reason.clone()));
                 }
-                None
+                Part::Written
             }
         },
-    };
-    let outcome = match failure {
-        Some(reason) => Outcome::Failed(reason),
-        None if refused.is_empty() => Outcome::Delivered,
-        None => match shared.write_dead_letters(refused).await {
-            Ok(()) => Outcome::Delivered,
-            Err(reason) => Outcome::Failed(reason),
-        },
-    };
-    m.record_latency(started.elapsed());
-    match &outcome {
-        Outcome::Delivered => acks.deliver(),
-        Outcome::Failed(reason) => {
-            tracing::warn!(%reason, batches = acks.len(), "sink batch failed; its partitions will replay");
-            add(&m.batches_failed, 1);
+    }
+}
+
+/// Write the letters, then deliver or fail every part's handles.
+async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadLetter>) -> Outcome {
+    let m = &shared.metrics;
+    let mut halt = None;
+    let mut failure = None;
+    for (_, part) in &parts {
+        match part {
+            Part::Halt(_) | Part::Written => {}
+            Part::Failed(reason) => {
+                failure.get_or_insert_with(|| reason.clone());
+            }
+        }
+    }
+    let mut parts: Vec<(AckSet, bool)> = parts
+        .into_iter()
+        .map(|(acks, part)| match part {
+            Part::Written => (acks, true),
+            Part::Failed(_) => (acks, false),
+            Part::Halt(err) => {
+                halt.get_or_insert(err);
+                (acks, false)
+            }
+        })
+        .collect();
+    if let Some(err) = halt {
+        // Nothing of this job is delivered: the pipeline stops, and what
+        // was written will be written again after the cause is fixed.
+        add(&m.batches_failed, 1);
+        drop(parts);
+        return Outcome::Halt(err);
+    }
+    if !letters.is_empty() && parts.iter().any(|(_, written)| *written) {
+        match shared.write_dead_letters(letters).await {
+            Ok(()) => {}
+            Err(LetterFailure::Halt(err)) => {
+                add(&m.batches_failed, 1);
+                drop(parts);
+                return Outcome::Halt(SinkError::DeadLetter(Box::new(err)));
+            }
+            Err(LetterFailure::Failed(reason)) => {
+                for (_, written) in &mut parts {
+                    *written = false;
+                }
+                failure.get_or_insert(reason);
+            }
+        }
+    }
+    for (acks, written) in parts {
+        if written {
+            acks.deliver();
+        } else {
             acks.fail();
         }
     }
-    outcome
+    match failure {
+        None => Outcome::Delivered,
+        Some(reason) => {
+            tracing::warn!(%reason, "sink batch failed; its partitions will replay");
+            add(&m.batches_failed, 1);
+            Outcome::Failed(reason)
+        }
+    }
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{
-    Event, FailEveryNth, Flaky, Gated, Hang, MemorySink, Panic, Recording, Rejecting, Slow,
+    Event, FailEveryNth, FailWhere, Flaky, Gated, Hang, MemorySink, Panic, Recording, Rejecting,
+    Slow,
 };
 use etl_sink::{
     DriverConfig, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SendError, SinkDriver, SinkError,
@@ -57,15 +58,12 @@ async fn thirty_percent_transient_failures_lose_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn permanent_failures_fail_their_batches_by_default() {
+async fn data_failures_fail_their_batches_by_default() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
-    let sink = SinkDriver::new(
-        FailEveryNth::permanent(memory.clone(), 3),
-        NdjsonEncoder::new(),
-    )
-    .config(one_batch_per_item(1))
-    .spawn();
+    let sink = SinkDriver::new(FailEveryNth::data(memory.clone(), 3), NdjsonEncoder::new())
+        .config(one_batch_per_item(1))
+        .spawn();
     for i in 0..9 {
         sink.send(source.batch(0, i * 10..i * 10 + 10))
             .await
@@ -84,24 +82,22 @@ async fn permanent_failures_fail_their_batches_by_default() {
     assert_eq!(metrics.batches_written, 6);
     assert_eq!(metrics.batches_failed, 3);
     assert_eq!(metrics.records_written, 60);
-    assert_eq!(metrics.retries, 0, "permanent errors are not retried");
+    assert_eq!(metrics.retries, 0, "data errors are not retried");
 }
 
 #[tokio::test(start_paused = true)]
-async fn permanent_failures_go_to_dead_letters_by_policy() {
+async fn data_failures_dead_letter_only_the_records_at_fault_by_policy() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
-    let sink = SinkDriver::new(
-        FailEveryNth::permanent(memory.clone(), 3),
-        NdjsonEncoder::new(),
-    )
-    .config(DriverConfig {
-        on_permanent_failure: OnPermanentFailure::DeadLetter,
-        ..one_batch_per_item(1)
-    })
-    .dead_letters(dead.clone())
-    .spawn();
+    let bad = |r: &Record| matches!(r.position.offset.0, 25 | 47);
+    let sink = SinkDriver::new(FailWhere::new(memory.clone(), bad), NdjsonEncoder::new())
+        .config(DriverConfig {
+            on_permanent_failure: OnPermanentFailure::DeadLetter,
+            ..one_batch_per_item(1)
+        })
+        .dead_letters(dead.clone())
+        .spawn();
     for i in 0..9 {
         sink.send(source.batch(0, i * 10..i * 10 + 10))
             .await
@@ -109,9 +105,14 @@ async fn permanent_failures_go_to_dead_letters_by_policy() {
     }
     let metrics = sink.close().await.unwrap();
     assert_eq!(tally(&source.resolutions()), (9, 0));
-    assert_eq!(memory.positions().len(), 60);
-    assert_eq!(dead.positions().len(), 30);
-    assert_eq!(metrics.dead_lettered, 30);
+    assert_eq!(memory.positions().len(), 88);
+    let dead_offsets: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(
+        dead_offsets,
+        vec![25, 47],
+        "not their batches' good records"
+    );
+    assert_eq!(metrics.dead_lettered, 2);
     assert_eq!(metrics.records_written + metrics.dead_lettered, 90);
     let text = String::from_utf8(dead.bytes()).unwrap();
     for line in text.lines() {
@@ -122,10 +123,29 @@ async fn permanent_failures_go_to_dead_letters_by_policy() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failing_dead_letter_sink_fails_the_batch() {
+async fn a_dead_letter_sink_refusing_the_letters_fails_the_batch() {
     let mut source = TestSource::new();
     let sink = SinkDriver::new(
-        FailEveryNth::permanent(MemorySink::new(), 1),
+        FailEveryNth::data(MemorySink::new(), 1),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        on_permanent_failure: OnPermanentFailure::DeadLetter,
+        ..one_batch_per_item(1)
+    })
+    .dead_letters(FailEveryNth::data(MemorySink::new(), 1))
+    .spawn();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+    assert_eq!(metrics.dead_lettered, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_dead_letter_sink_halts_the_driver() {
+    let mut source = TestSource::new();
+    let sink = SinkDriver::new(
+        FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
     .config(DriverConfig {
@@ -135,9 +155,12 @@ async fn a_failing_dead_letter_sink_fails_the_batch() {
     .dead_letters(FailEveryNth::permanent(MemorySink::new(), 1))
     .spawn();
     sink.send(source.batch(0, 0..10)).await.unwrap();
-    let metrics = sink.close().await.unwrap();
+    let err = sink.close().await.unwrap_err();
+    assert!(
+        matches!(&err, SinkError::DeadLetter(inner) if matches!(**inner, SinkError::Permanent(_))),
+        "{err}"
+    );
     assert_eq!(tally(&source.resolutions()), (0, 1));
-    assert_eq!(metrics.dead_lettered, 0);
 }
 
 fn with_bad_value(mut records: Vec<Record>, index: usize) -> Vec<Record> {
@@ -392,7 +415,7 @@ async fn fan_out_delivers_only_when_every_sink_has_written() {
     // If one of the sinks fails it, the batch fails.
     let ok = SinkDriver::new(MemorySink::new(), NdjsonEncoder::new()).spawn();
     let bad = SinkDriver::new(
-        FailEveryNth::permanent(MemorySink::new(), 1),
+        FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
     .config(DriverConfig {
@@ -448,4 +471,53 @@ async fn the_write_returns_before_its_batch_is_delivered() {
             .expect("delivered");
         assert!(done < delivered, "batch ending at {last}: {events:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
+    // `batch_max_bytes = "0B"`: no batch could ever be started. The driver
+    // must not take the batch and wait for ever (then panic on close).
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_bytes: 0,
+            ..one_batch_per_item(1)
+        })
+        .spawn();
+    // The driver may already be gone: the send then hands the batch back,
+    // failed.
+    let _ = sink.send(source.batch(0, 0..10)).await;
+    let closed = tokio::time::timeout(Duration::from_secs(3600), sink.close())
+        .await
+        .expect("the driver ends");
+    let err = closed.unwrap_err();
+    assert!(matches!(err, SinkError::InvalidConfig(_)), "{err}");
+    assert!(err.to_string().contains("max_bytes"), "{err}");
+    assert_eq!(tally(&source.resolutions()), (0, 1), "the batch failed");
+    assert!(memory.positions().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let linger = Duration::from_secs(3600);
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            max_records: 1000,
+            linger,
+            ..DriverConfig::default()
+        })
+        .spawn();
+    let start = tokio::time::Instant::now();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    sink.input_ended();
+    wait_for(|| memory.positions().len() == 10).await;
+    // A replay after the end is not held back either.
+    sink.send(source.batch(0, 10..15)).await.unwrap();
+    wait_for(|| memory.positions().len() == 15).await;
+    assert!(start.elapsed() < linger / 10, "{:?}", start.elapsed());
+    sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (2, 0));
 }

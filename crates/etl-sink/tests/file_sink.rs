@@ -245,7 +245,7 @@ async fn an_exactly_once_driver_halts_after_a_failed_batch() {
         ..FileSinkConfig::default()
     };
     let file = FileSink::open(&path, config).await.unwrap();
-    let failing = etl_sink::testing::FailEveryNth::permanent(file, 2);
+    let failing = etl_sink::testing::FailEveryNth::data(file, 2);
     let (driver, progress) = SinkDriver::exactly_once(failing, NdjsonEncoder::new());
     assert!(progress.is_empty());
     let sink = driver

@@ -64,7 +64,7 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
         let mut source = TestSource::new();
         let memory = MemorySink::new();
         let dead = MemorySink::new();
-        let sink = Arc::new(FailEveryNth::permanent(
+        let sink = Arc::new(FailEveryNth::data(
             Flaky::new(memory.clone(), s.fraction, s.seed),
             s.fail_every,
         ));

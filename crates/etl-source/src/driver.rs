@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use etl_ack::{AckSet, Acked, Acker, BatchId, BatchMeta};
 use etl_checkpoint::{CheckpointHandle, InFlightBudget, ReplayRequest, ReplayRequests};
 use etl_record::{DeadLetter, Offset, PartitionId, Record};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::poison::{PoisonTracker, Verdict};
@@ -44,6 +44,8 @@ pub struct SourceDriver {
     partitions: BTreeMap<PartitionId, PartitionState>,
     poison: PoisonTracker,
     metrics: SourceMetricsHandle,
+    /// Set once the source reported the end of its input.
+    input_ended: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for SourceDriver {
@@ -119,7 +121,17 @@ impl SourceDriver {
             config,
             partitions: BTreeMap::new(),
             metrics: SourceMetricsHandle::default(),
+            input_ended: watch::Sender::new(false),
         }
+    }
+
+    /// Turns `true` once the source has reported the end of its input (a
+    /// bounded source read to its end) and stays so: what is still on its
+    /// way downstream is the last of it, or a replay. Sinks use it to write
+    /// their last partial batch at once rather than linger for more.
+    #[must_use]
+    pub fn input_ended(&self) -> watch::Receiver<bool> {
+        self.input_ended.subscribe()
     }
 
     /// The driver's counters, readable while it runs.
@@ -212,7 +224,10 @@ impl SourceDriver {
                             _ => {}
                         }
                     }
-                    SourceEvent::End => ended = true,
+                    SourceEvent::End => {
+                        ended = true;
+                        self.input_ended.send_replace(true);
+                    }
                 },
             }
         }

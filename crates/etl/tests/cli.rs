@@ -677,3 +677,50 @@ fn a_zero_batch_size_is_refused_before_anything_runs() {
         }
     }
 }
+
+#[test]
+fn stdout_into_a_closed_pipe_exits_74_naming_the_sink_and_dead_letters_nothing() {
+    // `etl run ... | head -1`: the reader goes away. That is no bad
+    // record: the run halts, it does not replay and dead-letter for ever.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &config,
+        r#"
+[source]
+type = "generator"
+partitions = 2
+records_per_partition = 200000
+
+[[sinks]]
+name = "console"
+type = "stdout"
+on_permanent_error = "dead_letter"
+
+[dead_letter]
+type = "file"
+path = "dead.ndjson"
+
+[checkpoint]
+store = { type = "file", path = "state" }
+"#,
+    )
+    .unwrap();
+    let mut child = etl()
+        .arg("run")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before anything is read.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(stderr.contains("console"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+    assert!(!stderr.contains("poison"), "{stderr}");
+    let dead = std::fs::read_to_string(dir.path().join("dead.ndjson")).unwrap_or_default();
+    assert!(dead.is_empty(), "nothing dead-lettered: {dead}");
+}

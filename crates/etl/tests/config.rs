@@ -280,3 +280,24 @@ fn every_limit_out_of_range_is_refused_naming_its_key() {
     }
     assert!(accepted.is_empty(), "accepted: {accepted:#?}");
 }
+
+#[test]
+fn zero_sink_limits_are_refused() {
+    for (option, value) in [
+        ("batch_max_bytes", "\"0B\""),
+        ("batch_max_records", "0"),
+        ("concurrency", "0"),
+        ("timeout", "\"0s\""),
+    ] {
+        let config = format!(
+            "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\
+             [[sinks]]\ntype = \"blackhole\"\n{option} = {value}\n"
+        );
+        let problems = parse_config(&config, Path::new(".")).unwrap_err();
+        assert_eq!(problems.len(), 1, "{option}: {problems:?}");
+        assert!(
+            problems[0].message.contains(option),
+            "{option}: {problems:?}"
+        );
+    }
+}

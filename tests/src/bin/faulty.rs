@@ -3,10 +3,10 @@
 //! crash loops (the `etl` binary has no faulty sink to configure).
 //!
 //! Every write fails transiently with probability 1/20 (seeded; the driver
-//! retries) and every 13th write of a run fails permanently (the batch
-//! fails and its partition replays). Logs are JSON lines on standard error,
-//! ending with `pipeline finished` as `etl run` does; exit code 0 when the
-//! input is exhausted, 1 on any error.
+//! retries) and every 13th write of a run fails as if it held a bad record
+//! (`SinkError::Data`: the batch fails and its partition replays). Logs are
+//! JSON lines on standard error, ending with `pipeline finished` as `etl
+//! run` does; exit code 0 when the input is exhausted, 1 on any error.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -78,7 +78,7 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
         return Err("exactly one sink is supported here".into());
     };
     let file = open_file(&file_sink_path(&sink.kind)?).await?;
-    let faulty = FailEveryNth::permanent(Flaky::new(file, 0.05, seed), 13);
+    let faulty = FailEveryNth::data(Flaky::new(file, 0.05, seed), 13);
     let driver = SinkDriver::new(faulty, NdjsonEncoder::new()).config(DriverConfig {
         max_records: sink.options.batch_max_records,
         linger: sink.options.linger,

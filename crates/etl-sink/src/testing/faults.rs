@@ -12,13 +12,22 @@ use rand::{Rng, SeedableRng};
 
 use crate::{EncodedBatch, Progress, ProgressSink, Reject, Sink, SinkError};
 
-/// Fails every `n`th call to `write` (calls `n`, `2n`, ...), transiently
-/// or permanently; the other calls go to the inner sink.
+/// The error a [`FailEveryNth`] injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Injected {
+    Transient,
+    Permanent,
+    Data,
+}
+
+/// Fails every `n`th call to `write` (calls `n`, `2n`, ...), transiently,
+/// permanently or as a failure of the data; the other calls go to the
+/// inner sink.
 #[derive(Debug)]
 pub struct FailEveryNth<S> {
     inner: S,
     n: u64,
-    permanent: bool,
+    kind: Injected,
     calls: AtomicU64,
 }
 
@@ -28,15 +37,25 @@ impl<S> FailEveryNth<S> {
         FailEveryNth {
             inner,
             n: n.max(1),
-            permanent: false,
+            kind: Injected::Transient,
             calls: AtomicU64::new(0),
         }
     }
 
-    /// Fail every `n`th write with a permanent error (`n` at least 1).
+    /// Fail every `n`th write with a permanent error (`n` at least 1): an
+    /// error of the environment, which halts a driver.
     pub fn permanent(inner: S, n: u64) -> Self {
         FailEveryNth {
-            permanent: true,
+            kind: Injected::Permanent,
+            ..FailEveryNth::transient(inner, n)
+        }
+    }
+
+    /// Fail every `n`th write with [`SinkError::Data`] (`n` at least 1):
+    /// the failed batches replay, as if they held a bad record.
+    pub fn data(inner: S, n: u64) -> Self {
+        FailEveryNth {
+            kind: Injected::Data,
             ..FailEveryNth::transient(inner, n)
         }
     }
@@ -63,10 +82,10 @@ impl<S: Sink> Sink for FailEveryNth<S> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         if call.is_multiple_of(self.n) {
             let msg = format!("injected failure of write call {call}");
-            return Err(if self.permanent {
-                SinkError::permanent(msg)
-            } else {
-                SinkError::retryable(msg)
+            return Err(match self.kind {
+                Injected::Transient => SinkError::retryable(msg),
+                Injected::Permanent => SinkError::permanent(msg),
+                Injected::Data => SinkError::data(msg),
             });
         }
         self.inner.write(batch).await
@@ -284,5 +303,117 @@ impl<S: Sink> Sink for Rejecting<S> {
 
     async fn flush(&self) -> Result<(), SinkError> {
         self.inner.flush().await
+    }
+}
+
+type MatchFn = Box<dyn Fn(&Record) -> bool + Send + Sync>;
+
+/// Fails, with [`SinkError::Data`], every write that holds a record the
+/// predicate picks, and writes nothing of it; other writes go to the inner
+/// sink. As a database whose multi-row insert fails for one bad row.
+pub struct FailWhere<S> {
+    inner: S,
+    bad: MatchFn,
+    failures: AtomicU64,
+}
+
+impl<S> FailWhere<S> {
+    /// Fail every write holding a record for which `bad` is true.
+    pub fn new(inner: S, bad: impl Fn(&Record) -> bool + Send + Sync + 'static) -> Self {
+        FailWhere {
+            inner,
+            bad: Box::new(bad),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Writes failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The inner sink.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for FailWhere<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FailWhere")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<S: Sink> Sink for FailWhere<S> {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        if let Some(bad) = batch.records().iter().find(|r| (self.bad)(r)) {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            return Err(SinkError::data(format!(
+                "injected failure of a write holding {}",
+                bad.idempotency_key()
+            )));
+        }
+        self.inner.write(batch).await
+    }
+
+    async fn flush(&self) -> Result<(), SinkError> {
+        self.inner.flush().await
+    }
+}
+
+type ErrorFn = Box<dyn Fn() -> SinkError + Send + Sync>;
+
+/// Fails every write, whatever it holds, with the error `make` returns: a
+/// sink whose environment is broken (a closed pipe, a read-only file, an
+/// unreachable server).
+pub struct Broken {
+    make: ErrorFn,
+    calls: AtomicU64,
+}
+
+impl Broken {
+    /// Fail every write with `make()`.
+    pub fn new(make: impl Fn() -> SinkError + Send + Sync + 'static) -> Self {
+        Broken {
+            make: Box::new(make),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Fail every write as standard output does once its reader is gone
+    /// (`EPIPE`).
+    #[must_use]
+    pub fn broken_pipe() -> Self {
+        Broken::new(|| {
+            SinkError::io(
+                "write to",
+                "standard output",
+                std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+            )
+        })
+    }
+
+    /// Writes attempted so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for Broken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Broken")
+            .field("calls", &self.calls())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Sink for Broken {
+    async fn write(&self, _batch: &EncodedBatch) -> Result<(), SinkError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Err((self.make)())
     }
 }

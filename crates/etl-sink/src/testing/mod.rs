@@ -1,7 +1,8 @@
 //! Sinks for tests: an in-memory sink, fault injectors (fail every Nth
-//! write, fail a seeded fraction transiently, reject chosen records, hang,
-//! panic, run slow, wait behind a gate) and a recording wrapper that
-//! journals every call.
+//! write, fail the writes holding chosen records, fail every write, fail
+//! a seeded fraction transiently, reject chosen records, hang, panic, run
+//! slow, wait behind a gate) and a recording wrapper that journals every
+//! call.
 //!
 //! The wrappers take an inner sink, so faults compose:
 //! `Slow::new(Flaky::new(MemorySink::new(), 0.3, 7), delay)`.
@@ -11,7 +12,7 @@ mod gate;
 mod memory;
 mod recording;
 
-pub use faults::{FailEveryNth, Flaky, Hang, Panic, Rejecting, Slow};
+pub use faults::{Broken, FailEveryNth, FailWhere, Flaky, Hang, Panic, Rejecting, Slow};
 pub use gate::{Gate, Gated};
 pub use memory::MemorySink;
 pub use recording::{Event, Journal, Recording};

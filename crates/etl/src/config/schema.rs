@@ -267,7 +267,8 @@ pub struct StdoutSinkConfig {
 #[serde(deny_unknown_fields)]
 pub struct BlackholeSinkConfig {}
 
-/// What a sink does with a batch that fails permanently.
+/// What a sink does with a batch that fails for good because of its
+/// records. (A failure of the environment halts the run either way.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum PermanentErrorPolicy {
@@ -275,7 +276,8 @@ pub enum PermanentErrorPolicy {
     /// narrows it down).
     #[default]
     Fail,
-    /// Write the records to the dead-letter sink.
+    /// Narrow the batch down in the sink driver and write the records
+    /// that fail alone to the dead-letter sink.
     DeadLetter,
 }
 
@@ -301,7 +303,7 @@ pub struct SinkOptions {
     /// Time limit of one write.
     #[serde(default = "defaults::write_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
-    /// What to do with a batch that fails permanently.
+    /// What to do with a batch that fails for good because of its records.
     #[serde(default)]
     pub on_permanent_error: PermanentErrorPolicy,
 }

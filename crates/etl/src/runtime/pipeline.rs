@@ -7,7 +7,8 @@ use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
 use etl_sink::{
-    DeadLetterHandle, DriverConfig as SinkDriverConfig, ProgressSink, Sink, SinkDriver, SinkMetrics,
+    DeadLetterHandle, DriverConfig as SinkDriverConfig, ProgressSink, Sink, SinkDriver, SinkError,
+    SinkMetrics,
 };
 use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
 use tokio::sync::mpsc;
@@ -435,6 +436,7 @@ impl Pipeline {
         );
         hub.set_source(driver.metrics());
         let cancel = shutdown.child_token();
+        let mut input_ended = driver.input_ended();
         let mut driver_task = tokio::spawn(driver.run(cancel.clone()));
 
         let workers = Workers::spawn(&chain, transform_workers);
@@ -448,16 +450,31 @@ impl Pipeline {
             None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
         };
 
-        // Run until the driver ends, a halt, or a stop is asked for.
+        // Run until the driver ends, a halt, or a stop is asked for. Once
+        // the source has read all its input, the sinks write their last
+        // partial batches at once: a bounded run does not end a linger late.
         let mut halted = None;
         let mut driver_done = None;
-        tokio::select! {
-            r = &mut driver_task => driver_done = Some(r),
-            Some(request) = halt_rx.recv() => {
-                halted = Some(request);
-                cancel.cancel();
+        let mut told_sinks = false;
+        loop {
+            tokio::select! {
+                r = &mut driver_task => {
+                    driver_done = Some(r);
+                    break;
+                }
+                Some(request) = halt_rx.recv() => {
+                    halted = Some(request);
+                    cancel.cancel();
+                    break;
+                }
+                Ok(_) = input_ended.wait_for(|ended| *ended), if !told_sinks => {
+                    told_sinks = true;
+                    for (_, handle, _) in &handles {
+                        handle.input_ended();
+                    }
+                }
+                () = shutdown.cancelled() => break,
             }
-            () = shutdown.cancelled() => {}
         }
 
         // From here every wait ends by one deadline, whatever hangs: what
@@ -586,8 +603,21 @@ impl Pipeline {
             },
         };
 
-        // Report the root cause first.
+        // Report the root cause first. A sink that stopped on its own error
+        // (it cannot write, whatever the records) failed the batches whose
+        // replay `on_failure = "halt"` then refused: the sink is the cause.
         if let Some(request) = halted {
+            if let Some(err @ PipelineError::Sink { .. }) = first_error
+                && !matches!(
+                    &err,
+                    PipelineError::Sink {
+                        source: SinkError::Halted(_) | SinkError::ShutdownTimeout(_),
+                        ..
+                    }
+                )
+            {
+                return Err(err);
+            }
             return Err(PipelineError::Halted {
                 partition: request.partition,
                 from: request.from,

@@ -54,6 +54,9 @@ impl Exit {
             | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
                 code::IO
             }
+            // The output cannot be written (a broken pipe, a read-only or
+            // full disk): the sink halted the pipeline.
+            P::Sink { source, .. } if source.is_io() => code::IO,
             P::Invalid(_) => code::CONFIG,
             _ => code::FAILURE,
         };

@@ -1,0 +1,217 @@
+//! Errors of the environment stop the driver; errors of the data fail
+//! exactly the source batches that hold the bad records.
+
+// Helpers outside `#[test]` functions unwrap too: a panic is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etl_ack::AckStatus;
+use etl_record::{Offset, Record};
+use etl_sink::testing::{Broken, FailEveryNth, FailWhere, MemorySink};
+use etl_sink::{
+    DriverConfig, FailureKind, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SinkDriver,
+    SinkError,
+};
+use tokio::time::Instant;
+
+use support::{TestSource, record, tally};
+
+/// One write per `max_records` records; the dead-letter policy on, so a
+/// failure wrongly taken for bad data would show up as dead letters.
+fn dead_lettering(max_records: usize) -> DriverConfig {
+    DriverConfig {
+        max_records,
+        linger: Duration::from_millis(5),
+        max_in_flight: 2,
+        on_permanent_failure: OnPermanentFailure::DeadLetter,
+        ..DriverConfig::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_pipe_halts_the_driver_and_dead_letters_nothing() {
+    let mut source = TestSource::new();
+    let broken = Arc::new(Broken::broken_pipe());
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(broken.clone(), NdjsonEncoder::new())
+        .config(dead_lettering(10))
+        .dead_letters(dead.clone())
+        .spawn();
+    let start = Instant::now();
+    let mut sent = 0;
+    for i in 0..20 {
+        // Once the driver stopped, a send hands the batch back, failed.
+        if sink
+            .send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .is_ok()
+        {
+            sent += 1;
+        }
+    }
+    let err = sink.close().await.unwrap_err();
+    assert!(err.is_io(), "{err}");
+    assert!(err.to_string().contains("standard output"), "{err}");
+    assert_eq!(err.kind(), FailureKind::Environment);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "a broken pipe is not retried: {:?}",
+        start.elapsed()
+    );
+    assert!(sent >= 1);
+    assert_eq!(tally(&source.resolutions()), (0, 20), "nothing delivered");
+    assert!(dead.positions().is_empty(), "no good record dead-lettered");
+    assert!(broken.calls() <= 2, "no write after the failure was seen");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unclassified_failure_halts_after_the_retry_policy() {
+    // A permanent error: not retried, and not known to be the records'
+    // fault.
+    let mut source = TestSource::new();
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailEveryNth::permanent(MemorySink::new(), 1),
+        NdjsonEncoder::new(),
+    )
+    .config(dead_lettering(10))
+    .dead_letters(dead.clone())
+    .spawn();
+    let _ = sink.send(source.batch(0, 0..10)).await;
+    let err = sink.close().await.unwrap_err();
+    assert!(matches!(err, SinkError::Permanent(_)), "{err}");
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+    assert!(dead.positions().is_empty());
+
+    // A retryable error that never clears: retried until the policy gives
+    // up, then the driver stops (it does not replay for ever).
+    let policy = RetryPolicy {
+        max_elapsed: Duration::from_secs(30),
+        ..RetryPolicy::default()
+    };
+    let broken = Arc::new(Broken::new(|| SinkError::retryable("broker unreachable")));
+    let sink = SinkDriver::new(broken.clone(), NdjsonEncoder::new())
+        .config(DriverConfig {
+            retry: policy,
+            ..dead_lettering(10)
+        })
+        .dead_letters(dead.clone())
+        .spawn();
+    let start = Instant::now();
+    let _ = sink.send(source.batch(0, 0..10)).await;
+    let err = sink.close().await.unwrap_err();
+    assert!(matches!(err, SinkError::Retryable(_)), "{err}");
+    assert!(start.elapsed() <= Duration::from_secs(30));
+    assert!(broken.calls() > 1, "retried first");
+    assert_eq!(tally(&source.resolutions()), (0, 1));
+    assert!(dead.positions().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_merged_write_failing_on_one_record_fails_only_its_batch() {
+    // Ten single-record batches, as the source sends a narrowed range,
+    // merged by the driver into one write; the sink fails any write
+    // holding offset 9.
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(9)),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        max_records: 100,
+        linger: Duration::from_millis(5),
+        ..DriverConfig::default()
+    })
+    .spawn();
+    for o in 0..10 {
+        sink.send(source.batch(0, o..o + 1)).await.unwrap();
+    }
+    let metrics = sink.close().await.unwrap();
+    let msgs = source.resolutions();
+    let failed: Vec<i64> = msgs
+        .iter()
+        .filter(|m| m.status == AckStatus::Failed)
+        .map(|m| m.last_offset)
+        .collect();
+    assert_eq!(failed, vec![9], "only the batch holding offset 9 fails");
+    assert_eq!(tally(&msgs), (9, 1));
+    let written: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(written, (0..9).collect::<Vec<_>>());
+    assert_eq!(metrics.records_written, 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_merged_write_dead_letters_only_the_record_at_fault_by_policy() {
+    // Batches of 5 records merged into one write that fails on offset 7:
+    // under the dead-letter policy the driver narrows it down itself.
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(7)),
+        NdjsonEncoder::new(),
+    )
+    .config(dead_lettering(100))
+    .dead_letters(dead.clone())
+    .spawn();
+    for i in 0..4 {
+        sink.send(source.batch(0, i * 5..i * 5 + 5)).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (4, 0));
+    let dead: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(dead, vec![7], "not the good records of its batch");
+    let written: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(written, (0..20).filter(|&o| o != 7).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_failing_in_a_merged_write_keeps_its_encoder_refusals_for_its_replay() {
+    // Two batches merged into one write, each holding a value the encoder
+    // refuses; the sink fails any write holding offset 8 (second batch).
+    // Only the first batch is written, so only its refusal is a dead
+    // letter: the second batch's comes again when it replays.
+    let mut source = TestSource::new();
+    let memory = MemorySink::new();
+    let dead = MemorySink::new();
+    let sink = SinkDriver::new(
+        FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(8)),
+        NdjsonEncoder::new(),
+    )
+    .config(DriverConfig {
+        max_records: 100,
+        linger: Duration::from_millis(5),
+        ..DriverConfig::default()
+    })
+    .dead_letters(dead.clone())
+    .spawn();
+    for (range, bad) in [(0..5, 2), (5..10, 6)] {
+        let records = range
+            .map(|o| {
+                let mut r = record(0, o);
+                if o == bad {
+                    r.value = bytes::Bytes::from_static(b"\xffnot json");
+                }
+                r
+            })
+            .collect();
+        sink.send(source.batch_of(records)).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    let msgs = source.resolutions();
+    let failed: Vec<i64> = msgs
+        .iter()
+        .filter(|m| m.status == AckStatus::Failed)
+        .map(|m| m.last_offset)
+        .collect();
+    assert_eq!(failed, vec![9], "only the second batch fails");
+    let dead: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(dead, vec![2], "no dead letter for a batch that replays");
+    let written: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(written, vec![0, 1, 3, 4]);
+}
