@@ -267,13 +267,19 @@ impl Driver {
                     Outcome::Delivered => {}
                     Outcome::Failed(reason) => {
                         if self.halt_on_failure {
+                            self.input.0.close();
                             return Err(SinkError::Halted(reason));
                         }
                     }
-                    // Returning drops every write in flight, the batch
-                    // being built and the queued input: all of it fails.
-                    Outcome::Halt(err) => {
+                    // The input closes first, then what this driver holds
+                    // fails (the job's handles, the writes in flight, the
+                    // batch being built, the queued input): upstream, a
+                    // failure always finds this sink gone, so it is never
+                    // taken for a record's fault and dead-lettered.
+                    Outcome::Halt(err, held) => {
                         tracing::error!(error = %err, "the sink fails whatever the records; stopping");
+                        self.input.0.close();
+                        drop(held);
                         return Err(err);
                     }
                 },

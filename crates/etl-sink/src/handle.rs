@@ -18,6 +18,13 @@ pub struct SinkSender {
 }
 
 impl SinkSender {
+    /// Whether the driver stopped taking input (it halted, or it is
+    /// closing).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// Queue records with their handle, waiting while the driver's input
     /// channel is full (this is the backpressure that bounds memory).
     ///

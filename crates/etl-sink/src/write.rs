@@ -42,8 +42,11 @@ pub(crate) enum Outcome {
     Delivered,
     Failed(String),
     /// The sink failed whatever the records (an error of the environment,
-    /// after the retry policy): the driver stops with this error.
-    Halt(SinkError),
+    /// after the retry policy): the driver stops with this error. The
+    /// job's handles come back unresolved: the driver closes its input
+    /// before they fail, so no failure is seen upstream while this sink
+    /// still looks alive (it would be taken for a record's fault).
+    Halt(SinkError, Vec<AckSet>),
 }
 
 /// How the write of one part (one source batch, or the whole job) ended.
@@ -57,6 +60,15 @@ enum Part {
 }
 
 impl Shared {
+    /// Whether a part refused for its data is dead-lettered by this
+    /// driver. Never for an exactly-once sink: the writes that find the
+    /// records at fault store progress past them before their dead
+    /// letters exist, so a lost letter would be a lost record. There the
+    /// batch fails instead (and the driver halts).
+    fn dead_letters_failures(&self) -> bool {
+        !self.exactly_once && self.config.on_permanent_failure == OnPermanentFailure::DeadLetter
+    }
+
     /// One write, retried by the policy, each attempt bounded by the
     /// configured timeout.
     async fn write_to(&self, sink: &dyn Sink, batch: &EncodedBatch) -> Result<(), SinkError> {
@@ -127,6 +139,26 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
         ends,
         mut refused,
     } = job;
+    if shared.exactly_once && !refused.is_empty() {
+        // The write stores progress past these records: their dead
+        // letters must be durable first, or a crash or a failed letter
+        // would lose them for good. (A replay writes them again.)
+        match shared
+            .write_dead_letters(std::mem::take(&mut refused))
+            .await
+        {
+            Ok(()) => {}
+            Err(LetterFailure::Halt(err)) => {
+                add(&shared.metrics.batches_failed, 1);
+                return Outcome::Halt(SinkError::DeadLetter(Box::new(err)), vec![acks]);
+            }
+            Err(LetterFailure::Failed(reason)) => {
+                add(&shared.metrics.batches_failed, 1);
+                acks.fail();
+                return Outcome::Failed(reason);
+            }
+        }
+    }
     let written = if batch.is_empty() {
         Ok(())
     } else {
@@ -216,9 +248,7 @@ async fn finish_part(
 ) -> Part {
     match written {
         Err(err)
-            if refused_for_its_data(&err)
-                && part.len() > 1
-                && shared.config.on_permanent_failure == OnPermanentFailure::DeadLetter =>
+            if refused_for_its_data(&err) && part.len() > 1 && shared.dead_letters_failures() =>
         {
             tracing::debug!(error = %err, records = part.len(), "a write failed on its data; narrowing it down to the records at fault");
             isolate(shared, &part, letters).await
@@ -301,9 +331,9 @@ fn settle(
             Part::Written
         }
         Err(err) if err.kind() == FailureKind::Environment => Part::Halt(err),
-        Err(err) => match shared.config.on_permanent_failure {
-            OnPermanentFailure::Fail => Part::Failed(err.to_string()),
-            OnPermanentFailure::DeadLetter => {
+        Err(err) => match shared.dead_letters_failures() {
+            false => Part::Failed(err.to_string()),
+            true => {
                 let reason = format!("sink write failed: {err}");
                 for record in batch.into_records() {
                     letters.push(DeadLetter::new(record, reason.clone()));
@@ -342,16 +372,17 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
         // Nothing of this job is delivered: the pipeline stops, and what
         // was written will be written again after the cause is fixed.
         add(&m.batches_failed, 1);
-        drop(parts);
-        return Outcome::Halt(err);
+        return Outcome::Halt(err, parts.into_iter().map(|(acks, _)| acks).collect());
     }
     if !letters.is_empty() && parts.iter().any(|(_, written)| *written) {
         match shared.write_dead_letters(letters).await {
             Ok(()) => {}
             Err(LetterFailure::Halt(err)) => {
                 add(&m.batches_failed, 1);
-                drop(parts);
-                return Outcome::Halt(SinkError::DeadLetter(Box::new(err)));
+                return Outcome::Halt(
+                    SinkError::DeadLetter(Box::new(err)),
+                    parts.into_iter().map(|(acks, _)| acks).collect(),
+                );
             }
             Err(LetterFailure::Failed(reason)) => {
                 for (_, written) in &mut parts {

@@ -215,3 +215,38 @@ async fn a_batch_failing_in_a_merged_write_keeps_its_encoder_refusals_for_its_re
     let written: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
     assert_eq!(written, vec![0, 1, 3, 4]);
 }
+
+/// An exactly-once sink stores progress with its data. A record the
+/// encoder refuses goes to the dead-letter sink instead; if the data were
+/// written (and progress stored past the record) before its letter, a
+/// letter that then fails would lose the record for good: the next run
+/// skips what the progress covers.
+#[tokio::test(start_paused = true)]
+async fn an_exactly_once_sink_stores_no_progress_past_a_refused_record_before_its_dead_letter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = etl_sink::FileSinkConfig {
+        exactly_once: true,
+        ..etl_sink::FileSinkConfig::default()
+    };
+    let file = etl_sink::FileSink::open(&path, config.clone())
+        .await
+        .unwrap();
+    let mut source = TestSource::new();
+    let mut records: Vec<Record> = (0..10).map(|o| record(0, o)).collect();
+    records[4] = Record::new(records[4].position.clone(), "not json");
+    let (driver, _) = SinkDriver::exactly_once(file, NdjsonEncoder::new());
+    let sink = driver
+        .dead_letters(FailEveryNth::data(MemorySink::new(), 1))
+        .spawn();
+    sink.send(source.batch_of(records)).await.unwrap();
+    let _ = sink.close().await;
+    assert_eq!(tally(&source.resolutions()), (0, 1), "the batch fails");
+    let reopened = etl_sink::FileSink::open(&path, config).await.unwrap();
+    let progress = etl_sink::ProgressSink::progress(&reopened);
+    assert!(
+        !progress.covers(&record(0, 4)),
+        "progress {:?} covers the refused record whose dead letter failed",
+        progress.iter().collect::<Vec<_>>()
+    );
+}

@@ -202,3 +202,44 @@ async fn a_long_linger_does_not_delay_the_end_of_a_bounded_run() {
     assert_eq!(committed(&store, 0), Offset(95));
     assert_eq!(committed(&store, 1), Offset(95));
 }
+
+/// A sink that halts on an error of its environment fails the batches it
+/// holds; those failures must never count toward a poison verdict. With
+/// single-record batches and one replay allowed, every batch in flight
+/// when the sink halted looked like a record that "failed alone", and was
+/// dead-lettered while the pipeline was stopping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_failed_by_a_halting_sink_are_never_dead_lettered_as_poison() {
+    for round in 0..20 {
+        let store = MemoryStore::new();
+        let dead = MemorySink::new();
+        let sink = etl_sink::testing::FailEveryNth::permanent(MemorySink::new(), 15);
+        let pipeline = Pipeline::builder()
+            .source(generator(2, 200, 1))
+            .sink(
+                "out",
+                SinkDriver::new(sink, RawLinesEncoder::new()).config(DriverConfig {
+                    max_records: 1,
+                    linger: Duration::ZERO,
+                    max_in_flight: 4,
+                    retry: RetryPolicy::never(),
+                    ..DriverConfig::default()
+                }),
+            )
+            .source_driver(etl_source::DriverConfig {
+                max_replays: 1,
+                ..etl_source::DriverConfig::default()
+            })
+            .dead_letter(dead.clone())
+            .offset_store(store.clone())
+            .build()
+            .unwrap();
+        let err = pipeline.run(CancellationToken::new()).await.unwrap_err();
+        assert!(matches!(err, PipelineError::Sink { .. }), "{err}");
+        assert!(
+            dead.positions().is_empty(),
+            "round {round}: healthy records dead-lettered as poison: {:?}",
+            dead.positions()
+        );
+    }
+}

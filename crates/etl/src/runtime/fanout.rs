@@ -139,6 +139,14 @@ impl Stage {
     /// Send a dead letter (from the source or a transform) to the
     /// dead-letter sink; without one, fail its batch and stop.
     pub(crate) async fn dead_letter(&mut self, letter: Acked<DeadLetter>) -> Result<(), StageStop> {
+        // A sink that halted closed its input before it failed what it
+        // held; a record that failed because of that is not poison, and
+        // whatever comes now is part of a stopping pipeline: it fails and
+        // is read again, never dead-lettered.
+        if self.outputs.sinks.iter().any(SinkSender::is_closed) {
+            letter.fail();
+            return Err(StageStop::SinkGone);
+        }
         match &self.outputs.dead_letters {
             Some(dlq) => dlq.send(letter).await.map_err(|_| StageStop::SinkGone),
             None => {
