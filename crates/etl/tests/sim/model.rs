@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::run::Ended;
-use super::scenario::{Fault, Features, Scenario};
+use super::scenario::{Features, Scenario};
 use super::world::{State, apply_steps, value};
 
 /// The fate the transform steps give each record, as the model sees it.
@@ -169,20 +169,28 @@ pub fn check(
         let mut on_broken_sink = false;
         for (i, spec) in s.sinks.iter().enumerate() {
             let writes = &state.sinks[i].writes;
-            let alone = writes
+            // Only a failure of the records' own (not of the environment)
+            // can justify a dead letter.
+            let alone = writes.iter().any(|w| {
+                !w.ok
+                    && !w.environment
+                    && !w.records.is_empty()
+                    && w.records.iter().all(|r| *r == key)
+            });
+            let any = writes
                 .iter()
-                .any(|w| !w.ok && !w.records.is_empty() && w.records.iter().all(|r| *r == key));
-            let any = writes.iter().any(|w| !w.ok && w.records.contains(&key));
+                .any(|w| !w.ok && !w.environment && w.records.contains(&key));
+            let broken = writes
+                .iter()
+                .any(|w| !w.ok && w.environment && w.records.contains(&key));
             failed_alone |= alone;
             failed_in_any |= any;
-            if any
-                && !spec.dead_letter_failures
-                && spec.faults.iter().any(|f| matches!(f, Fault::Broken(_)))
-            {
+            if broken && !spec.dead_letter_failures {
                 on_broken_sink = true;
             }
         }
-        if environment && on_broken_sink {
+        // Failed only where the environment was at fault, on whatever sink.
+        if environment && on_broken_sink && !failed_in_any {
             return Err(format!(
                 "record {p}:{o} was dead-lettered because a sink's environment is broken \
                  (it fails whatever the record): that must halt, not isolate; letter {line}"

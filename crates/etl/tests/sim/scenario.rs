@@ -51,11 +51,11 @@ impl Features {
     /// is closed here.
     pub const DEFAULT: Features = Features {
         transform_panics: true,
-        exactly_once_dead_letters: false,
-        exact_poison_attribution: false,
-        environment_failures: false,
-        sink_outages: false,
-        exactly_once_rebalances: false,
+        exactly_once_dead_letters: true,
+        exact_poison_attribution: true,
+        environment_failures: true,
+        sink_outages: true,
+        exactly_once_rebalances: true,
     };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.

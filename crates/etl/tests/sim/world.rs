@@ -22,6 +22,8 @@ use super::scenario::{Fault, Scenario};
 pub struct Write {
     pub records: Vec<(u32, i64)>,
     pub ok: bool,
+    /// It failed with an error of the environment (whatever the records).
+    pub environment: bool,
 }
 
 /// What one sink holds, durably, and what it was asked.
@@ -323,7 +325,8 @@ impl SimSink {
                 Fault::Poison(p, o)
                     if records.contains(&(u32::from(p) % self.partitions, i64::from(o))) =>
                 {
-                    return Verdict::Fail(SinkError::permanent(format!(
+                    // The records' fault: the batch replays, narrowed down.
+                    return Verdict::Fail(SinkError::data(format!(
                         "sim: record {}:{o} is poison",
                         u32::from(p) % self.partitions
                     )));
@@ -370,15 +373,14 @@ impl Sink for SimSink {
             sink.calls += 1;
             // Logged as failed until it succeeds: a write that hangs until
             // its timeout, or dies with the process, failed.
+            let verdict = self.verdict(call, &records, healed);
             sink.writes.push(Write {
                 records: records.clone(),
                 ok: false,
+                environment: matches!(&verdict, Verdict::Fail(e)
+                    if e.kind() == etl_sink::FailureKind::Environment),
             });
-            (
-                self.verdict(call, &records, healed),
-                self.slowness(healed),
-                sink.writes.len() - 1,
-            )
+            (verdict, self.slowness(healed), sink.writes.len() - 1)
         };
         if let Some(delay) = slow {
             tokio::time::sleep(delay).await;
