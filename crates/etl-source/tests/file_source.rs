@@ -7,7 +7,8 @@ use std::path::Path;
 
 use etl_record::{DeadLetter, Offset, PartitionId, Record};
 use etl_source::{
-    EofPolicy, FileSource, FileSourceConfig, LineFormat, Source, SourceError, SourceEvent,
+    EofPolicy, FileSource, FileSourceConfig, LineFormat, ReplacedPolicy, Source, SourceError,
+    SourceEvent,
 };
 use proptest::prelude::*;
 
@@ -226,6 +227,62 @@ async fn a_truncated_last_line_can_be_emitted_or_dead_lettered_by_policy() {
 }
 
 #[tokio::test]
+async fn the_rest_of_a_line_emitted_unterminated_is_a_line_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "t.log", b"one\ntw");
+    let cfg = FileSourceConfig {
+        format: LineFormat::Raw,
+        eof: EofPolicy::Emit,
+        state_dir: Some(dir.path().join("state")),
+        ..config(&[&path])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "one".into()), (4, "tw".into())]);
+
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"o\nthree\n")
+        .unwrap();
+    // A new run resumes after the emitted part (committed: 4 + 1).
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let p = source.partitions()[0].0;
+    source.seek(p, Offset(5)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(6, "o".into()), (8, "three".into())]);
+    // Read from the start, the line is cut in the same place.
+    source.seek(p, Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(
+        values(&records),
+        vec![
+            (0, "one".into()),
+            (4, "tw".into()),
+            (6, "o".into()),
+            (8, "three".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_fifo_is_refused_as_not_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let err = FileSource::open(config(&[&fifo])).unwrap_err();
+    assert!(matches!(err, SourceError::NotAFile { .. }), "{err}");
+    assert!(err.to_string().contains("FIFO"), "{err}");
+}
+
+#[tokio::test]
 async fn missing_and_unreadable_inputs_are_errors_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.ndjson");
@@ -264,7 +321,7 @@ async fn seeks_land_on_the_first_line_at_or_after_the_offset() {
         (3, vec![3, 4]),
         (4, vec![4]),
         (5, vec![]),
-        (99, vec![]),
+        (7, vec![]),
     ] {
         source.seek(p, Offset(seek)).await.unwrap();
         let (records, _, ended) = drain(&mut source).await;
@@ -276,6 +333,141 @@ async fn seeks_land_on_the_first_line_at_or_after_the_offset() {
         .await
         .unwrap_err();
     assert!(matches!(err, SourceError::UnknownPartition { .. }));
+}
+
+#[tokio::test]
+async fn an_offset_beyond_the_end_makes_the_file_a_new_partition_read_from_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "s.log", b"a\nbb\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        format: LineFormat::Raw,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let old = source.partitions()[0].0;
+    assert!(matches!(
+        source.next().await.unwrap(),
+        SourceEvent::Assigned(_)
+    ));
+    // Committed in a longer file that had this name before.
+    source.seek(old, Offset(99)).await.unwrap();
+    assert!(matches!(source.next().await.unwrap(), SourceEvent::Revoked(p) if p == vec![old]));
+    let SourceEvent::Assigned(new) = source.next().await.unwrap() else {
+        panic!("the file comes back as a new partition")
+    };
+    assert_eq!(source.partitions()[0].0, new[0]);
+    assert_ne!(new[0], old);
+    // Calls about the old partition are harmless from now on.
+    source.seek(old, Offset(0)).await.unwrap();
+    source.resume(&[old]).await.unwrap();
+    source.seek(new[0], Offset(0)).await.unwrap();
+    let (records, _, ended) = drain(&mut source).await;
+    assert!(ended);
+    assert_eq!(values(&records), vec![(0, "a".into()), (2, "bb".into())]);
+}
+
+#[tokio::test]
+async fn a_file_replaced_between_runs_gets_a_new_partition_and_a_kept_one_its_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let a = write(dir.path(), "a.log", b"1\n2\n");
+    let b = write(dir.path(), "b.log", b"1\n2\n");
+    let cfg = FileSourceConfig {
+        state_dir: Some(state.clone()),
+        ..config(&[&a, &b])
+    };
+    let ids = |source: &FileSource| {
+        source
+            .partitions()
+            .into_iter()
+            .map(|(p, path)| (path.file_name().unwrap().to_string_lossy().into_owned(), p))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let before = ids(&FileSource::open(cfg.clone()).unwrap());
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    source.next().await.unwrap(); // the registry is written here
+    assert_eq!(ids(&source), before);
+    // `a` grows (same file), `b` is replaced.
+    std::fs::write(&a, b"1\n2\n3\n").unwrap();
+    std::fs::remove_file(&b).unwrap();
+    write(dir.path(), "b.log", b"9\n");
+    let after = ids(&FileSource::open(cfg.clone()).unwrap());
+    assert_eq!(after["a.log"], before["a.log"]);
+    assert_ne!(after["b.log"], before["b.log"]);
+
+    let err = FileSource::open(FileSourceConfig {
+        on_replaced: ReplacedPolicy::Fail,
+        ..cfg
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, SourceError::InputReplaced { partition, .. } if partition == before["b.log"]),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn open_files_stay_under_the_cap_and_each_file_is_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = 40;
+    for f in 0..files {
+        let lines: String = (0..25).map(|i| format!("{{\"n\":{i}}}\n")).collect();
+        write(dir.path(), &format!("{f:02}.ndjson"), lines.as_bytes());
+    }
+    let mut cfg = config(&[]);
+    cfg.inputs = vec![format!("{}/*.ndjson", dir.path().display())];
+    cfg.max_batch_records = 10;
+    cfg.max_open_files = 3;
+    let mut source = FileSource::open(cfg).unwrap();
+    let mut per_partition = std::collections::BTreeMap::<PartitionId, usize>::new();
+    loop {
+        let event = source.next().await.unwrap();
+        assert!(source.open_files() <= 3, "{} open", source.open_files());
+        match event {
+            SourceEvent::Assigned(p) => assert_eq!(p.len(), files),
+            SourceEvent::Batch(b) => {
+                *per_partition.entry(b.partition).or_default() += b.records.len()
+            }
+            SourceEvent::End => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(source.open_files(), 0, "every file is closed at its end");
+    assert_eq!(per_partition.len(), files);
+    assert!(per_partition.values().all(|n| *n == 25));
+}
+
+#[tokio::test]
+async fn a_paused_file_gives_its_slot_to_another_and_resumes_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(dir.path(), "a.log", b"1\n2\n3\n4\n");
+    let b = write(dir.path(), "b.log", b"5\n6\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        max_open_files: 1,
+        max_batch_records: 2,
+        ..config(&[&a, &b])
+    })
+    .unwrap();
+    let (pa, pb) = (source.partitions()[0].0, source.partitions()[1].0);
+    source.next().await.unwrap();
+    let first = loop {
+        if let SourceEvent::Batch(batch) = source.next().await.unwrap() {
+            break batch;
+        }
+    };
+    let (paused, other) = if first.partition == pa {
+        (pa, pb)
+    } else {
+        (pb, pa)
+    };
+    source.pause(&[paused]).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert!(records.iter().all(|r| r.position.partition == other));
+    source.resume(&[paused]).await.unwrap();
+    let (rest, _, ended) = drain(&mut source).await;
+    assert!(ended);
+    let total = first.records.len() + records.len() + rest.len();
+    assert_eq!(total, 6, "nothing read twice, nothing skipped");
 }
 
 #[tokio::test]

@@ -41,8 +41,13 @@ impl Exit {
         use etl_checkpoint::CheckpointError as C;
         use etl_source::SourceError as S;
         let code = match &e {
-            P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
-            P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
+            P::Source(
+                S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. } | S::NotAFile { .. },
+            ) => code::NO_INPUT,
+            P::Source(S::Poison { .. } | S::InputReplaced { .. }) | P::NoDeadLetterSink { .. } => {
+                code::DATA
+            }
+            P::Source(S::Config(_)) => code::CONFIG,
             P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
             | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
                 code::IO
