@@ -270,6 +270,45 @@ impl Registry {
         id
     }
 
+    /// The entry of a file that was renamed to `path`: recorded under
+    /// another path that is not in `kept` (paths still holding their
+    /// recorded file), with the same device and inode, and the same first
+    /// bytes. It moves to `path`, keeping its id; the entry `path` had is
+    /// retired.
+    pub(crate) fn take_moved(
+        &mut self,
+        path: &Path,
+        identity: &FileIdentity,
+        kept: &BTreeSet<PathBuf>,
+    ) -> Result<Option<Entry>, SourceError> {
+        let mut candidate = None;
+        for (other, entry) in &self.entries {
+            if other != path
+                && !kept.contains(other)
+                && (entry.identity.dev, entry.identity.ino) == (identity.dev, identity.ino)
+                && entry.identity.differs(identity, path)?.is_none()
+            {
+                candidate = Some(other.clone());
+                break;
+            }
+        }
+        let Some(other) = candidate else {
+            return Ok(None);
+        };
+        let Some(mut entry) = self.entries.remove(&other) else {
+            return Ok(None);
+        };
+        if let Some(old) = self.entries.remove(path) {
+            self.retired.insert(old.id.0);
+        }
+        if entry.identity.fp_len < identity.fp_len {
+            entry.identity = *identity;
+        }
+        self.entries.insert(path.to_owned(), entry.clone());
+        self.dirty = true;
+        Ok(Some(entry))
+    }
+
     /// Record a longer fingerprint of the same file.
     pub(crate) fn refresh(&mut self, path: &Path, identity: FileIdentity) {
         if let Some(entry) = self.entries.get_mut(path)

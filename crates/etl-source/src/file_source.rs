@@ -1,6 +1,6 @@
 //! The file source: every input file is a partition of lines.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -59,11 +59,13 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 pub struct FileSource {
     config: FileSourceConfig,
     files: Vec<FileState>,
+    /// Index in `files` of each partition.
+    by_partition: BTreeMap<PartitionId, usize>,
+    /// Indices of the files open now (at most `max_open_files`).
+    open: Vec<usize>,
     registry: Registry,
     announced: bool,
     turn: usize,
-    /// Files whose reader holds an open descriptor.
-    open_files: usize,
     /// Events owed to the driver before any batch: revocations of
     /// replaced files' old partitions and assignments of their new ones.
     events: VecDeque<SourceEvent>,
@@ -112,17 +114,58 @@ impl FileSource {
                  taken to belong to the files now at their paths (checked against their length)"
             );
         }
-        let mut files = Vec::new();
+        let mut found = Vec::new();
         for path in resolve_inputs(&config.inputs)? {
             let identity = FileIdentity::of_path(&path)?;
-            let known = registry.get(&path).map(|e| (e.id, e.identity, e.cut));
-            let (partition, cut) = match known {
-                Some((id, recorded, cut)) => match recorded.differs(&identity, &path)? {
+            found.push((path, identity));
+        }
+        // Three passes, so an id follows its file: paths that still hold
+        // their recorded file keep their id; a file found under another
+        // path (renamed by a rotation) takes its id along; the rest get
+        // new ids.
+        let mut ids: Vec<Option<(PartitionId, Option<(u64, u64)>)>> = vec![None; found.len()];
+        let mut changed: Vec<Option<(PartitionId, String)>> = vec![None; found.len()];
+        for (i, (path, identity)) in found.iter().enumerate() {
+            let known = registry.get(path).map(|e| (e.id, e.identity, e.cut));
+            if let Some((id, recorded, cut)) = known {
+                match recorded.differs(identity, path)? {
                     None => {
-                        registry.refresh(&path, identity);
-                        (id, cut)
+                        registry.refresh(path, *identity);
+                        ids[i] = Some((id, cut));
                     }
-                    Some(reason) => {
+                    Some(reason) => changed[i] = Some((id, reason)),
+                }
+            }
+        }
+        let kept: BTreeSet<PathBuf> = found
+            .iter()
+            .zip(&ids)
+            .filter(|(_, id)| id.is_some())
+            .map(|((path, _), _)| path.clone())
+            .collect();
+        for (i, (path, identity)) in found.iter().enumerate() {
+            if ids[i].is_none()
+                && let Some(entry) = registry.take_moved(path, identity, &kept)?
+            {
+                tracing::info!(
+                    path = %path.display(),
+                    partition = entry.id.0,
+                    "input file was renamed; it keeps its partition and offsets"
+                );
+                ids[i] = Some((entry.id, entry.cut));
+                changed[i] = None;
+            }
+        }
+        let mut files = Vec::new();
+        for (i, (path, identity)) in found.into_iter().enumerate() {
+            let (partition, cut) = match ids[i] {
+                Some(known) => known,
+                None => {
+                    // A path whose file was renamed away (its entry moved
+                    // with it) simply holds a new file.
+                    if let Some((id, reason)) = changed[i].take()
+                        && registry.get(&path).is_some()
+                    {
                         if config.on_replaced == ReplacedPolicy::Fail {
                             return Err(SourceError::InputReplaced {
                                 path,
@@ -140,9 +183,10 @@ impl FileSource {
                              from its start as a new partition"
                         );
                         (new, None)
+                    } else {
+                        (registry.assign_new(&path, identity), None)
                     }
-                },
-                None => (registry.assign_new(&path, identity), None),
+                }
             };
             // Offsets, progress lines and dead-letter keys name the
             // partition; this says which file it is.
@@ -168,13 +212,19 @@ impl FileSource {
             });
         }
         files.sort_by_key(|f| f.partition);
+        let by_partition = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.partition, i))
+            .collect();
         Ok(FileSource {
             config,
             files,
+            by_partition,
+            open: Vec::new(),
             registry,
             announced: false,
             turn: 0,
-            open_files: 0,
             events: VecDeque::new(),
             retired: BTreeSet::new(),
         })
@@ -200,11 +250,11 @@ impl FileSource {
     /// [`max_open_files`](FileSourceConfig::max_open_files)).
     #[must_use]
     pub fn open_files(&self) -> usize {
-        self.open_files
+        self.open.len()
     }
 
     fn index_of(&self, partition: PartitionId) -> Option<usize> {
-        self.files.iter().position(|f| f.partition == partition)
+        self.by_partition.get(&partition).copied()
     }
 
     /// The file of a partition; `None` for a retired partition.
@@ -220,15 +270,16 @@ impl FileSource {
         let reader = &mut self.files[index].reader;
         if reader.is_open() {
             reader.close();
-            self.open_files -= 1;
+            self.open.retain(|&i| i != index);
         }
     }
 
     /// Close an open file that is not being read (paused, or idle at its
     /// end) to free a slot for `index`. Whether one was found.
     fn evict_one(&mut self, index: usize) -> bool {
-        let victim = self.files.iter().enumerate().position(|(i, f)| {
-            i != index && f.reader.is_open() && (f.paused || f.reader.is_idle())
+        let victim = self.open.iter().copied().find(|&i| {
+            let f = &self.files[i];
+            i != index && (f.paused || f.reader.is_idle())
         });
         match victim {
             Some(v) => {
@@ -283,6 +334,8 @@ impl FileSource {
             %reason,
             "input file changed; reading it from its start as a new partition"
         );
+        self.by_partition.remove(&old);
+        self.by_partition.insert(new, index);
         let file = &mut self.files[index];
         file.partition = new;
         file.reader = LineReader::new(
@@ -305,6 +358,8 @@ impl FileSource {
     /// One pass over the files, starting after the last one served.
     fn poll_files(&mut self) -> Result<Option<SourceEvent>, SourceError> {
         let n = self.files.len();
+        // Whether a closed file can be opened in this pass.
+        let mut can_open = true;
         for k in 0..n {
             let index = (self.turn + k) % n;
             let file = &self.files[index];
@@ -312,7 +367,11 @@ impl FileSource {
                 continue;
             }
             if !file.reader.is_open() {
-                if self.open_files >= self.config.max_open_files && !self.evict_one(index) {
+                if !can_open {
+                    continue;
+                }
+                if self.open.len() >= self.config.max_open_files && !self.evict_one(index) {
+                    can_open = false;
                     continue;
                 }
                 if let Some(reason) = self.files[index].reader.open()? {
@@ -321,7 +380,7 @@ impl FileSource {
                     }
                     continue;
                 }
-                self.open_files += 1;
+                self.open.push(index);
             }
             if let Some(batch) = self.read(index)? {
                 self.turn = (index + 1) % n;

@@ -541,6 +541,108 @@ async fn follow_mode_reads_appended_lines_and_waits_for_newlines() {
     assert_eq!(values(&records), vec![(4, "34".into())]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_followed_file_rotated_or_truncated_continues_as_a_new_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "f.ndjson", b"1\n2\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        follow: true,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let first = source.partitions()[0].0;
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 2);
+
+    // Rotation: renamed away, a new file under the name.
+    std::fs::rename(&path, dir.path().join("f.ndjson.1")).unwrap();
+    write(dir.path(), "f.ndjson", b"3\n");
+    assert!(matches!(next_event(&mut source).await, SourceEvent::Revoked(p) if p == vec![first]));
+    let SourceEvent::Assigned(second) = next_event(&mut source).await else {
+        panic!("the new file is a new partition")
+    };
+    source.seek(second[0], Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "3".into())]);
+
+    // Copy-truncate: the same file, emptied and written again.
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(next_event(&mut source).await, SourceEvent::Revoked(p) if p == second));
+    let SourceEvent::Assigned(third) = next_event(&mut source).await else {
+        panic!("the truncated file is a new partition")
+    };
+    std::fs::write(&path, b"4\n").unwrap();
+    source.seek(third[0], Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "4".into())]);
+}
+
+/// The next event that is not `Idle`.
+async fn next_event(source: &mut FileSource) -> SourceEvent {
+    loop {
+        match source.next().await.unwrap() {
+            SourceEvent::Idle => {}
+            event => return event,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_file_renamed_between_runs_keeps_its_partition_and_its_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let path = write(dir.path(), "app.log", b"1\n2");
+    let cfg = FileSourceConfig {
+        inputs: vec![format!("{}/app.log*", dir.path().display())],
+        format: LineFormat::Raw,
+        eof: EofPolicy::Emit,
+        state_dir: Some(state),
+        ..config(&[])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let old = source.partitions()[0].0;
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 2);
+
+    // Rotated: the writer finishes its line, the file is renamed, a new
+    // one takes the name.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"3\n")
+        .unwrap();
+    let rotated = dir.path().join("app.log.1");
+    std::fs::rename(&path, &rotated).unwrap();
+    write(dir.path(), "app.log", b"4\n");
+    let mut source = FileSource::open(cfg).unwrap();
+    let rotated_id = source
+        .partitions()
+        .into_iter()
+        .find(|(_, p)| p.ends_with("app.log.1"))
+        .unwrap()
+        .0;
+    assert_eq!(rotated_id, old);
+    let fresh = source
+        .partitions()
+        .into_iter()
+        .find(|(_, p)| p.ends_with("app.log"))
+        .unwrap()
+        .0;
+    assert_ne!(fresh, old);
+    source.next().await.unwrap();
+    // The rotated file resumes after the emitted part of its cut line.
+    source.seek(rotated_id, Offset(3)).await.unwrap();
+    source.seek(fresh, Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    let mut got: Vec<_> = records
+        .iter()
+        .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["3", "4"]);
+}
+
 proptest! {
     /// Whatever the content, chunk size and batch size: every line start is
     /// covered exactly once, good lines come back byte for byte, bad ones as

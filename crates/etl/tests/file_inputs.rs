@@ -161,6 +161,22 @@ fn a_file_that_only_grew_is_resumed_where_it_was() {
 }
 
 #[test]
+fn a_log_rotated_by_renaming_between_runs_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "");
+    let input = dir.path().join("in/app.ndjson");
+    std::fs::write(&input, records(0..1000)).unwrap();
+    assert_ok(&run(&config));
+    // The writer appends, then logrotate renames the file and a new one
+    // takes its name; the glob matches both.
+    append(&input, &records(1000..1200));
+    std::fs::rename(&input, dir.path().join("in/app.1.ndjson")).unwrap();
+    std::fs::write(&input, records(1200..1500)).unwrap();
+    assert_ok(&run(&config));
+    assert_each_once(&dir.path().join("out/out.ndjson"), 0..1500);
+}
+
+#[test]
 fn a_replaced_file_is_an_error_when_configured_so() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), "on_replaced = \"fail\"");
