@@ -74,6 +74,10 @@ pub struct FileSource {
     retired: BTreeSet<PartitionId>,
 }
 
+/// Where a last line emitted without its newline was cut: its start and
+/// end.
+type Cut = (u64, u64);
+
 #[derive(Debug)]
 struct FileState {
     partition: PartitionId,
@@ -123,7 +127,7 @@ impl FileSource {
         // their recorded file keep their id; a file found under another
         // path (renamed by a rotation) takes its id along; the rest get
         // new ids.
-        let mut ids: Vec<Option<(PartitionId, Option<(u64, u64)>)>> = vec![None; found.len()];
+        let mut ids: Vec<Option<(PartitionId, Option<Cut>)>> = vec![None; found.len()];
         let mut changed: Vec<Option<(PartitionId, String)>> = vec![None; found.len()];
         for (i, (path, identity)) in found.iter().enumerate() {
             let known = registry.get(path).map(|e| (e.id, e.identity, e.cut));
