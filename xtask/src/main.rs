@@ -27,7 +27,8 @@ Tasks:
   loom             loom models (--cfg etl_loom, release, own target dir)
   prop [--cases N] property tests with N cases each (default 1024)
   tidy             layer order of crate dependencies, module docs
-  bench [--full]   performance budgets against same-run baselines, one table
+  bench [--full] [--only many-files]
+                   performance budgets against same-run baselines, one table
                    (not part of ci; --full: memory run at 1M and 10M records)
   kafka [--port N] run the Kafka-compatible test broker in the foreground
   postgres         run a throwaway PostgreSQL server until Enter or Ctrl-C
