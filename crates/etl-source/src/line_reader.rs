@@ -46,6 +46,9 @@ pub(crate) struct LineReader {
     /// `.0` and ended at `.1`, and is cut there whenever it is read, so
     /// what was appended to it later is read as a line of its own.
     cut: Option<(u64, u64)>,
+    /// Just past a cut: a newline here only ends the cut line (it was its
+    /// missing terminator), so it is not read as an empty line.
+    after_cut: bool,
 }
 
 /// What one call to [`LineReader::read_batch`] found.
@@ -82,6 +85,7 @@ impl LineReader {
             at_eof: false,
             last_batch_records: 0,
             cut,
+            after_cut: false,
         }
     }
 
@@ -197,6 +201,7 @@ impl LineReader {
             Some((start, end)) if offset.0 as u64 == start + 1 => (end, false),
             _ => (offset.0 as u64 - 1, true),
         };
+        self.after_cut = self.cut.is_some_and(|(_, end)| end == pos);
         if let Some(file) = &mut self.file {
             file.seek(SeekFrom::Start(pos))
                 .map_err(|e| SourceError::io(&self.path, e))?;
@@ -225,6 +230,13 @@ impl LineReader {
         let mut bytes = 0usize;
         self.at_eof = false;
         while batch.len() < config.max_batch_records && bytes < config.max_batch_bytes {
+            if self.after_cut && !self.buf.is_empty() {
+                self.after_cut = false;
+                if self.buf[0] == b'\n' {
+                    self.consume(1);
+                    continue;
+                }
+            }
             let newline =
                 memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|i| self.scanned + i);
             // Bytes to the cut, when a cut line starts here.
@@ -299,6 +311,7 @@ impl LineReader {
     fn push_cut(&mut self, batch: &mut PollBatch, n: usize, config: &FileSourceConfig) -> usize {
         let start = self.buf_pos;
         let line = self.take(n);
+        self.after_cut = true;
         if config.eof == EofPolicy::DeadLetter {
             let preview = line.slice(..PREVIEW_BYTES.min(n));
             let reason = "truncated last line: no newline at the end of the file";

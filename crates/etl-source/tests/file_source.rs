@@ -267,6 +267,40 @@ async fn the_rest_of_a_line_emitted_unterminated_is_a_line_of_its_own() {
 }
 
 #[tokio::test]
+async fn a_newline_completing_a_cut_line_only_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "t.ndjson", b"{\"a\":1}");
+    let cfg = FileSourceConfig {
+        eof: EofPolicy::Emit,
+        state_dir: Some(dir.path().join("state")),
+        ..config(&[&path])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "{\"a\":1}".into())]);
+    // The writer adds the newline it had not written yet, then a line.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"\n{\"b\":2}\n")
+        .unwrap();
+    for from in [1, 0] {
+        let mut source = FileSource::open(cfg.clone()).unwrap();
+        let p = source.partitions()[0].0;
+        source.seek(p, Offset(from)).await.unwrap();
+        let (records, rejected, _) = drain(&mut source).await;
+        assert!(rejected.is_empty(), "no empty line: {rejected:?}");
+        let expected: Vec<(i64, String)> = if from == 0 {
+            vec![(0, "{\"a\":1}".into()), (8, "{\"b\":2}".into())]
+        } else {
+            vec![(8, "{\"b\":2}".into())]
+        };
+        assert_eq!(values(&records), expected);
+    }
+}
+
+#[tokio::test]
 async fn a_fifo_is_refused_as_not_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pipe");
