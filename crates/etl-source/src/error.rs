@@ -63,7 +63,8 @@ pub enum SourceError {
         /// The pattern as given.
         pattern: String,
     },
-    /// Two input files map to the same partition id.
+    /// Two input files map to the same partition id. The file source no
+    /// longer returns it: it allocates ids so that no two files share one.
     #[error(
         "input files {first} and {second} both map to partition {partition}; \
          rename or move one of them"

@@ -41,7 +41,7 @@ pub enum ReplacedPolicy {
     /// (with a warning naming the file and what changed).
     #[default]
     ReadFromStart,
-    /// Stop with [`SourceError::InputReplaced`](crate::SourceError::InputReplaced).
+    /// Stop with [`SourceError::InputReplaced`].
     Fail,
 }
 
