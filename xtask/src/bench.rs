@@ -23,6 +23,8 @@ const FILE_RECORDS: u64 = 2_000_000;
 const ACK_RECORDS: u64 = 2_000_000;
 /// Records per callgrind run (about 20 s each under valgrind).
 const CALLGRIND_RECORDS: u64 = 200_000;
+/// Input files of the many-files run (the file-to-file records, split).
+const MANY_FILES: u64 = 10_000;
 /// How much slower than the source the memory run's sink is.
 const SLOW_FACTOR: u64 = 100;
 /// Payload bytes in flight in the memory run, in MiB.
@@ -48,9 +50,18 @@ struct Row {
 }
 
 /// Run the suite; `--full` uses the sizes for the memory run
-/// (1 and 10 million records; about half an hour at a 100x slower sink).
+/// (1 and 10 million records; about half an hour at a 100x slower sink);
+/// `--only many-files` runs the many-files rows alone.
 pub(crate) fn run(args: &[String]) -> Result {
     let full = args.iter().any(|a| a == "--full");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    if let Some(other) = only.filter(|o| *o != "many-files") {
+        return Err(format!("--only takes many-files, not {other:?}"));
+    }
     let started = Instant::now();
     let work = root().join("target").join("bench");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
@@ -58,6 +69,12 @@ pub(crate) fn run(args: &[String]) -> Result {
     Cmd::cargo(&["build", "--release", "-p", "etl"]).run()?;
     let etl = root().join("target").join("release").join("etl");
     let harness = build_harness("pipeline")?;
+    if only.is_some() {
+        let rows = many_files(&etl, &harness, &work)?;
+        print!("{}", table(&rows));
+        eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
+        return Ok(());
+    }
     let kafka_harness = build_harness("kafka")?;
     let mut rows = Vec::new();
 
@@ -174,6 +191,9 @@ pub(crate) fn run(args: &[String]) -> Result {
         met: Some(rss_kib < 64 * 1024),
     });
 
+    // 2b. The same records in 10,000 files.
+    rows.extend(many_files(&etl, &harness, &work)?);
+
     // 3. Checkpointer: per-ack cost against pending batches.
     let report = capture(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())).args([
@@ -286,6 +306,66 @@ pub(crate) fn run(args: &[String]) -> Result {
     print!("{}", table(&rows));
     eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
     Ok(())
+}
+
+/// The file-to-file records split into [`MANY_FILES`] files, through the
+/// same pipeline: peak RSS of a run, and of a rerun with nothing left to
+/// read (every file opened, checked and found read to its end). Memory
+/// must not grow with the number of input files.
+fn many_files(etl: &Path, harness: &Path, work: &Path) -> Result<Vec<Row>> {
+    let dir = work.join("many-files");
+    let input = dir.join("input");
+    let _ = std::fs::remove_dir_all(&input);
+    std::fs::create_dir_all(&input)
+        .map_err(|e| format!("cannot create {}: {e}", input.display()))?;
+    let whole = dir.join("whole.ndjson");
+    let expected = field(
+        &capture(
+            Command::new(harness)
+                .args([
+                    "write-input",
+                    "--records",
+                    &FILE_RECORDS.to_string(),
+                    "--path",
+                ])
+                .arg(&whole),
+        )?,
+        "kept",
+    )? as u64;
+    let bytes =
+        std::fs::read(&whole).map_err(|e| format!("cannot read {}: {e}", whole.display()))?;
+    let _ = std::fs::remove_file(&whole);
+    let per_file = FILE_RECORDS.div_ceil(MANY_FILES) as usize;
+    let mut lines = bytes.split_inclusive(|&b| b == b'\n');
+    for n in 0..MANY_FILES {
+        let chunk: Vec<u8> = lines.by_ref().take(per_file).flatten().copied().collect();
+        let path = input.join(format!("{n:05}.ndjson"));
+        std::fs::write(&path, chunk)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let config = write_file_config(&dir)?;
+    reset(&dir)?;
+    let (secs, first) = timed_run(etl, &config)?;
+    let written = count_lines(&dir.join("output").join("out.ndjson"))?;
+    if written != expected {
+        return Err(format!(
+            "many files wrote {written} lines, expected {expected}"
+        ));
+    }
+    let (_, rerun) = timed_run(etl, &config)?;
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let peak = first.max(rerun);
+    Ok(vec![Row {
+        name: format!(
+            "{}k files of {per_file} records: peak RSS (run, rerun)",
+            MANY_FILES / 1000
+        ),
+        figure: format!("{:.1} MiB, {:.1} MiB", mib(first), mib(rerun)),
+        baseline: format!("{} rec/s", si(FILE_RECORDS as f64 / secs)),
+        ratio: mib(peak) / 64.0,
+        budget: "< 64 MiB".into(),
+        met: Some(peak < 64 * 1024),
+    }])
 }
 
 /// Build the bench harness `name` of the `etl` crate; its path.

@@ -32,7 +32,8 @@ Tasks:
                    (default 1000; ci runs 2000 from a fixed seed), or one
                    replayed from the seed a failure printed
   tidy             layer order of crate dependencies, module docs
-  bench [--full]   performance budgets against same-run baselines, one table
+  bench [--full] [--only many-files]
+                   performance budgets against same-run baselines, one table
                    (not part of ci; --full: memory run at 1M and 10M records)
   kafka [--port N] run the Kafka-compatible test broker in the foreground
   postgres         run a throwaway PostgreSQL server until Enter or Ctrl-C

@@ -17,6 +17,37 @@ pub enum SourceError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// An input is not a regular file (a FIFO, a socket, a device, a
+    /// directory): it could not be read again from a committed offset,
+    /// and opening a FIFO would block until a writer appears.
+    #[error("{path} is {kind}; the file source reads regular files only")]
+    NotAFile {
+        /// The input concerned.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// An input file was replaced or rewritten since its offsets were
+    /// committed, and the source is configured to stop rather than read
+    /// it as a new file.
+    #[error("{path} (partition {partition}) changed: {reason}; refusing to read it as configured")]
+    InputReplaced {
+        /// The file concerned.
+        path: PathBuf,
+        /// The partition its committed offsets belong to.
+        partition: PartitionId,
+        /// What changed.
+        reason: String,
+    },
+    /// The file source's record of its inputs (in the state folder) cannot
+    /// be read.
+    #[error("{path}: unreadable record of the input files: {detail}")]
+    State {
+        /// The registry file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A glob pattern is malformed.
     #[error("invalid glob pattern {pattern:?}: {reason}")]
     Pattern {
@@ -32,7 +63,8 @@ pub enum SourceError {
         /// The pattern as given.
         pattern: String,
     },
-    /// Two input files map to the same partition id.
+    /// Two input files map to the same partition id. The file source no
+    /// longer returns it: it allocates ids so that no two files share one.
     #[error(
         "input files {first} and {second} both map to partition {partition}; \
          rename or move one of them"

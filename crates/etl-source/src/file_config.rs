@@ -32,6 +32,19 @@ pub enum EofPolicy {
     DeadLetter,
 }
 
+/// What to do with an input whose identity changed since its offsets were
+/// committed: another file now has its name (a new inode), its first
+/// bytes changed, or it is shorter than its committed offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReplacedPolicy {
+    /// Read it as a new file, from its start, under a new partition id
+    /// (with a warning naming the file and what changed).
+    #[default]
+    ReadFromStart,
+    /// Stop with [`SourceError::InputReplaced`].
+    Fail,
+}
+
 /// Configuration of a [`FileSource`](crate::FileSource).
 #[derive(Clone, Debug)]
 pub struct FileSourceConfig {
@@ -60,6 +73,17 @@ pub struct FileSourceConfig {
     /// In follow mode, how long [`next`](crate::Source::next) waits before
     /// reporting idleness when no file has grown.
     pub follow_interval: Duration,
+    /// The state folder (the offset store's), where the source records
+    /// which file each partition id stands for (`file-inputs`). Without
+    /// it the record lives in memory for the run only, and a file replaced
+    /// between runs cannot be told from the one whose offsets are stored.
+    pub state_dir: Option<PathBuf>,
+    /// What to do with an input that was replaced, rewritten or truncated.
+    pub on_replaced: ReplacedPolicy,
+    /// Most input files open at once (at least 1). Files beyond it wait
+    /// for one to be read to its end (or, in follow mode, to go idle); a
+    /// file is reopened at its position, and checked to be the same file.
+    pub max_open_files: usize,
 }
 
 impl Default for FileSourceConfig {
@@ -75,6 +99,9 @@ impl Default for FileSourceConfig {
             eof: EofPolicy::Wait,
             follow: false,
             follow_interval: Duration::from_millis(100),
+            state_dir: None,
+            on_replaced: ReplacedPolicy::ReadFromStart,
+            max_open_files: 16,
         }
     }
 }
@@ -91,6 +118,11 @@ impl FileSourceConfig {
                 "max_line_bytes, max_batch_records and max_batch_bytes must be positive".into(),
             ));
         }
+        if self.max_open_files == 0 {
+            return Err(SourceError::Config(
+                "max_open_files must be at least 1".into(),
+            ));
+        }
         if self.read_chunk_bytes < 4096 {
             return Err(SourceError::Config(format!(
                 "read_chunk_bytes must be at least 4096, got {}",
@@ -101,10 +133,12 @@ impl FileSourceConfig {
     }
 }
 
-/// The partition id of a file: the 32-bit FNV-1a hash of its canonical
-/// (absolute, symlink-free) path. It stays the same across restarts as
-/// long as the file is not moved or renamed, and does not depend on which
-/// other files are read alongside.
+/// The first partition id a file's path is given: the 32-bit FNV-1a hash
+/// of its canonical (absolute, symlink-free) path. A path keeps its id
+/// across restarts as long as the same file is found there; a file that
+/// replaced it, or an id already taken, gets another one (the source
+/// records which in its state folder; see
+/// [`FileSource`](crate::FileSource)).
 #[must_use]
 pub fn file_partition_id(canonical_path: &Path) -> PartitionId {
     let mut hash: u32 = 0x811c_9dc5;
@@ -115,19 +149,11 @@ pub fn file_partition_id(canonical_path: &Path) -> PartitionId {
     PartitionId(hash)
 }
 
-/// Expand the inputs into canonical paths with their partition ids, in
-/// partition order. A file named twice (by two patterns) is read once.
-pub(crate) fn resolve_inputs(
-    inputs: &[String],
-) -> Result<Vec<(PartitionId, PathBuf)>, SourceError> {
-    resolve_inputs_with(inputs, file_partition_id)
-}
-
-fn resolve_inputs_with(
-    inputs: &[String],
-    id_of: fn(&Path) -> PartitionId,
-) -> Result<Vec<(PartitionId, PathBuf)>, SourceError> {
-    let mut files: Vec<(PartitionId, PathBuf)> = Vec::new();
+/// Expand the inputs into canonical paths, sorted. A file named twice (by
+/// two patterns) is read once. A pattern's matches that are not regular
+/// files are left out; a plain path must be a regular file.
+pub(crate) fn resolve_inputs(inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
+    let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         let paths: Vec<PathBuf> = if input.contains(['*', '?', '[']) {
             let matches = glob::glob(input).map_err(|e| SourceError::Pattern {
@@ -155,21 +181,11 @@ fn resolve_inputs_with(
         };
         for path in paths {
             let canonical = path.canonicalize().map_err(|e| SourceError::io(&path, e))?;
-            let id = id_of(&canonical);
-            match files.iter().find(|(other, _)| *other == id) {
-                Some((_, seen)) if *seen == canonical => {}
-                Some((_, seen)) => {
-                    return Err(SourceError::PartitionCollision {
-                        partition: id,
-                        first: seen.clone(),
-                        second: canonical,
-                    });
-                }
-                None => files.push((id, canonical)),
-            }
+            files.push(canonical);
         }
     }
     files.sort();
+    files.dedup();
     Ok(files)
 }
 
@@ -198,7 +214,7 @@ mod tests {
         let plain = dir.path().join("a.ndjson").display().to_string();
         let files = resolve_inputs(&[pattern, plain]).unwrap();
         assert_eq!(files.len(), 2);
-        assert!(files.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(files.windows(2).all(|w| w[0] < w[1]));
 
         let none = format!("{}/*.csv", dir.path().display());
         let err = resolve_inputs(std::slice::from_ref(&none)).unwrap_err();
@@ -207,28 +223,6 @@ mod tests {
 
         let err = resolve_inputs(&["[".to_owned()]).unwrap_err();
         assert!(matches!(err, SourceError::Pattern { .. }), "{err}");
-    }
-
-    #[test]
-    fn colliding_ids_are_an_error_naming_both_files() {
-        let dir = tempfile::tempdir().unwrap();
-        for name in ["a", "b"] {
-            std::fs::write(dir.path().join(name), "").unwrap();
-        }
-        let pattern = format!("{}/*", dir.path().display());
-        let err = resolve_inputs_with(&[pattern], |_| PartitionId(7)).unwrap_err();
-        let text = err.to_string();
-        assert!(matches!(
-            err,
-            SourceError::PartitionCollision {
-                partition: PartitionId(7),
-                ..
-            }
-        ));
-        assert!(
-            text.contains("/a") && text.contains("/b") && text.contains("partition 7"),
-            "{text}"
-        );
     }
 
     #[test]

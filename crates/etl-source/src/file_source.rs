@@ -1,47 +1,82 @@
 //! The file source: every input file is a partition of lines.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use etl_record::{Offset, PartitionId};
 
 use crate::file_config::resolve_inputs;
+use crate::file_identity::{FileIdentity, Registry};
 use crate::line_reader::LineReader;
-use crate::{FileSourceConfig, Source, SourceError, SourceEvent};
+use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, SourceEvent};
 
 /// Reads lines from files: one partition per file, offsets are the byte
 /// positions of line starts.
 ///
-/// * **Partitions.** Each input file's partition id is
-///   [`file_partition_id`](crate::file_partition_id) of its canonical path,
-///   stable across restarts while the file stays where it is. Two files
-///   with the same id are refused with
-///   [`SourceError::PartitionCollision`].
+/// * **Partitions.** Each input file is a partition. Its id is
+///   [`file_partition_id`](crate::file_partition_id) of its canonical path
+///   the first time the path is read, and stays the same across restarts
+///   while the same file is found there. The source records each id with
+///   the file's identity (device, inode, and a checksum of its first
+///   KiB) in the state folder ([`state_dir`](FileSourceConfig::state_dir)).
+/// * **Replaced inputs.** A file whose identity changed since its id was
+///   recorded (another inode under the name, other first bytes), or that
+///   is shorter than its committed offset, is never resumed at that
+///   offset: by [`on_replaced`](FileSourceConfig::on_replaced) it is read
+///   from its start under a new id (the old id is revoked) or the source
+///   fails with [`SourceError::InputReplaced`]. An id is never handed out
+///   twice, so a new file cannot inherit another file's offsets.
 /// * **Reads.** Each file is read in chunks of
 ///   [`read_chunk_bytes`](FileSourceConfig::read_chunk_bytes); newlines are
 ///   found with `memchr` and record values are slices of the read buffer,
 ///   not copies. A trailing `\r` is removed. Reads are plain blocking
-///   reads of local files, made without an `.await` in between: the
-///   source never waits on anything but the disk, and
+///   reads of local regular files (FIFOs, sockets and devices are
+///   refused with [`SourceError::NotAFile`]), made without an `.await` in
+///   between: the source never waits on anything but the disk, and
 ///   [`next`](Source::next) is cancel safe because it cannot be
 ///   interrupted half-way.
+/// * **Open files.** At most
+///   [`max_open_files`](FileSourceConfig::max_open_files) files are open
+///   at once, and only an open file holds a read buffer. A file is closed
+///   once read to its end (or, when a slot is needed, while paused or
+///   idle in follow mode) and reopened at its position, after checking
+///   that its path still names the same file.
 /// * **Bad input** becomes dead letters in
 ///   [`PollBatch::rejected`](crate::PollBatch::rejected), never a panic:
 ///   invalid UTF-8, invalid JSON (in NDJSON mode), lines longer than
 ///   [`max_line_bytes`](FileSourceConfig::max_line_bytes) (skipped to
 ///   their newline without being buffered whole). An unterminated last
-///   line follows [`EofPolicy`](crate::EofPolicy).
+///   line follows [`EofPolicy`]; one that is emitted or dead-lettered is
+///   recorded as cut there, so whatever is appended to it later is read
+///   as a line of its own rather than skipped.
 /// * **End.** Without [`follow`](FileSourceConfig::follow), the source
 ///   returns [`SourceEvent::End`] once every file is read to its end; with
-///   it, it keeps polling for appended lines. Truncated or rotated files
-///   are not detected in follow mode.
+///   it, it keeps polling for appended lines, and a file that was rotated
+///   (renamed away, another file created under its name) or truncated
+///   in place, once read to its end, continues as a new partition.
 #[derive(Debug)]
 pub struct FileSource {
     config: FileSourceConfig,
     files: Vec<FileState>,
+    /// Index in `files` of each partition.
+    by_partition: BTreeMap<PartitionId, usize>,
+    /// Indices of the files open now (at most `max_open_files`).
+    open: Vec<usize>,
+    registry: Registry,
     announced: bool,
     turn: usize,
+    /// Events owed to the driver before any batch: revocations of
+    /// replaced files' old partitions and assignments of their new ones.
+    events: VecDeque<SourceEvent>,
+    /// Partitions of files that were replaced: calls about them are
+    /// no-ops, and none of their batches follows.
+    retired: BTreeSet<PartitionId>,
 }
+
+/// Where a last line emitted without its newline was cut: its start and
+/// end.
+type Cut = (u64, u64);
 
 #[derive(Debug)]
 struct FileState {
@@ -50,46 +85,152 @@ struct FileState {
     /// Read to the end, and not followed.
     done: bool,
     paused: bool,
+    /// A new partition for a replaced file: nothing is read before the
+    /// driver seeks it.
+    awaiting_seek: bool,
     /// An unterminated last line was reported once already.
     warned_tail: bool,
 }
 
 impl FileSource {
-    /// Resolve the inputs and open every file.
+    /// Resolve the inputs, and identify every file against the record in
+    /// the state folder. Files are opened as they are read.
     ///
     /// # Errors
     ///
     /// [`SourceError::Config`] for an invalid configuration; for each
     /// input, [`SourceError::Io`] naming a path that is missing or
-    /// unreadable, [`SourceError::Pattern`] or [`SourceError::NoMatch`]
-    /// for a bad or empty glob, [`SourceError::PartitionCollision`].
+    /// unreadable, [`SourceError::NotAFile`] for a FIFO, socket, device or
+    /// folder, [`SourceError::Pattern`] or [`SourceError::NoMatch`] for a
+    /// bad or empty glob; [`SourceError::State`] for an unreadable record
+    /// in the state folder; [`SourceError::InputReplaced`] for a replaced
+    /// file under [`ReplacedPolicy::Fail`].
     pub fn open(config: FileSourceConfig) -> Result<Self, SourceError> {
         config.validate()?;
-        let files = resolve_inputs(&config.inputs)?
-            .into_iter()
-            .map(|(partition, path)| {
-                // Offsets, progress lines and dead-letter keys name the
-                // partition; this says which file it is.
+        let mut registry = Registry::load(config.state_dir.as_deref())?;
+        if registry.is_fresh()
+            && let Some(dir) = &config.state_dir
+            && std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+        {
+            tracing::info!(
+                state = %dir.display(),
+                "no record of the input files yet: offsets stored by an earlier version are \
+                 taken to belong to the files now at their paths (checked against their length)"
+            );
+        }
+        let mut found = Vec::new();
+        for path in resolve_inputs(&config.inputs)? {
+            let identity = FileIdentity::of_path(&path)?;
+            found.push((path, identity));
+        }
+        // Three passes, so an id follows its file: paths that still hold
+        // their recorded file keep their id; a file found under another
+        // path (renamed by a rotation) takes its id along; the rest get
+        // new ids.
+        let mut ids: Vec<Option<(PartitionId, Option<Cut>)>> = vec![None; found.len()];
+        let mut changed: Vec<Option<(PartitionId, String)>> = vec![None; found.len()];
+        for (i, (path, identity)) in found.iter().enumerate() {
+            let known = registry.get(path).map(|e| (e.id, e.identity, e.cut));
+            if let Some((id, recorded, cut)) = known {
+                match recorded.differs(identity, path)? {
+                    None => {
+                        registry.refresh(path, *identity);
+                        ids[i] = Some((id, cut));
+                    }
+                    Some(reason) => changed[i] = Some((id, reason)),
+                }
+            }
+        }
+        let kept: BTreeSet<PathBuf> = found
+            .iter()
+            .zip(&ids)
+            .filter(|(_, id)| id.is_some())
+            .map(|((path, _), _)| path.clone())
+            .collect();
+        for (i, (path, identity)) in found.iter().enumerate() {
+            if ids[i].is_none()
+                && let Some(entry) = registry.take_moved(path, identity, &kept)?
+            {
                 tracing::info!(
-                    source = %config.name,
-                    partition = partition.0,
                     path = %path.display(),
-                    "reading file"
+                    partition = entry.id.0,
+                    "input file was renamed; it keeps its partition and offsets"
                 );
-                Ok(FileState {
+                ids[i] = Some((entry.id, entry.cut));
+                changed[i] = None;
+            }
+        }
+        let mut files = Vec::new();
+        for (i, (path, identity)) in found.into_iter().enumerate() {
+            let (partition, cut) = match ids[i] {
+                Some(known) => known,
+                None => {
+                    // A path whose file was renamed away (its entry moved
+                    // with it) simply holds a new file.
+                    if let Some((id, reason)) = changed[i].take()
+                        && registry.get(&path).is_some()
+                    {
+                        if config.on_replaced == ReplacedPolicy::Fail {
+                            return Err(SourceError::InputReplaced {
+                                path,
+                                partition: id,
+                                reason,
+                            });
+                        }
+                        let new = registry.assign_new(&path, identity);
+                        tracing::warn!(
+                            path = %path.display(),
+                            old_partition = id.0,
+                            partition = new.0,
+                            %reason,
+                            "input file changed since its offsets were committed; reading it \
+                             from its start as a new partition"
+                        );
+                        (new, None)
+                    } else {
+                        (registry.assign_new(&path, identity), None)
+                    }
+                }
+            };
+            // Offsets, progress lines and dead-letter keys name the
+            // partition; this says which file it is.
+            tracing::info!(
+                source = %config.name,
+                partition = partition.0,
+                path = %path.display(),
+                "reading file"
+            );
+            files.push(FileState {
+                partition,
+                reader: LineReader::new(
+                    &path,
+                    (identity.dev, identity.ino),
+                    config.name.clone(),
                     partition,
-                    reader: LineReader::open(&path, config.name.clone(), partition)?,
-                    done: false,
-                    paused: false,
-                    warned_tail: false,
-                })
-            })
-            .collect::<Result<Vec<_>, SourceError>>()?;
+                    cut,
+                ),
+                done: false,
+                paused: false,
+                awaiting_seek: false,
+                warned_tail: false,
+            });
+        }
+        files.sort_by_key(|f| f.partition);
+        let by_partition = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.partition, i))
+            .collect();
         Ok(FileSource {
             config,
             files,
+            by_partition,
+            open: Vec::new(),
+            registry,
             announced: false,
             turn: 0,
+            events: VecDeque::new(),
+            retired: BTreeSet::new(),
         })
     }
 
@@ -105,47 +246,201 @@ impl FileSource {
     /// The file a partition reads.
     #[must_use]
     pub fn path_of(&self, partition: PartitionId) -> Option<&Path> {
-        self.file(partition).map(|f| f.reader.path())
+        self.index_of(partition)
+            .map(|i| self.files[i].reader.path())
     }
 
-    fn file(&self, partition: PartitionId) -> Option<&FileState> {
-        self.files.iter().find(|f| f.partition == partition)
+    /// How many input files are open now (at most
+    /// [`max_open_files`](FileSourceConfig::max_open_files)).
+    #[must_use]
+    pub fn open_files(&self) -> usize {
+        self.open.len()
     }
 
-    fn file_mut(&mut self, partition: PartitionId) -> Result<&mut FileState, SourceError> {
-        self.files
-            .iter_mut()
-            .find(|f| f.partition == partition)
-            .ok_or(SourceError::UnknownPartition { partition })
+    fn index_of(&self, partition: PartitionId) -> Option<usize> {
+        self.by_partition.get(&partition).copied()
+    }
+
+    /// The file of a partition; `None` for a retired partition.
+    fn file_mut(&mut self, partition: PartitionId) -> Result<Option<&mut FileState>, SourceError> {
+        match self.index_of(partition) {
+            Some(i) => Ok(Some(&mut self.files[i])),
+            None if self.retired.contains(&partition) => Ok(None),
+            None => Err(SourceError::UnknownPartition { partition }),
+        }
+    }
+
+    fn close(&mut self, index: usize) {
+        let reader = &mut self.files[index].reader;
+        if reader.is_open() {
+            reader.close();
+            self.open.retain(|&i| i != index);
+        }
+    }
+
+    /// Close an open file that is not being read (paused, or idle at its
+    /// end) to free a slot for `index`. Whether one was found.
+    fn evict_one(&mut self, index: usize) -> bool {
+        let victim = self.open.iter().copied().find(|&i| {
+            let f = &self.files[i];
+            i != index && (f.paused || f.reader.is_idle())
+        });
+        match victim {
+            Some(v) => {
+                self.close(v);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The file at `index` is not the one its partition's offsets belong
+    /// to: fail, or read it from its start as a new partition (after the
+    /// old one is revoked). Returns whether it was replaced.
+    fn replace(&mut self, index: usize, reason: String) -> Result<bool, SourceError> {
+        let old = self.files[index].partition;
+        let path = self.files[index].reader.path().to_path_buf();
+        if self.config.on_replaced == ReplacedPolicy::Fail {
+            return Err(SourceError::InputReplaced {
+                path,
+                partition: old,
+                reason,
+            });
+        }
+        self.close(index);
+        let identity = match FileIdentity::of_path(&path) {
+            Ok(identity) => identity,
+            Err(SourceError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                // Rotated away and not yet recreated: look again later; a
+                // file that is not followed is over.
+                let file = &mut self.files[index];
+                if !self.config.follow && !file.done {
+                    file.done = true;
+                    tracing::warn!(
+                        path = %path.display(),
+                        partition = old.0,
+                        "input file was removed before it was read to its end"
+                    );
+                }
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        let new = self.registry.assign_new(&path, identity);
+        // On disk before any record of the new partition can be committed.
+        self.registry.save()?;
+        tracing::warn!(
+            path = %path.display(),
+            old_partition = old.0,
+            partition = new.0,
+            %reason,
+            "input file changed; reading it from its start as a new partition"
+        );
+        self.by_partition.remove(&old);
+        self.by_partition.insert(new, index);
+        let file = &mut self.files[index];
+        file.partition = new;
+        file.reader = LineReader::new(
+            &path,
+            (identity.dev, identity.ino),
+            self.config.name.clone(),
+            new,
+            None,
+        );
+        file.done = false;
+        file.paused = false;
+        file.awaiting_seek = true;
+        file.warned_tail = false;
+        self.retired.insert(old);
+        self.events.push_back(SourceEvent::Revoked(vec![old]));
+        self.events.push_back(SourceEvent::Assigned(vec![new]));
+        Ok(true)
     }
 
     /// One pass over the files, starting after the last one served.
     fn poll_files(&mut self) -> Result<Option<SourceEvent>, SourceError> {
         let n = self.files.len();
+        // Whether a closed file can be opened in this pass.
+        let mut can_open = true;
         for k in 0..n {
             let index = (self.turn + k) % n;
-            let file = &mut self.files[index];
-            if file.done || file.paused {
+            let file = &self.files[index];
+            if file.done || file.paused || file.awaiting_seek {
                 continue;
             }
-            let outcome = file.reader.read_batch(&self.config, !self.config.follow)?;
-            if outcome.pending_tail && !file.warned_tail && !self.config.follow {
-                file.warned_tail = true;
-                tracing::warn!(
-                    path = %file.reader.path().display(),
-                    "last line has no newline; it is left unread until it is complete"
-                );
+            if !file.reader.is_open() {
+                if !can_open {
+                    continue;
+                }
+                if self.open.len() >= self.config.max_open_files && !self.evict_one(index) {
+                    can_open = false;
+                    continue;
+                }
+                if let Some(reason) = self.files[index].reader.open()? {
+                    if self.replace(index, reason)? {
+                        return Ok(self.events.pop_front());
+                    }
+                    continue;
+                }
+                self.open.push(index);
             }
-            if outcome.at_eof && !self.config.follow && outcome.batch.is_empty() {
-                file.done = true;
-            }
-            if !outcome.batch.is_empty() {
+            if let Some(batch) = self.read(index)? {
                 self.turn = (index + 1) % n;
-                return Ok(Some(SourceEvent::Batch(outcome.batch)));
+                return Ok(Some(batch));
+            }
+            if !self.events.is_empty() {
+                return Ok(self.events.pop_front());
             }
         }
         if self.files.iter().all(|f| f.done) {
             return Ok(Some(SourceEvent::End));
+        }
+        Ok(None)
+    }
+
+    /// Read a batch of the open file at `index`, if it has one.
+    fn read(&mut self, index: usize) -> Result<Option<SourceEvent>, SourceError> {
+        let follow = self.config.follow;
+        let file = &mut self.files[index];
+        let mut outcome = file.reader.read_batch(&self.config)?;
+        if let Some(cut) = outcome.pending_tail
+            && !follow
+        {
+            if self.config.eof == EofPolicy::Wait {
+                if !file.warned_tail {
+                    file.warned_tail = true;
+                    tracing::warn!(
+                        path = %file.reader.path().display(),
+                        "last line has no newline; it is left unread until it is complete"
+                    );
+                }
+            } else {
+                // The line ends here for good, whatever is appended to it
+                // later: recorded before it can be emitted and committed,
+                // so a later run reads the rest as a line of its own.
+                let path = file.reader.path().to_path_buf();
+                self.registry.set_cut(&path, cut);
+                self.registry.save()?;
+                let file = &mut self.files[index];
+                file.reader.set_cut(cut);
+                if !outcome.batch.is_empty() {
+                    return Ok(Some(SourceEvent::Batch(outcome.batch)));
+                }
+                outcome = file.reader.read_batch(&self.config)?;
+            }
+        }
+        if !outcome.batch.is_empty() {
+            return Ok(Some(SourceEvent::Batch(outcome.batch)));
+        }
+        if outcome.at_eof {
+            if !follow {
+                self.files[index].done = true;
+                self.close(index);
+            } else if let Some(reason) = self.files[index].reader.changed_on_disk()? {
+                self.replace(index, reason)?;
+            }
         }
         Ok(None)
     }
@@ -155,10 +450,16 @@ impl FileSource {
 impl Source for FileSource {
     async fn next(&mut self) -> Result<SourceEvent, SourceError> {
         if !self.announced {
+            // The record of which file each id stands for is on disk
+            // before anything of them is read.
+            self.registry.save()?;
             self.announced = true;
             return Ok(SourceEvent::Assigned(
                 self.files.iter().map(|f| f.partition).collect(),
             ));
+        }
+        if let Some(event) = self.events.pop_front() {
+            return Ok(event);
         }
         if let Some(event) = self.poll_files()? {
             return Ok(event);
@@ -173,23 +474,40 @@ impl Source for FileSource {
     }
 
     async fn seek(&mut self, partition: PartitionId, offset: Offset) -> Result<(), SourceError> {
-        let file = self.file_mut(partition)?;
+        let Some(file) = self.file_mut(partition)? else {
+            return Ok(());
+        };
+        // A committed offset is at most the length of the file it was
+        // committed in: beyond this file's end, it belongs to another one.
+        let len = file.reader.len()?;
+        if offset.0 > 0 && offset.0 as u64 > len {
+            let reason =
+                format!("the file is {len} bytes long, shorter than its committed offset {offset}");
+            let index = self.index_of(partition).unwrap_or_default();
+            self.replace(index, reason)?;
+            return Ok(());
+        }
         file.reader.seek(offset)?;
         file.done = false;
+        file.awaiting_seek = false;
         file.warned_tail = false;
         Ok(())
     }
 
     async fn pause(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
         for &p in partitions {
-            self.file_mut(p)?.paused = true;
+            if let Some(file) = self.file_mut(p)? {
+                file.paused = true;
+            }
         }
         Ok(())
     }
 
     async fn resume(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
         for &p in partitions {
-            self.file_mut(p)?.paused = false;
+            if let Some(file) = self.file_mut(p)? {
+                file.paused = false;
+            }
         }
         Ok(())
     }

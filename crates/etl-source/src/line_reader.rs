@@ -8,16 +8,24 @@ use std::path::{Path, PathBuf};
 use bytes::{Buf, Bytes, BytesMut};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 
+use crate::file_identity::{dev_ino, regular_file_metadata};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
 /// Bytes of an oversized line kept in its dead letter.
 const PREVIEW_BYTES: usize = 1024;
 
 /// One file, read as lines. Offsets are byte positions of line starts.
+///
+/// The file is open only while it is read: [`close`](LineReader::close)
+/// gives back its descriptor and its read buffer, and the next
+/// [`open`](LineReader::open) resumes at the same position after checking
+/// that the path still names the same file.
 #[derive(Debug)]
 pub(crate) struct LineReader {
     path: PathBuf,
-    file: File,
+    file: Option<File>,
+    /// Device and inode of the file this reader's offsets belong to.
+    dev_ino: (u64, u64),
     source: SourceId,
     partition: PartitionId,
     /// Bytes read but not yet turned into records; `buf[0]` is at file
@@ -34,6 +42,13 @@ pub(crate) struct LineReader {
     at_eof: bool,
     /// Records in the last batch read, to size the next one's vector.
     last_batch_records: usize,
+    /// A last line that was emitted without its newline: it started at
+    /// `.0` and ended at `.1`, and is cut there whenever it is read, so
+    /// what was appended to it later is read as a line of its own.
+    cut: Option<(u64, u64)>,
+    /// Just past a cut: a newline here only ends the cut line (it was its
+    /// missing terminator), so it is not read as an empty line.
+    after_cut: bool,
 }
 
 /// What one call to [`LineReader::read_batch`] found.
@@ -42,25 +57,25 @@ pub(crate) struct ReadOutcome {
     pub(crate) batch: PollBatch,
     /// The file's current end was reached (nothing more to read now).
     pub(crate) at_eof: bool,
-    /// An unterminated last line is waiting at the end of the file.
-    pub(crate) pending_tail: bool,
+    /// An unterminated last line is waiting at the end of the file, from
+    /// `.0` to `.1`.
+    pub(crate) pending_tail: Option<(u64, u64)>,
 }
 
 impl LineReader {
-    pub(crate) fn open(
+    /// A reader of the file at `path` (device and inode `dev_ino`),
+    /// positioned at its start. Nothing is opened yet.
+    pub(crate) fn new(
         path: &Path,
+        dev_ino: (u64, u64),
         source: SourceId,
         partition: PartitionId,
-    ) -> Result<Self, SourceError> {
-        let file = File::open(path).map_err(|e| SourceError::io(path, e))?;
-        let meta = file.metadata().map_err(|e| SourceError::io(path, e))?;
-        if meta.is_dir() {
-            let e = std::io::Error::new(ErrorKind::InvalidInput, "is a directory, not a file");
-            return Err(SourceError::io(path, e));
-        }
-        Ok(LineReader {
+        cut: Option<(u64, u64)>,
+    ) -> Self {
+        LineReader {
             path: path.to_path_buf(),
-            file,
+            file: None,
+            dev_ino,
             source,
             partition,
             buf: BytesMut::new(),
@@ -69,26 +84,128 @@ impl LineReader {
             skipping: false,
             at_eof: false,
             last_batch_records: 0,
-        })
+            cut,
+            after_cut: false,
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
+    pub(crate) fn is_open(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Whether the last read reached the end of the file with nothing
+    /// buffered: the reader is idle.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.at_eof && self.buf.is_empty()
+    }
+
+    pub(crate) fn set_cut(&mut self, cut: (u64, u64)) {
+        self.cut = Some(cut);
+    }
+
+    /// Open the file at the reader's position. `Ok(Some(reason))` when
+    /// the path no longer names the file this reader's offsets belong to
+    /// (then nothing is opened).
+    pub(crate) fn open(&mut self) -> Result<Option<String>, SourceError> {
+        if self.file.is_some() {
+            return Ok(None);
+        }
+        let meta = match regular_file_metadata(&self.path) {
+            Ok(meta) => meta,
+            Err(SourceError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+                return Ok(Some("the file was removed".to_owned()));
+            }
+            Err(SourceError::NotAFile { kind, .. }) => {
+                return Ok(Some(format!("the path now names {kind}")));
+            }
+            Err(e) => return Err(e),
+        };
+        if dev_ino(&meta) != self.dev_ino {
+            return Ok(Some("another file now has this name".to_owned()));
+        }
+        let mut file = File::open(&self.path).map_err(|e| SourceError::io(&self.path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| SourceError::io(&self.path, e))?;
+        if dev_ino(&meta) != self.dev_ino {
+            return Ok(Some("another file now has this name".to_owned()));
+        }
+        if meta.len() < self.buf_pos {
+            return Ok(Some(format!(
+                "the file is {} bytes long, shorter than the position {} read up to",
+                meta.len(),
+                self.buf_pos
+            )));
+        }
+        file.seek(SeekFrom::Start(self.buf_pos))
+            .map_err(|e| SourceError::io(&self.path, e))?;
+        self.file = Some(file);
+        Ok(None)
+    }
+
+    /// Give back the file descriptor and the read buffer; the next
+    /// [`open`](Self::open) resumes at the first byte not turned into a
+    /// record yet.
+    pub(crate) fn close(&mut self) {
+        self.file = None;
+        self.buf = BytesMut::new();
+        self.scanned = 0;
+        self.at_eof = false;
+    }
+
+    /// Why the path no longer names the file being read, or why that file
+    /// cannot hold the position read so far (it was truncated), if so.
+    pub(crate) fn changed_on_disk(&self) -> Result<Option<String>, SourceError> {
+        let meta = match std::fs::metadata(&self.path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Ok(Some("the file was removed".to_owned()));
+            }
+            Err(e) => return Err(SourceError::io(&self.path, e)),
+        };
+        if dev_ino(&meta) != self.dev_ino {
+            return Ok(Some("another file now has this name (rotated?)".to_owned()));
+        }
+        let read_to = self.buf_pos + self.buf.len() as u64;
+        if meta.len() < read_to {
+            return Ok(Some(format!(
+                "the file is {} bytes long, shorter than the {read_to} bytes read (truncated)",
+                meta.len()
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The file's length now.
+    pub(crate) fn len(&self) -> Result<u64, SourceError> {
+        let meta = match &self.file {
+            Some(file) => file.metadata(),
+            None => std::fs::metadata(&self.path),
+        };
+        meta.map(|m| m.len())
+            .map_err(|e| SourceError::io(&self.path, e))
+    }
+
     /// Position at the first line starting at or after `offset`: the byte
     /// before it is read and skipped through its newline, so an offset in
     /// the middle of a line (a committed "last offset + 1") lands on the
-    /// next line start.
+    /// next line start. An offset just after the start of a cut line
+    /// lands on the cut, where the rest of that line begins.
     pub(crate) fn seek(&mut self, offset: Offset) -> Result<(), SourceError> {
-        let (pos, skipping) = if offset.0 <= 0 {
-            (0, false)
-        } else {
-            (offset.0 as u64 - 1, true)
+        let (pos, skipping) = match self.cut {
+            _ if offset.0 <= 0 => (0, false),
+            Some((start, end)) if offset.0 as u64 == start + 1 => (end, false),
+            _ => (offset.0 as u64 - 1, true),
         };
-        self.file
-            .seek(SeekFrom::Start(pos))
-            .map_err(|e| SourceError::io(&self.path, e))?;
+        self.after_cut = self.cut.is_some_and(|(_, end)| end == pos);
+        if let Some(file) = &mut self.file {
+            file.seek(SeekFrom::Start(pos))
+                .map_err(|e| SourceError::io(&self.path, e))?;
+        }
         self.buf.clear();
         self.buf_pos = pos;
         self.scanned = 0;
@@ -97,13 +214,12 @@ impl LineReader {
         Ok(())
     }
 
-    /// Read up to the configured batch size. `final_eof` says the end of
-    /// the file is final (not followed), so the end-of-file policy applies
-    /// to an unterminated last line.
+    /// Read up to the configured batch size. An unterminated last line is
+    /// left in place and reported in [`ReadOutcome::pending_tail`]; the
+    /// caller decides what to do with it (and may [cut](Self::set_cut) it).
     pub(crate) fn read_batch(
         &mut self,
         config: &FileSourceConfig,
-        final_eof: bool,
     ) -> Result<ReadOutcome, SourceError> {
         let mut batch = PollBatch::new(self.partition);
         // A batch is mostly as long as the one before: size the vector
@@ -114,24 +230,42 @@ impl LineReader {
         let mut bytes = 0usize;
         self.at_eof = false;
         while batch.len() < config.max_batch_records && bytes < config.max_batch_bytes {
+            if self.after_cut && !self.buf.is_empty() {
+                self.after_cut = false;
+                if self.buf[0] == b'\n' {
+                    self.consume(1);
+                    continue;
+                }
+            }
             let newline =
                 memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|i| self.scanned + i);
-            match newline {
-                Some(end) if self.skipping => {
+            // Bytes to the cut, when a cut line starts here.
+            let cut = self
+                .cut
+                .filter(|&(start, _)| !self.skipping && self.buf_pos == start)
+                .map(|(start, end)| (end - start) as usize);
+            match (newline, cut) {
+                (Some(end), Some(n)) if end >= n => {
+                    bytes += self.push_cut(&mut batch, n, config);
+                }
+                (None, Some(n)) if self.buf.len() >= n => {
+                    bytes += self.push_cut(&mut batch, n, config);
+                }
+                (Some(end), _) if self.skipping => {
                     self.consume(end + 1);
                     self.skipping = false;
                 }
-                Some(end) => {
+                (Some(end), _) => {
                     let start = self.buf_pos;
                     let line = self.take(end + 1);
                     bytes += line.len();
                     self.push_line(&mut batch, start, line.slice(..end), config);
                 }
-                None if self.skipping && !self.buf.is_empty() => {
+                (None, _) if self.skipping && !self.buf.is_empty() => {
                     let all = self.buf.len();
                     self.consume(all);
                 }
-                None if self.buf.len() > config.max_line_bytes => {
+                (None, _) if self.buf.len() > config.max_line_bytes => {
                     let start = self.buf_pos;
                     let len = self.buf.len();
                     // A copy, so the dead letter does not pin the whole buffer.
@@ -147,7 +281,7 @@ impl LineReader {
                         .push(self.dead_letter(start, preview, reason));
                     self.skipping = true;
                 }
-                None => {
+                (None, _) => {
                     self.scanned = self.buf.len();
                     if self.fill(config.read_chunk_bytes)? == 0 {
                         self.at_eof = true;
@@ -156,22 +290,13 @@ impl LineReader {
                 }
             }
         }
-        let mut pending_tail = self.at_eof && !self.skipping && !self.buf.is_empty();
-        if pending_tail && final_eof && config.eof != EofPolicy::Wait {
-            let start = self.buf_pos;
-            let len = self.buf.len();
-            let line = self.take(len);
-            match config.eof {
-                EofPolicy::Emit => self.push_line(&mut batch, start, line, config),
-                _ => {
-                    let preview = line.slice(..PREVIEW_BYTES.min(len));
-                    let reason = "truncated last line: no newline at the end of the file";
-                    batch
-                        .rejected
-                        .push(self.dead_letter(start, preview, reason.into()));
-                }
-            }
-            pending_tail = false;
+        let pending_tail = (self.at_eof && !self.skipping && !self.buf.is_empty())
+            .then(|| (self.buf_pos, self.buf_pos + self.buf.len() as u64));
+        if self.at_eof && self.buf.is_empty() {
+            // Nothing to keep: give the read buffer back rather than hold
+            // it for every idle file.
+            self.buf = BytesMut::new();
+            self.scanned = 0;
         }
         self.last_batch_records = batch.records.len();
         Ok(ReadOutcome {
@@ -179,6 +304,24 @@ impl LineReader {
             at_eof: self.at_eof,
             pending_tail,
         })
+    }
+
+    /// Add the first `n` buffered bytes, a line cut at the end of the file
+    /// where it once had no newline, to the batch. Returns its size.
+    fn push_cut(&mut self, batch: &mut PollBatch, n: usize, config: &FileSourceConfig) -> usize {
+        let start = self.buf_pos;
+        let line = self.take(n);
+        self.after_cut = true;
+        if config.eof == EofPolicy::DeadLetter {
+            let preview = line.slice(..PREVIEW_BYTES.min(n));
+            let reason = "truncated last line: no newline at the end of the file";
+            batch
+                .rejected
+                .push(self.dead_letter(start, preview, reason.into()));
+        } else {
+            self.push_line(batch, start, line, config);
+        }
+        n
     }
 
     /// Check one line (without its newline) and add it to the batch as a
@@ -244,10 +387,14 @@ impl LineReader {
     /// One read of up to `chunk` bytes appended to the buffer; 0 at the end
     /// of the file.
     fn fill(&mut self, chunk: usize) -> Result<usize, SourceError> {
+        let Some(file) = &mut self.file else {
+            // Closed readers are opened by the source before reading.
+            return Ok(0);
+        };
         let len = self.buf.len();
         self.buf.resize(len + chunk, 0);
         loop {
-            match self.file.read(&mut self.buf[len..]) {
+            match file.read(&mut self.buf[len..]) {
                 Ok(n) => {
                     self.buf.truncate(len + n);
                     return Ok(n);

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use etl_record::{DeadLetter, Offset, PartitionId, Record};
 use etl_source::{
-    EofPolicy, FileSource, FileSourceConfig, LineFormat, Source, SourceError, SourceEvent,
+    EofPolicy, FileSource, FileSourceConfig, LineFormat, ReplacedPolicy, Source, SourceError,
+    SourceEvent,
 };
 use proptest::prelude::*;
 
@@ -226,6 +227,96 @@ async fn a_truncated_last_line_can_be_emitted_or_dead_lettered_by_policy() {
 }
 
 #[tokio::test]
+async fn the_rest_of_a_line_emitted_unterminated_is_a_line_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "t.log", b"one\ntw");
+    let cfg = FileSourceConfig {
+        format: LineFormat::Raw,
+        eof: EofPolicy::Emit,
+        state_dir: Some(dir.path().join("state")),
+        ..config(&[&path])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "one".into()), (4, "tw".into())]);
+
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"o\nthree\n")
+        .unwrap();
+    // A new run resumes after the emitted part (committed: 4 + 1).
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let p = source.partitions()[0].0;
+    source.seek(p, Offset(5)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(6, "o".into()), (8, "three".into())]);
+    // Read from the start, the line is cut in the same place.
+    source.seek(p, Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(
+        values(&records),
+        vec![
+            (0, "one".into()),
+            (4, "tw".into()),
+            (6, "o".into()),
+            (8, "three".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_newline_completing_a_cut_line_only_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "t.ndjson", b"{\"a\":1}");
+    let cfg = FileSourceConfig {
+        eof: EofPolicy::Emit,
+        state_dir: Some(dir.path().join("state")),
+        ..config(&[&path])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "{\"a\":1}".into())]);
+    // The writer adds the newline it had not written yet, then a line.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"\n{\"b\":2}\n")
+        .unwrap();
+    for from in [1, 0] {
+        let mut source = FileSource::open(cfg.clone()).unwrap();
+        let p = source.partitions()[0].0;
+        source.seek(p, Offset(from)).await.unwrap();
+        let (records, rejected, _) = drain(&mut source).await;
+        assert!(rejected.is_empty(), "no empty line: {rejected:?}");
+        let expected: Vec<(i64, String)> = if from == 0 {
+            vec![(0, "{\"a\":1}".into()), (8, "{\"b\":2}".into())]
+        } else {
+            vec![(8, "{\"b\":2}".into())]
+        };
+        assert_eq!(values(&records), expected);
+    }
+}
+
+#[tokio::test]
+async fn a_fifo_is_refused_as_not_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let err = FileSource::open(config(&[&fifo])).unwrap_err();
+    assert!(matches!(err, SourceError::NotAFile { .. }), "{err}");
+    assert!(err.to_string().contains("FIFO"), "{err}");
+}
+
+#[tokio::test]
 async fn missing_and_unreadable_inputs_are_errors_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.ndjson");
@@ -264,7 +355,7 @@ async fn seeks_land_on_the_first_line_at_or_after_the_offset() {
         (3, vec![3, 4]),
         (4, vec![4]),
         (5, vec![]),
-        (99, vec![]),
+        (7, vec![]),
     ] {
         source.seek(p, Offset(seek)).await.unwrap();
         let (records, _, ended) = drain(&mut source).await;
@@ -276,6 +367,141 @@ async fn seeks_land_on_the_first_line_at_or_after_the_offset() {
         .await
         .unwrap_err();
     assert!(matches!(err, SourceError::UnknownPartition { .. }));
+}
+
+#[tokio::test]
+async fn an_offset_beyond_the_end_makes_the_file_a_new_partition_read_from_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "s.log", b"a\nbb\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        format: LineFormat::Raw,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let old = source.partitions()[0].0;
+    assert!(matches!(
+        source.next().await.unwrap(),
+        SourceEvent::Assigned(_)
+    ));
+    // Committed in a longer file that had this name before.
+    source.seek(old, Offset(99)).await.unwrap();
+    assert!(matches!(source.next().await.unwrap(), SourceEvent::Revoked(p) if p == vec![old]));
+    let SourceEvent::Assigned(new) = source.next().await.unwrap() else {
+        panic!("the file comes back as a new partition")
+    };
+    assert_eq!(source.partitions()[0].0, new[0]);
+    assert_ne!(new[0], old);
+    // Calls about the old partition are harmless from now on.
+    source.seek(old, Offset(0)).await.unwrap();
+    source.resume(&[old]).await.unwrap();
+    source.seek(new[0], Offset(0)).await.unwrap();
+    let (records, _, ended) = drain(&mut source).await;
+    assert!(ended);
+    assert_eq!(values(&records), vec![(0, "a".into()), (2, "bb".into())]);
+}
+
+#[tokio::test]
+async fn a_file_replaced_between_runs_gets_a_new_partition_and_a_kept_one_its_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let a = write(dir.path(), "a.log", b"1\n2\n");
+    let b = write(dir.path(), "b.log", b"1\n2\n");
+    let cfg = FileSourceConfig {
+        state_dir: Some(state.clone()),
+        ..config(&[&a, &b])
+    };
+    let ids = |source: &FileSource| {
+        source
+            .partitions()
+            .into_iter()
+            .map(|(p, path)| (path.file_name().unwrap().to_string_lossy().into_owned(), p))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let before = ids(&FileSource::open(cfg.clone()).unwrap());
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    source.next().await.unwrap(); // the registry is written here
+    assert_eq!(ids(&source), before);
+    // `a` grows (same file), `b` is replaced.
+    std::fs::write(&a, b"1\n2\n3\n").unwrap();
+    std::fs::remove_file(&b).unwrap();
+    write(dir.path(), "b.log", b"9\n");
+    let after = ids(&FileSource::open(cfg.clone()).unwrap());
+    assert_eq!(after["a.log"], before["a.log"]);
+    assert_ne!(after["b.log"], before["b.log"]);
+
+    let err = FileSource::open(FileSourceConfig {
+        on_replaced: ReplacedPolicy::Fail,
+        ..cfg
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, SourceError::InputReplaced { partition, .. } if partition == before["b.log"]),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn open_files_stay_under_the_cap_and_each_file_is_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = 40;
+    for f in 0..files {
+        let lines: String = (0..25).map(|i| format!("{{\"n\":{i}}}\n")).collect();
+        write(dir.path(), &format!("{f:02}.ndjson"), lines.as_bytes());
+    }
+    let mut cfg = config(&[]);
+    cfg.inputs = vec![format!("{}/*.ndjson", dir.path().display())];
+    cfg.max_batch_records = 10;
+    cfg.max_open_files = 3;
+    let mut source = FileSource::open(cfg).unwrap();
+    let mut per_partition = std::collections::BTreeMap::<PartitionId, usize>::new();
+    loop {
+        let event = source.next().await.unwrap();
+        assert!(source.open_files() <= 3, "{} open", source.open_files());
+        match event {
+            SourceEvent::Assigned(p) => assert_eq!(p.len(), files),
+            SourceEvent::Batch(b) => {
+                *per_partition.entry(b.partition).or_default() += b.records.len()
+            }
+            SourceEvent::End => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(source.open_files(), 0, "every file is closed at its end");
+    assert_eq!(per_partition.len(), files);
+    assert!(per_partition.values().all(|n| *n == 25));
+}
+
+#[tokio::test]
+async fn a_paused_file_gives_its_slot_to_another_and_resumes_where_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(dir.path(), "a.log", b"1\n2\n3\n4\n");
+    let b = write(dir.path(), "b.log", b"5\n6\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        max_open_files: 1,
+        max_batch_records: 2,
+        ..config(&[&a, &b])
+    })
+    .unwrap();
+    let (pa, pb) = (source.partitions()[0].0, source.partitions()[1].0);
+    source.next().await.unwrap();
+    let first = loop {
+        if let SourceEvent::Batch(batch) = source.next().await.unwrap() {
+            break batch;
+        }
+    };
+    let (paused, other) = if first.partition == pa {
+        (pa, pb)
+    } else {
+        (pb, pa)
+    };
+    source.pause(&[paused]).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert!(records.iter().all(|r| r.position.partition == other));
+    source.resume(&[paused]).await.unwrap();
+    let (rest, _, ended) = drain(&mut source).await;
+    assert!(ended);
+    let total = first.records.len() + records.len() + rest.len();
+    assert_eq!(total, 6, "nothing read twice, nothing skipped");
 }
 
 #[tokio::test]
@@ -347,6 +573,108 @@ async fn follow_mode_reads_appended_lines_and_waits_for_newlines() {
     file.write_all(b"4\n").unwrap();
     let (records, _, _) = drain(&mut source).await;
     assert_eq!(values(&records), vec![(4, "34".into())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_followed_file_rotated_or_truncated_continues_as_a_new_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "f.ndjson", b"1\n2\n");
+    let mut source = FileSource::open(FileSourceConfig {
+        follow: true,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let first = source.partitions()[0].0;
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 2);
+
+    // Rotation: renamed away, a new file under the name.
+    std::fs::rename(&path, dir.path().join("f.ndjson.1")).unwrap();
+    write(dir.path(), "f.ndjson", b"3\n");
+    assert!(matches!(next_event(&mut source).await, SourceEvent::Revoked(p) if p == vec![first]));
+    let SourceEvent::Assigned(second) = next_event(&mut source).await else {
+        panic!("the new file is a new partition")
+    };
+    source.seek(second[0], Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "3".into())]);
+
+    // Copy-truncate: the same file, emptied and written again.
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(next_event(&mut source).await, SourceEvent::Revoked(p) if p == second));
+    let SourceEvent::Assigned(third) = next_event(&mut source).await else {
+        panic!("the truncated file is a new partition")
+    };
+    std::fs::write(&path, b"4\n").unwrap();
+    source.seek(third[0], Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(values(&records), vec![(0, "4".into())]);
+}
+
+/// The next event that is not `Idle`.
+async fn next_event(source: &mut FileSource) -> SourceEvent {
+    loop {
+        match source.next().await.unwrap() {
+            SourceEvent::Idle => {}
+            event => return event,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_file_renamed_between_runs_keeps_its_partition_and_its_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let path = write(dir.path(), "app.log", b"1\n2");
+    let cfg = FileSourceConfig {
+        inputs: vec![format!("{}/app.log*", dir.path().display())],
+        format: LineFormat::Raw,
+        eof: EofPolicy::Emit,
+        state_dir: Some(state),
+        ..config(&[])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let old = source.partitions()[0].0;
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 2);
+
+    // Rotated: the writer finishes its line, the file is renamed, a new
+    // one takes the name.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"3\n")
+        .unwrap();
+    let rotated = dir.path().join("app.log.1");
+    std::fs::rename(&path, &rotated).unwrap();
+    write(dir.path(), "app.log", b"4\n");
+    let mut source = FileSource::open(cfg).unwrap();
+    let rotated_id = source
+        .partitions()
+        .into_iter()
+        .find(|(_, p)| p.ends_with("app.log.1"))
+        .unwrap()
+        .0;
+    assert_eq!(rotated_id, old);
+    let fresh = source
+        .partitions()
+        .into_iter()
+        .find(|(_, p)| p.ends_with("app.log"))
+        .unwrap()
+        .0;
+    assert_ne!(fresh, old);
+    source.next().await.unwrap();
+    // The rotated file resumes after the emitted part of its cut line.
+    source.seek(rotated_id, Offset(3)).await.unwrap();
+    source.seek(fresh, Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    let mut got: Vec<_> = records
+        .iter()
+        .map(|r| String::from_utf8(r.value.to_vec()).unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["3", "4"]);
 }
 
 proptest! {

@@ -19,8 +19,12 @@ pub(crate) async fn run(
     out_dir: &Path,
 ) -> Result<(u64, u64), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(out_dir)?;
+    let state = out_dir.join(".etl-state");
     let source = FileSource::open(FileSourceConfig {
         inputs: vec![input.to_string_lossy().into_owned()],
+        // Which file each partition is, next to the offsets: a replaced
+        // input is then read again rather than resumed at a foreign offset.
+        state_dir: Some(state.clone()),
         ..FileSourceConfig::default()
     })?;
     let sink = FileSink::open(out_dir.join("orders.ndjson"), FileSinkConfig::default()).await?;
@@ -47,7 +51,7 @@ pub(crate) async fn run(
         ))
         .sink("orders", SinkDriver::new(sink, NdjsonEncoder::new()))
         .dead_letter(dead)
-        .offset_store(FileStore::open(out_dir.join(".etl-state"))?)
+        .offset_store(FileStore::open(&state)?)
         .build()?;
     let summary = pipeline.run(CancellationToken::new()).await?;
     Ok((summary.read, summary.written()))

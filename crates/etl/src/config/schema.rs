@@ -89,6 +89,25 @@ pub struct FileSourceConfig {
     /// Largest poll batch, in records.
     #[serde(default = "defaults::batch_records")]
     pub batch_records: usize,
+    /// Most input files open at once.
+    #[serde(default = "defaults::max_open_files")]
+    pub max_open_files: usize,
+    /// What to do with an input replaced, rewritten or truncated since
+    /// its offsets were committed.
+    #[serde(default)]
+    pub on_replaced: ReplacedPolicy,
+}
+
+/// What to do with an input file whose identity changed since its offsets
+/// were committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplacedPolicy {
+    /// Read it from its start as a new file (with a warning).
+    #[default]
+    ReadFromStart,
+    /// Stop with an error (exit 65).
+    Fail,
 }
 
 /// `type = "generator"` source options.
@@ -452,6 +471,9 @@ pub(crate) mod defaults {
     }
     pub(crate) fn batch_records() -> usize {
         4096
+    }
+    pub(crate) fn max_open_files() -> usize {
+        16
     }
     pub(crate) fn sink_batch_records() -> usize {
         8192

@@ -11,13 +11,13 @@ use etl_sink::{
 use etl_source::{
     DriverConfig as SourceDriverConfig, EofPolicy as SrcEof, FileSource,
     FileSourceConfig as SrcFileConfig, GeneratorConfig as SrcGenConfig, GeneratorSource,
-    LineFormat as SrcFormat, PoisonPolicy as SrcPoison, Source,
+    LineFormat as SrcFormat, PoisonPolicy as SrcPoison, ReplacedPolicy as SrcReplaced, Source,
 };
 
 use super::{Pipeline, PipelineBuilder, PipelineError};
 use crate::config::{
     Config, Encoding, EofPolicy, FsyncPolicy as CfgFsync, LineFormat, PermanentErrorPolicy,
-    PoisonPolicy, SinkConfig, SinkKind, SourceConfig, StoreConfig,
+    PoisonPolicy, ReplacedPolicy, SinkConfig, SinkKind, SourceConfig, StoreConfig,
 };
 use crate::transform::TransformChain;
 
@@ -106,6 +106,17 @@ fn with_source(
                 EofPolicy::DeadLetter => SrcEof::DeadLetter,
             },
             follow: f.follow,
+            max_open_files: f.max_open_files,
+            on_replaced: match f.on_replaced {
+                ReplacedPolicy::ReadFromStart => SrcReplaced::ReadFromStart,
+                ReplacedPolicy::Fail => SrcReplaced::Fail,
+            },
+            // Which file each partition id stands for is kept next to the
+            // offsets it gives meaning to.
+            state_dir: match &config.checkpoint.store {
+                StoreConfig::File { path } => Some(path.clone()),
+                StoreConfig::Memory | StoreConfig::Source => None,
+            },
             ..SrcFileConfig::default()
         })?),
         SourceConfig::Generator(g) => Box::new(GeneratorSource::new(SrcGenConfig {

@@ -47,8 +47,13 @@ impl Exit {
             return Exit::new(code::IN_USE, e.to_string());
         }
         let code = match &e {
-            P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
-            P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
+            P::Source(
+                S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. } | S::NotAFile { .. },
+            ) => code::NO_INPUT,
+            P::Source(S::Poison { .. } | S::InputReplaced { .. }) | P::NoDeadLetterSink { .. } => {
+                code::DATA
+            }
+            P::Source(S::Config(_)) => code::CONFIG,
             P::FinalCommit(_)
             | P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
             | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {

@@ -1,0 +1,572 @@
+//! Which file a partition reads: identities (device, inode, fingerprint of
+//! the first bytes) and the registry that gives each identity of a path its
+//! own partition id.
+//!
+//! A committed offset is a byte position in one particular file. When the
+//! file at a path is replaced (a new inode) or rewritten (the same inode
+//! with other first bytes), the offset means nothing for the new content,
+//! so the new content gets a new partition id: it has no committed offset
+//! and is read from its start. Ids are allocated, not hashed, so two files
+//! never share one however many there are: the first candidate is
+//! [`file_partition_id`] of the path (what every version before the
+//! registry used, so old offsets stay readable), then hashes of the path
+//! with a counter, skipping every id the registry has ever handed out.
+//!
+//! The registry lives in the state folder as `file-inputs`, written like
+//! the offset store (temporary file, fsync, rename, fsync of the folder)
+//! and checksummed. It is written before any record of a new id is
+//! emitted, so an id can only have a committed offset once its identity is
+//! on disk. Without a state folder it is kept in memory for the run.
+//!
+//! ```text
+//! etl-file-inputs 1
+//! file 3735928559 2049 1311 1024 8a3f01c2 - - /data/in.ndjson
+//! file 17 2049 1377 210 0b1c2d3e 6300 6342 /data/tail.ndjson
+//! retired 3021
+//! crc32 0a1b2c3d
+//! ```
+//!
+//! A `file` line holds the id, device, inode, fingerprint length and
+//! checksum, the cut of a last line emitted without its newline (start and
+//! end, or `-`), and the path (with `\` and newlines escaped) to the end
+//! of the line.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+
+use etl_record::PartitionId;
+
+use crate::SourceError;
+use crate::file_config::file_partition_id;
+
+/// Bytes of a file's start covered by its fingerprint.
+pub(crate) const FINGERPRINT_BYTES: u64 = 1024;
+
+const MAGIC: &str = "etl-file-inputs 1";
+const NAME: &str = "file-inputs";
+const TEMP: &str = "file-inputs.tmp";
+
+/// What makes a file the same file: where it lives on disk and how it
+/// starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileIdentity {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    /// How many leading bytes the checksum covers: the file's length when
+    /// it was taken, up to [`FINGERPRINT_BYTES`].
+    pub(crate) fp_len: u64,
+    pub(crate) fp_crc: u32,
+}
+
+/// Device and inode of an open file or of a path's metadata.
+pub(crate) fn dev_ino(meta: &fs::Metadata) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        (0, 0)
+    }
+}
+
+/// Refuse anything but a regular file: opening a FIFO blocks until a
+/// writer appears, and neither a FIFO nor a device can be read again from
+/// a committed offset.
+pub(crate) fn regular_file_metadata(path: &Path) -> Result<fs::Metadata, SourceError> {
+    let meta = fs::metadata(path).map_err(|e| SourceError::io(path, e))?;
+    if meta.is_file() {
+        return Ok(meta);
+    }
+    let kind = if meta.is_dir() {
+        "a directory"
+    } else {
+        special_kind(&meta)
+    };
+    Err(SourceError::NotAFile {
+        path: path.to_owned(),
+        kind,
+    })
+}
+
+#[cfg(unix)]
+fn special_kind(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &fs::Metadata) -> &'static str {
+    "not a regular file"
+}
+
+impl FileIdentity {
+    /// Take the identity of the regular file at `path`.
+    pub(crate) fn of_path(path: &Path) -> Result<Self, SourceError> {
+        let meta = regular_file_metadata(path)?;
+        let (dev, ino) = dev_ino(&meta);
+        let mut file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+        let (fp_len, fp_crc) =
+            checksum_prefix(&mut file, FINGERPRINT_BYTES).map_err(|e| SourceError::io(path, e))?;
+        Ok(FileIdentity {
+            dev,
+            ino,
+            fp_len,
+            fp_crc,
+        })
+    }
+
+    /// Why `now` is not the file `self` was taken from, if it is not.
+    /// A file that grew since is the same file; `now` is taken over as
+    /// many bytes as `self` covers, or more.
+    pub(crate) fn differs(
+        &self,
+        now: &FileIdentity,
+        path: &Path,
+    ) -> Result<Option<String>, SourceError> {
+        if (self.dev, self.ino) != (now.dev, now.ino) {
+            return Ok(Some(format!(
+                "another file now has this name (inode {} on device {}, was inode {} on device {})",
+                now.ino, now.dev, self.ino, self.dev
+            )));
+        }
+        if now.fp_len < self.fp_len {
+            return Ok(Some(format!(
+                "the file is shorter ({} bytes) than when it was first read",
+                now.fp_len
+            )));
+        }
+        let crc = if now.fp_len == self.fp_len {
+            now.fp_crc
+        } else {
+            let mut file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+            let (len, crc) =
+                checksum_prefix(&mut file, self.fp_len).map_err(|e| SourceError::io(path, e))?;
+            if len < self.fp_len {
+                return Ok(Some("the file was truncated".to_owned()));
+            }
+            crc
+        };
+        if crc != self.fp_crc {
+            return Ok(Some(format!(
+                "its first {} bytes changed (the file was rewritten)",
+                self.fp_len
+            )));
+        }
+        Ok(None)
+    }
+}
+
+/// Length and CRC-32 of the first `limit` bytes (fewer if the file is
+/// shorter).
+fn checksum_prefix(file: &mut File, limit: u64) -> std::io::Result<(u64, u32)> {
+    let mut buf = Vec::with_capacity(limit as usize);
+    file.take(limit).read_to_end(&mut buf)?;
+    Ok((buf.len() as u64, crc32fast::hash(&buf)))
+}
+
+/// One path's entry: its partition id and the identity the id stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) id: PartitionId,
+    pub(crate) identity: FileIdentity,
+    /// A last line emitted (or dead-lettered) without its newline: it
+    /// started at `.0` and ended at `.1`. Read again, that line is cut at
+    /// the same place, and what was appended to it is a line of its own.
+    pub(crate) cut: Option<(u64, u64)>,
+}
+
+/// Partition ids by path, each with its identity; ids handed out before
+/// and given up (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Registry {
+    /// Where it is kept, if anywhere.
+    dir: Option<PathBuf>,
+    entries: BTreeMap<PathBuf, Entry>,
+    retired: BTreeSet<u32>,
+    /// Ids in use, entries and retired together.
+    used: BTreeSet<u32>,
+    /// There was no registry file: the state may come from a version that
+    /// kept no identities.
+    fresh: bool,
+    dirty: bool,
+}
+
+impl Registry {
+    /// Load the registry of `dir`, or start an empty one (in memory only
+    /// when `dir` is `None`).
+    pub(crate) fn load(dir: Option<&Path>) -> Result<Self, SourceError> {
+        let mut registry = Registry {
+            dir: dir.map(Path::to_owned),
+            entries: BTreeMap::new(),
+            retired: BTreeSet::new(),
+            used: BTreeSet::new(),
+            fresh: true,
+            dirty: false,
+        };
+        let Some(dir) = dir else {
+            return Ok(registry);
+        };
+        let path = dir.join(NAME);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(registry),
+            Err(e) => return Err(SourceError::io(path, e)),
+        };
+        registry.fresh = false;
+        let (entries, retired) = parse(&bytes).map_err(|detail| SourceError::State {
+            path: path.clone(),
+            detail,
+        })?;
+        registry.used = entries
+            .values()
+            .map(|e| e.id.0)
+            .chain(retired.iter().copied())
+            .collect();
+        registry.entries = entries;
+        registry.retired = retired;
+        Ok(registry)
+    }
+
+    /// Whether no registry file existed (old state, or none).
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    pub(crate) fn get(&self, path: &Path) -> Option<&Entry> {
+        self.entries.get(path)
+    }
+
+    /// Register `path` with a new id for `identity`, retiring the id it
+    /// had. The first id of a path is [`file_partition_id`] when free.
+    pub(crate) fn assign_new(&mut self, path: &Path, identity: FileIdentity) -> PartitionId {
+        if let Some(old) = self.entries.get(path) {
+            self.retired.insert(old.id.0);
+        }
+        let id = self.allocate(path);
+        self.used.insert(id.0);
+        self.entries.insert(
+            path.to_owned(),
+            Entry {
+                id,
+                identity,
+                cut: None,
+            },
+        );
+        self.dirty = true;
+        id
+    }
+
+    /// The entry of a file that was renamed to `path`: recorded under
+    /// another path that is not in `kept` (paths still holding their
+    /// recorded file), with the same device and inode, and the same first
+    /// bytes. It moves to `path`, keeping its id; the entry `path` had is
+    /// retired.
+    pub(crate) fn take_moved(
+        &mut self,
+        path: &Path,
+        identity: &FileIdentity,
+        kept: &BTreeSet<PathBuf>,
+    ) -> Result<Option<Entry>, SourceError> {
+        let mut candidate = None;
+        for (other, entry) in &self.entries {
+            if other != path
+                && !kept.contains(other)
+                && (entry.identity.dev, entry.identity.ino) == (identity.dev, identity.ino)
+                && entry.identity.differs(identity, path)?.is_none()
+            {
+                candidate = Some(other.clone());
+                break;
+            }
+        }
+        let Some(other) = candidate else {
+            return Ok(None);
+        };
+        let Some(mut entry) = self.entries.remove(&other) else {
+            return Ok(None);
+        };
+        if let Some(old) = self.entries.remove(path) {
+            self.retired.insert(old.id.0);
+        }
+        if entry.identity.fp_len < identity.fp_len {
+            entry.identity = *identity;
+        }
+        self.entries.insert(path.to_owned(), entry.clone());
+        self.dirty = true;
+        Ok(Some(entry))
+    }
+
+    /// Record a longer fingerprint of the same file.
+    pub(crate) fn refresh(&mut self, path: &Path, identity: FileIdentity) {
+        if let Some(entry) = self.entries.get_mut(path)
+            && entry.identity.fp_len < identity.fp_len
+        {
+            entry.identity = identity;
+            self.dirty = true;
+        }
+    }
+
+    /// Record that the last line of `path` was emitted unterminated.
+    pub(crate) fn set_cut(&mut self, path: &Path, cut: (u64, u64)) {
+        if let Some(entry) = self.entries.get_mut(path)
+            && entry.cut != Some(cut)
+        {
+            entry.cut = Some(cut);
+            self.dirty = true;
+        }
+    }
+
+    fn allocate(&self, path: &Path) -> PartitionId {
+        let first = file_partition_id(path);
+        if !self.used.contains(&first.0) {
+            return first;
+        }
+        let mut salted = path.as_os_str().as_encoded_bytes().to_vec();
+        salted.push(0);
+        let base = salted.len();
+        for n in 1u64.. {
+            salted.truncate(base);
+            salted.extend_from_slice(n.to_string().as_bytes());
+            let id = fnv1a(&salted);
+            if !self.used.contains(&id) {
+                return PartitionId(id);
+            }
+        }
+        unreachable!("fewer than 2^32 ids are in use")
+    }
+
+    /// Write the registry if it changed (see the module docs).
+    pub(crate) fn save(&mut self) -> Result<(), SourceError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        if let Some(dir) = &self.dir {
+            fs::create_dir_all(dir).map_err(|e| SourceError::io(dir, e))?;
+            let temp = dir.join(TEMP);
+            let target = dir.join(NAME);
+            let text = render(&self.entries, &self.retired);
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&temp)
+                .map_err(|e| SourceError::io(&temp, e))?;
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| SourceError::io(&temp, e))?;
+            drop(file);
+            fs::rename(&temp, &target).map_err(|e| SourceError::io(&target, e))?;
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| SourceError::io(dir, e))?;
+        }
+        self.fresh = false;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for &byte in bytes {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+fn escape(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn unescape(text: &str) -> Result<PathBuf, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('\\') => out.push('\\'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            other => return Err(format!("bad escape \\{other:?} in a path")),
+        }
+    }
+    Ok(PathBuf::from(out))
+}
+
+fn render(entries: &BTreeMap<PathBuf, Entry>, retired: &BTreeSet<u32>) -> String {
+    let mut body = format!("{MAGIC}\n");
+    for (path, e) in entries {
+        let i = &e.identity;
+        let (cs, ce) = match e.cut {
+            Some((s, end)) => (s.to_string(), end.to_string()),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
+        body.push_str(&format!(
+            "file {} {} {} {} {:08x} {cs} {ce} {}\n",
+            e.id.0,
+            i.dev,
+            i.ino,
+            i.fp_len,
+            i.fp_crc,
+            escape(path)
+        ));
+    }
+    for id in retired {
+        body.push_str(&format!("retired {id}\n"));
+    }
+    let crc = crc32fast::hash(body.as_bytes());
+    body.push_str(&format!("crc32 {crc:08x}\n"));
+    body
+}
+
+type Parsed = (BTreeMap<PathBuf, Entry>, BTreeSet<u32>);
+
+fn parse(bytes: &[u8]) -> Result<Parsed, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
+    let body_end = text
+        .trim_end_matches('\n')
+        .rfind('\n')
+        .map(|i| i + 1)
+        .ok_or("truncated")?;
+    let (body, trailer) = text.split_at(body_end);
+    let crc = trailer
+        .trim_end()
+        .strip_prefix("crc32 ")
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .ok_or("missing checksum (torn write?)")?;
+    if crc32fast::hash(body.as_bytes()) != crc {
+        return Err("checksum mismatch".to_owned());
+    }
+    let mut lines = body.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err(format!("not a file-input registry (expected {MAGIC:?})"));
+    }
+    let mut entries = BTreeMap::new();
+    let mut retired = BTreeSet::new();
+    for line in lines {
+        if let Some(id) = line.strip_prefix("retired ") {
+            retired.insert(id.parse().map_err(|_| format!("bad id {id:?}"))?);
+            continue;
+        }
+        let rest = line
+            .strip_prefix("file ")
+            .ok_or_else(|| format!("malformed line {line:?}"))?;
+        let mut fields = rest.splitn(8, ' ');
+        let mut next = |what: &str| {
+            fields
+                .next()
+                .ok_or_else(|| format!("missing {what} in {line:?}"))
+        };
+        let num = |s: &str| s.parse::<u64>().map_err(|_| format!("bad number {s:?}"));
+        let id = next("id")?.parse().map_err(|_| "bad id".to_owned())?;
+        let dev = num(next("device")?)?;
+        let ino = num(next("inode")?)?;
+        let fp_len = num(next("fingerprint length")?)?;
+        let fp_crc = u32::from_str_radix(next("fingerprint")?, 16)
+            .map_err(|_| "bad fingerprint".to_owned())?;
+        let (cs, ce) = (next("cut start")?, next("cut end")?);
+        let cut = match (cs, ce) {
+            ("-", "-") => None,
+            (s, e) => Some((num(s)?, num(e)?)),
+        };
+        let path = unescape(next("path")?)?;
+        entries.insert(
+            path,
+            Entry {
+                id: PartitionId(id),
+                identity: FileIdentity {
+                    dev,
+                    ino,
+                    fp_len,
+                    fp_crc,
+                },
+                cut,
+            },
+        );
+    }
+    Ok((entries, retired))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(ino: u64) -> FileIdentity {
+        FileIdentity {
+            dev: 1,
+            ino,
+            fp_len: 10,
+            fp_crc: 0xdead_beef,
+        }
+    }
+
+    #[test]
+    fn the_registry_survives_a_reload_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Registry::load(Some(dir.path())).unwrap();
+        assert!(r.is_fresh());
+        let a = Path::new("/data/with space/a\\b\nc.ndjson");
+        let id = r.assign_new(a, identity(5));
+        assert_eq!(id, file_partition_id(a));
+        r.set_cut(a, (10, 15));
+        let b = Path::new("/data/b");
+        let first_b = r.assign_new(b, identity(6));
+        let second_b = r.assign_new(b, identity(7));
+        assert_ne!(first_b, second_b);
+        r.save().unwrap();
+        let again = Registry::load(Some(dir.path())).unwrap();
+        assert!(!again.is_fresh());
+        assert_eq!(again.entries, r.entries);
+        assert_eq!(again.retired, BTreeSet::from([first_b.0]));
+        assert_eq!(again.get(a).unwrap().cut, Some((10, 15)));
+    }
+
+    #[test]
+    fn a_replaced_file_never_gets_an_id_handed_out_before() {
+        let mut r = Registry::load(None).unwrap();
+        let p = Path::new("/x");
+        let mut seen = BTreeSet::new();
+        for ino in 0..50 {
+            assert!(seen.insert(r.assign_new(p, identity(ino))));
+        }
+    }
+
+    #[test]
+    fn a_corrupt_registry_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(NAME),
+            "etl-file-inputs 1\nfile 1\ncrc32 00000000\n",
+        )
+        .unwrap();
+        let err = Registry::load(Some(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("file-inputs"), "{err}");
+    }
+}
