@@ -200,27 +200,12 @@ fn render(generation: u64, offsets: &Offsets) -> String {
     for (p, o) in offsets {
         body.push_str(&format!("{} {}\n", p.0, o.0));
     }
-    let crc = crc32fast::hash(body.as_bytes());
-    body.push_str(&format!("crc32 {crc:08x}\n"));
+    crate::sealed::seal(&mut body);
     body
 }
 
 fn parse(bytes: &[u8]) -> Result<(u64, Offsets), String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
-    let body_end = text
-        .trim_end_matches('\n')
-        .rfind('\n')
-        .map(|i| i + 1)
-        .ok_or("truncated")?;
-    let (body, trailer) = text.split_at(body_end);
-    let crc = trailer
-        .trim_end()
-        .strip_prefix("crc32 ")
-        .and_then(|h| u32::from_str_radix(h, 16).ok())
-        .ok_or("missing checksum (torn write?)")?;
-    if crc32fast::hash(body.as_bytes()) != crc {
-        return Err("checksum mismatch".to_owned());
-    }
+    let body = crate::sealed::unseal(bytes)?;
     let mut lines = body.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("not an offset store file (expected {MAGIC:?})"));

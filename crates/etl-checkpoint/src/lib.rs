@@ -53,6 +53,7 @@ mod handle;
 #[cfg(all(test, etl_loom))]
 mod loom_tests;
 mod metrics;
+mod sealed;
 mod store;
 mod sync;
 mod tracker;
@@ -65,5 +66,6 @@ pub use handle::{
     Assigned, CheckpointConfig, CheckpointHandle, CheckpointSummary, Checkpointer, ReplayRequests,
 };
 pub use metrics::{CheckpointMetrics, PartitionMetrics};
+pub use sealed::{seal, unseal};
 pub use store::{MemoryStore, OffsetStore, Offsets};
 pub use tracker::{Effect, PartitionTracker, Release, ReplayRequest};

@@ -229,9 +229,7 @@ async fn an_exactly_once_sink_stores_no_progress_past_a_refused_record_before_it
         exactly_once: true,
         ..etl_sink::FileSinkConfig::default()
     };
-    let file = etl_sink::FileSink::open(&path, config.clone())
-        .await
-        .unwrap();
+    let file = etl_sink::FileSink::open(&path, config).await.unwrap();
     let mut source = TestSource::new();
     let mut records: Vec<Record> = (0..10).map(|o| record(0, o)).collect();
     records[4] = Record::new(records[4].position.clone(), "not json");

@@ -441,29 +441,14 @@ fn render(entries: &BTreeMap<PathBuf, Entry>, retired: &BTreeSet<u32>) -> String
     for id in retired {
         body.push_str(&format!("retired {id}\n"));
     }
-    let crc = crc32fast::hash(body.as_bytes());
-    body.push_str(&format!("crc32 {crc:08x}\n"));
+    etl_checkpoint::seal(&mut body);
     body
 }
 
 type Parsed = (BTreeMap<PathBuf, Entry>, BTreeSet<u32>);
 
 fn parse(bytes: &[u8]) -> Result<Parsed, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
-    let body_end = text
-        .trim_end_matches('\n')
-        .rfind('\n')
-        .map(|i| i + 1)
-        .ok_or("truncated")?;
-    let (body, trailer) = text.split_at(body_end);
-    let crc = trailer
-        .trim_end()
-        .strip_prefix("crc32 ")
-        .and_then(|h| u32::from_str_radix(h, 16).ok())
-        .ok_or("missing checksum (torn write?)")?;
-    if crc32fast::hash(body.as_bytes()) != crc {
-        return Err("checksum mismatch".to_owned());
-    }
+    let body = etl_checkpoint::unseal(bytes)?;
     let mut lines = body.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("not a file-input registry (expected {MAGIC:?})"));
