@@ -51,8 +51,9 @@ enum Lost {
 pub(crate) struct FileState {
     path: PathBuf,
     config: FileSinkConfig,
-    /// Held for the sink's life: this sink is the output's only writer.
-    _lock: OwnerLock,
+    /// Held for the sink's life: this sink is the output's only writer
+    /// (none for a device such as `/dev/full`: there is no file to own).
+    _lock: Option<OwnerLock>,
     file: File,
     /// The file `file` is; `path` must still name it when data is
     /// reported durable.
@@ -85,12 +86,19 @@ fn open_active(path: &Path) -> Result<File, SinkError> {
 }
 
 /// Take the output's lock, `<path>.lock`, before anything reads or cuts
-/// the output.
-fn lock_output(path: &Path) -> Result<OwnerLock, SinkError> {
-    OwnerLock::acquire(suffixed(path, "lock")).map_err(|e| match e {
-        LockError::Io { path, op, source } => SinkError::io(op, path, source),
-        in_use => SinkError::permanent(in_use),
-    })
+/// the output. An output that exists and is not a regular file (a device,
+/// a pipe) holds no state to protect, and `<path>.lock` would land beside
+/// it (in `/dev`, shared by every writer of `/dev/full`): no lock.
+fn lock_output(path: &Path) -> Result<Option<OwnerLock>, SinkError> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Ok(None);
+    }
+    OwnerLock::acquire(suffixed(path, "lock"))
+        .map(Some)
+        .map_err(|e| match e {
+            LockError::Io { path, op, source } => SinkError::io(op, path, source),
+            in_use => SinkError::permanent(in_use),
+        })
 }
 
 /// Highest `n` such that `<path>.<n>` exists.

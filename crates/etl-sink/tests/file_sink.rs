@@ -462,3 +462,17 @@ async fn a_deleted_or_replaced_output_fails_every_later_write_and_flush() {
         }
     }
 }
+
+/// A device is not state a run owns: two sinks writing `/dev/null` at once
+/// are both allowed, and no `/dev/null.lock` appears beside it.
+#[tokio::test]
+async fn two_sinks_on_a_device_are_not_refused_and_leave_no_lock_beside_it() {
+    let first = FileSink::open("/dev/null", FileSinkConfig::default())
+        .await
+        .unwrap();
+    let second = FileSink::open("/dev/null", FileSinkConfig::default())
+        .await
+        .unwrap();
+    assert!(!std::path::Path::new("/dev/null.lock").exists());
+    drop((first, second));
+}
