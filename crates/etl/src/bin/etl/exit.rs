@@ -48,7 +48,9 @@ impl Exit {
         }
         let code = match &e {
             P::Source(S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. }) => code::NO_INPUT,
-            P::Source(S::Poison { .. }) | P::NoDeadLetterSink { .. } => code::DATA,
+            P::Source(S::Poison { .. })
+            | P::NoDeadLetterSink { .. }
+            | P::TransformHalted { .. } => code::DATA,
             P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
             | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
                 code::IO
