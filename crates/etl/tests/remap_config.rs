@@ -20,14 +20,17 @@ fn problems(transforms: &str) -> Vec<ConfigProblem> {
 #[cfg(feature = "remap")]
 #[test]
 fn a_vrl_compile_error_is_reported_at_its_line_and_column_in_the_file() {
-    let found = problems(
-        "[[transforms]]\ntype = \"remap\"\nsource = '''\n.a = 1\n.b = upcasee(.a)\n'''\n",
-    );
+    let found =
+        problems("[[transforms]]\ntype = \"remap\"\nsource = '''\n.a = 1\n.b = upcasee(.a)\n'''\n");
     assert_eq!(found.len(), 1, "{found:?}");
     // Line 9 of the file is `.b = upcasee(.a)`; the call starts at column 6.
     assert_eq!((found[0].line, found[0].column), (9, 6), "{found:?}");
     assert_eq!(found[0].section, "[[transforms]] #1");
-    assert!(found[0].message.contains("undefined function"), "{}", found[0].message);
+    assert!(
+        found[0].message.contains("undefined function"),
+        "{}",
+        found[0].message
+    );
 }
 
 #[cfg(feature = "remap")]
@@ -43,7 +46,9 @@ fn programs_cannot_read_the_environment_or_reach_the_network() {
             "[[transforms]]\ntype = \"remap\"\nsource = '.x = {call}'\n"
         ));
         assert!(
-            found.iter().any(|p| p.message.contains("undefined function")),
+            found
+                .iter()
+                .any(|p| p.message.contains("undefined function")),
             "{call}: {found:?}"
         );
     }
@@ -76,9 +81,15 @@ fn a_remap_file_is_read_beside_the_config_and_named_in_its_errors() {
         dir.path(),
     )
     .unwrap_err();
-    assert!(found[0].message.contains("cannot read the program"), "{found:?}");
+    assert!(
+        found[0].message.contains("cannot read the program"),
+        "{found:?}"
+    );
     let found = problems("[[transforms]]\ntype = \"remap\"\n");
-    assert!(found[0].message.contains("`source` or in `file`"), "{found:?}");
+    assert!(
+        found[0].message.contains("`source` or in `file`"),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -86,11 +97,24 @@ fn a_filter_takes_a_condition_or_a_comparison() {
     let found = problems(
         "[[transforms]]\ntype = \"filter\"\ncondition = '.a == 1'\nfield = \"a\"\nop = \"exists\"\n",
     );
-    assert!(found.iter().any(|p| p.message.contains("not both")), "{found:?}");
+    assert!(
+        found.iter().any(|p| p.message.contains("not both")),
+        "{found:?}"
+    );
     let found = problems("[[transforms]]\ntype = \"filter\"\nfield = \"a\"\n");
-    assert!(found.iter().any(|p| p.message.contains("missing field `op`")), "{found:?}");
+    assert!(
+        found
+            .iter()
+            .any(|p| p.message.contains("missing field `op`")),
+        "{found:?}"
+    );
     let found = problems("[[transforms]]\ntype = \"filter\"\nop = \"exists\"\n");
-    assert!(found.iter().any(|p| p.message.contains("missing field `field`")), "{found:?}");
+    assert!(
+        found
+            .iter()
+            .any(|p| p.message.contains("missing field `field`")),
+        "{found:?}"
+    );
 }
 
 #[cfg(feature = "remap")]
@@ -101,7 +125,9 @@ fn a_condition_must_be_boolean_and_read_only() {
     let found = problems("[[transforms]]\ntype = \"filter\"\ncondition = '.a = true'\n");
     assert!(found[0].message.contains("read-only"), "{found:?}");
     let ok = parse_config(
-        &with_transforms("[[transforms]]\ntype = \"filter\"\ncondition = '.order.status == \"paid\"'\n"),
+        &with_transforms(
+            "[[transforms]]\ntype = \"filter\"\ncondition = '.order.status == \"paid\"'\n",
+        ),
         Path::new("."),
     );
     assert!(ok.is_ok(), "{ok:?}");
@@ -120,4 +146,27 @@ fn array_paths_are_written_with_dots() {
         Path::new("."),
     );
     assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[cfg(feature = "remap")]
+#[test]
+fn etl_validate_reports_a_vrl_error_with_its_place_and_exits_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &config,
+        with_transforms(
+            "[[transforms]]\ntype = \"remap\"\nsource = '''\n.a = 1\n.b = upcasee(.a)\n'''\n",
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+        .arg("validate")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("pipeline.toml:9:6"), "{stderr}");
+    assert!(stderr.contains("call to undefined function"), "{stderr}");
 }

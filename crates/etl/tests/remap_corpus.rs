@@ -37,7 +37,12 @@ fn parse(text: &str) -> Case {
     let mut body = String::new();
     let flush = |section: &str, body: &mut String, case: &mut Case| {
         let text = std::mem::take(body);
-        let lines = || text.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect();
+        let lines = || {
+            text.lines()
+                .map(str::to_owned)
+                .filter(|l| !l.is_empty())
+                .collect()
+        };
         match section {
             "" => {}
             "remap" => case.remap = Some(text),
@@ -62,7 +67,11 @@ fn parse(text: &str) -> Case {
 
 fn record(i: usize, json: &str) -> Record {
     Record::new(
-        Position::new(SourceId::new("orders"), PartitionId(3), Offset(i as i64 + 40)),
+        Position::new(
+            SourceId::new("orders"),
+            PartitionId(3),
+            Offset(i as i64 + 40),
+        ),
         json.as_bytes().to_vec(),
     )
     .with_key(b"k-1".to_vec())
@@ -80,9 +89,13 @@ fn run_case(path: &Path) -> Result<(), String> {
     let program = match (compiled, &case.compile_error) {
         (Err(e), Some(expected)) if e.message.contains(expected.as_str()) => return Ok(()),
         (Err(e), Some(expected)) => {
-            return Err(format!("expected a compile error with {expected:?}, got:\n{e}"));
+            return Err(format!(
+                "expected a compile error with {expected:?}, got:\n{e}"
+            ));
         }
-        (Ok(_), Some(expected)) => return Err(format!("compiled, expected an error with {expected:?}")),
+        (Ok(_), Some(expected)) => {
+            return Err(format!("compiled, expected an error with {expected:?}"));
+        }
         (Err(e), None) => return Err(format!("does not compile:\n{e}")),
         (Ok(p), None) => p,
     };
@@ -105,7 +118,10 @@ fn run_case(path: &Path) -> Result<(), String> {
                 "filtered".to_owned()
             } else if let Some(letter) = out.rejected.first() {
                 if letter.record.value != input.as_bytes() {
-                    return Err(format!("line {}: a dead letter must hold the record as it came", i + 1));
+                    return Err(format!(
+                        "line {}: a dead letter must hold the record as it came",
+                        i + 1
+                    ));
                 }
                 format!("dead letter: {}", letter.reason)
             } else {

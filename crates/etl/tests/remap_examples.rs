@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 /// Copy `examples/<name>` to a fresh folder, run its pipeline there, and
 /// return the folder with the run's outputs.
 async fn run_example(name: &str) -> (tempfile::TempDir, etl::Summary) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
     let dir = tempfile::tempdir().unwrap();
     copy(&from, dir.path());
     let config = etl::load_config(&dir.path().join("pipeline.toml")).unwrap();
@@ -75,8 +77,10 @@ async fn remap_orders_totals_the_paid_orders_and_drops_the_email() {
     );
     let dead = lines(&dir.path().join("output/dead-letter.ndjson"));
     assert_eq!(dead.len(), 2, "{dead:#?}");
-    let letters: Vec<serde_json::Value> =
-        dead.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let letters: Vec<serde_json::Value> = dead
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let text = |v: &serde_json::Value| v.to_string();
     assert!(text(&letters[0]).contains("Bad Qty"), "{dead:#?}");
     assert!(text(&letters[0]).contains("to_float"), "{dead:#?}");

@@ -116,7 +116,12 @@ pub(super) struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    pub(super) fn problem(&mut self, span: Range<usize>, section: &str, message: impl Into<String>) {
+    pub(super) fn problem(
+        &mut self,
+        span: Range<usize>,
+        section: &str,
+        message: impl Into<String>,
+    ) {
         let (line, column) = line_col(self.text, span.start);
         self.problems.push(ConfigProblem {
             line,
@@ -376,17 +381,14 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
     }
 }
 
-const PATH_HINT: &str = " (names separated by dots; an array index is a name of digits: items.0.qty)";
+const PATH_HINT: &str =
+    " (names separated by dots; an array index is a name of digits: items.0.qty)";
 
 fn check_transform(ck: &mut Checker<'_>, t: &TransformConfig, span: Range<usize>, section: &str) {
     // A path is dotted names; an array index is a segment of its own
     // (`items.0.qty`, not `items[0].qty`, which would match nothing).
-    let empty = |p: &str| {
-        p.is_empty()
-            || p
-                .split('.')
-                .any(|s| s.is_empty() || s.contains(['[', ']']))
-    };
+    let empty =
+        |p: &str| p.is_empty() || p.split('.').any(|s| s.is_empty() || s.contains(['[', ']']));
     match t {
         TransformConfig::Filter {
             field,

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::load::{Checker, find_key, find_text};
+use super::load::Checker;
 use super::schema::TransformConfig;
 
 /// Check the program of `t`, if it has one; a `remap` step's `file` is
@@ -96,6 +96,8 @@ fn compile(
     section: &str,
     key: &str,
 ) {
+    use super::load::{find_key, find_text};
+
     let Err(e) = build(text, kind) else { return };
     let at_key = find_key(ck.text, &span, key).unwrap_or(span.start);
     let start = find_text(ck.text, &(at_key..span.end), text).unwrap_or(at_key);
@@ -106,7 +108,10 @@ fn compile(
     ck.problem(
         at..at,
         section,
-        format!("the VRL program in `{key}` does not compile:\n{}", e.message),
+        format!(
+            "the VRL program in `{key}` does not compile:\n{}",
+            e.message
+        ),
     );
 }
 
@@ -147,9 +152,16 @@ fn compile(
 }
 
 #[cfg(not(feature = "remap"))]
-fn compile_file(ck: &mut Checker<'_>, _text: &str, _path: &Path, span: Range<usize>, section: &str) {
+fn compile_file(
+    ck: &mut Checker<'_>,
+    _text: &str,
+    _path: &Path,
+    span: Range<usize>,
+    section: &str,
+) {
     ck.problem_at(span, "file", section, NO_REMAP);
 }
 
 #[cfg(not(feature = "remap"))]
-const NO_REMAP: &str = "this build of etl has no VRL support (it was built without the `remap` feature)";
+const NO_REMAP: &str =
+    "this build of etl has no VRL support (it was built without the `remap` feature)";

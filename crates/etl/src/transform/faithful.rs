@@ -34,7 +34,12 @@ pub(super) trait Tree: PartialEq + Serialize + Sized {
 
 /// Write `new` to `out`, given the original text `raw` of the value `old`
 /// that stood at the same place.
-pub(super) fn write<T: Tree>(raw: &str, old: &T, new: &T, out: &mut Vec<u8>) -> serde_json::Result<()> {
+pub(super) fn write<T: Tree>(
+    raw: &str,
+    old: &T,
+    new: &T,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<()> {
     if old == new {
         out.extend_from_slice(raw.trim().as_bytes());
         return Ok(());
@@ -116,7 +121,12 @@ impl Tree for serde_json::Value {
     }
 
     fn entries(&self) -> Option<Vec<(&str, &Self)>> {
-        Some(self.as_object()?.iter().map(|(k, v)| (k.as_str(), v)).collect())
+        Some(
+            self.as_object()?
+                .iter()
+                .map(|(k, v)| (k.as_str(), v))
+                .collect(),
+        )
     }
 
     fn items(&self) -> Option<&[Self]> {
@@ -164,6 +174,7 @@ impl<'de> Visitor<'de> for EntriesVisitor {
 }
 
 #[cfg(all(test, feature = "remap"))]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use vrl::value::Value;
 
@@ -182,7 +193,10 @@ mod tests {
     fn untouched_values_keep_their_text_and_keys_their_order() {
         let raw = r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"s":"caf\u00e9","o":{"y":1,"x":[1, 2]}}"#;
         let out = rewrite(raw, |v| {
-            v.insert(vrl::path!("new"), Value::from(vrl::prelude::NotNan::new(1250.0).unwrap()));
+            v.insert(
+                vrl::path!("new"),
+                Value::from(vrl::prelude::NotNan::new(1250.0).unwrap()),
+            );
             v.insert(vrl::path!("o", "x", 1), Value::from(3));
         });
         assert_eq!(

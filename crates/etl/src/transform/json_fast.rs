@@ -209,7 +209,9 @@ impl Scratch {
 
     /// The last entry of `field`, whatever its state.
     fn last(&self, field: &str) -> Option<usize> {
-        (0..self.entries.len()).rev().find(|&i| self.key(i) == field)
+        (0..self.entries.len())
+            .rev()
+            .find(|&i| self.key(i) == field)
     }
 
     /// The index of the field's live entry (the last of duplicates).
@@ -296,9 +298,7 @@ impl Scratch {
         layout.last.clear();
         layout.last.extend((0..read).map(|i| {
             let key = &keys[entries[i].key.clone()];
-            !entries[i + 1..]
-                .iter()
-                .any(|e| &keys[e.key.clone()] == key)
+            !entries[i + 1..].iter().any(|e| &keys[e.key.clone()] == key)
         }));
         layout.keys.clone_from(keys);
         layout.ranges.clear();
@@ -402,9 +402,9 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
             let raw: &'de RawValue = map.next_value()?;
             let text = raw.get();
             let number = match text.as_bytes().first() {
-                Some(b'-' | b'0'..=b'9') => Some(
-                    serde_json::from_str::<Number>(text).map_err(serde::de::Error::custom)?,
-                ),
+                Some(b'-' | b'0'..=b'9') => {
+                    Some(serde_json::from_str::<Number>(text).map_err(serde::de::Error::custom)?)
+                }
                 _ => None,
             };
             let from = s.values.len();

@@ -147,7 +147,11 @@ impl VrlProgram {
 /// What running a program on one record gave.
 enum Run {
     /// The value before and after, and what the program resolved to.
-    Done { old: Value, new: Value, result: Value },
+    Done {
+        old: Value,
+        new: Value,
+        result: Value,
+    },
     Aborted,
     Failed(String),
     Rejected(String),
