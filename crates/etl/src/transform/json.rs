@@ -468,6 +468,38 @@ mod tests {
     }
 
     #[test]
+    fn rewritten_records_keep_key_order_and_the_text_of_untouched_values() {
+        let input = r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"gone":1,"o":{"y":"caf\u00e9","x":[1, 2]}}"#;
+        // Top-level steps (the fast path) and a nested one (the tree).
+        let top = run(
+            vec![
+                JsonOp::Add {
+                    path: JsonOp::path("tag"),
+                    value: Value::from("t"),
+                },
+                JsonOp::Drop {
+                    path: JsonOp::path("gone"),
+                },
+            ],
+            &[input],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&top.kept[0].value),
+            r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"o":{"y":"caf\u00e9","x":[1, 2]},"tag":"t"}"#
+        );
+        let nested = run(
+            vec![JsonOp::Drop {
+                path: JsonOp::path("o.x"),
+            }],
+            &[input],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&nested.kept[0].value),
+            r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"gone":1,"o":{"y":"caf\u00e9"}}"#
+        );
+    }
+
+    #[test]
     fn a_filter_only_stage_leaves_bytes_untouched() {
         let out = run(
             vec![JsonOp::Filter {

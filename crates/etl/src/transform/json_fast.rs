@@ -34,7 +34,8 @@ enum FastOp {
     },
     Add {
         field: String,
-        value: Value,
+        /// Index into [`FastStage::constants`].
+        constant: usize,
     },
     Rename {
         from: String,
@@ -63,6 +64,9 @@ enum State {
     Original,
     /// Set by a step to a value other than the one read.
     Set(Value),
+    /// Set by an `add_field` to its constant (an index into
+    /// [`FastStage::constants`]), other than the value read.
+    Const(usize),
     /// Dropped or moved away.
     Gone,
 }
@@ -87,6 +91,8 @@ struct Scratch {
     values: Vec<u8>,
     entries: Vec<Entry>,
     out: Vec<u8>,
+    /// Indexes of the entries steps added, in writing order.
+    added: Vec<usize>,
     /// New values are cut from shared blocks: no allocation per record,
     /// and no allocator overhead per record while they are in flight.
     arena: BytesMut,
@@ -106,10 +112,18 @@ struct Layout {
 /// Size of an arena block; a block is freed once its records are gone.
 const ARENA_BLOCK: usize = 64 * 1024;
 
+/// An `add_field` constant, and its text as serde_json writes it.
+#[derive(Debug)]
+struct Constant {
+    value: Value,
+    json: Vec<u8>,
+}
+
 /// The fused steps, run without a document tree.
 #[derive(Debug)]
 pub(super) struct FastStage {
     ops: Vec<FastOp>,
+    constants: Vec<Constant>,
     mutates: bool,
     scratch: Scratch,
 }
@@ -125,30 +139,37 @@ impl FastStage {
             [field] => Some(field.clone()),
             _ => None,
         };
-        let ops = ops
-            .iter()
-            .map(|op| {
-                Some(match op {
-                    JsonOp::Filter { path, op, value } => FastOp::Filter {
-                        field: one(path)?,
-                        op: *op,
+        let mut constants = Vec::new();
+        let mut fast = Vec::with_capacity(ops.len());
+        for op in ops {
+            fast.push(match op {
+                JsonOp::Filter { path, op, value } => FastOp::Filter {
+                    field: one(path)?,
+                    op: *op,
+                    value: value.clone(),
+                },
+                JsonOp::Add { path, value } => {
+                    constants.push(Constant {
                         value: value.clone(),
-                    },
-                    JsonOp::Add { path, value } => FastOp::Add {
+                        json: serde_json::to_vec(value).ok()?,
+                    });
+                    FastOp::Add {
                         field: one(path)?,
-                        value: value.clone(),
-                    },
-                    JsonOp::Rename { from, to } => FastOp::Rename {
-                        from: one(from)?,
-                        to: one(to)?,
-                    },
-                    JsonOp::Drop { path } => FastOp::Drop { field: one(path)? },
-                })
-            })
-            .collect::<Option<Vec<_>>>()?;
+                        constant: constants.len() - 1,
+                    }
+                }
+                JsonOp::Rename { from, to } => FastOp::Rename {
+                    from: one(from)?,
+                    to: one(to)?,
+                },
+                JsonOp::Drop { path } => FastOp::Drop { field: one(path)? },
+            });
+        }
+        let ops = fast;
         let mutates = ops.iter().any(|op| !matches!(op, FastOp::Filter { .. }));
         Some(FastStage {
             ops,
+            constants,
             mutates,
             scratch: Scratch::default(),
         })
@@ -157,6 +178,7 @@ impl FastStage {
     /// Run the steps on one JSON value.
     pub(super) fn apply(&mut self, input: &[u8]) -> Fast {
         let s = &mut self.scratch;
+        let constants = &self.constants[..];
         s.keys.clear();
         s.values.clear();
         s.entries.clear();
@@ -172,17 +194,19 @@ impl FastStage {
         for op in &self.ops {
             match op {
                 FastOp::Filter { field, op, value } => {
-                    let found = s.find(field).map(|i| s.value_of(i));
+                    let found = s.find(field).map(|i| s.value_of(i, constants));
                     if !compare(found.as_ref(), *op, value) {
                         return Fast::Filtered;
                     }
                 }
-                FastOp::Add { field, value } => s.set(field, value.clone()),
+                FastOp::Add { field, constant } => {
+                    s.set(field, State::Const(*constant), constants);
+                }
                 FastOp::Rename { from, to } => {
                     if let Some(i) = s.find(from) {
-                        let moved = s.value_of(i);
+                        let moved = s.value_of(i, constants);
                         s.entries[i].state = State::Gone;
-                        s.set(to, moved);
+                        s.set(to, State::Set(moved), constants);
                     }
                 }
                 FastOp::Drop { field } => {
@@ -195,7 +219,7 @@ impl FastStage {
         if !self.mutates || s.unchanged() {
             return Fast::Keep(None);
         }
-        match s.write() {
+        match s.write(constants) {
             Ok(bytes) => Fast::Keep(Some(bytes)),
             Err(_) => Fast::Fallback,
         }
@@ -230,9 +254,10 @@ impl Scratch {
     }
 
     /// The entry's value as the tree path would hold it now.
-    fn value_of(&self, i: usize) -> Value {
+    fn value_of(&self, i: usize, constants: &[Constant]) -> Value {
         match &self.entries[i].state {
             State::Set(v) => v.clone(),
+            State::Const(c) => constants[*c].value.clone(),
             State::Original | State::Gone => self.original(i),
         }
     }
@@ -240,17 +265,18 @@ impl Scratch {
     /// Set `field` to `value`: in place when the record has the key (its
     /// original text kept when the value is the one read), else as a new
     /// key.
-    fn set(&mut self, field: &str, value: Value) {
+    fn set(&mut self, field: &str, value: State, constants: &[Constant]) {
         match self.last(field) {
             Some(i) if self.entries[i].read => {
-                let state = if self.original(i) == value {
-                    State::Original
-                } else {
-                    State::Set(value)
+                let original = self.original(i);
+                let same = match &value {
+                    State::Set(v) => *v == original,
+                    State::Const(c) => constants[*c].value == original,
+                    State::Original | State::Gone => false,
                 };
-                self.entries[i].state = state;
+                self.entries[i].state = if same { State::Original } else { value };
             }
-            Some(i) => self.entries[i].state = State::Set(value),
+            Some(i) => self.entries[i].state = value,
             None => {
                 let start = self.keys.len();
                 self.keys.push_str(field);
@@ -259,7 +285,7 @@ impl Scratch {
                     raw: 0..0,
                     number: None,
                     read: false,
-                    state: State::Set(value),
+                    state: value,
                 });
             }
         }
@@ -306,13 +332,14 @@ impl Scratch {
     }
 
     /// The rewritten object, as [`faithful::write`] writes it.
-    fn write(&mut self) -> serde_json::Result<Bytes> {
+    fn write(&mut self, constants: &[Constant]) -> serde_json::Result<Bytes> {
         self.plan();
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         out.push(b'{');
         let mut first = true;
-        let mut added: Vec<usize> = Vec::new();
+        let mut added = std::mem::take(&mut self.added);
+        added.clear();
         for (i, e) in self.entries.iter().enumerate() {
             if !e.read {
                 if e.state != State::Gone {
@@ -329,25 +356,30 @@ impl Scratch {
             write_key(&mut out, &self.keys[e.key.clone()]);
             out.push(b':');
             let raw = &self.values[e.raw.clone()];
-            match &e.state {
-                State::Set(value) => {
-                    // Text of a valid JSON value read as UTF-8.
-                    let raw = std::str::from_utf8(raw).unwrap_or_default();
-                    faithful::write(raw, &self.original(i), value, &mut out)?;
+            let value = match &e.state {
+                State::Set(value) => value,
+                State::Const(c) => &constants[*c].value,
+                State::Original | State::Gone => {
+                    out.extend_from_slice(raw);
+                    continue;
                 }
-                _ => out.extend_from_slice(raw),
-            }
+            };
+            // Text of a valid JSON value read as UTF-8.
+            let raw = std::str::from_utf8(raw).unwrap_or_default();
+            faithful::write(raw, &self.original(i), value, &mut out)?;
         }
         added.sort_by(|&a, &b| self.key(a).cmp(self.key(b)));
-        for i in added {
+        for &i in &added {
             if !std::mem::take(&mut first) {
                 out.push(b',');
             }
             let e = &self.entries[i];
             write_key(&mut out, &self.keys[e.key.clone()]);
             out.push(b':');
-            if let State::Set(value) = &e.state {
-                serde_json::to_writer(&mut out, value)?;
+            match &e.state {
+                State::Set(value) => serde_json::to_writer(&mut out, value)?,
+                State::Const(c) => out.extend_from_slice(&constants[*c].json),
+                State::Original | State::Gone => {}
             }
         }
         out.push(b'}');
@@ -356,6 +388,7 @@ impl Scratch {
         }
         self.arena.extend_from_slice(&out);
         self.out = out;
+        self.added = added;
         Ok(self.arena.split().freeze())
     }
 }
