@@ -362,4 +362,55 @@ mod tests {
         assert_eq!(&out.kept[0].value[..], br#"{"n":1,"ok":true}"#);
         assert_eq!(out.filtered, 1);
     }
+
+    #[cfg(feature = "remap")]
+    #[test]
+    fn programs_split_the_json_run_and_every_stage_forks() {
+        let config = crate::parse_config(
+            r#"
+            [source]
+            type = "generator"
+            records_per_partition = 1
+            [[transforms]]
+            type = "filter"
+            field = "n"
+            op = "<"
+            value = 3
+            [[transforms]]
+            type = "remap"
+            source = '.m = to_int!(.n) * 10'
+            [[transforms]]
+            type = "filter"
+            condition = '.m != 10'
+            [[transforms]]
+            type = "drop_field"
+            field = "n"
+            [[sinks]]
+            type = "blackhole"
+            "#,
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let chain = TransformChain::try_from_config(&config.transforms).unwrap();
+        assert_eq!(chain.len(), 4);
+        let mut fork = chain.fork().expect("every stage forks");
+        let mut out = ChainOutput::default();
+        fork.apply(
+            vec![
+                rec(0, r#"{"n":0}"#),
+                rec(1, r#"{"n":1}"#),
+                rec(2, r#"{"n":2}"#),
+                rec(3, r#"{"n":3}"#),
+                rec(4, r#"{"n":"x"}"#),
+            ],
+            &mut out,
+        );
+        let kept: Vec<&[u8]> = out.kept.iter().map(|r| &r.value[..]).collect();
+        assert_eq!(kept, vec![&br#"{"m":0}"#[..], br#"{"m":20}"#]);
+        assert_eq!(
+            out.filtered, 3,
+            "n = 3, n = 1 (m = 10), and \"x\" < 3 is false"
+        );
+        assert!(out.rejected.is_empty());
+    }
 }
