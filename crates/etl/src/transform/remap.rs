@@ -110,7 +110,7 @@ impl VrlProgram {
                     .map(|l| l.span.start());
                 let message = vrl::diagnostic::Formatter::new(source, diagnostics)
                     .to_string()
-                    .trim_end()
+                    .trim()
                     .to_owned();
                 Err(VrlError { message, offset })
             }
