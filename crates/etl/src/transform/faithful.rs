@@ -1,13 +1,14 @@
-//! Writing a rewritten JSON document so that what the program did not
+//! Writing a rewritten JSON document so that what the steps did not
 //! change leaves byte for byte as it came.
 //!
 //! The rule: a value equal to what was read at the same place is written
 //! from the original text (its number spelling, string escapes and inner
 //! whitespace kept). An object that changed is written key by key in the
 //! original order, each kept key by the same rule, then the keys the
-//! program added, in sorted order (the order of VRL's maps). An array that
-//! changed but kept its length is written element by element by the same
-//! rule. Anything else is written by serde_json: integers as integers,
+//! steps added, in the map's order (sorted, as VRL's maps and serde_json's
+//! without `preserve_order` are). An array that changed is written element
+//! by element, each by the same rule against the element read at its
+//! index. Anything else is written by serde_json: integers as integers,
 //! floats as the shortest text that reads back as the same `f64` (always
 //! with a `.` or an exponent: `1250.0`), strings with serde_json's escapes.
 //!
@@ -73,16 +74,19 @@ pub(super) fn write<T: Tree>(
         out.push(b'}');
         return Ok(());
     }
-    if let (Some(old_items), Some(new_items)) = (old.items(), new.items())
-        && old_items.len() == new_items.len()
-    {
+    if let (Some(old_items), Some(new_items)) = (old.items(), new.items()) {
         let raws: Vec<&RawValue> = serde_json::from_str(raw)?;
         if raws.len() == old_items.len() {
             out.push(b'[');
             let mut first = true;
-            for ((raw_item, old_item), new_item) in raws.iter().zip(old_items).zip(new_items) {
+            for (i, new_item) in new_items.iter().enumerate() {
                 comma(out, &mut first);
-                write(raw_item.get(), old_item, new_item, out)?;
+                match (raws.get(i), old_items.get(i)) {
+                    (Some(raw_item), Some(old_item)) => {
+                        write(raw_item.get(), old_item, new_item, out)?;
+                    }
+                    _ => serde_json::to_writer(&mut *out, new_item)?,
+                }
             }
             out.push(b']');
             return Ok(());
