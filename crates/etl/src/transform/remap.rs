@@ -146,7 +146,8 @@ impl VrlProgram {
 
 /// What running a program on one record gave.
 enum Run {
-    /// The value before and after, and what the program resolved to.
+    /// The value before (null when not kept) and after, and what the
+    /// program resolved to.
     Done {
         old: Value,
         new: Value,
@@ -174,7 +175,9 @@ impl Runner {
         }
     }
 
-    fn run(&mut self, record: &Record) -> Run {
+    /// Run the program on `record`; `keep_old` keeps a copy of the value
+    /// read (a condition, which cannot change it, needs none).
+    fn run(&mut self, record: &Record, keep_old: bool) -> Run {
         let old: Value = match serde_json::from_slice(&record.value) {
             Ok(v @ Value::Object(_)) => v,
             Ok(other) => {
@@ -185,8 +188,13 @@ impl Runner {
             }
             Err(e) => return Run::Rejected(format!("invalid JSON: {e}")),
         };
+        let (old, value) = if keep_old {
+            (old.clone(), old)
+        } else {
+            (Value::Null, old)
+        };
         let mut target = TargetValue {
-            value: old.clone(),
+            value,
             metadata: self.program.metadata(record),
             secrets: Secrets::default(),
         };
@@ -253,7 +261,7 @@ impl Transform for Remap {
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
-        let (old, new) = match self.runner.run(&record) {
+        let (old, new) = match self.runner.run(&record, true) {
             Run::Done { old, new, .. } => (old, new),
             Run::Aborted => return Outcome::Filtered,
             Run::Failed(reason) if !self.drop_on_error => return Outcome::Halt(record, reason),
@@ -324,7 +332,7 @@ impl Transform for VrlFilter {
     }
 
     fn apply(&mut self, record: Record) -> Outcome {
-        match self.runner.run(&record) {
+        match self.runner.run(&record, false) {
             Run::Done {
                 result: Value::Boolean(true),
                 ..
