@@ -68,6 +68,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("xtask", &[]),
 ];
 
+/// Third-party crates that only these workspace crates may depend on: the
+/// VRL interpreter (and its ~200 crates) belongs to the `etl` crate's
+/// `remap` feature, never to the lower layers.
+const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl"])];
+
 /// Run every check against the workspace at `root`.
 pub(crate) fn run(root: &Path) -> crate::Result {
     eprintln!("$ cargo metadata --format-version 1 --no-deps (tidy: layer order)");
@@ -120,6 +125,13 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
                 let kind = dep["kind"].as_str().unwrap_or("normal");
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}` ({kind}), which breaks the layer order"
+                ));
+            }
+            if let Some((_, owners)) = ONLY_IN.iter().find(|(d, _)| *d == dep_name)
+                && !owners.contains(&name)
+            {
+                problems.push(format!(
+                    "`{name}` depends on `{dep_name}`, which only {owners:?} may use"
                 ));
             }
         }
@@ -195,6 +207,16 @@ mod tests {
             ]
         });
         assert_eq!(layer_violations(&metadata).len(), 2);
+    }
+
+    #[test]
+    fn only_the_etl_crate_may_use_vrl() {
+        let metadata = json!({
+            "packages": [package("etl", &["vrl"]), package("etl-source", &["vrl"])]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("`etl-source` depends on `vrl`"));
     }
 
     #[test]

@@ -111,13 +111,18 @@ const SINK_OPTION_KEYS: &[&str] = &[
     "on_permanent_error",
 ];
 
-struct Checker<'a> {
-    text: &'a str,
+pub(super) struct Checker<'a> {
+    pub(super) text: &'a str,
     problems: Vec<ConfigProblem>,
 }
 
 impl Checker<'_> {
-    fn problem(&mut self, span: Range<usize>, section: &str, message: impl Into<String>) {
+    pub(super) fn problem(
+        &mut self,
+        span: Range<usize>,
+        section: &str,
+        message: impl Into<String>,
+    ) {
         let (line, column) = line_col(self.text, span.start);
         self.problems.push(ConfigProblem {
             line,
@@ -129,7 +134,7 @@ impl Checker<'_> {
 
     /// A problem at the line of `key` inside the section at `span`, or at
     /// the section itself when the key is not written there.
-    fn problem_at(
+    pub(super) fn problem_at(
         &mut self,
         span: Range<usize>,
         key: &str,
@@ -201,7 +206,7 @@ fn quoted_token(message: &str, quote: char) -> Option<&str> {
 }
 
 /// Byte offset of the line inside `span` that assigns `key`.
-fn find_key(text: &str, span: &Range<usize>, key: &str) -> Option<usize> {
+pub(super) fn find_key(text: &str, span: &Range<usize>, key: &str) -> Option<usize> {
     let body = text.get(span.clone())?;
     let mut offset = span.start;
     for line in body.split_inclusive('\n') {
@@ -225,7 +230,7 @@ fn key_of_line(text: &str, at: usize) -> Option<&str> {
     (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(key)
 }
 
-fn find_text(text: &str, span: &Range<usize>, needle: &str) -> Option<usize> {
+pub(super) fn find_text(text: &str, span: &Range<usize>, needle: &str) -> Option<usize> {
     text.get(span.clone())?.find(needle).map(|i| span.start + i)
 }
 
@@ -271,8 +276,14 @@ pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem
     let mut transforms = Vec::new();
     for (i, t) in raw.transforms.into_iter().enumerate() {
         let section = format!("[[transforms]] #{}", i + 1);
-        if let Some((t, span)) = ck.section::<TransformConfig>(t, &section) {
-            check_transform(&mut ck, &t, span, &section);
+        let keys: Vec<String> = t
+            .get_ref()
+            .as_table()
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        if let Some((mut t, span)) = ck.section::<TransformConfig>(t, &section) {
+            check_transform(&mut ck, &t, span.clone(), &section);
+            super::programs::check(&mut ck, &mut t, &keys, span, &section, base);
             transforms.push(t);
         }
     }
@@ -407,15 +418,26 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
     }
 }
 
+const PATH_HINT: &str =
+    " (names separated by dots; an array index is a name of digits: items.0.qty)";
+
 fn check_transform(ck: &mut Checker<'_>, t: &TransformConfig, span: Range<usize>, section: &str) {
-    let empty = |p: &str| p.is_empty() || p.split('.').any(str::is_empty);
+    // A path is dotted names; an array index is a segment of its own
+    // (`items.0.qty`, not `items[0].qty`, which would match nothing).
+    let empty =
+        |p: &str| p.is_empty() || p.split('.').any(|s| s.is_empty() || s.contains(['[', ']']));
     match t {
-        TransformConfig::Filter { field, op, value } => {
-            if empty(field) {
+        TransformConfig::Filter {
+            field,
+            op,
+            value,
+            condition: None,
+        } => {
+            if !field.is_empty() && empty(field) {
                 ck.problem(
                     span.clone(),
                     section,
-                    format!("invalid field path {field:?}"),
+                    format!("invalid field path {field:?}{PATH_HINT}"),
                 );
             }
             match (op, value) {
@@ -442,7 +464,11 @@ fn check_transform(ck: &mut Checker<'_>, t: &TransformConfig, span: Range<usize>
         }
         TransformConfig::AddField { field, .. } | TransformConfig::DropField { field } => {
             if empty(field) {
-                ck.problem(span, section, format!("invalid field path {field:?}"));
+                ck.problem(
+                    span,
+                    section,
+                    format!("invalid field path {field:?}{PATH_HINT}"),
+                );
             }
         }
         TransformConfig::RenameField { from, to } => {
@@ -450,10 +476,15 @@ fn check_transform(ck: &mut Checker<'_>, t: &TransformConfig, span: Range<usize>
                 ck.problem(
                     span,
                     section,
-                    format!("invalid field path in {from:?} -> {to:?}"),
+                    format!("invalid field path in {from:?} -> {to:?}{PATH_HINT}"),
                 );
             }
         }
+        // Checked with the programs.
+        TransformConfig::Filter {
+            condition: Some(_), ..
+        }
+        | TransformConfig::Remap { .. } => {}
         TransformConfig::ParseJson => {}
     }
 }
@@ -559,6 +590,14 @@ fn resolve_paths(config: &mut Config, base: &Path) {
     }
     if let Some(SinkKind::File(f)) = &mut config.dead_letter {
         join(&mut f.path);
+    }
+    for t in &mut config.transforms {
+        if let TransformConfig::Remap {
+            file: Some(file), ..
+        } = t
+        {
+            join(file);
+        }
     }
     if let StoreConfig::File { path } = &mut config.checkpoint.store {
         join(path);

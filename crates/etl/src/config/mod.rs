@@ -2,6 +2,7 @@
 //! that reports every error with its place in the file.
 
 mod load;
+mod programs;
 mod schema;
 mod units;
 

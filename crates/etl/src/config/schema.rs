@@ -164,16 +164,36 @@ pub enum CompareOp {
 pub enum TransformConfig {
     /// Require the value to be a JSON object; others are dead letters.
     ParseJson,
-    /// Keep records whose field compares true; drop (count as filtered)
-    /// the others.
+    /// Keep records whose field compares true, or for which the VRL
+    /// `condition` is true; drop (count as filtered) the others.
     Filter {
-        /// Dotted path of the field (`user.id`).
+        /// Dotted path of the field (`user.id`, `items.0.sku`); empty
+        /// when a `condition` is given.
+        #[serde(default)]
         field: String,
-        /// The comparison.
+        /// The comparison (`exists` when a `condition` is given).
+        #[serde(default = "defaults::compare_op")]
         op: CompareOp,
         /// The value compared against (unused by `exists`).
         #[serde(default)]
         value: Option<toml::Value>,
+        /// A VRL boolean expression, instead of `field`, `op` and `value`.
+        #[serde(default)]
+        condition: Option<String>,
+    },
+    /// Run a program in the Vector Remap Language on each record.
+    Remap {
+        /// The program's text.
+        #[serde(default)]
+        source: Option<String>,
+        /// A file holding the program (relative to the configuration
+        /// file), instead of `source`.
+        #[serde(default)]
+        file: Option<PathBuf>,
+        /// A runtime error sends the record to the dead-letter path
+        /// (`true`, the default) or halts the run (`false`).
+        #[serde(default = "defaults::yes")]
+        drop_on_error: bool,
     },
     /// Set a field to a constant.
     AddField {
@@ -486,6 +506,12 @@ pub(crate) mod defaults {
     }
     pub(crate) fn one() -> u32 {
         1
+    }
+    pub(crate) fn yes() -> bool {
+        true
+    }
+    pub(crate) fn compare_op() -> CompareOp {
+        CompareOp::Exists
     }
     pub(crate) fn one_usize() -> usize {
         1

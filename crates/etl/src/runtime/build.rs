@@ -31,7 +31,9 @@ use crate::transform::TransformChain;
 /// build does not include.
 pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineError> {
     let mut builder = Pipeline::builder()
-        .transforms(TransformChain::from_config(&config.transforms))
+        .transforms(
+            TransformChain::try_from_config(&config.transforms).map_err(PipelineError::Invalid)?,
+        )
         .checkpoint(CheckpointConfig {
             commit_interval: config.checkpoint.commit_interval,
             revoke_deadline: config.checkpoint.revoke_deadline,

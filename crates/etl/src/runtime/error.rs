@@ -33,6 +33,15 @@ pub enum PipelineError {
         /// Why it was set aside.
         reason: String,
     },
+    /// A transform halted on a record (a `remap` step with
+    /// `drop_on_error = false` met a runtime error).
+    #[error("record {key}: {reason}; the step halts on errors, so the run stopped")]
+    TransformHalted {
+        /// The record's identity.
+        key: IdempotencyKey,
+        /// The step and its error.
+        reason: String,
+    },
     /// A batch failed and the delivery policy says halt.
     #[error(
         "a batch of partition {partition} failed (offsets from {from}) and on_failure = \"halt\"; \

@@ -39,6 +39,8 @@ pub(crate) enum StageStop {
     NoDeadLetterSink(DeadLetter),
     /// A transform worker went away without an answer.
     WorkerGone,
+    /// A transform halted on a record.
+    Halted(DeadLetter),
 }
 
 /// Runs one batch through the transforms and hands the result on.
@@ -96,7 +98,12 @@ impl Stage {
             kept,
             rejected,
             filtered,
+            halted,
         } = out;
+        if let Some(letter) = halted {
+            ack.fail();
+            return Err(StageStop::Halted(letter));
+        }
         self.counters.read.fetch_add(read as u64, Ordering::Relaxed);
         self.counters
             .filtered

@@ -726,6 +726,10 @@ fn stop_error(stop: StageStop, sink_error: Option<PipelineError>) -> PipelineErr
             key: letter.record.idempotency_key(),
             reason: letter.reason,
         },
+        StageStop::Halted(letter) => PipelineError::TransformHalted {
+            key: letter.record.idempotency_key(),
+            reason: letter.reason,
+        },
         StageStop::WorkerGone => {
             PipelineError::Internal("a transform worker stopped without an answer".to_owned())
         }

@@ -19,6 +19,9 @@ pub struct ChainOutput {
     pub rejected: Vec<DeadLetter>,
     /// Records dropped on purpose.
     pub filtered: u64,
+    /// A record a stage halted on ([`Outcome::Halt`]), with the stage and
+    /// reason; the records after it in the batch were not run.
+    pub halted: Option<DeadLetter>,
 }
 
 impl ChainOutput {
@@ -27,6 +30,7 @@ impl ChainOutput {
         self.kept.clear();
         self.rejected.clear();
         self.filtered = 0;
+        self.halted = None;
     }
 }
 
@@ -74,6 +78,9 @@ impl TransformChain {
         }
         out.kept.reserve(records.len());
         for record in records {
+            if out.halted.is_some() {
+                break;
+            }
             self.run(0, record, out);
         }
     }
@@ -103,6 +110,13 @@ impl TransformChain {
                     ));
                     return;
                 }
+                Outcome::Halt(original, reason) => {
+                    let name = self.stages[i].name();
+                    out.halted.get_or_insert_with(|| {
+                        DeadLetter::new(original, format!("transform {name}: {reason}"))
+                    });
+                    return;
+                }
             }
         }
         out.kept.push(record);
@@ -110,24 +124,51 @@ impl TransformChain {
 }
 
 impl TransformChain {
-    /// The chain for a configuration's `[[transforms]]`. The built-ins are
-    /// all JSON steps, so they fuse into one stage that parses each record
-    /// once.
+    /// The chain for a configuration's `[[transforms]]`. Consecutive
+    /// built-in JSON steps fuse into one stage that parses each record
+    /// once; each `remap` step and each filter with a `condition` is a
+    /// stage of its own.
+    ///
+    /// A configuration that [`parse_config`](crate::parse_config) accepted
+    /// always builds; for one that did not, a program that fails to
+    /// compile becomes a stage that sends every record to the dead-letter
+    /// path with the compiler's message. [`try_from_config`] reports it
+    /// instead.
+    ///
+    /// [`try_from_config`]: TransformChain::try_from_config
     #[must_use]
     pub fn from_config(transforms: &[crate::config::TransformConfig]) -> Self {
+        Self::build(transforms, true).unwrap_or_default()
+    }
+
+    /// The chain for a configuration's `[[transforms]]`, as
+    /// [`from_config`](TransformChain::from_config) builds it.
+    ///
+    /// # Errors
+    ///
+    /// The step and the compiler's message, for a VRL program that does
+    /// not compile.
+    pub fn try_from_config(transforms: &[crate::config::TransformConfig]) -> Result<Self, String> {
+        Self::build(transforms, false)
+    }
+
+    fn build(transforms: &[crate::config::TransformConfig], lenient: bool) -> Result<Self, String> {
         use super::{JsonOp, JsonStage};
         use crate::config::TransformConfig as T;
 
         let mut chain = TransformChain::new();
-        if transforms.is_empty() {
-            return chain;
-        }
         let json = |v: &toml::Value| serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
-        let ops = transforms
-            .iter()
-            .filter_map(|t| match t {
+        // The run of JSON steps being fused, once one is seen.
+        let mut run: Option<Vec<JsonOp>> = None;
+        for (i, t) in transforms.iter().enumerate() {
+            let op = match t {
                 T::ParseJson => None,
-                T::Filter { field, op, value } => Some(JsonOp::Filter {
+                T::Filter {
+                    field,
+                    op,
+                    value,
+                    condition: None,
+                } => Some(JsonOp::Filter {
                     path: JsonOp::path(field),
                     op: *op,
                     value: value.as_ref().map_or(serde_json::Value::Null, json),
@@ -143,10 +184,96 @@ impl TransformChain {
                 T::DropField { field } => Some(JsonOp::Drop {
                     path: JsonOp::path(field),
                 }),
-            })
-            .collect();
-        chain.push(Box::new(JsonStage::new("json", ops)));
-        chain
+                T::Filter {
+                    condition: Some(condition),
+                    ..
+                } => {
+                    if let Some(ops) = run.take() {
+                        chain.push(Box::new(JsonStage::new("json", ops)));
+                    }
+                    chain.push(program_stage(i, condition, None, lenient)?);
+                    continue;
+                }
+                T::Remap {
+                    source,
+                    drop_on_error,
+                    ..
+                } => {
+                    if let Some(ops) = run.take() {
+                        chain.push(Box::new(JsonStage::new("json", ops)));
+                    }
+                    let source = source.as_deref().unwrap_or_default();
+                    chain.push(program_stage(i, source, Some(*drop_on_error), lenient)?);
+                    continue;
+                }
+            };
+            run.get_or_insert_with(Vec::new).extend(op);
+        }
+        if let Some(ops) = run {
+            chain.push(Box::new(JsonStage::new("json", ops)));
+        }
+        Ok(chain)
+    }
+}
+
+/// The stage of `[[transforms]]` entry `i`: a `remap` step (with its
+/// `drop_on_error`) or a filter condition (`None`).
+#[cfg(feature = "remap")]
+fn program_stage(
+    i: usize,
+    source: &str,
+    remap: Option<bool>,
+    lenient: bool,
+) -> Result<Box<dyn Transform>, String> {
+    use super::{Remap, VrlFilter, VrlProgram};
+
+    let (kind, compiled) = match remap {
+        Some(_) => ("remap", VrlProgram::remap(source)),
+        None => ("filter", VrlProgram::condition(source)),
+    };
+    let name = format!("{kind} #{}", i + 1);
+    match compiled {
+        Ok(program) => Ok(match remap {
+            Some(drop_on_error) => Box::new(Remap::new(name, program).drop_on_error(drop_on_error)),
+            None => Box::new(VrlFilter::new(name, program)),
+        }),
+        Err(e) if lenient => Ok(Box::new(Broken(name, e.message))),
+        Err(e) => Err(format!("{name}: the VRL program does not compile:\n{e}")),
+    }
+}
+
+#[cfg(not(feature = "remap"))]
+fn program_stage(
+    i: usize,
+    _source: &str,
+    _remap: Option<bool>,
+    lenient: bool,
+) -> Result<Box<dyn Transform>, String> {
+    let name = format!("transform #{}", i + 1);
+    let message = "this build of etl has no VRL support (built without the `remap` feature)";
+    if lenient {
+        Ok(Box::new(Broken(name, message.to_owned())))
+    } else {
+        Err(format!("{name}: {message}"))
+    }
+}
+
+/// A step whose program could not be built: every record goes to the
+/// dead-letter path with the reason.
+#[derive(Debug)]
+struct Broken(String, String);
+
+impl Transform for Broken {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        Outcome::Reject(record, self.1.clone())
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(Broken(self.0.clone(), self.1.clone())))
     }
 }
 
@@ -234,5 +361,56 @@ mod tests {
         chain.apply(vec![rec(0, r#"{"n":1}"#), rec(1, r#"{"n":2}"#)], &mut out);
         assert_eq!(&out.kept[0].value[..], br#"{"n":1,"ok":true}"#);
         assert_eq!(out.filtered, 1);
+    }
+
+    #[cfg(feature = "remap")]
+    #[test]
+    fn programs_split_the_json_run_and_every_stage_forks() {
+        let config = crate::parse_config(
+            r#"
+            [source]
+            type = "generator"
+            records_per_partition = 1
+            [[transforms]]
+            type = "filter"
+            field = "n"
+            op = "<"
+            value = 3
+            [[transforms]]
+            type = "remap"
+            source = '.m = to_int!(.n) * 10'
+            [[transforms]]
+            type = "filter"
+            condition = '.m != 10'
+            [[transforms]]
+            type = "drop_field"
+            field = "n"
+            [[sinks]]
+            type = "blackhole"
+            "#,
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let chain = TransformChain::try_from_config(&config.transforms).unwrap();
+        assert_eq!(chain.len(), 4);
+        let mut fork = chain.fork().expect("every stage forks");
+        let mut out = ChainOutput::default();
+        fork.apply(
+            vec![
+                rec(0, r#"{"n":0}"#),
+                rec(1, r#"{"n":1}"#),
+                rec(2, r#"{"n":2}"#),
+                rec(3, r#"{"n":3}"#),
+                rec(4, r#"{"n":"x"}"#),
+            ],
+            &mut out,
+        );
+        let kept: Vec<&[u8]> = out.kept.iter().map(|r| &r.value[..]).collect();
+        assert_eq!(kept, vec![&br#"{"m":0}"#[..], br#"{"m":20}"#]);
+        assert_eq!(
+            out.filtered, 3,
+            "n = 3, n = 1 (m = 10), and \"x\" < 3 is false"
+        );
+        assert!(out.rejected.is_empty());
     }
 }

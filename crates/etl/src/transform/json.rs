@@ -1,17 +1,20 @@
 //! The built-in JSON transforms, fused: a run of consecutive JSON steps
-//! parses each record once and serializes it once (only if it changed).
+//! parses each record once and serializes it once (only if it changed),
+//! writing what the steps did not change from the original text (see
+//! [`faithful`](super::faithful)).
 
 use std::cmp::Ordering;
 
 use etl_record::Record;
 use serde_json::{Map, Value};
 
+use super::faithful;
 use super::json_fast::{Fast, FastStage};
 use super::{Outcome, Transform};
 use crate::config::CompareOp;
 
 /// One built-in JSON step. Field paths are dotted (`user.id`) and walk
-/// nested objects.
+/// nested objects; a segment of digits indexes an array (`items.0.qty`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum JsonOp {
     /// Keep records whose field compares true against the constant. A
@@ -124,6 +127,8 @@ impl JsonStage {
             }
             Err(e) => return Outcome::Reject(record, format!("invalid JSON: {e}")),
         };
+        // What was read, to write unchanged values from the original text.
+        let old = self.mutates.then(|| doc.clone());
         for op in &self.ops {
             match op {
                 JsonOp::Filter { path, op, value } => {
@@ -131,10 +136,16 @@ impl JsonStage {
                         return Outcome::Filtered;
                     }
                 }
-                JsonOp::Add { path, value } => set(&mut doc, path, value.clone()),
+                JsonOp::Add { path, value } => {
+                    if let Err(reason) = set(&mut doc, path, value.clone()) {
+                        return Outcome::Reject(record, format!("add_field: {reason}"));
+                    }
+                }
                 JsonOp::Rename { from, to } => {
-                    if let Some(v) = remove(&mut doc, from) {
-                        set(&mut doc, to, v);
+                    if let Some(v) = remove(&mut doc, from)
+                        && let Err(reason) = set(&mut doc, to, v)
+                    {
+                        return Outcome::Reject(record, format!("rename_field: {reason}"));
                     }
                 }
                 JsonOp::Drop { path } => {
@@ -142,11 +153,19 @@ impl JsonStage {
                 }
             }
         }
-        if self.mutates {
-            match serde_json::to_vec(&doc) {
-                Ok(bytes) => record.value = bytes.into(),
-                Err(e) => return Outcome::Reject(record, format!("cannot serialize: {e}")),
-            }
+        let Some(old) = old else {
+            return Outcome::Keep(record);
+        };
+        let (old, new) = (Value::Object(old), Value::Object(doc));
+        if old == new {
+            return Outcome::Keep(record);
+        }
+        // Parsed above, so the text is UTF-8.
+        let text = std::str::from_utf8(&record.value).unwrap_or_default();
+        let mut out = Vec::with_capacity(text.len() + 32);
+        match faithful::write(text, &old, &new, &mut out) {
+            Ok(()) => record.value = out.into(),
+            Err(e) => return Outcome::Reject(record, format!("cannot serialize: {e}")),
         }
         Outcome::Keep(record)
     }
@@ -163,40 +182,112 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-fn get<'a>(doc: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
-    let (last, parents) = path.split_last()?;
-    let mut map = doc;
-    for p in parents {
-        map = map.get(p)?.as_object()?;
+/// The array index a path segment names: digits only (`items.0.qty`).
+/// Such a segment also names the key `"0"` of an object.
+fn index(segment: &str) -> Option<usize> {
+    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-    map.get(last)
+    segment.parse().ok()
 }
 
-fn set(doc: &mut Map<String, Value>, path: &[String], value: Value) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut map = doc;
-    for p in parents {
-        let entry = map
-            .entry(p.clone())
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !entry.is_object() {
-            *entry = Value::Object(Map::new());
-        }
-        let Value::Object(next) = entry else { return };
-        map = next;
+fn child<'a>(value: &'a Value, segment: &str) -> Option<&'a Value> {
+    match value {
+        Value::Object(map) => map.get(segment),
+        Value::Array(items) => items.get(index(segment)?),
+        _ => None,
     }
-    map.insert(last.clone(), value);
+}
+
+fn child_mut<'a>(value: &'a mut Value, segment: &str) -> Option<&'a mut Value> {
+    match value {
+        Value::Object(map) => map.get_mut(segment),
+        Value::Array(items) => items.get_mut(index(segment)?),
+        _ => None,
+    }
+}
+
+fn get<'a>(doc: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
+    let (first, rest) = path.split_first()?;
+    rest.iter().try_fold(doc.get(first)?, |v, s| child(v, s))
+}
+
+/// Set the field at `path`, creating missing parent objects (and
+/// replacing a scalar parent with an object). Through an array, a segment
+/// must index an element that exists.
+fn set(doc: &mut Map<String, Value>, path: &[String], value: Value) -> Result<(), String> {
+    let Some((first, rest)) = path.split_first() else {
+        return Ok(());
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        doc.insert(first.clone(), value);
+        return Ok(());
+    };
+    let mut node = parent_slot(doc.entry(first.clone()).or_insert(Value::Null));
+    for (i, segment) in middle.iter().enumerate() {
+        node = match node {
+            Value::Object(map) => parent_slot(map.entry(segment.clone()).or_insert(Value::Null)),
+            Value::Array(items) => {
+                let len = items.len();
+                match index(segment).and_then(|i| items.get_mut(i)) {
+                    Some(item) => parent_slot(item),
+                    None => return Err(not_in_array(&path[..=i], segment, len)),
+                }
+            }
+            // `parent_slot` leaves only objects and arrays.
+            _ => return Ok(()),
+        };
+    }
+    match node {
+        Value::Object(map) => {
+            map.insert(last.clone(), value);
+        }
+        Value::Array(items) => {
+            let len = items.len();
+            match index(last).and_then(|i| items.get_mut(i)) {
+                Some(item) => *item = value,
+                None => return Err(not_in_array(&path[..path.len() - 1], last, len)),
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A parent on the way to a field: objects and arrays are walked into,
+/// anything else becomes an empty object.
+fn parent_slot(slot: &mut Value) -> &mut Value {
+    if !slot.is_object() && !slot.is_array() {
+        *slot = Value::Object(Map::new());
+    }
+    slot
+}
+
+fn not_in_array(array: &[String], segment: &str, len: usize) -> String {
+    format!(
+        "cannot set {segment:?} in {}: it is an array of {len}, and a path through an array \
+         names one of its elements by index (0 to {})",
+        array.join("."),
+        len.saturating_sub(1)
+    )
 }
 
 fn remove(doc: &mut Map<String, Value>, path: &[String]) -> Option<Value> {
     let (last, parents) = path.split_last()?;
-    let mut map = doc;
-    for p in parents {
-        map = map.get_mut(p)?.as_object_mut()?;
+    let Some((first, middle)) = parents.split_first() else {
+        return doc.remove(last);
+    };
+    let parent = middle
+        .iter()
+        .try_fold(doc.get_mut(first)?, |v, s| child_mut(v, s))?;
+    match parent {
+        Value::Object(map) => map.remove(last),
+        Value::Array(items) => {
+            let i = index(last).filter(|i| *i < items.len())?;
+            Some(items.remove(i))
+        }
+        _ => None,
     }
-    map.remove(last)
 }
 
 pub(super) fn compare(field: Option<&Value>, op: CompareOp, constant: &Value) -> bool {
@@ -304,6 +395,108 @@ mod tests {
             CompareOp::Gt,
             &Value::from("a")
         ));
+    }
+
+    #[test]
+    fn array_indexes_work_in_every_step() {
+        let out = run(
+            vec![
+                JsonOp::Filter {
+                    path: JsonOp::path("order.items.0.qty"),
+                    op: CompareOp::Ge,
+                    value: Value::from(2),
+                },
+                JsonOp::Add {
+                    path: JsonOp::path("order.items.1.seen"),
+                    value: Value::Bool(true),
+                },
+                JsonOp::Rename {
+                    from: JsonOp::path("order.items.0.sku"),
+                    to: JsonOp::path("first_sku"),
+                },
+                JsonOp::Drop {
+                    path: JsonOp::path("order.items.2"),
+                },
+            ],
+            &[
+                r#"{"order":{"items":[{"sku":"a","qty":2},{"sku":"b"},{"sku":"c"}]}}"#,
+                r#"{"order":{"items":[{"sku":"a","qty":1}]}}"#,
+                r#"{"order":{"items":[]}}"#,
+                r#"{"order":{"items":{"0":{"qty":5,"sku":"k"},"1":{}}}}"#,
+            ],
+        );
+        assert_eq!(out.filtered, 2, "qty 1, and no item 0");
+        let kept: Vec<Value> = out
+            .kept
+            .iter()
+            .map(|r| serde_json::from_slice(&r.value).unwrap())
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                serde_json::json!({"first_sku":"a","order":{"items":[{"qty":2},{"sku":"b","seen":true}]}}),
+                serde_json::json!({"first_sku":"k","order":{"items":{"0":{"qty":5},"1":{"seen":true}}}}),
+            ],
+            "on an object, a segment of digits is a key"
+        );
+    }
+
+    #[test]
+    fn writing_through_an_array_needs_an_index_that_exists() {
+        let out = run(
+            vec![JsonOp::Add {
+                path: JsonOp::path("items.sku"),
+                value: Value::from("x"),
+            }],
+            &[r#"{"items":[1,2,3]}"#],
+        );
+        assert_eq!(out.rejected.len(), 1);
+        assert!(
+            out.rejected[0].reason.contains("it is an array of 3"),
+            "{}",
+            out.rejected[0].reason
+        );
+        assert_eq!(&out.rejected[0].record.value[..], br#"{"items":[1,2,3]}"#);
+        let out = run(
+            vec![JsonOp::Add {
+                path: JsonOp::path("items.5"),
+                value: Value::from("x"),
+            }],
+            &[r#"{"items":[1]}"#],
+        );
+        assert_eq!(out.rejected.len(), 1, "index past the end");
+    }
+
+    #[test]
+    fn rewritten_records_keep_key_order_and_the_text_of_untouched_values() {
+        let input = r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"gone":1,"o":{"y":"caf\u00e9","x":[1, 2]}}"#;
+        // Top-level steps (the fast path) and a nested one (the tree).
+        let top = run(
+            vec![
+                JsonOp::Add {
+                    path: JsonOp::path("tag"),
+                    value: Value::from("t"),
+                },
+                JsonOp::Drop {
+                    path: JsonOp::path("gone"),
+                },
+            ],
+            &[input],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&top.kept[0].value),
+            r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"o":{"y":"caf\u00e9","x":[1, 2]},"tag":"t"}"#
+        );
+        let nested = run(
+            vec![JsonOp::Drop {
+                path: JsonOp::path("o.x"),
+            }],
+            &[input],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&nested.kept[0].value),
+            r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"gone":1,"o":{"y":"caf\u00e9"}}"#
+        );
     }
 
     #[test]

@@ -1,23 +1,26 @@
 //! The fast path of the fused JSON steps, for steps on top-level fields:
-//! no document tree. Keys and re-serialized values go into buffers reused
-//! from record to record; the only allocation per kept record is its new
-//! value.
+//! no document tree. The record's top-level entries are read into buffers
+//! reused from record to record, each value kept as its original text;
+//! the only allocation per kept record is its new value.
 //!
-//! Invariant: the output is byte for byte what the tree path writes (keys
-//! in `serde_json::Map` order, which is sorted without `preserve_order`,
-//! the last of duplicate keys winning, values re-serialized by
-//! serde_json), and filters compare the same parsed values. Anything the
-//! fast path does not handle (invalid JSON, a non-object) is left to the
-//! tree path, so error messages do not change either.
+//! Invariant: the output is byte for byte what the tree path writes (see
+//! [`faithful`](super::faithful): an unchanged record as it came; else
+//! each live key in its original place with its original text unless a
+//! step changed its value, new keys after them in `serde_json::Map` order,
+//! which is sorted without `preserve_order`), and filters compare the same
+//! parsed values. Anything the fast path does not handle (invalid JSON, a
+//! non-object) is left to the tree path, so error messages do not change
+//! either.
 
 use std::fmt;
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
+use super::faithful;
 use super::json::{JsonOp, compare};
 use crate::config::CompareOp;
 
@@ -31,8 +34,8 @@ enum FastOp {
     },
     Add {
         field: String,
-        /// The constant, serialized once.
-        json: Vec<u8>,
+        /// Index into [`FastStage::constants`].
+        constant: usize,
     },
     Rename {
         from: String,
@@ -54,14 +57,32 @@ pub(super) enum Fast {
     Fallback,
 }
 
+/// Where an entry's value stands after the steps so far.
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    /// As read.
+    Original,
+    /// Set by a step to a value other than the one read.
+    Set(Value),
+    /// Set by an `add_field` to its constant (an index into
+    /// [`FastStage::constants`]), other than the value read.
+    Const(usize),
+    /// Dropped or moved away.
+    Gone,
+}
+
 /// A field of the record being processed: ranges into [`Scratch`].
 #[derive(Debug, Clone)]
 struct Entry {
     key: Range<usize>,
-    value: Range<usize>,
-    /// The parsed number, when the value is one, so filters compare what
-    /// the parser read rather than a re-parse of its serialization.
+    /// The original text of the value (empty for a key a step added).
+    raw: Range<usize>,
+    /// The parsed number, when the value read is one, so filters compare
+    /// what the parser read.
     number: Option<Number>,
+    /// Whether the record had this entry (rather than a step adding it).
+    read: bool,
+    state: State,
 }
 
 #[derive(Debug, Default)]
@@ -70,29 +91,39 @@ struct Scratch {
     values: Vec<u8>,
     entries: Vec<Entry>,
     out: Vec<u8>,
+    /// Indexes of the entries steps added, in writing order.
+    added: Vec<usize>,
     /// New values are cut from shared blocks: no allocation per record,
     /// and no allocator overhead per record while they are in flight.
     arena: BytesMut,
-    /// The order the last record was written in, and its keys.
+    /// Which read entries are the last of their key, for the last layout.
     layout: Layout,
 }
 
-/// The keys of a written record and the order its entries went out in.
+/// The keys of a record and which of its entries are the last of their
+/// key (the live one among duplicates).
 #[derive(Debug, Default)]
 struct Layout {
     keys: String,
     ranges: Vec<Range<usize>>,
-    /// Indexes into `Scratch::entries`.
-    order: Vec<usize>,
+    last: Vec<bool>,
 }
 
 /// Size of an arena block; a block is freed once its records are gone.
 const ARENA_BLOCK: usize = 64 * 1024;
 
+/// An `add_field` constant, and its text as serde_json writes it.
+#[derive(Debug)]
+struct Constant {
+    value: Value,
+    json: Vec<u8>,
+}
+
 /// The fused steps, run without a document tree.
 #[derive(Debug)]
 pub(super) struct FastStage {
     ops: Vec<FastOp>,
+    constants: Vec<Constant>,
     mutates: bool,
     scratch: Scratch,
 }
@@ -108,30 +139,37 @@ impl FastStage {
             [field] => Some(field.clone()),
             _ => None,
         };
-        let ops = ops
-            .iter()
-            .map(|op| {
-                Some(match op {
-                    JsonOp::Filter { path, op, value } => FastOp::Filter {
-                        field: one(path)?,
-                        op: *op,
+        let mut constants = Vec::new();
+        let mut fast = Vec::with_capacity(ops.len());
+        for op in ops {
+            fast.push(match op {
+                JsonOp::Filter { path, op, value } => FastOp::Filter {
+                    field: one(path)?,
+                    op: *op,
+                    value: value.clone(),
+                },
+                JsonOp::Add { path, value } => {
+                    constants.push(Constant {
                         value: value.clone(),
-                    },
-                    JsonOp::Add { path, value } => FastOp::Add {
-                        field: one(path)?,
                         json: serde_json::to_vec(value).ok()?,
-                    },
-                    JsonOp::Rename { from, to } => FastOp::Rename {
-                        from: one(from)?,
-                        to: one(to)?,
-                    },
-                    JsonOp::Drop { path } => FastOp::Drop { field: one(path)? },
-                })
-            })
-            .collect::<Option<Vec<_>>>()?;
+                    });
+                    FastOp::Add {
+                        field: one(path)?,
+                        constant: constants.len() - 1,
+                    }
+                }
+                JsonOp::Rename { from, to } => FastOp::Rename {
+                    from: one(from)?,
+                    to: one(to)?,
+                },
+                JsonOp::Drop { path } => FastOp::Drop { field: one(path)? },
+            });
+        }
+        let ops = fast;
         let mutates = ops.iter().any(|op| !matches!(op, FastOp::Filter { .. }));
         Some(FastStage {
             ops,
+            constants,
             mutates,
             scratch: Scratch::default(),
         })
@@ -140,6 +178,7 @@ impl FastStage {
     /// Run the steps on one JSON value.
     pub(super) fn apply(&mut self, input: &[u8]) -> Fast {
         let s = &mut self.scratch;
+        let constants = &self.constants[..];
         s.keys.clear();
         s.values.clear();
         s.entries.clear();
@@ -155,126 +194,202 @@ impl FastStage {
         for op in &self.ops {
             match op {
                 FastOp::Filter { field, op, value } => {
-                    let found = s.find(field).map(|i| s.value_of(i));
+                    let found = s.find(field).map(|i| s.value_of(i, constants));
                     if !compare(found.as_ref(), *op, value) {
                         return Fast::Filtered;
                     }
                 }
-                FastOp::Add { field, json } => {
-                    let value = s.values.len()..s.values.len() + json.len();
-                    s.values.extend_from_slice(json);
-                    s.push_key(field, value, None);
+                FastOp::Add { field, constant } => {
+                    s.set(field, State::Const(*constant), constants);
                 }
                 FastOp::Rename { from, to } => {
                     if let Some(i) = s.find(from) {
-                        let moved = s.entries[i].clone();
-                        s.remove(from);
-                        s.push_key(to, moved.value, moved.number);
+                        let moved = s.value_of(i, constants);
+                        s.entries[i].state = State::Gone;
+                        s.set(to, State::Set(moved), constants);
                     }
                 }
-                FastOp::Drop { field } => s.remove(field),
+                FastOp::Drop { field } => {
+                    if let Some(i) = s.find(field) {
+                        s.entries[i].state = State::Gone;
+                    }
+                }
             }
         }
-        if !self.mutates {
+        if !self.mutates || s.unchanged() {
             return Fast::Keep(None);
         }
-        Fast::Keep(Some(s.write()))
+        match s.write(constants) {
+            Ok(bytes) => Fast::Keep(Some(bytes)),
+            Err(_) => Fast::Fallback,
+        }
     }
 }
 
 impl Scratch {
+    fn key(&self, i: usize) -> &str {
+        &self.keys[self.entries[i].key.clone()]
+    }
+
+    /// The last entry of `field`, whatever its state.
+    fn last(&self, field: &str) -> Option<usize> {
+        (0..self.entries.len())
+            .rev()
+            .find(|&i| self.key(i) == field)
+    }
+
     /// The index of the field's live entry (the last of duplicates).
     fn find(&self, field: &str) -> Option<usize> {
-        self.entries
-            .iter()
-            .rposition(|e| &self.keys[e.key.clone()] == field)
+        self.last(field)
+            .filter(|&i| self.entries[i].state != State::Gone)
     }
 
-    fn remove(&mut self, field: &str) {
-        let keys = &self.keys;
-        self.entries.retain(|e| &keys[e.key.clone()] != field);
-    }
-
-    fn push_key(&mut self, field: &str, value: Range<usize>, number: Option<Number>) {
-        let start = self.keys.len();
-        self.keys.push_str(field);
-        self.entries.push(Entry {
-            key: start..self.keys.len(),
-            value,
-            number,
-        });
-    }
-
-    /// The entry's value as the tree path would hold it.
-    fn value_of(&self, i: usize) -> Value {
+    /// The value read at entry `i`.
+    fn original(&self, i: usize) -> Value {
         let e = &self.entries[i];
         match &e.number {
             Some(n) => Value::Number(n.clone()),
-            // Strings, booleans, null, and text copied because it was
-            // canonical (integers among it) re-parse to exactly what was
-            // read.
-            None => serde_json::from_slice(&self.values[e.value.clone()]).unwrap_or(Value::Null),
+            None => serde_json::from_slice(&self.values[e.raw.clone()]).unwrap_or(Value::Null),
         }
     }
 
-    /// Which entries to write, in which order: sorted by key, the last of
-    /// duplicates only. Records of one stream mostly share their keys and
-    /// key order, so the order of the previous record is reused when its
-    /// keys were the same, in the same places.
+    /// The entry's value as the tree path would hold it now.
+    fn value_of(&self, i: usize, constants: &[Constant]) -> Value {
+        match &self.entries[i].state {
+            State::Set(v) => v.clone(),
+            State::Const(c) => constants[*c].value.clone(),
+            State::Original | State::Gone => self.original(i),
+        }
+    }
+
+    /// Set `field` to `value`: in place when the record has the key (its
+    /// original text kept when the value is the one read), else as a new
+    /// key.
+    fn set(&mut self, field: &str, value: State, constants: &[Constant]) {
+        match self.last(field) {
+            Some(i) if self.entries[i].read => {
+                let original = self.original(i);
+                let same = match &value {
+                    State::Set(v) => *v == original,
+                    State::Const(c) => constants[*c].value == original,
+                    State::Original | State::Gone => false,
+                };
+                self.entries[i].state = if same { State::Original } else { value };
+            }
+            Some(i) => self.entries[i].state = value,
+            None => {
+                let start = self.keys.len();
+                self.keys.push_str(field);
+                self.entries.push(Entry {
+                    key: start..self.keys.len(),
+                    raw: 0..0,
+                    number: None,
+                    read: false,
+                    state: value,
+                });
+            }
+        }
+    }
+
+    /// Whether the document is the one read: every live read entry as it
+    /// was, nothing added, nothing gone.
+    fn unchanged(&self) -> bool {
+        self.entries.iter().all(|e| {
+            if e.read {
+                e.state == State::Original
+            } else {
+                e.state == State::Gone
+            }
+        })
+    }
+
+    /// Mark which read entries are the last of their key. Records of one
+    /// stream mostly share their keys and key order, so the marks of the
+    /// previous record are reused when its keys were the same, in the
+    /// same places.
     fn plan(&mut self) {
+        let read = self.entries.iter().take_while(|e| e.read).count();
         let layout = &mut self.layout;
-        if layout.keys == self.keys
-            && layout.ranges.len() == self.entries.len()
+        if layout.ranges.len() == read
             && layout
                 .ranges
                 .iter()
                 .zip(&self.entries)
-                .all(|(r, e)| *r == e.key)
+                .all(|(r, e)| *r == e.key && layout.keys[r.clone()] == self.keys[e.key.clone()])
         {
             return;
         }
         let keys = &self.keys;
-        let key = |i: usize| &keys[self.entries[i].key.clone()];
-        layout.order.clear();
-        layout.order.extend(0..self.entries.len());
-        // Stable: among equal keys the last pushed stays last.
-        layout.order.sort_by(|&a, &b| key(a).cmp(key(b)));
-        let order = std::mem::take(&mut layout.order);
-        layout.order = order
-            .iter()
-            .enumerate()
-            .filter(|&(n, &i)| order.get(n + 1).is_none_or(|&next| key(next) != key(i)))
-            .map(|(_, &i)| i)
-            .collect();
+        let entries = &self.entries[..read];
+        layout.last.clear();
+        layout.last.extend((0..read).map(|i| {
+            let key = &keys[entries[i].key.clone()];
+            !entries[i + 1..].iter().any(|e| &keys[e.key.clone()] == key)
+        }));
         layout.keys.clone_from(keys);
         layout.ranges.clear();
-        layout
-            .ranges
-            .extend(self.entries.iter().map(|e| e.key.clone()));
+        layout.ranges.extend(entries.iter().map(|e| e.key.clone()));
     }
 
-    /// The object, keys sorted, the last of duplicates winning.
-    fn write(&mut self) -> Bytes {
+    /// The rewritten object, as [`faithful::write`] writes it.
+    fn write(&mut self, constants: &[Constant]) -> serde_json::Result<Bytes> {
         self.plan();
-        let keys = &self.keys;
-        let out = &mut self.out;
+        let mut out = std::mem::take(&mut self.out);
         out.clear();
         out.push(b'{');
-        for (n, &i) in self.layout.order.iter().enumerate() {
-            if n > 0 {
+        let mut first = true;
+        let mut added = std::mem::take(&mut self.added);
+        added.clear();
+        for (i, e) in self.entries.iter().enumerate() {
+            if !e.read {
+                if e.state != State::Gone {
+                    added.push(i);
+                }
+                continue;
+            }
+            if !self.layout.last[i] || e.state == State::Gone {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            write_key(&mut out, &self.keys[e.key.clone()]);
+            out.push(b':');
+            let raw = &self.values[e.raw.clone()];
+            let value = match &e.state {
+                State::Set(value) => value,
+                State::Const(c) => &constants[*c].value,
+                State::Original | State::Gone => {
+                    out.extend_from_slice(raw);
+                    continue;
+                }
+            };
+            // Text of a valid JSON value read as UTF-8.
+            let raw = std::str::from_utf8(raw).unwrap_or_default();
+            faithful::write(raw, &self.original(i), value, &mut out)?;
+        }
+        added.sort_by(|&a, &b| self.key(a).cmp(self.key(b)));
+        for &i in &added {
+            if !std::mem::take(&mut first) {
                 out.push(b',');
             }
             let e = &self.entries[i];
-            write_key(out, &keys[e.key.clone()]);
+            write_key(&mut out, &self.keys[e.key.clone()]);
             out.push(b':');
-            out.extend_from_slice(&self.values[e.value.clone()]);
+            match &e.state {
+                State::Set(value) => serde_json::to_writer(&mut out, value)?,
+                State::Const(c) => out.extend_from_slice(&constants[*c].json),
+                State::Original | State::Gone => {}
+            }
         }
         out.push(b'}');
         if self.arena.capacity() - self.arena.len() < out.len() {
             self.arena.reserve(out.len().max(ARENA_BLOCK));
         }
-        self.arena.extend_from_slice(out);
-        self.arena.split().freeze()
+        self.arena.extend_from_slice(&out);
+        self.out = out;
+        self.added = added;
+        Ok(self.arena.split().freeze())
     }
 }
 
@@ -290,58 +405,8 @@ fn write_key(out: &mut Vec<u8>, key: &str) {
     }
 }
 
-/// Whether `raw`, the text of one valid JSON value, is exactly what
-/// serde_json writes for the value it parses to, so it can be copied
-/// rather than parsed and written again: no whitespace, no escapes, no
-/// objects (their keys are sorted on writing), and numbers only as
-/// integers that parse to an `i64` or `u64` other than `-0`. Floats are
-/// left to the parser: their shortest form is not the text's in general.
-fn is_canonical(raw: &[u8]) -> bool {
-    let mut i = 0;
-    while i < raw.len() {
-        match raw[i] {
-            b'"' => {
-                // A valid string: its closing quote is the first `"` not
-                // escaped, and there is no escape if there is no `\`.
-                i += 1;
-                loop {
-                    match raw.get(i) {
-                        Some(b'"') => break,
-                        Some(b'\\') | None => return false,
-                        Some(_) => i += 1,
-                    }
-                }
-                i += 1;
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
-                i += 1;
-                while raw.get(i).is_some_and(u8::is_ascii_digit) {
-                    i += 1;
-                }
-                let token = &raw[start..i];
-                let digits = token.len() - usize::from(token[0] == b'-');
-                // Up to 18 digits always fits an i64; a leading zero is
-                // only ever the number zero in valid JSON.
-                if digits > 18 || token == b"-0" {
-                    return false;
-                }
-                if matches!(raw.get(i), Some(b'.' | b'e' | b'E')) {
-                    return false;
-                }
-            }
-            b'[' | b']' | b',' | b't' | b'r' | b'u' | b'e' | b'f' | b'a' | b'l' | b's' | b'n' => {
-                i += 1;
-            }
-            // Whitespace, objects.
-            _ => return false,
-        }
-    }
-    true
-}
-
 /// `serde_json::Map` is a `BTreeMap` unless a crate in the build enables
-/// `preserve_order`; the fast path writes sorted keys, so it checks.
+/// `preserve_order`; the fast path writes new keys sorted, so it checks.
 fn map_is_sorted() -> bool {
     serde_json::from_str::<Map<String, Value>>(r#"{"b":0,"a":0}"#)
         .ok()
@@ -367,22 +432,22 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
                 return Ok(());
             }
             let key = start..s.keys.len();
-            let from = s.values.len();
             let raw: &'de RawValue = map.next_value()?;
-            let number = if is_canonical(raw.get().as_bytes()) {
-                // Already what serde_json would write: copy the text.
-                s.values.extend_from_slice(raw.get().as_bytes());
-                None
-            } else {
-                let mut de = serde_json::Deserializer::from_str(raw.get());
-                Canonical(&mut s.values)
-                    .deserialize(&mut de)
-                    .map_err(serde::de::Error::custom)?
+            let text = raw.get();
+            let number = match text.as_bytes().first() {
+                Some(b'-' | b'0'..=b'9') => {
+                    Some(serde_json::from_str::<Number>(text).map_err(serde::de::Error::custom)?)
+                }
+                _ => None,
             };
+            let from = s.values.len();
+            s.values.extend_from_slice(text.as_bytes());
             s.entries.push(Entry {
                 key,
-                value: from..s.values.len(),
+                raw: from..s.values.len(),
                 number,
+                read: true,
+                state: State::Original,
             });
         }
     }
@@ -409,100 +474,6 @@ impl Visitor<'_> for Key<'_> {
     fn visit_str<E>(self, v: &str) -> Result<(), E> {
         self.0.push_str(v);
         Ok(())
-    }
-}
-
-/// Appends a value's serialization as `serde_json::Value` would write it;
-/// returns the number when the value is one.
-struct Canonical<'a>(&'a mut Vec<u8>);
-
-impl<'de> DeserializeSeed<'de> for Canonical<'_> {
-    type Value = Option<Number>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl Canonical<'_> {
-    fn number(self, n: Number) -> Option<Number> {
-        // Writing a number to a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *self.0, &n);
-        Some(n)
-    }
-}
-
-impl<'de> Visitor<'de> for Canonical<'_> {
-    type Value = Option<Number>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        self.0.extend_from_slice(if v { b"true" } else { b"false" });
-        Ok(None)
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(self.number(v.into()))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(self.number(v.into()))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        // As `Value` does: a non-finite float (never parsed from JSON) is
-        // null.
-        match Number::from_f64(v) {
-            Some(n) => Ok(self.number(n)),
-            None => {
-                self.0.extend_from_slice(b"null");
-                Ok(None)
-            }
-        }
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        // Writing a string to a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *self.0, v);
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        self.0.extend_from_slice(b"null");
-        Ok(None)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let out = self.0;
-        out.push(b'[');
-        let mut first = true;
-        loop {
-            let mark = out.len();
-            if !first {
-                out.push(b',');
-            }
-            if seq.next_element_seed(Canonical(&mut *out))?.is_none() {
-                out.truncate(mark);
-                break;
-            }
-            first = false;
-        }
-        out.push(b']');
-        Ok(None)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // Nested objects are rare on this path: build them as the tree
-        // path does, so key order and duplicates match.
-        let mut object = Map::new();
-        while let Some((k, v)) = map.next_entry::<String, Value>()? {
-            object.insert(k, v);
-        }
-        let _ = serde_json::to_writer(&mut *self.0, &object);
-        Ok(None)
     }
 }
 

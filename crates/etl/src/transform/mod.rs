@@ -7,12 +7,17 @@
 
 mod chain;
 mod closures;
+mod faithful;
 mod json;
 mod json_fast;
+#[cfg(feature = "remap")]
+mod remap;
 
 pub use chain::{ChainOutput, TransformChain};
 pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};
 pub use json::{JsonOp, JsonStage};
+#[cfg(feature = "remap")]
+pub use remap::{Remap, VrlError, VrlFilter, VrlProgram};
 
 use etl_record::Record;
 
@@ -29,6 +34,10 @@ pub enum Outcome {
     /// Set it (as it came in) aside for the dead-letter path, with the
     /// reason.
     Reject(Record, String),
+    /// It (as it came in) can be neither processed nor set aside: its
+    /// batch fails and the run halts with the reason; nothing from the
+    /// batch on is committed.
+    Halt(Record, String),
 }
 
 /// One step of the pipeline's per-record processing. Runs one record at a

@@ -50,9 +50,9 @@ impl Exit {
             P::Source(
                 S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. } | S::NotAFile { .. },
             ) => code::NO_INPUT,
-            P::Source(S::Poison { .. } | S::InputReplaced { .. }) | P::NoDeadLetterSink { .. } => {
-                code::DATA
-            }
+            P::Source(S::Poison { .. } | S::InputReplaced { .. })
+            | P::NoDeadLetterSink { .. }
+            | P::TransformHalted { .. } => code::DATA,
             P::Source(S::Config(_)) => code::CONFIG,
             P::FinalCommit(_)
             | P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })

@@ -1,0 +1,226 @@
+//! Writing a rewritten JSON document so that what the steps did not
+//! change leaves byte for byte as it came.
+//!
+//! The rule: a value equal to what was read at the same place is written
+//! from the original text (its number spelling, string escapes and inner
+//! whitespace kept). An object that changed is written key by key in the
+//! original order, each kept key by the same rule, then the keys the
+//! steps added, in the map's order (sorted, as VRL's maps and serde_json's
+//! without `preserve_order` are). An array that changed is written element
+//! by element, each by the same rule against the element read at its
+//! index. Anything else is written by serde_json: integers as integers,
+//! floats as the shortest text that reads back as the same `f64` (always
+//! with a `.` or an exponent: `1250.0`), strings with serde_json's escapes.
+//!
+//! Duplicate keys: the parser keeps the last, and it is written once, at
+//! the place of its last occurrence.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A parsed JSON document the writer can compare and walk: a VRL value or
+/// a serde_json one.
+pub(super) trait Tree: PartialEq + Serialize + Sized {
+    /// The field `key`, when this is an object that has it.
+    fn field(&self, key: &str) -> Option<&Self>;
+    /// The object's entries in the map's order, when this is an object.
+    fn entries(&self) -> Option<Vec<(&str, &Self)>>;
+    /// The elements, when this is an array.
+    fn items(&self) -> Option<&[Self]>;
+}
+
+/// Write `new` to `out`, given the original text `raw` of the value `old`
+/// that stood at the same place.
+pub(super) fn write<T: Tree>(
+    raw: &str,
+    old: &T,
+    new: &T,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<()> {
+    if old == new {
+        out.extend_from_slice(raw.trim().as_bytes());
+        return Ok(());
+    }
+    if let (Some(_), Some(new_entries)) = (old.entries(), new.entries()) {
+        let entries = object_entries(raw)?;
+        out.push(b'{');
+        let mut first = true;
+        for (i, (key, raw_value)) in entries.iter().enumerate() {
+            // Only the last of duplicate keys is live.
+            if entries[i + 1..].iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            let (Some(new_value), Some(old_value)) = (new.field(key), old.field(key)) else {
+                continue;
+            };
+            comma(out, &mut first);
+            serde_json::to_writer(&mut *out, key.as_ref())?;
+            out.push(b':');
+            write(raw_value.get(), old_value, new_value, out)?;
+        }
+        for (key, value) in new_entries {
+            if old.field(key).is_some() {
+                continue;
+            }
+            comma(out, &mut first);
+            serde_json::to_writer(&mut *out, key)?;
+            out.push(b':');
+            serde_json::to_writer(&mut *out, value)?;
+        }
+        out.push(b'}');
+        return Ok(());
+    }
+    if let (Some(old_items), Some(new_items)) = (old.items(), new.items()) {
+        let raws: Vec<&RawValue> = serde_json::from_str(raw)?;
+        if raws.len() == old_items.len() {
+            out.push(b'[');
+            let mut first = true;
+            for (i, new_item) in new_items.iter().enumerate() {
+                comma(out, &mut first);
+                match (raws.get(i), old_items.get(i)) {
+                    (Some(raw_item), Some(old_item)) => {
+                        write(raw_item.get(), old_item, new_item, out)?;
+                    }
+                    _ => serde_json::to_writer(&mut *out, new_item)?,
+                }
+            }
+            out.push(b']');
+            return Ok(());
+        }
+    }
+    serde_json::to_writer(&mut *out, new)
+}
+
+#[cfg(feature = "remap")]
+impl Tree for vrl::value::Value {
+    fn field(&self, key: &str) -> Option<&Self> {
+        match self {
+            Self::Object(map) => map.get(key),
+            _ => None,
+        }
+    }
+
+    fn entries(&self) -> Option<Vec<(&str, &Self)>> {
+        match self {
+            Self::Object(map) => Some(map.iter().map(|(k, v)| (k.as_str(), v)).collect()),
+            _ => None,
+        }
+    }
+
+    fn items(&self) -> Option<&[Self]> {
+        match self {
+            Self::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+}
+
+impl Tree for serde_json::Value {
+    fn field(&self, key: &str) -> Option<&Self> {
+        self.as_object()?.get(key)
+    }
+
+    fn entries(&self) -> Option<Vec<(&str, &Self)>> {
+        Some(
+            self.as_object()?
+                .iter()
+                .map(|(k, v)| (k.as_str(), v))
+                .collect(),
+        )
+    }
+
+    fn items(&self) -> Option<&[Self]> {
+        self.as_array().map(Vec::as_slice)
+    }
+}
+
+fn comma(out: &mut Vec<u8>, first: &mut bool) {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+}
+
+type Entries<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+
+/// The entries of a JSON object in written order, duplicates included.
+fn object_entries(raw: &str) -> serde_json::Result<Entries<'_>> {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    let entries = de.deserialize_map(EntriesVisitor)?;
+    de.end()?;
+    Ok(entries)
+}
+
+struct EntriesVisitor;
+
+impl<'de> Visitor<'de> for EntriesVisitor {
+    type Value = Entries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            entries.push((key, value));
+        }
+        Ok(entries)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(serde::de::Error::custom("expected a JSON object"))
+    }
+}
+
+#[cfg(all(test, feature = "remap"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use vrl::value::Value;
+
+    use super::*;
+
+    fn rewrite(raw: &str, change: impl FnOnce(&mut Value)) -> String {
+        let old: Value = serde_json::from_str(raw).unwrap();
+        let mut new = old.clone();
+        change(&mut new);
+        let mut out = Vec::new();
+        write(raw, &old, &new, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn untouched_values_keep_their_text_and_keys_their_order() {
+        let raw = r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"s":"caf\u00e9","o":{"y":1,"x":[1, 2]}}"#;
+        let out = rewrite(raw, |v| {
+            v.insert(
+                vrl::path!("new"),
+                Value::from(vrl::prelude::NotNan::new(1250.0).unwrap()),
+            );
+            v.insert(vrl::path!("o", "x", 1), Value::from(3));
+        });
+        assert_eq!(
+            out,
+            r#"{"z":123456789012345678901234567890,"m":-0,"a":1.5e3,"s":"caf\u00e9","o":{"y":1,"x":[1,3]},"new":1250.0}"#
+        );
+    }
+
+    #[test]
+    fn an_unchanged_document_is_written_as_it_came() {
+        let raw = r#"{ "b" : 1e0, "a" : [ 1 ] }"#;
+        assert_eq!(rewrite(raw, |_| {}), raw);
+    }
+
+    #[test]
+    fn deleted_keys_go_and_the_last_duplicate_wins() {
+        let out = rewrite(r#"{"a":1,"b":2,"a":3,"c":4}"#, |v| {
+            v.remove(vrl::path!("c"), false);
+            v.insert(vrl::path!("b"), Value::from("x"));
+        });
+        assert_eq!(out, r#"{"b":"x","a":3}"#);
+    }
+}

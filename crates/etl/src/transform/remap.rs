@@ -1,0 +1,344 @@
+//! `type = "remap"` and `type = "filter"` with a `condition`: programs in
+//! the Vector Remap Language (VRL), run as Vector's `remap` transform runs
+//! them.
+//!
+//! `.` is the record's value, parsed from JSON; `%` is the record's
+//! metadata, read-only: `%source`, `%partition`, `%offset`, `%key` (bytes
+//! or null), `%headers` (an object of bytes or null; the last of repeated
+//! keys), `%timestamp` (a timestamp or null). The standard library is
+//! built without its network, environment, system and crypto groups, so
+//! `http_request`, `dns_lookup`, `get_env_var`, `get_hostname` and the
+//! like do not compile: a program cannot reach the network or read the
+//! environment. Timestamps are parsed and formatted in UTC.
+//!
+//! Invariant: a compiled [`Program`] is immutable and shared by every fork;
+//! each fork has its own [`Runtime`] (the program's local variables).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use etl_record::Record;
+use vrl::compiler::runtime::{Runtime, Terminate};
+use vrl::compiler::state::{ExternalEnv, RuntimeState};
+use vrl::compiler::{CompileConfig, Program, TargetValue, TimeZone};
+use vrl::path::{OwnedTargetPath, PathPrefix};
+use vrl::value::{ObjectMap, Secrets, Value};
+
+use super::{Outcome, Transform, faithful};
+
+/// A VRL program that compiled, ready to run on records.
+#[derive(Clone, Debug)]
+pub struct VrlProgram {
+    program: Arc<Program>,
+    /// Whether the program reads `%`: the metadata object is built only then.
+    reads_metadata: bool,
+}
+
+/// Why a VRL program did not compile.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct VrlError {
+    /// VRL's diagnostic as text, quoting the program with its line and
+    /// column.
+    pub message: String,
+    /// Byte offset in the program of the first error, when VRL names one.
+    pub offset: Option<usize>,
+}
+
+impl VrlProgram {
+    /// Compile a `remap` program.
+    ///
+    /// # Errors
+    ///
+    /// VRL's diagnostic when the program does not compile (syntax, an
+    /// unknown or excluded function, an unhandled error, an assignment
+    /// to `%`).
+    pub fn remap(source: &str) -> Result<Self, VrlError> {
+        let mut config = CompileConfig::default();
+        config.set_read_only_path(OwnedTargetPath::metadata_root(), true);
+        Self::compile(source, config)
+    }
+
+    /// Compile a filter `condition`: a read-only program that must
+    /// resolve to a boolean.
+    ///
+    /// # Errors
+    ///
+    /// VRL's diagnostic, or a note that the expression is not boolean.
+    pub fn condition(source: &str) -> Result<Self, VrlError> {
+        let mut config = CompileConfig::default();
+        config.set_read_only();
+        let program = Self::compile(source, config)?;
+        let kind = program.program.final_type_info().result.kind().clone();
+        if !kind.is_boolean() {
+            return Err(VrlError {
+                message: format!(
+                    "a condition must resolve to a boolean, but this one resolves to {kind}"
+                ),
+                offset: None,
+            });
+        }
+        Ok(program)
+    }
+
+    fn compile(source: &str, config: CompileConfig) -> Result<Self, VrlError> {
+        let functions = vrl::stdlib::all();
+        match vrl::compiler::compile_with_external(
+            source,
+            &functions,
+            &ExternalEnv::default(),
+            config,
+        ) {
+            Ok(compiled) => {
+                let reads_metadata = compiled
+                    .program
+                    .info()
+                    .target_queries
+                    .iter()
+                    .any(|p| p.prefix == PathPrefix::Metadata);
+                Ok(VrlProgram {
+                    program: Arc::new(compiled.program),
+                    reads_metadata,
+                })
+            }
+            Err(diagnostics) => {
+                let offset = diagnostics
+                    .errors()
+                    .iter()
+                    .flat_map(|d| d.labels.iter())
+                    .find(|l| l.primary)
+                    .map(|l| l.span.start());
+                let message = vrl::diagnostic::Formatter::new(source, diagnostics)
+                    .to_string()
+                    .trim()
+                    .to_owned();
+                Err(VrlError { message, offset })
+            }
+        }
+    }
+
+    fn metadata(&self, record: &Record) -> Value {
+        if !self.reads_metadata {
+            return Value::Object(ObjectMap::new());
+        }
+        let bytes = |b: &Option<Bytes>| b.clone().map_or(Value::Null, Value::Bytes);
+        let mut headers = ObjectMap::new();
+        for h in &record.headers {
+            headers.insert(h.key.as_str().into(), bytes(&h.value));
+        }
+        let timestamp = record
+            .timestamp
+            .and_then(|t| chrono::DateTime::from_timestamp_millis(t.0))
+            .map_or(Value::Null, Value::Timestamp);
+        let mut meta = ObjectMap::new();
+        meta.insert("source".into(), record.position.source.as_str().into());
+        meta.insert(
+            "partition".into(),
+            Value::Integer(i64::from(record.position.partition.0)),
+        );
+        meta.insert("offset".into(), Value::Integer(record.position.offset.0));
+        meta.insert("key".into(), bytes(&record.key));
+        meta.insert("headers".into(), Value::Object(headers));
+        meta.insert("timestamp".into(), timestamp);
+        Value::Object(meta)
+    }
+}
+
+/// What running a program on one record gave.
+enum Run {
+    /// The value before (null when not kept) and after, and what the
+    /// program resolved to.
+    Done {
+        old: Value,
+        new: Value,
+        result: Value,
+    },
+    Aborted,
+    Failed(String),
+    Rejected(String),
+}
+
+/// One copy of a program with its own runtime state.
+#[derive(Debug)]
+struct Runner {
+    program: VrlProgram,
+    runtime: Runtime,
+    timezone: TimeZone,
+}
+
+impl Runner {
+    fn new(program: VrlProgram) -> Self {
+        Runner {
+            program,
+            runtime: Runtime::new(RuntimeState::default()),
+            timezone: TimeZone::parse("UTC").unwrap_or_default(),
+        }
+    }
+
+    /// Run the program on `record`; `keep_old` keeps a copy of the value
+    /// read (a condition, which cannot change it, needs none).
+    fn run(&mut self, record: &Record, keep_old: bool) -> Run {
+        let old: Value = match serde_json::from_slice(&record.value) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(other) => {
+                return Run::Rejected(format!(
+                    "expected a JSON object, found {}",
+                    other.kind_str()
+                ));
+            }
+            Err(e) => return Run::Rejected(format!("invalid JSON: {e}")),
+        };
+        let (old, value) = if keep_old {
+            (old.clone(), old)
+        } else {
+            (Value::Null, old)
+        };
+        let mut target = TargetValue {
+            value,
+            metadata: self.program.metadata(record),
+            secrets: Secrets::default(),
+        };
+        let result = self
+            .runtime
+            .resolve(&mut target, &self.program.program, &self.timezone);
+        self.runtime.clear();
+        match result {
+            Ok(result) => Run::Done {
+                old,
+                new: target.value,
+                result,
+            },
+            Err(Terminate::Abort(_)) => Run::Aborted,
+            Err(e @ (Terminate::Error(_) | Terminate::Interrupted)) => Run::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The `remap` step: runs a VRL program on each record.
+///
+/// An `abort` drops the record (counted as filtered); a runtime error
+/// sends the record, as it came, to the dead-letter path with VRL's
+/// message. A `.` that ends as an array becomes one record per element,
+/// as in Vector. See [`faithful`](super::faithful) for how the result is
+/// written.
+#[derive(Debug)]
+pub struct Remap {
+    name: String,
+    runner: Runner,
+    drop_on_error: bool,
+}
+
+impl Remap {
+    /// A step named `name` running `program`.
+    #[must_use]
+    pub fn new(name: impl Into<String>, program: VrlProgram) -> Self {
+        Remap {
+            name: name.into(),
+            runner: Runner::new(program),
+            drop_on_error: true,
+        }
+    }
+
+    /// What a runtime error does: send the record to the dead-letter path
+    /// (`true`, the default) or halt the run (`false`).
+    #[must_use]
+    pub fn drop_on_error(mut self, drop: bool) -> Self {
+        self.drop_on_error = drop;
+        self
+    }
+}
+
+impl Transform for Remap {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(
+            Remap::new(self.name.clone(), self.runner.program.clone())
+                .drop_on_error(self.drop_on_error),
+        ))
+    }
+
+    fn apply(&mut self, mut record: Record) -> Outcome {
+        let (old, new) = match self.runner.run(&record, true) {
+            Run::Done { old, new, .. } => (old, new),
+            Run::Aborted => return Outcome::Filtered,
+            Run::Failed(reason) if !self.drop_on_error => return Outcome::Halt(record, reason),
+            Run::Failed(reason) | Run::Rejected(reason) => return Outcome::Reject(record, reason),
+        };
+        if new == old {
+            return Outcome::Keep(record);
+        }
+        if let Value::Array(items) = new {
+            let mut records = Vec::with_capacity(items.len());
+            for item in items {
+                match serde_json::to_vec(&item) {
+                    Ok(bytes) => {
+                        let mut r = record.clone();
+                        r.value = bytes.into();
+                        records.push(r);
+                    }
+                    Err(e) => return Outcome::Reject(record, format!("cannot serialize: {e}")),
+                }
+            }
+            return Outcome::Many(records);
+        }
+        let original = record.value.clone();
+        let Ok(text) = std::str::from_utf8(&original) else {
+            return Outcome::Reject(record, "invalid JSON: not UTF-8".to_owned());
+        };
+        let mut out = Vec::with_capacity(text.len() + 32);
+        match faithful::write(text, &old, &new, &mut out) {
+            Ok(()) => {
+                record.value = out.into();
+                Outcome::Keep(record)
+            }
+            Err(e) => Outcome::Reject(record, format!("cannot serialize: {e}")),
+        }
+    }
+}
+
+/// A `filter` step with a VRL `condition`: keeps the records for which it
+/// is true, unchanged. `false` or an `abort` drops the record (counted as
+/// filtered); a runtime error sends it to the dead-letter path.
+#[derive(Debug)]
+pub struct VrlFilter {
+    name: String,
+    runner: Runner,
+}
+
+impl VrlFilter {
+    /// A step named `name` keeping the records `condition` holds for.
+    #[must_use]
+    pub fn new(name: impl Into<String>, condition: VrlProgram) -> Self {
+        VrlFilter {
+            name: name.into(),
+            runner: Runner::new(condition),
+        }
+    }
+}
+
+impl Transform for VrlFilter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(VrlFilter::new(
+            self.name.clone(),
+            self.runner.program.clone(),
+        )))
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        match self.runner.run(&record, false) {
+            Run::Done {
+                result: Value::Boolean(true),
+                ..
+            } => Outcome::Keep(record),
+            Run::Done { .. } | Run::Aborted => Outcome::Filtered,
+            Run::Failed(reason) | Run::Rejected(reason) => Outcome::Reject(record, reason),
+        }
+    }
+}
