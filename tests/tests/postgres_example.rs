@@ -61,5 +61,9 @@ fn the_postgres_example_runs_and_a_second_run_adds_nothing() {
     std::fs::remove_dir_all(etl.dir.path().join(".etl-state")).unwrap();
     etl.run_to_end(Duration::from_secs(60));
     assert_eq!(scalar(&url, &count), 911);
-    assert!(etl.last_log().contains("\"written\":0"), "{}", etl.last_log());
+    assert!(
+        etl.last_log().contains("\"written\":0"),
+        "{}",
+        etl.last_log()
+    );
 }
