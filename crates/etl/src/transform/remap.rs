@@ -219,8 +219,9 @@ impl Runner {
 /// An `abort` drops the record (counted as filtered); a runtime error
 /// sends the record, as it came, to the dead-letter path with VRL's
 /// message. A `.` that ends as an array becomes one record per element,
-/// as in Vector. See [`faithful`](super::faithful) for how the result is
-/// written.
+/// as in Vector. The result keeps the text and key order of every value
+/// the program did not change; new keys come after the original ones
+/// (docs/operations.md, "What comes out").
 #[derive(Debug)]
 pub struct Remap {
     name: String,
