@@ -281,6 +281,10 @@ impl StoredProgressCheck {
         }
     }
 
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(unused_variables, reason = "only Kafka partition ids are checked")
+    )]
     fn check(&self, sink: &str, progress: &etl_sink::Progress) -> Result<(), PipelineError> {
         match self {
             StoredProgressCheck::Any => Ok(()),
