@@ -103,6 +103,21 @@ pub enum SinkError {
         #[source]
         source: std::io::Error,
     },
+    /// The output's path no longer names the file the sink writes: it was
+    /// deleted, or another file was renamed over it. No retry can bring
+    /// it back, so this is not retried; it is an I/O error of the output
+    /// (the `etl` binary exits with code 74) and halts the pipeline.
+    #[error(
+        "cannot keep writing to {}: the output file was {what} while the sink was writing it; \
+         the sink stops rather than report records written to a file no path names",
+        path.display()
+    )]
+    OutputLost {
+        /// The output file's path.
+        path: PathBuf,
+        /// What happened to it ("deleted", "replaced by another file").
+        what: &'static str,
+    },
     /// A record cannot be encoded (its value is not what the encoder
     /// needs); it goes to the dead-letter path.
     #[error("cannot encode record {key}: {reason}")]
@@ -211,7 +226,7 @@ impl SinkError {
     #[must_use]
     pub fn is_io(&self) -> bool {
         match self {
-            SinkError::Io { .. } => true,
+            SinkError::Io { .. } | SinkError::OutputLost { .. } => true,
             SinkError::DeadLetter(inner) => inner.is_io(),
             _ => false,
         }

@@ -337,18 +337,14 @@ impl FileState {
     }
 
     fn lost_error(&self, lost: Lost) -> SinkError {
-        let (kind, what) = match lost {
-            Lost::Deleted => (std::io::ErrorKind::NotFound, "deleted"),
-            Lost::Replaced => (std::io::ErrorKind::Other, "replaced by another file"),
+        let what = match lost {
+            Lost::Deleted => "deleted",
+            Lost::Replaced => "replaced by another file",
         };
-        let cause = std::io::Error::new(
-            kind,
-            format!(
-                "the output file was {what} while the sink was writing it; \
-                 the sink stops rather than report records written to a file no path names"
-            ),
-        );
-        SinkError::io("keep writing to", &self.path, cause)
+        SinkError::OutputLost {
+            path: self.path.clone(),
+            what,
+        }
     }
 
     fn maybe_rotate(&mut self, incoming: u64) -> Result<(), SinkError> {

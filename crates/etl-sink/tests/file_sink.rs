@@ -442,6 +442,10 @@ async fn a_deleted_or_replaced_output_fails_every_later_write_and_flush() {
                 let text = err.to_string();
                 assert!(text.contains(&path.display().to_string()), "{case}: {text}");
                 assert!(text.contains(how), "{case}: {text}");
+                // No retry can bring the file back: the driver must not
+                // spend its retry budget on it, and the binary exits 74.
+                assert!(!err.is_retryable(), "{case}: {err:?} is retried");
+                assert!(err.is_io(), "{case}: {err:?}");
                 // Nothing is ever reported durable again, retried or not.
                 assert!(sink.write(&batch(0, 3..6)).await.is_err(), "{case}");
                 assert!(sink.write(&batch(0, 6..9)).await.is_err(), "{case}");
