@@ -722,3 +722,70 @@ store = { type = "file", path = "state" }
     let dead = std::fs::read_to_string(dir.path().join("dead.ndjson")).unwrap_or_default();
     assert!(dead.is_empty(), "nothing dead-lettered: {dead}");
 }
+
+/// Where standard error goes is the environment's business: a full
+/// device or a closed descriptor loses the log lines, never the run.
+#[test]
+fn a_full_or_closed_standard_error_neither_kills_nor_changes_the_run() {
+    for redirect in ["2>/dev/full", "2>&-"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut input = String::new();
+        for id in 0..1000 {
+            input.push_str(&format!("{{\"id\":{id}}}\n"));
+        }
+        std::fs::write(dir.path().join("in.ndjson"), &input).unwrap();
+        let config = dir.path().join("p.toml");
+        std::fs::write(
+            &config,
+            r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+type = "file"
+path = "out.ndjson"
+
+[checkpoint]
+store = { type = "file", path = ".etl-state" }
+"#,
+        )
+        .unwrap();
+        let script = format!("exec {redirect}; ETL_LOG=trace exec \"$0\" run \"$1\"; ",);
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .arg(env!("CARGO_BIN_EXE_etl"))
+            .arg(&config)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{redirect}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out.ndjson")).unwrap(),
+            input,
+            "{redirect}"
+        );
+        // Standard output full: the command's output is lost, an I/O
+        // error (74), not a panic.
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec {redirect}; exec \"$0\" validate \"$1\" >/dev/full"
+            ))
+            .arg(env!("CARGO_BIN_EXE_etl"))
+            .arg(&config)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(74), "{redirect}, validate >/dev/full");
+        // A failing run keeps its documented exit code.
+        std::fs::write(&config, "[source]\ntype = \"nope\"\n").unwrap();
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .arg(env!("CARGO_BIN_EXE_etl"))
+            .arg(&config)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(78), "{redirect}");
+    }
+}

@@ -100,7 +100,8 @@ impl ProgressReporter {
     /// End the status line so later output starts on a fresh line.
     pub fn finish(&self) {
         if self.status_line {
-            eprintln!();
+            // Standard error may be closed or full: never a reason to fail.
+            let _ = writeln!(std::io::stderr());
         }
     }
 }

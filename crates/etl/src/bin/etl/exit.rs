@@ -80,9 +80,27 @@ impl Exit {
 
     /// Print the error the way cargo does and return the exit code.
     pub(crate) fn report(self) -> ExitCode {
-        eprintln!("error: {}", self.message);
+        say_err(format_args!("error: {}", self.message));
         ExitCode::from(self.code)
     }
+}
+
+/// Write one line to standard output. A failed write (a full device, a
+/// closed pipe) is an I/O error of the command's output: exit 74, with a
+/// message on standard error where that still works.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) -> Result<(), Exit> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Exit::new(code::IO, format!("cannot write to standard output: {e}")))
+}
+
+/// Write one line to standard error, best effort: a closed or full
+/// standard error loses the line, never the run (`eprintln!` would panic).
+pub(crate) fn say_err(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// Whether `e`, or any error under it, says another run holds a lock this

@@ -21,6 +21,9 @@ pub(crate) fn init(format: LogFormat, quiet: bool) -> bool {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A closed or full standard error drops log lines; reporting
+        // that on standard error would panic the process.
+        .log_internal_errors(false)
         .with_target(false);
     if json {
         builder.json().flatten_event(true).init();

@@ -40,7 +40,7 @@ fn validate(path: &std::path::Path) -> Result<(), Exit> {
             ),
         ));
     }
-    println!(
+    exit::say(format_args!(
         "{}: ok ({} transform{}, {} sink{})",
         path.display(),
         config.transforms.len(),
@@ -51,6 +51,5 @@ fn validate(path: &std::path::Path) -> Result<(), Exit> {
         },
         config.sinks.len(),
         if config.sinks.len() == 1 { "" } else { "s" },
-    );
-    Ok(())
+    ))
 }

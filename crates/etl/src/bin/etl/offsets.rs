@@ -29,13 +29,13 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
                     .iter()
                     .map(|(p, o)| (p.to_string(), serde_json::Value::from(o.0)))
                     .collect();
-                println!("{}", serde_json::Value::Object(map));
+                crate::exit::say(format_args!("{}", serde_json::Value::Object(map)))?;
             } else if offsets.is_empty() {
-                println!("no committed offsets in {}", dir.display());
+                crate::exit::say(format_args!("no committed offsets in {}", dir.display()))?;
             } else {
-                println!("{:>10}  {:>20}", "PARTITION", "COMMITTED");
+                crate::exit::say(format_args!("{:>10}  {:>20}", "PARTITION", "COMMITTED"))?;
                 for (p, o) in &offsets {
-                    println!("{:>10}  {:>20}", p.0, o.0);
+                    crate::exit::say(format_args!("{:>10}  {:>20}", p.0, o.0))?;
                 }
             }
             Ok(())
@@ -55,14 +55,17 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
                 partitions.iter().map(|p| PartitionId(*p)).collect()
             };
             if targets.is_empty() {
-                println!("no committed offsets to reset in {}", store.dir().display());
+                crate::exit::say(format_args!(
+                    "no committed offsets to reset in {}",
+                    store.dir().display()
+                ))?;
                 return Ok(());
             }
             let reset: Offsets = targets.iter().map(|p| (*p, Offset(*to))).collect();
             store.commit(&reset).map_err(|e| Exit::from_store(&e))?;
             for p in targets {
                 let before = current.get(&p).map_or("-".to_owned(), |o| o.to_string());
-                println!("partition {p}: {before} -> {to}");
+                crate::exit::say(format_args!("partition {p}: {before} -> {to}"))?;
             }
             Ok(())
         }

@@ -60,7 +60,7 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
     let result = pipeline.run(shutdown).await;
     progress.abort();
     if status_line {
-        eprintln!();
+        crate::exit::say_err(format_args!(""));
     }
     if let Some(task) = metrics_task {
         task.abort();
@@ -99,7 +99,9 @@ async fn watch_signals(shutdown: CancellationToken) {
             );
             shutdown.cancel();
         } else {
-            eprintln!("\naborted; uncommitted records will be read again on the next run");
+            crate::exit::say_err(format_args!(
+                "\naborted; uncommitted records will be read again on the next run"
+            ));
             std::process::exit(i32::from(code::ABORTED));
         }
     }
