@@ -20,7 +20,8 @@ pub enum CheckpointError {
     /// Store files exist but none holds a valid generation.
     #[error(
         "offset store {} has no valid generation ({detail}); refusing to restart from zero — \
-         inspect or remove the files, or reset offsets explicitly",
+         inspect the files, then write a new generation for the partitions you name \
+         (`etl offsets reset CONFIG --partition ID --to OFFSET`)",
         path.display()
     )]
     Corrupt {

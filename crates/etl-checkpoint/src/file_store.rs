@@ -79,6 +79,32 @@ impl FileStore {
         Ok(store)
     }
 
+    /// Open the store in `dir` like [`open`](Self::open), but when every
+    /// stored generation is unreadable, start from no offsets instead of
+    /// failing with [`CheckpointError::Corrupt`]. For an explicit reset
+    /// only: the next commit writes a new generation (holding only what
+    /// it commits), and the unreadable files stay for inspection until
+    /// commits overwrite them.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open), except [`CheckpointError::Corrupt`].
+    pub fn open_discarding_corrupt(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let dir = dir.as_ref().to_owned();
+        fs::create_dir_all(&dir).map_err(io(&dir, "create folder"))?;
+        let lock = OwnerLock::acquire(dir.join(LOCK))?;
+        let mut store = FileStore {
+            dir,
+            generation: 0,
+            offsets: Offsets::new(),
+            lock,
+        };
+        match store.reload() {
+            Ok(()) | Err(CheckpointError::Corrupt { .. }) => Ok(store),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The store's folder.
     #[must_use]
     pub fn dir(&self) -> &Path {

@@ -116,6 +116,19 @@ impl FileSink {
         })
     }
 
+    /// The progress stored with the output at `path` by an exactly-once
+    /// sink (`<path>.progress`), read without opening or locking the
+    /// output: for tools that show where a pipeline stands. `None` when
+    /// there is none.
+    ///
+    /// # Errors
+    ///
+    /// The progress file cannot be read, or cannot be trusted
+    /// ([`SinkError::CorruptProgress`]).
+    pub fn stored_progress(path: impl AsRef<Path>) -> Result<Option<Progress>, SinkError> {
+        Ok(crate::file_progress::read_stored(path.as_ref())?.map(|stored| stored.progress))
+    }
+
     /// The active file's path.
     #[must_use]
     pub fn path(&self) -> &Path {

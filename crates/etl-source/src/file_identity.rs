@@ -205,6 +205,23 @@ pub(crate) struct Registry {
     dirty: bool,
 }
 
+/// The file each partition id stands for, from the registry in the state
+/// folder `dir` (for tools that show offsets). Empty when there is no
+/// registry (no file source has run there, or one of a version that kept
+/// none); ids given up because their file was replaced are not listed.
+///
+/// # Errors
+///
+/// The registry cannot be read, or is corrupt ([`SourceError::State`]).
+pub fn registered_inputs(dir: &Path) -> Result<BTreeMap<PartitionId, PathBuf>, SourceError> {
+    let registry = Registry::load(Some(dir))?;
+    Ok(registry
+        .entries
+        .iter()
+        .map(|(path, entry)| (entry.id, path.clone()))
+        .collect())
+}
+
 impl Registry {
     /// Load the registry of `dir`, or start an empty one (in memory only
     /// when `dir` is `None`).

@@ -54,6 +54,7 @@ pub use driver::SourceDriver;
 pub use driver_config::{DriverConfig, DriverExit, SourceOutput};
 pub use error::SourceError;
 pub use file_config::{EofPolicy, FileSourceConfig, LineFormat, ReplacedPolicy, file_partition_id};
+pub use file_identity::registered_inputs;
 pub use file_source::FileSource;
 pub use generator::{GeneratorConfig, GeneratorSource};
 pub use metrics::{PartitionSourceMetrics, SourceMetrics, SourceMetricsHandle};

@@ -134,7 +134,7 @@ fn runs_then_resumes_without_redoing_work() {
         .unwrap()
         .len();
     let last_line_start = input_len - "not json\n".len() as u64;
-    let committed = offsets.as_object().unwrap().values().next().unwrap();
+    let committed = &offsets["partitions"][0]["committed"];
     assert_eq!(
         committed.as_u64(),
         Some(last_line_start + 1),
@@ -465,10 +465,16 @@ fn committed(config: &Path) -> HashMap<u64, u64> {
         .unwrap();
     assert!(show.status.success(), "{show:?}");
     let json: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
-    json.as_object()
+    json["partitions"]
+        .as_array()
         .unwrap()
         .iter()
-        .map(|(p, o)| (p.parse().unwrap(), o.as_u64().unwrap()))
+        .map(|row| {
+            (
+                row["partition"].as_u64().unwrap(),
+                row["committed"].as_u64().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -788,4 +794,112 @@ store = { type = "file", path = ".etl-state" }
             .unwrap();
         assert_eq!(status.code(), Some(78), "{redirect}");
     }
+}
+
+#[test]
+fn offsets_show_names_each_partition_and_says_what_the_value_means() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), 100);
+    let config = file_config(dir.path());
+    assert!(run(&config).status.success());
+    let table = etl()
+        .args(["offsets", "show"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{text}");
+    assert!(text.contains("in.ndjson"), "{text}");
+    assert!(text.contains("byte position"), "{text}");
+    let json = etl()
+        .args(["offsets", "show", "--json"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let row = &json["partitions"][0];
+    assert!(
+        row["input"].as_str().unwrap().ends_with("in.ndjson"),
+        "{json}"
+    );
+    assert!(
+        json["committed_means"].as_str().unwrap().contains("byte"),
+        "{json}"
+    );
+}
+
+#[test]
+fn offsets_reset_refuses_negative_offsets_unknown_partitions_and_offsets_past_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_input(dir.path(), 100);
+    let config = file_config(dir.path());
+    assert!(run(&config).status.success());
+    let before = committed(&config);
+    let partition = before.keys().next().unwrap().to_string();
+    let len = std::fs::metadata(&input).unwrap().len();
+    for (args, says) in [
+        (vec!["--to=-1"], "negative"),
+        (vec!["--partition", "12345", "--to", "0"], "12345"),
+        (
+            vec!["--partition", &partition, "--to", &(len + 1).to_string()],
+            "past the end",
+        ),
+    ] {
+        let out = etl()
+            .args(["offsets", "reset"])
+            .args(&args)
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert_eq!(committed(&config), before, "nothing was reset");
+    // The end of the file itself is a valid place to start.
+    let out = etl()
+        .args(["offsets", "reset", "--partition", &partition, "--to"])
+        .arg(len.to_string())
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_corrupted_store_is_repaired_by_the_reset_its_error_suggests() {
+    let dir = tempfile::tempdir().unwrap();
+    write_input(dir.path(), 100);
+    let config = file_config(dir.path());
+    assert!(run(&config).status.success());
+    let partition = committed(&config).keys().next().unwrap().to_string();
+    let store = dir.path().join(".etl-state");
+    for slot in ["offsets.0", "offsets.1"] {
+        let path = store.join(slot);
+        if let Ok(mut bytes) = std::fs::read(&path) {
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0x55;
+            std::fs::write(&path, bytes).unwrap();
+        }
+    }
+    let failed = run(&config);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(74), "{stderr}");
+    assert!(stderr.contains("etl offsets reset"), "{stderr}");
+    // Without a partition there is nothing to say what to write.
+    let refused = etl()
+        .args(["offsets", "reset", "--to", "0"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(74));
+    let repaired = etl()
+        .args(["offsets", "reset", "--partition", &partition, "--to", "0"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(repaired.status.success(), "{repaired:?}");
+    let again = run(&config);
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(finished(&again)["read"], 101, "read again from the start");
 }
