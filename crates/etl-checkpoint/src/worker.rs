@@ -140,7 +140,12 @@ impl Worker {
             self.finish_revokes(false);
             if self.last_commit.elapsed() >= self.config.commit_interval {
                 // A failure is logged and counted; the next interval retries.
-                let _ = self.commit_moved();
+                // Either way the metrics say so now: on an idle pipeline
+                // this commit is the last event, and nothing else would
+                // publish it.
+                if !matches!(self.commit_moved(), Ok(moved) if moved.is_empty()) {
+                    publish = true;
+                }
             }
             // Metrics are refreshed a few times a second, not per event, so
             // their cost does not ride on every acknowledgement.

@@ -307,6 +307,32 @@ async fn the_interval_commits_without_being_asked() {
     assert!(f.handle.metrics().commits >= 1);
 }
 
+/// The interval commit of an idle pipeline is the last event there is:
+/// its metrics must show it, or a scrape says "not committed" forever.
+#[tokio::test]
+async fn an_interval_commit_while_idle_is_published_in_the_metrics() {
+    let config = CheckpointConfig {
+        // Longer than the metrics refresh: the acknowledgement is
+        // published long before the commit happens.
+        commit_interval: Duration::from_millis(400),
+        ..config()
+    };
+    let f = start_with(config, MemoryStore::new());
+    let e = f.epoch(P0).await;
+    drop(f.open(P0, e, 0, 0).await);
+    let deadline = std::time::Instant::now() + GUARD;
+    while f.store.offsets().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(f.store.offsets(), offsets(&[(P0, 10)]));
+    let committed = |f: &Fixture| f.handle.metrics().partitions[&P0].committed;
+    while committed(&f).is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(committed(&f), Some(Offset(10)), "the commit was never published");
+    assert_eq!(f.handle.metrics().commits, 1);
+}
+
 #[tokio::test]
 async fn a_stale_open_releases_its_credit_at_once() {
     let f = start();
