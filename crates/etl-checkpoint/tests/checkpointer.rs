@@ -329,7 +329,11 @@ async fn an_interval_commit_while_idle_is_published_in_the_metrics() {
     while committed(&f).is_none() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(committed(&f), Some(Offset(10)), "the commit was never published");
+    assert_eq!(
+        committed(&f),
+        Some(Offset(10)),
+        "the commit was never published"
+    );
     assert_eq!(f.handle.metrics().commits, 1);
 }
 

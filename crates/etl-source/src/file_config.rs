@@ -149,10 +149,16 @@ pub fn file_partition_id(canonical_path: &Path) -> PartitionId {
     PartitionId(hash)
 }
 
-/// Expand the inputs into canonical paths, sorted. A file named twice (by
-/// two patterns) is read once. A pattern's matches that are not regular
-/// files are left out; a plain path must be a regular file.
-pub(crate) fn resolve_inputs(inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
+/// Expand the inputs (paths and glob patterns, as in
+/// [`FileSourceConfig::inputs`]) into canonical paths, sorted, as the file
+/// source does. A file named twice (by two patterns) is read once. A
+/// pattern's matches that are not regular files are left out; a plain path
+/// must be a regular file.
+///
+/// # Errors
+///
+/// A bad or empty pattern, or a path that cannot be resolved.
+pub fn resolve_inputs(inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         let paths: Vec<PathBuf> = if input.contains(['*', '?', '[']) {

@@ -53,7 +53,9 @@ pub use batch::PollBatch;
 pub use driver::SourceDriver;
 pub use driver_config::{DriverConfig, DriverExit, SourceOutput};
 pub use error::SourceError;
-pub use file_config::{EofPolicy, FileSourceConfig, LineFormat, ReplacedPolicy, file_partition_id};
+pub use file_config::{
+    EofPolicy, FileSourceConfig, LineFormat, ReplacedPolicy, file_partition_id, resolve_inputs,
+};
 pub use file_identity::registered_inputs;
 pub use file_source::FileSource;
 pub use generator::{GeneratorConfig, GeneratorSource};

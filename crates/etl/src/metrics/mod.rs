@@ -5,6 +5,6 @@ mod progress;
 mod prometheus;
 mod server;
 
-pub use progress::{ProgressReporter, ProgressTotals, report_interval};
+pub use progress::ProgressTotals;
 pub use prometheus::{PromKind, PromText};
 pub use server::{Render, serve_metrics};

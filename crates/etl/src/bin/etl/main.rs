@@ -4,6 +4,7 @@ mod args;
 mod exit;
 mod logging;
 mod offsets;
+mod progress;
 mod run;
 
 use std::process::ExitCode;

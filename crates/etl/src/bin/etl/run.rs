@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::RunArgs;
 use crate::exit::{Exit, code};
+use crate::progress;
 
 pub(crate) fn run(args: &RunArgs, status_line: bool) -> Result<(), Exit> {
     let config = etl::load_config(&args.config).map_err(Exit::from_config)?;
@@ -44,24 +45,28 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
         None => None,
     };
 
-    let interval = etl::report_interval(args.progress_interval);
+    let interval = progress::report_interval(args.progress_interval);
     let progress_hub = hub.clone();
+    let shape = input_shape(config);
+    let mut reporter = progress::ProgressReporter::new(status_line, shape);
+    let (stop_progress, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let progress = tokio::spawn(async move {
-        let mut reporter = etl::ProgressReporter::new(status_line);
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
         loop {
-            tick.tick().await;
-            reporter.report(&progress_hub.totals());
+            tokio::select! {
+                _ = tick.tick() => reporter.report(&progress_hub.totals()),
+                _ = &mut stopped => break,
+            }
         }
+        // The run is over: the status line goes, the summary follows.
+        reporter.finish();
     });
 
     tracing::info!(config = %args.config.display(), "pipeline started");
     let result = pipeline.run(shutdown).await;
-    progress.abort();
-    if status_line {
-        crate::exit::say_err(format_args!(""));
-    }
+    let _ = stop_progress.send(());
+    let _ = progress.await;
     if let Some(task) = metrics_task {
         task.abort();
     }
@@ -82,6 +87,34 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
         "pipeline finished"
     );
     Ok(())
+}
+
+/// What the progress report can know of the input before the run: a
+/// file source's offsets are bytes, and files read to their end (not
+/// followed) have a known total size.
+fn input_shape(config: &etl::Config) -> progress::InputShape {
+    match &config.source {
+        etl::SourceConfig::File(file) => {
+            let total = (!file.follow)
+                .then(|| etl_source::resolve_inputs(&file.paths).ok())
+                .flatten()
+                .map(|paths| {
+                    paths
+                        .iter()
+                        .filter_map(|p| std::fs::metadata(p).ok())
+                        .map(|m| m.len())
+                        .sum()
+                });
+            progress::InputShape {
+                unit: progress::OffsetUnit::Bytes,
+                total,
+            }
+        }
+        _ => progress::InputShape {
+            unit: progress::OffsetUnit::Records,
+            total: None,
+        },
+    }
 }
 
 /// First SIGINT/SIGTERM: graceful stop. Second: exit at once (code 130);
