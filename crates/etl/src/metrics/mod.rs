@@ -1,10 +1,7 @@
-//! What the pipeline lets people see: Prometheus text, an HTTP endpoint
-//! for it, and the periodic progress report.
+//! What the pipeline lets people see: the totals a progress report is
+//! computed from. The metrics themselves are read through
+//! [`MetricsHub`](crate::MetricsHub).
 
 mod progress;
-mod prometheus;
-mod server;
 
 pub use progress::ProgressTotals;
-pub use prometheus::{PromKind, PromText};
-pub use server::{Render, serve_metrics};

@@ -8,7 +8,13 @@ use etl_sink::SinkMetrics;
 use etl_source::{SourceMetrics, SourceMetricsHandle};
 
 use super::fanout::StageCounters;
-use crate::metrics::{ProgressTotals, PromKind, PromText};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::metrics::ProgressTotals;
 
 type SinkMetricsFn = Box<dyn Fn() -> Option<SinkMetrics> + Send + Sync>;
 
@@ -140,10 +146,21 @@ impl MetricsHub {
         self.snapshot().totals()
     }
 
-    /// The metrics as Prometheus text.
+    /// Add the pipeline's metrics to `registry` (read from this hub at
+    /// every scrape), beside any of the application's own.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register_collector(Box::new(HubCollector(self.clone())));
+    }
+
+    /// The metrics as OpenMetrics text (which Prometheus scrapes), now.
     #[must_use]
     pub fn prometheus(&self) -> String {
-        self.snapshot().prometheus()
+        let mut registry = Registry::default();
+        self.register(&mut registry);
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text
     }
 }
 
@@ -177,182 +194,197 @@ impl PipelineSnapshot {
         }
     }
 
-    /// The metrics as Prometheus text (ARCHITECTURE §5: per partition and
-    /// per sink).
-    #[must_use]
-    pub fn prometheus(&self) -> String {
-        use PromKind::{Counter, Gauge};
-        let mut p = PromText::new();
-        p.sample(
-            "etl_records_read_total",
-            Counter,
-            "Records that entered the transforms.",
-            &[],
-            self.read as f64,
-        );
-        p.sample(
-            "etl_records_filtered_total",
-            Counter,
-            "Records dropped on purpose by transforms.",
-            &[],
-            self.filtered as f64,
-        );
-        p.sample(
-            "etl_records_rejected_total",
-            Counter,
-            "Records transforms sent to the dead-letter path.",
-            &[],
-            self.rejected as f64,
-        );
-        let part = |id: &etl_record::PartitionId| id.0.to_string();
+    /// Write every metric family of this snapshot (ARCHITECTURE §5: per
+    /// partition and per sink) to a `prometheus-client` encoder.
+    fn encode(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        type Labels = [(&'static str, String); 1];
+        /// A family of labelled samples; nothing when there are none.
+        fn family<M: EncodeMetric>(
+            enc: &mut DescriptorEncoder<'_>,
+            name: &str,
+            help: &str,
+            samples: impl IntoIterator<Item = (Labels, M)>,
+        ) -> std::fmt::Result {
+            let mut samples = samples.into_iter().peekable();
+            let Some((_, first)) = samples.peek() else {
+                return Ok(());
+            };
+            let mut metric = enc.encode_descriptor(name, help, None, first.metric_type())?;
+            for (labels, value) in samples {
+                value.encode(metric.encode_family(&labels)?)?;
+            }
+            Ok(())
+        }
+        /// A family of one sample without labels.
+        fn single<M: EncodeMetric>(
+            enc: &mut DescriptorEncoder<'_>,
+            name: &str,
+            help: &str,
+            value: M,
+        ) -> std::fmt::Result {
+            value.encode(enc.encode_descriptor(name, help, None, value.metric_type())?)
+        }
+        let one = ConstCounter::new;
+        let part = |id: &etl_record::PartitionId| [("partition", id.0.to_string())];
         let src = &self.source.partitions;
         let cp = &self.checkpoint.partitions;
-        for (id, s) in src {
-            if let Some(pos) = s.position {
-                p.sample(
-                    "etl_partition_fetched_position",
-                    Gauge,
-                    "Next offset the source will read.",
-                    &[("partition", &part(id))],
-                    pos.0 as f64,
-                );
-            }
-        }
-        for (id, m) in cp {
-            p.sample(
-                "etl_partition_watermark",
-                Gauge,
-                "Delivered watermark: every offset below was delivered.",
-                &[("partition", &part(id))],
-                m.watermark.0 as f64,
-            );
-        }
-        for (id, m) in cp {
-            if let Some(c) = m.committed {
-                p.sample(
-                    "etl_partition_committed_offset",
-                    Gauge,
-                    "Last committed offset.",
-                    &[("partition", &part(id))],
-                    c.0 as f64,
-                );
-            }
-        }
-        for (id, m) in cp {
-            p.sample(
-                "etl_partition_in_flight_batches",
-                Gauge,
-                "Batches opened and not yet resolved.",
-                &[("partition", &part(id))],
-                m.in_flight_batches as f64,
-            );
-        }
-        for (id, m) in cp {
-            p.sample(
-                "etl_partition_in_flight_bytes",
-                Gauge,
-                "Payload bytes in flight.",
-                &[("partition", &part(id))],
-                m.in_flight_bytes as f64,
-            );
-        }
-        for (id, m) in cp {
-            let age = m.oldest_unresolved_age.map_or(0.0, |d| d.as_secs_f64());
-            p.sample(
-                "etl_partition_oldest_unresolved_seconds",
-                Gauge,
-                "Age of the oldest unresolved batch.",
-                &[("partition", &part(id))],
-                age,
-            );
-        }
-        for (id, m) in cp {
-            p.sample(
-                "etl_partition_failed_batches_total",
-                Counter,
-                "Batches that failed.",
-                &[("partition", &part(id))],
-                m.failed_batches as f64,
-            );
-        }
-        for (id, m) in cp {
-            p.sample(
-                "etl_partition_replays_total",
-                Counter,
-                "Replays requested.",
-                &[("partition", &part(id))],
-                m.replays as f64,
-            );
-        }
-        for (id, m) in cp {
-            p.sample(
-                "etl_partition_stale_acks_total",
-                Counter,
-                "Acknowledgements of ended epochs discarded.",
-                &[("partition", &part(id))],
-                m.stale_acks as f64,
-            );
-        }
-        p.sample(
-            "etl_commits_total",
-            Counter,
+        // Counters are named without `_total`: the encoder appends it.
+        single(
+            enc,
+            "etl_records_read",
+            "Records that entered the transforms.",
+            one(self.read),
+        )?;
+        single(
+            enc,
+            "etl_records_filtered",
+            "Records dropped on purpose by transforms.",
+            one(self.filtered),
+        )?;
+        single(
+            enc,
+            "etl_records_rejected",
+            "Records transforms sent to the dead-letter path.",
+            one(self.rejected),
+        )?;
+        family(
+            enc,
+            "etl_partition_fetched_position",
+            "Next offset the source will read.",
+            src.iter()
+                .filter_map(|(id, s)| Some((part(id), ConstGauge::new(s.position?.0)))),
+        )?;
+        family(
+            enc,
+            "etl_partition_watermark",
+            "Delivered watermark: every offset below was delivered.",
+            cp.iter()
+                .map(|(id, m)| (part(id), ConstGauge::new(m.watermark.0))),
+        )?;
+        family(
+            enc,
+            "etl_partition_committed_offset",
+            "Last committed offset.",
+            cp.iter()
+                .filter_map(|(id, m)| Some((part(id), ConstGauge::new(m.committed?.0)))),
+        )?;
+        family(
+            enc,
+            "etl_partition_in_flight_batches",
+            "Batches opened and not yet resolved.",
+            cp.iter()
+                .map(|(id, m)| (part(id), ConstGauge::new(m.in_flight_batches))),
+        )?;
+        family(
+            enc,
+            "etl_partition_in_flight_bytes",
+            "Payload bytes in flight.",
+            cp.iter()
+                .map(|(id, m)| (part(id), ConstGauge::new(m.in_flight_bytes))),
+        )?;
+        family(
+            enc,
+            "etl_partition_oldest_unresolved_seconds",
+            "Age of the oldest unresolved batch.",
+            cp.iter().map(|(id, m)| {
+                let age = m.oldest_unresolved_age.map_or(0.0, |d| d.as_secs_f64());
+                (part(id), ConstGauge::new(age))
+            }),
+        )?;
+        family(
+            enc,
+            "etl_partition_failed_batches",
+            "Batches that failed.",
+            cp.iter()
+                .map(|(id, m)| (part(id), ConstCounter::new(m.failed_batches))),
+        )?;
+        family(
+            enc,
+            "etl_partition_replays",
+            "Replays requested.",
+            cp.iter()
+                .map(|(id, m)| (part(id), ConstCounter::new(m.replays))),
+        )?;
+        family(
+            enc,
+            "etl_partition_stale_acks",
+            "Acknowledgements of ended epochs discarded.",
+            cp.iter()
+                .map(|(id, m)| (part(id), ConstCounter::new(m.stale_acks))),
+        )?;
+        single(
+            enc,
+            "etl_commits",
             "Successful offset commits.",
-            &[],
-            self.checkpoint.commits as f64,
-        );
-        p.sample(
-            "etl_commit_errors_total",
-            Counter,
+            one(self.checkpoint.commits),
+        )?;
+        single(
+            enc,
+            "etl_commit_errors",
             "Failed offset commits.",
-            &[],
-            self.checkpoint.commit_errors as f64,
-        );
+            one(self.checkpoint.commit_errors),
+        )?;
         let mut sinks: Vec<(&str, &SinkMetrics)> =
             self.sinks.iter().map(|(n, m)| (n.as_str(), m)).collect();
         if let Some(d) = &self.dead_letter {
             sinks.push(("dead_letter", d));
         }
-        type Field = fn(&SinkMetrics) -> f64;
-        let families: [(&'static str, PromKind, &str, Field); 6] = [
+        let sink = |name: &str| [("sink", name.to_owned())];
+        type Count = fn(&SinkMetrics) -> u64;
+        let counters: [(&str, &str, Count); 4] = [
             (
-                "etl_sink_records_written_total",
-                Counter,
+                "etl_sink_records_written",
                 "Records durably written.",
-                |m| m.records_written as f64,
+                |m| m.records_written,
             ),
-            (
-                "etl_sink_bytes_written_total",
-                Counter,
-                "Bytes durably written.",
-                |m| m.bytes_written as f64,
-            ),
-            ("etl_sink_retries_total", Counter, "Write retries.", |m| {
-                m.retries as f64
+            ("etl_sink_bytes_written", "Bytes durably written.", |m| {
+                m.bytes_written
             }),
+            ("etl_sink_retries", "Write retries.", |m| m.retries),
             (
-                "etl_sink_dead_lettered_total",
-                Counter,
+                "etl_sink_dead_lettered",
                 "Records sent to the dead-letter sink.",
-                |m| m.dead_lettered as f64,
-            ),
-            (
-                "etl_sink_write_latency_mean_seconds",
-                Gauge,
-                "Mean write latency.",
-                |m| m.write_latency_mean().as_secs_f64(),
-            ),
-            (
-                "etl_sink_write_latency_max_seconds",
-                Gauge,
-                "Longest write.",
-                |m| m.write_latency_max.as_secs_f64(),
+                |m| m.dead_lettered,
             ),
         ];
-        for (name, kind, help, field) in families {
-            for (sink, m) in &sinks {
-                p.sample(name, kind, help, &[("sink", sink)], field(m));
-            }
+        for (name, help, field) in counters {
+            family(
+                enc,
+                name,
+                help,
+                sinks
+                    .iter()
+                    .map(|(n, m)| (sink(n), ConstCounter::new(field(m)))),
+            )?;
         }
-        p.finish()
+        family(
+            enc,
+            "etl_sink_write_latency_mean_seconds",
+            "Mean write latency.",
+            sinks.iter().map(|(n, m)| {
+                (
+                    sink(n),
+                    ConstGauge::new(m.write_latency_mean().as_secs_f64()),
+                )
+            }),
+        )?;
+        family(
+            enc,
+            "etl_sink_write_latency_max_seconds",
+            "Longest write.",
+            sinks
+                .iter()
+                .map(|(n, m)| (sink(n), ConstGauge::new(m.write_latency_max.as_secs_f64()))),
+        )
+    }
+}
+
+/// Reads the hub on every scrape.
+#[derive(Debug)]
+struct HubCollector(MetricsHub);
+
+impl Collector for HubCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.0.snapshot().encode(&mut encoder)
     }
 }

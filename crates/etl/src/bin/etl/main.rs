@@ -3,6 +3,7 @@
 mod args;
 mod exit;
 mod logging;
+mod metrics_server;
 mod offsets;
 mod progress;
 mod run;

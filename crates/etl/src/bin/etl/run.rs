@@ -1,13 +1,11 @@
 //! `etl run`: build the pipeline, run it with signals, progress and
 //! metrics, report the summary.
 
-use std::sync::Arc;
-
 use tokio_util::sync::CancellationToken;
 
 use crate::args::RunArgs;
 use crate::exit::{Exit, code};
-use crate::progress;
+use crate::{metrics_server, progress};
 
 pub(crate) fn run(args: &RunArgs, status_line: bool) -> Result<(), Exit> {
     let config = etl::load_config(&args.config).map_err(Exit::from_config)?;
@@ -34,9 +32,7 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
 
     let metrics_task = match args.metrics_addr {
         Some(addr) => {
-            let render_hub = hub.clone();
-            let render: etl::Render = Arc::new(move || render_hub.prometheus());
-            let (bound, task) = etl::serve_metrics(addr, render)
+            let (bound, task) = metrics_server::serve(addr, hub.clone())
                 .await
                 .map_err(|e| Exit::new(code::IO, e.to_string()))?;
             tracing::info!(address = %bound, "serving metrics at /metrics");
