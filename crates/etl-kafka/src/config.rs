@@ -561,10 +561,19 @@ impl KafkaProperties {
             other => other.to_string(),
         };
         let reason = self.redact(&reason);
+        // The property the reason names, in full or by a shorter alias in
+        // backquotes (`max.in.flight` for
+        // `max.in.flight.requests.per.connection`).
+        let aliases: Vec<&str> = reason.split('`').skip(1).step_by(2).collect();
         let key = self
             .0
             .keys()
-            .filter(|name| reason.contains(name.as_str()))
+            .filter(|name| {
+                reason.contains(name.as_str())
+                    || aliases
+                        .iter()
+                        .any(|a| !a.is_empty() && name.starts_with(&format!("{a}.")))
+            })
             .max_by_key(|name| name.len())
             .map_or_else(|| "properties".to_owned(), |name| property_key(name));
         KafkaError::config(
@@ -879,7 +888,10 @@ mod tests {
             .validate()
             .expect_err("idempotence allows at most 5 in flight");
         let shown = format!("{e:?}");
-        assert!(shown.contains("max.in.flight"), "{shown}");
+        assert!(
+            shown.contains("properties.\\\"max.in.flight.requests.per.connection\\\""),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -129,6 +129,20 @@ impl KafkaError {
         }
     }
 
+    /// Whether the error is the configuration's: a setting out of range,
+    /// or one librdkafka refuses, alone or when creating the client.
+    #[must_use]
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            KafkaError::Config { .. } => true,
+            KafkaError::Client { source, .. } => matches!(
+                **source,
+                ClientError::ClientCreation(_) | ClientError::ClientConfig(..)
+            ),
+            _ => false,
+        }
+    }
+
     pub(crate) fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
         KafkaError::Config {
             key: key.into(),
