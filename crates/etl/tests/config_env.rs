@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use etl::{ConfigProblem, SinkKind, SourceConfig, parse_config_with_env};
+use etl::{ConfigProblem, SinkKind, parse_config_with_env};
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -89,10 +89,9 @@ fn every_malformed_reference_is_reported() {
 #[test]
 fn a_secret_from_a_variable_is_in_no_problem_and_stays_a_secret() {
     // Put where it does not belong: the message about it leaves it out.
-    let problems = parse(&format!(
-        "[source]\ntype = \"${{KAFKA_PASSWORD}}\"\n[[sinks]]\ntype = \"blackhole\"\n"
-    ))
-    .unwrap_err();
+    let problems =
+        parse("[source]\ntype = \"${KAFKA_PASSWORD}\"\n[[sinks]]\ntype = \"blackhole\"\n")
+            .unwrap_err();
     let shown = format!("{problems:?}");
     assert!(!shown.contains("Zq9SecretPw"), "{shown}");
     assert!(shown.contains("***"), "{shown}");
@@ -105,7 +104,7 @@ fn a_secret_from_a_variable_is_in_no_problem_and_stays_a_secret() {
              [[sinks]]\ntype = \"blackhole\"\n[checkpoint]\nrevoke_deadline = \"1s\"\n",
         )
         .unwrap();
-        let SourceConfig::Kafka(table) = &config.source else {
+        let etl::SourceConfig::Kafka(table) = &config.source else {
             panic!("kafka")
         };
         use secrecy::ExposeSecret;

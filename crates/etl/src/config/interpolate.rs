@@ -269,10 +269,8 @@ fn split_reference(reference: &str) -> Result<(&str, Option<(bool, &str)>), Stri
         None
     } else if let Some(d) = rest.strip_prefix(":-") {
         Some((true, d))
-    } else if let Some(d) = rest.strip_prefix('-') {
-        Some((false, d))
     } else {
-        None
+        rest.strip_prefix('-').map(|d| (false, d))
     };
     if !valid || (!rest.is_empty() && default.is_none()) {
         return Err(format!(

@@ -118,6 +118,10 @@ pub(super) struct Checker<'a> {
     pub(super) text: &'a str,
     problems: Vec<ConfigProblem>,
     /// The parsed text, for the place of a key inside a section.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "for connector problems")
+    )]
     doc: Option<ImDocument<&'a str>>,
 }
 
@@ -125,6 +129,10 @@ impl Checker<'_> {
     /// A problem at the key `path` (a key of the section, then keys inside
     /// it) of the section `at` (`source`, or `sinks` and an index), or at
     /// the section's first line when it is not written there.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "for connector problems")
+    )]
     pub(super) fn problem_at_path(
         &mut self,
         at: (&str, Option<usize>),
@@ -668,6 +676,10 @@ fn check_sink_kind(ck: &mut Checker<'_>, kind: &SinkKind, span: &Range<usize>, s
 
 /// The span of the key `path` inside the section `at` of the document:
 /// `("source", None)`, or `("sinks", Some(index))`.
+#[cfg_attr(
+    not(feature = "kafka"),
+    allow(dead_code, reason = "for connector problems")
+)]
 fn key_span(
     doc: &toml_edit::Table,
     at: (&str, Option<usize>),
@@ -689,7 +701,10 @@ fn key_span(
 /// The key path a connector's problem names: `properties."name"` (the
 /// form the Kafka connector uses), or the first name in backquotes (the
 /// form of a deserialization error).
-#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+#[cfg_attr(
+    not(feature = "kafka"),
+    allow(dead_code, reason = "for connector problems")
+)]
 fn problem_key(key: Option<&str>, message: &str) -> Vec<String> {
     let property = message.find("properties.\"").and_then(|at| {
         message[at..]
