@@ -145,6 +145,15 @@ fn cases() -> Vec<Case> {
             "a password of the wrong type",
             kafka_source(&format!("\"sasl.password\" = [\"{SECRET}\"]")),
         ),
+        Case {
+            also_secret: vec!["918273645546372819"],
+            ..case(
+                "passwords written as numbers, one misspelled",
+                kafka_source(
+                    "\"sasl.password\" = 918273645546372819\n\"sasl.passwd\" = 918273645546372819",
+                ),
+            )
+        },
         case(
             "a password in an inline table",
             kafka_source(&format!("\"sasl.password\" = {{ value = \"{SECRET}\" }}")),

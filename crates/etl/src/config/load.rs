@@ -466,7 +466,11 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
         }
     }
 
-    if let (Some((source, span)), Some((c, c_span))) = (&source, &checkpoint) {
+    if let Some((source, span)) = &source {
+        // A `[checkpoint]` with problems of its own: the source is still
+        // checked, against the default revoke deadline.
+        let fallback = (CheckpointConfig::default(), 0..0);
+        let (c, c_span) = checkpoint.as_ref().unwrap_or(&fallback);
         check_kafka_source(&mut ck, source, span, c, c_span);
     }
 
