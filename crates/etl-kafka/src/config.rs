@@ -339,7 +339,8 @@ impl KafkaSinkConfig {
 
 /// `config` as a client that knows no broker, so creating it connects
 /// nowhere, and that logs nothing (librdkafka warns that it has no
-/// broker).
+/// broker). A consumer or producer that knows a broker connects to it as
+/// soon as it is created, before any poll.
 fn without_brokers(config: &mut ClientConfig) -> &mut ClientConfig {
     config.remove("bootstrap.servers");
     config.remove("debug");

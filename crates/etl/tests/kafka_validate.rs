@@ -43,6 +43,12 @@ type = "kafka"
 brokers = "127.0.0.1:1"
 topic = "out"
 properties = { "compression.codec" = "rar", "max.in.flight.requests.per.connection" = 100 }
+
+[dead_letter]
+type = "kafka"
+brokers = "127.0.0.1:1"
+topic = "dead"
+properties."sasl.pwd" = "x"
 "#;
 
 #[test]
@@ -58,6 +64,7 @@ fn bad_properties_are_refused_at_their_line_by_validate_and_run() {
             "kafka.toml:10:1: [source]: kafka: properties.\"linger.ms\": librdkafka refuses it",
             "kafka.toml:12:1: [source]: kafka: properties.\"session.timeout.ms\": is set by the connector",
             "kafka.toml:18:16: [[sinks]] #1: kafka: properties.\"compression.codec\": librdkafka refuses it",
+            "kafka.toml:24:12: [dead_letter]: kafka: properties.\"sasl.pwd\": librdkafka has no such property",
         ] {
             assert!(stderr.contains(expected), "{command}: {expected}\n{stderr}");
         }
