@@ -419,6 +419,38 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a variable holds (quotes, backslashes, line breaks,
+        /// control characters, any Unicode), the value arrives unchanged,
+        /// in a one-line or a multi-line string, and the lines after it
+        /// stay where they were.
+        #[test]
+        fn prop_a_variable_arrives_byte_for_byte(
+            value in "\\PC*|[\"\\\\\n\r\t\u{0}-\u{1f}\u{7f}$'{} a]*",
+            before in "[a-z $]{0,4}",
+            multi_line in proptest::bool::ANY,
+        ) {
+            let before = before.replace('$', "$$");
+            let text = if multi_line {
+                format!("[a]\nv = \"\"\"\n{before}${{X}}\nz\"\"\"\nw = 1\n")
+            } else {
+                format!("[a]\nv = \"{before}${{X}}\"\nw = 1\n")
+            };
+            let lookup = |name: &str| (name == "X").then(|| Ok(value.clone()));
+            let out = interpolate(&text, &lookup).expect("interpolates").text;
+            let parsed: toml::Table = toml::from_str(&out).expect("still TOML");
+            let before = before.replace("$$", "$");
+            let expected = if multi_line {
+                format!("{before}{value}\nz")
+            } else {
+                format!("{before}{value}")
+            };
+            proptest::prop_assert_eq!(parsed["a"]["v"].as_str(), Some(expected.as_str()));
+            proptest::prop_assert_eq!(out.lines().count(), text.lines().count());
+            proptest::prop_assert_eq!(out.lines().last(), Some("w = 1"));
+        }
+    }
+
     #[test]
     fn values_given_to_secrets_are_remembered() {
         let out = run("[a]\npassword = \"${X:-hunter2}\"\nv = \"${PW}\"\nname = \"${Y:-plain}\"")
