@@ -155,6 +155,24 @@ fn cases() -> Vec<Case> {
             )
         },
         case(
+            "an unterminated password string",
+            kafka_source(&format!("\"sasl.password\" = \"{SECRET}")),
+        ),
+        case(
+            "an unquoted password",
+            kafka_source(&format!("\"sasl.password\" = {SECRET}")),
+        ),
+        case(
+            "a password with a bad escape",
+            kafka_source(&format!("\"sasl.password\" = \"{SECRET}\\q{SECRET}\"")),
+        ),
+        case(
+            "a password set twice",
+            kafka_source(&format!(
+                "\"sasl.password\" = \"{SECRET}\"\n\"sasl.password\" = \"{SECRET}\""
+            )),
+        ),
+        case(
             "a password in an inline table",
             kafka_source(&format!("\"sasl.password\" = {{ value = \"{SECRET}\" }}")),
         ),
