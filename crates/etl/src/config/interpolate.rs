@@ -19,6 +19,8 @@
 
 use std::ops::Range;
 
+use secrecy::SecretString;
+use secrecy::zeroize::Zeroizing;
 use toml_edit::{ImDocument, Item, Table, Value};
 
 /// A string value that cannot be interpolated.
@@ -35,11 +37,12 @@ pub(super) struct Unresolved {
 /// What interpolation did to a file.
 #[derive(Debug, Default)]
 pub(super) struct Interpolated {
-    /// The text to parse: the file with every interpolated string rewritten.
-    pub(super) text: String,
+    /// The text to parse: the file with every interpolated string
+    /// rewritten (zeroed when dropped: it may hold secrets).
+    pub(super) text: Zeroizing<String>,
     /// Values that must not appear in any message: what a variable put
     /// into a value whose key or variable name says it is secret.
-    pub(super) secrets: Vec<String>,
+    pub(super) secrets: Vec<SecretString>,
 }
 
 /// Interpolate every string value of `text`, reading variables through
@@ -57,7 +60,7 @@ pub(super) fn interpolate(
     lookup: &dyn Fn(&str) -> Option<Result<String, ()>>,
 ) -> Result<Interpolated, Vec<Unresolved>> {
     let unchanged = || Interpolated {
-        text: text.to_owned(),
+        text: Zeroizing::new(text.to_owned()),
         secrets: Vec::new(),
     };
     if !text.contains('$') {
@@ -77,12 +80,17 @@ pub(super) fn interpolate(
     if !walk.problems.is_empty() {
         return Err(walk.problems);
     }
-    let mut out = text.to_owned();
-    walk.edits
-        .sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
-    for (span, literal) in walk.edits {
-        out.replace_range(span, &literal);
+    // Sized once, so no copy of a secret is left behind by a reallocation.
+    walk.edits.sort_by_key(|(span, _)| span.start);
+    let size = text.len() + walk.edits.iter().map(|(_, l)| l.len()).sum::<usize>();
+    let mut out = Zeroizing::new(String::with_capacity(size));
+    let mut at = 0;
+    for (span, literal) in &walk.edits {
+        out.push_str(&text[at..span.start]);
+        out.push_str(literal);
+        at = span.end;
     }
+    out.push_str(&text[at..]);
     Ok(Interpolated {
         text: out,
         secrets: walk.secrets,
@@ -91,8 +99,8 @@ pub(super) fn interpolate(
 
 struct Walk<'a> {
     lookup: &'a dyn Fn(&str) -> Option<Result<String, ()>>,
-    edits: Vec<(Range<usize>, String)>,
-    secrets: Vec<String>,
+    edits: Vec<(Range<usize>, Zeroizing<String>)>,
+    secrets: Vec<SecretString>,
     problems: Vec<Unresolved>,
     text: &'a str,
 }
@@ -149,12 +157,14 @@ impl Walk<'_> {
                                 substituted
                                     .into_iter()
                                     .map(|(_, v)| v)
-                                    .filter(|v| !v.is_empty()),
+                                    .filter(|v| !v.is_empty())
+                                    .map(SecretString::from),
                             );
                         }
                         if expanded != *raw {
                             let lines = self.text[span.clone()].matches('\n').count();
-                            self.edits.push((span, basic_string(&expanded, lines)));
+                            self.edits
+                                .push((span, Zeroizing::new(basic_string(&expanded, lines))));
                         }
                     }
                     Err(message) => self.problems.push(Unresolved {
@@ -317,6 +327,8 @@ fn basic_string(value: &str, lines: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use secrecy::ExposeSecret;
+
     use super::*;
 
     fn env(name: &str) -> Option<Result<String, ()>> {
@@ -369,20 +381,20 @@ mod tests {
         assert_eq!(value("[a]\nv = \"${QUOTES}\""), "a\"b\\c\nd = 1".into());
         let nested = |name: &str| (name == "X").then(|| Ok("${PW}".to_owned()));
         let out = interpolate("v = \"${X}\"", &nested).unwrap();
-        assert!(out.text.contains("${PW}"), "{}", out.text);
+        assert!(out.text.contains("${PW}"), "{}", *out.text);
     }
 
     #[test]
     fn comments_and_keys_are_left_alone() {
         let text = "# v = \"${UNSET}\"\n[a]\n\"${UNSET}\" = 1\nv = 2 # ${UNSET}\n";
-        assert_eq!(run(text).unwrap().text, text);
+        assert_eq!(*run(text).unwrap().text, text);
     }
 
     #[test]
     fn lines_stay_where_they_were() {
         let text = "[a]\nv = \"\"\"\n${PW}\nx\"\"\"\nw = 1\n";
         let out = run(text).unwrap().text;
-        assert_eq!(out.lines().count(), text.lines().count(), "{out}");
+        assert_eq!(out.lines().count(), text.lines().count(), "{}", *out);
         assert_eq!(out.lines().nth(4), Some("w = 1"));
         let parsed: toml::Table = toml::from_str(&out).unwrap();
         assert_eq!(parsed["a"]["v"], "Zq9SecretPw\nx".into());
@@ -455,6 +467,7 @@ mod tests {
     fn values_given_to_secrets_are_remembered() {
         let out = run("[a]\npassword = \"${X:-hunter2}\"\nv = \"${PW}\"\nname = \"${Y:-plain}\"")
             .unwrap();
-        assert_eq!(out.secrets, ["hunter2", "Zq9SecretPw"]);
+        let secrets: Vec<&str> = out.secrets.iter().map(|s| s.expose_secret()).collect();
+        assert_eq!(secrets, ["hunter2", "Zq9SecretPw"]);
     }
 }

@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
@@ -339,7 +340,7 @@ fn parse_interpolated(
     parse_text(&interpolated, base).map_err(|mut problems| {
         for p in &mut problems {
             for secret in &secrets {
-                p.message = p.message.replace(secret.as_str(), "***");
+                p.message = p.message.replace(secret.expose_secret(), "***");
             }
         }
         problems
