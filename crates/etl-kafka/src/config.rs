@@ -2,10 +2,19 @@
 //! configuration file.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::error::KafkaError as ClientError;
+use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaConfRes;
+use rdkafka::{ClientConfig, Statistics};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
 
 use crate::KafkaError;
 
@@ -80,9 +89,10 @@ pub struct KafkaSourceConfig {
     /// of them within 100 ms).
     #[serde(default = "default_max_buffered_records")]
     pub max_buffered_records: usize,
-    /// Further librdkafka consumer settings, passed through unchanged.
+    /// Further librdkafka consumer settings, passed through unchanged
+    /// (secrets held as secrets: see [`KafkaProperties`]).
     #[serde(default)]
-    pub properties: BTreeMap<String, String>,
+    pub properties: KafkaProperties,
 }
 
 impl KafkaSourceConfig {
@@ -105,7 +115,7 @@ impl KafkaSourceConfig {
             commit_timeout_ms: default_commit_timeout_ms(),
             max_batch_records: default_max_batch_records(),
             max_buffered_records: default_max_buffered_records(),
-            properties: BTreeMap::new(),
+            properties: KafkaProperties::default(),
         }
     }
 
@@ -118,47 +128,94 @@ impl KafkaSourceConfig {
 
     /// Check the values and build the librdkafka configuration.
     pub(crate) fn client_config(&self) -> Result<ClientConfig, KafkaError> {
+        match self.settings_problems().into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(self.unchecked_client_config()),
+        }
+    }
+
+    /// Check everything [`KafkaSource::new`](crate::KafkaSource::new)
+    /// checks, without connecting anywhere: the settings, every property
+    /// against librdkafka's own checks (known name, value of the right
+    /// kind), and the whole configuration by creating a consumer that
+    /// knows no broker (TLS files and key passwords are read then).
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, each a [`KafkaError::Config`] naming the
+    /// setting (`properties."name"` for a librdkafka property). No message
+    /// holds the value of a secret.
+    pub fn validate(&self) -> Result<(), Vec<KafkaError>> {
+        let mut problems = self.settings_problems();
+        if problems.is_empty() {
+            let mut config = self.unchecked_client_config();
+            let created =
+                without_brokers(&mut config).create_with_context::<_, BaseConsumer<Silent>>(Silent);
+            if let Err(e) = created {
+                problems.push(self.properties.refusal(e));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    fn settings_problems(&self) -> Vec<KafkaError> {
+        let mut problems = Vec::new();
         if self.brokers.is_empty() {
-            return Err(KafkaError::config(
+            problems.push(KafkaError::config(
                 "brokers",
                 "must name at least one broker",
             ));
         }
         if self.group_id.is_empty() {
-            return Err(KafkaError::config("group_id", "must not be empty"));
+            problems.push(KafkaError::config("group_id", "must not be empty"));
         }
         if self.max_batch_records == 0 {
-            return Err(KafkaError::config(
+            problems.push(KafkaError::config(
                 "max_batch_records",
                 "must be at least 1",
             ));
         }
         if self.max_buffered_records == 0 {
-            return Err(KafkaError::config(
+            problems.push(KafkaError::config(
                 "max_buffered_records",
                 "must be at least 1",
             ));
         }
         if self.commit_timeout_ms == 0 {
-            return Err(KafkaError::config(
+            problems.push(KafkaError::config(
                 "commit_timeout_ms",
                 "must be at least 1",
             ));
         }
         if self.heartbeat_interval_ms >= self.session_timeout_ms {
-            return Err(KafkaError::config(
+            problems.push(KafkaError::config(
                 "heartbeat_interval_ms",
                 "must be below session_timeout_ms",
             ));
         }
-        reject_owned(&self.properties, OWNED_SOURCE_PROPERTIES)?;
+        for (key, value) in [
+            ("assignment_strategy", &self.assignment_strategy),
+            ("auto_offset_reset", &self.auto_offset_reset),
+        ] {
+            let name = key_name(key);
+            if let Err(e) = ClientConfig::new().set(name, value).create_native_config() {
+                problems.push(KafkaError::config(key, conf_refusal(&e, false)));
+            }
+        }
+        problems.extend(self.properties.problems(OWNED_SOURCE_PROPERTIES));
+        problems
+    }
+
+    fn unchecked_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         for (k, v) in SOURCE_DEFAULTS {
             config.set(*k, *v);
         }
-        for (k, v) in &self.properties {
-            config.set(k, v);
-        }
+        self.properties.apply(&mut config);
         config
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", &self.group_id)
@@ -171,7 +228,15 @@ impl KafkaSourceConfig {
             )
             .set("partition.assignment.strategy", &self.assignment_strategy)
             .set("auto.offset.reset", &self.auto_offset_reset);
-        Ok(config)
+        config
+    }
+}
+
+/// The librdkafka name of a dedicated setting.
+fn key_name(key: &str) -> &'static str {
+    match key {
+        "assignment_strategy" => "partition.assignment.strategy",
+        _ => "auto.offset.reset",
     }
 }
 
@@ -191,9 +256,10 @@ pub struct KafkaSinkConfig {
     /// (`source/partition/offset`), so consumers can deduplicate replays.
     #[serde(default = "default_idempotency_header")]
     pub idempotency_header: String,
-    /// Further librdkafka producer settings, passed through unchanged.
+    /// Further librdkafka producer settings, passed through unchanged
+    /// (secrets held as secrets: see [`KafkaProperties`]).
     #[serde(default)]
-    pub properties: BTreeMap<String, String>,
+    pub properties: KafkaProperties,
 }
 
 impl KafkaSinkConfig {
@@ -206,42 +272,439 @@ impl KafkaSinkConfig {
             topic: topic.into(),
             message_timeout_ms: default_message_timeout_ms(),
             idempotency_header: default_idempotency_header(),
-            properties: BTreeMap::new(),
+            properties: KafkaProperties::default(),
         }
     }
 
     /// Check the values and build the librdkafka configuration.
     pub(crate) fn client_config(&self) -> Result<ClientConfig, KafkaError> {
+        match self.settings_problems().into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(self.unchecked_client_config()),
+        }
+    }
+
+    /// Check everything [`KafkaSink::new`](crate::KafkaSink::new) checks,
+    /// without connecting anywhere: the settings, every property against
+    /// librdkafka's own checks, and the whole configuration by creating a
+    /// producer that knows no broker.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, each a [`KafkaError::Config`] naming the
+    /// setting. No message holds the value of a secret.
+    pub fn validate(&self) -> Result<(), Vec<KafkaError>> {
+        let mut problems = self.settings_problems();
+        if problems.is_empty() {
+            let mut config = self.unchecked_client_config();
+            let created =
+                without_brokers(&mut config).create_with_context::<_, BaseProducer<Silent>>(Silent);
+            if let Err(e) = created {
+                problems.push(self.properties.refusal(e));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    fn settings_problems(&self) -> Vec<KafkaError> {
+        let mut problems = Vec::new();
         if self.brokers.is_empty() {
-            return Err(KafkaError::config(
+            problems.push(KafkaError::config(
                 "brokers",
                 "must name at least one broker",
             ));
         }
         if self.topic.is_empty() {
-            return Err(KafkaError::config("topic", "must not be empty"));
+            problems.push(KafkaError::config("topic", "must not be empty"));
         }
-        reject_owned(&self.properties, OWNED_SINK_PROPERTIES)?;
+        problems.extend(self.properties.problems(OWNED_SINK_PROPERTIES));
+        problems
+    }
+
+    fn unchecked_client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
-        for (k, v) in &self.properties {
-            config.set(k, v);
-        }
+        self.properties.apply(&mut config);
         config
             .set("bootstrap.servers", &self.brokers)
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("message.timeout.ms", self.message_timeout_ms.to_string());
-        Ok(config)
+        config
     }
 }
 
-fn reject_owned(properties: &BTreeMap<String, String>, owned: &[&str]) -> Result<(), KafkaError> {
-    match properties.keys().find(|k| owned.contains(&k.as_str())) {
-        Some(key) => Err(KafkaError::config(
-            format!("properties.\"{key}\""),
-            "is set by the connector itself; use the dedicated setting or leave it out",
-        )),
-        None => Ok(()),
+/// `config` as a client that knows no broker, so creating it connects
+/// nowhere, and that logs nothing (librdkafka warns that it has no
+/// broker). A consumer or producer that knows a broker connects to it as
+/// soon as it is created, before any poll.
+fn without_brokers(config: &mut ClientConfig) -> &mut ClientConfig {
+    config.remove("bootstrap.servers");
+    config.remove("debug");
+    config
+        .set("log_level", "0")
+        .set_log_level(RDKafkaLogLevel::Emerg)
+}
+
+/// A client context that logs nothing: the clients [`validate`]
+/// creates are dropped at once.
+///
+/// [`validate`]: KafkaSourceConfig::validate
+struct Silent;
+
+impl ClientContext for Silent {
+    fn log(&self, _: RDKafkaLogLevel, _: &str, _: &str) {}
+    fn stats(&self, _: Statistics) {}
+    fn error(&self, _: ClientError, _: &str) {}
+}
+
+impl ConsumerContext for Silent {}
+
+impl ProducerContext for Silent {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
+/// librdkafka's reason for refusing one setting, with the value replaced
+/// by `***` when `plain` is false.
+fn conf_refusal(e: &ClientError, plain: bool) -> String {
+    match e {
+        ClientError::ClientConfig(RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN, _, _, _) => {
+            "librdkafka has no such property (see its CONFIGURATION.md)".to_owned()
+        }
+        ClientError::ClientConfig(_, desc, _, value) => {
+            let desc = if plain || value.is_empty() {
+                desc.clone()
+            } else {
+                desc.replace(value.as_str(), "***")
+            };
+            format!("librdkafka refuses it: {desc}")
+        }
+        other => format!("librdkafka refuses it: {other}"),
+    }
+}
+
+/// Whether the value of the librdkafka property `name` may be a secret:
+/// a password, a key (or a key's PEM text), a token, a client secret, a
+/// JAAS or OAUTHBEARER configuration, or a name librdkafka does not know
+/// (a misspelled secret is still a secret). Such values are held as
+/// [`SecretString`]s and never printed.
+#[must_use]
+pub fn is_secret_property(name: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "pass",
+        "pwd",
+        "secret",
+        "key",
+        "pem",
+        "token",
+        "credential",
+        "jaas",
+        "oauthbearer",
+        "private",
+    ];
+    let lower = name.to_ascii_lowercase();
+    MARKS.iter().any(|m| lower.contains(m)) || !is_known_property(name)
+}
+
+/// Whether librdkafka knows the property `name`.
+fn is_known_property(name: &str) -> bool {
+    !matches!(
+        ClientConfig::new().set(name, "").create_native_config(),
+        Err(ClientError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN,
+            ..
+        ))
+    )
+}
+
+/// One property's value.
+#[derive(Clone)]
+enum PropertyValue {
+    Plain(String),
+    Secret(SecretString),
+}
+
+impl PropertyValue {
+    fn new(name: &str, value: String) -> Self {
+        if is_secret_property(name) {
+            PropertyValue::Secret(value.into())
+        } else {
+            PropertyValue::Plain(value)
+        }
+    }
+
+    fn expose(&self) -> &str {
+        match self {
+            PropertyValue::Plain(v) => v,
+            PropertyValue::Secret(v) => v.expose_secret(),
+        }
+    }
+}
+
+/// librdkafka properties passed through to the client, by name.
+///
+/// The value of every property whose name may hold a secret (see
+/// [`is_secret_property`]) is held as a [`SecretString`]: `Debug` prints
+/// it as `[REDACTED]`, and no error names it. In a configuration file a
+/// value is a string, a number or a boolean (`"linger.ms" = 5`); librdkafka
+/// reads them all as text.
+#[derive(Clone, Default)]
+pub struct KafkaProperties(BTreeMap<String, PropertyValue>);
+
+impl KafkaProperties {
+    /// No properties.
+    #[must_use]
+    pub fn new() -> Self {
+        KafkaProperties::default()
+    }
+
+    /// Set property `name` to `value` (held as a secret if the name says
+    /// it may be one).
+    pub fn insert(&mut self, name: String, value: String) {
+        let value = PropertyValue::new(&name, value);
+        self.0.insert(name, value);
+    }
+
+    /// Remove every property.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Remove property `name`; whether it was set.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.0.remove(name).is_some()
+    }
+
+    /// Whether property `name` is set.
+    #[must_use]
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// The names of the properties set, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    /// How many properties are set.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no property is set.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the value of property `name` is held as a secret.
+    #[must_use]
+    pub fn is_secret(&self, name: &str) -> bool {
+        matches!(self.0.get(name), Some(PropertyValue::Secret(_)))
+    }
+
+    /// The value of property `name`, a secret or not: for the client
+    /// only, never to be printed.
+    #[must_use]
+    pub fn expose_value(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(PropertyValue::expose)
+    }
+
+    fn apply(&self, config: &mut ClientConfig) {
+        for (k, v) in &self.0 {
+            config.set(k, v.expose());
+        }
+    }
+
+    /// Properties the connector owns, then every property librdkafka
+    /// refuses on its own.
+    fn problems(&self, owned: &[&str]) -> Vec<KafkaError> {
+        let mut problems = Vec::new();
+        for (name, value) in &self.0 {
+            if owned.contains(&name.as_str()) {
+                problems.push(KafkaError::config(
+                    property_key(name),
+                    "is set by the connector itself; use the dedicated setting or leave it out",
+                ));
+                continue;
+            }
+            let plain = matches!(value, PropertyValue::Plain(_));
+            if let Err(e) = ClientConfig::new()
+                .set(name, value.expose())
+                .create_native_config()
+            {
+                problems.push(KafkaError::config(
+                    property_key(name),
+                    conf_refusal(&e, plain),
+                ));
+            }
+        }
+        problems
+    }
+
+    /// A client librdkafka refused to create, as a problem naming the
+    /// property its reason names, with every secret value taken out.
+    fn refusal(&self, e: ClientError) -> KafkaError {
+        let reason = match &e {
+            ClientError::ClientCreation(reason) => reason.clone(),
+            ClientError::ClientConfig(..) => {
+                let plain = match &e {
+                    ClientError::ClientConfig(_, _, name, _) => !self.is_secret(name),
+                    _ => false,
+                };
+                conf_refusal(&e, plain)
+            }
+            other => other.to_string(),
+        };
+        let reason = self.redact(&reason);
+        // The property the reason names, in full or by a shorter alias in
+        // backquotes (`max.in.flight` for
+        // `max.in.flight.requests.per.connection`).
+        let aliases: Vec<&str> = reason.split('`').skip(1).step_by(2).collect();
+        let key = self
+            .0
+            .keys()
+            .filter(|name| {
+                reason.contains(name.as_str())
+                    || aliases
+                        .iter()
+                        .any(|a| !a.is_empty() && name.starts_with(&format!("{a}.")))
+            })
+            .max_by_key(|name| name.len())
+            .map_or_else(|| "properties".to_owned(), |name| property_key(name));
+        KafkaError::config(
+            key,
+            format!("librdkafka refuses the configuration: {reason}"),
+        )
+    }
+
+    /// `text` with the value of every secret property replaced by `***`.
+    #[must_use]
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for value in self.0.values() {
+            if let PropertyValue::Secret(secret) = value {
+                let secret = secret.expose_secret();
+                if !secret.is_empty() {
+                    out = out.replace(secret, "***");
+                }
+            }
+        }
+        out
+    }
+}
+
+/// How the configuration names property `name`.
+fn property_key(name: &str) -> String {
+    format!("properties.\"{name}\"")
+}
+
+impl fmt::Debug for KafkaProperties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut map = f.debug_map();
+        for (name, value) in &self.0 {
+            match value {
+                PropertyValue::Plain(v) => map.entry(name, v),
+                PropertyValue::Secret(_) => map.entry(name, &format_args!("[REDACTED]")),
+            };
+        }
+        map.finish()
+    }
+}
+
+impl PartialEq for KafkaProperties {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|((a, x), (b, y))| a == b && x.expose() == y.expose())
+    }
+}
+
+impl Eq for KafkaProperties {}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for KafkaProperties {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut properties = KafkaProperties::new();
+        for (k, v) in iter {
+            properties.insert(k.into(), v.into());
+        }
+        properties
+    }
+}
+
+impl<'de> Deserialize<'de> for KafkaProperties {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(PropertiesVisitor)
+    }
+}
+
+struct PropertiesVisitor;
+
+impl<'de> Visitor<'de> for PropertiesVisitor {
+    type Value = KafkaProperties;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a table of librdkafka properties")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut properties = KafkaProperties::new();
+        while let Some(name) = map.next_key::<String>()? {
+            // The value's own error would quote it: name the property instead.
+            let value = map.next_value::<Scalar>().map_err(|_| {
+                de::Error::custom(format!(
+                    "{}: must be a string, a number or a boolean",
+                    property_key(&name)
+                ))
+            })?;
+            properties.insert(name, value.0);
+        }
+        Ok(properties)
+    }
+}
+
+/// A property's value: a string, a number or a boolean, as text.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+struct ScalarVisitor;
+
+impl Visitor<'_> for ScalarVisitor {
+    type Value = Scalar;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string, a number or a boolean")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+        Ok(Scalar(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
+        Ok(Scalar(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+        Ok(Scalar(v.to_string()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+        Ok(Scalar(v.to_string()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+        Ok(Scalar(v.to_string()))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+        Ok(Scalar(v.to_string()))
     }
 }
 
@@ -337,6 +800,117 @@ mod tests {
                 .expect_err("heartbeat")
                 .to_string()
                 .contains("heartbeat_interval_ms")
+        );
+    }
+
+    const SECRET: &str = "Zq9SecretPw";
+
+    /// A source configuration with these properties.
+    fn source(properties: &[(&str, &str)]) -> Result<KafkaSourceConfig, String> {
+        let mut c = KafkaSourceConfig::new("127.0.0.1:9", "g", vec!["t".into()]);
+        c.properties = properties.iter().copied().collect();
+        Ok(c)
+    }
+
+    fn problems(config: &KafkaSourceConfig) -> Vec<String> {
+        config
+            .validate()
+            .err()
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|e| [e.to_string(), format!("{e:?}")])
+            .collect()
+    }
+
+    #[test]
+    fn secret_properties_never_print_in_debug() {
+        let c = source(&[
+            ("sasl.password", SECRET),
+            ("ssl.key.password", SECRET),
+            ("sasl.oauthbearer.client.secret", SECRET),
+            ("ssl.key.pem", SECRET),
+            ("sasl.passwd", SECRET),
+            ("sasl.pssword", SECRET),
+            ("linger.ms", "5"),
+        ])
+        .expect("valid");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains(SECRET), "{shown}");
+        assert!(shown.contains("\"sasl.password\": [REDACTED]"), "{shown}");
+        // Misspelled names are unknown to librdkafka: held as secrets too.
+        assert!(c.properties.is_secret("sasl.pssword"), "{shown}");
+        assert!(shown.contains("\"linger.ms\": \"5\""), "{shown}");
+        let sink = KafkaSinkConfig {
+            properties: c.properties.clone(),
+            ..KafkaSinkConfig::new("b:1", "t")
+        };
+        assert!(!format!("{sink:?}").contains(SECRET));
+        assert_eq!(c.properties.expose_value("sasl.password"), Some(SECRET));
+    }
+
+    #[test]
+    fn validate_names_every_property_librdkafka_refuses_without_secrets() {
+        let c = source(&[
+            ("sasl.passwd", SECRET),
+            ("linger.ms", "soon"),
+            ("ssl.key.password", SECRET),
+            ("ssl.keystore.password", SECRET),
+        ])
+        .expect("deserializes");
+        let shown = problems(&c);
+        let all = shown.join("\n");
+        assert!(!all.contains(SECRET), "{all}");
+        assert!(
+            all.contains("properties.\"sasl.passwd\"") && all.contains("no such property"),
+            "{all}"
+        );
+        // A plain value is quoted back: it helps, and it is no secret.
+        assert!(all.contains("properties.\"linger.ms\""), "{all}");
+        // An owned property is named as before.
+        let mut owned = source(&[]).expect("valid");
+        owned.properties.insert("group.id".into(), "x".into());
+        assert!(problems(&owned).join("\n").contains("group.id"));
+        // A valid configuration passes.
+        source(&[("linger.ms", "5")])
+            .expect("valid")
+            .validate()
+            .expect("valid");
+        KafkaSinkConfig::new("b:1", "t").validate().expect("valid");
+    }
+
+    #[test]
+    fn validate_refuses_what_only_creating_the_client_finds() {
+        // Each value is fine alone; librdkafka refuses the combination when
+        // the client is created.
+        let mut sink = KafkaSinkConfig::new("b:1", "t");
+        sink.properties
+            .insert("max.in.flight.requests.per.connection".into(), "10".into());
+        let e = sink
+            .validate()
+            .expect_err("idempotence allows at most 5 in flight");
+        let shown = format!("{e:?}");
+        assert!(
+            shown.contains("properties.\\\"max.in.flight.requests.per.connection\\\""),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn validate_connects_nowhere() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let broker = listener.local_addr().expect("address").to_string();
+        KafkaSourceConfig::new(&broker, "g", vec!["t".into()])
+            .validate()
+            .expect("valid");
+        KafkaSinkConfig::new(&broker, "t")
+            .validate()
+            .expect("valid");
+        // The clients are gone: a connection they made would wait in the
+        // backlog.
+        listener.set_nonblocking(true).expect("nonblocking");
+        assert_eq!(
+            listener.accept().map(|_| ()).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::WouldBlock)
         );
     }
 }

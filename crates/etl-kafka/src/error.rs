@@ -17,7 +17,8 @@ pub enum KafkaError {
         #[source]
         source: Box<ClientError>,
     },
-    /// A configuration value is missing or out of range.
+    /// A configuration value is missing or out of range, or librdkafka
+    /// refuses it. The message never holds the value of a secret.
     #[error("kafka configuration: `{key}`: {message}")]
     Config {
         /// The setting, as named in the configuration.
@@ -104,10 +105,41 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// librdkafka refused a call. A refused setting becomes
+    /// [`KafkaError::Config`] naming the property but not its value:
+    /// the client's own error (its `Display` and `Debug`) carries the
+    /// value, which may be a password.
     pub(crate) fn client(action: impl Into<String>, source: ClientError) -> Self {
-        KafkaError::Client {
-            action: action.into(),
-            source: Box::new(source),
+        match source {
+            ClientError::ClientConfig(_, desc, key, value) => {
+                let message = if value.is_empty() {
+                    desc
+                } else {
+                    desc.replace(value.as_str(), "***")
+                };
+                KafkaError::Config {
+                    key: format!("properties.\"{key}\""),
+                    message: format!("librdkafka refuses it: {message}"),
+                }
+            }
+            source => KafkaError::Client {
+                action: action.into(),
+                source: Box::new(source),
+            },
+        }
+    }
+
+    /// Whether the error is the configuration's: a setting out of range,
+    /// or one librdkafka refuses, alone or when creating the client.
+    #[must_use]
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            KafkaError::Config { .. } => true,
+            KafkaError::Client { source, .. } => matches!(
+                **source,
+                ClientError::ClientCreation(_) | ClientError::ClientConfig(..)
+            ),
+            _ => false,
         }
     }
 
@@ -115,6 +147,33 @@ impl KafkaError {
         KafkaError::Config {
             key: key.into(),
             message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::types::RDKafkaConfRes;
+
+    use super::*;
+
+    #[test]
+    fn a_refused_setting_never_carries_its_value() {
+        let refused = ClientError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"Zq9SecretPw\" for configuration property \"ssl.key.password\""
+                .to_owned(),
+            "ssl.key.password".to_owned(),
+            "Zq9SecretPw".to_owned(),
+        );
+        assert!(
+            format!("{refused:?}").contains("Zq9SecretPw"),
+            "the premise"
+        );
+        let e = KafkaError::client("creating the consumer", refused);
+        for shown in [e.to_string(), format!("{e:?}")] {
+            assert!(!shown.contains("Zq9SecretPw"), "{shown}");
+            assert!(shown.contains("ssl.key.password"), "{shown}");
         }
     }
 }

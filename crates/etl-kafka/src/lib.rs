@@ -70,7 +70,7 @@ mod sink;
 mod source;
 
 pub use classify::{ErrorClass, classify};
-pub use config::{KafkaSinkConfig, KafkaSourceConfig};
+pub use config::{KafkaProperties, KafkaSinkConfig, KafkaSourceConfig, is_secret_property};
 pub use context::RevokeHandler;
 pub use error::KafkaError;
 pub use mapping::PartitionMap;

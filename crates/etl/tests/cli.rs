@@ -411,15 +411,24 @@ colour = "blue"
 "#,
     )
     .unwrap();
+    // Kafka tables are read with the rest of the file: a problem has its
+    // line, and `etl run` finds it before anything starts.
+    for command in ["validate", "run"] {
+        let out = etl().arg(command).arg(&config).output().unwrap();
+        assert_eq!(out.status.code(), Some(78), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("connectors.toml:15:1: [[sinks]] #2: kafka: unknown field `colour`"),
+            "{stderr}"
+        );
+    }
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("colour = \"blue\"\n", "")).unwrap();
     let out = etl().arg("validate").arg(&config).output().unwrap();
     assert_eq!(out.status.code(), Some(78));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("sink \"db\" (postgres)") && stderr.contains("table"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("sink \"topic\" (kafka)") && stderr.contains("colour"),
         "{stderr}"
     );
 }

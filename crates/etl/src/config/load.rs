@@ -7,10 +7,13 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
+use toml_edit::ImDocument;
 
+use super::interpolate::{Interpolated, interpolate};
 use super::schema::*;
 
 /// One problem in a configuration file, with its place.
@@ -68,7 +71,8 @@ fn render(path: &Path, problems: &[ConfigProblem]) -> String {
 }
 
 /// Read and check a configuration file; relative paths in it are resolved
-/// against the file's folder.
+/// against the file's folder, and `${VAR}` in its string values is taken
+/// from the environment (see [`parse_config`]).
 ///
 /// # Errors
 ///
@@ -114,9 +118,38 @@ const SINK_OPTION_KEYS: &[&str] = &[
 pub(super) struct Checker<'a> {
     pub(super) text: &'a str,
     problems: Vec<ConfigProblem>,
+    /// The parsed text, for the place of a key inside a section.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "for connector problems")
+    )]
+    doc: Option<ImDocument<&'a str>>,
 }
 
 impl Checker<'_> {
+    /// A problem at the key `path` (a key of the section, then keys inside
+    /// it) of the section `at` (`source`, or `sinks` and an index), or at
+    /// the section's first line when it is not written there.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "for connector problems")
+    )]
+    pub(super) fn problem_at_path(
+        &mut self,
+        at: (&str, Option<usize>),
+        path: &[String],
+        span: Range<usize>,
+        section: &str,
+        message: impl Into<String>,
+    ) {
+        let found = self
+            .doc
+            .as_ref()
+            .and_then(|doc| key_span(doc.as_table(), at, path));
+        let start = found.map_or(span.start, |s| s.start);
+        self.problem(start..start, section, message);
+    }
+
     pub(super) fn problem(
         &mut self,
         span: Range<usize>,
@@ -246,13 +279,79 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// Parse and check configuration text; `base` resolves relative paths.
 ///
+/// `${VAR}` and `${VAR:-default}` in string values are taken from the
+/// environment first (`$$` is a literal `$`); see
+/// [`parse_config_with_env`].
+///
 /// # Errors
 ///
 /// Every problem found, in file order.
 pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+    let env = |name: &str| match std::env::var(name) {
+        Ok(value) => Some(Ok(value)),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => Some(Err(())),
+    };
+    parse_interpolated(text, base, &env)
+}
+
+/// [`parse_config`] with the variables of `env` instead of the
+/// environment's (`None`: not set).
+///
+/// Only string values are interpolated, once, after the text is parsed:
+/// comments, keys and other values never are, and a variable's value is
+/// never read as TOML. `${NAME}` is the variable's value, `${NAME:-default}`
+/// the default when it is unset or empty, `${NAME-default}` when it is
+/// unset; `$$` is a literal `$`, and any other `$` stays as it is. An
+/// unset variable without a default is a problem at the line of its
+/// string. A value a variable gives to a secret (a key or variable whose
+/// name says password, secret, key, token, url...) appears in no problem.
+///
+/// # Errors
+///
+/// Every problem found, in file order.
+pub fn parse_config_with_env(
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigProblem>> {
+    parse_interpolated(text, base, &|name: &str| env(name).map(Ok))
+}
+
+fn parse_interpolated(
+    text: &str,
+    base: &Path,
+    env: &dyn Fn(&str) -> Option<Result<String, ()>>,
+) -> Result<Config, Vec<ConfigProblem>> {
+    let Interpolated {
+        text: interpolated,
+        secrets,
+    } = interpolate(text, env).map_err(|unresolved| {
+        let mut ck = Checker {
+            text,
+            problems: Vec::new(),
+            doc: None,
+        };
+        for u in unresolved {
+            ck.problem(u.span, &u.section, u.message);
+        }
+        ck.problems
+    })?;
+    parse_text(&interpolated, base).map_err(|mut problems| {
+        for p in &mut problems {
+            for secret in &secrets {
+                p.message = p.message.replace(secret.expose_secret(), "***");
+            }
+        }
+        problems
+    })
+}
+
+fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     let mut ck = Checker {
         text,
         problems: Vec::new(),
+        doc: ImDocument::parse(text).ok(),
     };
     let raw: RawDoc = match toml::from_str(text) {
         Ok(raw) => raw,
@@ -323,6 +422,7 @@ pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem
         .and_then(|v| ck.section::<SinkKind>(v, "[dead_letter]"))
         .map(|(k, span)| {
             check_sink_kind(&mut ck, &k, &span, "[dead_letter]");
+            check_kafka_sink(&mut ck, &k, ("dead_letter", None), &span, "[dead_letter]");
             k
         });
     let delivery = raw
@@ -365,6 +465,14 @@ pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem
         ] {
             ck.above_zero(span, "[checkpoint]", key, value);
         }
+    }
+
+    if let Some((source, span)) = &source {
+        // A `[checkpoint]` with problems of its own: the source is still
+        // checked, against the default revoke deadline.
+        let fallback = (CheckpointConfig::default(), 0..0);
+        let (c, c_span) = checkpoint.as_ref().unwrap_or(&fallback);
+        check_kafka_source(&mut ck, source, span, c, c_span);
     }
 
     match (source, limits, checkpoint) {
@@ -533,6 +641,7 @@ fn sink_entry(
     match SinkKind::deserialize(toml::Value::Table(table)) {
         Ok(kind) => {
             check_sink_kind(ck, &kind, &span, section);
+            check_kafka_sink(ck, &kind, ("sinks", Some(index)), &span, section);
             Some(SinkConfig {
                 name,
                 kind,
@@ -568,6 +677,125 @@ fn check_sink_kind(ck: &mut Checker<'_>, kind: &SinkKind, span: &Range<usize>, s
     if let Some(age) = f.rotate_interval {
         ck.above_zero(span, section, "rotate_interval", age);
     }
+}
+
+/// The span of the key `path` inside the section `at` of the document:
+/// `("source", None)`, or `("sinks", Some(index))`.
+#[cfg_attr(
+    not(feature = "kafka"),
+    allow(dead_code, reason = "for connector problems")
+)]
+fn key_span(
+    doc: &toml_edit::Table,
+    at: (&str, Option<usize>),
+    path: &[String],
+) -> Option<Range<usize>> {
+    let section = doc.get(at.0)?;
+    let section = match at.1 {
+        Some(i) => section.as_array_of_tables()?.get(i)?,
+        None => section.as_table()?,
+    };
+    let mut table: &dyn toml_edit::TableLike = section;
+    let (last, parents) = path.split_last()?;
+    for key in parents {
+        table = table.get(key)?.as_table_like()?;
+    }
+    table.key(last).and_then(toml_edit::Key::span)
+}
+
+/// The key path a connector's problem names: `properties."name"` (the
+/// form the Kafka connector uses), or the first name in backquotes (the
+/// form of a deserialization error).
+#[cfg_attr(
+    not(feature = "kafka"),
+    allow(dead_code, reason = "for connector problems")
+)]
+fn problem_key(key: Option<&str>, message: &str) -> Vec<String> {
+    let property = message.find("properties.\"").and_then(|at| {
+        message[at..]
+            .split_once("\":")
+            .map(|(k, _)| &message[at..at + k.len() + 1])
+    });
+    let key = key.or(property).or_else(|| quoted_token(message, '`'));
+    match key {
+        Some(k) => match k.strip_prefix("properties.\"") {
+            Some(name) => vec![
+                "properties".to_owned(),
+                name.trim_end_matches('"').to_owned(),
+            ],
+            None => vec![k.to_owned()],
+        },
+        None => Vec::new(),
+    }
+}
+
+/// The Kafka source's table as `etl run` reads it (the connector's
+/// settings, librdkafka's checks of every property, the client created
+/// without a broker), and `[checkpoint] revoke_deadline` against its
+/// session timeout: each problem at its key's line.
+#[cfg(feature = "kafka")]
+fn check_kafka_source(
+    ck: &mut Checker<'_>,
+    source: &SourceConfig,
+    span: &Range<usize>,
+    checkpoint: &CheckpointConfig,
+    checkpoint_span: &Range<usize>,
+) {
+    let SourceConfig::Kafka(table) = source else {
+        return;
+    };
+    for p in crate::connectors::kafka::check_source(table, checkpoint) {
+        let path = problem_key(p.key.as_deref(), &p.message);
+        if p.key.as_deref() == Some("revoke_deadline") {
+            ck.problem_at(
+                checkpoint_span.clone(),
+                "revoke_deadline",
+                "[checkpoint]",
+                p.message,
+            );
+        } else {
+            ck.problem_at_path(("source", None), &path, span.clone(), "[source]", p.message);
+        }
+    }
+}
+
+#[cfg(not(feature = "kafka"))]
+fn check_kafka_source(
+    _: &mut Checker<'_>,
+    _: &SourceConfig,
+    _: &Range<usize>,
+    _: &CheckpointConfig,
+    _: &Range<usize>,
+) {
+}
+
+/// A Kafka sink's table as `etl run` reads it, each problem at its key's
+/// line.
+#[cfg(feature = "kafka")]
+fn check_kafka_sink(
+    ck: &mut Checker<'_>,
+    kind: &SinkKind,
+    at: (&str, Option<usize>),
+    span: &Range<usize>,
+    section: &str,
+) {
+    let SinkKind::Kafka(table) = kind else {
+        return;
+    };
+    for p in crate::connectors::kafka::check_sink(table) {
+        let path = problem_key(p.key.as_deref(), &p.message);
+        ck.problem_at_path(at, &path, span.clone(), section, p.message);
+    }
+}
+
+#[cfg(not(feature = "kafka"))]
+fn check_kafka_sink(
+    _: &mut Checker<'_>,
+    _: &SinkKind,
+    _: (&str, Option<usize>),
+    _: &Range<usize>,
+    _: &str,
+) {
 }
 
 fn resolve_paths(config: &mut Config, base: &Path) {

@@ -2,9 +2,12 @@
 //! typo is an error with its place rather than a silently ignored setting.
 //! Relative paths are resolved against the configuration file's folder.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use secrecy::zeroize::Zeroize;
+use secrecy::{CloneableSecret, ExposeSecret, SecretBox};
 use serde::Deserialize;
 
 use super::units::{ByteSize, duration, opt_duration};
@@ -37,8 +40,83 @@ pub enum SourceConfig {
     /// Deterministic synthetic records.
     Generator(GeneratorConfig),
     /// A Kafka consumer group; the table is read by the Kafka connector.
-    Kafka(toml::Table),
+    Kafka(ConnectorTable),
 }
+
+/// A connector's own table (`type = "kafka"`, `type = "postgres"`), read
+/// by the connector. It may hold passwords (Kafka `properties`, a
+/// PostgreSQL `url` or `password`), so it is held as a secret: `Debug`
+/// prints its keys only, it is zeroed when dropped, and reading it takes
+/// [`ExposeSecret::expose_secret`], for the connector alone.
+#[derive(Clone)]
+pub struct ConnectorTable(SecretBox<SecretTable>);
+
+/// The table inside a [`ConnectorTable`].
+#[derive(Clone, Default)]
+pub struct SecretTable(toml::Table);
+
+impl ConnectorTable {
+    /// Hold `table` as a secret.
+    #[must_use]
+    pub fn new(table: toml::Table) -> Self {
+        ConnectorTable(SecretBox::new(Box::new(SecretTable(table))))
+    }
+}
+
+impl ExposeSecret<toml::Table> for ConnectorTable {
+    fn expose_secret(&self) -> &toml::Table {
+        &self.0.expose_secret().0
+    }
+}
+
+impl From<toml::Table> for ConnectorTable {
+    fn from(table: toml::Table) -> Self {
+        ConnectorTable::new(table)
+    }
+}
+
+impl fmt::Debug for ConnectorTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ConnectorTable")
+            .field(&self.expose_secret().keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl fmt::Debug for SecretTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretTable([REDACTED])")
+    }
+}
+
+impl PartialEq for ConnectorTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose_secret() == other.expose_secret()
+    }
+}
+
+impl<'de> Deserialize<'de> for ConnectorTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        toml::Table::deserialize(deserializer).map(ConnectorTable::new)
+    }
+}
+
+impl Zeroize for SecretTable {
+    fn zeroize(&mut self) {
+        fn wipe(value: &mut toml::Value) {
+            match value {
+                toml::Value::String(s) => s.zeroize(),
+                toml::Value::Array(a) => a.iter_mut().for_each(wipe),
+                toml::Value::Table(t) => t.iter_mut().for_each(|(_, v)| wipe(v)),
+                _ => {}
+            }
+        }
+        self.0.iter_mut().for_each(|(_, v)| wipe(v));
+        self.0.clear();
+    }
+}
+
+impl CloneableSecret for SecretTable {}
 
 /// How a file's lines are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
@@ -239,9 +317,9 @@ pub enum SinkKind {
     /// runs).
     Blackhole(BlackholeSinkConfig),
     /// A Kafka producer; the table is read by the Kafka connector.
-    Kafka(toml::Table),
+    Kafka(ConnectorTable),
     /// A PostgreSQL table; the table is read by the PostgreSQL connector.
-    Postgres(toml::Table),
+    Postgres(ConnectorTable),
 }
 
 /// How records are encoded for a byte-oriented sink.

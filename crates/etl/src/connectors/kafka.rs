@@ -10,19 +10,123 @@
 //! commit time within the group's session timeout.
 //!
 //! Configuration problems are [`PipelineError::Invalid`] naming the
-//! section and the key; a client librdkafka refuses to create is
-//! [`PipelineError::Connector`]. Nothing connects before the pipeline
-//! runs.
+//! section and the key, found when the configuration is loaded
+//! ([`check_source`], [`check_sink`]: `etl validate` and `etl run` check
+//! the same, each problem at its line) and again when the clients are
+//! created. Nothing connects before the pipeline runs. The tables are
+//! [`ConnectorTable`]s, and no message holds the value of a secret
+//! property.
 
 use std::sync::Arc;
 
-use etl_kafka::{KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
+use etl_kafka::{KafkaError, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
 use etl_record::SourceId;
 use etl_sink::Sink;
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 
-use crate::config::CheckpointConfig;
+use crate::config::{CheckpointConfig, ConnectorTable};
 use crate::{PipelineBuilder, PipelineError};
+
+/// One problem of a Kafka table, for the configuration loader to place.
+#[derive(Debug)]
+pub(crate) struct Problem {
+    /// The key it concerns, as the connector names it (`group_id`,
+    /// `properties."sasl.password"`, `revoke_deadline` of `[checkpoint]`),
+    /// when known.
+    pub(crate) key: Option<String>,
+    /// What is wrong (no secret value in it).
+    pub(crate) message: String,
+}
+
+impl Problem {
+    fn of(e: &KafkaError) -> Self {
+        match e {
+            KafkaError::Config { key, message } => Problem {
+                key: Some(key.clone()),
+                message: format!("kafka: {key}: {message}"),
+            },
+            other => Problem {
+                key: None,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn message(message: String) -> Self {
+        Problem {
+            key: None,
+            message: format!("kafka: {message}"),
+        }
+    }
+}
+
+/// Every problem of a `[source] type = "kafka"` table that `etl run`
+/// would meet before connecting: the table's keys and types, the
+/// connector's settings, librdkafka's checks of every property and of the
+/// whole client configuration (created without a broker), the topic list,
+/// and the revoke deadline against the session timeout.
+pub(crate) fn check_source(table: &ConnectorTable, checkpoint: &CheckpointConfig) -> Vec<Problem> {
+    let (_, config) = match read_source(table) {
+        Ok(read) => read,
+        Err(message) => return vec![Problem::message(message)],
+    };
+    let mut problems: Vec<Problem> = match config.validate() {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.iter().map(Problem::of).collect(),
+    };
+    if let Err(e) = etl_kafka::PartitionMap::new(config.topics.clone()) {
+        problems.push(Problem {
+            key: Some("topics".to_owned()),
+            message: e.to_string(),
+        });
+    }
+    if let Some(message) = revoke_deadline_problem(&config, checkpoint) {
+        problems.push(Problem {
+            key: Some("revoke_deadline".to_owned()),
+            message,
+        });
+    }
+    problems
+}
+
+/// Every problem of a `[[sinks]] type = "kafka"` table that `etl run`
+/// would meet before connecting.
+pub(crate) fn check_sink(table: &ConnectorTable) -> Vec<Problem> {
+    let config =
+        match KafkaSinkConfig::deserialize(toml::Value::Table(table.expose_secret().clone())) {
+            Ok(config) => config,
+            Err(e) => return vec![Problem::message(one_line(&e))],
+        };
+    match config.validate() {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.iter().map(Problem::of).collect(),
+    }
+}
+
+/// A deserialization error on one line (`toml` puts the key it was in on
+/// a line of its own).
+fn one_line(e: &toml::de::Error) -> String {
+    e.to_string().trim_end().replace('\n', " ")
+}
+
+fn revoke_deadline_problem(
+    config: &KafkaSourceConfig,
+    checkpoint: &CheckpointConfig,
+) -> Option<String> {
+    let max = config.max_revoke_deadline();
+    (checkpoint.revoke_deadline > max).then(|| {
+        format!(
+            "[checkpoint] revoke_deadline = {} must stay below the Kafka source's \
+             session_timeout_ms = {} (at most two thirds of it, {}): a revocation drains \
+             and commits before the group's session times out; lower revoke_deadline or \
+             raise session_timeout_ms",
+            humantime::format_duration(checkpoint.revoke_deadline),
+            config.session_timeout_ms,
+            humantime::format_duration(max),
+        )
+    })
+}
 
 /// The source's name when the table has no `name`: part of every record's
 /// idempotency key (`kafka/partition/offset`).
@@ -35,21 +139,24 @@ const DEFAULT_NAME: &str = "kafka";
 ///
 /// [`PipelineError::Invalid`] naming the key.
 pub(crate) fn source_config(
-    table: &toml::Table,
+    table: &ConnectorTable,
 ) -> Result<(SourceId, KafkaSourceConfig), PipelineError> {
-    let invalid = |m: String| PipelineError::Invalid(format!("[source] (kafka): {m}"));
-    let mut table = table.clone();
+    read_source(table).map_err(|m| PipelineError::Invalid(format!("[source] (kafka): {m}")))
+}
+
+fn read_source(table: &ConnectorTable) -> Result<(SourceId, KafkaSourceConfig), String> {
+    let mut table = table.expose_secret().clone();
     let name = match table.remove("name") {
         None => DEFAULT_NAME.to_owned(),
         Some(toml::Value::String(s)) if !s.is_empty() && !s.contains('/') => s,
         Some(other) => {
-            return Err(invalid(format!(
+            return Err(format!(
                 "name must be a non-empty string without '/', not {other}"
-            )));
+            ));
         }
     };
-    let config = KafkaSourceConfig::deserialize(toml::Value::Table(table))
-        .map_err(|e| invalid(e.to_string().trim_end().to_owned()))?;
+    let config =
+        KafkaSourceConfig::deserialize(toml::Value::Table(table)).map_err(|e| one_line(&e))?;
     Ok((SourceId::new(name), config))
 }
 
@@ -67,26 +174,21 @@ pub(crate) fn source_config(
 /// librdkafka refuses the settings.
 pub(crate) fn with_source(
     builder: PipelineBuilder,
-    table: &toml::Table,
+    table: &ConnectorTable,
     checkpoint: &CheckpointConfig,
 ) -> Result<PipelineBuilder, PipelineError> {
     let (name, config) = source_config(table)?;
-    let max = config.max_revoke_deadline();
-    if checkpoint.revoke_deadline > max {
-        return Err(PipelineError::Invalid(format!(
-            "[checkpoint] revoke_deadline = {} must stay below the Kafka source's \
-             session_timeout_ms = {} (at most two thirds of it, {}): a revocation drains \
-             and commits before the group's session times out; lower revoke_deadline or \
-             raise session_timeout_ms",
-            humantime::format_duration(checkpoint.revoke_deadline),
-            config.session_timeout_ms,
-            humantime::format_duration(max),
-        )));
+    if let Some(message) = revoke_deadline_problem(&config, checkpoint) {
+        return Err(PipelineError::Invalid(message));
     }
-    let mut source = KafkaSource::new(name, config).map_err(connector)?;
+    let properties = config.properties.clone();
+    let mut source =
+        KafkaSource::new(name, config).map_err(|e| connector(e, &properties, "[source]"))?;
     let store = source.offset_store();
     Ok(builder.offset_store(store).source_factory(move |handle| {
-        source.start(handle.clone()).map_err(connector)?;
+        source
+            .start(handle.clone())
+            .map_err(|e| connector(e, &properties, "[source]"))?;
         Ok(Box::new(source))
     }))
 }
@@ -99,14 +201,14 @@ pub(crate) fn with_source(
 ///
 /// [`PipelineError::Invalid`] naming the sink and the key;
 /// [`PipelineError::Connector`] when librdkafka refuses the settings.
-pub(crate) fn open_sink(table: &toml::Table, name: &str) -> Result<Arc<dyn Sink>, PipelineError> {
+pub(crate) fn open_sink(
+    table: &ConnectorTable,
+    name: &str,
+) -> Result<Arc<dyn Sink>, PipelineError> {
     let config = sink_config(table, name)?;
-    let sink = KafkaSink::new(config).map_err(|e| match e {
-        etl_kafka::KafkaError::Config { .. } => {
-            PipelineError::Invalid(format!("sink {name:?} (kafka): {e}"))
-        }
-        other => connector(other),
-    })?;
+    let properties = config.properties.clone();
+    let sink = KafkaSink::new(config)
+        .map_err(|e| connector(e, &properties, &format!("sink {name:?} (kafka):")))?;
     Ok(Arc::new(sink))
 }
 
@@ -116,10 +218,10 @@ pub(crate) fn open_sink(table: &toml::Table, name: &str) -> Result<Arc<dyn Sink>
 ///
 /// [`PipelineError::Invalid`] naming the sink and the key.
 pub(crate) fn sink_config(
-    table: &toml::Table,
+    table: &ConnectorTable,
     name: &str,
 ) -> Result<KafkaSinkConfig, PipelineError> {
-    KafkaSinkConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+    KafkaSinkConfig::deserialize(toml::Value::Table(table.expose_secret().clone())).map_err(|e| {
         PipelineError::Invalid(format!(
             "sink {name:?} (kafka): {}",
             e.to_string().trim_end()
@@ -127,9 +229,18 @@ pub(crate) fn sink_config(
     })
 }
 
-fn connector(e: etl_kafka::KafkaError) -> PipelineError {
+/// A connector's error: a refused setting or a client librdkafka refused
+/// to create is a configuration problem (exit 78), with any secret
+/// property's value taken out of the message.
+fn connector(
+    e: KafkaError,
+    properties: &etl_kafka::KafkaProperties,
+    section: &str,
+) -> PipelineError {
     match e {
-        etl_kafka::KafkaError::Config { .. } => PipelineError::Invalid(format!("[source] {e}")),
+        e if e.is_configuration() => {
+            PipelineError::Invalid(properties.redact(&format!("{section} {e}")))
+        }
         other => PipelineError::Connector(Box::new(other)),
     }
 }
@@ -143,8 +254,8 @@ mod tests {
     use super::*;
     use crate::Pipeline;
 
-    fn table(text: &str) -> toml::Table {
-        text.parse().unwrap()
+    fn table(text: &str) -> ConnectorTable {
+        ConnectorTable::new(text.parse().unwrap())
     }
 
     const SOURCE: &str = r#"

@@ -13,9 +13,11 @@
 use std::time::{Duration, Instant};
 
 use etl_postgres::{PostgresError, PostgresSink, PostgresSinkConfig};
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 
 use crate::PipelineError;
+use crate::config::ConnectorTable;
 
 /// Where the URL comes from when the sink's table has no `url`.
 const URL_ENV: &str = "DATABASE_URL";
@@ -35,10 +37,10 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 ///
 /// [`PipelineError::Invalid`] naming the sink and the field.
 pub(crate) fn postgres_config(
-    table: &toml::Table,
+    table: &ConnectorTable,
     name: &str,
 ) -> Result<PostgresSinkConfig, PipelineError> {
-    let mut table = table.clone();
+    let mut table = table.expose_secret().clone();
     if !table.contains_key("url") {
         let url = std::env::var(URL_ENV).map_err(|_| {
             PipelineError::Invalid(format!(
@@ -70,7 +72,7 @@ pub(crate) fn postgres_config(
 /// [`PipelineError::Connector`] when the server cannot be reached in time,
 /// refuses the credentials, or a statement fails.
 pub(crate) async fn open_postgres(
-    table: &toml::Table,
+    table: &ConnectorTable,
     name: &str,
 ) -> Result<PostgresSink, PipelineError> {
     let config = postgres_config(table, name)?;
@@ -136,8 +138,8 @@ fn url_password(url: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn table(text: &str) -> toml::Table {
-        text.parse().expect("test TOML parses")
+    fn table(text: &str) -> ConnectorTable {
+        ConnectorTable::new(text.parse().expect("test TOML parses"))
     }
 
     #[test]

@@ -1,0 +1,167 @@
+//! `${VAR}` in the configuration: values from the environment, defaults,
+//! `$$`, comments left alone, unset variables as problems at their line
+//! (exit 78 from `etl validate` and `etl run`, no `${VAR}` folder made).
+
+// Helpers outside `#[test]` functions unwrap too.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use etl::{ConfigProblem, SinkKind, parse_config_with_env};
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "OUT" => Some("/data/out".to_owned()),
+        "EMPTY" => Some(String::new()),
+        "KAFKA_PASSWORD" => Some("Zq9SecretPw".to_owned()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<etl::Config, Vec<ConfigProblem>> {
+    parse_config_with_env(text, Path::new("/base"), env)
+}
+
+fn file_sink_path(config: &etl::Config) -> String {
+    match &config.sinks[0].kind {
+        SinkKind::File(f) => f.path.display().to_string(),
+        other => panic!("{other:?}"),
+    }
+}
+
+const GENERATOR: &str = "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n";
+
+#[test]
+fn string_values_take_variables_and_defaults() {
+    let config = parse(&format!(
+        "{GENERATOR}[[sinks]]\ntype = \"file\"\npath = \"${{OUT}}/a.ndjson\"\nname = \"${{NAME:-main}}\"\n"
+    ))
+    .unwrap();
+    assert_eq!(file_sink_path(&config), "/data/out/a.ndjson");
+    assert_eq!(config.sinks[0].name, "main");
+    let config = parse(&format!(
+        "{GENERATOR}[[sinks]]\ntype = \"file\"\npath = \"${{EMPTY:-x}}/${{EMPTY-y}}b\"\n"
+    ))
+    .unwrap();
+    assert_eq!(file_sink_path(&config), "/base/x/b");
+}
+
+#[test]
+fn double_dollars_escape_and_comments_are_not_interpolated() {
+    let config = parse(&format!(
+        "# path = \"${{UNSET}}\"\n{GENERATOR}[[sinks]]\ntype = \"file\"\n\
+         path = \"/p/$${{OUT}}/$$/a$b\" # ${{UNSET}} here too\n"
+    ))
+    .unwrap();
+    assert_eq!(file_sink_path(&config), "/p/${OUT}/$/a$b");
+}
+
+#[test]
+fn an_unset_variable_is_a_problem_at_its_line_naming_it() {
+    let problems = parse(&format!(
+        "{GENERATOR}\n[[sinks]]\ntype = \"file\"\npath = \"${{EDIR}}/out.ndjson\"\n"
+    ))
+    .unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let p = &problems[0];
+    assert_eq!((p.line, p.column), (7, 8), "{p:?}");
+    assert_eq!(p.section, "[[sinks]] #1");
+    assert!(
+        p.message
+            .contains("path: environment variable EDIR is not set"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn every_malformed_reference_is_reported() {
+    let problems = parse(&format!(
+        "{GENERATOR}name = \"${{A B}}\"\n[[sinks]]\ntype = \"file\"\npath = \"${{OPEN\"\n"
+    ))
+    .unwrap_err();
+    let lines: Vec<usize> = problems.iter().map(|p| p.line).collect();
+    assert_eq!(lines, [4, 7], "{problems:?}");
+    assert!(problems[0].message.contains("invalid variable reference"));
+    assert!(problems[1].message.contains("unterminated"));
+}
+
+#[test]
+fn a_secret_from_a_variable_is_in_no_problem_and_stays_a_secret() {
+    // Put where it does not belong: the message about it leaves it out.
+    let problems =
+        parse("[source]\ntype = \"${KAFKA_PASSWORD}\"\n[[sinks]]\ntype = \"blackhole\"\n")
+            .unwrap_err();
+    let shown = format!("{problems:?}");
+    assert!(!shown.contains("Zq9SecretPw"), "{shown}");
+    assert!(shown.contains("***"), "{shown}");
+    // Where it belongs, the connector's table holds it as a secret.
+    #[cfg(feature = "kafka")]
+    {
+        let config = parse(
+            "[source]\ntype = \"kafka\"\nbrokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n\
+             [source.properties]\n\"sasl.password\" = \"${KAFKA_PASSWORD}\"\n\
+             [[sinks]]\ntype = \"blackhole\"\n[checkpoint]\nrevoke_deadline = \"1s\"\n",
+        )
+        .unwrap();
+        let etl::SourceConfig::Kafka(table) = &config.source else {
+            panic!("kafka")
+        };
+        use secrecy::ExposeSecret;
+        assert_eq!(
+            table.expose_secret()["properties"]["sasl.password"].as_str(),
+            Some("Zq9SecretPw")
+        );
+        assert!(!format!("{config:?}").contains("Zq9SecretPw"));
+    }
+}
+
+fn etl(command: &str, config: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    cmd.arg(command).arg(config).env_remove("EDIR");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn validate_and_run_exit_78_on_an_unset_variable_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 2\n\n\
+         [[sinks]]\ntype = \"file\"\npath = \"${EDIR}/out.ndjson\"\n\n\
+         [checkpoint]\nstore = { type = \"memory\" }\n",
+    )
+    .unwrap();
+    for command in ["validate", "run"] {
+        let out = etl(command, &config, &[]);
+        assert_eq!(out.status.code(), Some(78), "{command}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(
+                "pipeline.toml:7:8: [[sinks]] #1: path: environment variable EDIR is not set"
+            ),
+            "{command}: {stderr}"
+        );
+    }
+    let made: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(made, ["pipeline.toml"], "nothing but the configuration");
+
+    // Set, the same file runs and writes where the variable says.
+    let out_dir = dir.path().join("given");
+    let out = etl("run", &config, &[("EDIR", out_dir.to_str().unwrap())]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(out_dir.join("out.ndjson")).unwrap();
+    assert_eq!(written.lines().count(), 2);
+}

@@ -1,0 +1,590 @@
+//! A known secret, `Zq9SecretPw`, in every failing configuration we can
+//! build (bad Kafka property values, misspelled and mistyped keys, an
+//! unreachable broker, unset variables, PostgreSQL URLs and connection
+//! strings with passwords, ...): `etl validate` and `etl run`, with every
+//! log line on (`ETL_LOG=trace`, librdkafka's `debug = "all"` where it
+//! applies) in both log formats, print it in no byte of their output. And
+//! `{:?}` of every configuration type holding it leaves it out.
+
+#![cfg(all(feature = "kafka", feature = "postgres"))]
+// Helpers outside `#[test]` functions unwrap too: a panic here is a failed
+// test.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+
+const SECRET: &str = "Zq9SecretPw";
+
+/// One failing configuration.
+struct Case {
+    name: &'static str,
+    /// A PostgreSQL sink's case: what it prints is the connector's.
+    postgres: bool,
+    /// The TOML file.
+    toml: String,
+    /// Environment variables for the command.
+    env: Vec<(&'static str, &'static str)>,
+    /// What `etl validate` must exit with, where that is settled.
+    validate: Option<i32>,
+    /// Strings that must not appear either (parts of a secret).
+    also_secret: Vec<&'static str>,
+}
+
+fn case(name: &'static str, toml: impl Into<String>) -> Case {
+    let toml = toml.into();
+    Case {
+        name,
+        postgres: toml.contains("type = \"postgres\""),
+        toml,
+        env: Vec::new(),
+        validate: Some(78),
+        also_secret: Vec::new(),
+    }
+}
+
+/// A Kafka source against a port nobody listens on, with `extra` in its
+/// `[source.properties]`.
+fn kafka_source(extra: &str) -> String {
+    format!(
+        r#"
+[source]
+type = "kafka"
+brokers = "127.0.0.1:1"
+group_id = "secrets"
+topics = ["orders"]
+session_timeout_ms = 6000
+heartbeat_interval_ms = 1000
+commit_timeout_ms = 500
+
+[source.properties]
+{extra}
+
+[[sinks]]
+type = "blackhole"
+
+[checkpoint]
+revoke_deadline = "1s"
+shutdown_timeout = "2s"
+"#
+    )
+}
+
+/// A generator into a Kafka sink against a port nobody listens on.
+fn kafka_sink(extra: &str) -> String {
+    format!(
+        r#"
+[source]
+type = "generator"
+records_per_partition = 3
+
+[[sinks]]
+type = "kafka"
+brokers = "127.0.0.1:1"
+topic = "out"
+message_timeout_ms = 500
+retry_max_elapsed = "1s"
+timeout = "2s"
+
+[sinks.properties]
+{extra}
+
+[delivery]
+on_failure = "halt"
+
+[checkpoint]
+store = {{ type = "memory" }}
+shutdown_timeout = "2s"
+"#
+    )
+}
+
+/// A generator into a PostgreSQL sink.
+fn postgres(table: &str) -> String {
+    format!(
+        r#"
+[source]
+type = "generator"
+records_per_partition = 3
+
+[[sinks]]
+name = "db"
+type = "postgres"
+table = "orders"
+columns = [{{ name = "id", type = "bigint" }}]
+{table}
+
+[checkpoint]
+store = {{ type = "memory" }}
+shutdown_timeout = "2s"
+"#
+    )
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = vec![
+        case(
+            "a key password librdkafka refuses",
+            kafka_source(&format!(
+                "\"ssl.key.password\" = \"{SECRET}\"\n\"security.protocol\" = \"bogus\""
+            )),
+        ),
+        case(
+            "a misspelled password property",
+            kafka_source(&format!("\"sasl.passwd\" = \"{SECRET}\"")),
+        ),
+        case(
+            "a misspelled password property of a sink",
+            kafka_sink(&format!("\"sasl.pasword\" = \"{SECRET}\"")),
+        ),
+        case(
+            "a password of the wrong type",
+            kafka_source(&format!("\"sasl.password\" = [\"{SECRET}\"]")),
+        ),
+        Case {
+            also_secret: vec!["918273645546372819"],
+            ..case(
+                "passwords written as numbers, one misspelled",
+                kafka_source(
+                    "\"sasl.password\" = 918273645546372819\n\"sasl.passwd\" = 918273645546372819",
+                ),
+            )
+        },
+        case(
+            "an unterminated password string",
+            kafka_source(&format!("\"sasl.password\" = \"{SECRET}")),
+        ),
+        case(
+            "an unquoted password",
+            kafka_source(&format!("\"sasl.password\" = {SECRET}")),
+        ),
+        case(
+            "a password with a bad escape",
+            kafka_source(&format!("\"sasl.password\" = \"{SECRET}\\q{SECRET}\"")),
+        ),
+        case(
+            "a password set twice",
+            kafka_source(&format!(
+                "\"sasl.password\" = \"{SECRET}\"\n\"sasl.password\" = \"{SECRET}\""
+            )),
+        ),
+        case(
+            "a password in an inline table",
+            kafka_source(&format!("\"sasl.password\" = {{ value = \"{SECRET}\" }}")),
+        ),
+        case(
+            "secrets beside an unknown key",
+            kafka_source(&format!(
+                "\"sasl.password\" = \"{SECRET}\"\n\"ssl.key.pem\" = \"{SECRET}\"\n\
+                 \"sasl.oauthbearer.client.secret\" = \"{SECRET}\"\n\"no.such.thing\" = \"1\""
+            )),
+        ),
+        case(
+            "a SASL password with a mechanism the client refuses",
+            kafka_source(&format!(
+                "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"NOPE\"\n\
+                 \"sasl.username\" = \"etl\"\n\"sasl.password\" = \"{SECRET}\""
+            )),
+        ),
+        case(
+            "an OAUTHBEARER client secret without its token endpoint",
+            kafka_source(&format!(
+                "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"OAUTHBEARER\"\n\
+                 \"sasl.oauthbearer.method\" = \"oidc\"\n\"sasl.oauthbearer.client.id\" = \"etl\"\n\
+                 \"sasl.oauthbearer.client.secret\" = \"{SECRET}\""
+            )),
+        ),
+        case(
+            "a revoke deadline past the session timeout, beside a password",
+            kafka_source(&format!("\"sasl.password\" = \"{SECRET}\""))
+                .replace("revoke_deadline = \"1s\"", "revoke_deadline = \"10s\""),
+        ),
+        case(
+            "an unset variable beside a password",
+            kafka_source(&format!(
+                "\"sasl.password\" = \"{SECRET}\"\n\"sasl.username\" = \"${{UNSET_KAFKA_USER}}\""
+            )),
+        ),
+        Case {
+            env: vec![("KAFKA_PASSWORD", SECRET)],
+            ..case(
+                "a secret variable put where it does not belong",
+                kafka_source("\"sasl.password\" = \"${KAFKA_PASSWORD}\"")
+                    .replace("type = \"kafka\"", "type = \"${KAFKA_PASSWORD}\""),
+            )
+        },
+        Case {
+            env: vec![("KAFKA_PASSWORD", SECRET)],
+            ..case(
+                "a secret variable in a misspelled property",
+                kafka_sink("\"sasl.passwrd\" = \"${KAFKA_PASSWORD}\""),
+            )
+        },
+        Case {
+            validate: Some(0),
+            ..case(
+                "an unreachable broker, SASL and every librdkafka log line",
+                kafka_source(&format!(
+                    "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"PLAIN\"\n\
+                     \"sasl.username\" = \"etl\"\n\"sasl.password\" = \"{SECRET}\"\n\"debug\" = \"all\""
+                )),
+            )
+        },
+        Case {
+            validate: Some(0),
+            ..case(
+                "a sink's unreachable broker, SASL and every librdkafka log line",
+                kafka_sink(&format!(
+                    "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"PLAIN\"\n\
+                     \"sasl.username\" = \"etl\"\n\"sasl.password\" = \"{SECRET}\"\n\"debug\" = \"all\""
+                )),
+            )
+        },
+        Case {
+            env: vec![("KAFKA_PASSWORD", SECRET)],
+            validate: Some(0),
+            ..case(
+                "a password from the environment, an unreachable broker",
+                kafka_sink(
+                    "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"PLAIN\"\n\
+                     \"sasl.username\" = \"etl\"\n\"sasl.password\" = \"${KAFKA_PASSWORD}\"",
+                ),
+            )
+        },
+        // PostgreSQL: the connector redacts what it prints; the
+        // configuration layer holds the table as a secret.
+        Case {
+            validate: None,
+            ..case(
+                "a URL with ?password= and an unknown option",
+                postgres(&format!(
+                    "url = \"postgres://etl@127.0.0.1:1/db?password={SECRET}&bogus_opt=1\""
+                )),
+            )
+        },
+        Case {
+            validate: None,
+            ..case(
+                "a URL with user:password@ and a bad port",
+                postgres(&format!(
+                    "url = \"postgres://etl:{SECRET}@127.0.0.1:notaport/db\""
+                )),
+            )
+        },
+        Case {
+            validate: None,
+            ..case(
+                "a connection string with password = x and a bad port",
+                postgres(&format!(
+                    "url = \"host=127.0.0.1 port=notaport user=etl password = {SECRET}\""
+                )),
+            )
+        },
+        Case {
+            validate: None,
+            also_secret: vec!["SecretPw"],
+            ..case(
+                "a connection string with a quoted password",
+                postgres("url = \"host=127.0.0.1 port=notaport user=etl password='Zq9 SecretPw'\""),
+            )
+        },
+        Case {
+            validate: None,
+            ..case(
+                "a password field beside a mistyped one",
+                postgres(&format!(
+                    "url = \"postgres://etl@127.0.0.1:1/db\"\npassword = \"{SECRET}\"\nmethod = 5"
+                )),
+            )
+        },
+        Case {
+            env: vec![(
+                "DATABASE_URL",
+                "postgres://etl@127.0.0.1:1/db?password=Zq9SecretPw&bogus_opt=1",
+            )],
+            validate: None,
+            ..case(
+                "DATABASE_URL with ?password= and an unknown option",
+                postgres(""),
+            )
+        },
+        Case {
+            env: vec![("PG_URL", "postgres://etl:Zq9SecretPw@127.0.0.1:notaport/db")],
+            validate: None,
+            ..case("a URL from a variable", postgres("url = \"${PG_URL}\""))
+        },
+        case(
+            "an unset variable beside a URL with a password",
+            postgres(&format!(
+                "url = \"postgres://etl:{SECRET}@127.0.0.1:1/db\"\nschema = \"${{UNSET_SCHEMA}}\""
+            )),
+        ),
+        case(
+            "a Kafka dead-letter sink with a misspelled password",
+            format!(
+                "{}\n[dead_letter]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ntopic = \"dead\"\n\
+                 properties = {{ \"sasl.pwd\" = \"{SECRET}\" }}\n",
+                kafka_sink("").replace("[delivery]\non_failure = \"halt\"\n", "")
+            ),
+        ),
+    ];
+    for c in &mut cases {
+        c.also_secret.push(SECRET);
+    }
+    cases
+}
+
+/// Run `etl` with every log line on; stop it (SIGTERM, then SIGKILL) if
+/// it is still running after `patience`: a source against an unreachable
+/// broker retries until stopped.
+fn etl(args: &[&str], config: &Path, env: &[(&str, &str)], patience: Duration) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    cmd.args(args)
+        .arg(config)
+        .env("ETL_LOG", "trace")
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let started = Instant::now();
+    let mut signalled = None;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        match signalled {
+            None if started.elapsed() > patience => {
+                let _ = Command::new("kill")
+                    .arg("-TERM")
+                    .arg(child.id().to_string())
+                    .status();
+                signalled = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > Duration::from_secs(20) => {
+                let _ = child.kill();
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn check(case: &Case, dir: &Path) -> Vec<String> {
+    let config = dir.join("pipeline.toml");
+    std::fs::write(&config, &case.toml).unwrap();
+    let mut failures = Vec::new();
+    let runs: [(&[&str], Duration); 3] = [
+        (
+            &["--log-format", "json", "validate"],
+            Duration::from_secs(60),
+        ),
+        (&["--log-format", "json", "run"], Duration::from_secs(3)),
+        (&["--log-format", "text", "run"], Duration::from_secs(3)),
+    ];
+    for (args, patience) in runs {
+        let out = etl(args, &config, &case.env, patience);
+        let command = args.join(" ");
+        for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            let text = String::from_utf8_lossy(bytes);
+            for secret in &case.also_secret {
+                if text.contains(secret) {
+                    failures.push(format!(
+                        "{}: `etl {command}` printed {secret:?} on {stream}:\n{}",
+                        case.name,
+                        text.lines()
+                            .filter(|l| l.contains(secret))
+                            .take(5)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
+            }
+        }
+        if args.contains(&"validate")
+            && let Some(code) = case.validate
+            && out.status.code() != Some(code)
+        {
+            failures.push(format!(
+                "{}: `etl {command}` exited {:?}, not {code}:\n{}",
+                case.name,
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+            "{}: {}",
+            case.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    failures
+}
+
+/// Check `cases` a few at a time (most wait for a timeout or a signal).
+fn check_all(cases: &[Case]) {
+    let failures: Vec<String> = cases
+        .chunks(6)
+        .flat_map(|chunk| {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|case| {
+                        scope.spawn(move || {
+                            let dir = tempfile::tempdir().unwrap();
+                            check(case, dir.path())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn no_failing_kafka_or_configuration_case_prints_its_secret() {
+    let cases: Vec<Case> = cases().into_iter().filter(|c| !c.postgres).collect();
+    check_all(&cases);
+}
+
+#[test]
+fn no_failing_postgres_case_prints_its_secret() {
+    let cases: Vec<Case> = cases().into_iter().filter(|c| c.postgres).collect();
+    check_all(&cases);
+}
+
+/// A configuration holding the secret in every place one can be written.
+fn everywhere() -> String {
+    format!(
+        r#"
+[source]
+type = "kafka"
+brokers = "127.0.0.1:1"
+group_id = "g"
+topics = ["t"]
+properties = {{ "sasl.password" = "{SECRET}", "sasl.username" = "etl" }}
+
+[[sinks]]
+name = "topic"
+type = "kafka"
+brokers = "127.0.0.1:1"
+topic = "out"
+properties = {{ "sasl.password" = "{SECRET}" }}
+
+[[sinks]]
+name = "db"
+type = "postgres"
+url = "postgres://etl:{SECRET}@127.0.0.1:1/db?password={SECRET}"
+password = "{SECRET}"
+table = "orders"
+columns = [{{ name = "id", type = "bigint" }}]
+
+[dead_letter]
+type = "postgres"
+url = "host=127.0.0.1 user=etl password = {SECRET}"
+table = "dead"
+columns = [{{ name = "id", type = "bigint" }}]
+"#
+    )
+}
+
+#[test]
+fn debug_of_every_configuration_type_leaves_secrets_out() {
+    let config =
+        etl::parse_config(&everywhere(), Path::new(".")).unwrap_or_else(|p| panic!("{p:?}"));
+    let mut shown = vec![
+        format!("{config:?}"),
+        format!("{config:#?}"),
+        format!("{:?}", config.source),
+        format!("{:?}", config.sinks),
+        format!("{:?}", config.dead_letter),
+    ];
+    let etl::SourceConfig::Kafka(source) = &config.source else {
+        panic!("a kafka source")
+    };
+    let source_table = source.expose_secret().clone();
+    let mut table = source_table.clone();
+    table.remove("name");
+    let kafka_source =
+        etl_kafka::KafkaSourceConfig::deserialize(toml::Value::Table(table)).unwrap();
+    shown.push(format!("{kafka_source:?}"));
+    // Every property that may hold a secret, misspelled ones too (parsed
+    // alone: this build of librdkafka may refuse some of them).
+    let mut all: toml::Table = toml::from_str(&format!(
+        "brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n[properties]\n{}",
+        [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.key.pem",
+            "ssl_key",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.config",
+            "sasl.passwd",
+            "sasl.pasword",
+            "my.secret",
+            "x.password",
+        ]
+        .map(|k| format!("\"{k}\" = \"{SECRET}\"\n"))
+        .concat()
+    ))
+    .unwrap();
+    let table = etl::ConnectorTable::new(all.clone());
+    shown.push(format!("{table:?}"));
+    shown.push(format!("{:?}", etl::SourceConfig::Kafka(table)));
+    all.remove("group_id");
+    all.remove("topics");
+    all.insert("topic".to_owned(), "t".into());
+    let sink = etl_kafka::KafkaSinkConfig::deserialize(toml::Value::Table(all)).unwrap();
+    shown.push(format!("{sink:?}"));
+    shown.push(format!("{:?}", sink.validate()));
+    shown.push(format!("{:?}", kafka_source.properties));
+    shown.push(format!("{:?}", kafka_source.validate()));
+    let etl::SinkKind::Kafka(sink) = &config.sinks[0].kind else {
+        panic!("a kafka sink")
+    };
+    let kafka_sink =
+        etl_kafka::KafkaSinkConfig::deserialize(toml::Value::Table(sink.expose_secret().clone()))
+            .unwrap();
+    shown.push(format!("{kafka_sink:?}"));
+    for kind in [&config.sinks[1].kind, config.dead_letter.as_ref().unwrap()] {
+        let etl::SinkKind::Postgres(table) = kind else {
+            panic!("a postgres sink")
+        };
+        shown.push(format!("{table:?}"));
+    }
+    for text in shown {
+        assert!(!text.contains(SECRET), "{text}");
+    }
+}
+
+#[test]
+fn debug_of_the_postgres_sink_config_leaves_secrets_out() {
+    let config =
+        etl::parse_config(&everywhere(), Path::new(".")).unwrap_or_else(|p| panic!("{p:?}"));
+    for kind in [&config.sinks[1].kind, config.dead_letter.as_ref().unwrap()] {
+        let etl::SinkKind::Postgres(table) = kind else {
+            panic!("a postgres sink")
+        };
+        let pg = etl_postgres::PostgresSinkConfig::deserialize(toml::Value::Table(
+            table.expose_secret().clone(),
+        ))
+        .unwrap();
+        let shown = format!("{pg:?}");
+        assert!(!shown.contains(SECRET), "{shown}");
+    }
+}
