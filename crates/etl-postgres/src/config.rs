@@ -21,6 +21,22 @@ pub enum WriteMethod {
     Insert,
 }
 
+/// How an exactly-once sink locks its progress (progress table and
+/// progress name) for its life; see `docs/postgres.md`, "The progress
+/// lock".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressLock {
+    /// One sink at a time: a second one is refused
+    /// ([`PostgresError::InUse`](crate::PostgresError::InUse)).
+    #[default]
+    Exclusive,
+    /// Any number of sinks that divide the partitions among themselves by
+    /// other means (members of one Kafka consumer group), but no
+    /// exclusive one.
+    Shared,
+}
+
 /// One column of the target table and where its value comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,6 +118,10 @@ pub struct PostgresSinkConfig {
     /// name when absent. Two sinks must not share one.
     #[serde(default)]
     pub progress_name: Option<String>,
+    /// How the exactly-once sink locks its progress: `exclusive` (one
+    /// sink at a time) or `shared` (the members of one consumer group).
+    #[serde(default)]
+    pub progress_lock: ProgressLock,
     /// How batches are written.
     #[serde(default)]
     pub method: WriteMethod,
@@ -136,6 +156,7 @@ impl PostgresSinkConfig {
             exactly_once: false,
             progress_table: default_progress_table(),
             progress_name: None,
+            progress_lock: ProgressLock::default(),
             method: WriteMethod::default(),
             connect_timeout_secs: default_connect_timeout_secs(),
         }
@@ -166,6 +187,13 @@ impl PostgresSinkConfig {
     #[must_use]
     pub fn exactly_once(mut self, yes: bool) -> Self {
         self.exactly_once = yes;
+        self
+    }
+
+    /// Set how the progress is locked.
+    #[must_use]
+    pub fn progress_lock(mut self, lock: ProgressLock) -> Self {
+        self.progress_lock = lock;
         self
     }
 
@@ -284,6 +312,7 @@ impl fmt::Debug for PostgresSinkConfig {
             .field("exactly_once", &self.exactly_once)
             .field("progress_table", &self.progress_table)
             .field("progress_name", &self.progress_name)
+            .field("progress_lock", &self.progress_lock)
             .field("method", &self.method)
             .field("connect_timeout_secs", &self.connect_timeout_secs)
             .finish()

@@ -48,6 +48,24 @@ pub enum PostgresError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// Another sink holds this sink's progress (the same progress table
+    /// and progress name): two writers would interleave their progress.
+    /// The holder keeps it for its life (a session-level advisory lock,
+    /// released by the server when its connection ends).
+    #[error(
+        "progress {name:?} in table {table} is in use by another sink ({}): one sink at a \
+         time may write under a progress name; stop the other run or wait for it to end",
+        holder(*pid)
+    )]
+    InUse {
+        /// The progress table, schema-qualified.
+        table: String,
+        /// The progress name.
+        name: String,
+        /// The server process id of the holder's session, when the server
+        /// shows it.
+        pid: Option<i32>,
+    },
     /// The progress table holds a row this sink cannot use.
     #[error("progress table {table} is unusable: {reason}")]
     CorruptProgress {
@@ -129,7 +147,22 @@ pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     }
 }
 
+fn holder(pid: Option<i32>) -> String {
+    match pid {
+        Some(pid) => format!("PostgreSQL backend pid {pid}, see pg_stat_activity"),
+        None => "a session this role cannot see".to_owned(),
+    }
+}
+
 impl PostgresError {
+    /// Whether another sink holds this sink's progress
+    /// ([`PostgresError::InUse`]).
+    #[must_use]
+    pub fn is_in_use(&self) -> bool {
+        matches!(self, PostgresError::InUse { .. })
+    }
+
+
     /// Whether the same operation may succeed later (the server is down,
     /// restarting or overloaded).
     #[must_use]
@@ -144,7 +177,9 @@ impl PostgresError {
             }
             PostgresError::ConnectTimeout { .. } => true,
             PostgresError::Query { source, .. } => classify(source) == Class::Retryable,
-            PostgresError::Config { .. } | PostgresError::CorruptProgress { .. } => false,
+            PostgresError::Config { .. }
+            | PostgresError::CorruptProgress { .. }
+            | PostgresError::InUse { .. } => false,
         }
     }
 }

@@ -55,11 +55,12 @@ impl PostgresSink {
     pub(crate) async fn write_batch(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let (mut work, mut rejects) = self.prepare_work(batch);
         if !work.is_empty() {
-            let mut conn = self.pool.take(&self.connector).await?;
-            let written = match self.write_all(&mut conn, &work).await {
+            let mut lease = self.lease().await?;
+            let conn = &mut lease.conn;
+            let written = match self.write_all(conn, &work).await {
                 Err(e) if classify(&e) == Class::Row => {
                     tracing::debug!(reason = %describe(&e), "batch refused; writing it row by row");
-                    self.write_each(&mut conn, &mut work, &mut rejects).await
+                    self.write_each(conn, &mut work, &mut rejects).await
                 }
                 other => other,
             };
@@ -67,7 +68,7 @@ impl PostgresSink {
                 // The connection is dropped: it may be broken.
                 return Err(self.query_error("write a batch", source).into());
             }
-            self.pool.give_back(conn);
+            lease.release();
             if self.exactly_once() {
                 let mut progress = self.progress_lock();
                 for (p, o) in work.partitions.iter().zip(&work.next_offsets) {

@@ -202,3 +202,66 @@ async fn progress_never_passes_a_rejected_row_before_its_dead_letter_is_written(
         );
     }
 }
+
+/// Open a sink, retrying while the previous holder's session is still
+/// ending on the server (its connection closes asynchronously).
+async fn open_when_free(config: PostgresSinkConfig) -> PostgresSink {
+    let mut last = None;
+    for _ in 0..50 {
+        match PostgresSink::connect(config.clone()).await {
+            Ok(sink) => return sink,
+            Err(e) if e.is_in_use() => {
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("the progress lock was never released: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sink_on_the_same_progress_is_refused_until_the_first_closes() {
+    let url = url();
+    let name = table("eo_lock");
+    let first = PostgresSink::connect(config(&url, &name, WriteMethod::Copy))
+        .await
+        .unwrap();
+
+    // Same table and progress name: refused at open, with a typed error
+    // naming the progress table and the holder.
+    let err = PostgresSink::connect(config(&url, &name, WriteMethod::Insert))
+        .await
+        .expect_err("a second sink on the same progress must be refused");
+    assert!(err.is_in_use(), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("etl_progress"), "{text}");
+    assert!(text.contains(&name), "{text}");
+    assert!(text.contains("pid"), "{text}");
+    assert!(matches!(
+        etl_sink::SinkError::from(err),
+        etl_sink::SinkError::Permanent(_)
+    ));
+
+    // The same table spelt with its schema is the same progress.
+    let mut qualified = config(&url, &name, WriteMethod::Copy);
+    qualified.progress_table = "public.etl_progress".to_owned();
+    let err = PostgresSink::connect(qualified).await.unwrap_err();
+    assert!(err.is_in_use(), "{err}");
+
+    // Another progress name is another lock.
+    let mut other = config(&url, &name, WriteMethod::Copy);
+    other.progress_name = Some(format!("{name}-other"));
+    let other = PostgresSink::connect(other).await.unwrap();
+
+    // The first one writes, closes; a new one opens and resumes.
+    let (driver, _) = SinkDriver::exactly_once(first, NdjsonEncoder::new());
+    let handle = driver.config(driver_config()).spawn();
+    let mut source = TestSource::new();
+    handle.send(source.batch(records(0, 0..10))).await.unwrap();
+    handle.close().await.unwrap();
+    let again = open_when_free(config(&url, &name, WriteMethod::Copy)).await;
+    assert_eq!(again.progress().get(PartitionId(0)), Some(Offset(10)));
+    drop(other);
+}

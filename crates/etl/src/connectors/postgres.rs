@@ -94,6 +94,13 @@ fn connector_error(name: &str, e: PostgresError) -> PipelineError {
         PostgresError::Config { .. } => {
             return PipelineError::Invalid(format!("sink {name:?}: {e}"));
         }
+        // Kept typed: the binary exits 75 (state in use) on it.
+        PostgresError::InUse { .. } => {
+            return PipelineError::Sink {
+                name: name.to_owned(),
+                source: e.into(),
+            };
+        }
         _ => format!("sink {name:?}: {e}"),
     };
     PipelineError::Connector(message.into())
