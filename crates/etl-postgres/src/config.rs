@@ -1,10 +1,12 @@
 //! The sink's configuration: where to connect, which table, which columns.
 
 use std::fmt;
+use std::path::PathBuf;
 
+use secrecy::SecretString;
 use serde::Deserialize;
 
-use crate::PostgresError;
+use crate::{PostgresError, SslMode};
 
 /// How a batch reaches the table. Both run in one transaction per batch
 /// and upsert on the key; see `docs/postgres.md` for measurements.
@@ -81,17 +83,41 @@ impl ColumnConfig {
 /// `type = "postgres"` sink in the `etl` TOML config.
 ///
 /// The password comes from, in order: [`password`](Self::password), the
-/// URL, the `PGPASSWORD` environment variable. It never appears in `Debug`
-/// output, logs or error messages.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+/// URL, the `PGPASSWORD` environment variable. The URL and the password are
+/// held as secrets ([`SecretString`]): neither `Debug` output, logs nor
+/// error messages show them, only the URL with its passwords replaced by
+/// `***`.
+///
+/// TLS follows libpq: [`sslmode`](Self::sslmode),
+/// [`sslrootcert`](Self::sslrootcert), [`sslcert`](Self::sslcert) and
+/// [`sslkey`](Self::sslkey), each also accepted in the URL
+/// (`?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem`); a field set
+/// here wins over the URL's.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresSinkConfig {
-    /// `postgres://user@host:port/database` (a `key=value` connection
-    /// string works too).
-    pub url: String,
+    /// `postgres://user@host:port/database?key=value` or a libpq
+    /// `key=value` connection string. A secret: it may hold the password.
+    pub url: SecretString,
     /// The password, if not in the URL or `PGPASSWORD`.
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<SecretString>,
+    /// Whether and how to use TLS: `disable`, `prefer` (the default, as in
+    /// libpq: TLS when the server offers it, unchecked; a fallback to
+    /// plaintext is logged at WARN), `require`, `verify-ca`, `verify-full`.
+    #[serde(default)]
+    pub sslmode: Option<SslMode>,
+    /// PEM file of the CA certificate(s) the server's certificate must
+    /// chain to (needed by `verify-ca` and `verify-full`).
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
+    /// PEM file of the client certificate (chain), for servers that ask
+    /// for one (`clientcert=verify-full`, `cert` authentication).
+    #[serde(default)]
+    pub sslcert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key (unencrypted).
+    #[serde(default)]
+    pub sslkey: Option<PathBuf>,
     /// Target table, optionally `schema.table`.
     pub table: String,
     /// Columns filled from each record's JSON value.
@@ -147,8 +173,12 @@ impl PostgresSinkConfig {
     /// idempotency key in `etl_key`, at-least-once, `COPY` writes.
     pub fn new(url: impl Into<String>, table: impl Into<String>) -> Self {
         PostgresSinkConfig {
-            url: url.into(),
+            url: SecretString::from(url.into()),
             password: None,
+            sslmode: None,
+            sslrootcert: None,
+            sslcert: None,
+            sslkey: None,
             table: table.into(),
             columns: Vec::new(),
             key_column: default_key_column(),
@@ -207,7 +237,30 @@ impl PostgresSinkConfig {
     /// Set the password.
     #[must_use]
     pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
+        self.password = Some(SecretString::from(password.into()));
+        self
+    }
+
+    /// Set the TLS mode.
+    #[must_use]
+    pub fn sslmode(mut self, mode: SslMode) -> Self {
+        self.sslmode = Some(mode);
+        self
+    }
+
+    /// Set the CA certificate file the server's certificate is checked
+    /// against.
+    #[must_use]
+    pub fn sslrootcert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.sslrootcert = Some(path.into());
+        self
+    }
+
+    /// Set the client certificate and its key.
+    #[must_use]
+    pub fn client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.sslcert = Some(cert.into());
+        self.sslkey = Some(key.into());
         self
     }
 
@@ -217,12 +270,21 @@ impl PostgresSinkConfig {
         self.progress_name.as_deref().unwrap_or(&self.table)
     }
 
-    /// Check names and types without connecting.
+    /// Check everything that can be checked without connecting: names
+    /// and types, the URL (its syntax, unknown options, ports, `sslmode`),
+    /// and the certificate files (present, readable, PEM). `etl validate`
+    /// and `etl run` call it before anything connects.
     ///
     /// # Errors
     ///
-    /// [`PostgresError::Config`] naming the offending field.
+    /// [`PostgresError::Config`] naming the offending field; a message
+    /// about the URL shows it with its passwords replaced by `***`.
     pub fn validate(&self) -> Result<(), PostgresError> {
+        self.validate_names()?;
+        crate::connection::Connector::new(self).map(drop)
+    }
+
+    pub(crate) fn validate_names(&self) -> Result<(), PostgresError> {
         let bad = |field: &str, reason: String| {
             Err(PostgresError::Config {
                 field: field.to_owned(),
@@ -268,43 +330,17 @@ fn check_type(ty: &str) -> Result<(), String> {
     }
 }
 
-/// `url` with any password replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        // A key=value string: hide the value of any password key.
-        return url
-            .split_whitespace()
-            .map(|kv| {
-                if kv.to_ascii_lowercase().starts_with("password=") {
-                    "password=***"
-                } else {
-                    kv
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
-}
+use secrecy::ExposeSecret;
 
 impl fmt::Debug for PostgresSinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresSinkConfig")
-            .field("url", &redact_url(&self.url))
+            .field("url", &crate::conninfo::redact(self.url.expose_secret()))
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("sslcert", &self.sslcert)
+            .field("sslkey", &self.sslkey)
             .field("table", &self.table)
             .field("columns", &self.columns)
             .field("key_column", &self.key_column)
@@ -324,16 +360,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redacts_passwords_in_urls_and_debug() {
-        assert_eq!(
-            redact_url("postgres://u:s3cret@h:5/db"),
-            "postgres://u:***@h:5/db"
-        );
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(
-            redact_url("host=h password=s3cret user=u"),
-            "host=h password=*** user=u"
-        );
+    fn redacts_passwords_in_debug() {
         let config = PostgresSinkConfig::new("postgres://u:s3cret@h/db", "t").password("hunter2");
         let debug = format!("{config:?}");
         assert!(

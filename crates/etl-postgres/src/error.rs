@@ -154,6 +154,48 @@ fn holder(pid: Option<i32>) -> String {
     }
 }
 
+/// At most one WARN line per this interval says a connection was lost;
+/// the rest go to DEBUG.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A rate limit for WARN lines: `allow` is true at most once per
+/// [`WARN_EVERY`].
+#[derive(Debug)]
+pub(crate) struct RateLimit(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl RateLimit {
+    pub(crate) const fn new() -> Self {
+        RateLimit(std::sync::Mutex::new(None))
+    }
+
+    /// Whether a WARN may be logged now (and if so, starts a new interval).
+    pub(crate) fn allow(&self) -> bool {
+        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+}
+
+/// Say that a connection ended with an error: WARN (rate-limited) with
+/// the server's reason.
+pub(crate) fn connection_lost(target: &str, error: &tokio_postgres::Error) {
+    static LOST: RateLimit = RateLimit::new();
+    let reason = describe(error);
+    if LOST.allow() {
+        tracing::warn!(
+            target = %target,
+            %reason,
+            "PostgreSQL connection lost; writes are retried on a new connection with backoff"
+        );
+    } else {
+        tracing::debug!(target = %target, %reason, "PostgreSQL connection lost");
+    }
+}
+
 impl PostgresError {
     /// Whether another sink holds this sink's progress
     /// ([`PostgresError::InUse`]).
@@ -169,8 +211,10 @@ impl PostgresError {
     pub fn is_retryable(&self) -> bool {
         match self {
             PostgresError::Connect { source, .. } => {
-                // Wrong password or database: no point retrying.
-                !matches!(
+                // Wrong password or database, a certificate refused: no
+                // point retrying.
+                !crate::tls::is_tls_failure(source)
+                    && !matches!(
                     source.code().map(SqlState::code).map(|c| &c[..2]),
                     Some("28" | "3D")
                 ) && classify(source) == Class::Retryable

@@ -54,13 +54,16 @@
 
 mod config;
 mod connection;
+mod conninfo;
 mod error;
 mod lock;
 mod mapping;
 mod sink;
 mod sql;
+mod tls;
 mod write;
 
 pub use config::{ColumnConfig, PostgresSinkConfig, ProgressLock, WriteMethod};
 pub use error::PostgresError;
 pub use sink::PostgresSink;
+pub use tls::SslMode;

@@ -56,7 +56,7 @@ impl PostgresSink {
     /// [`PostgresError::is_retryable`] tells whether trying again later
     /// may help.
     pub async fn connect(config: PostgresSinkConfig) -> Result<PostgresSink, PostgresError> {
-        config.validate()?;
+        config.validate_names()?;
         let connector = Connector::new(&config)?;
         let mapping = Mapping::new(&config);
         let sql = Statements::new(&config, &mapping);

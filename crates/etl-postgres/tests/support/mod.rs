@@ -20,6 +20,8 @@ use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use tokio_postgres::{Client, NoTls};
 
 pub(crate) use server::Postgres;
+#[allow(unused_imports)]
+pub(crate) use server::CERT_USER;
 
 /// The URL of the shared test server, starting it on first use.
 pub fn url() -> String {
