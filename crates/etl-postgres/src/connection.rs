@@ -14,6 +14,7 @@ use tokio_postgres::config::SslMode as PgSslMode;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::conninfo;
+use crate::error::describe;
 use crate::tls::{self, SslMode, TlsSettings, Tracked};
 use crate::{PostgresError, PostgresSinkConfig};
 
@@ -87,7 +88,7 @@ impl Connector {
         }
         // No password in this string: the parser's messages cannot show it.
         let mut pg = tokio_postgres::Config::from_str(&info.to_key_value())
-            .map_err(|e| url_error(format!("{e} (in {})", info.redacted)))?;
+            .map_err(|e| url_error(format!("{} (in {})", describe(&e), info.redacted)))?;
         let password = config.password.clone().or(url_password).or_else(|| {
             std::env::var("PGPASSWORD")
                 .ok()
