@@ -384,6 +384,37 @@ mod tests {
     }
 
     #[test]
+    fn validation_reads_the_url_and_files_without_connecting() {
+        // Nothing listens on port 1: validation never tries.
+        let ok = PostgresSinkConfig::new(
+            "postgres://etl:pw@127.0.0.1:1/db?sslmode=require&application_name=x",
+            "t",
+        );
+        assert!(ok.validate().is_ok());
+        for (url, expected) in [
+            ("postgres://etl@127.0.0.1:1/db?bogus_opt=1", "unknown option `bogus_opt`"),
+            ("postgres://etl@127.0.0.1:notaport/db", "option `port`"),
+            ("host=h port=99999", "option `port`"),
+            ("postgres://etl@h/db?sslmode=allow", "`allow` is not supported"),
+            ("postgres://etl@h/db?sslmode=verify-full", "needs sslrootcert"),
+            (
+                "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/such/ca.pem",
+                "/no/such/ca.pem",
+            ),
+            ("postgres://etl@h/db?sslkey=/k.pem", "sslkey is set but sslcert is not"),
+            ("host=h password='unterminated", "no closing quote"),
+            ("http://h/db", "scheme"),
+        ] {
+            let err = PostgresSinkConfig::new(url, "t").validate().unwrap_err();
+            assert!(err.to_string().contains(expected), "{url}: {err}");
+        }
+        // A TOML field wins over the URL's.
+        let mut fixed = PostgresSinkConfig::new("postgres://etl@h/db?sslmode=verify-full", "t");
+        fixed.sslmode = Some(SslMode::Require);
+        assert!(fixed.validate().is_ok());
+    }
+
+    #[test]
     fn deserializes_with_defaults() {
         let config: PostgresSinkConfig = serde_json::from_str(
             r#"{"url": "postgres://h/db", "table": "t",
