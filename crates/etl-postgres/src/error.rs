@@ -180,6 +180,72 @@ impl RateLimit {
     }
 }
 
+/// What the sink says during an outage: one WARN line when writes start
+/// failing for a retryable reason (with the server's reason), one every
+/// [`WARN_EVERY`] while they keep failing, and one when a write succeeds
+/// again, with the outage's length. Failures in between go to DEBUG.
+#[derive(Debug, Default)]
+pub(crate) struct Outage(std::sync::Mutex<OutageState>);
+
+#[derive(Debug, Default)]
+struct OutageState {
+    since: Option<std::time::Instant>,
+    last_warn: Option<std::time::Instant>,
+    failures: u64,
+}
+
+impl Outage {
+    /// A write (or its connection) failed with `err`.
+    pub(crate) fn failed(&self, target: &str, err: &PostgresError) {
+        if !err.is_retryable() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.failures += 1;
+        let Some(since) = state.since else {
+            state.since = Some(now);
+            state.last_warn = Some(now);
+            tracing::warn!(
+                target = %target,
+                reason = %err,
+                "PostgreSQL unavailable; the batch is retried with backoff (within the \
+                 sink's retry_max_elapsed) on a new connection"
+            );
+            return;
+        };
+        if state
+            .last_warn
+            .is_none_or(|at| now.duration_since(at) >= WARN_EVERY)
+        {
+            state.last_warn = Some(now);
+            tracing::warn!(
+                target = %target,
+                reason = %err,
+                failed_attempts = state.failures,
+                "PostgreSQL still unavailable after {:.1} s; still retried with backoff",
+                now.duration_since(since).as_secs_f64()
+            );
+        } else {
+            tracing::debug!(target = %target, reason = %err, "PostgreSQL write failed; retried");
+        }
+    }
+
+    /// A write succeeded.
+    pub(crate) fn succeeded(&self, target: &str) {
+        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(since) = state.since.take() {
+            tracing::warn!(
+                target = %target,
+                failed_attempts = state.failures,
+                "PostgreSQL reachable again after {:.1} s; writes resumed",
+                since.elapsed().as_secs_f64()
+            );
+            *state = OutageState::default();
+        }
+    }
+}
+
 /// Say that a connection ended with an error: WARN (rate-limited) with
 /// the server's reason.
 pub(crate) fn connection_lost(target: &str, error: &tokio_postgres::Error) {

@@ -43,6 +43,8 @@ pub struct PostgresSink {
     /// In exactly-once mode, the connection holding the progress lock; all
     /// writes go through it.
     holder: Option<Holder>,
+    /// What to say while the server is unavailable.
+    pub(crate) outage: crate::error::Outage,
     progress: Mutex<Progress>,
 }
 
@@ -66,21 +68,23 @@ impl PostgresSink {
             sql,
             pool: Pool::default(),
             holder: None,
+            outage: crate::error::Outage::default(),
             progress: Mutex::new(Progress::new()),
             config,
         };
         let conn = sink.connector.connect().await?;
         if sink.config.create_table {
-            conn.client
-                .batch_execute(&sink.sql.create_target)
-                .await
-                .map_err(|source| sink.query_error("create the table", source))?;
+            create_missing(&conn, &sink.config.table, &sink.sql.create_target, "create the table")
+                .await?;
         }
         if sink.config.exactly_once {
-            conn.client
-                .batch_execute(&sink.sql.create_progress)
-                .await
-                .map_err(|source| sink.query_error("create the progress table", source))?;
+            create_missing(
+                &conn,
+                &sink.config.progress_table,
+                &sink.sql.create_progress,
+                "create the progress table",
+            )
+            .await?;
             let holder = Holder::take(
                 conn,
                 &sink.config.progress_table,
@@ -169,6 +173,35 @@ impl PostgresSink {
             source,
         }
     }
+}
+
+/// Run `create` unless `table` exists already: `CREATE TABLE IF NOT
+/// EXISTS` needs the CREATE privilege on the schema even when the table is
+/// there, and a writer role often has none. Errors name `table`.
+async fn create_missing(
+    conn: &crate::connection::Conn,
+    table: &str,
+    create: &str,
+    during: &'static str,
+) -> Result<(), PostgresError> {
+    let error = |source| PostgresError::Query {
+        during,
+        table: table.to_owned(),
+        source,
+    };
+    let exists = conn
+        .client
+        .query_one(
+            "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+            &[&crate::mapping::quote_table(table)],
+        )
+        .await
+        .map_err(error)?
+        .get::<_, bool>(0);
+    if !exists {
+        conn.client.batch_execute(create).await.map_err(error)?;
+    }
+    Ok(())
 }
 
 #[async_trait]

@@ -55,7 +55,9 @@ impl PostgresSink {
     pub(crate) async fn write_batch(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let (mut work, mut rejects) = self.prepare_work(batch);
         if !work.is_empty() {
-            let mut lease = self.lease().await?;
+            let mut lease = self.lease().await.inspect_err(|e| {
+                self.outage.failed(self.connector.target(), e);
+            })?;
             let conn = &mut lease.conn;
             let written = match self.write_all(conn, &work).await {
                 Err(e) if classify(&e) == Class::Row => {
@@ -66,9 +68,12 @@ impl PostgresSink {
             };
             if let Err(source) = written {
                 // The connection is dropped: it may be broken.
-                return Err(self.query_error("write a batch", source).into());
+                let err = self.query_error("write a batch", source);
+                self.outage.failed(self.connector.target(), &err);
+                return Err(err.into());
             }
             lease.release();
+            self.outage.succeeded(self.connector.target());
             if self.exactly_once() {
                 let mut progress = self.progress_lock();
                 for (p, o) in work.partitions.iter().zip(&work.next_offsets) {

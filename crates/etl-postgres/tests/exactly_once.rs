@@ -265,3 +265,48 @@ async fn a_second_sink_on_the_same_progress_is_refused_until_the_first_closes() 
     assert_eq!(again.progress().get(PartitionId(0)), Some(Offset(10)));
     drop(other);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_needs_no_create_privilege_when_the_tables_exist() {
+    let url = url();
+    let db = client(&url).await;
+    let schema = table("noc");
+    let role = format!("{schema}_writer");
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema}; \
+         CREATE TABLE {schema}.target (etl_key text PRIMARY KEY, id bigint); \
+         CREATE TABLE {schema}.progress (name text NOT NULL, partition bigint NOT NULL, \
+           next_offset bigint NOT NULL, PRIMARY KEY (name, partition)); \
+         CREATE ROLE {role} LOGIN PASSWORD 'writer-pw'; \
+         GRANT USAGE ON SCHEMA {schema} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE ON {schema}.target, {schema}.progress TO {role}"
+    ))
+    .await
+    .unwrap();
+    let (_, host) = url.split_once('@').unwrap();
+    let as_role = format!("postgres://{role}:writer-pw@{host}");
+    let config = |progress: &str| {
+        let mut c = PostgresSinkConfig::new(&as_role, format!("{schema}.target"))
+            .column("id", "id", "bigint")
+            .create_table(true)
+            .exactly_once(true);
+        c.progress_table = format!("{schema}.{progress}");
+        c
+    };
+
+    let sink = PostgresSink::connect(config("progress")).await.unwrap();
+    let (batch, _) = etl_sink::EncodedBatch::encode(records(0, 0..5), &NdjsonEncoder::new());
+    etl_sink::Sink::write(&sink, &batch).await.unwrap();
+    assert_eq!(sink.progress().get(PartitionId(0)), Some(Offset(5)));
+    drop(sink);
+
+    // A progress table that does not exist cannot be created: the error
+    // names it, not the data table.
+    let err = PostgresSink::connect(config("missing_progress"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("missing_progress"), "{text}");
+    assert!(!text.contains("target"), "{text}");
+    assert!(text.contains("42501"), "{text}");
+}
