@@ -38,7 +38,11 @@ fn a_second_run_on_the_same_progress_exits_75_until_the_first_ends() {
     let refused = second.spawn();
     let ended = second.wait(refused, Duration::from_secs(60));
     assert_eq!(ended.status.code(), Some(75), "{}", ended.log);
-    assert!(ended.log.contains("is in use by another sink"), "{}", ended.log);
+    assert!(
+        ended.log.contains("is in use by another sink"),
+        "{}",
+        ended.log
+    );
     assert!(ended.log.contains(&table), "{}", ended.log);
     assert!(
         !second.dir.path().join("state").exists()

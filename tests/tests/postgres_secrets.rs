@@ -19,18 +19,61 @@ const FRAGMENTS: [&str; 2] = ["Zq9", "SecretPw"];
 fn cases(port: u16) -> Vec<(String, bool)> {
     let url = |u: &str| format!("url = {u:?}\n");
     vec![
-        (url("postgres://etl@127.0.0.1:1/db?password=Zq9SecretPw&bogus_opt=1"), true),
-        (url("postgres://etl:Zq9SecretPw@127.0.0.1:1/db?bogus_opt=1"), true),
-        (url("host=127.0.0.1 port=notaport user=etl password = Zq9SecretPw"), true),
-        (url("host=127.0.0.1 port=1 user=etl password='Zq9 SecretPw' bogus=1"), true),
-        (url("postgres://etl:Zq9SecretPw@127.0.0.1:1/db?sslmode=bogus"), true),
-        (url("postgres://etl:Zq9SecretPw@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/no/ca.pem"), true),
-        (format!("{}password = \"Zq9SecretPw\"\n", url("postgres://etl@127.0.0.1:1/db?bogus=1")), true),
-        (format!("{}password = 12345\n", url("postgres://etl@127.0.0.1:1/db")), true),
+        (
+            url("postgres://etl@127.0.0.1:1/db?password=Zq9SecretPw&bogus_opt=1"),
+            true,
+        ),
+        (
+            url("postgres://etl:Zq9SecretPw@127.0.0.1:1/db?bogus_opt=1"),
+            true,
+        ),
+        (
+            url("host=127.0.0.1 port=notaport user=etl password = Zq9SecretPw"),
+            true,
+        ),
+        (
+            url("host=127.0.0.1 port=1 user=etl password='Zq9 SecretPw' bogus=1"),
+            true,
+        ),
+        (
+            url("postgres://etl:Zq9SecretPw@127.0.0.1:1/db?sslmode=bogus"),
+            true,
+        ),
+        (
+            url(
+                "postgres://etl:Zq9SecretPw@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/no/ca.pem",
+            ),
+            true,
+        ),
+        (
+            format!(
+                "{}password = \"Zq9SecretPw\"\n",
+                url("postgres://etl@127.0.0.1:1/db?bogus=1")
+            ),
+            true,
+        ),
+        (
+            format!("{}password = 12345\n", url("postgres://etl@127.0.0.1:1/db")),
+            true,
+        ),
         // Valid, but nothing listens / the password is wrong.
-        (url("host=127.0.0.1 port=1 user=etl password='Zq9 SecretPw' connect_timeout=1"), false),
-        (url(&format!("postgres://etl:Zq9SecretPw@127.0.0.1:{port}/etl_test")), false),
-        (format!("{}password = \"Zq9SecretPw\"\n", url(&format!("postgres://etl@127.0.0.1:{port}/etl_test"))), false),
+        (
+            url("host=127.0.0.1 port=1 user=etl password='Zq9 SecretPw' connect_timeout=1"),
+            false,
+        ),
+        (
+            url(&format!(
+                "postgres://etl:Zq9SecretPw@127.0.0.1:{port}/etl_test"
+            )),
+            false,
+        ),
+        (
+            format!(
+                "{}password = \"Zq9SecretPw\"\n",
+                url(&format!("postgres://etl@127.0.0.1:{port}/etl_test"))
+            ),
+            false,
+        ),
     ]
 }
 
@@ -63,7 +106,10 @@ fn etl(dir: &std::path::Path, command: &str, database_url: Option<&str>) -> (Opt
 fn check(dir: &std::path::Path, invalid: bool, database_url: Option<&str>, what: &str) {
     let (code, validated) = etl(dir, "validate", database_url);
     for fragment in FRAGMENTS {
-        assert!(!validated.contains(fragment), "validate {what}: {validated}");
+        assert!(
+            !validated.contains(fragment),
+            "validate {what}: {validated}"
+        );
     }
     if invalid {
         assert_eq!(code, Some(78), "validate {what}: {validated}");
@@ -96,8 +142,14 @@ fn no_failing_postgres_configuration_prints_the_password() {
     }
     // The URL from DATABASE_URL.
     for (database_url, invalid) in [
-        ("postgres://etl@127.0.0.1:1/db?password=Zq9SecretPw&bogus_opt=1".to_owned(), true),
-        (format!("postgres://etl:Zq9SecretPw@127.0.0.1:{port}/etl_test"), false),
+        (
+            "postgres://etl@127.0.0.1:1/db?password=Zq9SecretPw&bogus_opt=1".to_owned(),
+            true,
+        ),
+        (
+            format!("postgres://etl:Zq9SecretPw@127.0.0.1:{port}/etl_test"),
+            false,
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("pipeline.toml"), pipeline("")).unwrap();

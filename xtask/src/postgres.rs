@@ -114,9 +114,8 @@ impl Postgres {
     #[allow(dead_code)]
     pub(crate) fn enable_tls(&self, cert: &str, key: &str, client_ca: Option<&str>) -> Result {
         let data = self.data();
-        let mut conf = String::from(
-            "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
-        );
+        let mut conf =
+            String::from("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
         let mut files = vec![("server.crt", cert), ("server.key", key)];
         if let Some(ca) = client_ca {
             files.push(("client_ca.crt", ca));
@@ -140,7 +139,12 @@ impl Postgres {
         run_env(
             &self.dir,
             Path::new("sh"),
-            &["-c", "printf '%s' \"$ETL_CONF\" >> \"$1\"", "sh", &data.join("postgresql.conf").to_string_lossy()],
+            &[
+                "-c",
+                "printf '%s' \"$ETL_CONF\" >> \"$1\"",
+                "sh",
+                &data.join("postgresql.conf").to_string_lossy(),
+            ],
             &[("ETL_CONF", &conf)],
         )?;
         if client_ca.is_some() {
@@ -515,7 +519,9 @@ fn accepts_tls(port: u16) -> bool {
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let mut answer = [0u8];
-    stream.write_all(&REQUEST).is_ok() && stream.read_exact(&mut answer).is_ok() && answer[0] == b'S'
+    stream.write_all(&REQUEST).is_ok()
+        && stream.read_exact(&mut answer).is_ok()
+        && answer[0] == b'S'
 }
 
 /// 16 random hex digits from the standard library's per-process hash keys.

@@ -392,16 +392,28 @@ mod tests {
         );
         assert!(ok.validate().is_ok());
         for (url, expected) in [
-            ("postgres://etl@127.0.0.1:1/db?bogus_opt=1", "unknown option `bogus_opt`"),
+            (
+                "postgres://etl@127.0.0.1:1/db?bogus_opt=1",
+                "unknown option `bogus_opt`",
+            ),
             ("postgres://etl@127.0.0.1:notaport/db", "option `port`"),
             ("host=h port=99999", "option `port`"),
-            ("postgres://etl@h/db?sslmode=allow", "`allow` is not supported"),
-            ("postgres://etl@h/db?sslmode=verify-full", "needs sslrootcert"),
+            (
+                "postgres://etl@h/db?sslmode=allow",
+                "`allow` is not supported",
+            ),
+            (
+                "postgres://etl@h/db?sslmode=verify-full",
+                "needs sslrootcert",
+            ),
             (
                 "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/such/ca.pem",
                 "/no/such/ca.pem",
             ),
-            ("postgres://etl@h/db?sslkey=/k.pem", "sslkey is set but sslcert is not"),
+            (
+                "postgres://etl@h/db?sslkey=/k.pem",
+                "sslkey is set but sslcert is not",
+            ),
             ("host=h password='unterminated", "no closing quote"),
             ("http://h/db", "scheme"),
         ] {

@@ -80,8 +80,14 @@ impl Connector {
                 .sslrootcert
                 .clone()
                 .or_else(|| url_tls("sslrootcert", &mut info)),
-            cert: config.sslcert.clone().or_else(|| url_tls("sslcert", &mut info)),
-            key: config.sslkey.clone().or_else(|| url_tls("sslkey", &mut info)),
+            cert: config
+                .sslcert
+                .clone()
+                .or_else(|| url_tls("sslcert", &mut info)),
+            key: config
+                .sslkey
+                .clone()
+                .or_else(|| url_tls("sslkey", &mut info)),
         };
         for key in ["sslrootcert", "sslcert", "sslkey"] {
             info.take(key);
@@ -89,11 +95,11 @@ impl Connector {
         // No password in this string: the parser's messages cannot show it.
         let mut pg = tokio_postgres::Config::from_str(&info.to_key_value())
             .map_err(|e| url_error(format!("{} (in {})", describe(&e), info.redacted)))?;
-        let password = config.password.clone().or(url_password).or_else(|| {
-            std::env::var("PGPASSWORD")
-                .ok()
-                .map(SecretString::from)
-        });
+        let password = config
+            .password
+            .clone()
+            .or(url_password)
+            .or_else(|| std::env::var("PGPASSWORD").ok().map(SecretString::from));
         if let Some(password) = &password {
             pg.password(password.expose_secret().as_bytes());
         }

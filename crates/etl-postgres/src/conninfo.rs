@@ -154,7 +154,10 @@ fn parse_url(
     }
     let rest = &rest[authority_end..];
     let (path, query) = match rest.find('?') {
-        Some(q) => (&rest[..q], Some((start + authority_end + q + 1, &rest[q + 1..]))),
+        Some(q) => (
+            &rest[..q],
+            Some((start + authority_end + q + 1, &rest[q + 1..])),
+        ),
         None => (rest, None),
     };
     if let Some(db) = path.strip_prefix('/').filter(|db| !db.is_empty()) {
@@ -324,14 +327,18 @@ mod tests {
             info.redacted,
             "postgres://etl:***@127.0.0.1:1/db?password=***&bogus_opt=1"
         );
-        let info = parse("postgresql://u%40x:p%3Aw@[::1]:5433,h2/d%20b?sslmode=verify-full").unwrap();
+        let info =
+            parse("postgresql://u%40x:p%3Aw@[::1]:5433,h2/d%20b?sslmode=verify-full").unwrap();
         assert_eq!(info.get("user"), Some("u@x"));
         assert_eq!(info.get("password"), Some("p:w"));
         assert_eq!(info.get("host"), Some("::1,h2"));
         assert_eq!(info.get("port"), Some("5433,"));
         assert_eq!(info.get("dbname"), Some("d b"));
         assert_eq!(info.get("sslmode"), Some("verify-full"));
-        assert_eq!(info.redacted, "postgresql://u%40x:***@[::1]:5433,h2/d%20b?sslmode=verify-full");
+        assert_eq!(
+            info.redacted,
+            "postgresql://u%40x:***@[::1]:5433,h2/d%20b?sslmode=verify-full"
+        );
     }
 
     #[test]

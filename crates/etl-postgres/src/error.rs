@@ -170,7 +170,10 @@ impl RateLimit {
 
     /// Whether a WARN may be logged now (and if so, starts a new interval).
     pub(crate) fn allow(&self) -> bool {
-        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = std::time::Instant::now();
         if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
             return false;
@@ -201,7 +204,10 @@ impl Outage {
             return;
         }
         let now = std::time::Instant::now();
-        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.failures += 1;
         let Some(since) = state.since else {
             state.since = Some(now);
@@ -233,7 +239,10 @@ impl Outage {
 
     /// A write succeeded.
     pub(crate) fn succeeded(&self, target: &str) {
-        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(since) = state.since.take() {
             tracing::warn!(
                 target = %target,
@@ -270,7 +279,6 @@ impl PostgresError {
         matches!(self, PostgresError::InUse { .. })
     }
 
-
     /// Whether the same operation may succeed later (the server is down,
     /// restarting or overloaded).
     #[must_use]
@@ -281,9 +289,10 @@ impl PostgresError {
                 // point retrying.
                 !crate::tls::is_tls_failure(source)
                     && !matches!(
-                    source.code().map(SqlState::code).map(|c| &c[..2]),
-                    Some("28" | "3D")
-                ) && classify(source) == Class::Retryable
+                        source.code().map(SqlState::code).map(|c| &c[..2]),
+                        Some("28" | "3D")
+                    )
+                    && classify(source) == Class::Retryable
             }
             PostgresError::ConnectTimeout { .. } => true,
             PostgresError::Query { source, .. } => classify(source) == Class::Retryable,

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::{PostgresError, ProgressLock};
 use crate::connection::{Conn, Connector, Pool};
+use crate::{PostgresError, ProgressLock};
 
 /// How long opening waits for a holder whose session is ending (the
 /// previous run of this pipeline, whose connection the server has not

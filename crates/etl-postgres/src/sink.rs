@@ -74,8 +74,13 @@ impl PostgresSink {
         };
         let conn = sink.connector.connect().await?;
         if sink.config.create_table {
-            create_missing(&conn, &sink.config.table, &sink.sql.create_target, "create the table")
-                .await?;
+            create_missing(
+                &conn,
+                &sink.config.table,
+                &sink.sql.create_target,
+                "create the table",
+            )
+            .await?;
         }
         if sink.config.exactly_once {
             create_missing(

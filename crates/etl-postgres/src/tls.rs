@@ -10,7 +10,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
@@ -93,7 +95,9 @@ fn config_error(field: &str, reason: String) -> PostgresError {
 
 /// The rustls connector for `settings`, checking the files now; `None` for
 /// `disable`.
-pub(crate) fn connector(settings: &TlsSettings) -> Result<Option<MakeRustlsConnect>, PostgresError> {
+pub(crate) fn connector(
+    settings: &TlsSettings,
+) -> Result<Option<MakeRustlsConnect>, PostgresError> {
     if settings.mode == SslMode::Disable {
         return Ok(None);
     }
@@ -142,10 +146,16 @@ pub(crate) fn connector(settings: &TlsSettings) -> Result<Option<MakeRustlsConne
         }
         (None, None) => builder.with_no_client_auth(),
         (Some(_), None) => {
-            return Err(config_error("sslkey", "sslcert is set but sslkey is not".into()));
+            return Err(config_error(
+                "sslkey",
+                "sslcert is set but sslkey is not".into(),
+            ));
         }
         (None, Some(_)) => {
-            return Err(config_error("sslcert", "sslkey is set but sslcert is not".into()));
+            return Err(config_error(
+                "sslcert",
+                "sslkey is set but sslcert is not".into(),
+            ));
         }
     };
     Ok(Some(MakeRustlsConnect::new(config)))
@@ -161,8 +171,9 @@ fn webpki(
 }
 
 fn certificates(path: &Path, field: &str) -> Result<Vec<CertificateDer<'static>>, PostgresError> {
-    let unreadable =
-        |e: &dyn std::fmt::Display| config_error(field, format!("cannot read {}: {e}", path.display()));
+    let unreadable = |e: &dyn std::fmt::Display| {
+        config_error(field, format!("cannot read {}: {e}", path.display()))
+    };
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| unreadable(&e))?
         .collect::<Result<Vec<_>, _>>()
@@ -296,7 +307,9 @@ pub(crate) struct Tracked {
 
 impl std::fmt::Debug for Tracked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracked").field("used", &self.used).finish_non_exhaustive()
+        f.debug_struct("Tracked")
+            .field("used", &self.used)
+            .finish_non_exhaustive()
     }
 }
 

@@ -16,7 +16,10 @@ const FRAGMENTS: [&str; 3] = ["Zq9", "SecretPw", "Zq9%53"];
 
 fn assert_hidden(what: &str, text: &str) {
     for fragment in FRAGMENTS {
-        assert!(!text.contains(fragment), "{what} shows {fragment:?}: {text}");
+        assert!(
+            !text.contains(fragment),
+            "{what} shows {fragment:?}: {text}"
+        );
     }
 }
 

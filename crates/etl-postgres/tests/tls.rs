@@ -43,7 +43,9 @@ fn pki() -> Pki {
     let ca = ca("etl test CA");
     let other = ca_other();
     let mut server = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    server.distinguished_name.push(DnType::CommonName, "localhost");
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
     server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let server_key = KeyPair::generate().unwrap();
     let server_cert = server.signed_by(&server_key, &ca).unwrap();
@@ -118,7 +120,8 @@ async fn encrypted(application: &str) -> bool {
         )
         .await
         .unwrap();
-    row.get::<_, Option<bool>>(0).expect("the sink's session is there")
+    row.get::<_, Option<bool>>(0)
+        .expect("the sink's session is there")
 }
 
 async fn connect(config: PostgresSinkConfig) -> Result<PostgresSink, PostgresError> {
@@ -170,7 +173,10 @@ async fn verify_full_refuses_a_certificate_for_another_host_and_names_it() {
     eprintln!("{text}");
     assert!(text.contains("db.example.invalid"), "{text}");
     assert!(text.contains("certificate"), "{text}");
-    assert!(!err.is_retryable(), "a refused certificate is not retried: {text}");
+    assert!(
+        !err.is_retryable(),
+        "a refused certificate is not retried: {text}"
+    );
     assert!(!text.contains(server.password()), "{text}");
 }
 
@@ -269,7 +275,10 @@ async fn prefer_says_at_warn_when_it_falls_back_to_plaintext() {
     let (server, _) = server();
     let url = format!("{}?application_name=tls_prefer", server.url());
     let _sink = connect(sink_config(url, None)).await.unwrap();
-    assert!(encrypted("tls_prefer").await, "prefer is the default and uses TLS");
+    assert!(
+        encrypted("tls_prefer").await,
+        "prefer is the default and uses TLS"
+    );
     assert_eq!(captured.text().len(), before, "{}", captured.text());
 }
 
@@ -278,7 +287,10 @@ fn validation_reports_tls_mistakes_without_connecting() {
     let missing = Path::new("/nonexistent/ca.pem");
     let cases = [
         (
-            PostgresSinkConfig::new("postgres://etl@127.0.0.1:1/db?sslmode=verify-everything", "t"),
+            PostgresSinkConfig::new(
+                "postgres://etl@127.0.0.1:1/db?sslmode=verify-everything",
+                "t",
+            ),
             "sslmode",
         ),
         (
