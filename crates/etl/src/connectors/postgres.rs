@@ -80,7 +80,12 @@ pub(crate) async fn open_postgres(
         match PostgresSink::connect(config.clone()).await {
             Ok(sink) => return Ok(sink),
             Err(e) if e.is_retryable() && started.elapsed() + pause < CONNECT_PATIENCE => {
-                tracing::warn!(sink = name, error = %e, "PostgreSQL not reachable yet; retrying");
+                tracing::warn!(
+                    sink = name,
+                    error = %e,
+                    "PostgreSQL not reachable yet; retrying in {:.1} s",
+                    pause.as_secs_f64()
+                );
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_PAUSE);
             }
