@@ -310,3 +310,63 @@ async fn exactly_once_needs_no_create_privilege_when_the_tables_exist() {
     assert!(!text.contains("target"), "{text}");
     assert!(text.contains("42501"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_lost_its_lock_to_another_writes_nothing_more() {
+    let url = url();
+    let db = client(&url).await;
+    let name = table("eo_lost");
+    // Named, so that only its session is ended below.
+    let named = format!("{url}?application_name={name}");
+    let first = PostgresSink::connect(config(&named, &name, WriteMethod::Copy))
+        .await
+        .unwrap();
+    async fn write(sink: &PostgresSink, from: i64) -> Result<(), etl_sink::SinkError> {
+        let (batch, _) =
+            etl_sink::EncodedBatch::encode(records(0, from..from + 5), &NdjsonEncoder::new());
+        etl_sink::Sink::write(sink, &batch).await
+    }
+    write(&first, 0).await.unwrap();
+
+    // The server ends the first sink's session (an administrator, a
+    // network cut), and a second sink takes the progress meanwhile.
+    let ended = db
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert!(ended > 0, "the first sink's session was found");
+    let second = open_when_free(config(&url, &name, WriteMethod::Copy)).await;
+
+    // The first one's next writes fail (the lost connection is retryable),
+    // then for good: it cannot take the lock again.
+    let mut last = None;
+    for _ in 0..3 {
+        match write(&first, 5).await {
+            Err(e) if e.is_retryable() => last = Some(e),
+            other => {
+                last = other.err();
+                break;
+            }
+        }
+    }
+    let err = last.expect("the write without the lock fails");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("in use by another sink"), "{err}");
+    assert_eq!(counts(&db, &name, "etl_key").await.0, 5, "nothing written");
+
+    // Once the second one is gone, the first takes the lock again.
+    drop(second);
+    let mut written = false;
+    for _ in 0..50 {
+        if write(&first, 5).await.is_ok() {
+            written = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(written, "the lock was never taken again");
+    assert_eq!(first.progress().get(PartitionId(0)), Some(Offset(10)));
+}
