@@ -1,6 +1,6 @@
 //! The `etl` binary writing to a PostgreSQL server that is stopped and
-//! started again mid-run: the sink retries, and nothing is lost or
-//! duplicated.
+//! started again mid-run: the sink retries, says so at WARN, and nothing
+//! is lost or duplicated.
 
 #![allow(clippy::unwrap_used)]
 
@@ -57,4 +57,21 @@ fn a_server_restart_mid_run_loses_nothing() {
     assert_eq!(keys, rows, "an idempotency key repeats");
     assert_eq!(ids, rows, "a record id repeats");
     assert!(!ended.log.contains("panicked"), "{}", ended.log);
+    // The outage is said at WARN: unavailable (with the server's reason),
+    // then reachable again.
+    let warns: Vec<&str> = ended
+        .log
+        .lines()
+        .filter(|l| l.contains("\"level\":\"WARN\""))
+        .collect();
+    assert!(
+        warns.iter().any(|l| l.contains("PostgreSQL unavailable")),
+        "{}",
+        ended.log
+    );
+    assert!(
+        warns.iter().any(|l| l.contains("reachable again")),
+        "{}",
+        ended.log
+    );
 }

@@ -40,6 +40,10 @@ type Result<T = ()> = std::result::Result<T, String>;
 const USER: &str = "etl";
 /// The database created for the tests.
 const DATABASE: &str = "etl_test";
+/// The role [`Postgres::enable_tls`] lets in by client certificate.
+// Used by the etl-postgres tests, which include this file.
+#[allow(dead_code)]
+pub(crate) const CERT_USER: &str = "etl_cert";
 /// The system user that runs the server when we are root.
 const SYSTEM_USER: &str = "postgres";
 /// Ports tried before giving up (another process may grab a free port
@@ -97,6 +101,77 @@ impl Postgres {
     #[allow(dead_code)]
     pub(crate) fn restart(&self) -> Result {
         self.pg_ctl_start()
+    }
+
+    /// Serve TLS with this PEM certificate (chain) and key, and with
+    /// `client_ca` also check client certificates against it: the role
+    /// [`CERT_USER`] then logs in from loopback by its certificate alone
+    /// (`hostssl ... cert`, the certificate's CN naming the role; create
+    /// the role to use it). Other connections may still use plaintext.
+    /// The server reloads its configuration; the files live in its data
+    /// directory.
+    // Used by the etl-postgres tests, which include this file.
+    #[allow(dead_code)]
+    pub(crate) fn enable_tls(&self, cert: &str, key: &str, client_ca: Option<&str>) -> Result {
+        let data = self.data();
+        let mut conf =
+            String::from("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        let mut files = vec![("server.crt", cert), ("server.key", key)];
+        if let Some(ca) = client_ca {
+            files.push(("client_ca.crt", ca));
+            conf.push_str("ssl_ca_file = 'client_ca.crt'\n");
+        }
+        // Written by the server's user, 0600 (the server refuses a key
+        // others can read); contents travel in the environment.
+        for (name, text) in files {
+            run_env(
+                &self.dir,
+                Path::new("sh"),
+                &[
+                    "-c",
+                    "umask 077; printf '%s' \"$ETL_PEM\" > \"$1\"",
+                    "sh",
+                    &data.join(name).to_string_lossy(),
+                ],
+                &[("ETL_PEM", text)],
+            )?;
+        }
+        run_env(
+            &self.dir,
+            Path::new("sh"),
+            &[
+                "-c",
+                "printf '%s' \"$ETL_CONF\" >> \"$1\"",
+                "sh",
+                &data.join("postgresql.conf").to_string_lossy(),
+            ],
+            &[("ETL_CONF", &conf)],
+        )?;
+        if client_ca.is_some() {
+            // First match wins: the certificate role goes before the rest.
+            let line = format!("hostssl all {CERT_USER} 127.0.0.1/32 cert\n");
+            run_env(
+                &self.dir,
+                Path::new("sh"),
+                &[
+                    "-c",
+                    "{ printf '%s' \"$ETL_HBA\"; cat \"$1\"; } > \"$1.new\" && mv \"$1.new\" \"$1\"",
+                    "sh",
+                    &data.join("pg_hba.conf").to_string_lossy(),
+                ],
+                &[("ETL_HBA", &line)],
+            )?;
+        }
+        self.pg_ctl(&["reload"])?;
+        // `reload` returns before the server has read the files; wait
+        // until it accepts a TLS request.
+        for _ in 0..100 {
+            if accepts_tls(self.port) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err("the server did not start serving TLS after a reload".to_owned())
     }
 
     fn data(&self) -> PathBuf {
@@ -431,6 +506,22 @@ fn wait_for_tcp(port: u16) -> Result {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(format!("the server does not accept connections on {addr}"))
+}
+
+/// Whether the server answers PostgreSQL's TLS request with `S`.
+fn accepts_tls(port: u16) -> bool {
+    use std::io::Read;
+    // SSLRequest: length 8, code 80877103.
+    const REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut answer = [0u8];
+    stream.write_all(&REQUEST).is_ok()
+        && stream.read_exact(&mut answer).is_ok()
+        && answer[0] == b'S'
 }
 
 /// 16 random hex digits from the standard library's per-process hash keys.

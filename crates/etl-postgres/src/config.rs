@@ -1,10 +1,12 @@
 //! The sink's configuration: where to connect, which table, which columns.
 
 use std::fmt;
+use std::path::PathBuf;
 
+use secrecy::SecretString;
 use serde::Deserialize;
 
-use crate::PostgresError;
+use crate::{PostgresError, SslMode};
 
 /// How a batch reaches the table. Both run in one transaction per batch
 /// and upsert on the key; see `docs/postgres.md` for measurements.
@@ -19,6 +21,22 @@ pub enum WriteMethod {
     /// Multi-row `INSERT ... VALUES (...), (...) ON CONFLICT` statements
     /// with bound parameters.
     Insert,
+}
+
+/// How an exactly-once sink locks its progress (progress table and
+/// progress name) for its life; see `docs/postgres.md`, "The progress
+/// lock".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressLock {
+    /// One sink at a time: a second one is refused
+    /// ([`PostgresError::InUse`](crate::PostgresError::InUse)).
+    #[default]
+    Exclusive,
+    /// Any number of sinks that divide the partitions among themselves by
+    /// other means (members of one Kafka consumer group), but no
+    /// exclusive one.
+    Shared,
 }
 
 /// One column of the target table and where its value comes from.
@@ -65,17 +83,41 @@ impl ColumnConfig {
 /// `type = "postgres"` sink in the `etl` TOML config.
 ///
 /// The password comes from, in order: [`password`](Self::password), the
-/// URL, the `PGPASSWORD` environment variable. It never appears in `Debug`
-/// output, logs or error messages.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+/// URL, the `PGPASSWORD` environment variable. The URL and the password are
+/// held as secrets ([`SecretString`]): neither `Debug` output, logs nor
+/// error messages show them, only the URL with its passwords replaced by
+/// `***`.
+///
+/// TLS follows libpq: [`sslmode`](Self::sslmode),
+/// [`sslrootcert`](Self::sslrootcert), [`sslcert`](Self::sslcert) and
+/// [`sslkey`](Self::sslkey), each also accepted in the URL
+/// (`?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem`); a field set
+/// here wins over the URL's.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresSinkConfig {
-    /// `postgres://user@host:port/database` (a `key=value` connection
-    /// string works too).
-    pub url: String,
+    /// `postgres://user@host:port/database?key=value` or a libpq
+    /// `key=value` connection string. A secret: it may hold the password.
+    pub url: SecretString,
     /// The password, if not in the URL or `PGPASSWORD`.
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<SecretString>,
+    /// Whether and how to use TLS: `disable`, `prefer` (the default, as in
+    /// libpq: TLS when the server offers it, unchecked; a fallback to
+    /// plaintext is logged at WARN), `require`, `verify-ca`, `verify-full`.
+    #[serde(default)]
+    pub sslmode: Option<SslMode>,
+    /// PEM file of the CA certificate(s) the server's certificate must
+    /// chain to (needed by `verify-ca` and `verify-full`).
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
+    /// PEM file of the client certificate (chain), for servers that ask
+    /// for one (`clientcert=verify-full`, `cert` authentication).
+    #[serde(default)]
+    pub sslcert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key (unencrypted).
+    #[serde(default)]
+    pub sslkey: Option<PathBuf>,
     /// Target table, optionally `schema.table`.
     pub table: String,
     /// Columns filled from each record's JSON value.
@@ -102,6 +144,10 @@ pub struct PostgresSinkConfig {
     /// name when absent. Two sinks must not share one.
     #[serde(default)]
     pub progress_name: Option<String>,
+    /// How the exactly-once sink locks its progress: `exclusive` (one
+    /// sink at a time) or `shared` (the members of one consumer group).
+    #[serde(default)]
+    pub progress_lock: ProgressLock,
     /// How batches are written.
     #[serde(default)]
     pub method: WriteMethod,
@@ -127,8 +173,12 @@ impl PostgresSinkConfig {
     /// idempotency key in `etl_key`, at-least-once, `COPY` writes.
     pub fn new(url: impl Into<String>, table: impl Into<String>) -> Self {
         PostgresSinkConfig {
-            url: url.into(),
+            url: SecretString::from(url.into()),
             password: None,
+            sslmode: None,
+            sslrootcert: None,
+            sslcert: None,
+            sslkey: None,
             table: table.into(),
             columns: Vec::new(),
             key_column: default_key_column(),
@@ -136,6 +186,7 @@ impl PostgresSinkConfig {
             exactly_once: false,
             progress_table: default_progress_table(),
             progress_name: None,
+            progress_lock: ProgressLock::default(),
             method: WriteMethod::default(),
             connect_timeout_secs: default_connect_timeout_secs(),
         }
@@ -169,6 +220,13 @@ impl PostgresSinkConfig {
         self
     }
 
+    /// Set how the progress is locked.
+    #[must_use]
+    pub fn progress_lock(mut self, lock: ProgressLock) -> Self {
+        self.progress_lock = lock;
+        self
+    }
+
     /// Set the write method.
     #[must_use]
     pub fn method(mut self, method: WriteMethod) -> Self {
@@ -179,7 +237,30 @@ impl PostgresSinkConfig {
     /// Set the password.
     #[must_use]
     pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
+        self.password = Some(SecretString::from(password.into()));
+        self
+    }
+
+    /// Set the TLS mode.
+    #[must_use]
+    pub fn sslmode(mut self, mode: SslMode) -> Self {
+        self.sslmode = Some(mode);
+        self
+    }
+
+    /// Set the CA certificate file the server's certificate is checked
+    /// against.
+    #[must_use]
+    pub fn sslrootcert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.sslrootcert = Some(path.into());
+        self
+    }
+
+    /// Set the client certificate and its key.
+    #[must_use]
+    pub fn client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.sslcert = Some(cert.into());
+        self.sslkey = Some(key.into());
         self
     }
 
@@ -189,12 +270,21 @@ impl PostgresSinkConfig {
         self.progress_name.as_deref().unwrap_or(&self.table)
     }
 
-    /// Check names and types without connecting.
+    /// Check everything that can be checked without connecting: names
+    /// and types, the URL (its syntax, unknown options, ports, `sslmode`),
+    /// and the certificate files (present, readable, PEM). `etl validate`
+    /// and `etl run` call it before anything connects.
     ///
     /// # Errors
     ///
-    /// [`PostgresError::Config`] naming the offending field.
+    /// [`PostgresError::Config`] naming the offending field; a message
+    /// about the URL shows it with its passwords replaced by `***`.
     pub fn validate(&self) -> Result<(), PostgresError> {
+        self.validate_names()?;
+        crate::connection::Connector::new(self).map(drop)
+    }
+
+    pub(crate) fn validate_names(&self) -> Result<(), PostgresError> {
         let bad = |field: &str, reason: String| {
             Err(PostgresError::Config {
                 field: field.to_owned(),
@@ -240,43 +330,17 @@ fn check_type(ty: &str) -> Result<(), String> {
     }
 }
 
-/// `url` with any password replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        // A key=value string: hide the value of any password key.
-        return url
-            .split_whitespace()
-            .map(|kv| {
-                if kv.to_ascii_lowercase().starts_with("password=") {
-                    "password=***"
-                } else {
-                    kv
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &rest[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
-}
+use secrecy::ExposeSecret;
 
 impl fmt::Debug for PostgresSinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresSinkConfig")
-            .field("url", &redact_url(&self.url))
+            .field("url", &crate::conninfo::redact(self.url.expose_secret()))
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("sslcert", &self.sslcert)
+            .field("sslkey", &self.sslkey)
             .field("table", &self.table)
             .field("columns", &self.columns)
             .field("key_column", &self.key_column)
@@ -284,6 +348,7 @@ impl fmt::Debug for PostgresSinkConfig {
             .field("exactly_once", &self.exactly_once)
             .field("progress_table", &self.progress_table)
             .field("progress_name", &self.progress_name)
+            .field("progress_lock", &self.progress_lock)
             .field("method", &self.method)
             .field("connect_timeout_secs", &self.connect_timeout_secs)
             .finish()
@@ -295,16 +360,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redacts_passwords_in_urls_and_debug() {
-        assert_eq!(
-            redact_url("postgres://u:s3cret@h:5/db"),
-            "postgres://u:***@h:5/db"
-        );
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(
-            redact_url("host=h password=s3cret user=u"),
-            "host=h password=*** user=u"
-        );
+    fn redacts_passwords_in_debug() {
         let config = PostgresSinkConfig::new("postgres://u:s3cret@h/db", "t").password("hunter2");
         let debug = format!("{config:?}");
         assert!(
@@ -325,6 +381,49 @@ mod tests {
             .column("a", "a", "text")
             .column("a", "b", "text");
         assert!(twice.validate().unwrap_err().to_string().contains("twice"));
+    }
+
+    #[test]
+    fn validation_reads_the_url_and_files_without_connecting() {
+        // Nothing listens on port 1: validation never tries.
+        let ok = PostgresSinkConfig::new(
+            "postgres://etl:pw@127.0.0.1:1/db?sslmode=require&application_name=x",
+            "t",
+        );
+        assert!(ok.validate().is_ok());
+        for (url, expected) in [
+            (
+                "postgres://etl@127.0.0.1:1/db?bogus_opt=1",
+                "unknown option `bogus_opt`",
+            ),
+            ("postgres://etl@127.0.0.1:notaport/db", "option `port`"),
+            ("host=h port=99999", "option `port`"),
+            (
+                "postgres://etl@h/db?sslmode=allow",
+                "`allow` is not supported",
+            ),
+            (
+                "postgres://etl@h/db?sslmode=verify-full",
+                "needs sslrootcert",
+            ),
+            (
+                "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/such/ca.pem",
+                "/no/such/ca.pem",
+            ),
+            (
+                "postgres://etl@h/db?sslkey=/k.pem",
+                "sslkey is set but sslcert is not",
+            ),
+            ("host=h password='unterminated", "no closing quote"),
+            ("http://h/db", "scheme"),
+        ] {
+            let err = PostgresSinkConfig::new(url, "t").validate().unwrap_err();
+            assert!(err.to_string().contains(expected), "{url}: {err}");
+        }
+        // A TOML field wins over the URL's.
+        let mut fixed = PostgresSinkConfig::new("postgres://etl@h/db?sslmode=verify-full", "t");
+        fixed.sslmode = Some(SslMode::Require);
+        assert!(fixed.validate().is_ok());
     }
 
     #[test]

@@ -3,13 +3,19 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use secrecy::{ExposeSecret, SecretString};
+use tokio_postgres::config::SslMode as PgSslMode;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::config::redact_url;
+use crate::conninfo;
+use crate::error::describe;
+use crate::tls::{self, SslMode, TlsSettings, Tracked};
 use crate::{PostgresError, PostgresSinkConfig};
 
 /// Idle connections kept for reuse; more may be open while writes are in
@@ -21,53 +27,106 @@ const MAX_STATEMENTS: usize = 64;
 /// How to reach the server. `Debug` never shows the password.
 pub(crate) struct Connector {
     config: tokio_postgres::Config,
+    tls: Option<Tracked>,
+    mode: SslMode,
     target: String,
     timeout: Duration,
+    /// Whether a `prefer` connection fell back to plaintext already (said
+    /// once per sink).
+    warned_plaintext: AtomicBool,
 }
 
 impl fmt::Debug for Connector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connector")
             .field("target", &self.target)
+            .field("sslmode", &self.mode)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
+fn url_error(reason: String) -> PostgresError {
+    PostgresError::Config {
+        field: "url".into(),
+        reason,
+    }
+}
+
 impl Connector {
-    /// Parse the URL and pick the password: the config's field, then the
-    /// URL's, then `PGPASSWORD`.
+    /// Parse the URL, pick the password (the config's field, then the
+    /// URL's, then `PGPASSWORD`) and the TLS settings (the config's fields,
+    /// then the URL's), and load the certificate files. Connects nowhere.
     pub(crate) fn new(config: &PostgresSinkConfig) -> Result<Connector, PostgresError> {
-        let mut pg = tokio_postgres::Config::from_str(&config.url).map_err(|_| {
-            // The parser's message may quote part of the URL (and so the
-            // password): show only the redacted URL.
-            PostgresError::Config {
-                field: "url".into(),
-                reason: format!(
-                    "`{}` is not a PostgreSQL connection URL",
-                    redact_url(&config.url)
-                ),
-            }
-        })?;
-        if let Some(password) = &config.password {
-            pg.password(password.as_bytes());
-        } else if pg.get_password().is_none()
-            && let Ok(password) = std::env::var("PGPASSWORD")
-        {
-            pg.password(password.as_bytes());
+        let mut info = conninfo::parse(config.url.expose_secret()).map_err(url_error)?;
+        let url_password = info.take("password").map(SecretString::from);
+        if info.take("sslpassword").is_some() {
+            return Err(url_error(format!(
+                "sslpassword (an encrypted sslkey) is not supported; decrypt the key \
+                 (in {})",
+                info.redacted
+            )));
+        }
+        let url_mode = info.take("sslmode");
+        let url_tls = |key: &str, info: &mut conninfo::ConnInfo| info.take(key).map(PathBuf::from);
+        let settings = TlsSettings {
+            mode: match (config.sslmode, url_mode) {
+                (Some(mode), _) => mode,
+                (None, Some(text)) => SslMode::parse(&text)
+                    .map_err(|e| url_error(format!("sslmode: {e} (in {})", info.redacted)))?,
+                (None, None) => SslMode::default(),
+            },
+            rootcert: config
+                .sslrootcert
+                .clone()
+                .or_else(|| url_tls("sslrootcert", &mut info)),
+            cert: config
+                .sslcert
+                .clone()
+                .or_else(|| url_tls("sslcert", &mut info)),
+            key: config
+                .sslkey
+                .clone()
+                .or_else(|| url_tls("sslkey", &mut info)),
+        };
+        for key in ["sslrootcert", "sslcert", "sslkey"] {
+            info.take(key);
+        }
+        // No password in this string: the parser's messages cannot show it.
+        let mut pg = tokio_postgres::Config::from_str(&info.to_key_value())
+            .map_err(|e| url_error(format!("{} (in {})", describe(&e), info.redacted)))?;
+        let password = config
+            .password
+            .clone()
+            .or(url_password)
+            .or_else(|| std::env::var("PGPASSWORD").ok().map(SecretString::from));
+        if let Some(password) = &password {
+            pg.password(password.expose_secret().as_bytes());
         }
         if pg.get_user().is_none()
             && let Ok(user) = std::env::var("PGUSER")
         {
             pg.user(&user);
         }
+        if pg.get_hosts().is_empty() && pg.get_hostaddrs().is_empty() {
+            pg.host("localhost");
+        }
         let timeout = Duration::from_secs(config.connect_timeout_secs.max(1));
         pg.connect_timeout(timeout);
+        pg.ssl_mode(match settings.mode {
+            SslMode::Disable => PgSslMode::Disable,
+            SslMode::Prefer => PgSslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
+        });
+        let tls = tls::connector(&settings)?.map(Tracked::new);
         let target = target(&pg);
         Ok(Connector {
             config: pg,
+            tls,
+            mode: settings.mode,
             target,
             timeout,
+            warned_plaintext: AtomicBool::new(false),
         })
     }
 
@@ -78,32 +137,65 @@ impl Connector {
 
     /// Open a connection; its driver task runs on the current runtime.
     pub(crate) async fn connect(&self) -> Result<Conn, PostgresError> {
-        let connecting = self.config.connect(NoTls);
-        let (client, connection) = match tokio::time::timeout(self.timeout, connecting).await {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(source)) => {
-                return Err(PostgresError::Connect {
-                    target: self.target.clone(),
-                    source,
-                });
+        let client = match &self.tls {
+            Some(tls) => {
+                let tls = Tracked::new_sharing(tls);
+                let used = tls.used.clone();
+                let (client, connection) = self.finish(self.config.connect(tls)).await?;
+                tokio::spawn(watch(connection, self.target.clone()));
+                if self.mode == SslMode::Prefer
+                    && !used.load(Ordering::Relaxed)
+                    && !self.warned_plaintext.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        target = %self.target,
+                        "sslmode = \"prefer\": the server does not offer TLS, so this sink's \
+                         connections are NOT encrypted; set sslmode = \"require\" (or \
+                         \"verify-full\") to refuse plaintext, or \"disable\" to say it is intended"
+                    );
+                }
+                client
             }
-            Err(_) => {
-                return Err(PostgresError::ConnectTimeout {
-                    target: self.target.clone(),
-                    after: self.timeout,
-                });
+            None => {
+                let (client, connection) = self.finish(self.config.connect(NoTls)).await?;
+                tokio::spawn(watch(connection, self.target.clone()));
+                client
             }
         };
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "PostgreSQL connection ended");
-            }
-        });
         Ok(Conn {
             client,
             staged: false,
             statements: HashMap::new(),
         })
+    }
+
+    /// Await a connection attempt within the timeout.
+    async fn finish<T>(
+        &self,
+        connecting: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, PostgresError> {
+        match tokio::time::timeout(self.timeout, connecting).await {
+            Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(source)) => Err(PostgresError::Connect {
+                target: self.target.clone(),
+                source,
+            }),
+            Err(_) => Err(PostgresError::ConnectTimeout {
+                target: self.target.clone(),
+                after: self.timeout,
+            }),
+        }
+    }
+}
+
+/// Drive a connection; say why it ended if it failed.
+async fn watch<S, T>(connection: tokio_postgres::Connection<S, T>, target: String)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if let Err(error) = connection.await {
+        crate::error::connection_lost(&target, &error);
     }
 }
 

@@ -48,6 +48,24 @@ pub enum PostgresError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// Another sink holds this sink's progress (the same progress table
+    /// and progress name): two writers would interleave their progress.
+    /// The holder keeps it for its life (a session-level advisory lock,
+    /// released by the server when its connection ends).
+    #[error(
+        "progress {name:?} in table {table} is in use by another sink ({}): one sink at a \
+         time may write under a progress name; stop the other run or wait for it to end",
+        holder(*pid)
+    )]
+    InUse {
+        /// The progress table, schema-qualified.
+        table: String,
+        /// The progress name.
+        name: String,
+        /// The server process id of the holder's session, when the server
+        /// shows it.
+        pid: Option<i32>,
+    },
     /// The progress table holds a row this sink cannot use.
     #[error("progress table {table} is unusable: {reason}")]
     CorruptProgress {
@@ -129,22 +147,158 @@ pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     }
 }
 
+fn holder(pid: Option<i32>) -> String {
+    match pid {
+        Some(pid) => format!("PostgreSQL backend pid {pid}, see pg_stat_activity"),
+        None => "a session this role cannot see".to_owned(),
+    }
+}
+
+/// At most one WARN line per this interval says a connection was lost;
+/// the rest go to DEBUG.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A rate limit for WARN lines: `allow` is true at most once per
+/// [`WARN_EVERY`].
+#[derive(Debug)]
+pub(crate) struct RateLimit(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl RateLimit {
+    pub(crate) const fn new() -> Self {
+        RateLimit(std::sync::Mutex::new(None))
+    }
+
+    /// Whether a WARN may be logged now (and if so, starts a new interval).
+    pub(crate) fn allow(&self) -> bool {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+}
+
+/// What the sink says during an outage: one WARN line when writes start
+/// failing for a retryable reason (with the server's reason), one every
+/// [`WARN_EVERY`] while they keep failing, and one when a write succeeds
+/// again, with the outage's length. Failures in between go to DEBUG.
+#[derive(Debug, Default)]
+pub(crate) struct Outage(std::sync::Mutex<OutageState>);
+
+#[derive(Debug, Default)]
+struct OutageState {
+    since: Option<std::time::Instant>,
+    last_warn: Option<std::time::Instant>,
+    failures: u64,
+}
+
+impl Outage {
+    /// A write (or its connection) failed with `err`.
+    pub(crate) fn failed(&self, target: &str, err: &PostgresError) {
+        if !err.is_retryable() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.failures += 1;
+        let Some(since) = state.since else {
+            state.since = Some(now);
+            state.last_warn = Some(now);
+            tracing::warn!(
+                target = %target,
+                reason = %err,
+                "PostgreSQL unavailable; the batch is retried with backoff (within the \
+                 sink's retry_max_elapsed) on a new connection"
+            );
+            return;
+        };
+        if state
+            .last_warn
+            .is_none_or(|at| now.duration_since(at) >= WARN_EVERY)
+        {
+            state.last_warn = Some(now);
+            tracing::warn!(
+                target = %target,
+                reason = %err,
+                failed_attempts = state.failures,
+                "PostgreSQL still unavailable after {:.1} s; still retried with backoff",
+                now.duration_since(since).as_secs_f64()
+            );
+        } else {
+            tracing::debug!(target = %target, reason = %err, "PostgreSQL write failed; retried");
+        }
+    }
+
+    /// A write succeeded.
+    pub(crate) fn succeeded(&self, target: &str) {
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(since) = state.since.take() {
+            tracing::warn!(
+                target = %target,
+                failed_attempts = state.failures,
+                "PostgreSQL reachable again after {:.1} s; writes resumed",
+                since.elapsed().as_secs_f64()
+            );
+            *state = OutageState::default();
+        }
+    }
+}
+
+/// Say that a connection ended with an error: WARN (rate-limited) with
+/// the server's reason.
+pub(crate) fn connection_lost(target: &str, error: &tokio_postgres::Error) {
+    static LOST: RateLimit = RateLimit::new();
+    let reason = describe(error);
+    if LOST.allow() {
+        tracing::warn!(
+            target = %target,
+            %reason,
+            "PostgreSQL connection lost; writes are retried on a new connection with backoff"
+        );
+    } else {
+        tracing::debug!(target = %target, %reason, "PostgreSQL connection lost");
+    }
+}
+
 impl PostgresError {
+    /// Whether another sink holds this sink's progress
+    /// ([`PostgresError::InUse`]).
+    #[must_use]
+    pub fn is_in_use(&self) -> bool {
+        matches!(self, PostgresError::InUse { .. })
+    }
+
     /// Whether the same operation may succeed later (the server is down,
     /// restarting or overloaded).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
             PostgresError::Connect { source, .. } => {
-                // Wrong password or database: no point retrying.
-                !matches!(
-                    source.code().map(SqlState::code).map(|c| &c[..2]),
-                    Some("28" | "3D")
-                ) && classify(source) == Class::Retryable
+                // Wrong password or database, a certificate refused: no
+                // point retrying.
+                !crate::tls::is_tls_failure(source)
+                    && !matches!(
+                        source.code().map(SqlState::code).map(|c| &c[..2]),
+                        Some("28" | "3D")
+                    )
+                    && classify(source) == Class::Retryable
             }
             PostgresError::ConnectTimeout { .. } => true,
             PostgresError::Query { source, .. } => classify(source) == Class::Retryable,
-            PostgresError::Config { .. } | PostgresError::CorruptProgress { .. } => false,
+            PostgresError::Config { .. }
+            | PostgresError::CorruptProgress { .. }
+            | PostgresError::InUse { .. } => false,
         }
     }
 }

@@ -18,6 +18,9 @@
 //!   progress table in the same transaction as the rows, and
 //!   [`SinkDriver::exactly_once`](etl_sink::SinkDriver::exactly_once)
 //!   resumes the pipeline from it.
+//! * An exactly-once sink holds a PostgreSQL advisory lock on its
+//!   progress (table and name) for its life: a second sink on the same
+//!   progress is refused with [`PostgresError::InUse`].
 //! * [`PostgresError`] is the crate's error; none of its messages, and no
 //!   `Debug` output, contains the password.
 //!
@@ -51,12 +54,16 @@
 
 mod config;
 mod connection;
+mod conninfo;
 mod error;
+mod lock;
 mod mapping;
 mod sink;
 mod sql;
+mod tls;
 mod write;
 
-pub use config::{ColumnConfig, PostgresSinkConfig, WriteMethod};
+pub use config::{ColumnConfig, PostgresSinkConfig, ProgressLock, WriteMethod};
 pub use error::PostgresError;
 pub use sink::PostgresSink;
+pub use tls::SslMode;

@@ -8,6 +8,7 @@ use etl_record::{Offset, PartitionId};
 use etl_sink::{EncodedBatch, Progress, ProgressSink, Sink, SinkError};
 
 use crate::connection::{Connector, Pool};
+use crate::lock::{Holder, Lease};
 use crate::mapping::Mapping;
 use crate::sql::Statements;
 use crate::{PostgresError, PostgresSinkConfig};
@@ -39,6 +40,11 @@ pub struct PostgresSink {
     pub(crate) mapping: Mapping,
     pub(crate) sql: Statements,
     pub(crate) pool: Pool,
+    /// In exactly-once mode, the connection holding the progress lock; all
+    /// writes go through it.
+    holder: Option<Holder>,
+    /// What to say while the server is unavailable.
+    pub(crate) outage: crate::error::Outage,
     progress: Mutex<Progress>,
 }
 
@@ -52,35 +58,50 @@ impl PostgresSink {
     /// [`PostgresError::is_retryable`] tells whether trying again later
     /// may help.
     pub async fn connect(config: PostgresSinkConfig) -> Result<PostgresSink, PostgresError> {
-        config.validate()?;
+        config.validate_names()?;
         let connector = Connector::new(&config)?;
         let mapping = Mapping::new(&config);
         let sql = Statements::new(&config, &mapping);
-        let sink = PostgresSink {
+        let mut sink = PostgresSink {
             connector,
             mapping,
             sql,
             pool: Pool::default(),
+            holder: None,
+            outage: crate::error::Outage::default(),
             progress: Mutex::new(Progress::new()),
             config,
         };
-        let conn = sink.pool.take(&sink.connector).await?;
+        let conn = sink.connector.connect().await?;
         if sink.config.create_table {
-            conn.client
-                .batch_execute(&sink.sql.create_target)
-                .await
-                .map_err(|source| sink.query_error("create the table", source))?;
+            create_missing(
+                &conn,
+                &sink.config.table,
+                &sink.sql.create_target,
+                "create the table",
+            )
+            .await?;
         }
         if sink.config.exactly_once {
-            conn.client
-                .batch_execute(&sink.sql.create_progress)
-                .await
-                .map_err(|source| sink.query_error("create the progress table", source))?;
-        }
-        sink.pool.give_back(conn);
-        if sink.config.exactly_once {
+            create_missing(
+                &conn,
+                &sink.config.progress_table,
+                &sink.sql.create_progress,
+                "create the progress table",
+            )
+            .await?;
+            let holder = Holder::take(
+                conn,
+                &sink.config.progress_table,
+                sink.config.progress_key(),
+                sink.config.progress_lock,
+            )
+            .await?;
+            sink.holder = Some(holder);
             let stored = sink.read_progress().await?;
             *sink.progress_lock() = stored;
+        } else {
+            sink.pool.give_back(conn);
         }
         tracing::debug!(target = sink.connector.target(), table = %sink.config.table, "PostgreSQL sink open");
         Ok(sink)
@@ -99,25 +120,43 @@ impl PostgresSink {
     ///
     /// The query failed, or a row holds a partition out of range.
     pub async fn read_progress(&self) -> Result<Progress, PostgresError> {
-        let conn = self.pool.take(&self.connector).await?;
-        let rows = conn
+        let lease = self.lease().await?;
+        let rows = lease
+            .conn
             .client
             .query(&self.sql.read_progress, &[&self.config.progress_key()])
             .await
-            .map_err(|source| self.query_error("read progress", source))?;
-        self.pool.give_back(conn);
+            .map_err(|source| PostgresError::Query {
+                during: "read progress",
+                table: self.progress_table().to_owned(),
+                source,
+            })?;
+        lease.release();
         let mut progress = Progress::new();
         for row in rows {
             let partition: i64 = row.get(0);
             let next: i64 = row.get(1);
             let partition =
                 u32::try_from(partition).map_err(|_| PostgresError::CorruptProgress {
-                    table: self.config.progress_table.clone(),
+                    table: self.progress_table().to_owned(),
                     reason: format!("partition {partition} is out of range"),
                 })?;
             progress.advance(PartitionId(partition), Offset(next));
         }
         Ok(progress)
+    }
+
+    /// A connection for one operation: the locking one in exactly-once
+    /// mode, else a pooled one.
+    pub(crate) async fn lease(&self) -> Result<Lease<'_>, PostgresError> {
+        Lease::take(self.holder.as_ref(), &self.pool, &self.connector).await
+    }
+
+    /// The progress table, schema-qualified once the sink holds it.
+    pub(crate) fn progress_table(&self) -> &str {
+        self.holder
+            .as_ref()
+            .map_or(&self.config.progress_table, Holder::table)
     }
 
     pub(crate) fn exactly_once(&self) -> bool {
@@ -139,6 +178,35 @@ impl PostgresSink {
             source,
         }
     }
+}
+
+/// Run `create` unless `table` exists already: `CREATE TABLE IF NOT
+/// EXISTS` needs the CREATE privilege on the schema even when the table is
+/// there, and a writer role often has none. Errors name `table`.
+async fn create_missing(
+    conn: &crate::connection::Conn,
+    table: &str,
+    create: &str,
+    during: &'static str,
+) -> Result<(), PostgresError> {
+    let error = |source| PostgresError::Query {
+        during,
+        table: table.to_owned(),
+        source,
+    };
+    let exists = conn
+        .client
+        .query_one(
+            "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+            &[&crate::mapping::quote_table(table)],
+        )
+        .await
+        .map_err(error)?
+        .get::<_, bool>(0);
+    if !exists {
+        conn.client.batch_execute(create).await.map_err(error)?;
+    }
+    Ok(())
 }
 
 #[async_trait]

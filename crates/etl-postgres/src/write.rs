@@ -55,19 +55,25 @@ impl PostgresSink {
     pub(crate) async fn write_batch(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let (mut work, mut rejects) = self.prepare_work(batch);
         if !work.is_empty() {
-            let mut conn = self.pool.take(&self.connector).await?;
-            let written = match self.write_all(&mut conn, &work).await {
+            let mut lease = self.lease().await.inspect_err(|e| {
+                self.outage.failed(self.connector.target(), e);
+            })?;
+            let conn = &mut lease.conn;
+            let written = match self.write_all(conn, &work).await {
                 Err(e) if classify(&e) == Class::Row => {
                     tracing::debug!(reason = %describe(&e), "batch refused; writing it row by row");
-                    self.write_each(&mut conn, &mut work, &mut rejects).await
+                    self.write_each(conn, &mut work, &mut rejects).await
                 }
                 other => other,
             };
             if let Err(source) = written {
                 // The connection is dropped: it may be broken.
-                return Err(self.query_error("write a batch", source).into());
+                let err = self.query_error("write a batch", source);
+                self.outage.failed(self.connector.target(), &err);
+                return Err(err.into());
             }
-            self.pool.give_back(conn);
+            lease.release();
+            self.outage.succeeded(self.connector.target());
             if self.exactly_once() {
                 let mut progress = self.progress_lock();
                 for (p, o) in work.partitions.iter().zip(&work.next_offsets) {

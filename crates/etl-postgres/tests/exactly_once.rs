@@ -202,3 +202,171 @@ async fn progress_never_passes_a_rejected_row_before_its_dead_letter_is_written(
         );
     }
 }
+
+/// Open a sink, retrying while the previous holder's session is still
+/// ending on the server (its connection closes asynchronously).
+async fn open_when_free(config: PostgresSinkConfig) -> PostgresSink {
+    let mut last = None;
+    for _ in 0..50 {
+        match PostgresSink::connect(config.clone()).await {
+            Ok(sink) => return sink,
+            Err(e) if e.is_in_use() => {
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("the progress lock was never released: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sink_on_the_same_progress_is_refused_until_the_first_closes() {
+    let url = url();
+    let name = table("eo_lock");
+    let first = PostgresSink::connect(config(&url, &name, WriteMethod::Copy))
+        .await
+        .unwrap();
+
+    // Same table and progress name: refused at open, with a typed error
+    // naming the progress table and the holder.
+    let err = PostgresSink::connect(config(&url, &name, WriteMethod::Insert))
+        .await
+        .expect_err("a second sink on the same progress must be refused");
+    assert!(err.is_in_use(), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("etl_progress"), "{text}");
+    assert!(text.contains(&name), "{text}");
+    assert!(text.contains("pid"), "{text}");
+    assert!(matches!(
+        etl_sink::SinkError::from(err),
+        etl_sink::SinkError::Permanent(_)
+    ));
+
+    // The same table spelt with its schema is the same progress.
+    let mut qualified = config(&url, &name, WriteMethod::Copy);
+    qualified.progress_table = "public.etl_progress".to_owned();
+    let err = PostgresSink::connect(qualified).await.unwrap_err();
+    assert!(err.is_in_use(), "{err}");
+
+    // Another progress name is another lock.
+    let mut other = config(&url, &name, WriteMethod::Copy);
+    other.progress_name = Some(format!("{name}-other"));
+    let other = PostgresSink::connect(other).await.unwrap();
+
+    // The first one writes, closes; a new one opens and resumes.
+    let (driver, _) = SinkDriver::exactly_once(first, NdjsonEncoder::new());
+    let handle = driver.config(driver_config()).spawn();
+    let mut source = TestSource::new();
+    handle.send(source.batch(records(0, 0..10))).await.unwrap();
+    handle.close().await.unwrap();
+    let again = open_when_free(config(&url, &name, WriteMethod::Copy)).await;
+    assert_eq!(again.progress().get(PartitionId(0)), Some(Offset(10)));
+    drop(other);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_needs_no_create_privilege_when_the_tables_exist() {
+    let url = url();
+    let db = client(&url).await;
+    let schema = table("noc");
+    let role = format!("{schema}_writer");
+    db.batch_execute(&format!(
+        "CREATE SCHEMA {schema}; \
+         CREATE TABLE {schema}.target (etl_key text PRIMARY KEY, id bigint); \
+         CREATE TABLE {schema}.progress (name text NOT NULL, partition bigint NOT NULL, \
+           next_offset bigint NOT NULL, PRIMARY KEY (name, partition)); \
+         CREATE ROLE {role} LOGIN PASSWORD 'writer-pw'; \
+         GRANT USAGE ON SCHEMA {schema} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE ON {schema}.target, {schema}.progress TO {role}"
+    ))
+    .await
+    .unwrap();
+    let (_, host) = url.split_once('@').unwrap();
+    let as_role = format!("postgres://{role}:writer-pw@{host}");
+    let config = |progress: &str| {
+        let mut c = PostgresSinkConfig::new(&as_role, format!("{schema}.target"))
+            .column("id", "id", "bigint")
+            .create_table(true)
+            .exactly_once(true);
+        c.progress_table = format!("{schema}.{progress}");
+        c
+    };
+
+    let sink = PostgresSink::connect(config("progress")).await.unwrap();
+    let (batch, _) = etl_sink::EncodedBatch::encode(records(0, 0..5), &NdjsonEncoder::new());
+    etl_sink::Sink::write(&sink, &batch).await.unwrap();
+    assert_eq!(sink.progress().get(PartitionId(0)), Some(Offset(5)));
+    drop(sink);
+
+    // A progress table that does not exist cannot be created: the error
+    // names it, not the data table.
+    let err = PostgresSink::connect(config("missing_progress"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("missing_progress"), "{text}");
+    assert!(!text.contains("target"), "{text}");
+    assert!(text.contains("42501"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_lost_its_lock_to_another_writes_nothing_more() {
+    let url = url();
+    let db = client(&url).await;
+    let name = table("eo_lost");
+    // Named, so that only its session is ended below.
+    let named = format!("{url}?application_name={name}");
+    let first = PostgresSink::connect(config(&named, &name, WriteMethod::Copy))
+        .await
+        .unwrap();
+    async fn write(sink: &PostgresSink, from: i64) -> Result<(), etl_sink::SinkError> {
+        let (batch, _) =
+            etl_sink::EncodedBatch::encode(records(0, from..from + 5), &NdjsonEncoder::new());
+        etl_sink::Sink::write(sink, &batch).await
+    }
+    write(&first, 0).await.unwrap();
+
+    // The server ends the first sink's session (an administrator, a
+    // network cut), and a second sink takes the progress meanwhile.
+    let ended = db
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    assert!(ended > 0, "the first sink's session was found");
+    let second = open_when_free(config(&url, &name, WriteMethod::Copy)).await;
+
+    // The first one's next writes fail (the lost connection is retryable),
+    // then for good: it cannot take the lock again.
+    let mut last = None;
+    for _ in 0..3 {
+        match write(&first, 5).await {
+            Err(e) if e.is_retryable() => last = Some(e),
+            other => {
+                last = other.err();
+                break;
+            }
+        }
+    }
+    let err = last.expect("the write without the lock fails");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("in use by another sink"), "{err}");
+    assert_eq!(counts(&db, &name, "etl_key").await.0, 5, "nothing written");
+
+    // Once the second one is gone, the first takes the lock again.
+    drop(second);
+    let mut written = false;
+    for _ in 0..50 {
+        if write(&first, 5).await.is_ok() {
+            written = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(written, "the lock was never taken again");
+    assert_eq!(first.progress().get(PartitionId(0)), Some(Offset(10)));
+}

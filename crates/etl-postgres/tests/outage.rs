@@ -1,12 +1,14 @@
 //! The server stops and restarts while a pipeline writes: writes fail as
-//! retryable, the driver retries on fresh connections, nothing is lost.
+//! retryable, the driver retries on fresh connections, nothing is lost,
+//! and WARN lines say what is happening (lost, retried with the server's
+//! reason, reachable again).
 
 // Helpers panic on failed queries: a panic there is a failed test.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_postgres::{PostgresSink, PostgresSinkConfig};
@@ -16,8 +18,32 @@ use support::{TestSource, client, counts, records, table};
 const BATCHES: i64 = 20;
 const PER_BATCH: i64 = 20;
 
+/// WARN lines written by any thread of this test binary.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        std::io::stderr().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_mid_run_loses_nothing() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    )
+    .unwrap();
     let server = Arc::new(
         tokio::task::spawn_blocking(support::own_server)
             .await
@@ -77,4 +103,16 @@ async fn a_server_restart_mid_run_loses_nothing() {
         counts(&db, &name, "etl_key").await,
         (BATCHES * PER_BATCH, BATCHES * PER_BATCH)
     );
+
+    let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    let said = |what: &str| warns.iter().any(|l| l.contains(what));
+    assert!(said("PostgreSQL unavailable"), "{log}");
+    assert!(said("retried"), "{log}");
+    assert!(said("reachable again"), "{log}");
+    // The server's reason is given (the refused connection).
+    assert!(said("refused") || said("terminat") || said("shut"), "{log}");
+    // Rate-limited: a 0.5 s outage with fast retries says a few lines,
+    // not one per attempt.
+    assert!(warns.len() <= 6, "{} WARN lines:\n{log}", warns.len());
 }

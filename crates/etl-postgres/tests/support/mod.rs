@@ -19,6 +19,8 @@ use etl_ack::{AckEvent, AckMsg, AckReceiver, AckStatus, Acked, Acker, BatchId, B
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use tokio_postgres::{Client, NoTls};
 
+#[allow(unused_imports)]
+pub(crate) use server::CERT_USER;
 pub(crate) use server::Postgres;
 
 /// The URL of the shared test server, starting it on first use.

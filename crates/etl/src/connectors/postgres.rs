@@ -82,7 +82,12 @@ pub(crate) async fn open_postgres(
         match PostgresSink::connect(config.clone()).await {
             Ok(sink) => return Ok(sink),
             Err(e) if e.is_retryable() && started.elapsed() + pause < CONNECT_PATIENCE => {
-                tracing::warn!(sink = name, error = %e, "PostgreSQL not reachable yet; retrying");
+                tracing::warn!(
+                    sink = name,
+                    error = %e,
+                    "PostgreSQL not reachable yet; retrying in {:.1} s",
+                    pause.as_secs_f64()
+                );
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MAX_PAUSE);
             }
@@ -95,6 +100,13 @@ fn connector_error(name: &str, e: PostgresError) -> PipelineError {
     let message = match &e {
         PostgresError::Config { .. } => {
             return PipelineError::Invalid(format!("sink {name:?}: {e}"));
+        }
+        // Kept typed: the binary exits 75 (state in use) on it.
+        PostgresError::InUse { .. } => {
+            return PipelineError::Sink {
+                name: name.to_owned(),
+                source: e.into(),
+            };
         }
         _ => format!("sink {name:?}: {e}"),
     };

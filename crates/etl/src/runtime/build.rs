@@ -60,6 +60,8 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
     let trusted = values_are_json(config);
     let stored = StoredProgressCheck::new(config)?;
     for sink in &config.sinks {
+        #[cfg(feature = "postgres")]
+        let sink = &group_shares_progress(config, sink);
         builder = with_sink(builder, sink, trusted, &stored).await?;
     }
     if let Some(kind) = &config.dead_letter {
@@ -189,6 +191,21 @@ impl Opened {
             Opened::PostgresExactlyOnce(p) => Arc::new(*p),
         }
     }
+}
+
+/// The members of one Kafka consumer group write one PostgreSQL progress
+/// (the group keeps their partitions apart), so behind a Kafka source a
+/// PostgreSQL sink takes its progress lock shared unless its table says
+/// otherwise; behind any other source it is exclusive.
+#[cfg(feature = "postgres")]
+fn group_shares_progress(config: &Config, sink: &SinkConfig) -> SinkConfig {
+    let mut sink = sink.clone();
+    if let (SourceConfig::Kafka(_), SinkKind::Postgres(table)) = (&config.source, &mut sink.kind) {
+        table
+            .entry("progress_lock")
+            .or_insert_with(|| toml::Value::String("shared".to_owned()));
+    }
+    sink
 }
 
 /// Open the sink of a `[[sinks]]` entry or of `[dead_letter]`.

@@ -104,13 +104,28 @@ pub(crate) fn say_err(line: std::fmt::Arguments<'_>) {
 }
 
 /// Whether `e`, or any error under it, says another run holds a lock this
-/// one needs (the offset store, an exactly-once output), wherever in the
+/// one needs (the offset store, an exactly-once output, a PostgreSQL
+/// sink's progress), wherever in the
 /// pipeline it was found.
 fn held_by_another_run(e: &(dyn std::error::Error + 'static)) -> bool {
     std::iter::successors(Some(e), |e| e.source()).any(|e| {
-        e.downcast_ref::<etl_record::LockError>()
-            .is_some_and(etl_record::LockError::is_in_use)
+        postgres_in_use(e)
+            || e.downcast_ref::<etl_record::LockError>()
+                .is_some_and(etl_record::LockError::is_in_use)
     })
+}
+
+/// Whether `e` is a PostgreSQL sink's progress held by another sink.
+fn postgres_in_use(e: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "postgres")]
+    return e
+        .downcast_ref::<etl_postgres::PostgresError>()
+        .is_some_and(etl_postgres::PostgresError::is_in_use);
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = e;
+        false
+    }
 }
 
 #[cfg(test)]
