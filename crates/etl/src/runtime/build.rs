@@ -201,9 +201,12 @@ impl Opened {
 fn group_shares_progress(config: &Config, sink: &SinkConfig) -> SinkConfig {
     let mut sink = sink.clone();
     if let (SourceConfig::Kafka(_), SinkKind::Postgres(table)) = (&config.source, &mut sink.kind) {
-        table
+        use secrecy::ExposeSecret;
+        let mut shared = table.expose_secret().clone();
+        shared
             .entry("progress_lock")
             .or_insert_with(|| toml::Value::String("shared".to_owned()));
+        *table = crate::config::ConnectorTable::new(shared);
     }
     sink
 }

@@ -59,23 +59,14 @@ mod tests {
             out
         };
         let close = "Host: x\r\nConnection: close\r\n\r\n";
-        let ok = get(Box::leak(
-            format!("GET /metrics HTTP/1.1\r\n{close}").into_boxed_str(),
-        ))
-        .await;
+        let ok = get(format!("GET /metrics HTTP/1.1\r\n{close}")).await;
         assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
         assert!(ok.contains("openmetrics-text"), "{ok}");
         assert!(ok.contains("etl_records_read_total 0"), "{ok}");
         assert!(ok.trim_end().ends_with("# EOF"), "{ok}");
-        let missing = get(Box::leak(
-            format!("GET / HTTP/1.1\r\n{close}").into_boxed_str(),
-        ))
-        .await;
+        let missing = get(format!("GET / HTTP/1.1\r\n{close}")).await;
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-        let post = get(Box::leak(
-            format!("POST /metrics HTTP/1.1\r\n{close}").into_boxed_str(),
-        ))
-        .await;
+        let post = get(format!("POST /metrics HTTP/1.1\r\n{close}")).await;
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
         task.abort();
     }

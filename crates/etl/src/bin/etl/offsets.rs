@@ -71,7 +71,10 @@ impl View {
             etl::SourceConfig::Kafka(table) => {
                 view.unit = "the Kafka offset of the next message to read";
                 if let Ok(offsets) = FileStore::peek(&view.dir) {
-                    view.names = kafka_names(table, offsets.keys().copied());
+                    view.names = kafka_names(
+                        secrecy::ExposeSecret::expose_secret(table),
+                        offsets.keys().copied(),
+                    );
                 }
             }
         }
