@@ -29,6 +29,13 @@ use crate::{
 /// [`PoisonPolicy`]). A revoked partition stops being emitted and is
 /// drained and committed by the checkpointer.
 ///
+/// The driver asks the source for its next event only once the batch it
+/// took before is opened (or dropped as stale): a source whose partitions
+/// are revoked from another thread (a consumer group's rebalance
+/// callback) may wait until the driver takes the revocation, and then
+/// knows that every batch of those partitions it handed out is counted by
+/// the checkpointer.
+///
 /// Invariant: no record leaves the driver without a handle opened for its
 /// batch under its partition's current epoch. Output the driver cannot
 /// hand downstream (shutdown, closed channel) is failed, never dropped as
