@@ -15,6 +15,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::PartitionMap;
+use crate::native::FetchQueue;
 
 /// What the poll thread tells the source, in the order it happened.
 #[derive(Debug)]
@@ -112,6 +113,10 @@ pub(crate) struct GroupContext {
     /// new assignment of a partition clears its entry: the pipeline's
     /// state of a partition ends with its revocation.
     pub(crate) paused: Mutex<BTreeSet<PartitionId>>,
+    /// The queue every assigned partition's fetch queue is forwarded to,
+    /// while the poll thread runs (it sets and takes it: the queue holds
+    /// the consumer, which holds this context).
+    pub(crate) fetch: Mutex<Option<Arc<FetchQueue>>>,
     /// How often each partition was revoked. Records carry the count they
     /// were read under; the source drops those read before the latest
     /// revocation, even if they were already on their way when it
@@ -146,6 +151,7 @@ impl GroupContext {
             chunk: Mutex::new(None),
             backpressure: AtomicBool::new(false),
             paused: Mutex::new(BTreeSet::new()),
+            fetch: Mutex::new(None),
             revocations: Mutex::new(BTreeMap::new()),
         }
     }
@@ -296,6 +302,26 @@ impl ConsumerContext for GroupContext {
                 };
                 if let Err(err) = set {
                     tracing::warn!(%err, pause, "cannot set the pause state of newly assigned partitions");
+                }
+                // Their fetch queues go to the poll thread's queue, before
+                // librdkafka starts fetching them (after this callback, once
+                // it knows their offsets). A partition not attached would
+                // still be read, through the consumer queue, only slower.
+                let fetch = self
+                    .fetch
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                if let Some(fetch) = fetch {
+                    for e in tpl.elements() {
+                        if !fetch.attach(consumer, e.topic(), e.partition()) {
+                            tracing::warn!(
+                                topic = e.topic(),
+                                partition = e.partition(),
+                                "cannot read the partition through its own queue"
+                            );
+                        }
+                    }
                 }
                 tracing::info!(group = %self.group, ?ids, "partitions assigned");
                 self.send(Event::Assigned(ids));

@@ -140,6 +140,8 @@ impl KafkaSource {
             seeks: BTreeMap::new(),
             behind_since: None,
             reported_at: Instant::now(),
+            fetch: None,
+            read: (0, 0),
         };
         let thread = std::thread::Builder::new()
             .name(format!("kafka-poll-{}", self.config.group_id))
