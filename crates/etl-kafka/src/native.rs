@@ -130,10 +130,15 @@ impl FetchQueue {
         unsafe { pointers.set_len(n) };
         let mut errors = 0;
         pointers.retain(|m| {
+            // A message's headers are parsed (and cached in it) on first
+            // request: done here, while this thread alone holds the
+            // messages, so that later requests only read.
+            let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
             // SAFETY: every pointer is a valid message owned here; one that
             // carries an error is released and dropped from the batch.
             unsafe {
                 if (**m).err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    let _ = rd::rd_kafka_message_headers(*m, &mut headers);
                     true
                 } else {
                     errors += 1;
@@ -180,7 +185,9 @@ pub(crate) struct MessageBatch {
 // SAFETY: a consumed message is immutable until it is destroyed, and
 // librdkafka allows destroying it from any thread.
 unsafe impl Send for MessageBatch {}
-// SAFETY: shared access only reads the messages.
+// SAFETY: shared access only reads the messages: their headers were
+// parsed (the one thing librdkafka caches in a message on request) before
+// the batch was shared, see `FetchQueue::consume`.
 unsafe impl Sync for MessageBatch {}
 
 impl fmt::Debug for MessageBatch {
