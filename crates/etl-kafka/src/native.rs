@@ -130,15 +130,10 @@ impl FetchQueue {
         unsafe { pointers.set_len(n) };
         let mut errors = 0;
         pointers.retain(|m| {
-            // A message's headers are parsed (and cached in it) on first
-            // request: done here, while this thread alone holds the
-            // messages, so that later requests only read.
-            let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
             // SAFETY: every pointer is a valid message owned here; one that
             // carries an error is released and dropped from the batch.
             unsafe {
                 if (**m).err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    let _ = rd::rd_kafka_message_headers(*m, &mut headers);
                     true
                 } else {
                     errors += 1;
@@ -147,9 +142,26 @@ impl FetchQueue {
                 }
             }
         });
+        // Each message's headers, asked for once: librdkafka parses the
+        // header section on every request that finds none (a count of 0
+        // costs a buffer allocated and freed), and caches it otherwise.
+        // Done here, while this thread alone holds the messages; later
+        // reads use the pointers kept.
+        let headers = pointers
+            .iter()
+            .map(|m| {
+                let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+                // SAFETY: `m` is a valid message owned here; the headers
+                // found stay owned by it.
+                let found = unsafe { rd::rd_kafka_message_headers(*m, &mut headers) }
+                    == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+                if found { headers } else { std::ptr::null_mut() }
+            })
+            .collect();
         Consumed {
             batch: Arc::new(MessageBatch {
                 messages: pointers,
+                headers,
                 _consumer: Arc::clone(consumer),
             }),
             errors,
@@ -179,15 +191,17 @@ pub(crate) struct Consumed {
 /// thread drops the last one.
 pub(crate) struct MessageBatch {
     messages: Vec<*mut rd::rd_kafka_message_t>,
+    /// Each message's parsed headers, null for none.
+    headers: Vec<*mut rd::rd_kafka_headers_t>,
     _consumer: SharedConsumer,
 }
 
 // SAFETY: a consumed message is immutable until it is destroyed, and
 // librdkafka allows destroying it from any thread.
 unsafe impl Send for MessageBatch {}
-// SAFETY: shared access only reads the messages: their headers were
-// parsed (the one thing librdkafka caches in a message on request) before
-// the batch was shared, see `FetchQueue::consume`.
+// SAFETY: shared access only reads the messages and their headers, which
+// were parsed (the one thing librdkafka caches in a message on request)
+// before the batch was shared, see `FetchQueue::consume`.
 unsafe impl Sync for MessageBatch {}
 
 impl fmt::Debug for MessageBatch {
@@ -216,11 +230,11 @@ impl MessageBatch {
         let timestamp = (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
             && timestamp >= 0)
             .then_some(timestamp);
-        let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
-        // SAFETY: as above; the headers stay owned by the message.
-        let has_headers = unsafe { rd::rd_kafka_message_headers(m, &mut headers) }
-            == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-            && !headers.is_null();
+        let headers = self
+            .headers
+            .get(index)
+            .copied()
+            .unwrap_or(std::ptr::null_mut());
         Some(MessageView {
             topic: m.rkt as usize,
             partition: m.partition,
@@ -228,7 +242,7 @@ impl MessageBatch {
             value: self.slice(m.payload, m.len),
             key: (!m.key.is_null()).then(|| self.slice(m.key, m.key_len)),
             timestamp,
-            headers: has_headers.then(|| self.headers(headers)),
+            headers: (!headers.is_null()).then(|| self.parsed_headers(headers)),
         })
     }
 
@@ -259,7 +273,7 @@ impl MessageBatch {
     }
 
     /// The message's headers, in order; values point into the message.
-    fn headers(
+    fn parsed_headers(
         self: &Arc<Self>,
         headers: *mut rd::rd_kafka_headers_t,
     ) -> Vec<(String, Option<Bytes>)> {
