@@ -192,7 +192,7 @@ async fn values_keys_headers_and_timestamps_arrive_as_produced() {
             .payload(&v)
             .partition(0)
             .timestamp(1_700_000_000_000 + i64::from(i));
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             record = record.key(&k).headers(headers);
         }
         producer
@@ -240,7 +240,7 @@ async fn values_keys_headers_and_timestamps_arrive_as_produced() {
             .iter()
             .map(|h| (h.key.clone(), h.value.as_ref().map(|v| v.to_vec())))
             .collect();
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             assert_eq!(r.key.as_deref(), Some(&[b'k', i][..]));
             assert_eq!(
                 headers,
