@@ -51,7 +51,8 @@ struct Row {
 
 /// Run the suite; `--full` uses the sizes for the memory run
 /// (1 and 10 million records; about half an hour at a 100x slower sink);
-/// `--only many-files` runs the many-files rows alone.
+/// `--only many-files` runs the many-files rows alone, `--only kafka` the
+/// Kafka row alone.
 pub(crate) fn run(args: &[String]) -> Result {
     let full = args.iter().any(|a| a == "--full");
     let only = args
@@ -59,10 +60,21 @@ pub(crate) fn run(args: &[String]) -> Result {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
-    if let Some(other) = only.filter(|o| *o != "many-files") {
-        return Err(format!("--only takes many-files, not {other:?}"));
+    if let Some(other) = only.filter(|o| !["many-files", "kafka"].contains(o)) {
+        return Err(format!("--only takes many-files or kafka, not {other:?}"));
     }
     let started = Instant::now();
+    if only == Some("kafka") {
+        // The row needs the Kafka connector only: the harness is built
+        // without the other connectors and remap, which cost most of a
+        // release build.
+        let harness =
+            build_harness_with("kafka", &["--no-default-features", "--features", "kafka"])?;
+        let rows = vec![kafka(&harness)?];
+        print!("{}", table(&rows));
+        eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
+        return Ok(());
+    }
     let work = root().join("target").join("bench");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
 
@@ -370,8 +382,13 @@ fn many_files(etl: &Path, harness: &Path, work: &Path) -> Result<Vec<Row>> {
 
 /// Build the bench harness `name` of the `etl` crate; its path.
 fn build_harness(name: &str) -> Result<PathBuf> {
+    build_harness_with(name, &[])
+}
+
+/// As [`build_harness`], with more `cargo bench` arguments (features).
+fn build_harness_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let args = [
+    let mut args = vec![
         "bench",
         "-p",
         "etl",
@@ -380,6 +397,7 @@ fn build_harness(name: &str) -> Result<PathBuf> {
         "--no-run",
         "--message-format=json",
     ];
+    args.extend_from_slice(extra);
     eprintln!("$ cargo {}", args.join(" "));
     let out = Command::new(cargo)
         .args(args)
@@ -423,21 +441,30 @@ fn kafka(harness: &Path) -> Result<Row> {
             .args(common)
             .args(["--partitions", &KAFKA_PARTITIONS.to_string()]),
     )?;
-    let (mut raw, mut etl) = (0f64, 0f64);
-    for _ in 0..KAFKA_ROUNDS {
+    let (mut raw, mut etl, mut rss) = (0f64, 0f64, 0f64);
+    for round in 1..=KAFKA_ROUNDS {
         let out = capture(Command::new(harness).arg("raw").args(common))?;
-        raw = raw.max(field(&out, "raw_rps")?);
+        let r = field(&out, "raw_rps")?;
         let out = capture(Command::new(harness).arg("etl").args(common))?;
-        etl = etl.max(field(&out, "etl_rps")?);
+        let e = field(&out, "etl_rps")?;
+        rss = rss.max(field(&out, "etl_peak_rss_kib")?);
+        eprintln!(
+            "xtask: kafka round {round}: raw {} rec/s, etl {} rec/s ({:.2})",
+            si(r),
+            si(e),
+            e / r
+        );
+        raw = raw.max(r);
+        etl = etl.max(e);
     }
     drop(broker);
     Ok(Row {
         name: "kafka -> blackhole vs raw librdkafka".into(),
-        figure: format!("{} rec/s etl", si(etl)),
+        figure: format!("{} rec/s etl, peak RSS {:.0} MiB", si(etl), rss / 1024.0),
         baseline: format!("{} rec/s raw librdkafka", si(raw)),
         ratio: etl / raw,
-        budget: ">= 0.8".into(),
-        met: Some(etl / raw >= 0.8),
+        budget: ">= 0.9".into(),
+        met: Some(etl / raw >= 0.9),
     })
 }
 

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
 
 use etl_record::{Offset, PartitionId, Record};
 use rdkafka::TopicPartitionList;
@@ -13,14 +15,16 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::PartitionMap;
+use crate::native::FetchQueue;
 
 /// What the poll thread tells the source, in the order it happened.
 #[derive(Debug)]
 pub(crate) enum Event {
     /// Partitions newly assigned to this member.
     Assigned(Vec<PartitionId>),
-    /// Partitions taken away; their watermarks are already committed.
-    Revoked(Vec<PartitionId>),
+    /// Partitions taken away. The rebalance callback drains and commits
+    /// them once the source has taken this event (see [`Handover`]).
+    Revoked(Vec<PartitionId>, Handover),
     /// Consecutive records of one partition, read after its `seek`-th
     /// seek and its `revocations`-th revocation.
     Records {
@@ -54,6 +58,30 @@ pub trait RevokeHandler: Send + Sync + 'static {
     ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>>;
 }
 
+/// Travels with a revocation to the source and is dropped when the source
+/// takes it (or when the source is gone and the event with it).
+///
+/// The source driver asks for the next event only once it has opened (or
+/// dropped) the batch it took before: until then, a batch of a revoked
+/// partition may still be on its way into the pipeline, unknown to the
+/// checkpointer. Were the revocation drained and committed meanwhile, the
+/// batch would be opened under an epoch that had already ended and
+/// written after the commit, and the next owner would read it again. So
+/// the rebalance callback waits for this token before it drains.
+#[derive(Debug)]
+pub(crate) struct Handover {
+    /// Never sent on: its drop disconnects the callback's receiver.
+    _wake: Sender<()>,
+}
+
+impl Handover {
+    /// A token, and what its drop wakes.
+    fn new() -> (Self, std::sync::mpsc::Receiver<()>) {
+        let (wake, taken) = channel();
+        (Handover { _wake: wake }, taken)
+    }
+}
+
 /// Records of one partition gathered on the poll thread before they are
 /// sent as one event.
 #[derive(Debug)]
@@ -69,6 +97,9 @@ pub(crate) struct GroupContext {
     pub(crate) map: PartitionMap,
     pub(crate) group: String,
     events: UnboundedSender<Event>,
+    /// How long a revocation waits for the source to take it (see
+    /// [`Handover`]) before it drains and commits all the same.
+    handover_wait: Duration,
     revoke: OnceLock<Arc<dyn RevokeHandler>>,
     /// Records sent to the source and not yet taken by it.
     pub(crate) buffered: AtomicUsize,
@@ -82,6 +113,10 @@ pub(crate) struct GroupContext {
     /// new assignment of a partition clears its entry: the pipeline's
     /// state of a partition ends with its revocation.
     pub(crate) paused: Mutex<BTreeSet<PartitionId>>,
+    /// The queue every assigned partition's fetch queue is forwarded to,
+    /// while the poll thread runs (it sets and takes it: the queue holds
+    /// the consumer, which holds this context).
+    pub(crate) fetch: Mutex<Option<Arc<FetchQueue>>>,
     /// How often each partition was revoked. Records carry the count they
     /// were read under; the source drops those read before the latest
     /// revocation, even if they were already on their way when it
@@ -100,16 +135,23 @@ impl fmt::Debug for GroupContext {
 }
 
 impl GroupContext {
-    pub(crate) fn new(map: PartitionMap, group: String, events: UnboundedSender<Event>) -> Self {
+    pub(crate) fn new(
+        map: PartitionMap,
+        group: String,
+        events: UnboundedSender<Event>,
+        handover_wait: Duration,
+    ) -> Self {
         GroupContext {
             map,
             group,
             events,
+            handover_wait,
             revoke: OnceLock::new(),
             buffered: AtomicUsize::new(0),
             chunk: Mutex::new(None),
             backpressure: AtomicBool::new(false),
             paused: Mutex::new(BTreeSet::new()),
+            fetch: Mutex::new(None),
             revocations: Mutex::new(BTreeMap::new()),
         }
     }
@@ -186,9 +228,11 @@ impl ConsumerContext for GroupContext {
         if ids.is_empty() {
             return;
         }
-        // Stop handing out the partitions first, then let the checkpointer
-        // drain and commit them while the group waits for this callback:
-        // the next owner starts exactly at what is committed here.
+        // Stop handing out the partitions first; once the source has taken
+        // the revocation (so nothing of the partitions read before it can
+        // still enter the pipeline), let the checkpointer drain and commit
+        // them while the group waits for this callback: the next owner
+        // starts exactly at what is committed here.
         self.flush_chunk(&ids);
         {
             let mut revocations = self
@@ -199,7 +243,18 @@ impl ConsumerContext for GroupContext {
                 *revocations.entry(*id).or_insert(0) += 1;
             }
         }
-        self.send(Event::Revoked(ids.clone()));
+        let (handover, taken) = Handover::new();
+        self.send(Event::Revoked(ids.clone(), handover));
+        if let Err(RecvTimeoutError::Timeout) = taken.recv_timeout(self.handover_wait) {
+            // The pipeline is stuck (a sink that does not write): the
+            // group does not wait forever. A batch still held then may be
+            // written after the commit below and read again by the next
+            // owner, as records in flight past the revoke deadline are.
+            tracing::warn!(
+                group = %self.group, ?ids, wait = ?self.handover_wait,
+                "the pipeline did not take the revocation in time; committing what it delivered"
+            );
+        }
         let Some(revoke) = self.revoke.get() else {
             return;
         };
@@ -247,6 +302,26 @@ impl ConsumerContext for GroupContext {
                 };
                 if let Err(err) = set {
                     tracing::warn!(%err, pause, "cannot set the pause state of newly assigned partitions");
+                }
+                // Their fetch queues go to the poll thread's queue, before
+                // librdkafka starts fetching them (after this callback, once
+                // it knows their offsets). A partition not attached would
+                // still be read, through the consumer queue, only slower.
+                let fetch = self
+                    .fetch
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                if let Some(fetch) = fetch {
+                    for e in tpl.elements() {
+                        if !fetch.attach(consumer, e.topic(), e.partition()) {
+                            tracing::warn!(
+                                topic = e.topic(),
+                                partition = e.partition(),
+                                "cannot read the partition through its own queue"
+                            );
+                        }
+                    }
                 }
                 tracing::info!(group = %self.group, ?ids, "partitions assigned");
                 self.send(Event::Assigned(ids));

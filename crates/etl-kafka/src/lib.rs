@@ -64,6 +64,7 @@ mod config;
 mod context;
 mod error;
 mod mapping;
+mod native;
 mod offsets;
 mod poll_thread;
 mod sink;

@@ -16,6 +16,15 @@
 //! are served meanwhile; callbacks wait at most that long (a rebalance
 //! drops librdkafka's prefetched records by itself, so they do not queue
 //! behind them).
+//!
+//! Records arrive through the fetch queue (see [`FetchQueue`]), a batch
+//! of up to `max_batch_records` at a time, and go to the source as one
+//! event per run of a partition, their values and keys pointing into the
+//! fetched messages. The consumer queue is polled without waiting after
+//! each batch, for rebalance and error events (and for the records of a
+//! partition librdkafka could not attach, one at a time, copied); it is
+//! never batch-consumed, since a rebalance event met there makes
+//! librdkafka assign by itself, past the commit on revoke.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,8 +39,10 @@ use rdkafka::message::{BorrowedMessage, Headers as _, Message};
 use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
 
 use crate::context::{Chunk, Event, GroupContext};
+use crate::native::{FetchQueue, MessageView};
 
-/// How long one poll waits for a message when nothing is pending.
+/// How long the thread waits for fetched messages when nothing is
+/// pending (rebalance and error events wait at most that long too).
 const POLL_WAIT: Duration = Duration::from_millis(20);
 /// How long a seek may wait for the broker.
 const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,6 +92,27 @@ pub(crate) struct PollThread {
     pub(crate) behind_since: Option<Instant>,
     /// When the state was last logged.
     pub(crate) reported_at: Instant,
+    /// Where assigned partitions' messages arrive (see [`FetchQueue`]);
+    /// `None` until [`run`](PollThread::run) creates it, or if librdkafka
+    /// could not (then everything comes through the consumer queue).
+    pub(crate) fetch: Option<Arc<FetchQueue>>,
+    /// Records read through the fetch queue, and through the consumer
+    /// queue (partitions not attached), for the state report.
+    pub(crate) read: (u64, u64),
+}
+
+impl Drop for PollThread {
+    fn drop(&mut self) {
+        // The queue holds the consumer, whose context holds the queue:
+        // taken out here, it goes before the consumer (librdkafka's handle
+        // must outlive its queues), even if the thread unwinds.
+        self.fetch = None;
+        self.context()
+            .fetch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
 }
 
 impl PollThread {
@@ -88,6 +120,16 @@ impl PollThread {
     /// closing the consumer revokes every partition through the rebalance
     /// callback, which commits them.
     pub(crate) fn run(mut self) {
+        self.fetch = FetchQueue::new(&self.consumer).map(Arc::new);
+        if self.fetch.is_none() {
+            tracing::warn!("cannot create the fetch queue; reading through the consumer queue");
+        }
+        self.context()
+            .fetch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone_from(&self.fetch);
+        let mut busy = false;
         while self.serve_commands() {
             if self.reported_at.elapsed() >= REPORT_EVERY {
                 self.reported_at = Instant::now();
@@ -97,21 +139,15 @@ impl PollThread {
                 std::thread::sleep(CATCH_UP_SLICE);
                 continue;
             }
-            let wait = if self.has_chunk() {
+            let wait = if busy || self.has_chunk() {
                 Duration::ZERO
             } else {
                 POLL_WAIT
             };
-            match self.consumer.poll(wait) {
-                None => self.context().flush_chunk(&[]),
-                Some(Ok(message)) => self.take(&message),
-                Some(Err(err)) => {
-                    tracing::warn!(%err, "kafka consumer error");
-                    if matches!(err, rdkafka::error::KafkaError::MessageConsumptionFatal(_)) {
-                        self.context().send(Event::Fatal(err.to_string()));
-                    }
-                }
-            }
+            busy = self.take_fetched(wait) > 0;
+            // Events (the rebalance callbacks run in here), and records of
+            // partitions not attached to the fetch queue.
+            busy |= self.poll_consumer_queue();
         }
         self.context().flush_chunk(&[]);
         if let Err(err) = self.consumer.close_queue() {
@@ -131,6 +167,91 @@ impl PollThread {
             }
             let _ = self.consumer.poll(POLL_WAIT);
         }
+    }
+
+    /// Serve the consumer queue without waiting: its events, and up to a
+    /// batch of records of partitions read through it. Whether it held
+    /// records.
+    fn poll_consumer_queue(&mut self) -> bool {
+        for n in 0..self.max_batch_records {
+            match self.consumer.poll(Duration::ZERO) {
+                None => {
+                    self.context().flush_chunk(&[]);
+                    return n > 0;
+                }
+                Some(Ok(message)) => {
+                    self.read.1 += 1;
+                    self.take(&message);
+                }
+                Some(Err(err)) => {
+                    tracing::warn!(%err, "kafka consumer error");
+                    if matches!(err, rdkafka::error::KafkaError::MessageConsumptionFatal(_)) {
+                        self.context().send(Event::Fatal(err.to_string()));
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Take up to a batch of fetched messages (waiting up to `wait` for
+    /// the first) and send them on, one event per run of a partition.
+    /// Returns how many were taken.
+    fn take_fetched(&mut self, wait: Duration) -> usize {
+        let Some(fetch) = &self.fetch else {
+            return 0;
+        };
+        let consumed = fetch.consume(&self.consumer, self.max_batch_records, wait);
+        if consumed.errors > 0 {
+            tracing::debug!(
+                errors = consumed.errors,
+                "fetch errors from the partition queues"
+            );
+        }
+        let batch = consumed.batch;
+        if batch.len() == 0 {
+            return 0;
+        }
+        self.read.0 += batch.len() as u64;
+        // Records read through the consumer queue are older: first.
+        self.context().flush_chunk(&[]);
+        let mut run: Option<(usize, i32, PartitionId)> = None;
+        let mut records = Vec::with_capacity(batch.len());
+        for i in 0..batch.len() {
+            let Some(view) = batch.get(i) else {
+                continue;
+            };
+            let same = run.is_some_and(|(t, p, _)| t == view.topic && p == view.partition);
+            if !same {
+                if let Some((_, _, partition)) = run {
+                    self.send_records(partition, std::mem::take(&mut records));
+                }
+                run = batch
+                    .topic_name(i)
+                    .and_then(|t| self.context().map.id(t, view.partition).ok())
+                    .map(|id| (view.topic, view.partition, id));
+            }
+            if let Some((_, _, partition)) = run {
+                records.push(view_to_record(&self.source, partition, view));
+            }
+        }
+        if let Some((_, _, partition)) = run {
+            self.send_records(partition, records);
+        }
+        batch.len()
+    }
+
+    /// Send records of `partition`, read now, to the source.
+    fn send_records(&self, partition: PartitionId, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        self.context().send(Event::Records {
+            partition,
+            seek: self.seeks.get(&partition).copied().unwrap_or(0),
+            revocations: self.context().revocations(partition),
+            records,
+        });
     }
 
     /// The partitions assigned to this member.
@@ -168,6 +289,8 @@ impl PollThread {
             backpressure = self.context().backpressure.load(Ordering::Acquire),
             buffered = self.context().buffered.load(Ordering::Acquire),
             ?positions,
+            read_through_fetch_queue = self.read.0,
+            read_through_consumer_queue = self.read.1,
             "kafka member state"
         );
     }
@@ -345,6 +468,20 @@ impl PollThread {
             self.context().flush_chunk(&[]);
         }
     }
+}
+
+/// A record whose value and key point into the fetched message.
+fn view_to_record(source: &SourceId, partition: PartitionId, view: MessageView) -> Record {
+    let mut record = Record::new(
+        Position::new(source.clone(), partition, Offset(view.offset)),
+        view.value,
+    );
+    record.key = view.key;
+    record.timestamp = view.timestamp.map(Timestamp);
+    for (key, value) in view.headers.into_iter().flatten() {
+        record.headers.push(key, value);
+    }
+    record
 }
 
 fn to_record(source: &SourceId, partition: PartitionId, message: &BorrowedMessage<'_>) -> Record {

@@ -78,7 +78,12 @@ impl KafkaSource {
         let map = PartitionMap::new(config.topics.clone())?;
         let client_config = config.client_config()?;
         let (tx, events) = unbounded_channel();
-        let context = GroupContext::new(map, config.group_id.clone(), tx);
+        let context = GroupContext::new(
+            map,
+            config.group_id.clone(),
+            tx,
+            config.max_revoke_deadline(),
+        );
         let consumer: BaseConsumer<GroupContext> = client_config
             .create_with_context(context)
             .map_err(|e| KafkaError::client("creating the consumer", e))?;
@@ -135,6 +140,8 @@ impl KafkaSource {
             seeks: BTreeMap::new(),
             behind_since: None,
             reported_at: Instant::now(),
+            fetch: None,
+            read: (0, 0),
         };
         let thread = std::thread::Builder::new()
             .name(format!("kafka-poll-{}", self.config.group_id))
@@ -152,6 +159,10 @@ impl KafkaSource {
     /// checkpointer) before this returns.
     pub async fn close(mut self) {
         self.commands = None;
+        // Nothing takes events any more: the revocations of the leave must
+        // not wait for it (dropping a queued revocation releases it).
+        self.events.close();
+        while self.events.try_recv().is_ok() {}
         if let Some(thread) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
@@ -225,10 +236,13 @@ impl Source for KafkaSource {
                     self.assigned.extend(ids.iter().copied());
                     return Ok(SourceEvent::Assigned(ids));
                 }
-                Event::Revoked(ids) => {
+                Event::Revoked(ids, handover) => {
                     for id in &ids {
                         self.assigned.remove(id);
                     }
+                    // Whatever the driver took before is opened by now:
+                    // the rebalance callback may drain and commit.
+                    drop(handover);
                     return Ok(SourceEvent::Revoked(ids));
                 }
                 Event::Fatal(reason) => return Err(SourceError::custom(reason)),
@@ -262,5 +276,110 @@ impl Source for KafkaSource {
         _offsets: &BTreeMap<PartitionId, Offset>,
     ) -> Result<(), SourceError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use bytes::Bytes;
+    use etl_record::{Position, Record};
+    use rdkafka::TopicPartitionList;
+    use rdkafka::consumer::{ConsumerContext, Rebalance};
+
+    use super::*;
+
+    /// Records, per call, whether the pipeline still held a batch of the
+    /// revoked partitions when the revocation was drained and committed.
+    #[derive(Default)]
+    struct Recorder {
+        holding: AtomicBool,
+        calls: Mutex<Vec<bool>>,
+    }
+
+    impl RevokeHandler for Arc<Recorder> {
+        fn revoke_blocking(
+            &self,
+            _partitions: Vec<PartitionId>,
+        ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>>
+        {
+            let holding = self.holding.load(Ordering::SeqCst);
+            self.calls.lock().expect("lock").push(holding);
+            Ok(BTreeMap::new())
+        }
+    }
+
+    /// The source driver took a batch of a partition (it waits for
+    /// in-flight credit before opening it, while a sink is slow) when the
+    /// group revoked the partition. Draining and committing at once would
+    /// end the partition's epoch with the batch still unknown to the
+    /// checkpointer: opened afterwards under the ended epoch, it is
+    /// written past the commit, and the next owner reads it again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_revocation_drains_only_after_the_batch_taken_before_it() {
+        let config = KafkaSourceConfig::new("127.0.0.1:1", "g", vec!["t".to_owned()]);
+        let mut source = KafkaSource::new(SourceId::new("k"), config).expect("source");
+        // Started by hand: no broker, no poll thread; the test plays the
+        // poll thread's part and calls the rebalance callback itself.
+        let (commands, _commands) = std::sync::mpsc::channel();
+        source.commands = Some(commands);
+        let recorder = Arc::new(Recorder::default());
+        assert!(
+            source
+                .consumer
+                .context()
+                .set_revoke(Arc::new(Arc::clone(&recorder)))
+        );
+        let partition = source.partition_map().id("t", 0).expect("mapped");
+        let context = source.consumer.context();
+        context.send(Event::Assigned(vec![partition]));
+        let record = Record::new(
+            Position::new(SourceId::new("k"), partition, Offset(0)),
+            Bytes::from_static(b"{}"),
+        );
+        context.send(Event::Records {
+            partition,
+            seek: 0,
+            revocations: 0,
+            records: vec![record],
+        });
+        assert!(matches!(
+            source.next().await.expect("assigned"),
+            SourceEvent::Assigned(_)
+        ));
+        let SourceEvent::Batch(batch) = source.next().await.expect("batch") else {
+            panic!("expected the batch");
+        };
+        recorder.holding.store(true, Ordering::SeqCst);
+
+        let consumer = Arc::clone(&source.consumer);
+        let callback = std::thread::spawn(move || {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition("t", 0);
+            consumer
+                .context()
+                .pre_rebalance(&consumer, &Rebalance::Revoke(&tpl));
+        });
+        // Room for a callback that does not wait to drain.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The driver opens the batch (the checkpointer knows of it from
+        // now on) and asks for the next event.
+        recorder.holding.store(false, Ordering::SeqCst);
+        drop(batch);
+        assert!(matches!(
+            source.next().await.expect("revoked"),
+            SourceEvent::Revoked(_)
+        ));
+        tokio::task::spawn_blocking(move || callback.join())
+            .await
+            .expect("join")
+            .expect("callback");
+        assert_eq!(
+            *recorder.calls.lock().expect("lock"),
+            vec![false],
+            "drained and committed once, after the pipeline took the revocation"
+        );
     }
 }

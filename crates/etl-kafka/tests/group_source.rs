@@ -156,3 +156,110 @@ async fn a_partition_paused_when_revoked_is_read_again_when_it_comes_back() {
     }
     first.close().await;
 }
+
+/// Records point into the fetched messages rather than copying them:
+/// value, key, headers (one without a value among them) and timestamp
+/// arrive exactly as produced, also once every other record of the batch
+/// is gone and the source is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_keys_headers_and_timestamps_arrive_as_produced() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let broker = TestBroker::start();
+    let topic = unique("faithful");
+    let group = unique("faithful-group");
+    broker.create_topic(&topic, 1).await;
+    let producer: FutureProducer = broker.config().create().expect("producer");
+    let value = |i: u8| {
+        let mut v = vec![0u8, 0xff, b'\n', i];
+        v.extend(std::iter::repeat_n(i, usize::from(i) * 100));
+        v
+    };
+    for i in 0..5u8 {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "h",
+                value: Some(&[i, 0, 0xfe][..]),
+            })
+            .insert(Header::<&[u8]> {
+                key: "empty",
+                value: None,
+            });
+        let v = value(i);
+        let k = [b'k', i];
+        let mut record = FutureRecord::to(&topic)
+            .payload(&v)
+            .partition(0)
+            .timestamp(1_700_000_000_000 + i64::from(i));
+        if i.is_multiple_of(2) {
+            record = record.key(&k).headers(headers);
+        }
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+    }
+
+    let mut source = KafkaSource::new(SourceId::new("k"), source_config(&broker, &group, &topic))
+        .expect("source");
+    let handler = CommitSeen {
+        store: source.offset_store(),
+        seen: Arc::default(),
+        revoked: Arc::default(),
+    };
+    source.start(handler).expect("start");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut records = Vec::new();
+    while records.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of 5 records in 30 s",
+            records.len()
+        );
+        match source.next().await.expect("next") {
+            SourceEvent::Assigned(ids) => {
+                for id in ids {
+                    source.seek(id, Offset(0)).await.expect("seek");
+                }
+            }
+            SourceEvent::Batch(batch) => records.extend(batch.records),
+            _ => {}
+        }
+    }
+    source.close().await;
+    let check = |i: u8, r: &etl_record::Record| {
+        assert_eq!(r.position.offset, Offset(i64::from(i)));
+        assert_eq!(&r.value[..], &value(i)[..], "value of {i}");
+        assert_eq!(
+            r.timestamp.map(|t| t.0),
+            Some(1_700_000_000_000 + i64::from(i))
+        );
+        let headers: Vec<(String, Option<Vec<u8>>)> = r
+            .headers
+            .iter()
+            .map(|h| (h.key.clone(), h.value.as_ref().map(|v| v.to_vec())))
+            .collect();
+        if i.is_multiple_of(2) {
+            assert_eq!(r.key.as_deref(), Some(&[b'k', i][..]));
+            assert_eq!(
+                headers,
+                vec![
+                    ("h".to_owned(), Some(vec![i, 0, 0xfe])),
+                    ("empty".to_owned(), None)
+                ]
+            );
+        } else {
+            assert_eq!(r.key, None);
+            assert!(headers.is_empty());
+        }
+    };
+    for (i, r) in (0u8..).zip(&records) {
+        check(i, r);
+    }
+    // The others, and the batch of messages they came in, go; the last
+    // record still holds its bytes.
+    let kept = records.split_off(4);
+    drop(records);
+    check(4, &kept[0]);
+}

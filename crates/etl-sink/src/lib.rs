@@ -79,7 +79,7 @@ mod timeout;
 mod write;
 
 pub use batch::EncodedBatch;
-pub use builtin::{BlackholeSink, StdoutSink};
+pub use builtin::{BlackholeSink, DiscardEncoder, StdoutSink};
 pub use config::{DriverConfig, OnPermanentFailure};
 pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
 pub use driver::SinkDriver;

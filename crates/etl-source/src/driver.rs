@@ -29,6 +29,13 @@ use crate::{
 /// [`PoisonPolicy`]). A revoked partition stops being emitted and is
 /// drained and committed by the checkpointer.
 ///
+/// The driver asks the source for its next event only once the batch it
+/// took before is opened (or dropped as stale): a source whose partitions
+/// are revoked from another thread (a consumer group's rebalance
+/// callback) may wait until the driver takes the revocation, and then
+/// knows that every batch of those partitions it handed out is counted by
+/// the checkpointer.
+///
 /// Invariant: no record leaves the driver without a handle opened for its
 /// batch under its partition's current epoch. Output the driver cannot
 /// hand downstream (shutdown, closed channel) is failed, never dropped as
@@ -78,6 +85,47 @@ enum Wake {
 enum Item {
     Record(Record),
     Rejected(DeadLetter),
+}
+
+/// A group of a batch that travels under one handle.
+enum Group {
+    /// Records and rejected input, merged by offset; records may be
+    /// poison.
+    Items(Vec<Item>),
+    /// Records only, in offset order, none of them isolated or poison:
+    /// the common case, handed on as they came.
+    Records(Vec<Record>),
+}
+
+impl Group {
+    fn first(&self) -> Option<Offset> {
+        match self {
+            Group::Items(items) => items.first().map(Item::offset),
+            Group::Records(records) => records.first().map(|r| r.position.offset),
+        }
+    }
+
+    fn last(&self) -> Option<Offset> {
+        match self {
+            Group::Items(items) => items.last().map(Item::offset),
+            Group::Records(records) => records.last().map(|r| r.position.offset),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Group::Items(items) => items.len(),
+            Group::Records(records) => records.len(),
+        }
+    }
+
+    /// In-flight credit: payload plus the per-record overhead.
+    fn bytes(&self, overhead: u64) -> u64 {
+        match self {
+            Group::Items(items) => items.iter().map(|i| i.bytes(overhead)).sum(),
+            Group::Records(records) => records.iter().map(|r| overhead + r.byte_len() as u64).sum(),
+        }
+    }
 }
 
 impl Item {
@@ -332,16 +380,22 @@ impl SourceDriver {
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
         let partition = batch.partition;
-        if let Err(reason) = batch.check() {
-            return Err(SourceError::Contract { partition, reason });
-        }
         if !self.partitions.contains_key(&partition) {
             return Err(SourceError::Contract {
                 partition,
                 reason: "a batch of a partition that is not assigned".into(),
             });
         }
-        for group in self.split(batch) {
+        let groups = match self.ordered(batch) {
+            Ok(records) => vec![Group::Records(records)],
+            Err(batch) => {
+                if let Err(reason) = batch.check() {
+                    return Err(SourceError::Contract { partition, reason });
+                }
+                self.split(batch).into_iter().map(Group::Items).collect()
+            }
+        };
+        for group in groups {
             // A replay of this partition while waiting for credits makes
             // the rest of the batch stale: the source was sought back.
             let epoch = self.partitions.get(&partition).map(|s| s.epoch);
@@ -350,10 +404,7 @@ impl SourceDriver {
             }
             let state = self.partitions.get(&partition).copied();
             if state.map(|s| s.epoch) != epoch || state.is_none() {
-                let bytes = group
-                    .iter()
-                    .map(|i| i.bytes(self.config.record_overhead_bytes))
-                    .sum();
+                let bytes = group.bytes(self.config.record_overhead_bytes);
                 self.budget.release(partition, bytes);
                 return Ok(true);
             }
@@ -362,6 +413,29 @@ impl SourceDriver {
             }
         }
         Ok(true)
+    }
+
+    /// The fast path: a batch of records only, of its partition, with
+    /// offsets strictly increasing and none isolated or poison, goes on
+    /// as it came (one pass, no sort, no regrouping). Anything else comes
+    /// back for the full check and [`split`](Self::split).
+    fn ordered(&self, batch: PollBatch) -> Result<Vec<Record>, PollBatch> {
+        let partition = batch.partition;
+        let (Some(first), Some(last)) = (batch.records.first(), batch.records.last()) else {
+            return Err(batch);
+        };
+        let (first, last) = (first.position.offset, last.position.offset);
+        let plain = batch.rejected.is_empty()
+            && batch
+                .records
+                .iter()
+                .all(|r| r.position.partition == partition)
+            && batch
+                .records
+                .windows(2)
+                .all(|w| w[0].position.offset < w[1].position.offset)
+            && !self.poison.affects(partition, first, last);
+        if plain { Ok(batch.records) } else { Err(batch) }
     }
 
     /// Group the batch's items: runs of ordinary items together, every
@@ -405,13 +479,10 @@ impl SourceDriver {
     async fn reserve(
         &mut self,
         partition: PartitionId,
-        group: &[Item],
+        group: &Group,
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
-        let bytes: u64 = group
-            .iter()
-            .map(|i| i.bytes(self.config.record_overhead_bytes))
-            .sum();
+        let bytes = group.bytes(self.config.record_overhead_bytes);
         if self.budget.try_acquire(partition, bytes) {
             return Ok(true);
         }
@@ -442,17 +513,11 @@ impl SourceDriver {
     async fn open_and_send(
         &mut self,
         partition: PartitionId,
-        group: Vec<Item>,
+        group: Group,
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
-        let bytes: u64 = group
-            .iter()
-            .map(|i| i.bytes(self.config.record_overhead_bytes))
-            .sum();
-        let (Some(first), Some(last)) = (
-            group.first().map(Item::offset),
-            group.last().map(Item::offset),
-        ) else {
+        let bytes = group.bytes(self.config.record_overhead_bytes);
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
             self.budget.release(partition, bytes);
             return Ok(true);
         };
@@ -488,10 +553,27 @@ impl SourceDriver {
         state.last_emitted = Some(last);
         self.poison.opened(id, first, last, group.len());
 
-        let mut records = Vec::with_capacity(group.len());
-        let mut letters = Vec::new();
         let (mut rejected, mut poisoned) = (0u64, 0u64);
-        for item in group {
+        let mut letters = Vec::new();
+        let items = match group {
+            // Checked by `ordered`: none of them is poison.
+            Group::Records(records) => {
+                return self
+                    .send_outputs(
+                        partition,
+                        records,
+                        letters,
+                        (ack, in_hand),
+                        (0, 0),
+                        last,
+                        shutdown,
+                    )
+                    .await;
+            }
+            Group::Items(items) => items,
+        };
+        let mut records = Vec::with_capacity(items.len());
+        for item in items {
             match item {
                 Item::Record(r) if self.poison.is_poison(partition, r.position.offset) => {
                     poisoned += 1;
@@ -508,6 +590,32 @@ impl SourceDriver {
                 }
             }
         }
+        self.send_outputs(
+            partition,
+            records,
+            letters,
+            (ack, in_hand),
+            (rejected, poisoned),
+            last,
+            shutdown,
+        )
+        .await
+    }
+
+    /// Hand a group's records and dead letters downstream under its
+    /// handle, `ack`; `in_hand` (a clone of it) fails the batch unless
+    /// everything was handed on. False when shutdown came first.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_outputs(
+        &mut self,
+        partition: PartitionId,
+        records: Vec<Record>,
+        letters: Vec<DeadLetter>,
+        (ack, in_hand): (etl_ack::AckRef, AckSet),
+        (rejected, poisoned): (u64, u64),
+        last: Offset,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, SourceError> {
         let count = records.len() as u64;
         self.metrics.update(partition, |m| {
             m.batches += 1;

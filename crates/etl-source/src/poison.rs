@@ -126,6 +126,16 @@ impl PoisonTracker {
         })
     }
 
+    /// Whether any record in `first..=last` must travel alone or was
+    /// given up on: `false` lets a batch of that range skip the checks of
+    /// every record.
+    pub(crate) fn affects(&self, partition: PartitionId, first: Offset, last: Offset) -> bool {
+        self.partitions.get(&partition).is_some_and(|p| {
+            p.poison.range(first..=last).next().is_some()
+                || p.narrow.is_some_and(|(a, b)| a <= last && first <= b)
+        })
+    }
+
     /// Whether the record at `offset` was given up on.
     pub(crate) fn is_poison(&self, partition: PartitionId, offset: Offset) -> bool {
         self.partitions

@@ -16,7 +16,8 @@
 //!   "kafka"` in a new group, no transforms, one blackhole sink, offsets
 //!   in the group. A task polls the pipeline's metrics every millisecond
 //!   until the sink wrote `N` records, then stops the pipeline. Reports
-//!   `etl_rps`.
+//!   `etl_rps` and `etl_peak_rss_kib`, the process's peak resident set
+//!   (`VmHWM`).
 //!
 //! Rates are `N` over the time from the first message (raw) or the first
 //! record entering the transforms (etl) to the `N`th, so joining the group
@@ -115,10 +116,27 @@ fn main() {
         }
         Some("etl") => {
             let rate = runtime.block_on(etl(&brokers, &topic, records));
-            println!("RESULT etl_rps={rate:.0}");
+            println!(
+                "RESULT etl_rps={rate:.0} etl_peak_rss_kib={}",
+                peak_rss_kib()
+            );
         }
         other => fail(&format!("unknown mode {other:?}: produce | raw | etl")),
     }
+}
+
+/// The process's peak resident set (`VmHWM`), in KiB; 0 where `/proc`
+/// does not say.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn fail(message: &str) -> ! {

@@ -359,6 +359,11 @@ async fn with_sink(
             stored.check(&config.name, &progress)?;
             builder.exactly_once_sink(config.name.clone(), driver.config(driver_config), progress)
         }
+        // The blackhole keeps nothing: its encoder copies nothing either.
+        Opened::Shared(sink) if matches!(config.kind, SinkKind::Blackhole(_)) => builder.sink(
+            config.name.clone(),
+            SinkDriver::new(sink, BlackholeSink::encoder()).config(driver_config),
+        ),
         Opened::Shared(sink) => builder.sink(
             config.name.clone(),
             SinkDriver::new(sink, encoder(encoding, trusted)).config(driver_config),
