@@ -12,6 +12,8 @@ mod json;
 mod json_fast;
 #[cfg(feature = "remap")]
 mod remap;
+#[cfg(feature = "remap")]
+mod remap_fast;
 
 pub use chain::{ChainOutput, TransformChain};
 pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};

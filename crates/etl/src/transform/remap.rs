@@ -24,14 +24,23 @@ use vrl::compiler::{CompileConfig, Program, TargetValue, TimeZone};
 use vrl::path::{OwnedTargetPath, PathPrefix};
 use vrl::value::{ObjectMap, Secrets, Value};
 
+use super::remap_fast::{Lite, LiteProgram};
 use super::{Outcome, Transform, faithful};
 
 /// A VRL program that compiled, ready to run on records.
+///
+/// A program that only reads fields, compares, does arithmetic, assigns
+/// and deletes runs on the record's text without building a document
+/// tree (the fast path; docs/operations.md lists what it covers); any
+/// record it cannot decide, and every other program, runs on VRL's
+/// runtime, with the same results.
 #[derive(Clone, Debug)]
 pub struct VrlProgram {
     program: Arc<Program>,
     /// Whether the program reads `%`: the metadata object is built only then.
     reads_metadata: bool,
+    /// The program's fast form, when it has one.
+    lite: Option<Arc<LiteProgram>>,
 }
 
 /// Why a VRL program did not compile.
@@ -99,6 +108,7 @@ impl VrlProgram {
                 Ok(VrlProgram {
                     program: Arc::new(compiled.program),
                     reads_metadata,
+                    lite: LiteProgram::new(source).map(Arc::new),
                 })
             }
             Err(diagnostics) => {
@@ -115,6 +125,20 @@ impl VrlProgram {
                 Err(VrlError { message, offset })
             }
         }
+    }
+
+    /// Whether the program takes the fast path (see [`VrlProgram`]).
+    #[must_use]
+    pub fn is_fast(&self) -> bool {
+        self.lite.is_some()
+    }
+
+    /// The same program, run on VRL's runtime for every record: what the
+    /// fast path is checked against.
+    #[must_use]
+    pub fn runtime_only(mut self) -> Self {
+        self.lite = None;
+        self
     }
 
     fn metadata(&self, record: &Record) -> Value {
@@ -262,6 +286,17 @@ impl Transform for Remap {
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
+        if let Some(lite) = &self.runner.program.lite {
+            match lite.run(&record.value, true) {
+                Lite::Done(None, _) => return Outcome::Keep(record),
+                Lite::Done(Some(value), _) => {
+                    record.value = value;
+                    return Outcome::Keep(record);
+                }
+                Lite::Aborted => return Outcome::Filtered,
+                Lite::Fallback => {}
+            }
+        }
         let (old, new) = match self.runner.run(&record, true) {
             Run::Done { old, new, .. } => (old, new),
             Run::Aborted => return Outcome::Filtered,
@@ -333,6 +368,13 @@ impl Transform for VrlFilter {
     }
 
     fn apply(&mut self, record: Record) -> Outcome {
+        if let Some(lite) = &self.runner.program.lite {
+            match lite.run(&record.value, false) {
+                Lite::Done(_, Value::Boolean(true)) => return Outcome::Keep(record),
+                Lite::Done(..) | Lite::Aborted => return Outcome::Filtered,
+                Lite::Fallback => {}
+            }
+        }
         match self.runner.run(&record, false) {
             Run::Done {
                 result: Value::Boolean(true),
