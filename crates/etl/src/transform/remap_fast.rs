@@ -726,7 +726,10 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
         }
         Func::Float => return is(matches!(arg, Val::V(Value::Float(_))), arg),
         Func::Int => return is(matches!(arg, Val::V(Value::Integer(_))), arg),
-        Func::String => return is(matches!(arg, Val::V(Value::Bytes(_))), arg),
+        Func::String => {
+            let ok = matches!(arg, Val::V(Value::Bytes(_) | Value::String(_)));
+            return is(ok, arg);
+        }
         Func::Bool => return is(matches!(arg, Val::V(Value::Boolean(_))), arg),
         Func::ToFloat => match arg {
             Val::V(v @ Value::Float(_)) => v,
