@@ -573,6 +573,15 @@ impl<'a> Cx<'a> {
                 None => node = None,
             }
         }
+        if let Some(changes) = node {
+            // An object of the record with changes inside: built.
+            let Some(text) = self.original(path)? else {
+                return Err(Stop::Fallback);
+            };
+            let mut value: Value = serde_json::from_str(text)?;
+            changed(&mut value, changes);
+            return Ok(Some(Val::V(value)));
+        }
         Ok(self.original(path)?.map(val).transpose()?)
     }
 
@@ -685,6 +694,26 @@ impl<'a> Cx<'a> {
             }
         }
         Ok(Some(old))
+    }
+}
+
+/// Apply the changes in `obj` to the object `value`.
+fn changed(value: &mut Value, obj: &Obj) {
+    let Value::Object(map) = value else { return };
+    for (key, node) in &obj.0 {
+        match node {
+            Node::Set(v) => {
+                map.insert(key.as_str().into(), v.clone());
+            }
+            Node::Deleted => {
+                map.remove(key.as_str());
+            }
+            Node::Children(inner) => {
+                if let Some(child) = map.get_mut(key.as_str()) {
+                    changed(child, inner);
+                }
+            }
+        }
     }
 }
 
@@ -950,6 +979,8 @@ fn write_object(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn run(program: &str, input: &str) -> Lite {
@@ -1012,6 +1043,91 @@ mod tests {
             written(".x = .o\n.x.z = .x.y + 1\n.w = del(.a)", r#"{"a":5,"o":{"y":1}}"#),
             r#"{"o":{"y":1},"w":5,"x":{"y":1,"z":2}}"#
         );
+    }
+
+    /// Values as users write them: spacing, escapes, exponents, `-0`,
+    /// duplicate keys, nested objects and arrays.
+    fn raw_value() -> impl Strategy<Value = String> {
+        let leaf = prop::sample::select(vec![
+            "1",
+            "-0",
+            "2.50",
+            "1e2",
+            "-3e-7",
+            "9223372036854775807",
+            "18446744073709551616",
+            "0.1",
+            "true",
+            "false",
+            "null",
+            r#""x""#,
+            r#""caf\u00e9 \/ \"q\"""#,
+            r#""山田""#,
+            r#""""#,
+            "{}",
+            "[]",
+            r#"{"b":1,"b":2}"#,
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(", "))),
+                prop::collection::vec(("[a-d]", inner), 0..4).prop_map(|v| {
+                    let body: Vec<String> =
+                        v.iter().map(|(k, v)| format!("\"{k}\" : {v}")).collect();
+                    format!("{{{}}}", body.join(","))
+                }),
+            ]
+        })
+    }
+
+    fn record_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(("[a-d]", raw_value()), 0..5).prop_map(|v| {
+            let body: Vec<String> = v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            format!("{{{}}}", body.join(","))
+        })
+    }
+
+    const PROGRAMS: &[&str] = &[
+        "del(.a.b)",
+        ".c = .a",
+        ".a.c = 1\n.d = .a",
+        "if .b == 1 { abort }\n.d = del(.c)",
+        ".e = .a.b == .c\n.f = .d[0]\n.g = .d[-1].a",
+        "del(.a.b.c)\n.a.b.d = true",
+        ".x = .a\n.x.y = .b\ndel(.a)",
+        ".n = to_int(round(to_float!(.a) * 100))",
+        "t = 0\nfor_each(array!(.b)) -> |_i, it| { t = t + int!(it) }\n.t = t",
+        ".a.b = .a\n.c = .a.b.b\n.d = .a",
+        "del(.a)\n.a.x = 1",
+        ".b = del(.a.b)\n.c = .a\n.a.b = .c",
+        "x = .a\n.a.z = 0\n.y = x\n.w = .a.z != .a.b || .c",
+    ];
+
+    proptest! {
+        #[test]
+        fn prop_fast_path_writes_what_vrl_writes(
+            program in prop::sample::select(PROGRAMS),
+            input in record_text(),
+        ) {
+            use etl_record::{Position, Record};
+            use crate::transform::{Outcome, Remap, Transform, VrlProgram};
+            let compiled = VrlProgram::remap(program).unwrap();
+            prop_assert!(compiled.is_fast());
+            let show = |o: Outcome| match o {
+                Outcome::Keep(r) => format!("keep {}", String::from_utf8_lossy(&r.value)),
+                Outcome::Filtered => "filtered".to_owned(),
+                Outcome::Many(rs) => format!("many {}", rs.len()),
+                Outcome::Reject(r, why) | Outcome::Halt(r, why) => {
+                    format!("reject {} {why}", String::from_utf8_lossy(&r.value))
+                }
+            };
+            let record = || Record::new(Position::default(), input.clone());
+            let fast = show(Remap::new("r", compiled.clone()).apply(record()));
+            let vrl = show(Remap::new("r", compiled.runtime_only()).apply(record()));
+            prop_assert_eq!(fast, vrl, "{} on {}", program, input);
+        }
     }
 
     #[test]
