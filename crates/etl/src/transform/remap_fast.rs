@@ -358,17 +358,14 @@ fn past_f64(text: &[u8]) -> bool {
     if big_exponent {
         return true;
     }
-    if text.len() < 309 {
-        return false;
-    }
-    let mut run = 0;
-    for b in text {
-        run = if b.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= 309 {
-            return true;
+    // A run of 309 digits covers one of every 300 bytes: look around those.
+    (0..text.len()).step_by(300).any(|i| {
+        text[i].is_ascii_digit() && {
+            let before = text[..i].iter().rev().take_while(|b| b.is_ascii_digit());
+            let after = text[i..].iter().take_while(|b| b.is_ascii_digit());
+            before.count() + after.count() >= 309
         }
-    }
-    false
+    })
 }
 
 /// A value during evaluation: parsed, or an object or array still as its
@@ -1140,6 +1137,8 @@ mod tests {
             (".t = 1", r#"[1]"#),
             (".t = 1", r#"{"a":1"#),
             (".t = 1", r#"{"a":1e400}"#),
+            (".t = 1", format!(r#"{{"a":[{}]}}"#, "9".repeat(309)).as_str()),
+            (".t = 1", format!(r#"{{"a":"{}"}}"#, "9".repeat(600)).as_str()),
         ] {
             assert_eq!(run(program, input), Lite::Fallback, "{program} on {input}");
         }
