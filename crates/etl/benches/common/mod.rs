@@ -15,6 +15,7 @@ fn mix(mut z: u64) -> u64 {
 /// Append record `id` as one NDJSON line without its newline; whether its
 /// `amount` is at least 100 (about 90% are: the lines the bench filter
 /// keeps).
+#[allow(dead_code)]
 pub(crate) fn record(id: u64, out: &mut String) -> bool {
     const TAGS: [&str; 6] = ["red", "green", "blue", "new", "sale", "vip"];
     let h = mix(id);
