@@ -579,7 +579,7 @@ impl<'a> Cx<'a> {
             changed(&mut value, changes);
             return Ok(Some(Val::V(value)));
         }
-        Ok(self.original(path)?.map(val).transpose()?)
+        self.original(path)?.map(val).transpose()
     }
 
     /// The text at a path in the record as read.
@@ -741,7 +741,7 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
     };
     let is = |ok: bool, v: Val<'a>| if ok { Ok(v) } else { Err(Stop::Fallback) };
     let raw = |v: &Val<'_>, open: char| matches!(v, Val::Raw(t) if t.starts_with(open));
-    Ok(match func {
+    Ok(Val::V(match func {
         Func::Array => {
             let ok = raw(&arg, '[') || matches!(arg, Val::V(Value::Array(_)));
             return is(ok, arg);
@@ -771,8 +771,7 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
         Func::Round => rounded(f64::round, arg.into_value()?)?,
         Func::Floor => rounded(f64::floor, arg.into_value()?)?,
         Func::Ceil => rounded(f64::ceil, arg.into_value()?)?,
-    })
-    .map(Val::V)
+    }))
 }
 
 type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
