@@ -61,7 +61,9 @@ pub(crate) fn run(args: &[String]) -> Result {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
     if let Some(other) = only.filter(|o| !["many-files", "transform"].contains(o)) {
-        return Err(format!("--only takes many-files or transform, not {other:?}"));
+        return Err(format!(
+            "--only takes many-files or transform, not {other:?}"
+        ));
     }
     let started = Instant::now();
     let work = root().join("target").join("bench");
@@ -590,11 +592,7 @@ fn timed_run(etl: &Path, config: &Path) -> Result<(f64, u64)> {
 
 /// Run `program args` (in `dir`, or the repository root) to completion:
 /// seconds and peak RSS in KiB.
-fn timed(
-    program: &Path,
-    args: &[&std::ffi::OsStr],
-    dir: Option<&Path>,
-) -> Result<(f64, u64)> {
+fn timed(program: &Path, args: &[&std::ffi::OsStr], dir: Option<&Path>) -> Result<(f64, u64)> {
     let time = Path::new("/usr/bin/time");
     let mut cmd = if time.exists() {
         let mut c = Command::new(time);
@@ -974,7 +972,10 @@ field = "customer.email"
             let (secs, peak) = timed_run(etl, &config)?;
             let lines = count_lines(&run.join("output").join("out.ndjson"))?;
             if lines != *kept {
-                return Err(format!("{}: etl wrote {lines} lines, expected {kept}", job.name));
+                return Err(format!(
+                    "{}: etl wrote {lines} lines, expected {kept}",
+                    job.name
+                ));
             }
             etl_best = etl_best.max(*records as f64 / secs);
             rss = rss.max(peak);
@@ -991,7 +992,10 @@ field = "customer.email"
             let (secs, peak) = timed(&python, &args, None)?;
             let lines = count_lines(&out)?;
             if lines != *kept {
-                return Err(format!("{}: orjson wrote {lines} lines, expected {kept}", job.name));
+                return Err(format!(
+                    "{}: orjson wrote {lines} lines, expected {kept}",
+                    job.name
+                ));
             }
             let _ = std::fs::remove_file(&out);
             py_best = py_best.max(*records as f64 / secs);
@@ -1052,7 +1056,13 @@ fn orjson_python(work: &Path) -> Result<PathBuf> {
         }
         for args in [
             &["update"][..],
-            &["install", "-y", "--no-install-recommends", "python3", "python3-venv"][..],
+            &[
+                "install",
+                "-y",
+                "--no-install-recommends",
+                "python3",
+                "python3-venv",
+            ][..],
         ] {
             capture(
                 Command::new("apt-get")
@@ -1066,7 +1076,10 @@ fn orjson_python(work: &Path) -> Result<PathBuf> {
     }
     capture(Command::new(&python).args(["-m", "pip", "install", "--quiet", "orjson"]))?;
     if !works(&["-c", "import orjson"]) {
-        return Err(format!("{} cannot import orjson after pip install", python.display()));
+        return Err(format!(
+            "{} cannot import orjson after pip install",
+            python.display()
+        ));
     }
     Ok(python)
 }

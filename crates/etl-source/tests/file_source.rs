@@ -755,7 +755,10 @@ async fn a_utf8_bom_at_the_start_of_a_file_is_not_part_of_the_first_record() {
     let (records, _, _) = drain(&mut source).await;
     assert_eq!(
         values(&records),
-        vec![(11, "{\"b\":\"\u{feff}\"}".into()), (23, "{\"c\":3}".into())]
+        vec![
+            (11, "{\"b\":\"\u{feff}\"}".into()),
+            (23, "{\"c\":3}".into())
+        ]
     );
     // From the start again, the BOM is dropped again.
     let mut source = FileSource::open(config(&[&path])).unwrap();

@@ -57,12 +57,20 @@ fn transforms(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     let remap = |source: &str, fast: bool| {
         let program = VrlProgram::remap(source).unwrap();
-        let program = if fast { program } else { program.runtime_only() };
+        let program = if fast {
+            program
+        } else {
+            program.runtime_only()
+        };
         Box::new(Remap::new("remap", program))
     };
     let paid = |fast: bool| {
         let program = VrlProgram::condition(r#".order.status == "paid""#).unwrap();
-        let program = if fast { program } else { program.runtime_only() };
+        let program = if fast {
+            program
+        } else {
+            program.runtime_only()
+        };
         Box::new(VrlFilter::new("filter", program))
     };
     let mut cases: Vec<(&str, &[Record], TransformChain)> = Vec::new();

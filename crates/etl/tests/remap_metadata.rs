@@ -55,7 +55,11 @@ fn key_headers_and_timestamp_are_written_back() {
         "rewritten headers: VRL's object, in its (sorted) order, the last of repeated keys"
     );
     assert_eq!(r.timestamp, Some(Timestamp(1_767_225_601_500)));
-    assert_eq!(&r.value[..], br#"{"id":7, "user":"u-1"}"#, "the value is untouched");
+    assert_eq!(
+        &r.value[..],
+        br#"{"id":7, "user":"u-1"}"#,
+        "the value is untouched"
+    );
     assert_eq!(r.position, record().position);
 }
 
@@ -65,12 +69,19 @@ fn metadata_a_program_does_not_write_is_left_as_it_came() {
         let out = run(program, true);
         let r = &out.kept[0];
         assert_eq!(r.key, record().key, "{program}");
-        assert_eq!(r.headers, record().headers, "{program}: repeated headers kept");
+        assert_eq!(
+            r.headers,
+            record().headers,
+            "{program}: repeated headers kept"
+        );
         assert_eq!(r.timestamp, record().timestamp, "{program}");
     }
     let out = run("del(%key)\n%timestamp = null\n%headers = {}", true);
     let r = &out.kept[0];
-    assert_eq!((r.key.is_none(), r.headers.len(), r.timestamp), (true, 0, None));
+    assert_eq!(
+        (r.key.is_none(), r.headers.len(), r.timestamp),
+        (true, 0, None)
+    );
 }
 
 #[test]
@@ -79,7 +90,9 @@ fn a_value_of_the_wrong_type_is_a_runtime_error() {
     assert!(out.kept.is_empty());
     let letter = &out.rejected[0];
     assert!(
-        letter.reason.contains("%key must be a string (bytes) or null, not integer"),
+        letter
+            .reason
+            .contains("%key must be a string (bytes) or null, not integer"),
         "{}",
         letter.reason
     );
@@ -101,7 +114,10 @@ fn source_partition_offset_and_other_metadata_are_read_only() {
         ("%offset = 1", "read-only"),
         (r#"%source = "x""#, "read-only"),
         (r#"% = {}"#, "read-only"),
-        ("%topic = \"t\"", "a program assigns only %key, %headers and %timestamp"),
+        (
+            "%topic = \"t\"",
+            "a program assigns only %key, %headers and %timestamp",
+        ),
     ] {
         let err = VrlProgram::remap(program).unwrap_err();
         assert!(err.message.contains(expected), "{program}: {}", err.message);

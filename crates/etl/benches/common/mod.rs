@@ -52,7 +52,11 @@ pub(crate) fn nested_record(id: u64, out: &mut String) -> bool {
         "Bo Ek",
         "Renée O\\u2019Brien",
     ];
-    const NOTES: [&str; 3] = ["première\\ncommande", "livrer à l'accueil", "\\u00e9t\\u00e9 \\/ winter"];
+    const NOTES: [&str; 3] = [
+        "première\\ncommande",
+        "livrer à l'accueil",
+        "\\u00e9t\\u00e9 \\/ winter",
+    ];
     let h = mix(id);
     let status = STATUS[(h % 5) as usize];
     let _ = write!(

@@ -278,10 +278,7 @@ impl Scratch {
     fn nested(&self, i: usize, path: &[String], constants: &[Constant]) -> Option<Value> {
         if self.entries[i].state != State::Original {
             let top = self.value_of(i, constants);
-            return path
-                .iter()
-                .try_fold(&top, |v, s| child(v, s))
-                .cloned();
+            return path.iter().try_fold(&top, |v, s| child(v, s)).cloned();
         }
         let raw = &self.values[self.entries[i].raw.clone()];
         // Text of a valid JSON value read as UTF-8.

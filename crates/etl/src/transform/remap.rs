@@ -68,7 +68,10 @@ impl VrlProgram {
     pub fn remap(source: &str) -> Result<Self, VrlError> {
         let mut config = CompileConfig::default();
         for name in ["source", "partition", "offset"] {
-            config.set_read_only_path(OwnedTargetPath::metadata(vrl::owned_value_path!(name)), true);
+            config.set_read_only_path(
+                OwnedTargetPath::metadata(vrl::owned_value_path!(name)),
+                true,
+            );
         }
         let program = Self::compile(source, config)?;
         let assigned = program
@@ -330,10 +333,7 @@ impl Transform for Remap {
         }
         let run = match self.runner.run(&record, true) {
             Run::Done {
-                old,
-                new,
-                metadata,
-                ..
+                old, new, metadata, ..
             } if self.runner.program.uses_metadata => {
                 match written_metadata(&self.runner.program.metadata(&record), metadata) {
                     Ok(written) => Ok((old, new, written)),
@@ -419,10 +419,7 @@ impl WrittenMetadata {
 /// (as [`VrlProgram::metadata`] built it) and `after`;
 /// `None` when there are none. A value of the wrong type is an error
 /// naming it: the record goes where a runtime error sends it.
-fn written_metadata(
-    before: &Value,
-    after: Value,
-) -> Result<Option<WrittenMetadata>, String> {
+fn written_metadata(before: &Value, after: Value) -> Result<Option<WrittenMetadata>, String> {
     if *before == after {
         return Ok(None);
     }

@@ -778,7 +778,11 @@ type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
 
 /// The last value of `key` among an object's entries.
 fn last_of<'a>(entries: &Entries<'a>, key: &str) -> Option<&'a str> {
-    entries.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    entries
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| *v)
 }
 
 /// The value one segment down from an object's or array's text.
@@ -1036,7 +1040,10 @@ mod tests {
     #[test]
     fn reads_see_the_programs_own_changes() {
         assert_eq!(
-            written(".x = .o\n.x.z = .x.y + 1\n.w = del(.a)", r#"{"a":5,"o":{"y":1}}"#),
+            written(
+                ".x = .o\n.x.z = .x.y + 1\n.w = del(.a)",
+                r#"{"a":5,"o":{"y":1}}"#
+            ),
             r#"{"o":{"y":1},"w":5,"x":{"y":1,"z":2}}"#
         );
     }
@@ -1136,8 +1143,14 @@ mod tests {
             (".t = 1", r#"[1]"#),
             (".t = 1", r#"{"a":1"#),
             (".t = 1", r#"{"a":1e400}"#),
-            (".t = 1", format!(r#"{{"a":[{}]}}"#, "9".repeat(309)).as_str()),
-            (".t = 1", format!(r#"{{"a":"{}"}}"#, "9".repeat(600)).as_str()),
+            (
+                ".t = 1",
+                format!(r#"{{"a":[{}]}}"#, "9".repeat(309)).as_str(),
+            ),
+            (
+                ".t = 1",
+                format!(r#"{{"a":"{}"}}"#, "9".repeat(600)).as_str(),
+            ),
         ] {
             assert_eq!(run(program, input), Lite::Fallback, "{program} on {input}");
         }
