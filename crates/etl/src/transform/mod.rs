@@ -14,6 +14,8 @@ mod json_fast;
 mod remap;
 #[cfg(feature = "remap")]
 mod remap_fast;
+#[cfg(feature = "remap")]
+mod scan;
 
 pub use chain::{ChainOutput, TransformChain};
 pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};

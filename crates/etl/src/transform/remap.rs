@@ -285,6 +285,7 @@ pub struct Remap {
     name: String,
     runner: Runner,
     drop_on_error: bool,
+    checked_input: bool,
 }
 
 impl Remap {
@@ -295,7 +296,20 @@ impl Remap {
             name: name.into(),
             runner: Runner::new(program),
             drop_on_error: true,
+            checked_input: false,
         }
+    }
+
+    /// Whether every record reaching this step is known to be valid JSON
+    /// (default `false`): the NDJSON file source checks every line, and
+    /// every step of a configured chain writes valid JSON. The fast path
+    /// then does not check it again. Records that are not valid JSON
+    /// must not reach a step told otherwise: what it makes of them is not
+    /// specified (it does not panic).
+    #[must_use]
+    pub fn checked_input(mut self, checked: bool) -> Self {
+        self.checked_input = checked;
+        self
     }
 
     /// What a runtime error does: send the record to the dead-letter path
@@ -315,13 +329,14 @@ impl Transform for Remap {
     fn fork(&self) -> Option<Box<dyn Transform>> {
         Some(Box::new(
             Remap::new(self.name.clone(), self.runner.program.clone())
-                .drop_on_error(self.drop_on_error),
+                .drop_on_error(self.drop_on_error)
+                .checked_input(self.checked_input),
         ))
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
         if let Some(lite) = &self.runner.program.lite {
-            match lite.run(&record.value, true) {
+            match lite.run(&record.value, true, self.checked_input) {
                 Lite::Done(None, _) => return Outcome::Keep(record),
                 Lite::Done(Some(value), _) => {
                     record.value = value;
@@ -484,6 +499,7 @@ fn written_metadata(before: &Value, after: Value) -> Result<Option<WrittenMetada
 pub struct VrlFilter {
     name: String,
     runner: Runner,
+    checked_input: bool,
 }
 
 impl VrlFilter {
@@ -493,7 +509,16 @@ impl VrlFilter {
         VrlFilter {
             name: name.into(),
             runner: Runner::new(condition),
+            checked_input: false,
         }
+    }
+
+    /// Whether every record reaching this step is known to be valid JSON,
+    /// as [`Remap::checked_input`].
+    #[must_use]
+    pub fn checked_input(mut self, checked: bool) -> Self {
+        self.checked_input = checked;
+        self
     }
 }
 
@@ -503,15 +528,15 @@ impl Transform for VrlFilter {
     }
 
     fn fork(&self) -> Option<Box<dyn Transform>> {
-        Some(Box::new(VrlFilter::new(
-            self.name.clone(),
-            self.runner.program.clone(),
-        )))
+        Some(Box::new(
+            VrlFilter::new(self.name.clone(), self.runner.program.clone())
+                .checked_input(self.checked_input),
+        ))
     }
 
     fn apply(&mut self, record: Record) -> Outcome {
         if let Some(lite) = &self.runner.program.lite {
-            match lite.run(&record.value, false) {
+            match lite.run(&record.value, false, self.checked_input) {
                 Lite::Done(_, Value::Boolean(true)) => return Outcome::Keep(record),
                 Lite::Done(..) | Lite::Aborted => return Outcome::Filtered,
                 Lite::Fallback => {}

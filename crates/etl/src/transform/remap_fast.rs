@@ -27,18 +27,15 @@
 //! change: unchanged values from their original text in their original
 //! order, new keys after, sorted.
 
-use std::borrow::Cow;
-use std::fmt;
-
 use bytes::Bytes;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
+use serde::de::IgnoredAny;
 use vrl::compiler::prelude::VrlValueArithmetic;
 use vrl::parser::ast::{self, Opcode};
 use vrl::path::{OwnedSegment, PathPrefix};
 use vrl::value::Value;
 
 use super::faithful;
+use super::scan::{self, Entries};
 
 /// A program in the fast subset.
 #[derive(Debug, Clone)]
@@ -301,16 +298,22 @@ impl LiteProgram {
     }
 
     /// Run the program on one record's value; with `write`, the changed
-    /// record is written (a condition only needs the result).
-    pub(super) fn run(&self, input: &[u8], write: bool) -> Lite {
+    /// record is written (a condition only needs the result). `checked`:
+    /// the value is known to be valid JSON (see [`Remap::checked_input`]),
+    /// so it is not checked again.
+    ///
+    /// [`Remap::checked_input`]: super::Remap::checked_input
+    pub(super) fn run(&self, input: &[u8], write: bool, checked: bool) -> Lite {
         let Ok(doc) = std::str::from_utf8(input) else {
             return Lite::Fallback;
         };
-        if past_f64(input) {
+        if !checked && serde_json::from_str::<IgnoredAny>(doc).is_err() {
             return Lite::Fallback;
         }
-        // The whole record is read (and so checked) once, here.
-        let Ok(top) = entries(doc) else {
+        if past_f64(input) || surrogate_escape(input) {
+            return Lite::Fallback;
+        }
+        let Some(top) = scan::entries(doc) else {
             return Lite::Fallback;
         };
         let mut cx = Cx {
@@ -365,6 +368,19 @@ fn past_f64(text: &[u8]) -> bool {
             let after = text[i..].iter().take_while(|b| b.is_ascii_digit());
             before.count() + after.count() >= 309
         }
+    })
+}
+
+/// Whether the text may hold a `\u` escape of a UTF-16 surrogate. Reading
+/// the record for VRL rejects a lone one, which the check of valid JSON
+/// does not look at; such records are left to VRL.
+fn surrogate_escape(text: &[u8]) -> bool {
+    memchr::memmem::find_iter(text, b"\\u").any(|i| {
+        matches!(text.get(i + 2), Some(b'd' | b'D'))
+            && matches!(
+                text.get(i + 3),
+                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+            )
     })
 }
 
@@ -509,7 +525,8 @@ impl<'a> Cx<'a> {
                 }
                 // The closure's names shadow the program's while it runs.
                 let saved = (self.vars[*index].clone(), self.vars[*item].clone());
-                for (i, element) in items(text)?.into_iter().enumerate() {
+                let elements = scan::items(text).ok_or(Stop::Fallback)?;
+                for (i, element) in elements.into_iter().enumerate() {
                     self.vars[*index] = Val::V(Value::Integer(i64::try_from(i)?));
                     self.vars[*item] = val(element)?;
                     self.block(body)?;
@@ -774,8 +791,6 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
     }))
 }
 
-type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
-
 /// The last value of `key` among an object's entries.
 fn last_of<'a>(entries: &Entries<'a>, key: &str) -> Option<&'a str> {
     entries
@@ -789,11 +804,10 @@ fn last_of<'a>(entries: &Entries<'a>, key: &str) -> Option<&'a str> {
 fn child<'a>(text: &'a str, segment: &OwnedSegment) -> Run<Option<&'a str>> {
     match (segment, text.as_bytes().first()) {
         (OwnedSegment::Field(key), Some(b'{')) => {
-            let mut de = serde_json::Deserializer::from_str(text);
-            Ok(de.deserialize_map(FindKey(key.as_str()))?)
+            scan::find(text, key.as_str()).ok_or(Stop::Fallback)
         }
         (OwnedSegment::Index(i), Some(b'[')) => {
-            let items = items(text)?;
+            let items = scan::items(text).ok_or(Stop::Fallback)?;
             let i = if *i < 0 {
                 items.len().checked_sub(i.unsigned_abs())
             } else {
@@ -802,91 +816,6 @@ fn child<'a>(text: &'a str, segment: &OwnedSegment) -> Run<Option<&'a str>> {
             Ok(i.and_then(|i| items.get(i).copied()))
         }
         _ => Ok(None),
-    }
-}
-
-/// An object's entries in written order, duplicates included; values as
-/// their text.
-fn entries(text: &str) -> serde_json::Result<Entries<'_>> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let entries = de.deserialize_map(EntriesVisitor)?;
-    de.end()?;
-    Ok(entries)
-}
-
-/// An array's elements as their text.
-fn items(text: &str) -> serde_json::Result<Vec<&str>> {
-    let raws: Vec<&RawValue> = serde_json::from_str(text)?;
-    Ok(raws.into_iter().map(RawValue::get).collect())
-}
-
-struct EntriesVisitor;
-
-impl<'de> Visitor<'de> for EntriesVisitor {
-    type Value = Entries<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let value: &'de RawValue = map.next_value()?;
-            entries.push((key, value.get()));
-        }
-        Ok(entries)
-    }
-}
-
-/// Finds the last value of a key in an object, skipping the others.
-struct FindKey<'k>(&'k str);
-
-impl<'de> Visitor<'de> for FindKey<'_> {
-    type Value = Option<&'de str>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(matches) = map.next_key_seed(KeyIs(self.0))? {
-            if matches {
-                let value: &'de RawValue = map.next_value()?;
-                found = Some(value.get());
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(found)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Ok(None)
-    }
-}
-
-/// Whether a key is the one looked for, without keeping it.
-struct KeyIs<'k>(&'k str);
-
-impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
-    type Value = bool;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl Visitor<'_> for KeyIs<'_> {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string key")
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<bool, E> {
-        Ok(v == self.0)
     }
 }
 
@@ -917,7 +846,8 @@ fn write_object(
     let entries = match read {
         Some(e) => e,
         None => {
-            owned = entries(text)?;
+            owned = scan::entries(text)
+                .ok_or_else(|| serde::de::Error::custom("an object the fast path cannot read"))?;
             &owned
         }
     };
@@ -986,7 +916,7 @@ mod tests {
     fn run(program: &str, input: &str) -> Lite {
         LiteProgram::new(program)
             .expect("in the fast subset")
-            .run(input.as_bytes(), true)
+            .run(input.as_bytes(), true, false)
     }
 
     fn written(program: &str, input: &str) -> String {
@@ -1128,8 +1058,10 @@ mod tests {
             };
             let record = || Record::new(Position::default(), input.clone());
             let fast = show(Remap::new("r", compiled.clone()).apply(record()));
+            let checked = show(Remap::new("r", compiled.clone()).checked_input(true).apply(record()));
             let vrl = show(Remap::new("r", compiled.runtime_only()).apply(record()));
-            prop_assert_eq!(fast, vrl, "{} on {}", program, input);
+            prop_assert_eq!(&fast, &vrl, "{} on {}", program, input);
+            prop_assert_eq!(&checked, &vrl, "{} on {} (input checked)", program, input);
         }
     }
 
