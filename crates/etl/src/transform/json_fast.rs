@@ -25,6 +25,7 @@ use serde_json::{Map, Number, Value};
 
 use super::faithful;
 use super::json::{JsonOp, child, compare, index, remove};
+use super::scan;
 use crate::config::CompareOp;
 
 /// One step on a top-level field.
@@ -285,14 +286,9 @@ impl Scratch {
         let mut text = std::str::from_utf8(raw).ok()?;
         for segment in path {
             text = match text.as_bytes().first() {
-                Some(b'{') => {
-                    let mut de = serde_json::Deserializer::from_str(text);
-                    de.deserialize_map(LastOf(segment)).ok()??
-                }
-                Some(b'[') => {
-                    let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
-                    items.get(index(segment)?)?.get()
-                }
+                // The record was read (and checked) whole above.
+                Some(b'{') => scan::find(text, segment)??,
+                Some(b'[') => scan::items(text)?.get(index(segment)?)?,
                 _ => return None,
             };
         }
@@ -496,30 +492,6 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
                 state: State::Original,
             });
         }
-    }
-}
-
-/// The text of the last value of a key in an object.
-struct LastOf<'k>(&'k str);
-
-impl<'de> Visitor<'de> for LastOf<'_> {
-    type Value = Option<&'de str>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == self.0 {
-                let value: &'de RawValue = map.next_value()?;
-                found = Some(value.get());
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok(found)
     }
 }
 

@@ -14,7 +14,6 @@ mod json_fast;
 mod remap;
 #[cfg(feature = "remap")]
 mod remap_fast;
-#[cfg(feature = "remap")]
 mod scan;
 
 pub use chain::{ChainOutput, TransformChain};

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 /// An object's entries in written order, duplicates included: each key
 /// (unescaped) and its value's text.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
 
 fn is_ws(b: u8) -> bool {
@@ -117,6 +118,7 @@ fn each_entry<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> Option<
 }
 
 /// The entries of the object `text`.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) fn entries(text: &str) -> Option<Entries<'_>> {
     let mut out = Vec::new();
     let mut ok = true;
