@@ -17,18 +17,20 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use etl::{
-    ChainOutput, CompareOp, JsonOp, JsonStage, Remap, TransformChain, VrlFilter, VrlProgram,
-};
+use etl::{ChainOutput, CompareOp, JsonOp, JsonStage, TransformChain};
+#[cfg(feature = "remap")]
+use etl::{Remap, VrlFilter, VrlProgram};
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_sink::{Encoder, NdjsonEncoder};
 use etl_source::GeneratorSource;
 
+#[cfg(feature = "remap")]
 mod common;
 
 const BATCH: usize = 4096;
 
 /// The nested remap of the transform rows (`cargo xtask bench`).
+#[cfg(feature = "remap")]
 const ORDERS: &str = r#"
 del(.customer.email)
 total = 0.0
@@ -38,6 +40,7 @@ for_each(array!(.order.items)) -> |_index, item| {
 .total_cents = to_int(round(total * 100))
 "#;
 
+#[cfg(feature = "remap")]
 fn nested_records() -> Vec<Record> {
     let source = SourceId::new("bench");
     (0..BATCH as u64)
@@ -50,6 +53,7 @@ fn nested_records() -> Vec<Record> {
         .collect()
 }
 
+#[cfg(feature = "remap")]
 fn transforms(c: &mut Criterion) {
     let w1 = records();
     let nested = nested_records();
@@ -192,5 +196,8 @@ fn hot_path(c: &mut Criterion) {
     group.finish();
 }
 
+#[cfg(feature = "remap")]
 criterion_group!(benches, hot_path, transforms);
+#[cfg(not(feature = "remap"))]
+criterion_group!(benches, hot_path);
 criterion_main!(benches);
