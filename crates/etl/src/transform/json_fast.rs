@@ -229,8 +229,9 @@ impl FastStage {
                             let mut top = Map::new();
                             top.insert(path[0].clone(), s.value_of(i, constants));
                             if remove(&mut top, path).is_some() {
+                                // Something was removed: the value changed.
                                 let changed = top.remove(&path[0]).unwrap_or(Value::Null);
-                                s.set(&path[0], State::Set(changed), constants);
+                                s.entries[i].state = State::Set(changed);
                             }
                         }
                     }
