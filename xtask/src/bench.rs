@@ -71,16 +71,16 @@ pub(crate) fn run(args: &[String]) -> Result {
 
     Cmd::cargo(&["build", "--release", "-p", "etl"]).run()?;
     let etl = root().join("target").join("release").join("etl");
-    let harness = build_harness("pipeline")?;
     if let Some(only) = only {
         let rows = match only {
-            "transform" => transform_rows(&etl, &harness, &work)?,
-            _ => many_files(&etl, &harness, &work)?,
+            "transform" => transform_rows(&etl, &work)?,
+            _ => many_files(&etl, &build_harness("pipeline")?, &work)?,
         };
         print!("{}", table(&rows));
         eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
         return Ok(());
     }
+    let harness = build_harness("pipeline")?;
     let kafka_harness = build_harness("kafka")?;
     let mut rows = Vec::new();
 
@@ -201,7 +201,7 @@ pub(crate) fn run(args: &[String]) -> Result {
     rows.extend(many_files(&etl, &harness, &work)?);
 
     // 2c. Transforms against a single-threaded Python + orjson script.
-    rows.extend(transform_rows(&etl, &harness, &work)?);
+    rows.extend(transform_rows(&etl, &work)?);
 
     // 3. Checkpointer: per-ack cost against pending batches.
     let report = capture(
@@ -859,7 +859,7 @@ struct TransformJob {
 
 /// The transform rows: `etl run` against [`ORJSON_SCRIPT`] on the same
 /// input, alternated, with peak RSS.
-fn transform_rows(etl: &Path, harness: &Path, work: &Path) -> Result<Vec<Row>> {
+fn transform_rows(etl: &Path, work: &Path) -> Result<Vec<Row>> {
     let python = orjson_python(work)?;
     let dir = work.join("transform");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -868,16 +868,8 @@ fn transform_rows(etl: &Path, harness: &Path, work: &Path) -> Result<Vec<Row>> {
         .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
     let input = |shape: &str, records: u64, files: u64| -> Result<(PathBuf, u64)> {
         let input = dir.join(format!("input-{shape}"));
-        let out = capture(
-            Command::new(harness)
-                .args(["write-transform-input", "--shape", shape, "--records"])
-                .arg(records.to_string())
-                .arg("--files")
-                .arg(files.to_string())
-                .arg("--dir")
-                .arg(&input),
-        )?;
-        Ok((input, field(&out, "kept")? as u64))
+        let kept = write_transform_input(shape, records, files, &input)?;
+        Ok((input, kept))
     };
     let w1 = input("w1", W1_RECORDS, 1)?;
     let nested = input("nested", NESTED_RECORDS, NESTED_FILES)?;
@@ -1020,6 +1012,40 @@ field = "customer.email"
         });
     }
     Ok(rows)
+}
+
+/// The records of the bench harnesses (`crates/etl/benches/common`), so
+/// the transform rows need no harness build.
+#[path = "../../crates/etl/benches/common/mod.rs"]
+mod records;
+
+/// The inputs of the transform rows: `records` records of `shape` (`w1`,
+/// the file-to-file records; `nested`, orders of about 400 bytes) split
+/// over `files` files `dir/NN.ndjson` (rewritten only when their size
+/// differs). How many the row's filter keeps (`amount >= 1`, or
+/// `order.status == "paid"`).
+fn write_transform_input(shape: &str, records: u64, files: u64, dir: &Path) -> Result<u64> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let per_file = records.div_ceil(files.max(1));
+    let mut kept = 0;
+    for f in 0..files.max(1) {
+        let mut text = String::new();
+        for id in f * per_file..((f + 1) * per_file).min(records) {
+            kept += u64::from(if shape == "w1" {
+                records::record(id, &mut text);
+                records::amount_cents(id) >= 100
+            } else {
+                records::nested_record(id, &mut text)
+            });
+            text.push('\n');
+        }
+        let path = dir.join(format!("{f:02}.ndjson"));
+        if std::fs::metadata(&path).map_or(true, |m| m.len() != text.len() as u64) {
+            std::fs::write(&path, text)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+    }
+    Ok(kept)
 }
 
 /// The Python of a virtual environment under `target/bench/venv` with
