@@ -26,7 +26,7 @@ use vrl::compiler::{CompileConfig, Program, TargetValue, TimeZone};
 use vrl::path::{OwnedSegment, OwnedTargetPath, PathPrefix};
 use vrl::value::{ObjectMap, Secrets, Value};
 
-use super::remap_fast::{Lite, LiteProgram};
+use super::remap_fast::{Arena, Lite, LiteProgram};
 use super::{Outcome, Transform, faithful};
 
 /// A VRL program that compiled, ready to run on records.
@@ -286,6 +286,7 @@ pub struct Remap {
     runner: Runner,
     drop_on_error: bool,
     checked_input: bool,
+    arena: Arena,
 }
 
 impl Remap {
@@ -297,6 +298,7 @@ impl Remap {
             runner: Runner::new(program),
             drop_on_error: true,
             checked_input: false,
+            arena: Arena::default(),
         }
     }
 
@@ -336,7 +338,7 @@ impl Transform for Remap {
 
     fn apply(&mut self, mut record: Record) -> Outcome {
         if let Some(lite) = &self.runner.program.lite {
-            match lite.run(&record.value, true, self.checked_input) {
+            match lite.run(&record.value, Some(&mut self.arena), self.checked_input) {
                 Lite::Done(None, _) => return Outcome::Keep(record),
                 Lite::Done(Some(value), _) => {
                     record.value = value;
@@ -536,7 +538,7 @@ impl Transform for VrlFilter {
 
     fn apply(&mut self, record: Record) -> Outcome {
         if let Some(lite) = &self.runner.program.lite {
-            match lite.run(&record.value, false, self.checked_input) {
+            match lite.run(&record.value, None, self.checked_input) {
                 Lite::Done(_, Value::Boolean(true)) => return Outcome::Keep(record),
                 Lite::Done(..) | Lite::Aborted => return Outcome::Filtered,
                 Lite::Fallback => {}

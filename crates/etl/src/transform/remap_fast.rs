@@ -27,7 +27,7 @@
 //! change: unchanged values from their original text in their original
 //! order, new keys after, sorted.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::de::IgnoredAny;
 use vrl::compiler::prelude::VrlValueArithmetic;
 use vrl::parser::ast::{self, Opcode};
@@ -303,7 +303,7 @@ impl LiteProgram {
     /// so it is not checked again.
     ///
     /// [`Remap::checked_input`]: super::Remap::checked_input
-    pub(super) fn run(&self, input: &[u8], write: bool, checked: bool) -> Lite {
+    pub(super) fn run(&self, input: &[u8], write: Option<&mut Arena>, checked: bool) -> Lite {
         let Ok(doc) = std::str::from_utf8(input) else {
             return Lite::Fallback;
         };
@@ -330,15 +330,39 @@ impl LiteProgram {
         let Ok(result) = result.into_value() else {
             return Lite::Fallback;
         };
-        if !write || cx.overlay.0.is_empty() {
+        let Some(arena) = write.filter(|_| !cx.overlay.0.is_empty()) else {
             return Lite::Done(None, result);
-        }
-        let mut out = Vec::with_capacity(doc.len() + 32);
-        match write_object(doc, Some(&cx.top), &cx.overlay, &mut out) {
+        };
+        arena.out.clear();
+        match write_object(doc, Some(&cx.top), &cx.overlay, &mut arena.out) {
             Ok(false) => Lite::Done(None, result),
-            Ok(true) => Lite::Done(Some(out.into()), result),
+            Ok(true) => Lite::Done(Some(arena.keep()), result),
             Err(_) => Lite::Fallback,
         }
+    }
+}
+
+/// Size of a block rewritten values are cut from; a block is freed once
+/// its records are gone.
+const ARENA_BLOCK: usize = 64 * 1024;
+
+/// Where a step writes rewritten values: one buffer reused for every
+/// record, and shared blocks the values are cut from, so a record costs
+/// no allocation of its own.
+#[derive(Debug, Default)]
+pub(super) struct Arena {
+    out: Vec<u8>,
+    block: BytesMut,
+}
+
+impl Arena {
+    /// The value just written, cut from the current block.
+    fn keep(&mut self) -> Bytes {
+        if self.block.capacity() - self.block.len() < self.out.len() {
+            self.block.reserve(self.out.len().max(ARENA_BLOCK));
+        }
+        self.block.extend_from_slice(&self.out);
+        self.block.split().freeze()
     }
 }
 
@@ -375,8 +399,9 @@ fn past_f64(text: &[u8]) -> bool {
 /// the record for VRL rejects a lone one, which the check of valid JSON
 /// does not look at; such records are left to VRL.
 fn surrogate_escape(text: &[u8]) -> bool {
-    memchr::memmem::find_iter(text, b"\\u").any(|i| {
-        matches!(text.get(i + 2), Some(b'd' | b'D'))
+    memchr::memchr_iter(b'\\', text).any(|i| {
+        text.get(i + 1) == Some(&b'u')
+            && matches!(text.get(i + 2), Some(b'd' | b'D'))
             && matches!(
                 text.get(i + 3),
                 Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
@@ -827,7 +852,13 @@ fn comma(out: &mut Vec<u8>, first: &mut bool) {
 
 /// A key as serde_json writes it.
 fn write_key(out: &mut Vec<u8>, key: &str) -> serde_json::Result<()> {
-    serde_json::to_writer(&mut *out, key)?;
+    if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        serde_json::to_writer(&mut *out, key)?;
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'"');
+    }
     out.push(b':');
     Ok(())
 }
@@ -914,9 +945,11 @@ mod tests {
     use super::*;
 
     fn run(program: &str, input: &str) -> Lite {
-        LiteProgram::new(program)
-            .expect("in the fast subset")
-            .run(input.as_bytes(), true, false)
+        LiteProgram::new(program).expect("in the fast subset").run(
+            input.as_bytes(),
+            Some(&mut Arena::default()),
+            false,
+        )
     }
 
     fn written(program: &str, input: &str) -> String {

@@ -25,8 +25,18 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The index just past the string starting (with its quote) at `i`.
+/// Short strings (most keys) are scanned byte by byte; past 16 bytes,
+/// with `memchr`.
 fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
+    let short = (j + 16).min(b.len());
+    while j < short {
+        match b[j] {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
     loop {
         let k = j + memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
         if b[k] == b'"' {
