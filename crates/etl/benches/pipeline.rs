@@ -18,13 +18,6 @@
 //! * `write-input --path FILE [--records N]`: write the file-to-file
 //!   input (unless FILE already holds it): `N` NDJSON records of about 100
 //!   bytes; reports how many the bench filter keeps (`kept`).
-//! * `write-transform-input --shape w1|nested --dir DIR [--records N]
-//!   [--files F]`: the inputs of the transform rows, `N` records split
-//!   over `F` files `DIR/NN.ndjson` (unless they already hold them): `w1`,
-//!   the file-to-file records; `nested`, orders of about 400 bytes with
-//!   nested objects, an array of 3 items, non-ASCII text and escapes.
-//!   Reports how many the row's filter keeps (`kept`: `amount >= 1`, or
-//!   `order.status == "paid"`).
 //! * `rate [--records N]`: records per second of the acknowledged pipeline
 //!   into a blackhole (the source side's speed, to size a slow sink).
 //! * `memory --records N --sink-rate R [--in-flight-mib M]`: the
@@ -116,47 +109,6 @@ fn main() {
             }
             println!("RESULT kept={kept}");
         }
-        Some("write-transform-input") => {
-            let records = flag("--records", 2_000_000);
-            let files = flag("--files", 1).max(1);
-            let value = |name: &str| {
-                args.windows(2)
-                    .find(|w| w[0] == name)
-                    .map(|w| w[1].clone())
-                    .unwrap_or_else(|| {
-                        eprintln!("write-transform-input needs {name}");
-                        std::process::exit(2);
-                    })
-            };
-            let (shape, dir) = (value("--shape"), std::path::PathBuf::from(value("--dir")));
-            std::fs::create_dir_all(&dir).unwrap();
-            let per_file = records.div_ceil(files);
-            let mut kept = 0u64;
-            for f in 0..files {
-                let mut text = String::new();
-                for id in f * per_file..((f + 1) * per_file).min(records) {
-                    kept += u64::from(match shape.as_str() {
-                        "w1" => {
-                            common::record(id, &mut text);
-                            common::amount_cents(id) >= 100
-                        }
-                        "nested" => common::nested_record(id, &mut text),
-                        other => {
-                            eprintln!("unknown shape {other:?}: w1 | nested");
-                            std::process::exit(2);
-                        }
-                    });
-                    text.push('\n');
-                }
-                let path = dir.join(format!("{f:02}.ndjson"));
-                let unchanged =
-                    std::fs::metadata(&path).is_ok_and(|m| m.len() == text.len() as u64);
-                if !unchanged {
-                    std::fs::write(&path, text).unwrap();
-                }
-            }
-            println!("RESULT kept={kept}");
-        }
         Some("rate") => {
             let records = flag("--records", 1_000_000);
             let rate = runtime.block_on(acks_on(records, None, None, None));
@@ -174,8 +126,7 @@ fn main() {
         }
         Some(other) => {
             eprintln!(
-                "unknown mode {other:?}: ack | ack-on | ack-off | write-input | \
-                 write-transform-input | rate | memory"
+                "unknown mode {other:?}: ack | ack-on | ack-off | write-input | rate | memory"
             );
             std::process::exit(2);
         }
