@@ -27,8 +27,12 @@
 //! change: unchanged values from their original text in their original
 //! order, new keys after, sorted.
 
+use std::borrow::Cow;
+use std::fmt;
+
 use bytes::{Bytes, BytesMut};
-use serde::de::IgnoredAny;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use vrl::compiler::prelude::VrlValueArithmetic;
 use vrl::parser::ast::{self, Opcode};
 use vrl::path::{OwnedSegment, PathPrefix};
@@ -307,13 +311,17 @@ impl LiteProgram {
         let Ok(doc) = std::str::from_utf8(input) else {
             return Lite::Fallback;
         };
-        if !checked && serde_json::from_str::<IgnoredAny>(doc).is_err() {
-            return Lite::Fallback;
-        }
         if past_f64(input) || surrogate_escape(input) {
             return Lite::Fallback;
         }
-        let Some(top) = scan::entries(doc) else {
+        // Unchecked, the top level is read by serde_json, which checks the
+        // whole value on the way; checked, by the scanner.
+        let top = if checked {
+            scan::entries(doc)
+        } else {
+            checked_entries(doc).ok()
+        };
+        let Some(top) = top else {
             return Lite::Fallback;
         };
         let mut cx = Cx {
@@ -814,6 +822,34 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
         Func::Floor => rounded(f64::floor, arg.into_value()?)?,
         Func::Ceil => rounded(f64::ceil, arg.into_value()?)?,
     }))
+}
+
+/// The entries of the object `text`, read by serde_json, which checks
+/// all of it.
+fn checked_entries(text: &str) -> serde_json::Result<Entries<'_>> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let entries = de.deserialize_map(EntriesVisitor)?;
+    de.end()?;
+    Ok(entries)
+}
+
+struct EntriesVisitor;
+
+impl<'de> Visitor<'de> for EntriesVisitor {
+    type Value = Entries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            entries.push((key, value.get()));
+        }
+        Ok(entries)
+    }
 }
 
 /// The last value of `key` among an object's entries.
