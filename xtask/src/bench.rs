@@ -52,7 +52,7 @@ struct Row {
 /// Run the suite; `--full` uses the issue's sizes for the memory run
 /// (1 and 10 million records; about half an hour at a 100x slower sink);
 /// `--only many-files` runs the many-files rows alone, `--only kafka` the
-/// Kafka row alone.
+/// Kafka row alone, `--only transform` the transform rows.
 pub(crate) fn run(args: &[String]) -> Result {
     let full = args.iter().any(|a| a == "--full");
     let only = args
@@ -60,8 +60,10 @@ pub(crate) fn run(args: &[String]) -> Result {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
-    if let Some(other) = only.filter(|o| !["many-files", "kafka"].contains(o)) {
-        return Err(format!("--only takes many-files or kafka, not {other:?}"));
+    if let Some(other) = only.filter(|o| !["many-files", "kafka", "transform"].contains(o)) {
+        return Err(format!(
+            "--only takes many-files, kafka or transform, not {other:?}"
+        ));
     }
     let started = Instant::now();
     if only == Some("kafka") {
@@ -80,13 +82,16 @@ pub(crate) fn run(args: &[String]) -> Result {
 
     Cmd::cargo(&["build", "--release", "-p", "etl"]).run()?;
     let etl = root().join("target").join("release").join("etl");
-    let harness = build_harness("pipeline")?;
-    if only.is_some() {
-        let rows = many_files(&etl, &harness, &work)?;
+    if let Some(only) = only {
+        let rows = match only {
+            "transform" => transform_rows(&etl, &work)?,
+            _ => many_files(&etl, &build_harness("pipeline")?, &work)?,
+        };
         print!("{}", table(&rows));
         eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
         return Ok(());
     }
+    let harness = build_harness("pipeline")?;
     let kafka_harness = build_harness("kafka")?;
     let mut rows = Vec::new();
 
@@ -205,6 +210,9 @@ pub(crate) fn run(args: &[String]) -> Result {
 
     // 2b. The same records in 10,000 files.
     rows.extend(many_files(&etl, &harness, &work)?);
+
+    // 2c. Transforms against a single-threaded Python + orjson script.
+    rows.extend(transform_rows(&etl, &work)?);
 
     // 3. Checkpointer: per-ack cost against pending batches.
     let report = capture(
@@ -605,22 +613,31 @@ fn count_lines(path: &Path) -> Result<u64> {
 
 /// Run `etl run config` to completion: seconds and peak RSS in KiB.
 fn timed_run(etl: &Path, config: &Path) -> Result<(f64, u64)> {
+    timed(etl, &["run".as_ref(), config.as_os_str()], None)
+}
+
+/// Run `program args` (in `dir`, or the repository root) to completion:
+/// seconds and peak RSS in KiB.
+fn timed(program: &Path, args: &[&std::ffi::OsStr], dir: Option<&Path>) -> Result<(f64, u64)> {
     let time = Path::new("/usr/bin/time");
     let mut cmd = if time.exists() {
         let mut c = Command::new(time);
-        c.arg("-v").arg(etl);
+        c.arg("-v").arg(program);
         c
     } else {
-        Command::new(etl)
+        Command::new(program)
     };
-    cmd.arg("run").arg(config);
+    cmd.args(args);
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     eprintln!("$ {}", format!("{cmd:?}").replace('"', ""));
     let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start etl: {e}"))?;
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     let mut polled = 0;
     let stderr = child.stderr.take();
     let reader = std::thread::spawn(move || {
@@ -640,7 +657,7 @@ fn timed_run(etl: &Path, config: &Path) -> Result<(f64, u64)> {
     let secs = started.elapsed().as_secs_f64();
     let log = reader.join().unwrap_or_default();
     if !status.success() {
-        return Err(format!("etl run failed: {status}\n{log}"));
+        return Err(format!("{} failed: {status}\n{log}", program.display()));
     }
     let reported = log
         .lines()
@@ -764,4 +781,357 @@ fn table(rows: &[Row]) -> String {
         line(&mut out, row);
     }
     out
+}
+
+/// Records of the W1-shaped transform row.
+const W1_RECORDS: u64 = 2_000_000;
+/// Records of the nested transform rows, and the files they are split
+/// over.
+const NESTED_RECORDS: u64 = 600_000;
+const NESTED_FILES: u64 = 3;
+/// Alternated runs of each side of a transform row; the best of each
+/// counts.
+const TRANSFORM_ROUNDS: usize = 3;
+
+/// The baseline of the transform rows: the same job in Python with orjson,
+/// one thread, with the pipeline's checkpoint discipline: output written
+/// and fsync'd per 4096 lines read, the input offsets written to a file
+/// (fsync'd, then renamed over the last) every 500 ms and at the end.
+const ORJSON_SCRIPT: &str = r#"# Written by `cargo xtask bench`.
+import os, sys, time
+import orjson
+
+job, out_path, offsets_path = sys.argv[1:4]
+inputs = sys.argv[4:]
+BATCH = 4096
+
+def commit(offsets):
+    tmp = offsets_path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(offsets))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, offsets_path)
+
+def w1(r):
+    a = r.get("amount")
+    if not isinstance(a, (int, float)) or isinstance(a, bool) or a < 1:
+        return None
+    r["amount_cents"] = int(round(float(a) * 100))
+    return r
+
+def paid(r):
+    o = r.get("order")
+    return isinstance(o, dict) and o.get("status") == "paid"
+
+def drop_email(r):
+    c = r.get("customer")
+    if isinstance(c, dict):
+        c.pop("email", None)
+
+def nested_remap(r):
+    if not paid(r):
+        return None
+    drop_email(r)
+    total = 0.0
+    for item in r["order"]["items"]:
+        total += float(item["qty"]) * float(item["price"])
+    r["total_cents"] = int(round(total * 100))
+    return r
+
+def nested_declarative(r):
+    if not paid(r):
+        return None
+    drop_email(r)
+    return r
+
+step = {"w1": w1, "nested-remap": nested_remap, "nested-declarative": nested_declarative}[job]
+loads, dumps = orjson.loads, orjson.dumps
+offsets = {}
+last = time.monotonic()
+with open(out_path, "wb") as out:
+    for path in inputs:
+        pos = 0
+        with open(path, "rb") as f:
+            while True:
+                lines = f.readlines(BATCH * 512)
+                if not lines:
+                    break
+                kept = []
+                for line in lines:
+                    pos += len(line)
+                    r = step(loads(line))
+                    if r is not None:
+                        kept.append(dumps(r))
+                if kept:
+                    kept.append(b"")
+                    out.write(b"\n".join(kept))
+                    out.flush()
+                    os.fsync(out.fileno())
+                offsets[path] = pos
+                if time.monotonic() - last >= 0.5:
+                    commit(offsets)
+                    last = time.monotonic()
+commit(offsets)
+"#;
+
+/// One transform job: the pipeline's steps in TOML, the script's job name.
+struct TransformJob {
+    name: &'static str,
+    script_job: &'static str,
+    steps: &'static str,
+    budget: f64,
+}
+
+/// The transform rows: `etl run` against [`ORJSON_SCRIPT`] on the same
+/// input, alternated, with peak RSS.
+fn transform_rows(etl: &Path, work: &Path) -> Result<Vec<Row>> {
+    let python = orjson_python(work)?;
+    let dir = work.join("transform");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let script = dir.join("orjson_job.py");
+    std::fs::write(&script, ORJSON_SCRIPT)
+        .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    let input = |shape: &str, records: u64, files: u64| -> Result<(PathBuf, u64)> {
+        let input = dir.join(format!("input-{shape}"));
+        let kept = write_transform_input(shape, records, files, &input)?;
+        Ok((input, kept))
+    };
+    let w1 = input("w1", W1_RECORDS, 1)?;
+    let nested = input("nested", NESTED_RECORDS, NESTED_FILES)?;
+    let jobs = [
+        (
+            TransformJob {
+                name: "W1: 2M x ~90 B, filter amount >= 1, remap amount_cents",
+                script_job: "w1",
+                steps: r#"[[transforms]]
+type = "filter"
+field = "amount"
+op = ">="
+value = 1
+
+[[transforms]]
+type = "remap"
+source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
+"#,
+                budget: 3.0,
+            },
+            &w1,
+            W1_RECORDS,
+        ),
+        (
+            TransformJob {
+                name: "nested: 600k x ~400 B, 3 files, remap (paid, del email, total_cents)",
+                script_job: "nested-remap",
+                steps: r#"[[transforms]]
+type = "filter"
+condition = '.order.status == "paid"'
+
+[[transforms]]
+type = "remap"
+source = '''
+del(.customer.email)
+total = 0.0
+for_each(array!(.order.items)) -> |_index, item| {
+    total = total + to_float!(item.qty) * to_float!(item.price)
+}
+.total_cents = to_int(round(total * 100))
+'''
+"#,
+                budget: 3.0,
+            },
+            &nested,
+            NESTED_RECORDS,
+        ),
+        (
+            TransformJob {
+                name: "nested: declarative (filter order.status, drop customer.email)",
+                script_job: "nested-declarative",
+                steps: r#"[[transforms]]
+type = "filter"
+field = "order.status"
+op = "=="
+value = "paid"
+
+[[transforms]]
+type = "drop_field"
+field = "customer.email"
+"#,
+                budget: 5.0,
+            },
+            &nested,
+            NESTED_RECORDS,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (n, (job, (input, kept), records)) in jobs.iter().enumerate() {
+        let run = dir.join(format!("job{}", n + 1));
+        std::fs::create_dir_all(&run)
+            .map_err(|e| format!("cannot create {}: {e}", run.display()))?;
+        let config = run.join("pipeline.toml");
+        let text = format!(
+            "# Written by `cargo xtask bench`.\n[source]\ntype = \"file\"\npaths = [\"{}/*.ndjson\"]\n\n{}\n\
+             [[sinks]]\nname = \"out\"\ntype = \"file\"\npath = \"output/out.ndjson\"\n\n\
+             [checkpoint]\ncommit_interval = \"500ms\"\nstore = {{ type = \"file\", path = \"state\" }}\n",
+            input.display(),
+            job.steps
+        );
+        std::fs::write(&config, text)
+            .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(input)
+            .map_err(|e| format!("cannot read {}: {e}", input.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "ndjson"))
+            .collect();
+        files.sort();
+        let (mut etl_best, mut py_best, mut rss, mut py_rss) = (0f64, 0f64, 0u64, 0u64);
+        for _ in 0..TRANSFORM_ROUNDS {
+            reset(&run)?;
+            let (secs, peak) = timed_run(etl, &config)?;
+            let lines = count_lines(&run.join("output").join("out.ndjson"))?;
+            if lines != *kept {
+                return Err(format!(
+                    "{}: etl wrote {lines} lines, expected {kept}",
+                    job.name
+                ));
+            }
+            etl_best = etl_best.max(*records as f64 / secs);
+            rss = rss.max(peak);
+
+            let out = run.join("orjson.out.ndjson");
+            let offsets = run.join("orjson.offsets.json");
+            let mut args: Vec<&std::ffi::OsStr> = vec![
+                script.as_os_str(),
+                job.script_job.as_ref(),
+                out.as_os_str(),
+                offsets.as_os_str(),
+            ];
+            args.extend(files.iter().map(|f| f.as_os_str()));
+            let (secs, peak) = timed(&python, &args, None)?;
+            let lines = count_lines(&out)?;
+            if lines != *kept {
+                return Err(format!(
+                    "{}: orjson wrote {lines} lines, expected {kept}",
+                    job.name
+                ));
+            }
+            let _ = std::fs::remove_file(&out);
+            py_best = py_best.max(*records as f64 / secs);
+            py_rss = py_rss.max(peak);
+        }
+        reset(&run)?;
+        rows.push(Row {
+            name: job.name.into(),
+            figure: format!("{} rec/s", si(etl_best)),
+            baseline: format!("{} rec/s python+orjson", si(py_best)),
+            ratio: etl_best / py_best,
+            budget: format!(">= {:.0}x", job.budget),
+            met: Some(etl_best / py_best >= job.budget),
+        });
+        rows.push(Row {
+            name: format!("  peak RSS ({})", job.script_job),
+            figure: format!("{:.1} MiB", rss as f64 / 1024.0),
+            baseline: format!("{:.1} MiB python+orjson", py_rss as f64 / 1024.0),
+            ratio: rss as f64 / 1024.0 / 64.0,
+            budget: "< 64 MiB".into(),
+            met: Some(rss < 64 * 1024),
+        });
+    }
+    Ok(rows)
+}
+
+/// The records of the bench harnesses (`crates/etl/benches/common`), so
+/// the transform rows need no harness build.
+#[path = "../../crates/etl/benches/common/mod.rs"]
+mod records;
+
+/// The inputs of the transform rows: `records` records of `shape` (`w1`,
+/// the file-to-file records; `nested`, orders of about 400 bytes) split
+/// over `files` files `dir/NN.ndjson` (rewritten only when their size
+/// differs). How many the row's filter keeps (`amount >= 1`, or
+/// `order.status == "paid"`).
+fn write_transform_input(shape: &str, records: u64, files: u64, dir: &Path) -> Result<u64> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let per_file = records.div_ceil(files.max(1));
+    let mut kept = 0;
+    for f in 0..files.max(1) {
+        let mut text = String::new();
+        for id in f * per_file..((f + 1) * per_file).min(records) {
+            kept += u64::from(if shape == "w1" {
+                records::record(id, &mut text);
+                records::amount_cents(id) >= 100
+            } else {
+                records::nested_record(id, &mut text)
+            });
+            text.push('\n');
+        }
+        let path = dir.join(format!("{f:02}.ndjson"));
+        if std::fs::metadata(&path).map_or(true, |m| m.len() != text.len() as u64) {
+            std::fs::write(&path, text)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+    }
+    Ok(kept)
+}
+
+/// The Python of a virtual environment under `target/bench/venv` with
+/// orjson installed from PyPI; creates it (installing Debian's
+/// `python3-venv` first when `venv` is missing and this runs as root).
+fn orjson_python(work: &Path) -> Result<PathBuf> {
+    let venv = work.join("venv");
+    let python = venv.join("bin").join("python");
+    let works = |args: &[&str]| {
+        Command::new(&python)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works(&["-c", "import orjson"]) {
+        return Ok(python);
+    }
+    let create = || {
+        Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !python.exists() && !create() {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+        if !root {
+            return Err("python3 -m venv failed; install python3 and python3-venv".into());
+        }
+        for args in [
+            &["update"][..],
+            &[
+                "install",
+                "-y",
+                "--no-install-recommends",
+                "python3",
+                "python3-venv",
+            ][..],
+        ] {
+            capture(
+                Command::new("apt-get")
+                    .args(args)
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+            )?;
+        }
+        if !create() {
+            return Err("python3 -m venv failed after installing python3-venv".into());
+        }
+    }
+    capture(Command::new(&python).args(["-m", "pip", "install", "--quiet", "orjson"]))?;
+    if !works(&["-c", "import orjson"]) {
+        return Err(format!(
+            "{} cannot import orjson after pip install",
+            python.display()
+        ));
+    }
+    Ok(python)
 }

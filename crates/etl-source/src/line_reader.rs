@@ -11,6 +11,10 @@ use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 use crate::file_identity::{dev_ino, regular_file_metadata};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
+/// The UTF-8 byte order mark, which some editors write at the start of a
+/// file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Bytes of an oversized line kept in its dead letter.
 const PREVIEW_BYTES: usize = 1024;
 
@@ -325,10 +329,16 @@ impl LineReader {
     }
 
     /// Check one line (without its newline) and add it to the batch as a
-    /// record or a dead letter.
+    /// record or a dead letter. A UTF-8 byte order mark at the start of
+    /// the file is not part of the first line's value; the line's offset
+    /// (0) still counts it, as every later offset does.
     fn push_line(&self, batch: &mut PollBatch, start: u64, line: Bytes, config: &FileSourceConfig) {
         let line = match line.last() {
             Some(b'\r') => line.slice(..line.len() - 1),
+            _ => line,
+        };
+        let line = match start {
+            0 if line.starts_with(UTF8_BOM) => line.slice(UTF8_BOM.len()..),
             _ => line,
         };
         let problem = if line.len() > config.max_line_bytes {

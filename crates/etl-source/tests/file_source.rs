@@ -727,3 +727,42 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn a_utf8_bom_at_the_start_of_a_file_is_not_part_of_the_first_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "bom.ndjson",
+        b"\xEF\xBB\xBF{\"a\":1}\n{\"b\":\"\xEF\xBB\xBF\"}\n{\"c\":3}\n",
+    );
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let (records, rejected, ended) = drain(&mut source).await;
+    assert!(ended && rejected.is_empty(), "{rejected:?}");
+    assert_eq!(
+        values(&records),
+        vec![
+            (0, "{\"a\":1}".into()),
+            (11, "{\"b\":\"\u{feff}\"}".into()),
+            (23, "{\"c\":3}".into()),
+        ],
+        "offsets count the BOM's bytes; only the file's first 3 bytes are dropped"
+    );
+    // A rerun resumes after the first record (committed: 0 + 1).
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let p = source.partitions()[0].0;
+    source.seek(p, Offset(1)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(
+        values(&records),
+        vec![
+            (11, "{\"b\":\"\u{feff}\"}".into()),
+            (23, "{\"c\":3}".into())
+        ]
+    );
+    // From the start again, the BOM is dropped again.
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    source.seek(p, Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records[0].value, &b"{\"a\":1}"[..]);
+}

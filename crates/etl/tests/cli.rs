@@ -352,7 +352,7 @@ store = { type = "memory" }
         let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
             continue;
         };
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap();
         let mut page = String::new();
         s.read_to_string(&mut page).unwrap();

@@ -301,3 +301,41 @@ fn zero_sink_limits_are_refused() {
         );
     }
 }
+
+/// A bad value in a section does not hide the section's other problems:
+/// each is reported in the same run, type errors and ranges alike.
+#[test]
+fn every_problem_of_one_section_is_reported_not_only_the_first_type_error() {
+    let bad = r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+batch_records = 0
+max_line_bytes = "banana"
+
+[[sinks]]
+type = "file"
+path = "out.ndjson"
+linger = 5
+concurrency = 0
+"#;
+    let problems = parse_config(bad, Path::new(".")).unwrap_err();
+    let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert_eq!(problems.len(), 4, "{shown:#?}");
+    assert!(
+        shown[0].starts_with("5:1: [source]:") && shown[0].contains("batch_records"),
+        "{shown:#?}"
+    );
+    assert!(
+        shown[1].starts_with("6:") && shown[1].contains("banana"),
+        "{shown:#?}"
+    );
+    assert!(
+        shown[2].starts_with("11:") && shown[2].contains("linger"),
+        "{shown:#?}"
+    );
+    assert!(
+        shown[3].starts_with("12:") && shown[3].contains("concurrency"),
+        "{shown:#?}"
+    );
+}

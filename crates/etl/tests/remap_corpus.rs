@@ -13,6 +13,10 @@
 //!
 //! or, for a program that must not compile, `--- compile error` with a
 //! part of VRL's diagnostic instead of input and output.
+//!
+//! Every program runs both ways: as built (the fast path when the program
+//! is in its subset) and on VRL's runtime alone
+//! ([`VrlProgram::runtime_only`]); the two must write the same bytes.
 
 #![cfg(feature = "remap")]
 #![allow(clippy::unwrap_used)]
@@ -79,7 +83,8 @@ fn record(i: usize, json: &str) -> Record {
     .with_timestamp(Timestamp(1_767_225_600_000))
 }
 
-fn run_case(path: &Path) -> Result<(), String> {
+/// Run a case; whether its program takes the fast path.
+fn run_case(path: &Path) -> Result<bool, String> {
     let case = parse(&std::fs::read_to_string(path).unwrap());
     let compiled = match (&case.remap, &case.condition) {
         (Some(p), None) => VrlProgram::remap(p),
@@ -87,7 +92,7 @@ fn run_case(path: &Path) -> Result<(), String> {
         _ => return Err("a case needs one `--- remap` or `--- condition`".into()),
     };
     let program = match (compiled, &case.compile_error) {
-        (Err(e), Some(expected)) if e.message.contains(expected.as_str()) => return Ok(()),
+        (Err(e), Some(expected)) if e.message.contains(expected.as_str()) => return Ok(false),
         (Err(e), Some(expected)) => {
             return Err(format!(
                 "expected a compile error with {expected:?}, got:\n{e}"
@@ -102,16 +107,23 @@ fn run_case(path: &Path) -> Result<(), String> {
     if case.input.len() != case.output.len() {
         return Err("one output line per input line".into());
     }
-    let mut chain = TransformChain::new();
-    if case.remap.is_some() {
-        chain.push(Box::new(Remap::new("remap", program)));
-    } else {
-        chain.push(Box::new(VrlFilter::new("filter", program)));
-    }
+    let fast = program.is_fast();
+    let build = |program: VrlProgram| {
+        let mut chain = TransformChain::new();
+        if case.remap.is_some() {
+            chain.push(Box::new(Remap::new("remap", program)));
+        } else {
+            chain.push(Box::new(VrlFilter::new("filter", program)));
+        }
+        chain
+    };
+    let mut runtime = build(program.clone().runtime_only());
+    let mut chain = build(program);
     // Every case runs on a fork too, as the worker pool would.
     let mut fork = chain.fork().ok_or("the chain does not fork")?;
     for (i, (input, expected)) in case.input.iter().zip(&case.output).enumerate() {
-        for chain in [&mut chain, &mut fork] {
+        let mut outputs = Vec::new();
+        for chain in [&mut runtime, &mut chain, &mut fork] {
             let mut out = ChainOutput::default();
             chain.apply(vec![record(i, input)], &mut out);
             let got = if out.filtered == 1 {
@@ -141,9 +153,18 @@ fn run_case(path: &Path) -> Result<(), String> {
                     i + 1
                 ));
             }
+            outputs.push(got);
+        }
+        if outputs.iter().any(|o| *o != outputs[0]) {
+            return Err(format!(
+                "line {}: the fast path and VRL's runtime differ:\n  input   {input}\n  runtime {}\n  fast    {}",
+                i + 1,
+                outputs[0],
+                outputs[1]
+            ));
         }
     }
-    Ok(())
+    Ok(fast)
 }
 
 #[test]
@@ -156,13 +177,39 @@ fn every_corpus_program_gives_its_expected_output() {
         .collect();
     paths.sort();
     assert!(paths.len() >= 30, "the corpus has {} cases", paths.len());
-    let failures: Vec<String> = paths
-        .iter()
-        .filter_map(|p| {
-            run_case(p)
-                .err()
-                .map(|e| format!("{}: {e}", p.file_name().unwrap().to_string_lossy()))
-        })
-        .collect();
+    let (mut failures, mut fast) = (Vec::new(), 0);
+    for p in &paths {
+        match run_case(p) {
+            Ok(f) => fast += usize::from(f),
+            Err(e) => failures.push(format!("{}: {e}", p.file_name().unwrap().to_string_lossy())),
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    eprintln!("{fast} of {} programs take the fast path", paths.len());
+    assert!(
+        fast >= 20,
+        "only {fast} of {} programs take the fast path",
+        paths.len()
+    );
+}
+
+#[test]
+fn the_everyday_programs_take_the_fast_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let orders = std::fs::read_to_string(root.join("examples/remap_orders/orders.vrl")).unwrap();
+    for program in [
+        ".amount_cents = to_int(round(to_float!(.amount) * 100))",
+        orders.as_str(),
+        "if to_float!(.amount) < 1 { abort }\n.y = .x",
+    ] {
+        assert!(VrlProgram::remap(program).unwrap().is_fast(), "{program}");
+    }
+    assert!(
+        VrlProgram::condition(r#".order.status == "paid""#)
+            .unwrap()
+            .is_fast()
+    );
+    for program in [".k = %key", r#".u = upcase(string!(.name))"#] {
+        assert!(!VrlProgram::remap(program).unwrap().is_fast(), "{program}");
+    }
 }

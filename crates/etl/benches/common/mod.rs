@@ -15,6 +15,7 @@ fn mix(mut z: u64) -> u64 {
 /// Append record `id` as one NDJSON line without its newline; whether its
 /// `amount` is at least 100 (about 90% are: the lines the bench filter
 /// keeps).
+#[allow(dead_code)]
 pub(crate) fn record(id: u64, out: &mut String) -> bool {
     const TAGS: [&str; 6] = ["red", "green", "blue", "new", "sale", "vip"];
     let h = mix(id);
@@ -30,4 +31,63 @@ pub(crate) fn record(id: u64, out: &mut String) -> bool {
         TAGS[((h >> 40) % 6) as usize],
     );
     cents >= 10_000
+}
+
+/// The amount of record `id` (as [`record`] writes it), in cents.
+#[allow(dead_code)]
+pub(crate) fn amount_cents(id: u64) -> u64 {
+    (mix(id) >> 10) % 100_000
+}
+
+/// Append nested order `id` as one NDJSON line of about 400 bytes without
+/// its newline: an object with nested objects, an array of 3 item
+/// objects, non-ASCII text and escaped strings. Returns whether its
+/// `order.status` is `"paid"` (about 60% are).
+#[allow(dead_code)]
+pub(crate) fn nested_record(id: u64, out: &mut String) -> bool {
+    const STATUS: [&str; 5] = ["paid", "paid", "paid", "pending", "refunded"];
+    const NAMES: [&str; 4] = [
+        "Zoë \\\"Z\\\" Adler",
+        "山田 太郎",
+        "Bo Ek",
+        "Renée O\\u2019Brien",
+    ];
+    const NOTES: [&str; 3] = [
+        "première\\ncommande",
+        "livrer à l'accueil",
+        "\\u00e9t\\u00e9 \\/ winter",
+    ];
+    let h = mix(id);
+    let status = STATUS[(h % 5) as usize];
+    let _ = write!(
+        out,
+        r#"{{"id":{id},"ts":"2026-11-{:02}T{:02}:{:02}:00Z","order":{{"status":"{status}","currency":"EUR","items":["#,
+        1 + (h >> 8) % 28,
+        (h >> 16) % 24,
+        (h >> 24) % 60,
+    );
+    for i in 0..3u64 {
+        let g = mix(h ^ i);
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(
+            out,
+            r#"{{"sku":"SKU-{:05}","qty":{},"price":{}.{:02}}}"#,
+            g % 100_000,
+            1 + (g >> 20) % 5,
+            (g >> 30) % 200,
+            (g >> 40) % 100,
+        );
+    }
+    let _ = write!(
+        out,
+        r#"]}},"customer":{{"name":"{}","email":"c{}@example.com","tier":{},"address":{{"city":"Zürich","zip":"80{:02}"}}}},"note":"{}","tags":["new","vip"]}}"#,
+        NAMES[((h >> 32) % 4) as usize],
+        h % 100_000,
+        (h >> 36) % 3,
+        (h >> 44) % 100,
+        NOTES[((h >> 48) % 3) as usize],
+    );
+    status == "paid"
 }

@@ -180,16 +180,24 @@ impl Checker<'_> {
 
     /// A deserialization error: point at the field or value it names, and
     /// name the key of that line when the message does not.
-    fn serde_problem(&mut self, span: Range<usize>, section: &str, message: &str) {
+    /// Returns the key the problem is at, when there is one.
+    fn serde_problem(
+        &mut self,
+        span: Range<usize>,
+        section: &str,
+        message: &str,
+    ) -> Option<String> {
         let token = quoted_token(message, '`').or_else(|| quoted_token(message, '"'));
         let at = token
             .and_then(|t| find_key(self.text, &span, t).or_else(|| find_text(self.text, &span, t)))
             .unwrap_or(span.start);
-        let message = match key_of_line(self.text, at) {
-            Some(key) if !message.contains(key) => format!("{key}: {message}"),
+        let key = key_of_line(self.text, at).map(str::to_owned);
+        let message = match &key {
+            Some(key) if !message.contains(key.as_str()) => format!("{key}: {message}"),
             _ => message.to_owned(),
         };
         self.problem(at..at, section, message);
+        key
     }
 
     /// A problem at `key` unless `value` is at least 1.
@@ -222,11 +230,43 @@ impl Checker<'_> {
         section: &str,
     ) -> Option<(T, Range<usize>)> {
         let span = value.span();
-        match T::deserialize(value.into_inner()) {
-            Ok(v) => Some((v, span)),
-            Err(e) => {
-                self.serde_problem(span, section, e.message());
-                None
+        let value = self.deserialize_all(value.into_inner(), &span, section)?;
+        Some((value, span))
+    }
+
+    /// Deserialize `value` (a section at `span`), reporting every field
+    /// that does not deserialize.
+    fn deserialize_all<T: DeserializeOwned>(
+        &mut self,
+        mut value: toml::Value,
+        span: &Range<usize>,
+        section: &str,
+    ) -> Option<T> {
+        // A field that does not deserialize is reported and taken out, and
+        // the section is read again without it: the problems of its other
+        // fields (range checks included, on what did deserialize) are
+        // reported in the same run, not one per run. A field taken out
+        // comes back as its default, which is never a problem of its own.
+        let mut removed: Vec<String> = Vec::new();
+        loop {
+            match T::deserialize(value.clone()) {
+                Ok(v) => return Some(v),
+                Err(e) => {
+                    let message = e.message();
+                    if message.starts_with("missing field")
+                        && removed
+                            .iter()
+                            .any(|k| quoted_token(message, '`') == Some(k.as_str()))
+                    {
+                        // Only missing because it was taken out above.
+                        return None;
+                    }
+                    let key = self.serde_problem(span.clone(), section, message);
+                    let table = value.as_table_mut()?;
+                    let key = key.filter(|k| table.contains_key(k))?;
+                    table.remove(&key);
+                    removed.push(key);
+                }
             }
         }
     }
@@ -622,13 +662,14 @@ fn sink_entry(
             options.insert((*key).to_owned(), v);
         }
     }
-    let options = match SinkOptions::deserialize(toml::Value::Table(options)) {
-        Ok(o) => o,
-        Err(e) => {
-            ck.serde_problem(span.clone(), section, e.message());
-            return None;
-        }
-    };
+    let options: Option<SinkOptions> =
+        ck.deserialize_all(toml::Value::Table(options), &span, section);
+    let kind: Option<SinkKind> = ck.deserialize_all(toml::Value::Table(table), &span, section);
+    if let Some(kind) = &kind {
+        check_sink_kind(ck, kind, &span, section);
+        check_kafka_sink(ck, kind, ("sinks", Some(index)), &span, section);
+    }
+    let options = options?;
     ck.at_least_one(
         &span,
         section,
@@ -638,21 +679,11 @@ fn sink_entry(
     ck.at_least_one(&span, section, "batch_max_bytes", options.batch_max_bytes.0);
     ck.at_least_one(&span, section, "concurrency", options.concurrency as u64);
     ck.above_zero(&span, section, "timeout", options.timeout);
-    match SinkKind::deserialize(toml::Value::Table(table)) {
-        Ok(kind) => {
-            check_sink_kind(ck, &kind, &span, section);
-            check_kafka_sink(ck, &kind, ("sinks", Some(index)), &span, section);
-            Some(SinkConfig {
-                name,
-                kind,
-                options,
-            })
-        }
-        Err(e) => {
-            ck.serde_problem(span, section, e.message());
-            None
-        }
-    }
+    Some(SinkConfig {
+        name,
+        kind: kind?,
+        options,
+    })
 }
 
 /// Ranges of a sink's own settings (of `[[sinks]]` or `[dead_letter]`).

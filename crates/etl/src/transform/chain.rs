@@ -152,6 +152,10 @@ impl TransformChain {
         Self::build(transforms, false)
     }
 
+    /// Records reaching a stage after the first are known to be valid
+    /// JSON: every stage built here keeps only records it read as JSON,
+    /// and writes JSON. (The first stage checks: with transforms, the
+    /// NDJSON file source leaves the check to them.)
     fn build(transforms: &[crate::config::TransformConfig], lenient: bool) -> Result<Self, String> {
         use super::{JsonOp, JsonStage};
         use crate::config::TransformConfig as T;
@@ -191,7 +195,8 @@ impl TransformChain {
                     if let Some(ops) = run.take() {
                         chain.push(Box::new(JsonStage::new("json", ops)));
                     }
-                    chain.push(program_stage(i, condition, None, lenient)?);
+                    let checked = !chain.is_empty();
+                    chain.push(program_stage(i, condition, None, lenient, checked)?);
                     continue;
                 }
                 T::Remap {
@@ -203,7 +208,14 @@ impl TransformChain {
                         chain.push(Box::new(JsonStage::new("json", ops)));
                     }
                     let source = source.as_deref().unwrap_or_default();
-                    chain.push(program_stage(i, source, Some(*drop_on_error), lenient)?);
+                    let checked = !chain.is_empty();
+                    chain.push(program_stage(
+                        i,
+                        source,
+                        Some(*drop_on_error),
+                        lenient,
+                        checked,
+                    )?);
                     continue;
                 }
             };
@@ -217,13 +229,15 @@ impl TransformChain {
 }
 
 /// The stage of `[[transforms]]` entry `i`: a `remap` step (with its
-/// `drop_on_error`) or a filter condition (`None`).
+/// `drop_on_error`) or a filter condition (`None`); `checked`: its records
+/// are known to be valid JSON.
 #[cfg(feature = "remap")]
 fn program_stage(
     i: usize,
     source: &str,
     remap: Option<bool>,
     lenient: bool,
+    checked: bool,
 ) -> Result<Box<dyn Transform>, String> {
     use super::{Remap, VrlFilter, VrlProgram};
 
@@ -234,8 +248,12 @@ fn program_stage(
     let name = format!("{kind} #{}", i + 1);
     match compiled {
         Ok(program) => Ok(match remap {
-            Some(drop_on_error) => Box::new(Remap::new(name, program).drop_on_error(drop_on_error)),
-            None => Box::new(VrlFilter::new(name, program)),
+            Some(drop_on_error) => Box::new(
+                Remap::new(name, program)
+                    .drop_on_error(drop_on_error)
+                    .checked_input(checked),
+            ),
+            None => Box::new(VrlFilter::new(name, program).checked_input(checked)),
         }),
         Err(e) if lenient => Ok(Box::new(Broken(name, e.message))),
         Err(e) => Err(format!("{name}: the VRL program does not compile:\n{e}")),
@@ -248,6 +266,7 @@ fn program_stage(
     _source: &str,
     _remap: Option<bool>,
     lenient: bool,
+    _checked: bool,
 ) -> Result<Box<dyn Transform>, String> {
     let name = format!("transform #{}", i + 1);
     let message = "this build of etl has no VRL support (built without the `remap` feature)";

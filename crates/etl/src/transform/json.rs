@@ -184,14 +184,14 @@ fn kind_of(v: &Value) -> &'static str {
 
 /// The array index a path segment names: digits only (`items.0.qty`).
 /// Such a segment also names the key `"0"` of an object.
-fn index(segment: &str) -> Option<usize> {
+pub(super) fn index(segment: &str) -> Option<usize> {
     if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     segment.parse().ok()
 }
 
-fn child<'a>(value: &'a Value, segment: &str) -> Option<&'a Value> {
+pub(super) fn child<'a>(value: &'a Value, segment: &str) -> Option<&'a Value> {
     match value {
         Value::Object(map) => map.get(segment),
         Value::Array(items) => items.get(index(segment)?),
@@ -207,7 +207,7 @@ fn child_mut<'a>(value: &'a mut Value, segment: &str) -> Option<&'a mut Value> {
     }
 }
 
-fn get<'a>(doc: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
+pub(super) fn get<'a>(doc: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
     let (first, rest) = path.split_first()?;
     rest.iter().try_fold(doc.get(first)?, |v, s| child(v, s))
 }
@@ -272,7 +272,7 @@ fn not_in_array(array: &[String], segment: &str, len: usize) -> String {
     )
 }
 
-fn remove(doc: &mut Map<String, Value>, path: &[String]) -> Option<Value> {
+pub(super) fn remove(doc: &mut Map<String, Value>, path: &[String]) -> Option<Value> {
     let (last, parents) = path.split_last()?;
     let Some((first, middle)) = parents.split_first() else {
         return doc.remove(last);

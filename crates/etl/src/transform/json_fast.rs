@@ -1,7 +1,10 @@
-//! The fast path of the fused JSON steps, for steps on top-level fields:
-//! no document tree. The record's top-level entries are read into buffers
-//! reused from record to record, each value kept as its original text;
-//! the only allocation per kept record is its new value.
+//! The fast path of the fused JSON steps: no document tree. The record's
+//! top-level entries are read into buffers reused from record to record,
+//! each value kept as its original text; the only allocation per kept
+//! record is its new value. `add_field` and `rename_field` take it on
+//! top-level fields; `filter` and `drop_field` at any depth: a filter
+//! reads its field by scanning the text down its path, and a nested
+//! `drop_field` builds only the top-level value it is in.
 //!
 //! Invariant: the output is byte for byte what the tree path writes (see
 //! [`faithful`](super::faithful): an unchanged record as it came; else
@@ -21,14 +24,15 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use super::faithful;
-use super::json::{JsonOp, compare};
+use super::json::{JsonOp, child, compare, index, remove};
+use super::scan;
 use crate::config::CompareOp;
 
 /// One step on a top-level field.
 #[derive(Debug)]
 enum FastOp {
     Filter {
-        field: String,
+        path: Vec<String>,
         op: CompareOp,
         value: Value,
     },
@@ -42,7 +46,7 @@ enum FastOp {
         to: String,
     },
     Drop {
-        field: String,
+        path: Vec<String>,
     },
 }
 
@@ -129,8 +133,9 @@ pub(super) struct FastStage {
 }
 
 impl FastStage {
-    /// The fast path for `ops`, if every step is on a top-level field and
-    /// this build's `serde_json::Map` keeps keys sorted.
+    /// The fast path for `ops`, if every `add_field` and `rename_field` is
+    /// on a top-level field and this build's `serde_json::Map` keeps keys
+    /// sorted.
     pub(super) fn new(ops: &[JsonOp]) -> Option<Self> {
         if !map_is_sorted() {
             return None;
@@ -143,8 +148,8 @@ impl FastStage {
         let mut fast = Vec::with_capacity(ops.len());
         for op in ops {
             fast.push(match op {
-                JsonOp::Filter { path, op, value } => FastOp::Filter {
-                    field: one(path)?,
+                JsonOp::Filter { path, op, value } if !path.is_empty() => FastOp::Filter {
+                    path: path.clone(),
                     op: *op,
                     value: value.clone(),
                 },
@@ -162,7 +167,8 @@ impl FastStage {
                     from: one(from)?,
                     to: one(to)?,
                 },
-                JsonOp::Drop { path } => FastOp::Drop { field: one(path)? },
+                JsonOp::Drop { path } if !path.is_empty() => FastOp::Drop { path: path.clone() },
+                JsonOp::Filter { .. } | JsonOp::Drop { .. } => return None,
             });
         }
         let ops = fast;
@@ -193,8 +199,12 @@ impl FastStage {
         }
         for op in &self.ops {
             match op {
-                FastOp::Filter { field, op, value } => {
-                    let found = s.find(field).map(|i| s.value_of(i, constants));
+                FastOp::Filter { path, op, value } => {
+                    let found = match s.find(&path[0]) {
+                        None => None,
+                        Some(i) if path.len() == 1 => Some(s.value_of(i, constants)),
+                        Some(i) => s.nested(i, &path[1..], constants),
+                    };
                     if !compare(found.as_ref(), *op, value) {
                         return Fast::Filtered;
                     }
@@ -209,9 +219,21 @@ impl FastStage {
                         s.set(to, State::Set(moved), constants);
                     }
                 }
-                FastOp::Drop { field } => {
-                    if let Some(i) = s.find(field) {
-                        s.entries[i].state = State::Gone;
+                FastOp::Drop { path } => {
+                    if let Some(i) = s.find(&path[0]) {
+                        if path.len() == 1 {
+                            s.entries[i].state = State::Gone;
+                        } else {
+                            // The tree path's removal, on the one
+                            // top-level value the field is in.
+                            let mut top = Map::new();
+                            top.insert(path[0].clone(), s.value_of(i, constants));
+                            if remove(&mut top, path).is_some() {
+                                // Something was removed: the value changed.
+                                let changed = top.remove(&path[0]).unwrap_or(Value::Null);
+                                s.entries[i].state = State::Set(changed);
+                            }
+                        }
                     }
                 }
             }
@@ -251,6 +273,27 @@ impl Scratch {
             Some(n) => Value::Number(n.clone()),
             None => serde_json::from_slice(&self.values[e.raw.clone()]).unwrap_or(Value::Null),
         }
+    }
+
+    /// The value at `path` below entry `i`, as the tree path reads it:
+    /// scanned for in the original text while the entry is as read.
+    fn nested(&self, i: usize, path: &[String], constants: &[Constant]) -> Option<Value> {
+        if self.entries[i].state != State::Original {
+            let top = self.value_of(i, constants);
+            return path.iter().try_fold(&top, |v, s| child(v, s)).cloned();
+        }
+        let raw = &self.values[self.entries[i].raw.clone()];
+        // Text of a valid JSON value read as UTF-8.
+        let mut text = std::str::from_utf8(raw).ok()?;
+        for segment in path {
+            text = match text.as_bytes().first() {
+                // The record was read (and checked) whole above.
+                Some(b'{') => scan::find(text, segment)??,
+                Some(b'[') => scan::items(text)?.get(index(segment)?)?,
+                _ => return None,
+            };
+        }
+        serde_json::from_str(text).ok()
     }
 
     /// The entry's value as the tree path would hold it now.
@@ -551,11 +594,48 @@ mod tests {
     }
 
     #[test]
-    fn nested_paths_take_the_tree_path() {
-        let ops = vec![JsonOp::Drop {
+    fn nested_adds_and_renames_take_the_tree_path() {
+        let ops = vec![JsonOp::Add {
             path: JsonOp::path("a.b"),
+            value: Value::Null,
         }];
         assert!(FastStage::new(&ops).is_none());
+        let ops = vec![JsonOp::Rename {
+            from: JsonOp::path("a"),
+            to: JsonOp::path("b.c"),
+        }];
+        assert!(FastStage::new(&ops).is_none());
+    }
+
+    #[test]
+    fn nested_filters_and_drops_write_what_the_tree_path_writes() {
+        let ops = vec![
+            JsonOp::Filter {
+                path: JsonOp::path("order.status"),
+                op: CompareOp::Eq,
+                value: Value::from("paid"),
+            },
+            JsonOp::Filter {
+                path: JsonOp::path("order.items.1.qty"),
+                op: CompareOp::Ge,
+                value: Value::from(2),
+            },
+            JsonOp::Drop {
+                path: JsonOp::path("customer.email"),
+            },
+            JsonOp::Drop {
+                path: JsonOp::path("order.items.0"),
+            },
+        ];
+        for input in [
+            r#"{"id":1,"order":{"status":"paid","items":[{"q":1},{"qty":2.0}]},"customer":{"name":"Zoë","email":"a@b","email":"c@d","tier":1.50}}"#,
+            r#"{"order":{"status":"paid","status":"paid","items":[1,{"qty":3}]},"customer":5}"#,
+            r#"{"order":{"status":"pending","items":[{},{"qty":9}]}}"#,
+            r#"{"order":{"status":"paid","items":{"1":{"qty":9},"0":1}},"customer":{}}"#,
+            r#"{"order":{"status":"paid","items":[{"qty":9}]}}"#,
+        ] {
+            assert_eq!(fast(&ops, input), tree(&ops, input), "{input}");
+        }
     }
 
     #[test]
@@ -590,6 +670,7 @@ mod tests {
 
     fn op() -> impl Strategy<Value = JsonOp> {
         let field = "[a-d]";
+        let nested = "[a-d](\\.([a-d]|[0-2])){0,2}";
         let cmp = prop_oneof![
             Just(CompareOp::Eq),
             Just(CompareOp::Ne),
@@ -598,7 +679,7 @@ mod tests {
             Just(CompareOp::Exists),
         ];
         prop_oneof![
-            (field, cmp, json_value()).prop_map(|(f, op, value)| JsonOp::Filter {
+            (nested, cmp, json_value()).prop_map(|(f, op, value)| JsonOp::Filter {
                 path: JsonOp::path(&f),
                 op,
                 value,
@@ -611,7 +692,7 @@ mod tests {
                 from: JsonOp::path(&a),
                 to: JsonOp::path(&b),
             }),
-            field.prop_map(|f| JsonOp::Drop {
+            nested.prop_map(|f| JsonOp::Drop {
                 path: JsonOp::path(&f),
             }),
         ]

@@ -12,6 +12,9 @@ mod json;
 mod json_fast;
 #[cfg(feature = "remap")]
 mod remap;
+#[cfg(feature = "remap")]
+mod remap_fast;
+mod scan;
 
 pub use chain::{ChainOutput, TransformChain};
 pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};

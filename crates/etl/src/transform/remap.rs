@@ -3,9 +3,11 @@
 //! them.
 //!
 //! `.` is the record's value, parsed from JSON; `%` is the record's
-//! metadata, read-only: `%source`, `%partition`, `%offset`, `%key` (bytes
+//! metadata: `%source`, `%partition`, `%offset` (read-only), `%key` (bytes
 //! or null), `%headers` (an object of bytes or null; the last of repeated
-//! keys), `%timestamp` (a timestamp or null). The standard library is
+//! keys), `%timestamp` (a timestamp or null). A `remap` program may assign
+//! or delete `%key`, `%headers` and `%timestamp`, and the record leaves
+//! with them; other metadata cannot be assigned. The standard library is
 //! built without its network, environment, system and crypto groups, so
 //! `http_request`, `dns_lookup`, `get_env_var`, `get_hostname` and the
 //! like do not compile: a program cannot reach the network or read the
@@ -21,17 +23,27 @@ use etl_record::Record;
 use vrl::compiler::runtime::{Runtime, Terminate};
 use vrl::compiler::state::{ExternalEnv, RuntimeState};
 use vrl::compiler::{CompileConfig, Program, TargetValue, TimeZone};
-use vrl::path::{OwnedTargetPath, PathPrefix};
+use vrl::path::{OwnedSegment, OwnedTargetPath, PathPrefix};
 use vrl::value::{ObjectMap, Secrets, Value};
 
+use super::remap_fast::{Arena, Lite, LiteProgram};
 use super::{Outcome, Transform, faithful};
 
 /// A VRL program that compiled, ready to run on records.
+///
+/// A program that only reads fields, compares, does arithmetic, assigns
+/// and deletes runs on the record's text without building a document
+/// tree (the fast path; docs/operations.md lists what it covers); any
+/// record it cannot decide, and every other program, runs on VRL's
+/// runtime, with the same results.
 #[derive(Clone, Debug)]
 pub struct VrlProgram {
     program: Arc<Program>,
-    /// Whether the program reads `%`: the metadata object is built only then.
-    reads_metadata: bool,
+    /// Whether the program reads or writes `%`: the metadata object is
+    /// built (and read back) only then.
+    uses_metadata: bool,
+    /// The program's fast form, when it has one.
+    lite: Option<Arc<LiteProgram>>,
 }
 
 /// Why a VRL program did not compile.
@@ -55,8 +67,36 @@ impl VrlProgram {
     /// to `%`).
     pub fn remap(source: &str) -> Result<Self, VrlError> {
         let mut config = CompileConfig::default();
-        config.set_read_only_path(OwnedTargetPath::metadata_root(), true);
-        Self::compile(source, config)
+        for name in ["source", "partition", "offset"] {
+            config.set_read_only_path(
+                OwnedTargetPath::metadata(vrl::owned_value_path!(name)),
+                true,
+            );
+        }
+        let program = Self::compile(source, config)?;
+        let assigned = program
+            .program
+            .info()
+            .target_assignments
+            .iter()
+            .find(|p| {
+                p.prefix == PathPrefix::Metadata
+                    && !matches!(
+                        p.path.segments.first(),
+                        Some(OwnedSegment::Field(f)) if WRITABLE.contains(&f.as_str())
+                    )
+            })
+            .cloned();
+        if let Some(path) = assigned {
+            return Err(VrlError {
+                message: format!(
+                    "cannot assign {path}: of the metadata, a program assigns only %key, \
+                     %headers and %timestamp (%source, %partition and %offset are read-only)"
+                ),
+                offset: None,
+            });
+        }
+        Ok(program)
     }
 
     /// Compile a filter `condition`: a read-only program that must
@@ -90,15 +130,16 @@ impl VrlProgram {
             config,
         ) {
             Ok(compiled) => {
-                let reads_metadata = compiled
-                    .program
-                    .info()
+                let info = compiled.program.info();
+                let uses_metadata = info
                     .target_queries
                     .iter()
+                    .chain(&info.target_assignments)
                     .any(|p| p.prefix == PathPrefix::Metadata);
                 Ok(VrlProgram {
                     program: Arc::new(compiled.program),
-                    reads_metadata,
+                    uses_metadata,
+                    lite: LiteProgram::new(source).map(Arc::new),
                 })
             }
             Err(diagnostics) => {
@@ -117,8 +158,22 @@ impl VrlProgram {
         }
     }
 
+    /// Whether the program takes the fast path (see [`VrlProgram`]).
+    #[must_use]
+    pub fn is_fast(&self) -> bool {
+        self.lite.is_some()
+    }
+
+    /// The same program, run on VRL's runtime for every record: what the
+    /// fast path is checked against.
+    #[must_use]
+    pub fn runtime_only(mut self) -> Self {
+        self.lite = None;
+        self
+    }
+
     fn metadata(&self, record: &Record) -> Value {
-        if !self.reads_metadata {
+        if !self.uses_metadata {
             return Value::Object(ObjectMap::new());
         }
         let bytes = |b: &Option<Bytes>| b.clone().map_or(Value::Null, Value::Bytes);
@@ -152,6 +207,8 @@ enum Run {
         old: Value,
         new: Value,
         result: Value,
+        /// `%` after the program (an empty object when it does not use it).
+        metadata: Value,
     },
     Aborted,
     Failed(String),
@@ -207,6 +264,7 @@ impl Runner {
                 old,
                 new: target.value,
                 result,
+                metadata: target.metadata,
             },
             Err(Terminate::Abort(_)) => Run::Aborted,
             Err(e @ (Terminate::Error(_) | Terminate::Interrupted)) => Run::Failed(e.to_string()),
@@ -227,6 +285,8 @@ pub struct Remap {
     name: String,
     runner: Runner,
     drop_on_error: bool,
+    checked_input: bool,
+    arena: Arena,
 }
 
 impl Remap {
@@ -237,7 +297,21 @@ impl Remap {
             name: name.into(),
             runner: Runner::new(program),
             drop_on_error: true,
+            checked_input: false,
+            arena: Arena::default(),
         }
+    }
+
+    /// Whether every record reaching this step is known to be valid JSON
+    /// (default `false`): the NDJSON file source checks every line, and
+    /// every step of a configured chain writes valid JSON. The fast path
+    /// then does not check it again. Records that are not valid JSON
+    /// must not reach a step told otherwise: what it makes of them is not
+    /// specified (it does not panic).
+    #[must_use]
+    pub fn checked_input(mut self, checked: bool) -> Self {
+        self.checked_input = checked;
+        self
     }
 
     /// What a runtime error does: send the record to the dead-letter path
@@ -257,16 +331,50 @@ impl Transform for Remap {
     fn fork(&self) -> Option<Box<dyn Transform>> {
         Some(Box::new(
             Remap::new(self.name.clone(), self.runner.program.clone())
-                .drop_on_error(self.drop_on_error),
+                .drop_on_error(self.drop_on_error)
+                .checked_input(self.checked_input),
         ))
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
-        let (old, new) = match self.runner.run(&record, true) {
-            Run::Done { old, new, .. } => (old, new),
-            Run::Aborted => return Outcome::Filtered,
-            Run::Failed(reason) if !self.drop_on_error => return Outcome::Halt(record, reason),
-            Run::Failed(reason) | Run::Rejected(reason) => return Outcome::Reject(record, reason),
+        if let Some(lite) = &self.runner.program.lite {
+            match lite.run(&record.value, Some(&mut self.arena), self.checked_input) {
+                Lite::Done(None, _) => return Outcome::Keep(record),
+                Lite::Done(Some(value), _) => {
+                    record.value = value;
+                    return Outcome::Keep(record);
+                }
+                Lite::Aborted => return Outcome::Filtered,
+                Lite::Fallback => {}
+            }
+        }
+        let run = match self.runner.run(&record, true) {
+            Run::Done {
+                old, new, metadata, ..
+            } if self.runner.program.uses_metadata => {
+                match written_metadata(&self.runner.program.metadata(&record), metadata) {
+                    Ok(written) => Ok((old, new, written)),
+                    Err(reason) => Err(Run::Failed(reason)),
+                }
+            }
+            Run::Done { old, new, .. } => Ok((old, new, None)),
+            other => Err(other),
+        };
+        let (old, new) = match run {
+            Ok((old, new, written)) => {
+                if let Some(written) = written {
+                    written.apply(&mut record);
+                }
+                (old, new)
+            }
+            Err(Run::Aborted) => return Outcome::Filtered,
+            Err(Run::Failed(reason)) if !self.drop_on_error => {
+                return Outcome::Halt(record, reason);
+            }
+            Err(Run::Failed(reason) | Run::Rejected(reason)) => {
+                return Outcome::Reject(record, reason);
+            }
+            Err(Run::Done { .. }) => return Outcome::Keep(record),
         };
         if new == old {
             return Outcome::Keep(record);
@@ -300,6 +408,92 @@ impl Transform for Remap {
     }
 }
 
+/// The metadata a program may write, by name under `%`.
+const WRITABLE: [&str; 3] = ["key", "headers", "timestamp"];
+
+/// What a program wrote to a record's metadata.
+struct WrittenMetadata {
+    key: Option<Option<Bytes>>,
+    headers: Option<etl_record::Headers>,
+    timestamp: Option<Option<etl_record::Timestamp>>,
+}
+
+impl WrittenMetadata {
+    fn apply(self, record: &mut Record) {
+        if let Some(key) = self.key {
+            record.key = key;
+        }
+        if let Some(headers) = self.headers {
+            record.headers = headers;
+        }
+        if let Some(timestamp) = self.timestamp {
+            record.timestamp = timestamp;
+        }
+    }
+}
+
+/// The changes to `%key`, `%headers` and `%timestamp` between `before`
+/// (as [`VrlProgram::metadata`] built it) and `after`;
+/// `None` when there are none. A value of the wrong type is an error
+/// naming it: the record goes where a runtime error sends it.
+fn written_metadata(before: &Value, after: Value) -> Result<Option<WrittenMetadata>, String> {
+    if *before == after {
+        return Ok(None);
+    }
+    let field = |v: &Value, name: &str| match v {
+        Value::Object(map) => map.get(name).cloned().unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    let changed = |name: &str| {
+        let new = field(&after, name);
+        (new != field(before, name)).then_some(new)
+    };
+    let bytes = |name: &str, v: Value| match v {
+        Value::Bytes(b) => Ok(Some(b)),
+        Value::String(s) => Ok(Some(Bytes::copy_from_slice(s.as_bytes()))),
+        Value::Null => Ok(None),
+        other => Err(format!(
+            "%{name} must be a string (bytes) or null, not {}",
+            other.kind_str()
+        )),
+    };
+    let key = changed("key").map(|v| bytes("key", v)).transpose()?;
+    let headers = match changed("headers") {
+        None => None,
+        Some(Value::Object(map)) => {
+            let mut headers = etl_record::Headers::default();
+            for (k, v) in map {
+                let value = bytes(&format!("headers.{k}"), v)?;
+                headers.push(k.as_str(), value);
+            }
+            Some(headers)
+        }
+        Some(Value::Null) => Some(etl_record::Headers::default()),
+        Some(other) => {
+            return Err(format!(
+                "%headers must be an object, not {}",
+                other.kind_str()
+            ));
+        }
+    };
+    let timestamp = match changed("timestamp") {
+        None => None,
+        Some(Value::Timestamp(t)) => Some(Some(etl_record::Timestamp(t.timestamp_millis()))),
+        Some(Value::Null) => Some(None),
+        Some(other) => {
+            return Err(format!(
+                "%timestamp must be a timestamp or null, not {}",
+                other.kind_str()
+            ));
+        }
+    };
+    Ok(Some(WrittenMetadata {
+        key,
+        headers,
+        timestamp,
+    }))
+}
+
 /// A `filter` step with a VRL `condition`: keeps the records for which it
 /// is true, unchanged. `false` or an `abort` drops the record (counted as
 /// filtered); a runtime error sends it to the dead-letter path.
@@ -307,6 +501,7 @@ impl Transform for Remap {
 pub struct VrlFilter {
     name: String,
     runner: Runner,
+    checked_input: bool,
 }
 
 impl VrlFilter {
@@ -316,7 +511,16 @@ impl VrlFilter {
         VrlFilter {
             name: name.into(),
             runner: Runner::new(condition),
+            checked_input: false,
         }
+    }
+
+    /// Whether every record reaching this step is known to be valid JSON,
+    /// as [`Remap::checked_input`].
+    #[must_use]
+    pub fn checked_input(mut self, checked: bool) -> Self {
+        self.checked_input = checked;
+        self
     }
 }
 
@@ -326,13 +530,20 @@ impl Transform for VrlFilter {
     }
 
     fn fork(&self) -> Option<Box<dyn Transform>> {
-        Some(Box::new(VrlFilter::new(
-            self.name.clone(),
-            self.runner.program.clone(),
-        )))
+        Some(Box::new(
+            VrlFilter::new(self.name.clone(), self.runner.program.clone())
+                .checked_input(self.checked_input),
+        ))
     }
 
     fn apply(&mut self, record: Record) -> Outcome {
+        if let Some(lite) = &self.runner.program.lite {
+            match lite.run(&record.value, None, self.checked_input) {
+                Lite::Done(_, Value::Boolean(true)) => return Outcome::Keep(record),
+                Lite::Done(..) | Lite::Aborted => return Outcome::Filtered,
+                Lite::Fallback => {}
+            }
+        }
         match self.runner.run(&record, false) {
             Run::Done {
                 result: Value::Boolean(true),

@@ -1,0 +1,1160 @@
+//! The fast path of VRL programs: programs that only read fields, compare,
+//! do arithmetic, assign and delete run on the record's JSON text without
+//! building a document tree.
+//!
+//! A program is taken apart with VRL's own parser after VRL compiled it
+//! (so diagnostics and type checks are VRL's). When every expression is in
+//! the subset below, each record is run here: the top-level object is read
+//! once as (key, original text) entries, and a field is parsed only when
+//! the program reads it (nested objects and arrays on the way are scanned,
+//! never built). Values are VRL's own [`Value`]s and operators are VRL's
+//! own (`VrlValueArithmetic`), so results are the runtime's.
+//!
+//! The subset: literals (not regexes or timestamps), event paths (`.a.b[0]`,
+//! no metadata `%`), local variables and their paths, `=` to an event path
+//! of fields or to a variable, `del(.path)`, `if`/`else`, `abort`, `!`,
+//! the operators `+ - * / == != < <= > >= && ||`, blocks, groups, and the
+//! functions `to_float`, `to_int`, `round`, `floor`, `ceil` (one argument),
+//! the type assertions `float`, `int`, `string`, `bool`, `array`, `object`,
+//! and `for_each` over an array.
+//!
+//! Invariant: the fast path never decides anything it is not sure of. Any
+//! error, any value or place it does not handle (assigning below a field
+//! that is not an object, an invalid or non-object record, ...) gives
+//! [`Lite::Fallback`], and the record runs on VRL's runtime from the
+//! start; the fast path has no effect until it returns, so nothing runs
+//! twice. What it writes is what [`faithful::write`] writes for the same
+//! change: unchanged values from their original text in their original
+//! order, new keys after, sorted.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use vrl::compiler::prelude::VrlValueArithmetic;
+use vrl::parser::ast::{self, Opcode};
+use vrl::path::{OwnedSegment, PathPrefix};
+use vrl::value::Value;
+
+use super::faithful;
+use super::scan::{self, Entries};
+
+/// A program in the fast subset.
+#[derive(Debug, Clone)]
+pub(super) struct LiteProgram {
+    body: Vec<Expr>,
+    vars: usize,
+}
+
+/// What running a program on one record gave.
+#[derive(Debug, PartialEq)]
+pub(super) enum Lite {
+    /// The program ran: the record's new value (`None`: unchanged) and
+    /// what the program resolved to.
+    Done(Option<Bytes>, Value),
+    /// `abort`.
+    Aborted,
+    /// Not decided here: run the record on VRL's runtime.
+    Fallback,
+}
+
+type Path = Vec<OwnedSegment>;
+
+#[derive(Debug, Clone)]
+enum Expr {
+    Lit(Value),
+    Event(Path),
+    Var(usize, Path),
+    Op(Box<Expr>, Opcode, Box<Expr>),
+    Not(Box<Expr>),
+    Call(Func, Box<Expr>),
+    Del(Path),
+    SetField(Path, Box<Expr>),
+    SetVar(usize, Box<Expr>),
+    If(Box<Expr>, Vec<Expr>, Option<Vec<Expr>>),
+    Block(Vec<Expr>),
+    Abort,
+    ForEach {
+        array: Box<Expr>,
+        index: usize,
+        item: usize,
+        body: Vec<Expr>,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Func {
+    ToFloat,
+    ToInt,
+    Round,
+    Floor,
+    Ceil,
+    Float,
+    Int,
+    String,
+    Bool,
+    Array,
+    Object,
+}
+
+/// Why evaluation stopped early.
+enum Stop {
+    Abort,
+    Fallback,
+}
+
+type Run<T> = Result<T, Stop>;
+
+impl<E> From<E> for Stop
+where
+    E: std::error::Error,
+{
+    fn from(_: E) -> Self {
+        Stop::Fallback
+    }
+}
+
+/// Taking the parsed program apart.
+#[derive(Default)]
+struct Translate {
+    vars: Vec<String>,
+}
+
+impl Translate {
+    fn slot(&mut self, name: &str) -> usize {
+        match self.vars.iter().position(|v| v == name) {
+            Some(i) => i,
+            None => {
+                self.vars.push(name.to_owned());
+                self.vars.len() - 1
+            }
+        }
+    }
+
+    fn block(&mut self, exprs: &[ast::Node<ast::Expr>]) -> Option<Vec<Expr>> {
+        exprs.iter().map(|e| self.expr(e)).collect()
+    }
+
+    fn expr(&mut self, e: &ast::Expr) -> Option<Expr> {
+        use ast::Expr as E;
+        Some(match e {
+            E::Literal(l) => Expr::Lit(match l.inner() {
+                ast::Literal::String(t) => Value::from(t.as_literal_string()?),
+                ast::Literal::RawString(s) => Value::from(s.as_str()),
+                ast::Literal::Integer(i) => Value::Integer(*i),
+                ast::Literal::Float(f) => Value::Float(*f),
+                ast::Literal::Boolean(b) => Value::Boolean(*b),
+                ast::Literal::Null => Value::Null,
+                ast::Literal::Regex(_) | ast::Literal::Timestamp(_) => return None,
+            }),
+            E::Container(c) => match c.inner() {
+                ast::Container::Group(g) => self.expr(&g.inner().0)?,
+                ast::Container::Block(b) => Expr::Block(self.block(&b.inner().0)?),
+                ast::Container::Array(_) | ast::Container::Object(_) => return None,
+            },
+            E::IfStatement(s) => {
+                let ast::Predicate::One(predicate) = s.predicate.inner() else {
+                    return None;
+                };
+                Expr::If(
+                    Box::new(self.expr(predicate)?),
+                    self.block(&s.if_node.inner().0)?,
+                    match &s.else_node {
+                        Some(b) => Some(self.block(&b.inner().0)?),
+                        None => None,
+                    },
+                )
+            }
+            E::Op(op) => {
+                let ast::Op(lhs, opcode, rhs) = op.inner();
+                if matches!(opcode.inner(), Opcode::Merge | Opcode::Err) {
+                    return None;
+                }
+                Expr::Op(
+                    Box::new(self.expr(lhs)?),
+                    *opcode.inner(),
+                    Box::new(self.expr(rhs)?),
+                )
+            }
+            E::Assignment(a) => {
+                let ast::Assignment::Single {
+                    target,
+                    op: ast::AssignmentOp::Assign,
+                    expr,
+                } = a.inner()
+                else {
+                    return None;
+                };
+                let value = Box::new(self.expr(expr)?);
+                match target.inner() {
+                    ast::AssignmentTarget::Query(q) => {
+                        Expr::SetField(event_fields(q.target.inner(), &q.path.segments)?, value)
+                    }
+                    ast::AssignmentTarget::External(Some(p)) if p.prefix == PathPrefix::Event => {
+                        Expr::SetField(fields_only(&p.path.segments)?, value)
+                    }
+                    ast::AssignmentTarget::Internal(ident, None) => {
+                        Expr::SetVar(self.slot(ident), value)
+                    }
+                    _ => return None,
+                }
+            }
+            E::Query(q) => match q.target.inner() {
+                ast::QueryTarget::External(PathPrefix::Event) if !q.path.is_root() => {
+                    Expr::Event(q.path.segments.clone())
+                }
+                ast::QueryTarget::Internal(ident) => {
+                    Expr::Var(self.slot(ident), q.path.segments.clone())
+                }
+                _ => return None,
+            },
+            E::FunctionCall(f) => self.call(f)?,
+            E::Variable(ident) => Expr::Var(self.slot(ident), Vec::new()),
+            E::Unary(u) => {
+                let ast::Unary::Not(not) = u.inner();
+                let (_, inner) = not.inner().clone().take();
+                Expr::Not(Box::new(self.expr(&inner)?))
+            }
+            E::Abort(_) => Expr::Abort,
+            E::Return(_) | E::Break(_) => return None,
+        })
+    }
+
+    fn call(&mut self, f: &ast::FunctionCall) -> Option<Expr> {
+        let [arg] = &f.arguments[..] else {
+            return None;
+        };
+        let arg = arg.inner();
+        if arg.ident.is_some() {
+            return None;
+        }
+        let name: &str = f.ident.inner();
+        if name == "for_each" {
+            let closure = f.closure.as_ref()?.inner();
+            let [index, item] = &closure.variables[..] else {
+                return None;
+            };
+            return Some(Expr::ForEach {
+                array: Box::new(self.expr(&arg.expr)?),
+                index: self.slot(index),
+                item: self.slot(item),
+                body: self.block(&closure.block.inner().0)?,
+            });
+        }
+        if f.closure.is_some() {
+            return None;
+        }
+        if name == "del" {
+            let ast::Expr::Query(q) = arg.expr.inner() else {
+                return None;
+            };
+            return Some(Expr::Del(event_fields(q.target.inner(), &q.path.segments)?));
+        }
+        let func = match name {
+            "to_float" => Func::ToFloat,
+            "to_int" => Func::ToInt,
+            "round" => Func::Round,
+            "floor" => Func::Floor,
+            "ceil" => Func::Ceil,
+            "float" => Func::Float,
+            "int" => Func::Int,
+            "string" => Func::String,
+            "bool" => Func::Bool,
+            "array" => Func::Array,
+            "object" => Func::Object,
+            _ => return None,
+        };
+        Some(Expr::Call(func, Box::new(self.expr(&arg.expr)?)))
+    }
+}
+
+/// The path of a query on the event made of field names only, not empty.
+fn event_fields(target: &ast::QueryTarget, segments: &[OwnedSegment]) -> Option<Path> {
+    match target {
+        ast::QueryTarget::External(PathPrefix::Event) => fields_only(segments),
+        _ => None,
+    }
+}
+
+fn fields_only(segments: &[OwnedSegment]) -> Option<Path> {
+    (!segments.is_empty() && segments.iter().all(|s| matches!(s, OwnedSegment::Field(_))))
+        .then(|| segments.to_vec())
+}
+
+impl LiteProgram {
+    /// The program's fast form, when all of it is in the subset.
+    pub(super) fn new(source: &str) -> Option<Self> {
+        let program = vrl::parser::parse(source).ok()?;
+        let mut translate = Translate::default();
+        let mut body = Vec::with_capacity(program.0.len());
+        for root in &program.0 {
+            match root.inner() {
+                ast::RootExpr::Expr(e) => body.push(translate.expr(e)?),
+                ast::RootExpr::Error(_) => return None,
+            }
+        }
+        Some(LiteProgram {
+            body,
+            vars: translate.vars.len(),
+        })
+    }
+
+    /// Run the program on one record's value; with `write`, the changed
+    /// record is written (a condition only needs the result). `checked`:
+    /// the value is known to be valid JSON (see [`Remap::checked_input`]),
+    /// so it is not checked again.
+    ///
+    /// [`Remap::checked_input`]: super::Remap::checked_input
+    pub(super) fn run(&self, input: &[u8], write: Option<&mut Arena>, checked: bool) -> Lite {
+        let Ok(doc) = std::str::from_utf8(input) else {
+            return Lite::Fallback;
+        };
+        if past_f64(input) || surrogate_escape(input) {
+            return Lite::Fallback;
+        }
+        // Unchecked, the top level is read by serde_json, which checks the
+        // whole value on the way; checked, by the scanner.
+        let top = if checked {
+            scan::entries(doc)
+        } else {
+            checked_entries(doc).ok()
+        };
+        let Some(top) = top else {
+            return Lite::Fallback;
+        };
+        let mut cx = Cx {
+            doc,
+            top,
+            vars: vec![Val::V(Value::Null); self.vars],
+            overlay: Obj::default(),
+        };
+        let result = match cx.block(&self.body) {
+            Ok(v) => v,
+            Err(Stop::Abort) => return Lite::Aborted,
+            Err(Stop::Fallback) => return Lite::Fallback,
+        };
+        let Ok(result) = result.into_value() else {
+            return Lite::Fallback;
+        };
+        let Some(arena) = write.filter(|_| !cx.overlay.0.is_empty()) else {
+            return Lite::Done(None, result);
+        };
+        arena.out.clear();
+        match write_object(doc, Some(&cx.top), &cx.overlay, &mut arena.out) {
+            Ok(false) => Lite::Done(None, result),
+            Ok(true) => Lite::Done(Some(arena.keep()), result),
+            Err(_) => Lite::Fallback,
+        }
+    }
+}
+
+/// Size of a block rewritten values are cut from; a block is freed once
+/// its records are gone.
+const ARENA_BLOCK: usize = 64 * 1024;
+
+/// Where a step writes rewritten values: one buffer reused for every
+/// record, and shared blocks the values are cut from, so a record costs
+/// no allocation of its own.
+#[derive(Debug, Default)]
+pub(super) struct Arena {
+    out: Vec<u8>,
+    block: BytesMut,
+}
+
+impl Arena {
+    /// The value just written, cut from the current block.
+    fn keep(&mut self) -> Bytes {
+        if self.block.capacity() - self.block.len() < self.out.len() {
+            self.block.reserve(self.out.len().max(ARENA_BLOCK));
+        }
+        self.block.extend_from_slice(&self.out);
+        self.block.split().freeze()
+    }
+}
+
+/// Whether the text may hold a number past the range of an `f64`. Reading
+/// the record for VRL rejects those (serde_json parses every number); the
+/// fast path's reading skips the numbers it does not use, so it leaves
+/// such records to VRL: an exponent of 3 digits or more, or 309 digits in
+/// a row.
+fn past_f64(text: &[u8]) -> bool {
+    let big_exponent = memchr::memchr2_iter(b'e', b'E', text).any(|i| {
+        i > 0 && (text[i - 1].is_ascii_digit() || text[i - 1] == b'.') && {
+            let rest = &text[i + 1..];
+            let rest = match rest.first() {
+                Some(b'-' | b'+') => &rest[1..],
+                _ => rest,
+            };
+            rest.iter().take_while(|b| b.is_ascii_digit()).count() >= 3
+        }
+    });
+    if big_exponent {
+        return true;
+    }
+    // A run of 309 digits covers one of every 300 bytes: look around those.
+    (0..text.len()).step_by(300).any(|i| {
+        text[i].is_ascii_digit() && {
+            let before = text[..i].iter().rev().take_while(|b| b.is_ascii_digit());
+            let after = text[i..].iter().take_while(|b| b.is_ascii_digit());
+            before.count() + after.count() >= 309
+        }
+    })
+}
+
+/// Whether the text may hold a `\u` escape of a UTF-16 surrogate. Reading
+/// the record for VRL rejects a lone one, which the check of valid JSON
+/// does not look at; such records are left to VRL.
+fn surrogate_escape(text: &[u8]) -> bool {
+    memchr::memchr_iter(b'\\', text).any(|i| {
+        text.get(i + 1) == Some(&b'u')
+            && matches!(text.get(i + 2), Some(b'd' | b'D'))
+            && matches!(
+                text.get(i + 3),
+                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+            )
+    })
+}
+
+/// A value during evaluation: parsed, or an object or array still as its
+/// text in the record.
+#[derive(Debug, Clone)]
+enum Val<'a> {
+    V(Value),
+    Raw(&'a str),
+}
+
+impl Val<'_> {
+    fn into_value(self) -> Run<Value> {
+        match self {
+            Val::V(v) => Ok(v),
+            Val::Raw(text) => Ok(serde_json::from_str(text)?),
+        }
+    }
+}
+
+/// A value read from its text: objects and arrays stay text.
+fn val(text: &str) -> Run<Val<'_>> {
+    match text.as_bytes().first() {
+        Some(b'{' | b'[') => Ok(Val::Raw(text)),
+        _ => Ok(Val::V(serde_json::from_str(text)?)),
+    }
+}
+
+/// What the program did to an object: its changed fields.
+#[derive(Debug, Default)]
+struct Obj(Vec<(String, Node)>);
+
+#[derive(Debug)]
+enum Node {
+    Set(Value),
+    Deleted,
+    /// An object of the record with changes inside.
+    Children(Obj),
+}
+
+impl Obj {
+    fn get(&self, key: &str) -> Option<&Node> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, n)| n)
+    }
+
+    fn slot(&mut self, key: &str) -> Option<&mut Node> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, n)| n)
+    }
+
+    fn put(&mut self, key: &str, node: Node) -> &mut Node {
+        let i = match self.0.iter().position(|(k, _)| k == key) {
+            Some(i) => {
+                self.0[i].1 = node;
+                i
+            }
+            None => {
+                self.0.push((key.to_owned(), node));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+}
+
+/// One record's evaluation.
+struct Cx<'a> {
+    doc: &'a str,
+    top: Entries<'a>,
+    vars: Vec<Val<'a>>,
+    overlay: Obj,
+}
+
+fn field(segment: &OwnedSegment) -> Option<&str> {
+    match segment {
+        OwnedSegment::Field(k) => Some(k.as_str()),
+        OwnedSegment::Index(_) => None,
+    }
+}
+
+impl<'a> Cx<'a> {
+    fn block(&mut self, exprs: &[Expr]) -> Run<Val<'a>> {
+        let mut last = Val::V(Value::Null);
+        for e in exprs {
+            last = self.eval(e)?;
+        }
+        Ok(last)
+    }
+
+    fn value(&mut self, e: &Expr) -> Run<Value> {
+        self.eval(e)?.into_value()
+    }
+
+    fn eval(&mut self, e: &Expr) -> Run<Val<'a>> {
+        Ok(match e {
+            Expr::Lit(v) => Val::V(v.clone()),
+            Expr::Event(path) => self.read(path)?.unwrap_or(Val::V(Value::Null)),
+            Expr::Var(slot, path) => {
+                let v = self.vars[*slot].clone();
+                at(v, path)?.unwrap_or(Val::V(Value::Null))
+            }
+            Expr::Op(lhs, op, rhs) => Val::V(self.op(lhs, *op, rhs)?),
+            Expr::Not(inner) => match self.value(inner)? {
+                Value::Boolean(b) => Val::V(Value::Boolean(!b)),
+                _ => return Err(Stop::Fallback),
+            },
+            Expr::Call(func, arg) => {
+                let arg = self.eval(arg)?;
+                call(*func, arg)?
+            }
+            Expr::Del(path) => Val::V(self.delete(path)?.unwrap_or(Value::Null)),
+            Expr::SetField(path, value) => {
+                let value = self.value(value)?;
+                self.set(path, value.clone())?;
+                Val::V(value)
+            }
+            Expr::SetVar(slot, value) => {
+                let value = self.eval(value)?;
+                self.vars[*slot] = value.clone();
+                value
+            }
+            Expr::If(predicate, then, otherwise) => match self.value(predicate)? {
+                Value::Boolean(true) => self.block(then)?,
+                Value::Boolean(false) => match otherwise {
+                    Some(b) => self.block(b)?,
+                    None => Val::V(Value::Null),
+                },
+                _ => return Err(Stop::Fallback),
+            },
+            Expr::Block(exprs) => self.block(exprs)?,
+            Expr::Abort => return Err(Stop::Abort),
+            Expr::ForEach {
+                array,
+                index,
+                item,
+                body,
+            } => {
+                let Val::Raw(text) = self.eval(array)? else {
+                    return Err(Stop::Fallback);
+                };
+                if !text.starts_with('[') {
+                    return Err(Stop::Fallback);
+                }
+                // The closure's names shadow the program's while it runs.
+                let saved = (self.vars[*index].clone(), self.vars[*item].clone());
+                let elements = scan::items(text).ok_or(Stop::Fallback)?;
+                for (i, element) in elements.into_iter().enumerate() {
+                    self.vars[*index] = Val::V(Value::Integer(i64::try_from(i)?));
+                    self.vars[*item] = val(element)?;
+                    self.block(body)?;
+                }
+                (self.vars[*index], self.vars[*item]) = saved;
+                Val::V(Value::Null)
+            }
+        })
+    }
+
+    fn op(&mut self, lhs: &Expr, op: Opcode, rhs: &Expr) -> Run<Value> {
+        let l = self.value(lhs)?;
+        match op {
+            Opcode::Or => {
+                return match l {
+                    Value::Null | Value::Boolean(false) => self.value(rhs),
+                    v => Ok(v),
+                };
+            }
+            Opcode::And => {
+                return match l {
+                    Value::Null | Value::Boolean(false) => Ok(Value::Boolean(false)),
+                    v => Ok(v.try_and(self.value(rhs)?)?),
+                };
+            }
+            _ => {}
+        }
+        let r = self.value(rhs)?;
+        Ok(match op {
+            Opcode::Mul => l.try_mul(r)?,
+            Opcode::Div => l.try_div(r)?,
+            Opcode::Add => l.try_add(r)?,
+            Opcode::Sub => l.try_sub(r)?,
+            Opcode::Eq => Value::Boolean(l.eq_lossy(&r)),
+            Opcode::Ne => Value::Boolean(!l.eq_lossy(&r)),
+            Opcode::Gt => l.try_gt(r)?,
+            Opcode::Ge => l.try_ge(r)?,
+            Opcode::Lt => l.try_lt(r)?,
+            Opcode::Le => l.try_le(r)?,
+            Opcode::Or | Opcode::And | Opcode::Merge | Opcode::Err => return Err(Stop::Fallback),
+        })
+    }
+
+    /// The value at an event path, with the program's changes: `None`
+    /// when there is none.
+    fn read(&self, path: &[OwnedSegment]) -> Run<Option<Val<'a>>> {
+        let mut node = Some(&self.overlay);
+        for (i, segment) in path.iter().enumerate() {
+            let Some(obj) = node else { break };
+            let Some(key) = field(segment) else {
+                // An index into an object: nothing.
+                return Ok(None);
+            };
+            match obj.get(key) {
+                Some(Node::Set(v)) => return Ok(v.get(&path[i + 1..]).cloned().map(Val::V)),
+                Some(Node::Deleted) => return Ok(None),
+                Some(Node::Children(o)) => node = Some(o),
+                None => node = None,
+            }
+        }
+        if let Some(changes) = node {
+            // An object of the record with changes inside: built.
+            let Some(text) = self.original(path)? else {
+                return Err(Stop::Fallback);
+            };
+            let mut value: Value = serde_json::from_str(text)?;
+            changed(&mut value, changes);
+            return Ok(Some(Val::V(value)));
+        }
+        self.original(path)?.map(val).transpose()
+    }
+
+    /// The text at a path in the record as read.
+    fn original(&self, path: &[OwnedSegment]) -> Run<Option<&'a str>> {
+        let Some((first, rest)) = path.split_first() else {
+            return Ok(Some(self.doc));
+        };
+        let Some(key) = field(first) else {
+            return Ok(None);
+        };
+        let Some(mut text) = last_of(&self.top, key) else {
+            return Ok(None);
+        };
+        for segment in rest {
+            match child(text, segment)? {
+                Some(t) => text = t,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(text))
+    }
+
+    /// The overlay object for the fields at `path` (an object of the
+    /// record, or one the program made), creating the entries on the way.
+    /// `Err(value)` when a value the program set is on the way: the rest
+    /// of the path is in it.
+    fn parent(&mut self, path: &[OwnedSegment]) -> Run<Result<&mut Obj, (&mut Value, usize)>> {
+        // Check the record's objects on the way first (the borrow below
+        // cannot read the record).
+        let mut known = 0;
+        {
+            let mut node = Some(&self.overlay);
+            for segment in path {
+                let key = field(segment).ok_or(Stop::Fallback)?;
+                match node.and_then(|o| o.get(key)) {
+                    Some(Node::Children(o)) => node = Some(o),
+                    Some(_) => break,
+                    None => node = None,
+                }
+                known += 1;
+            }
+        }
+        for i in 0..known {
+            let text = self.original(&path[..=i])?;
+            let is_object = text.is_some_and(|t| t.starts_with('{'));
+            let in_overlay = self.overlay_at(&path[..=i]);
+            if !in_overlay && !is_object {
+                return Err(Stop::Fallback);
+            }
+        }
+        let mut obj = &mut self.overlay;
+        for (i, segment) in path.iter().enumerate() {
+            let key = field(segment).ok_or(Stop::Fallback)?;
+            if obj.get(key).is_none() {
+                obj.put(key, Node::Children(Obj::default()));
+            }
+            match obj.slot(key) {
+                Some(Node::Children(o)) => obj = o,
+                Some(Node::Set(v)) => return Ok(Err((v, i + 1))),
+                Some(Node::Deleted) | None => return Err(Stop::Fallback),
+            }
+        }
+        Ok(Ok(obj))
+    }
+
+    /// Whether the overlay has an entry for exactly this path.
+    fn overlay_at(&self, path: &[OwnedSegment]) -> bool {
+        let mut obj = &self.overlay;
+        for (i, segment) in path.iter().enumerate() {
+            let Some(key) = field(segment) else {
+                return false;
+            };
+            match obj.get(key) {
+                Some(Node::Children(o)) => obj = o,
+                Some(_) => return i + 1 == path.len(),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn set(&mut self, path: &[OwnedSegment], value: Value) -> Run<()> {
+        let (last, parents) = path.split_last().ok_or(Stop::Fallback)?;
+        let key = field(last).ok_or(Stop::Fallback)?;
+        match self.parent(parents)? {
+            Ok(obj) => {
+                obj.put(key, Node::Set(value));
+            }
+            Err((v, from)) => {
+                v.insert(&path[from..], value);
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, path: &[OwnedSegment]) -> Run<Option<Value>> {
+        let (last, parents) = path.split_last().ok_or(Stop::Fallback)?;
+        let key = field(last).ok_or(Stop::Fallback)?;
+        let Some(old) = self.read(path)? else {
+            return Ok(None);
+        };
+        let old = old.into_value()?;
+        match self.parent(parents)? {
+            Ok(obj) => {
+                obj.put(key, Node::Deleted);
+            }
+            Err((v, from)) => {
+                v.remove(&path[from..], false);
+            }
+        }
+        Ok(Some(old))
+    }
+}
+
+/// Apply the changes in `obj` to the object `value`.
+fn changed(value: &mut Value, obj: &Obj) {
+    let Value::Object(map) = value else { return };
+    for (key, node) in &obj.0 {
+        match node {
+            Node::Set(v) => {
+                map.insert(key.as_str().into(), v.clone());
+            }
+            Node::Deleted => {
+                map.remove(key.as_str());
+            }
+            Node::Children(inner) => {
+                if let Some(child) = map.get_mut(key.as_str()) {
+                    changed(child, inner);
+                }
+            }
+        }
+    }
+}
+
+/// The value at `path` inside `v`.
+fn at<'a>(v: Val<'a>, path: &[OwnedSegment]) -> Run<Option<Val<'a>>> {
+    if path.is_empty() {
+        return Ok(Some(v));
+    }
+    match v {
+        Val::V(v) => Ok(v.get(path).cloned().map(Val::V)),
+        Val::Raw(mut text) => {
+            for segment in path {
+                match child(text, segment)? {
+                    Some(t) => text = t,
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(val(text)?))
+        }
+    }
+}
+
+fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
+    let rounded = |f: fn(f64) -> f64, v: Value| match v {
+        Value::Float(x) => Ok(Value::from_f64_or_zero(f(x.into_inner()))),
+        v @ Value::Integer(_) => Ok(v),
+        _ => Err(Stop::Fallback),
+    };
+    let is = |ok: bool, v: Val<'a>| if ok { Ok(v) } else { Err(Stop::Fallback) };
+    let raw = |v: &Val<'_>, open: char| matches!(v, Val::Raw(t) if t.starts_with(open));
+    Ok(Val::V(match func {
+        Func::Array => {
+            let ok = raw(&arg, '[') || matches!(arg, Val::V(Value::Array(_)));
+            return is(ok, arg);
+        }
+        Func::Object => {
+            let ok = raw(&arg, '{') || matches!(arg, Val::V(Value::Object(_)));
+            return is(ok, arg);
+        }
+        Func::Float => return is(matches!(arg, Val::V(Value::Float(_))), arg),
+        Func::Int => return is(matches!(arg, Val::V(Value::Integer(_))), arg),
+        Func::String => {
+            let ok = matches!(arg, Val::V(Value::Bytes(_) | Value::String(_)));
+            return is(ok, arg);
+        }
+        Func::Bool => return is(matches!(arg, Val::V(Value::Boolean(_))), arg),
+        Func::ToFloat => match arg {
+            Val::V(v @ Value::Float(_)) => v,
+            Val::V(Value::Integer(i)) => Value::from_f64_or_zero(i as f64),
+            _ => return Err(Stop::Fallback),
+        },
+        Func::ToInt => match arg {
+            Val::V(v @ Value::Integer(_)) => v,
+            #[allow(clippy::cast_possible_truncation)]
+            Val::V(Value::Float(f)) => Value::Integer(f.into_inner() as i64),
+            _ => return Err(Stop::Fallback),
+        },
+        Func::Round => rounded(f64::round, arg.into_value()?)?,
+        Func::Floor => rounded(f64::floor, arg.into_value()?)?,
+        Func::Ceil => rounded(f64::ceil, arg.into_value()?)?,
+    }))
+}
+
+/// The entries of the object `text`, read by serde_json, which checks
+/// all of it.
+fn checked_entries(text: &str) -> serde_json::Result<Entries<'_>> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let entries = de.deserialize_map(EntriesVisitor)?;
+    de.end()?;
+    Ok(entries)
+}
+
+struct EntriesVisitor;
+
+impl<'de> Visitor<'de> for EntriesVisitor {
+    type Value = Entries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            entries.push((key, value.get()));
+        }
+        Ok(entries)
+    }
+}
+
+/// The last value of `key` among an object's entries.
+fn last_of<'a>(entries: &Entries<'a>, key: &str) -> Option<&'a str> {
+    entries
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| *v)
+}
+
+/// The value one segment down from an object's or array's text.
+fn child<'a>(text: &'a str, segment: &OwnedSegment) -> Run<Option<&'a str>> {
+    match (segment, text.as_bytes().first()) {
+        (OwnedSegment::Field(key), Some(b'{')) => {
+            scan::find(text, key.as_str()).ok_or(Stop::Fallback)
+        }
+        (OwnedSegment::Index(i), Some(b'[')) => {
+            let items = scan::items(text).ok_or(Stop::Fallback)?;
+            let i = if *i < 0 {
+                items.len().checked_sub(i.unsigned_abs())
+            } else {
+                Some(i.unsigned_abs())
+            };
+            Ok(i.and_then(|i| items.get(i).copied()))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn comma(out: &mut Vec<u8>, first: &mut bool) {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+}
+
+/// A key as serde_json writes it.
+fn write_key(out: &mut Vec<u8>, key: &str) -> serde_json::Result<()> {
+    if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        serde_json::to_writer(&mut *out, key)?;
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'"');
+    }
+    out.push(b':');
+    Ok(())
+}
+
+/// Write the object `text` (its entries `read`, when already read) with
+/// the changes in `obj`, as [`faithful::write`] writes it. Whether it
+/// changed; when it did not, its original text is what was written.
+fn write_object(
+    text: &str,
+    read: Option<&Entries<'_>>,
+    obj: &Obj,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<bool> {
+    let start = out.len();
+    let owned;
+    let entries = match read {
+        Some(e) => e,
+        None => {
+            owned = scan::entries(text)
+                .ok_or_else(|| serde::de::Error::custom("an object the fast path cannot read"))?;
+            &owned
+        }
+    };
+    let mut changed = false;
+    let mut first = true;
+    out.push(b'{');
+    for (i, (key, raw)) in entries.iter().enumerate() {
+        // Only the last of duplicate keys is live.
+        if entries[i + 1..].iter().any(|(k, _)| k == key) {
+            continue;
+        }
+        match obj.get(key) {
+            None => {
+                comma(out, &mut first);
+                write_key(out, key)?;
+                out.extend_from_slice(raw.trim().as_bytes());
+            }
+            Some(Node::Deleted) => changed = true,
+            Some(Node::Set(new)) => {
+                comma(out, &mut first);
+                write_key(out, key)?;
+                let old: Value = serde_json::from_str(raw)?;
+                changed |= old != *new;
+                faithful::write(raw, &old, new, out)?;
+            }
+            Some(Node::Children(inner)) => {
+                comma(out, &mut first);
+                write_key(out, key)?;
+                changed |= write_object(raw, None, inner, out)?;
+            }
+        }
+    }
+    let mut added: Vec<(&str, &Value)> = obj
+        .0
+        .iter()
+        .filter(|(k, _)| last_of(entries, k).is_none())
+        .filter_map(|(k, n)| match n {
+            Node::Set(v) => Some((k.as_str(), v)),
+            // Changes inside an object the record does not have cannot
+            // be made (see `Cx::parent`); deleting a missing key is none.
+            Node::Deleted | Node::Children(_) => None,
+        })
+        .collect();
+    added.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, value) in added {
+        changed = true;
+        comma(out, &mut first);
+        write_key(out, key)?;
+        serde_json::to_writer(&mut *out, value)?;
+    }
+    out.push(b'}');
+    if !changed {
+        out.truncate(start);
+        out.extend_from_slice(text.trim().as_bytes());
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn run(program: &str, input: &str) -> Lite {
+        LiteProgram::new(program).expect("in the fast subset").run(
+            input.as_bytes(),
+            Some(&mut Arena::default()),
+            false,
+        )
+    }
+
+    fn written(program: &str, input: &str) -> String {
+        match run(program, input) {
+            Lite::Done(Some(b), _) => String::from_utf8(b.to_vec()).unwrap(),
+            Lite::Done(None, _) => input.to_owned(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_subset_is_recognised() {
+        for inside in [
+            ".a = 1",
+            "del(.a.b)",
+            "if .a > 1 { abort } else { .b = true }",
+            "x = 0.0\nfor_each(array!(.items)) -> |_i, it| { x = x + to_float!(it.q) }\n.t = to_int(round(x * 100))",
+            ".n = .a.b[0].c + .d[-1]",
+            "!(.a == \"x\") && .b != null || .c",
+        ] {
+            assert!(LiteProgram::new(inside).is_some(), "{inside}");
+        }
+        for outside in [
+            ".a = upcase(string!(.b))",
+            ". = {\"a\": 1}",
+            ".k = %key",
+            ".a = [1, 2]",
+            ".a[0] = 1",
+            "x, err = to_int(.a)",
+            ".a |= {}",
+            "for_each(object!(.o)) -> |k, v| { .x = v }; .m = .a ?? 1",
+        ] {
+            assert!(LiteProgram::new(outside).is_none(), "{outside}");
+        }
+    }
+
+    #[test]
+    fn rewrites_keep_what_the_program_did_not_change() {
+        assert_eq!(
+            written(
+                "del(.c.email)\n.t = to_int(round(to_float!(.c.n) * 100))",
+                r#"{"z":1.50,"c":{"email":"x@y","n":2.5, "s":"caf\u00e9"},"a":[1, 2]}"#
+            ),
+            r#"{"z":1.50,"c":{"n":2.5,"s":"caf\u00e9"},"a":[1, 2],"t":250}"#
+        );
+        let input = r#"{ "a" : 1 , "b":2.0 }"#;
+        assert_eq!(written(".a = 1\ndel(.x.y)", input), input);
+        assert_eq!(written(".a = 2\n.a = 1", input), input);
+    }
+
+    #[test]
+    fn reads_see_the_programs_own_changes() {
+        assert_eq!(
+            written(
+                ".x = .o\n.x.z = .x.y + 1\n.w = del(.a)",
+                r#"{"a":5,"o":{"y":1}}"#
+            ),
+            r#"{"o":{"y":1},"w":5,"x":{"y":1,"z":2}}"#
+        );
+    }
+
+    /// Values as users write them: spacing, escapes, exponents, `-0`,
+    /// duplicate keys, nested objects and arrays.
+    fn raw_value() -> impl Strategy<Value = String> {
+        let leaf = prop::sample::select(vec![
+            "1",
+            "-0",
+            "2.50",
+            "1e2",
+            "-3e-7",
+            "9223372036854775807",
+            "18446744073709551616",
+            "0.1",
+            "true",
+            "false",
+            "null",
+            r#""x""#,
+            r#""caf\u00e9 \/ \"q\"""#,
+            r#""山田""#,
+            r#""""#,
+            "{}",
+            "[]",
+            r#"{"b":1,"b":2}"#,
+        ])
+        .prop_map(str::to_owned);
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(", "))),
+                prop::collection::vec(("[a-d]", inner), 0..4).prop_map(|v| {
+                    let body: Vec<String> =
+                        v.iter().map(|(k, v)| format!("\"{k}\" : {v}")).collect();
+                    format!("{{{}}}", body.join(","))
+                }),
+            ]
+        })
+    }
+
+    fn record_text() -> impl Strategy<Value = String> {
+        prop::collection::vec(("[a-d]", raw_value()), 0..5).prop_map(|v| {
+            let body: Vec<String> = v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            format!("{{{}}}", body.join(","))
+        })
+    }
+
+    const PROGRAMS: &[&str] = &[
+        "del(.a.b)",
+        ".c = .a",
+        ".a.c = 1\n.d = .a",
+        "if .b == 1 { abort }\n.d = del(.c)",
+        ".e = .a.b == .c\n.f = .d[0]\n.g = .d[-1].a",
+        "del(.a.b.c)\n.a.b.d = true",
+        ".x = .a\n.x.y = .b\ndel(.a)",
+        ".n = to_int(round(to_float!(.a) * 100))",
+        "t = 0\nfor_each(array!(.b)) -> |_i, it| { t = t + int!(it) }\n.t = t",
+        ".a.b = .a\n.c = .a.b.b\n.d = .a",
+        "del(.a)\n.a.x = 1",
+        ".b = del(.a.b)\n.c = .a\n.a.b = .c",
+        "x = .a\n.a.z = 0\n.y = x\n.w = .a.z != .a.b || .c",
+    ];
+
+    proptest! {
+        #[test]
+        fn prop_fast_path_writes_what_vrl_writes(
+            program in prop::sample::select(PROGRAMS),
+            input in record_text(),
+        ) {
+            use etl_record::{Position, Record};
+            use crate::transform::{Outcome, Remap, Transform, VrlProgram};
+            let compiled = VrlProgram::remap(program).unwrap();
+            prop_assert!(compiled.is_fast());
+            let show = |o: Outcome| match o {
+                Outcome::Keep(r) => format!("keep {}", String::from_utf8_lossy(&r.value)),
+                Outcome::Filtered => "filtered".to_owned(),
+                Outcome::Many(rs) => format!("many {}", rs.len()),
+                Outcome::Reject(r, why) | Outcome::Halt(r, why) => {
+                    format!("reject {} {why}", String::from_utf8_lossy(&r.value))
+                }
+            };
+            let record = || Record::new(Position::default(), input.clone());
+            let fast = show(Remap::new("r", compiled.clone()).apply(record()));
+            let checked = show(Remap::new("r", compiled.clone()).checked_input(true).apply(record()));
+            let vrl = show(Remap::new("r", compiled.runtime_only()).apply(record()));
+            prop_assert_eq!(&fast, &vrl, "{} on {}", program, input);
+            prop_assert_eq!(&checked, &vrl, "{} on {} (input checked)", program, input);
+        }
+    }
+
+    #[test]
+    fn what_it_cannot_decide_falls_back() {
+        for (program, input) in [
+            (".a.b = 1", r#"{"a":5}"#),
+            (".a.b = 1", r#"{}"#),
+            (".t = to_float!(.a)", r#"{"a":"1.5"}"#),
+            (".t = .a / 0", r#"{"a":1}"#),
+            (".t = 1", r#"[1]"#),
+            (".t = 1", r#"{"a":1"#),
+            (".t = 1", r#"{"a":1e400}"#),
+            (
+                ".t = 1",
+                format!(r#"{{"a":[{}]}}"#, "9".repeat(309)).as_str(),
+            ),
+            (
+                ".t = 1",
+                format!(r#"{{"a":"{}"}}"#, "9".repeat(600)).as_str(),
+            ),
+        ] {
+            assert_eq!(run(program, input), Lite::Fallback, "{program} on {input}");
+        }
+        assert_eq!(run("abort", "{}"), Lite::Aborted);
+    }
+}

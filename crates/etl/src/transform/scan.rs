@@ -1,0 +1,282 @@
+//! Finding values in JSON text known to be valid, without checking it
+//! again: strings are skipped with `memchr`, containers by counting
+//! brackets. Every function gives `None` on text that is not what it
+//! expects (it never panics), which callers treat as "not decided here".
+//!
+//! Value texts are what serde_json's `RawValue` holds for the same value:
+//! from its first byte to its last, without surrounding whitespace.
+
+use std::borrow::Cow;
+
+/// An object's entries in written order, duplicates included: each key
+/// (unescaped) and its value's text.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
+pub(super) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).copied().is_some_and(is_ws) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the string starting (with its quote) at `i`.
+/// Short strings (most keys) are scanned byte by byte; past 16 bytes,
+/// with `memchr`.
+fn skip_string(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    let short = (j + 16).min(b.len());
+    while j < short {
+        match b[j] {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2,
+            _ => j += 1,
+        }
+    }
+    loop {
+        let k = j + memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+        if b[k] == b'"' {
+            return Some(k + 1);
+        }
+        j = k + 2;
+    }
+}
+
+/// The index just past the value starting at `i`.
+fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match *b.get(j)? {
+                    b'"' => {
+                        j = skip_string(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while b
+                .get(j)
+                .is_some_and(|&c| !is_ws(c) && !matches!(c, b',' | b'}' | b']'))
+            {
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
+/// A key's text (quotes included) as the string it stands for.
+fn key(text: &str) -> Option<Cow<'_, str>> {
+    let inner = text.get(1..text.len().checked_sub(1)?)?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+/// Call `f` with each entry of the object `text`, in written order.
+fn each_entry<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> Option<()> {
+    let b = text.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(());
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let end = skip_string(b, i)?;
+        let k = text.get(i..end)?;
+        i = skip_ws(b, end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(b, i + 1);
+        let end = skip_value(b, start)?;
+        f(k, text.get(start..end)?);
+        i = skip_ws(b, end);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b'}' => return Some(()),
+            _ => return None,
+        }
+    }
+}
+
+/// The entries of the object `text`.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
+pub(super) fn entries(text: &str) -> Option<Entries<'_>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    each_entry(text, |k, v| match key(k) {
+        Some(k) => out.push((k, v)),
+        None => ok = false,
+    })?;
+    ok.then_some(out)
+}
+
+/// The text of the last value of `wanted` in the object `text`
+/// (`Some(None)`: the object has no such key).
+pub(super) fn find<'a>(text: &'a str, wanted: &str) -> Option<Option<&'a str>> {
+    let mut found = None;
+    let mut ok = true;
+    each_entry(text, |k, v| {
+        let inner = &k[1..k.len() - 1];
+        let same = if inner.contains('\\') {
+            match key(k) {
+                Some(k) => k == wanted,
+                None => {
+                    ok = false;
+                    false
+                }
+            }
+        } else {
+            inner == wanted
+        };
+        if same {
+            found = Some(v);
+        }
+    })?;
+    ok.then_some(found)
+}
+
+/// The texts of the elements of the array `text`.
+pub(super) fn items(text: &str) -> Option<Vec<&str>> {
+    let b = text.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut out = Vec::new();
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(out);
+    }
+    loop {
+        let end = skip_value(b, i)?;
+        out.push(text.get(i..end)?);
+        i = skip_ws(b, end);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b']' => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+    use serde::de::{Deserializer, MapAccess, Visitor};
+    use serde_json::value::RawValue;
+
+    use super::*;
+
+    /// What serde_json reads: the reference.
+    fn serde_entries(text: &str) -> Vec<(String, String)> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<(String, String)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    let v: &RawValue = m.next_value()?;
+                    out.push((k, v.get().to_owned()));
+                }
+                Ok(out)
+            }
+        }
+        serde_json::Deserializer::from_str(text)
+            .deserialize_map(V)
+            .unwrap()
+    }
+
+    #[test]
+    fn reads_what_serde_json_reads() {
+        let text =
+            r#" { "a" : [1, {"b":"]}\"\\"}] , "k\"ey\u00e9":-1.5e3,"s":"x\\","a":{ },"n":null } "#;
+        let ours: Vec<(String, String)> = entries(text)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k.into_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(ours, serde_entries(text));
+        assert_eq!(find(text, "a"), Some(Some("{ }")));
+        assert_eq!(find(text, "k\"eyé"), Some(Some("-1.5e3")));
+        assert_eq!(find(text, "zz"), Some(None));
+        assert_eq!(
+            items(r#"[ 1,"a\"]",[2,[3]] ,{"x":[]}]"#).unwrap(),
+            vec!["1", r#""a\"]""#, "[2,[3]]", r#"{"x":[]}"#]
+        );
+        assert_eq!(items("[]").unwrap(), Vec::<&str>::new());
+        for bad in ["", "[", "{", r#"{"a"}"#, r#"{"a":1"#, "[1,", "{]"] {
+            assert!(entries(bad).is_none() || items(bad).is_none(), "{bad}");
+        }
+    }
+
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            (-1e9f64..1e9).prop_map(serde_json::Value::from),
+            "[a\"\\\\\u{e9}\n\\]{} ]{0,5}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                prop::collection::btree_map("[a-c\"\\\\]{1,2}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn prop_entries_match_serde_json(
+            fields in prop::collection::vec(("[a-c\"\\\\]{1,2}", json()), 0..5),
+            pretty in any::<bool>(),
+        ) {
+            let obj = serde_json::Value::Object(fields.into_iter().collect());
+            let text = if pretty {
+                serde_json::to_string_pretty(&obj).unwrap()
+            } else {
+                serde_json::to_string(&obj).unwrap()
+            };
+            let ours: Vec<(String, String)> = entries(&text)
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| (k.into_owned(), v.to_owned()))
+                .collect();
+            prop_assert_eq!(ours, serde_entries(&text));
+        }
+    }
+}
