@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 pub(crate) use broker::{TestBroker, unique};
+// Only the TLS suite uses these.
+#[allow(unused_imports)]
 pub(crate) use secure::{Ca, Sasl, SecureBroker, Security};
 
 /// Every produced value is exactly this long, so output bytes count
