@@ -331,3 +331,79 @@ fn mtls_without_a_client_certificate_is_refused() {
         broker.logs()
     );
 }
+
+/// `examples/kafka/secured.toml` as shipped (TLS + SCRAM-SHA-512, secrets
+/// as `${VAR}`), against a broker that demands exactly that. The
+/// references are filled in here as the environment would fill them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secured_example_runs_against_a_tls_and_scram_broker() {
+    let security = sasl("SCRAM-SHA-512");
+    let credentials = security.sasl.clone().expect("SASL");
+    let broker = SecureBroker::start(security);
+    broker.create_topic("orders", PARTITIONS).await;
+    broker.create_topic("big-orders", 1).await;
+    let producer: rdkafka::producer::FutureProducer =
+        broker.config().create().expect("producer over TLS");
+    for id in 0..RECORDS {
+        let payload = format!("{{\"id\":{id},\"amount\":{}}}", id % 20);
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::<(), _>::to("orders").payload(&payload),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .expect("delivered");
+    }
+
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/kafka/secured.toml");
+    let ca = broker.path("ca.pem").display().to_string();
+    let vars = [
+        ("KAFKA_BROKERS", broker.addr()),
+        ("KAFKA_USER", credentials.user.as_str()),
+        ("KAFKA_PASSWORD", credentials.password.as_str()),
+        ("KAFKA_CA", ca.as_str()),
+    ];
+    let mut text = std::fs::read_to_string(&example).expect("read the example");
+    for (name, value) in vars {
+        text = text.replace(&format!("${{{name}}}"), value);
+    }
+    assert!(
+        !text
+            .lines()
+            .any(|l| !l.trim_start().starts_with('#') && l.contains("${")),
+        "a reference left unfilled:\n{text}"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("secured.toml");
+    std::fs::write(&config, text).expect("write config");
+    let log = dir.path().join("etl.log");
+    let mut child = Command::new(etl_tests::etl_binary())
+        .args(["--log-format", "json", "run"])
+        .arg(&config)
+        .envs(vars)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start etl");
+
+    let kept = usize::try_from(RECORDS / 2).expect("small");
+    let values = broker.read_values("big-orders", 1, kept, Duration::from_secs(90));
+    stop(&mut child);
+    let ids: BTreeSet<u64> = values
+        .iter()
+        .map(|v| {
+            let v: serde_json::Value = serde_json::from_slice(v).expect("a JSON record");
+            v["id"].as_u64().expect("an id")
+        })
+        .collect();
+    let expected: BTreeSet<u64> = (0..RECORDS).filter(|id| id % 20 >= 10).collect();
+    assert_eq!(ids, expected, "big-orders; pipeline log:\n{}", read(&log));
+    let written = read(&dir.path().join("output/big-orders.ndjson"));
+    assert_eq!(written.lines().count(), kept, "the file sink");
+    assert!(
+        !read(&log).contains(&credentials.password),
+        "the password reached the log"
+    );
+}
