@@ -7,6 +7,7 @@
 
 #[path = "../../../crates/etl-kafka/tests/support/broker.rs"]
 mod broker;
+mod secure;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,6 +18,9 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 pub(crate) use broker::{TestBroker, unique};
+// Only the TLS suite uses these.
+#[allow(unused_imports)]
+pub(crate) use secure::{Ca, Sasl, SecureBroker, Security};
 
 /// Every produced value is exactly this long, so output bytes count
 /// records.
@@ -107,12 +111,20 @@ pub(crate) struct MemberConfig {
     pub(crate) revoke_deadline_ms: u64,
     /// The source's `commit_timeout_ms`, when not the default.
     pub(crate) commit_timeout_ms: Option<u32>,
+    /// The source's librdkafka `properties` (security settings).
+    pub(crate) properties: Vec<(String, String)>,
 }
 
 impl MemberConfig {
     pub(crate) fn new(broker: &TestBroker, group: &str, topic: &str) -> Self {
+        Self::with_brokers(broker.addr(), group, topic)
+    }
+
+    /// The defaults for a group on `brokers` (any broker, such as a
+    /// [`SecureBroker`]).
+    pub(crate) fn with_brokers(brokers: &str, group: &str, topic: &str) -> Self {
         MemberConfig {
-            brokers: broker.addr().to_owned(),
+            brokers: brokers.to_owned(),
             group: group.to_owned(),
             topic: topic.to_owned(),
             max_batch_records: 500,
@@ -120,6 +132,7 @@ impl MemberConfig {
             commit_interval_ms: 20,
             revoke_deadline_ms: 3_000,
             commit_timeout_ms: None,
+            properties: Vec::new(),
         }
     }
 
@@ -167,8 +180,26 @@ impl MemberConfig {
                 1,
             );
         }
+        if !self.properties.is_empty() {
+            let table = toml_inline_table(&self.properties);
+            s = s.replacen(
+                "\n\n[[sinks]]",
+                &format!("\nproperties = {table}\n\n[[sinks]]"),
+                1,
+            );
+        }
         s
     }
+}
+
+/// `{ "key" = "value", ... }`: librdkafka properties as a TOML inline
+/// table (Rust's string escapes are TOML's for these values).
+pub(crate) fn toml_inline_table(properties: &[(String, String)]) -> String {
+    let entries: Vec<String> = properties
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}"))
+        .collect();
+    format!("{{ {} }}", entries.join(", "))
 }
 
 /// One `etl run` process of the group, restarted under the same name with
