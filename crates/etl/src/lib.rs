@@ -20,10 +20,12 @@ mod config;
 mod connectors;
 mod metrics;
 mod runtime;
+mod signal;
 mod transform;
 
 pub use config::*;
 pub use connectors::check_connectors;
 pub use metrics::*;
 pub use runtime::*;
+pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
 pub use transform::*;
