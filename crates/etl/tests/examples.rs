@@ -118,3 +118,15 @@ async fn log_errors_stops_when_its_token_is_cancelled() {
         .unwrap();
     assert!(summary.stopped);
 }
+
+/// `docs/using-the-crates.md` shows `log_errors.rs` whole, as it is.
+#[test]
+fn the_library_page_shows_log_errors_as_it_is() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/../../docs/using-the-crates.md")).unwrap();
+    let program = std::fs::read_to_string(format!("{root}/examples/log_errors.rs")).unwrap();
+    assert!(
+        page.contains(&format!("```rust\n{program}```")),
+        "docs/using-the-crates.md does not show examples/log_errors.rs as it is"
+    );
+}
