@@ -65,6 +65,9 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Relative paths (here the offset store's `.etl-state/`) are resolved
+//! // against the folder given, as `etl run` does against the file's.
+//! let folder = tempfile::tempdir()?;
 //! let config = etl::parse_config(
 //!     r#"
 //!     [source]
@@ -74,7 +77,7 @@
 //!     [[sinks]]
 //!     type = "blackhole"
 //!     "#,
-//!     std::path::Path::new("."),
+//!     folder.path(),
 //! )
 //! .map_err(|problems| format!("{problems:?}"))?;
 //! let pipeline = etl::pipeline_from_config(&config).await?;
