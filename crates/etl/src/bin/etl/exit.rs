@@ -12,7 +12,8 @@ pub(crate) mod code {
     /// by another run; try again once it has ended.
     pub(crate) const IN_USE: u8 = 75;
     pub(crate) const CONFIG: u8 = 78;
-    pub(crate) const ABORTED: u8 = 130;
+    // 130, aborted by a second signal: `etl::ABORT_EXIT_CODE`, exited
+    // by `etl::shutdown_signal`'s handler.
 }
 
 /// A failed command: what to print and which code to exit with.

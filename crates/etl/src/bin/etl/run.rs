@@ -1,8 +1,6 @@
 //! `etl run`: build the pipeline, run it with signals, progress and
 //! metrics, report the summary.
 
-use tokio_util::sync::CancellationToken;
-
 use crate::args::RunArgs;
 use crate::exit::{Exit, code};
 use crate::{metrics_server, progress};
@@ -27,8 +25,10 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
         .await
         .map_err(Exit::from_pipeline)?;
     let hub = pipeline.metrics();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(watch_signals(shutdown.clone()));
+    // First SIGINT/SIGTERM: graceful stop. Second: exit at once (130); by
+    // the delivery contract nothing is lost, uncommitted work replays.
+    let shutdown = etl::shutdown_signal()
+        .map_err(|e| Exit::failure(format!("cannot watch for signals: {e}")))?;
 
     let metrics_task = match args.metrics_addr {
         Some(addr) => {
@@ -111,44 +111,4 @@ fn input_shape(config: &etl::Config) -> progress::InputShape {
             total: None,
         },
     }
-}
-
-/// First SIGINT/SIGTERM: graceful stop. Second: exit at once (code 130);
-/// by the delivery contract nothing is lost, uncommitted work replays.
-async fn watch_signals(shutdown: CancellationToken) {
-    let mut seen = 0;
-    loop {
-        if wait_for_signal().await.is_err() {
-            return;
-        }
-        seen += 1;
-        if seen == 1 {
-            tracing::warn!(
-                "stopping: draining in-flight records and committing (signal again to abort)"
-            );
-            shutdown.cancel();
-        } else {
-            crate::exit::say_err(format_args!(
-                "\naborted; uncommitted records will be read again on the next run"
-            ));
-            std::process::exit(i32::from(code::ABORTED));
-        }
-    }
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() -> std::io::Result<()> {
-    tokio::signal::ctrl_c().await
 }
