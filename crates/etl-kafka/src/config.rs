@@ -72,7 +72,9 @@ pub struct KafkaSourceConfig {
     #[serde(default = "default_assignment_strategy")]
     pub assignment_strategy: String,
     /// `auto.offset.reset`: where a partition without a committed offset
-    /// starts, `earliest` (default) or `latest`.
+    /// starts, `earliest` (default, offset 0) or `latest` (its high
+    /// watermark when it is assigned; see
+    /// [`GroupOffsetStore`](crate::GroupOffsetStore)).
     #[serde(default = "default_auto_offset_reset")]
     pub auto_offset_reset: String,
     /// How long a commit to the group may wait for the group

@@ -107,6 +107,7 @@ impl KafkaSource {
         GroupOffsetStore::new(
             Arc::clone(&self.consumer),
             Duration::from_millis(u64::from(self.config.commit_timeout_ms)),
+            &self.config.auto_offset_reset,
         )
     }
 
