@@ -77,3 +77,57 @@ async fn latest_reads_only_records_produced_after_joining() {
         "exactly the records produced after joining"
     );
 }
+
+/// Every record read carries the topic it was read from, so transforms
+/// and sinks can tell the topics of one source apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_carry_their_topic() {
+    let broker = TestBroker::start();
+    let orders = unique("orders");
+    let refunds = unique("refunds");
+    let group = unique("topic-group");
+    broker.create_topic(&orders, 2).await;
+    broker.create_topic(&refunds, 2).await;
+    produce(&broker, &orders, 3, 2).await;
+    produce(&broker, &refunds, 2, 2).await;
+
+    let mut config = source_config(&broker, &group, &orders);
+    config.topics.push(refunds.clone());
+    let mut source = KafkaSource::new(SourceId::new("k"), config).expect("source");
+    let map = source.partition_map().clone();
+    let store = source.offset_store();
+    source
+        .start(CommitSeen {
+            store,
+            seen: Arc::default(),
+            revoked: Arc::default(),
+        })
+        .expect("start");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut per_topic = std::collections::BTreeMap::<String, usize>::new();
+    while per_topic.values().sum::<usize>() < 10 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "read {per_topic:?} in 30 s"
+        );
+        match source.next().await.expect("next") {
+            SourceEvent::Assigned(ids) => {
+                for id in ids {
+                    source.seek(id, Offset(0)).await.expect("seek");
+                }
+            }
+            SourceEvent::Batch(batch) => {
+                let (expected, _) = map.topic_partition(batch.partition).expect("mapped");
+                for record in &batch.records {
+                    assert_eq!(record.topic.as_deref(), Some(expected));
+                }
+                *per_topic.entry(expected.to_owned()).or_default() += batch.records.len();
+            }
+            SourceEvent::Revoked(ids) => panic!("unexpected revoke of {ids:?}"),
+            SourceEvent::Idle | SourceEvent::End => {}
+        }
+    }
+    source.close().await;
+    assert_eq!(per_topic, [(orders, 6), (refunds, 4)].into_iter().collect());
+}
