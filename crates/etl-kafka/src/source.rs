@@ -270,6 +270,13 @@ impl Source for KafkaSource {
         self.command(Command::Resume(partitions.to_vec()))
     }
 
+    /// The partition's high watermark from the consumer's last fetch
+    /// response (no request to the broker).
+    fn high_watermark(&self, partition: PartitionId) -> Option<Offset> {
+        let (topic, p) = self.partition_map().topic_partition(partition).ok()?;
+        crate::native::cached_high_watermark(&self.consumer, topic, p).map(Offset)
+    }
+
     /// Offsets reach the group through [`GroupOffsetStore`], on the
     /// checkpointer's thread; nothing is left to do here.
     async fn commit(

@@ -70,6 +70,12 @@ async fn latest_reads_only_records_produced_after_joining() {
             }
         }
     }
+    let partition = source.partition_map().id(&topic, 0).expect("mapped");
+    assert_eq!(
+        source.high_watermark(partition),
+        Some(Offset(8)),
+        "the high watermark the broker reported with the last fetch"
+    );
     source.close().await;
     assert_eq!(
         offsets,
