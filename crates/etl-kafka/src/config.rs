@@ -56,7 +56,8 @@ pub struct KafkaSourceConfig {
     pub brokers: String,
     /// The consumer group; every process of one pipeline uses the same.
     pub group_id: String,
-    /// Topics to read. Their order defines the partition mapping (see
+    /// Topics to read, by name (a pattern such as `^orders\..*` is
+    /// refused). Partition ids depend on each name, not on the order (see
     /// [`PartitionMap`](crate::PartitionMap)).
     pub topics: Vec<String>,
     /// `session.timeout.ms`. The checkpointer's revoke deadline must stay
@@ -72,7 +73,9 @@ pub struct KafkaSourceConfig {
     #[serde(default = "default_assignment_strategy")]
     pub assignment_strategy: String,
     /// `auto.offset.reset`: where a partition without a committed offset
-    /// starts, `earliest` (default) or `latest`.
+    /// starts, `earliest` (default, offset 0) or `latest` (its high
+    /// watermark when it is assigned; see
+    /// [`GroupOffsetStore`](crate::GroupOffsetStore)).
     #[serde(default = "default_auto_offset_reset")]
     pub auto_offset_reset: String,
     /// How long a commit to the group may wait for the group
@@ -172,6 +175,19 @@ impl KafkaSourceConfig {
         }
         if self.group_id.is_empty() {
             problems.push(KafkaError::config("group_id", "must not be empty"));
+        }
+        for topic in self.topics.iter().filter(|t| t.starts_with('^')) {
+            // librdkafka would subscribe by pattern, but partition ids,
+            // offsets and commits work from the listed names: the records
+            // of matching topics would have nowhere to go.
+            problems.push(KafkaError::config(
+                "topics",
+                format!(
+                    "`{topic}` is a pattern (librdkafka subscribes to a topic starting with `^` \
+                     by regular expression); pattern subscriptions are not supported: list \
+                     the topics by name"
+                ),
+            ));
         }
         if self.max_batch_records == 0 {
             problems.push(KafkaError::config(
@@ -800,6 +816,25 @@ mod tests {
                 .expect_err("heartbeat")
                 .to_string()
                 .contains("heartbeat_interval_ms")
+        );
+    }
+
+    /// librdkafka subscribes to a topic starting with `^` by pattern; the
+    /// partition mapping knows only the listed names, so every record of
+    /// a matching topic was dropped as outside the mapping and its
+    /// assignments ignored. Such a topic is refused instead.
+    #[test]
+    fn a_regex_topic_is_refused_by_validate_and_new() {
+        let c = KafkaSourceConfig::new("b:1", "g", vec!["a".into(), r"^orders\..*".into()]);
+        let problems = c.validate().expect_err("a pattern topic");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let message = problems[0].to_string();
+        assert!(message.contains("topics"), "{message}");
+        assert!(message.contains(r"^orders\..*"), "{message}");
+        assert!(message.contains("pattern"), "{message}");
+        assert!(
+            crate::KafkaSource::new(etl_record::SourceId::new("k"), c).is_err(),
+            "refused when the source is built too"
         );
     }
 

@@ -19,6 +19,8 @@
 //! The consumer group's committed offsets are stored under the topic's
 //! name and Kafka partition number, never under the id.
 
+use std::sync::Arc;
+
 use etl_record::PartitionId;
 
 use crate::KafkaError;
@@ -51,6 +53,8 @@ pub struct PartitionMap {
     topics: Vec<String>,
     /// The code of each topic, in the same order.
     codes: Vec<u32>,
+    /// Each topic's name as records carry it, in the same order.
+    names: Vec<Arc<str>>,
 }
 
 impl PartitionMap {
@@ -91,7 +95,12 @@ impl PartitionMap {
             }
             codes.push(code);
         }
-        Ok(PartitionMap { topics, codes })
+        let names = topics.iter().map(|t| Arc::from(t.as_str())).collect();
+        Ok(PartitionMap {
+            topics,
+            codes,
+            names,
+        })
     }
 
     /// The topics, in the order they were listed (which does not matter
@@ -99,6 +108,19 @@ impl PartitionMap {
     #[must_use]
     pub fn topics(&self) -> &[String] {
         &self.topics
+    }
+
+    /// The name of the topic `id` belongs to, shared (records carry it as
+    /// their [`topic`](etl_record::Record::topic)).
+    #[must_use]
+    pub fn shared_topic(&self, id: PartitionId) -> Option<Arc<str>> {
+        let code = (id.0 >> PARTITION_BITS) & CODE_MASK;
+        self.codes
+            .iter()
+            .position(|c| *c == code)
+            .and_then(|i| self.names.get(i))
+            .filter(|_| id.0 & MARK != 0)
+            .cloned()
     }
 
     /// The id of Kafka partition `partition` of `topic`.

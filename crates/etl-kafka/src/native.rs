@@ -344,3 +344,29 @@ pub(crate) struct MessageView {
     pub(crate) timestamp: Option<i64>,
     pub(crate) headers: Option<Vec<(String, Option<Bytes>)>>,
 }
+
+/// The high watermark of `topic`/`partition` as the consumer last heard
+/// it (from a fetch response), without asking the broker; `None` before
+/// the first fetch or when the topic is unknown.
+pub(crate) fn cached_high_watermark(
+    consumer: &BaseConsumer<GroupContext>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1_i64, -1_i64);
+    // SAFETY: the handle is alive (borrowed from the consumer), the topic
+    // name is a NUL-terminated string that outlives the call, and the two
+    // out-pointers are valid for writes. The call only reads librdkafka's
+    // cached partition state under its locks; it never blocks on I/O.
+    let err = unsafe {
+        rd::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &raw mut low,
+            &raw mut high,
+        )
+    };
+    (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}

@@ -22,8 +22,13 @@ type PendingCommit = Receiver<Result<(), rdkafka::error::KafkaError>>;
 /// Offsets committed to the source's consumer group.
 ///
 /// [`load`](GroupOffsetStore::load) reads the group's committed offsets of
-/// every partition of the source's topics (a partition with none is left
-/// out, so it starts where `auto.offset.reset` says);
+/// every partition of the source's topics. A partition with none starts
+/// where [`auto_offset_reset`](crate::KafkaSourceConfig::auto_offset_reset)
+/// says: with `latest` (`largest`, `end`) load answers the partition's high
+/// watermark, read from the broker, since the pipeline seeks every assigned
+/// partition to what the store answers (offset 0 when it answers nothing);
+/// with `earliest` the partition is left out and starts at 0 (librdkafka
+/// resets an offset the log no longer holds to its start);
 /// [`commit`](GroupOffsetStore::commit) waits for the coordinator, so `Ok`
 /// means the group stored the offsets, but never longer than
 /// [`commit_timeout_ms`](crate::KafkaSourceConfig::commit_timeout_ms):
@@ -35,6 +40,9 @@ type PendingCommit = Receiver<Result<(), rdkafka::error::KafkaError>>;
 pub struct GroupOffsetStore {
     consumer: Arc<BaseConsumer<GroupContext>>,
     timeout: Duration,
+    /// Whether a partition without a committed offset starts at its high
+    /// watermark (`auto.offset.reset` latest).
+    latest: bool,
     /// A commit that outlived its deadline, still waiting for the
     /// coordinator. The next commit waits for it first (within its own
     /// deadline), so at most one commit waits at a time.
@@ -50,15 +58,27 @@ impl fmt::Debug for GroupOffsetStore {
 }
 
 impl GroupOffsetStore {
-    pub(crate) fn new(consumer: Arc<BaseConsumer<GroupContext>>, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        consumer: Arc<BaseConsumer<GroupContext>>,
+        timeout: Duration,
+        auto_offset_reset: &str,
+    ) -> Self {
         GroupOffsetStore {
             consumer,
             timeout,
+            latest: matches!(auto_offset_reset, "latest" | "largest" | "end"),
             pending: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// The group's committed offsets of every partition of the topics.
+    /// The group's committed offsets of every partition of the topics; a
+    /// partition without one at its high watermark when
+    /// `auto_offset_reset` is `latest`.
+    ///
+    /// # Errors
+    ///
+    /// [`KafkaError::Client`] when the broker does not answer the
+    /// metadata, committed-offset or watermark request in time.
     pub fn load(&self) -> Result<BTreeMap<PartitionId, Offset>, KafkaError> {
         let map = &self.consumer.context().map;
         let mut tpl = TopicPartitionList::new();
@@ -82,9 +102,26 @@ impl GroupOffsetStore {
             .map_err(|e| KafkaError::client("reading the group's committed offsets", e))?;
         let mut offsets = BTreeMap::new();
         for e in committed.elements() {
-            if let (KafkaOffset::Offset(o), Ok(id)) = (e.offset(), map.id(e.topic(), e.partition()))
-            {
+            let Ok(id) = map.id(e.topic(), e.partition()) else {
+                continue;
+            };
+            if let KafkaOffset::Offset(o) = e.offset() {
                 offsets.insert(id, Offset(o));
+            } else if self.latest {
+                let (_low, high) = self
+                    .consumer
+                    .fetch_watermarks(e.topic(), e.partition(), LOAD_TIMEOUT)
+                    .map_err(|err| {
+                        KafkaError::client(
+                            format!(
+                                "reading the high watermark of `{}`/{} (auto_offset_reset = latest)",
+                                e.topic(),
+                                e.partition()
+                            ),
+                            err,
+                        )
+                    })?;
+                offsets.insert(id, Offset(high));
             }
         }
         Ok(offsets)

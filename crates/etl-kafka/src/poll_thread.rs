@@ -216,6 +216,7 @@ impl PollThread {
         // Records read through the consumer queue are older: first.
         self.context().flush_chunk(&[]);
         let mut run: Option<(usize, i32, PartitionId)> = None;
+        let mut topic = None;
         let mut records = Vec::with_capacity(batch.len());
         for i in 0..batch.len() {
             let Some(view) = batch.get(i) else {
@@ -230,9 +231,12 @@ impl PollThread {
                     .topic_name(i)
                     .and_then(|t| self.context().map.id(t, view.partition).ok())
                     .map(|id| (view.topic, view.partition, id));
+                topic = run.and_then(|(_, _, id)| self.context().map.shared_topic(id));
             }
             if let Some((_, _, partition)) = run {
-                records.push(view_to_record(&self.source, partition, view));
+                let mut record = view_to_record(&self.source, partition, view);
+                record.topic.clone_from(&topic);
+                records.push(record);
             }
         }
         if let Some((_, _, partition)) = run {
@@ -430,7 +434,8 @@ impl PollThread {
             return;
         };
         let seek = self.seeks.get(&partition).copied().unwrap_or(0);
-        let record = to_record(&self.source, partition, message);
+        let mut record = to_record(&self.source, partition, message);
+        record.topic = self.context().map.shared_topic(partition);
         let full = {
             let mut guard = self
                 .context()

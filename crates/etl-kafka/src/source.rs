@@ -107,6 +107,7 @@ impl KafkaSource {
         GroupOffsetStore::new(
             Arc::clone(&self.consumer),
             Duration::from_millis(u64::from(self.config.commit_timeout_ms)),
+            &self.config.auto_offset_reset,
         )
     }
 
@@ -267,6 +268,13 @@ impl Source for KafkaSource {
 
     async fn resume(&mut self, partitions: &[PartitionId]) -> Result<(), SourceError> {
         self.command(Command::Resume(partitions.to_vec()))
+    }
+
+    /// The partition's high watermark from the consumer's last fetch
+    /// response (no request to the broker).
+    fn high_watermark(&self, partition: PartitionId) -> Option<Offset> {
+        let (topic, p) = self.partition_map().topic_partition(partition).ok()?;
+        crate::native::cached_high_watermark(&self.consumer, topic, p).map(Offset)
     }
 
     /// Offsets reach the group through [`GroupOffsetStore`], on the

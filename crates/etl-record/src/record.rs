@@ -1,5 +1,7 @@
 //! The record itself.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::{Headers, IdempotencyKey, Position};
@@ -27,6 +29,10 @@ pub struct Record {
     pub timestamp: Option<Timestamp>,
     /// Where the record was read.
     pub position: Position,
+    /// The topic (or stream) it was read from, for a source that reads
+    /// several under one name: a Kafka source sets the record's topic.
+    /// Shared by the records of one topic, not copied.
+    pub topic: Option<Arc<str>>,
 }
 
 impl Record {
@@ -39,6 +45,7 @@ impl Record {
             headers: Headers::new(),
             timestamp: None,
             position,
+            topic: None,
         }
     }
 

@@ -260,6 +260,13 @@ impl SourceDriver {
                         }
                     }
                     SourceEvent::Idle => {
+                        // Records may arrive at a partition nothing is
+                        // read from (paused, or caught up): its lag grows.
+                        for p in self.partitions.keys() {
+                            if let Some(high) = self.source.high_watermark(*p) {
+                                self.metrics.update(*p, |m| m.high_watermark = Some(high));
+                            }
+                        }
                         let wake = tokio::select! {
                             biased;
                             () = shutdown.cancelled() => Wake::Shutdown,
@@ -617,7 +624,11 @@ impl SourceDriver {
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
         let count = records.len() as u64;
+        let high_watermark = self.source.high_watermark(partition);
         self.metrics.update(partition, |m| {
+            if high_watermark.is_some() {
+                m.high_watermark = high_watermark;
+            }
             m.batches += 1;
             m.records += count;
             m.rejected += rejected;

@@ -24,6 +24,9 @@ pub struct PartitionSourceMetrics {
     pub replays: u64,
     /// Records given up on as poison.
     pub poison_records: u64,
+    /// The offset after the partition's last record, where the source
+    /// knows it ([`Source::high_watermark`](crate::Source::high_watermark)).
+    pub high_watermark: Option<Offset>,
 }
 
 /// A snapshot of the driver's counters.

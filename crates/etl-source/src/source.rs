@@ -119,6 +119,15 @@ pub trait Source: Send {
         let _ = offsets;
         Ok(())
     }
+
+    /// The offset after the last record `partition` holds now (Kafka's
+    /// high watermark), as the source last heard it without asking
+    /// anyone; the driver reports it in the metrics, from which the
+    /// partition's lag follows. MUST NOT block. The default knows none.
+    fn high_watermark(&self, partition: PartitionId) -> Option<Offset> {
+        let _ = partition;
+        None
+    }
 }
 
 /// A source behind a box, as the driver and the runtime hold it.
@@ -144,6 +153,10 @@ impl<S: Source + ?Sized> Source for Box<S> {
 
     async fn commit(&mut self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), SourceError> {
         (**self).commit(offsets).await
+    }
+
+    fn high_watermark(&self, partition: PartitionId) -> Option<Offset> {
+        (**self).high_watermark(partition)
     }
 }
 

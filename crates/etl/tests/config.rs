@@ -102,18 +102,23 @@ commit_interval = "0s"
 "#;
     let problems = parse_config(bad, Path::new(".")).unwrap_err();
     let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    assert_eq!(problems.len(), 5, "{shown:#?}");
+    assert_eq!(problems.len(), 6, "{shown:#?}");
+    // The misspelled key, and the key it should have been, both reported.
     assert!(
-        shown[0].starts_with("4:1: [source]:") && shown[0].contains("pathz"),
+        shown[0].starts_with("2:1: [source]:") && shown[0].contains("missing field `paths`"),
         "{shown:#?}"
     );
-    assert!(shown[1].starts_with("9:1: [[transforms]] #1:") && shown[1].contains("needs a value"));
-    assert!(shown[2].starts_with("14:11: [[sinks]] #1:") && shown[2].contains("invalid duration"));
     assert!(
-        shown[3].starts_with("17:9: [[sinks]] #2:") && shown[3].contains("teleport"),
+        shown[1].starts_with("4:1: [source]:") && shown[1].contains("pathz"),
         "{shown:#?}"
     );
-    assert!(shown[4].starts_with("20:1: [checkpoint]:") && shown[4].contains("commit_interval"));
+    assert!(shown[2].starts_with("9:1: [[transforms]] #1:") && shown[2].contains("needs a value"));
+    assert!(shown[3].starts_with("14:11: [[sinks]] #1:") && shown[3].contains("invalid duration"));
+    assert!(
+        shown[4].starts_with("17:9: [[sinks]] #2:") && shown[4].contains("teleport"),
+        "{shown:#?}"
+    );
+    assert!(shown[5].starts_with("20:1: [checkpoint]:") && shown[5].contains("commit_interval"));
 }
 
 #[test]
