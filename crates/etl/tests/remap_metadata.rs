@@ -114,8 +114,9 @@ fn source_partition_offset_and_other_metadata_are_read_only() {
         ("%offset = 1", "read-only"),
         (r#"%source = "x""#, "read-only"),
         (r#"% = {}"#, "read-only"),
+        (r#"%topic = "t""#, "read-only"),
         (
-            "%topic = \"t\"",
+            "%region = \"t\"",
             "a program assigns only %key, %headers and %timestamp",
         ),
     ] {
@@ -124,4 +125,26 @@ fn source_partition_offset_and_other_metadata_are_read_only() {
     }
     let err = VrlProgram::condition(r#"%key = "x"; true"#).unwrap_err();
     assert!(err.message.contains("read-only"), "{}", err.message);
+}
+
+#[test]
+fn the_topic_a_record_was_read_from_is_readable_and_null_without_one() {
+    let mut chain = TransformChain::new();
+    chain.push(Box::new(Remap::new(
+        "remap",
+        VrlProgram::remap(".topic = %topic").unwrap(),
+    )));
+    let mut from_kafka = record();
+    from_kafka.topic = Some("orders.eu".into());
+    let mut out = ChainOutput::default();
+    chain.apply(vec![from_kafka, record()], &mut out);
+    assert!(out.rejected.is_empty(), "{:?}", out.rejected);
+    assert_eq!(
+        &out.kept[0].value[..],
+        br#"{"id":7,"user":"u-1","topic":"orders.eu"}"#
+    );
+    assert_eq!(
+        &out.kept[1].value[..],
+        br#"{"id":7,"user":"u-1","topic":null}"#
+    );
 }

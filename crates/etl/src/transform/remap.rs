@@ -3,7 +3,8 @@
 //! them.
 //!
 //! `.` is the record's value, parsed from JSON; `%` is the record's
-//! metadata: `%source`, `%partition`, `%offset` (read-only), `%key` (bytes
+//! metadata: `%source`, `%partition`, `%offset`, `%topic` (the Kafka
+//! topic, or null; all four read-only), `%key` (bytes
 //! or null), `%headers` (an object of bytes or null; the last of repeated
 //! keys), `%timestamp` (a timestamp or null). A `remap` program may assign
 //! or delete `%key`, `%headers` and `%timestamp`, and the record leaves
@@ -67,7 +68,7 @@ impl VrlProgram {
     /// to `%`).
     pub fn remap(source: &str) -> Result<Self, VrlError> {
         let mut config = CompileConfig::default();
-        for name in ["source", "partition", "offset"] {
+        for name in ["source", "partition", "offset", "topic"] {
             config.set_read_only_path(
                 OwnedTargetPath::metadata(vrl::owned_value_path!(name)),
                 true,
@@ -192,6 +193,10 @@ impl VrlProgram {
             Value::Integer(i64::from(record.position.partition.0)),
         );
         meta.insert("offset".into(), Value::Integer(record.position.offset.0));
+        meta.insert(
+            "topic".into(),
+            record.topic.as_deref().map_or(Value::Null, Into::into),
+        );
         meta.insert("key".into(), bytes(&record.key));
         meta.insert("headers".into(), Value::Object(headers));
         meta.insert("timestamp".into(), timestamp);
