@@ -146,6 +146,8 @@ fn test() -> Result {
         "--examples",
         "--all-features",
         "--locked",
+        // Every failing test binary is reported, not only the first.
+        "--no-fail-fast",
         "--",
         "--skip",
         "prop_",
