@@ -66,15 +66,7 @@ impl FileStore {
     /// this process or another) holds the folder; the folder cannot be
     /// created or read, or files exist and none is a valid generation.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        let dir = dir.as_ref().to_owned();
-        fs::create_dir_all(&dir).map_err(io(&dir, "create folder"))?;
-        let lock = OwnerLock::acquire(dir.join(LOCK))?;
-        let mut store = FileStore {
-            dir,
-            generation: 0,
-            offsets: Offsets::new(),
-            lock,
-        };
+        let mut store = Self::lock(dir.as_ref())?;
         store.reload()?;
         Ok(store)
     }
@@ -90,19 +82,23 @@ impl FileStore {
     ///
     /// As [`open`](Self::open), except [`CheckpointError::Corrupt`].
     pub fn open_discarding_corrupt(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        let dir = dir.as_ref().to_owned();
-        fs::create_dir_all(&dir).map_err(io(&dir, "create folder"))?;
-        let lock = OwnerLock::acquire(dir.join(LOCK))?;
-        let mut store = FileStore {
-            dir,
-            generation: 0,
-            offsets: Offsets::new(),
-            lock,
-        };
+        let mut store = Self::lock(dir.as_ref())?;
         match store.reload() {
             Ok(()) | Err(CheckpointError::Corrupt { .. }) => Ok(store),
             Err(e) => Err(e),
         }
+    }
+
+    /// Create the folder if needed and take its lock; nothing loaded yet.
+    fn lock(dir: &Path) -> Result<Self, CheckpointError> {
+        fs::create_dir_all(dir).map_err(io(dir, "create folder"))?;
+        let lock = OwnerLock::acquire(dir.join(LOCK))?;
+        Ok(FileStore {
+            dir: dir.to_owned(),
+            generation: 0,
+            offsets: Offsets::new(),
+            lock,
+        })
     }
 
     /// The store's folder.
