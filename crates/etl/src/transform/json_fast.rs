@@ -229,9 +229,12 @@ impl FastStage {
                             let mut top = Map::new();
                             top.insert(path[0].clone(), s.value_of(i, constants));
                             if remove(&mut top, path).is_some() {
-                                // Something was removed: the value changed.
+                                // Something was removed. The value may be
+                                // the one read all the same (what an
+                                // earlier step added, taken out again):
+                                // `set` keeps such a value as read.
                                 let changed = top.remove(&path[0]).unwrap_or(Value::Null);
-                                s.entries[i].state = State::Set(changed);
+                                s.set(&path[0], State::Set(changed), constants);
                             }
                         }
                     }
