@@ -149,20 +149,11 @@ impl KafkaSourceConfig {
     /// setting (`properties."name"` for a librdkafka property). No message
     /// holds the value of a secret.
     pub fn validate(&self) -> Result<(), Vec<KafkaError>> {
-        let mut problems = self.settings_problems();
-        if problems.is_empty() {
-            let mut config = self.unchecked_client_config();
-            let created =
-                without_brokers(&mut config).create_with_context::<_, BaseConsumer<Silent>>(Silent);
-            if let Err(e) = created {
-                problems.push(self.properties.refusal(e));
-            }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
-        }
+        checked::<BaseConsumer<Silent>>(
+            self.settings_problems(),
+            || self.unchecked_client_config(),
+            &self.properties,
+        )
     }
 
     fn settings_problems(&self) -> Vec<KafkaError> {
@@ -310,20 +301,11 @@ impl KafkaSinkConfig {
     /// Every problem found, each a [`KafkaError::Config`] naming the
     /// setting. No message holds the value of a secret.
     pub fn validate(&self) -> Result<(), Vec<KafkaError>> {
-        let mut problems = self.settings_problems();
-        if problems.is_empty() {
-            let mut config = self.unchecked_client_config();
-            let created =
-                without_brokers(&mut config).create_with_context::<_, BaseProducer<Silent>>(Silent);
-            if let Err(e) = created {
-                problems.push(self.properties.refusal(e));
-            }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems)
-        }
+        checked::<BaseProducer<Silent>>(
+            self.settings_problems(),
+            || self.unchecked_client_config(),
+            &self.properties,
+        )
     }
 
     fn settings_problems(&self) -> Vec<KafkaError> {
@@ -350,6 +332,30 @@ impl KafkaSinkConfig {
             .set("enable.idempotence", "true")
             .set("message.timeout.ms", self.message_timeout_ms.to_string());
         config
+    }
+}
+
+/// `problems`, or when there are none, whatever librdkafka refuses in
+/// creating a client `C` of the configuration `config` builds (with no
+/// broker: see [`without_brokers`]).
+fn checked<C>(
+    mut problems: Vec<KafkaError>,
+    config: impl FnOnce() -> ClientConfig,
+    properties: &KafkaProperties,
+) -> Result<(), Vec<KafkaError>>
+where
+    C: rdkafka::config::FromClientConfigAndContext<Silent>,
+{
+    if problems.is_empty() {
+        let mut config = config();
+        if let Err(e) = without_brokers(&mut config).create_with_context::<_, C>(Silent) {
+            problems.push(properties.refusal(e));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
     }
 }
 
