@@ -5,7 +5,7 @@
 //! `/usr/bin/time -v`, or `VmHWM` polled from `/proc` without it) or the
 //! `pipeline` bench harness of the `etl` crate; the checkpointer figure is
 //! a criterion bench of `etl-checkpoint`; the Kafka figure runs the
-//! `kafka` bench harness of the `etl` crate against a Tansu broker of its
+//! `kafka` bench harness of `etl-tests` against a Tansu broker of its
 //! own. Nothing here asserts a timing: the table says whether each budget
 //! was met. `docs/benchmarks.md` records the results.
 
@@ -67,11 +67,7 @@ pub(crate) fn run(args: &[String]) -> Result {
     }
     let started = Instant::now();
     if only == Some("kafka") {
-        // The row needs the Kafka connector only: the harness is built
-        // without the other connectors and remap, which cost most of a
-        // release build.
-        let harness =
-            build_harness_with("kafka", &["--no-default-features", "--features", "kafka"])?;
+        let harness = build_harness("etl-tests", "kafka")?;
         let rows = vec![kafka(&harness)?];
         print!("{}", table(&rows));
         eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
@@ -85,14 +81,14 @@ pub(crate) fn run(args: &[String]) -> Result {
     if let Some(only) = only {
         let rows = match only {
             "transform" => transform_rows(&etl, &work)?,
-            _ => many_files(&etl, &build_harness("pipeline")?, &work)?,
+            _ => many_files(&etl, &build_harness("etl", "pipeline")?, &work)?,
         };
         print!("{}", table(&rows));
         eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
         return Ok(());
     }
-    let harness = build_harness("pipeline")?;
-    let kafka_harness = build_harness("kafka")?;
+    let harness = build_harness("etl", "pipeline")?;
+    let kafka_harness = build_harness("etl-tests", "kafka")?;
     let mut rows = Vec::new();
 
     // 1. Acknowledgements on versus off.
@@ -388,24 +384,18 @@ fn many_files(etl: &Path, harness: &Path, work: &Path) -> Result<Vec<Row>> {
     }])
 }
 
-/// Build the bench harness `name` of the `etl` crate; its path.
-fn build_harness(name: &str) -> Result<PathBuf> {
-    build_harness_with(name, &[])
-}
-
-/// As [`build_harness`], with more `cargo bench` arguments (features).
-fn build_harness_with(name: &str, extra: &[&str]) -> Result<PathBuf> {
+/// Build the bench harness `name` of `package`; its path.
+fn build_harness(package: &str, name: &str) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut args = vec![
+    let args = [
         "bench",
         "-p",
-        "etl",
+        package,
         "--bench",
         name,
         "--no-run",
         "--message-format=json",
     ];
-    args.extend_from_slice(extra);
     eprintln!("$ cargo {}", args.join(" "));
     let out = Command::new(cargo)
         .args(args)

@@ -53,6 +53,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "../../crates/etl/benches/common/mod.rs"]
 mod common;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
