@@ -33,7 +33,7 @@ pub struct PipelineToml {
     /// Exactly-once file sink.
     pub exactly_once: bool,
     /// Largest source poll batch, in records.
-    pub batch_records: u64,
+    pub max_batch_records: u64,
     /// Largest sink write, in records.
     pub sink_batch_records: u64,
     /// `[limits] max_in_flight_batches` (also per partition).
@@ -61,7 +61,7 @@ impl PipelineToml {
             dead_letter: dir.join("out").join("dead.ndjson"),
             store: dir.join("state"),
             exactly_once: false,
-            batch_records: 1000,
+            max_batch_records: 1000,
             sink_batch_records: 1000,
             max_in_flight_batches: 8,
             commit_interval_ms: 1,
@@ -73,10 +73,10 @@ impl PipelineToml {
     }
 
     /// Records that can be in flight at once: `[limits]
-    /// max_in_flight_batches` source batches of `batch_records`.
+    /// max_in_flight_batches` source batches of `max_batch_records`.
     #[must_use]
     pub fn in_flight_records(&self) -> u64 {
-        self.max_in_flight_batches * self.batch_records
+        self.max_in_flight_batches * self.max_batch_records
     }
 
     /// The most records one kill (or one replay) can write twice.
@@ -111,7 +111,7 @@ impl PipelineToml {
              [limits]\nmax_in_flight_batches = {}\nmax_in_flight_batches_per_partition = {}\n\n\
              [checkpoint]\ncommit_interval = \"{}ms\"\nstore = {{ type = \"file\", path = {} }}\n\n{}\n",
             inputs.join(", "),
-            self.batch_records,
+            self.max_batch_records,
             self.source_extra,
             q(&self.output),
             self.exactly_once,

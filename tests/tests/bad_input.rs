@@ -177,7 +177,7 @@ fn committed_run(dir: &Path) -> PipelineToml {
     let input = dir.join("in.ndjson");
     write_records(&input, 0..2000, 1, 0).unwrap();
     let mut p = pipeline(dir, vec![input]);
-    p.batch_records = 100;
+    p.max_batch_records = 100;
     p.commit_interval_ms = 1;
     let log = run(dir, &p.render());
     assert_eq!(log.code, Some(0), "{}", log.stderr);
@@ -232,7 +232,7 @@ fn invalid_configuration_values_exit_78_listing_each_with_its_line() {
     let p = pipeline(dir.path(), vec![corpus("malformed.ndjson")]);
     let toml = p
         .render()
-        .replace("batch_records = 1000", "batch_records = \"many\"")
+        .replace("max_batch_records = 1000", "max_batch_records = \"many\"")
         .replace("commit_interval = \"20ms\"", "commit_interval = \"0s\"")
         .replace("[dead_letter]", "[dead_letter]\nbogus = 1");
     let log = run(dir.path(), &toml);

@@ -17,7 +17,7 @@ const FILE_SOURCE: &str = r#"
 [source]
 type = "file"
 paths = ["input.ndjson"]
-batch_records = 64
+max_batch_records = 64
 "#;
 
 #[test]

@@ -16,7 +16,7 @@ fn torn_writes(name: &str, mode: SinkMode, seed: u64) {
     crash.kill_after_ms = (5, 60);
     crash.inspect_after_kill = true;
     crash.tear_after_kill = true;
-    crash.pipeline.batch_records = 100;
+    crash.pipeline.max_batch_records = 100;
     crash.pipeline.sink_batch_records = 100;
     crash.pipeline.commit_interval_ms = 1;
     let tally = crash

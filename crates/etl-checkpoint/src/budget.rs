@@ -18,22 +18,22 @@ use crate::sync::{Arc, Mutex, lock};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InFlightLimits {
     /// Batches in flight per partition.
-    pub max_batches_per_partition: u32,
+    pub max_in_flight_batches_per_partition: u32,
     /// Payload bytes in flight per partition.
-    pub max_bytes_per_partition: u64,
+    pub max_in_flight_bytes_per_partition: u64,
     /// Batches in flight over all partitions.
-    pub max_batches: u32,
+    pub max_in_flight_batches: u32,
     /// Payload bytes in flight over all partitions.
-    pub max_bytes: u64,
+    pub max_in_flight_bytes: u64,
 }
 
 impl Default for InFlightLimits {
     fn default() -> Self {
         InFlightLimits {
-            max_batches_per_partition: 64,
-            max_bytes_per_partition: 32 << 20,
-            max_batches: 64,
-            max_bytes: 32 << 20,
+            max_in_flight_batches_per_partition: 64,
+            max_in_flight_bytes_per_partition: 16 << 20,
+            max_in_flight_batches: 64,
+            max_in_flight_bytes: 16 << 20,
         }
     }
 }
@@ -48,10 +48,11 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    fn fits(&self, bytes: u64, max_batches: u32, max_bytes: u64) -> bool {
+    fn fits(&self, bytes: u64, max_in_flight_batches: u32, max_in_flight_bytes: u64) -> bool {
         // A batch larger than the byte limit still goes when nothing else
         // is in flight, or it could never go at all.
-        self.batches < max_batches && (self.bytes == 0 || self.bytes + bytes <= max_bytes)
+        self.batches < max_in_flight_batches
+            && (self.bytes == 0 || self.bytes + bytes <= max_in_flight_bytes)
     }
 
     fn take(&mut self, bytes: u64) {
@@ -121,11 +122,13 @@ impl InFlightBudget {
             .get(&partition)
             .copied()
             .unwrap_or_default();
-        if !state.total.fits(bytes, l.max_batches, l.max_bytes)
+        if !state
+            .total
+            .fits(bytes, l.max_in_flight_batches, l.max_in_flight_bytes)
             || !part.fits(
                 bytes,
-                l.max_batches_per_partition,
-                l.max_bytes_per_partition,
+                l.max_in_flight_batches_per_partition,
+                l.max_in_flight_bytes_per_partition,
             )
         {
             return false;
@@ -201,10 +204,10 @@ mod tests {
 
     fn budget() -> InFlightBudget {
         InFlightBudget::new(InFlightLimits {
-            max_batches_per_partition: 2,
-            max_bytes_per_partition: 100,
-            max_batches: 3,
-            max_bytes: 1000,
+            max_in_flight_batches_per_partition: 2,
+            max_in_flight_bytes_per_partition: 100,
+            max_in_flight_batches: 3,
+            max_in_flight_bytes: 1000,
         })
     }
 

@@ -24,9 +24,11 @@ pub struct CheckpointConfig {
     /// How long a revoke waits for in-flight batches of the revoked
     /// partitions; keep it below a consumer group's session timeout.
     pub revoke_deadline: Duration,
-    /// How long shutdown waits for in-flight batches before the final
-    /// commit.
-    pub shutdown_deadline: Duration,
+    /// How long a graceful stop may take: shutdown waits this long at
+    /// most for in-flight batches before the final commit, and the `etl`
+    /// pipeline bounds its whole stop by it (`shutdown_timeout` in a
+    /// configuration file's `[checkpoint]`).
+    pub shutdown_timeout: Duration,
     /// In-flight bounds.
     pub limits: InFlightLimits,
 }
@@ -36,7 +38,7 @@ impl Default for CheckpointConfig {
         CheckpointConfig {
             commit_interval: Duration::from_secs(1),
             revoke_deadline: Duration::from_secs(10),
-            shutdown_deadline: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
             limits: InFlightLimits::default(),
         }
     }

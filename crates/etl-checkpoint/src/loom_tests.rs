@@ -51,10 +51,10 @@ fn meta(epoch: u32, seq: u64) -> BatchMeta {
 
 fn budget() -> InFlightBudget {
     InFlightBudget::new(InFlightLimits {
-        max_batches_per_partition: 2,
-        max_bytes_per_partition: 100,
-        max_batches: 2,
-        max_bytes: 100,
+        max_in_flight_batches_per_partition: 2,
+        max_in_flight_bytes_per_partition: 100,
+        max_in_flight_batches: 2,
+        max_in_flight_bytes: 100,
     })
 }
 
@@ -186,10 +186,10 @@ fn revoke_races_an_in_flight_ack_of_the_revoked_epoch() {
 fn credits_acquired_and_released_concurrently() {
     loom::model(|| {
         let b = InFlightBudget::new(InFlightLimits {
-            max_batches_per_partition: 1,
-            max_bytes_per_partition: 10,
-            max_batches: 1,
-            max_bytes: 10,
+            max_in_flight_batches_per_partition: 1,
+            max_in_flight_bytes_per_partition: 10,
+            max_in_flight_batches: 1,
+            max_in_flight_bytes: 10,
         });
         assert!(b.try_acquire(P, 5));
         let releaser = {
@@ -214,20 +214,23 @@ fn credits_acquired_and_released_concurrently() {
 #[test]
 fn try_acquire_and_release_many_racing_stay_within_limits_and_balance() {
     const LIMITS: InFlightLimits = InFlightLimits {
-        max_batches_per_partition: 2,
-        max_bytes_per_partition: 8,
-        max_batches: 3,
-        max_bytes: 12,
+        max_in_flight_batches_per_partition: 2,
+        max_in_flight_bytes_per_partition: 8,
+        max_in_flight_batches: 3,
+        max_in_flight_bytes: 12,
     };
     loom::model(|| {
         let b = InFlightBudget::new(LIMITS);
         let within = |b: &InFlightBudget| {
             let all = b.in_flight();
-            assert!(all.batches <= LIMITS.max_batches && all.bytes <= LIMITS.max_bytes);
+            assert!(
+                all.batches <= LIMITS.max_in_flight_batches
+                    && all.bytes <= LIMITS.max_in_flight_bytes
+            );
             for p in [P, PartitionId(1)] {
                 let one = b.in_flight_of(p);
-                assert!(one.batches <= LIMITS.max_batches_per_partition);
-                assert!(one.bytes <= LIMITS.max_bytes_per_partition);
+                assert!(one.batches <= LIMITS.max_in_flight_batches_per_partition);
+                assert!(one.bytes <= LIMITS.max_in_flight_bytes_per_partition);
             }
         };
         // Each thread takes what credit it can for its partition, checks

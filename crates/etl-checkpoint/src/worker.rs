@@ -265,7 +265,7 @@ impl Worker {
                     // caller learns the checkpointer stopped.
                     let _ = earlier.send(Err(CheckpointError::Stopped));
                 }
-                self.shutdown = Some((Instant::now() + self.config.shutdown_deadline, reply));
+                self.shutdown = Some((Instant::now() + self.config.shutdown_timeout, reply));
             }
         }
     }

@@ -30,12 +30,12 @@ fn config() -> CheckpointConfig {
         // Commits happen only when a test asks, or on revoke/shutdown.
         commit_interval: Duration::from_secs(3600),
         revoke_deadline: Duration::from_secs(30),
-        shutdown_deadline: Duration::from_secs(30),
+        shutdown_timeout: Duration::from_secs(30),
         limits: InFlightLimits {
-            max_batches_per_partition: 8,
-            max_bytes_per_partition: 1 << 20,
-            max_batches: 16,
-            max_bytes: 1 << 20,
+            max_in_flight_batches_per_partition: 8,
+            max_in_flight_bytes_per_partition: 1 << 20,
+            max_in_flight_batches: 16,
+            max_in_flight_bytes: 1 << 20,
         },
     }
 }
@@ -391,7 +391,7 @@ async fn shutdown_waits_for_in_flight_then_commits() {
 #[tokio::test]
 async fn shutdown_gives_up_at_its_deadline() {
     let config = CheckpointConfig {
-        shutdown_deadline: Duration::from_millis(30),
+        shutdown_timeout: Duration::from_millis(30),
         ..config()
     };
     let f = start_with(config, MemoryStore::with_offsets(offsets(&[(P0, 50)])));

@@ -13,10 +13,8 @@ use async_trait::async_trait;
 use etl_checkpoint::{CheckpointConfig, Checkpointer, InFlightLimits};
 use etl_kafka::KafkaSource;
 use etl_record::{PartitionId, SourceId};
-use etl_sink::{
-    DriverConfig as SinkDriverConfig, EncodedBatch, RawLinesEncoder, Sink, SinkDriver, SinkError,
-};
-use etl_source::{DriverConfig, SourceDriver, SourceOutput};
+use etl_sink::{EncodedBatch, RawLinesEncoder, Sink, SinkDriver, SinkDriverConfig, SinkError};
+use etl_source::{SourceDriver, SourceDriverConfig, SourceOutput};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -77,7 +75,7 @@ async fn failing_partition_stalls_only_its_commits() {
         CheckpointConfig {
             commit_interval: Duration::from_millis(100),
             revoke_deadline: config.max_revoke_deadline(),
-            shutdown_deadline: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(5),
             limits: InFlightLimits::default(),
         },
         Box::new(source.offset_store()),
@@ -93,7 +91,7 @@ async fn failing_partition_stalls_only_its_commits() {
     });
     let sink_driver = SinkDriver::new(sink.clone(), RawLinesEncoder::new())
         .config(SinkDriverConfig {
-            max_records: 1,
+            batch_max_records: 1,
             ..SinkDriverConfig::default()
         })
         .spawn();
@@ -106,9 +104,9 @@ async fn failing_partition_stalls_only_its_commits() {
         out_tx,
         // The refused partition replays for the whole test rather than
         // being narrowed down to a poison record.
-        DriverConfig {
+        SourceDriverConfig {
             max_replays: 1_000_000,
-            ..DriverConfig::default()
+            ..SourceDriverConfig::default()
         },
     );
     let cancel = CancellationToken::new();

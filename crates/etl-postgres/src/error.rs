@@ -216,7 +216,7 @@ impl Outage {
                 target = %target,
                 reason = %err,
                 "PostgreSQL unavailable; the batch is retried with backoff (within the \
-                 sink's retry_max_elapsed) on a new connection"
+                 sink's retry.max_elapsed) on a new connection"
             );
             return;
         };

@@ -12,7 +12,7 @@ use std::time::Duration;
 use etl_postgres::{PostgresSink, PostgresSinkConfig, WriteMethod};
 use etl_record::{Offset, PartitionId};
 use etl_sink::testing::{FailEveryNth, MemorySink};
-use etl_sink::{DriverConfig, NdjsonEncoder, ProgressSink, SinkDriver};
+use etl_sink::{NdjsonEncoder, ProgressSink, SinkDriver, SinkDriverConfig};
 use support::{TestSource, client, counts, records, table, url};
 
 const PARTITIONS: u32 = 2;
@@ -28,11 +28,11 @@ fn config(url: &str, table: &str, method: WriteMethod) -> PostgresSinkConfig {
         .method(method)
 }
 
-fn driver_config() -> DriverConfig {
-    DriverConfig {
-        max_records: 25,
+fn driver_config() -> SinkDriverConfig {
+    SinkDriverConfig {
+        batch_max_records: 25,
         linger: Duration::from_millis(1),
-        ..DriverConfig::default()
+        ..SinkDriverConfig::default()
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_postgres::{PostgresSink, PostgresSinkConfig};
-use etl_sink::{DriverConfig, NdjsonEncoder, RetryPolicy, SinkDriver};
+use etl_sink::{NdjsonEncoder, RetryPolicy, SinkDriver, SinkDriverConfig};
 use support::{TestSource, client, counts, records, table};
 
 const BATCHES: i64 = 20;
@@ -56,8 +56,8 @@ async fn a_server_restart_mid_run_loses_nothing() {
         .create_table(true);
     let sink = PostgresSink::connect(config).await.unwrap();
     let handle = SinkDriver::new(sink, NdjsonEncoder::new())
-        .config(DriverConfig {
-            max_records: PER_BATCH as usize,
+        .config(SinkDriverConfig {
+            batch_max_records: PER_BATCH as usize,
             linger: Duration::from_millis(1),
             retry: RetryPolicy {
                 initial_backoff: Duration::from_millis(20),
@@ -65,7 +65,7 @@ async fn a_server_restart_mid_run_loses_nothing() {
                 max_elapsed: Duration::from_secs(60),
                 max_retries: None,
             },
-            ..DriverConfig::default()
+            ..SinkDriverConfig::default()
         })
         .spawn();
     let mut source = TestSource::new();

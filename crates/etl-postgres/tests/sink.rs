@@ -219,9 +219,9 @@ async fn a_dropped_table_halts_the_driver_and_dead_letters_nothing() {
         .unwrap();
     let letters = MemorySink::new();
     let handle = SinkDriver::new(sink, NdjsonEncoder::new())
-        .config(etl_sink::DriverConfig {
-            on_permanent_failure: etl_sink::OnPermanentFailure::DeadLetter,
-            ..etl_sink::DriverConfig::default()
+        .config(etl_sink::SinkDriverConfig {
+            on_permanent_error: etl_sink::PermanentErrorPolicy::DeadLetter,
+            ..etl_sink::SinkDriverConfig::default()
         })
         .dead_letters(letters.clone())
         .spawn();

@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_sink::testing::MemorySink;
-use etl_sink::{DriverConfig, EncodedBatch, RawLinesEncoder, Reject, Sink, SinkDriver, SinkError};
+use etl_sink::{
+    EncodedBatch, RawLinesEncoder, Reject, Sink, SinkDriver, SinkDriverConfig, SinkError,
+};
 
 /// Stores the upper-cased lines of every record it accepts.
 #[derive(Debug, Default)]
@@ -92,7 +94,7 @@ pub async fn run() -> Result<(Vec<String>, Vec<u8>), Box<dyn std::error::Error +
     let collector = std::sync::Arc::new(LineCollector::default());
     let dead_letters = MemorySink::new();
     let sink = SinkDriver::new(collector.clone(), RawLinesEncoder::new())
-        .config(DriverConfig::default())
+        .config(SinkDriverConfig::default())
         .dead_letters(dead_letters.clone())
         .spawn();
     sink.send(Acked::new(records, ack)).await?;

@@ -7,8 +7,12 @@ use crate::{RetryPolicy, SinkError};
 /// What the driver does with a batch that failed for good because of its
 /// data ([`FailureKind::Data`](crate::FailureKind::Data)). A failure of
 /// the environment halts the driver whatever this says.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnPermanentFailure {
+///
+/// In a configuration file this is a sink's `on_permanent_error`
+/// (`"fail"` or `"dead_letter"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermanentErrorPolicy {
     /// Fail the batch's acknowledgements: its partitions replay from
     /// their watermark (the runtime's poison-record policy takes over for
     /// a record that keeps failing).
@@ -22,46 +26,54 @@ pub enum OnPermanentFailure {
 }
 
 /// Configuration of a sink driver.
+///
+/// The fields are the options of a `[[sinks]]` entry in a configuration
+/// file, under the same names and with the same defaults (the file spells
+/// `retry` as a `[sinks.retry]` table and durations as `"50ms"`);
+/// `channel_capacity` is Rust-only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DriverConfig {
-    /// A batch is written once it holds this many records.
-    pub max_records: usize,
-    /// A batch is written once its encoding is this many bytes.
-    pub max_bytes: usize,
+pub struct SinkDriverConfig {
+    /// A batch is written once it holds this many records (default
+    /// 8192).
+    pub batch_max_records: usize,
+    /// A batch is written once its encoding is this many bytes (default
+    /// 4 MiB).
+    pub batch_max_bytes: usize,
     /// A non-empty batch is written at the latest this long after its
-    /// first record arrived.
+    /// first record arrived (default 50 ms).
     pub linger: Duration,
-    /// Writes in flight at once (at least 1). Exactly-once drivers use 1.
-    pub max_in_flight: usize,
+    /// Writes in flight at once (at least 1; default 1, which keeps the
+    /// sink's writes in order). Exactly-once drivers use 1.
+    pub concurrency: usize,
     /// Capacity of the input channel, in items (`Acked<Vec<Record>>`).
     pub channel_capacity: usize,
     /// Retrying retryable errors.
     pub retry: RetryPolicy,
-    /// Limit of each write attempt, if any (a timed-out attempt is
-    /// retryable).
+    /// Limit of each write attempt, if any (default 30 s; a timed-out
+    /// attempt is retryable).
     pub write_timeout: Option<Duration>,
-    /// What to do with a batch that failed for good.
-    pub on_permanent_failure: OnPermanentFailure,
+    /// What to do with a batch that failed for good because of its data.
+    pub on_permanent_error: PermanentErrorPolicy,
 }
 
-impl Default for DriverConfig {
+impl Default for SinkDriverConfig {
     fn default() -> Self {
-        DriverConfig {
-            max_records: 1000,
-            max_bytes: 1 << 20,
-            linger: Duration::from_millis(10),
-            max_in_flight: 4,
+        SinkDriverConfig {
+            batch_max_records: 8192,
+            batch_max_bytes: 4 << 20,
+            linger: Duration::from_millis(50),
+            concurrency: 1,
             channel_capacity: 64,
             retry: RetryPolicy::default(),
-            write_timeout: None,
-            on_permanent_failure: OnPermanentFailure::Fail,
+            write_timeout: Some(Duration::from_secs(30)),
+            on_permanent_error: PermanentErrorPolicy::Fail,
         }
     }
 }
 
-impl DriverConfig {
-    /// Check every limit's range: `max_records`, `max_bytes`,
-    /// `max_in_flight` and `channel_capacity` at least 1, a
+impl SinkDriverConfig {
+    /// Check every limit's range: `batch_max_records`, `batch_max_bytes`,
+    /// `concurrency` and `channel_capacity` at least 1, a
     /// `write_timeout` longer than zero. A driver spawned with a config
     /// that fails this stops at once with the error (and fails whatever
     /// was sent to it) rather than run with a limit it can never meet.
@@ -71,9 +83,9 @@ impl DriverConfig {
     /// [`SinkError::InvalidConfig`] naming the first offending field.
     pub fn validate(&self) -> Result<(), SinkError> {
         let at_least_one = [
-            ("max_records", self.max_records),
-            ("max_bytes", self.max_bytes),
-            ("max_in_flight", self.max_in_flight),
+            ("batch_max_records", self.batch_max_records),
+            ("batch_max_bytes", self.batch_max_bytes),
+            ("concurrency", self.concurrency),
             ("channel_capacity", self.channel_capacity),
         ];
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
@@ -96,33 +108,33 @@ mod tests {
 
     #[test]
     fn zero_limits_are_refused_by_name() {
-        assert!(DriverConfig::default().validate().is_ok());
+        assert!(SinkDriverConfig::default().validate().is_ok());
         let cases = [
-            DriverConfig {
-                max_records: 0,
-                ..DriverConfig::default()
+            SinkDriverConfig {
+                batch_max_records: 0,
+                ..SinkDriverConfig::default()
             },
-            DriverConfig {
-                max_bytes: 0,
-                ..DriverConfig::default()
+            SinkDriverConfig {
+                batch_max_bytes: 0,
+                ..SinkDriverConfig::default()
             },
-            DriverConfig {
-                max_in_flight: 0,
-                ..DriverConfig::default()
+            SinkDriverConfig {
+                concurrency: 0,
+                ..SinkDriverConfig::default()
             },
-            DriverConfig {
+            SinkDriverConfig {
                 channel_capacity: 0,
-                ..DriverConfig::default()
+                ..SinkDriverConfig::default()
             },
-            DriverConfig {
+            SinkDriverConfig {
                 write_timeout: Some(Duration::ZERO),
-                ..DriverConfig::default()
+                ..SinkDriverConfig::default()
             },
         ];
         let fields = [
-            "max_records",
-            "max_bytes",
-            "max_in_flight",
+            "batch_max_records",
+            "batch_max_bytes",
+            "concurrency",
             "channel_capacity",
             "write_timeout",
         ];

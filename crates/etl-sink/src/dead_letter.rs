@@ -9,8 +9,8 @@ use etl_record::{DeadLetter, Record};
 
 use crate::batch::BatchBuilder;
 use crate::{
-    DriverConfig, EncodedBatch, OnPermanentFailure, RawLinesEncoder, SendError, Sink, SinkDriver,
-    SinkError, SinkHandle, SinkMetrics,
+    EncodedBatch, PermanentErrorPolicy, RawLinesEncoder, SendError, Sink, SinkDriver,
+    SinkDriverConfig, SinkError, SinkHandle, SinkMetrics,
 };
 
 /// Append `letter` as one NDJSON line:
@@ -81,11 +81,11 @@ fn letter_record(letter: &DeadLetter) -> Record {
 
 impl DeadLetterHandle {
     /// Start a dead-letter driver writing to `sink` (in a tokio runtime).
-    /// `config.on_permanent_failure` is ignored: dead letters have no
+    /// `config.on_permanent_error` is ignored: dead letters have no
     /// dead-letter sink of their own, so a failed write fails.
-    pub fn spawn(sink: impl Sink + 'static, config: DriverConfig) -> Self {
-        let config = DriverConfig {
-            on_permanent_failure: OnPermanentFailure::Fail,
+    pub fn spawn(sink: impl Sink + 'static, config: SinkDriverConfig) -> Self {
+        let config = SinkDriverConfig {
+            on_permanent_error: PermanentErrorPolicy::Fail,
             ..config
         };
         DeadLetterHandle {

@@ -15,12 +15,12 @@ use crate::batch::BatchBuilder;
 use crate::handle::SinkHandle;
 use crate::metrics::{MetricsCell, add};
 use crate::write::{Job, Outcome, Shared, run_job};
-use crate::{DriverConfig, Encoder, Progress, ProgressSink, Sink, SinkError};
+use crate::{Encoder, Progress, ProgressSink, Sink, SinkDriverConfig, SinkError};
 
 /// Builds and starts a sink driver: a tokio task that takes
 /// `Acked<Vec<Record>>` from a bounded channel, encodes and batches the
 /// records (by count, bytes and linger time), keeps up to
-/// `max_in_flight` writes going, and resolves each batch's handles by the
+/// `concurrency` writes going, and resolves each batch's handles by the
 /// outcome of its write.
 ///
 /// Teardown fails safe: whatever the driver holds when it stops without an
@@ -31,7 +31,7 @@ pub struct SinkDriver {
     sink: Arc<dyn Sink>,
     encoder: Box<dyn Encoder>,
     dead_letters: Option<Arc<dyn Sink>>,
-    config: DriverConfig,
+    config: SinkDriverConfig,
     resume: Option<Progress>,
     /// The sink's own progress, for an exactly-once driver: records it
     /// covers are skipped. Read for every input, so progress the sink
@@ -47,7 +47,7 @@ impl SinkDriver {
             sink: Arc::new(sink),
             encoder: Box::new(encoder),
             dead_letters: None,
-            config: DriverConfig::default(),
+            config: SinkDriverConfig::default(),
             resume: None,
             progress: None,
         }
@@ -76,7 +76,7 @@ impl SinkDriver {
             sink,
             encoder: Box::new(encoder),
             dead_letters: None,
-            config: DriverConfig::default(),
+            config: SinkDriverConfig::default(),
             resume: None,
             progress: None,
         }
@@ -93,7 +93,7 @@ impl SinkDriver {
     /// Use `config` (an exactly-once driver still writes one batch at a
     /// time).
     #[must_use]
-    pub fn config(mut self, config: DriverConfig) -> Self {
+    pub fn config(mut self, config: SinkDriverConfig) -> Self {
         self.config = config;
         self
     }
@@ -117,7 +117,7 @@ impl SinkDriver {
         let invalid = config.validate().err();
         let exactly_once = self.resume.is_some();
         if exactly_once {
-            config.max_in_flight = 1;
+            config.concurrency = 1;
         }
         let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
         let (close_tx, close_rx) = oneshot::channel();
@@ -193,7 +193,8 @@ impl Driver {
     fn is_full(&self) -> bool {
         let c = &self.shared.config;
         self.has_pending()
-            && (self.builder.len() >= c.max_records || self.builder.byte_len() >= c.max_bytes)
+            && (self.builder.len() >= c.batch_max_records
+                || self.builder.byte_len() >= c.batch_max_bytes)
     }
 
     fn accept(&mut self, item: Acked<Vec<Record>>) {
@@ -243,7 +244,7 @@ impl Driver {
     }
 
     async fn run(mut self) -> Result<(), SinkError> {
-        let max = self.shared.config.max_in_flight;
+        let max = self.shared.config.concurrency;
         let mut linger = self.shared.config.linger;
         // Whether the end of the upstream's input may still be announced.
         let mut awaiting_end = true;

@@ -152,7 +152,7 @@ pub enum SinkError {
     #[error("dead-letter write failed: {0}")]
     DeadLetter(#[source] Box<SinkError>),
     /// The driver's configuration is out of range (see
-    /// [`DriverConfig::validate`](crate::DriverConfig::validate)); the
+    /// [`SinkDriverConfig::validate`](crate::SinkDriverConfig::validate)); the
     /// driver did not start and failed whatever was sent to it.
     #[error("invalid sink driver config: {0}")]
     InvalidConfig(String),

@@ -104,7 +104,7 @@ impl SinkHandle {
 
     /// Tell the driver that the upstream has read all its input: from now
     /// on it writes a partial batch as soon as its input is idle instead
-    /// of waiting out [`linger`](crate::DriverConfig::linger), so the last
+    /// of waiting out [`linger`](crate::SinkDriverConfig::linger), so the last
     /// records of a bounded run (and any replay after them) are written at
     /// once. Unlike [`close`](Self::close) it keeps taking input.
     pub fn input_ended(&self) {

@@ -80,7 +80,7 @@ mod write;
 
 pub use batch::EncodedBatch;
 pub use builtin::{BlackholeSink, DiscardEncoder, StdoutSink};
-pub use config::{DriverConfig, OnPermanentFailure};
+pub use config::{PermanentErrorPolicy, SinkDriverConfig};
 pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
 pub use driver::SinkDriver;
 pub use encoder::{Encoder, NdjsonEncoder, RawLinesEncoder};

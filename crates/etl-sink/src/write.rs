@@ -9,14 +9,14 @@ use tokio::time::Instant;
 
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
-use crate::{DriverConfig, EncodedBatch, FailureKind, OnPermanentFailure, Sink, SinkError};
+use crate::{EncodedBatch, FailureKind, PermanentErrorPolicy, Sink, SinkDriverConfig, SinkError};
 
 /// What every write of one driver shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) sink: Arc<dyn Sink>,
     pub(crate) dead_letters: Option<Arc<dyn Sink>>,
-    pub(crate) config: DriverConfig,
+    pub(crate) config: SinkDriverConfig,
     pub(crate) metrics: Arc<MetricsCell>,
     /// An exactly-once driver writes nothing after a failed part of a
     /// batch: its stored progress would move past the failed records.
@@ -66,7 +66,7 @@ impl Shared {
     /// letters exist, so a lost letter would be a lost record. There the
     /// batch fails instead (and the driver halts).
     fn dead_letters_failures(&self) -> bool {
-        !self.exactly_once && self.config.on_permanent_failure == OnPermanentFailure::DeadLetter
+        !self.exactly_once && self.config.on_permanent_error == PermanentErrorPolicy::DeadLetter
     }
 
     /// One write, retried by the policy, each attempt bounded by the
@@ -237,7 +237,7 @@ fn refused_for_its_data(err: &SinkError) -> bool {
     err.kind() == FailureKind::Data && !matches!(err, SinkError::Rejected(_))
 }
 
-/// Account for one part's write. Under [`OnPermanentFailure::DeadLetter`]
+/// Account for one part's write. Under [`PermanentErrorPolicy::DeadLetter`]
 /// a part of several records refused for its data is narrowed down
 /// first ([`isolate`]), so that only the records at fault are set aside.
 async fn finish_part(
@@ -287,7 +287,7 @@ async fn isolate(shared: &Shared, part: &EncodedBatch, letters: &mut Vec<DeadLet
 }
 
 /// Account for one write's result; the records it sets aside (rejected,
-/// or the whole part under [`OnPermanentFailure::DeadLetter`]) join
+/// or the whole part under [`PermanentErrorPolicy::DeadLetter`]) join
 /// `letters`.
 fn settle(
     shared: &Shared,

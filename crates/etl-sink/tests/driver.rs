@@ -17,16 +17,17 @@ use etl_sink::testing::{
     Slow,
 };
 use etl_sink::{
-    DriverConfig, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SendError, SinkDriver, SinkError,
+    NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SendError, SinkDriver, SinkDriverConfig,
+    SinkError,
 };
 use support::{TestSource, record, tally};
 
-fn one_batch_per_item(max_in_flight: usize) -> DriverConfig {
-    DriverConfig {
-        max_records: 10,
+fn one_batch_per_item(max_in_flight: usize) -> SinkDriverConfig {
+    SinkDriverConfig {
+        batch_max_records: 10,
         linger: Duration::from_millis(5),
-        max_in_flight,
-        ..DriverConfig::default()
+        concurrency: max_in_flight,
+        ..SinkDriverConfig::default()
     }
 }
 
@@ -92,8 +93,8 @@ async fn data_failures_dead_letter_only_the_records_at_fault_by_policy() {
     let dead = MemorySink::new();
     let bad = |r: &Record| matches!(r.position.offset.0, 25 | 47);
     let sink = SinkDriver::new(FailWhere::new(memory.clone(), bad), NdjsonEncoder::new())
-        .config(DriverConfig {
-            on_permanent_failure: OnPermanentFailure::DeadLetter,
+        .config(SinkDriverConfig {
+            on_permanent_error: PermanentErrorPolicy::DeadLetter,
             ..one_batch_per_item(1)
         })
         .dead_letters(dead.clone())
@@ -129,8 +130,8 @@ async fn a_dead_letter_sink_refusing_the_letters_fails_the_batch() {
         FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
-    .config(DriverConfig {
-        on_permanent_failure: OnPermanentFailure::DeadLetter,
+    .config(SinkDriverConfig {
+        on_permanent_error: PermanentErrorPolicy::DeadLetter,
         ..one_batch_per_item(1)
     })
     .dead_letters(FailEveryNth::data(MemorySink::new(), 1))
@@ -148,8 +149,8 @@ async fn a_broken_dead_letter_sink_halts_the_driver() {
         FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
-    .config(DriverConfig {
-        on_permanent_failure: OnPermanentFailure::DeadLetter,
+    .config(SinkDriverConfig {
+        on_permanent_error: PermanentErrorPolicy::DeadLetter,
         ..one_batch_per_item(1)
     })
     .dead_letters(FailEveryNth::permanent(MemorySink::new(), 1))
@@ -302,10 +303,10 @@ async fn a_clean_shutdown_flushes_the_last_partial_batch() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
-        .config(DriverConfig {
-            max_records: 1000,
+        .config(SinkDriverConfig {
+            batch_max_records: 1000,
             linger: Duration::from_secs(3600),
-            ..DriverConfig::default()
+            ..SinkDriverConfig::default()
         })
         .spawn();
     sink.send(source.batch(0, 0..3)).await.unwrap();
@@ -320,12 +321,12 @@ async fn batches_close_by_count_bytes_and_linger() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
-        .config(DriverConfig {
-            max_records: 25,
-            max_bytes: 1 << 20,
+        .config(SinkDriverConfig {
+            batch_max_records: 25,
+            batch_max_bytes: 1 << 20,
             linger: Duration::from_millis(100),
-            max_in_flight: 1,
-            ..DriverConfig::default()
+            concurrency: 1,
+            ..SinkDriverConfig::default()
         })
         .spawn();
     // 3 items of 10: the batch closes at 30 >= 25 records.
@@ -350,11 +351,11 @@ async fn batches_close_by_count_bytes_and_linger() {
     // of 3 records (a batch closes once it reaches the limit).
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
-        .config(DriverConfig {
-            max_bytes: 30,
+        .config(SinkDriverConfig {
+            batch_max_bytes: 30,
             linger: Duration::from_secs(3600),
-            max_in_flight: 1,
-            ..DriverConfig::default()
+            concurrency: 1,
+            ..SinkDriverConfig::default()
         })
         .spawn();
     for o in 0..6 {
@@ -371,7 +372,7 @@ async fn a_slow_sink_stalls_input_instead_of_buffering() {
     let gated = Gated::new(MemorySink::new());
     let gate = gated.gate();
     let sink = SinkDriver::new(gated, NdjsonEncoder::new())
-        .config(DriverConfig {
+        .config(SinkDriverConfig {
             channel_capacity: 2,
             ..one_batch_per_item(2)
         })
@@ -418,9 +419,9 @@ async fn fan_out_delivers_only_when_every_sink_has_written() {
         FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
     )
-    .config(DriverConfig {
+    .config(SinkDriverConfig {
         retry: RetryPolicy::never(),
-        ..DriverConfig::default()
+        ..SinkDriverConfig::default()
     })
     .spawn();
     let item = source.batch(0, 10..20);
@@ -480,8 +481,8 @@ async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
     let mut source = TestSource::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
-        .config(DriverConfig {
-            max_bytes: 0,
+        .config(SinkDriverConfig {
+            batch_max_bytes: 0,
             ..one_batch_per_item(1)
         })
         .spawn();
@@ -504,10 +505,10 @@ async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
     let memory = MemorySink::new();
     let linger = Duration::from_secs(3600);
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
-        .config(DriverConfig {
-            max_records: 1000,
+        .config(SinkDriverConfig {
+            batch_max_records: 1000,
             linger,
-            ..DriverConfig::default()
+            ..SinkDriverConfig::default()
         })
         .spawn();
     let start = tokio::time::Instant::now();

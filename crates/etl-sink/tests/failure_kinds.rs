@@ -13,22 +13,22 @@ use etl_ack::AckStatus;
 use etl_record::{Offset, Record};
 use etl_sink::testing::{Broken, FailEveryNth, FailWhere, MemorySink};
 use etl_sink::{
-    DriverConfig, FailureKind, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SinkDriver,
+    FailureKind, NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SinkDriver, SinkDriverConfig,
     SinkError,
 };
 use tokio::time::Instant;
 
 use support::{TestSource, record, tally};
 
-/// One write per `max_records` records; the dead-letter policy on, so a
+/// One write per `batch_max_records` records; the dead-letter policy on, so a
 /// failure wrongly taken for bad data would show up as dead letters.
-fn dead_lettering(max_records: usize) -> DriverConfig {
-    DriverConfig {
-        max_records,
+fn dead_lettering(max_records: usize) -> SinkDriverConfig {
+    SinkDriverConfig {
+        batch_max_records: max_records,
         linger: Duration::from_millis(5),
-        max_in_flight: 2,
-        on_permanent_failure: OnPermanentFailure::DeadLetter,
-        ..DriverConfig::default()
+        concurrency: 2,
+        on_permanent_error: PermanentErrorPolicy::DeadLetter,
+        ..SinkDriverConfig::default()
     }
 }
 
@@ -95,7 +95,7 @@ async fn an_unclassified_failure_halts_after_the_retry_policy() {
     };
     let broken = Arc::new(Broken::new(|| SinkError::retryable("broker unreachable")));
     let sink = SinkDriver::new(broken.clone(), NdjsonEncoder::new())
-        .config(DriverConfig {
+        .config(SinkDriverConfig {
             retry: policy,
             ..dead_lettering(10)
         })
@@ -122,10 +122,10 @@ async fn a_merged_write_failing_on_one_record_fails_only_its_batch() {
         FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(9)),
         NdjsonEncoder::new(),
     )
-    .config(DriverConfig {
-        max_records: 100,
+    .config(SinkDriverConfig {
+        batch_max_records: 100,
         linger: Duration::from_millis(5),
-        ..DriverConfig::default()
+        ..SinkDriverConfig::default()
     })
     .spawn();
     for o in 0..10 {
@@ -183,10 +183,10 @@ async fn a_batch_failing_in_a_merged_write_keeps_its_encoder_refusals_for_its_re
         FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(8)),
         NdjsonEncoder::new(),
     )
-    .config(DriverConfig {
-        max_records: 100,
+    .config(SinkDriverConfig {
+        batch_max_records: 100,
         linger: Duration::from_millis(5),
-        ..DriverConfig::default()
+        ..SinkDriverConfig::default()
     })
     .dead_letters(dead.clone())
     .spawn();

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use etl_record::{Offset, PartitionId};
 use etl_sink::{
-    DriverConfig, EncodedBatch, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, ProgressSink,
-    RawLinesEncoder, Sink, SinkDriver, SinkError,
+    EncodedBatch, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, ProgressSink,
+    RawLinesEncoder, Sink, SinkDriver, SinkDriverConfig, SinkError,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -212,7 +212,7 @@ async fn the_dead_letter_driver_writes_lines_then_delivers() {
     let file = FileSink::open(&path, FileSinkConfig::default())
         .await
         .unwrap();
-    let dead = etl_sink::DeadLetterHandle::spawn(file, DriverConfig::default());
+    let dead = etl_sink::DeadLetterHandle::spawn(file, SinkDriverConfig::default());
     let item = source.batch(3, 0..2);
     let (records, ack) = item.into_parts();
     for r in records {
@@ -249,10 +249,10 @@ async fn an_exactly_once_driver_halts_after_a_failed_batch() {
     let (driver, progress) = SinkDriver::exactly_once(failing, NdjsonEncoder::new());
     assert!(progress.is_empty());
     let sink = driver
-        .config(DriverConfig {
-            max_records: 5,
-            max_in_flight: 4,
-            ..DriverConfig::default()
+        .config(SinkDriverConfig {
+            batch_max_records: 5,
+            concurrency: 4,
+            ..SinkDriverConfig::default()
         })
         .spawn();
     let mut source = TestSource::new();
@@ -285,10 +285,10 @@ async fn run_once(path: &Path, round: u32, crash_after: Option<usize>) -> bool {
     let file = FileSink::open(path, config).await.unwrap();
     let (driver, progress) = SinkDriver::exactly_once(file, NdjsonEncoder::new());
     let sink = driver
-        .config(DriverConfig {
-            max_records: 16,
+        .config(SinkDriverConfig {
+            batch_max_records: 16,
             linger: Duration::from_millis(1),
-            ..DriverConfig::default()
+            ..SinkDriverConfig::default()
         })
         .spawn();
     let mut source = TestSource::new();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId};
 use etl_sink::testing::{FailEveryNth, Flaky, MemorySink};
-use etl_sink::{DriverConfig, NdjsonEncoder, OnPermanentFailure, RetryPolicy, SinkDriver};
+use etl_sink::{NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SinkDriver, SinkDriverConfig};
 use proptest::prelude::*;
 use support::TestSource;
 
@@ -68,20 +68,20 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
             Flaky::new(memory.clone(), s.fraction, s.seed),
             s.fail_every,
         ));
-        let mut driver = SinkDriver::new(sink, NdjsonEncoder::new()).config(DriverConfig {
-            max_records: s.max_records,
-            max_in_flight: s.max_in_flight,
+        let mut driver = SinkDriver::new(sink, NdjsonEncoder::new()).config(SinkDriverConfig {
+            batch_max_records: s.max_records,
+            concurrency: s.max_in_flight,
             linger: Duration::from_millis(3),
             retry: RetryPolicy {
                 max_elapsed: Duration::from_secs(600),
                 ..RetryPolicy::default()
             },
-            on_permanent_failure: if s.dead_letter {
-                OnPermanentFailure::DeadLetter
+            on_permanent_error: if s.dead_letter {
+                PermanentErrorPolicy::DeadLetter
             } else {
-                OnPermanentFailure::Fail
+                PermanentErrorPolicy::Fail
             },
-            ..DriverConfig::default()
+            ..SinkDriverConfig::default()
         });
         if s.dead_letter {
             driver = driver.dead_letters(dead.clone());

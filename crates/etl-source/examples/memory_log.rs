@@ -12,7 +12,7 @@ use bytes::Bytes;
 use etl_checkpoint::{CheckpointConfig, Checkpointer, MemoryStore};
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_source::{
-    DriverConfig, DriverExit, PollBatch, Source, SourceDriver, SourceError, SourceEvent,
+    DriverExit, PollBatch, Source, SourceDriver, SourceDriverConfig, SourceError, SourceEvent,
     SourceOutput,
 };
 use tokio_util::sync::CancellationToken;
@@ -174,7 +174,7 @@ pub async fn run(
         checkpoint.clone(),
         replays,
         tx,
-        DriverConfig::default(),
+        SourceDriverConfig::default(),
     );
     let driver = tokio::spawn(driver.run(CancellationToken::new()));
 

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::poison::{PoisonTracker, Verdict};
 use crate::{
-    BoxSource, DriverConfig, DriverExit, PoisonPolicy, PollBatch, Source, SourceError, SourceEvent,
-    SourceMetricsHandle, SourceOutput,
+    BoxSource, DriverExit, PoisonPolicy, PollBatch, Source, SourceDriverConfig, SourceError,
+    SourceEvent, SourceMetricsHandle, SourceOutput,
 };
 
 /// Runs one [`Source`]: turns its batches into acknowledged output.
@@ -47,7 +47,7 @@ pub struct SourceDriver {
     budget: InFlightBudget,
     replays: ReplayRequests,
     output: mpsc::Sender<SourceOutput>,
-    config: DriverConfig,
+    config: SourceDriverConfig,
     partitions: BTreeMap<PartitionId, PartitionState>,
     poison: PoisonTracker,
     metrics: SourceMetricsHandle,
@@ -156,7 +156,7 @@ impl SourceDriver {
         checkpoint: CheckpointHandle,
         replays: ReplayRequests,
         output: mpsc::Sender<SourceOutput>,
-        config: DriverConfig,
+        config: SourceDriverConfig,
     ) -> Self {
         SourceDriver {
             source: Box::new(source),

@@ -10,7 +10,7 @@ use crate::PoisonPolicy;
 
 /// How a [`SourceDriver`](crate::SourceDriver) behaves.
 #[derive(Clone, Debug)]
-pub struct DriverConfig {
+pub struct SourceDriverConfig {
     /// Failures of the same range before it is narrowed to one record per
     /// batch, and failures of a record alone before it is poison. At
     /// least 1.
@@ -43,9 +43,9 @@ pub struct DriverConfig {
 /// Credit a record takes beyond its payload, by default.
 pub(crate) const RECORD_OVERHEAD_BYTES: u64 = std::mem::size_of::<Record>() as u64 + 64;
 
-impl Default for DriverConfig {
+impl Default for SourceDriverConfig {
     fn default() -> Self {
-        DriverConfig {
+        SourceDriverConfig {
             max_replays: 3,
             poison: PoisonPolicy::DeadLetter,
             idle_backoff: Duration::from_millis(10),

@@ -7,20 +7,24 @@ use etl_record::{PartitionId, SourceId};
 
 use crate::SourceError;
 
-/// How a line becomes a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// How a line becomes a record (`format` in a configuration file:
+/// `"ndjson"` or `"lines"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LineFormat {
     /// Each line must be one JSON value; any other line (including an
     /// empty one) becomes a dead letter with the parser's reason.
     #[default]
     Ndjson,
     /// Each line is a record as it is (it must still be valid UTF-8).
-    Raw,
+    Lines,
 }
 
 /// What to do with a last line that has no trailing newline when a file
-/// that is not followed reaches its end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// that is not followed reaches its end (`eof` in a configuration file:
+/// `"wait"`, `"emit"` or `"dead_letter"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EofPolicy {
     /// Leave it unread: it is not emitted and the partition's committed
     /// offset stays before it, so a later run reads it once it is complete.
@@ -34,8 +38,11 @@ pub enum EofPolicy {
 
 /// What to do with an input whose identity changed since its offsets were
 /// committed: another file now has its name (a new inode), its first
-/// bytes changed, or it is shorter than its committed offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// bytes changed, or it is shorter than its committed offset
+/// (`on_replaced` in a configuration file: `"read_from_start"` or
+/// `"fail"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ReplacedPolicy {
     /// Read it as a new file, from its start, under a new partition id
     /// (with a warning naming the file and what changed).
@@ -46,13 +53,19 @@ pub enum ReplacedPolicy {
 }
 
 /// Configuration of a [`FileSource`](crate::FileSource).
+///
+/// A `type = "file"` source in a configuration file sets the same options
+/// under the same names, with the same defaults (sizes and durations
+/// written as `"1MiB"` and `"100ms"`); `read_chunk_bytes`,
+/// `max_batch_bytes`, `follow_interval` and `state_dir` are Rust-only,
+/// the last taken from the offset store's folder.
 #[derive(Clone, Debug)]
 pub struct FileSourceConfig {
     /// The source's name, part of every record's idempotency key.
     pub name: SourceId,
     /// Paths or glob patterns (`logs/*.ndjson`). A pattern must match at
     /// least one file; a plain path must exist.
-    pub inputs: Vec<String>,
+    pub paths: Vec<String>,
     /// NDJSON or raw lines.
     pub format: LineFormat,
     /// Longest accepted line in bytes, without its newline. Longer lines
@@ -90,11 +103,11 @@ impl Default for FileSourceConfig {
     fn default() -> Self {
         FileSourceConfig {
             name: SourceId::new("file"),
-            inputs: Vec::new(),
+            paths: Vec::new(),
             format: LineFormat::Ndjson,
             max_line_bytes: 1 << 20,
             read_chunk_bytes: 256 << 10,
-            max_batch_records: 1024,
+            max_batch_records: 4096,
             max_batch_bytes: 1 << 20,
             eof: EofPolicy::Wait,
             follow: false,
@@ -108,7 +121,7 @@ impl Default for FileSourceConfig {
 
 impl FileSourceConfig {
     pub(crate) fn validate(&self) -> Result<(), SourceError> {
-        if self.inputs.is_empty() {
+        if self.paths.is_empty() {
             return Err(SourceError::Config(
                 "the file source needs at least one input".into(),
             ));
@@ -150,7 +163,7 @@ pub fn file_partition_id(canonical_path: &Path) -> PartitionId {
 }
 
 /// Expand the inputs (paths and glob patterns, as in
-/// [`FileSourceConfig::inputs`]) into canonical paths, sorted, as the file
+/// [`FileSourceConfig::paths`]) into canonical paths, sorted, as the file
 /// source does. A file named twice (by two patterns) is read once. A
 /// pattern's matches that are not regular files are left out; a plain path
 /// must be a regular file.

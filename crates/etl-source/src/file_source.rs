@@ -119,7 +119,7 @@ impl FileSource {
             );
         }
         let mut found = Vec::new();
-        for path in resolve_inputs(&config.inputs)? {
+        for path in resolve_inputs(&config.paths)? {
             let identity = FileIdentity::of_path(&path)?;
             found.push((path, identity));
         }

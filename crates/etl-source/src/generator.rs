@@ -20,7 +20,7 @@ pub struct GeneratorConfig {
     /// unbounded.
     pub records_per_partition: Option<u64>,
     /// Records per batch (at least 1).
-    pub batch_records: usize,
+    pub max_batch_records: usize,
     /// Records per second over all partitions; `None` is as fast as asked.
     pub rate: Option<f64>,
     /// Varies the generated content; the same seed gives the same records.
@@ -33,7 +33,7 @@ impl Default for GeneratorConfig {
             name: SourceId::new("generator"),
             partitions: 1,
             records_per_partition: Some(1000),
-            batch_records: 256,
+            max_batch_records: 4096,
             rate: None,
             seed: 0,
         }
@@ -68,7 +68,7 @@ impl GeneratorSource {
     /// [`SourceError::Config`] for zero partitions, zero records per batch
     /// or a rate that is not a positive number.
     pub fn new(config: GeneratorConfig) -> Result<Self, SourceError> {
-        if config.partitions == 0 || config.batch_records == 0 {
+        if config.partitions == 0 || config.max_batch_records == 0 {
             return Err(SourceError::Config(
                 "a generator needs at least one partition and one record per batch".into(),
             ));
@@ -182,7 +182,7 @@ impl Source for GeneratorSource {
         else {
             return Ok(SourceEvent::End);
         };
-        let count = (self.config.batch_records as u64).min(self.remaining(index)) as usize;
+        let count = (self.config.max_batch_records as u64).min(self.remaining(index)) as usize;
         if let Some(rate) = self.config.rate {
             let started = *self.started.get_or_insert_with(Instant::now);
             // The batch may go out once the records before it are due.
@@ -230,7 +230,7 @@ mod tests {
         let mut source = GeneratorSource::new(GeneratorConfig {
             partitions: 3,
             records_per_partition: Some(10),
-            batch_records: 4,
+            max_batch_records: 4,
             ..GeneratorConfig::default()
         })
         .unwrap();
@@ -253,7 +253,7 @@ mod tests {
     async fn a_seek_replays_the_same_bytes() {
         let config = GeneratorConfig {
             records_per_partition: Some(20),
-            batch_records: 7,
+            max_batch_records: 7,
             seed: 9,
             ..GeneratorConfig::default()
         };
@@ -269,7 +269,7 @@ mod tests {
     async fn the_rate_spaces_batches_out() {
         let mut source = GeneratorSource::new(GeneratorConfig {
             records_per_partition: Some(100),
-            batch_records: 10,
+            max_batch_records: 10,
             rate: Some(100.0),
             ..GeneratorConfig::default()
         })

@@ -51,7 +51,7 @@ mod source;
 
 pub use batch::PollBatch;
 pub use driver::SourceDriver;
-pub use driver_config::{DriverConfig, DriverExit, SourceOutput};
+pub use driver_config::{DriverExit, SourceDriverConfig, SourceOutput};
 pub use error::SourceError;
 pub use file_config::{
     EofPolicy, FileSourceConfig, LineFormat, ReplacedPolicy, file_partition_id, resolve_inputs,

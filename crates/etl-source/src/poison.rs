@@ -7,8 +7,11 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use etl_ack::BatchId;
 use etl_record::{Offset, PartitionId};
 
-/// What happens to a record that failed alone `max_replays` times.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What happens to a record that failed alone `max_replays` times
+/// (`[delivery] poison` in a configuration file: `"dead_letter"` or
+/// `"halt"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PoisonPolicy {
     /// Send it downstream as a dead letter naming partition, offset and
     /// replay count; writing the dead letter counts as its delivery.

@@ -13,8 +13,8 @@ use etl_checkpoint::{
 };
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_source::{
-    DriverConfig, DriverExit, GeneratorConfig, GeneratorSource, PoisonPolicy, PollBatch, Source,
-    SourceDriver, SourceError, SourceEvent, SourceMetricsHandle, SourceOutput,
+    DriverExit, GeneratorConfig, GeneratorSource, PoisonPolicy, PollBatch, Source, SourceDriver,
+    SourceDriverConfig, SourceError, SourceEvent, SourceMetricsHandle, SourceOutput,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -139,7 +139,7 @@ fn start(
     source: impl Source + 'static,
     store: MemoryStore,
     limits: InFlightLimits,
-    config: DriverConfig,
+    config: SourceDriverConfig,
 ) -> Harness {
     let (acker, acks) = etl_ack::channel();
     let checkpoint_config = CheckpointConfig {
@@ -167,10 +167,10 @@ fn start(
 
 fn roomy() -> InFlightLimits {
     InFlightLimits {
-        max_batches_per_partition: 1000,
-        max_bytes_per_partition: 1 << 30,
-        max_batches: 1000,
-        max_bytes: 1 << 30,
+        max_in_flight_batches_per_partition: 1000,
+        max_in_flight_bytes_per_partition: 1 << 30,
+        max_in_flight_batches: 1000,
+        max_in_flight_bytes: 1 << 30,
     }
 }
 
@@ -195,7 +195,12 @@ async fn epochs_bump_on_assign_and_replay_and_a_replay_seeks_to_the_watermark() 
         10,
         vec![Step::Event(SourceEvent::Assigned(vec![P0])), Step::Drain(2)],
     );
-    let mut h = start(source, MemoryStore::new(), roomy(), DriverConfig::default());
+    let mut h = start(
+        source,
+        MemoryStore::new(),
+        roomy(),
+        SourceDriverConfig::default(),
+    );
     let mut seen = Vec::new();
     let mut failed_once = false;
     while let Some(output) = h.rx.recv().await {
@@ -246,7 +251,7 @@ async fn assignment_resumes_from_the_committed_offset() {
             Step::Drain(3),
         ],
     );
-    let mut h = start(source, store, roomy(), DriverConfig::default());
+    let mut h = start(source, store, roomy(), SourceDriverConfig::default());
     let mut first = BTreeMap::new();
     while let Some(output) = h.rx.recv().await {
         if let SourceOutput::Batch(b) = output {
@@ -283,7 +288,12 @@ async fn revoke_mid_flight_discards_the_old_epoch() {
             Step::Drain(2),
         ],
     );
-    let mut h = start(source, MemoryStore::new(), roomy(), DriverConfig::default());
+    let mut h = start(
+        source,
+        MemoryStore::new(),
+        roomy(),
+        SourceDriverConfig::default(),
+    );
     // [0, 1] of P1 is delivered, [2, 3] held across the revocation.
     let SourceOutput::Batch(a) = recv(&mut h.rx).await else {
         panic!()
@@ -333,24 +343,24 @@ async fn revoke_mid_flight_discards_the_old_epoch() {
 async fn a_sink_that_never_resolves_stops_the_source_at_the_in_flight_bound() {
     let generator = GeneratorSource::new(GeneratorConfig {
         records_per_partition: Some(1000),
-        batch_records: 5,
+        max_batch_records: 5,
         ..GeneratorConfig::default()
     })
     .unwrap();
     let limits = InFlightLimits {
-        max_batches_per_partition: 4,
-        max_bytes_per_partition: 1 << 30,
-        max_batches: 4,
-        max_bytes: 1 << 30,
+        max_in_flight_batches_per_partition: 4,
+        max_in_flight_bytes_per_partition: 1 << 30,
+        max_in_flight_batches: 4,
+        max_in_flight_bytes: 1 << 30,
     };
     let mut h = start(
         generator,
         MemoryStore::new(),
         limits,
         // Payload only, to compare with the records' byte lengths.
-        DriverConfig {
+        SourceDriverConfig {
             record_overhead_bytes: 0,
-            ..DriverConfig::default()
+            ..SourceDriverConfig::default()
         },
     );
     let budget = h.checkpoint.budget();
@@ -403,7 +413,7 @@ async fn the_byte_bound_counts_a_per_record_overhead() {
 async fn byte_bound_holds(overhead: u64) {
     let generator = GeneratorSource::new(GeneratorConfig {
         records_per_partition: Some(100),
-        batch_records: 10,
+        max_batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
@@ -411,18 +421,18 @@ async fn byte_bound_holds(overhead: u64) {
     let limit: u64 = (0..30).map(size).sum::<u64>() - 1;
     let two: u64 = (0..20).map(size).sum();
     let limits = InFlightLimits {
-        max_batches_per_partition: 100,
-        max_bytes_per_partition: limit,
-        max_batches: 100,
-        max_bytes: limit,
+        max_in_flight_batches_per_partition: 100,
+        max_in_flight_bytes_per_partition: limit,
+        max_in_flight_batches: 100,
+        max_in_flight_bytes: limit,
     };
     let mut h = start(
         generator,
         MemoryStore::new(),
         limits,
-        DriverConfig {
+        SourceDriverConfig {
             record_overhead_bytes: overhead,
-            ..DriverConfig::default()
+            ..SourceDriverConfig::default()
         },
     );
     let budget = h.checkpoint.budget();
@@ -467,13 +477,13 @@ async fn sink_failing(
 async fn a_poison_record_is_narrowed_down_and_dead_lettered() {
     let generator = GeneratorSource::new(GeneratorConfig {
         records_per_partition: Some(30),
-        batch_records: 5,
+        max_batch_records: 5,
         ..GeneratorConfig::default()
     })
     .unwrap();
-    let config = DriverConfig {
+    let config = SourceDriverConfig {
         max_replays: 2,
-        ..DriverConfig::default()
+        ..SourceDriverConfig::default()
     };
     let mut h = start(generator, MemoryStore::new(), roomy(), config);
     let (delivered, letters) = sink_failing(&mut h.rx, 7).await;
@@ -501,14 +511,14 @@ async fn a_poison_record_is_narrowed_down_and_dead_lettered() {
 async fn a_poison_record_halts_the_driver_by_policy() {
     let generator = GeneratorSource::new(GeneratorConfig {
         records_per_partition: Some(30),
-        batch_records: 5,
+        max_batch_records: 5,
         ..GeneratorConfig::default()
     })
     .unwrap();
-    let config = DriverConfig {
+    let config = SourceDriverConfig {
         max_replays: 2,
         poison: PoisonPolicy::Halt,
-        ..DriverConfig::default()
+        ..SourceDriverConfig::default()
     };
     let mut h = start(generator, MemoryStore::new(), roomy(), config);
     let (delivered, letters) = sink_failing(&mut h.rx, 7).await;

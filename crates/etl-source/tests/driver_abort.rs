@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use etl_checkpoint::{CheckpointConfig, Checkpointer, MemoryStore};
 use etl_record::{Offset, PartitionId};
-use etl_source::{DriverConfig, GeneratorConfig, GeneratorSource, SourceDriver, SourceOutput};
+use etl_source::{
+    GeneratorConfig, GeneratorSource, SourceDriver, SourceDriverConfig, SourceOutput,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +23,7 @@ async fn an_aborted_send_fails_its_batch() {
     let source = GeneratorSource::new(GeneratorConfig {
         partitions: 1,
         records_per_partition: Some(100),
-        batch_records: 10,
+        max_batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
@@ -33,7 +35,7 @@ async fn an_aborted_send_fails_its_batch() {
         checkpoint.clone(),
         replays,
         tx,
-        DriverConfig::default(),
+        SourceDriverConfig::default(),
     );
     let task = tokio::spawn(driver.run(CancellationToken::new()));
     let p = PartitionId(0);

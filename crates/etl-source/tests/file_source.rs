@@ -14,7 +14,7 @@ use proptest::prelude::*;
 
 fn config(inputs: &[&Path]) -> FileSourceConfig {
     FileSourceConfig {
-        inputs: inputs.iter().map(|p| p.display().to_string()).collect(),
+        paths: inputs.iter().map(|p| p.display().to_string()).collect(),
         read_chunk_bytes: 4096,
         ..FileSourceConfig::default()
     }
@@ -127,7 +127,7 @@ async fn raw_lines_are_not_parsed_but_must_be_utf8() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "a.log", b"plain text\n\nbad \xff\n");
     let mut source = FileSource::open(FileSourceConfig {
-        format: LineFormat::Raw,
+        format: LineFormat::Lines,
         ..config(&[&path])
     })
     .unwrap();
@@ -231,7 +231,7 @@ async fn the_rest_of_a_line_emitted_unterminated_is_a_line_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "t.log", b"one\ntw");
     let cfg = FileSourceConfig {
-        format: LineFormat::Raw,
+        format: LineFormat::Lines,
         eof: EofPolicy::Emit,
         state_dir: Some(dir.path().join("state")),
         ..config(&[&path])
@@ -342,7 +342,7 @@ async fn seeks_land_on_the_first_line_at_or_after_the_offset() {
     // Line starts: 0, 2, 3 (empty line), 4.
     let path = write(dir.path(), "s.log", b"a\n\n\nbb\n");
     let mut source = FileSource::open(FileSourceConfig {
-        format: LineFormat::Raw,
+        format: LineFormat::Lines,
         ..config(&[&path])
     })
     .unwrap();
@@ -374,7 +374,7 @@ async fn an_offset_beyond_the_end_makes_the_file_a_new_partition_read_from_its_s
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "s.log", b"a\nbb\n");
     let mut source = FileSource::open(FileSourceConfig {
-        format: LineFormat::Raw,
+        format: LineFormat::Lines,
         ..config(&[&path])
     })
     .unwrap();
@@ -449,7 +449,7 @@ async fn open_files_stay_under_the_cap_and_each_file_is_read_whole() {
         write(dir.path(), &format!("{f:02}.ndjson"), lines.as_bytes());
     }
     let mut cfg = config(&[]);
-    cfg.inputs = vec![format!("{}/*.ndjson", dir.path().display())];
+    cfg.paths = vec![format!("{}/*.ndjson", dir.path().display())];
     cfg.max_batch_records = 10;
     cfg.max_open_files = 3;
     let mut source = FileSource::open(cfg).unwrap();
@@ -512,7 +512,7 @@ async fn several_files_are_served_round_robin_in_bounded_batches() {
     write(dir.path(), "b.ndjson", lines.as_bytes());
     write(dir.path(), "ignored.txt", b"x\n");
     let mut cfg = config(&[]);
-    cfg.inputs = vec![format!("{}/*.ndjson", dir.path().display())];
+    cfg.paths = vec![format!("{}/*.ndjson", dir.path().display())];
     cfg.max_batch_records = 3;
     let mut source = FileSource::open(cfg).unwrap();
     assert!(matches!(source.next().await.unwrap(), SourceEvent::Assigned(p) if p.len() == 2));
@@ -627,8 +627,8 @@ async fn a_file_renamed_between_runs_keeps_its_partition_and_its_cut() {
     let state = dir.path().join("state");
     let path = write(dir.path(), "app.log", b"1\n2");
     let cfg = FileSourceConfig {
-        inputs: vec![format!("{}/app.log*", dir.path().display())],
-        format: LineFormat::Raw,
+        paths: vec![format!("{}/app.log*", dir.path().display())],
+        format: LineFormat::Lines,
         eof: EofPolicy::Emit,
         state_dir: Some(state),
         ..config(&[])

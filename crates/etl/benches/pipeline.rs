@@ -38,7 +38,7 @@ use etl::{CompareOp, JsonOp, JsonStage, Pipeline, TransformChain};
 use etl_checkpoint::{CheckpointConfig, InFlightLimits};
 use etl_record::{Record, SourceId};
 use etl_sink::testing::Slow;
-use etl_sink::{BlackholeSink, DriverConfig, EncodedBatch, NdjsonEncoder, Sink, SinkDriver};
+use etl_sink::{BlackholeSink, EncodedBatch, NdjsonEncoder, Sink, SinkDriver, SinkDriverConfig};
 use etl_source::{GeneratorConfig, GeneratorSource, Source, SourceEvent};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -138,7 +138,7 @@ fn generator(records: u64) -> GeneratorSource {
         name: SourceId::new("bench"),
         partitions: 1,
         records_per_partition: Some(records),
-        batch_records: POLL_RECORDS,
+        max_batch_records: POLL_RECORDS,
         rate: None,
         seed: 1,
     })
@@ -182,9 +182,9 @@ async fn acks_on(
             Box::new(Slow::new(BlackholeSink::new(), per_write))
         }
     };
-    let driver = SinkDriver::new(sink, NdjsonEncoder::new()).config(DriverConfig {
-        max_records: SINK_RECORDS,
-        ..DriverConfig::default()
+    let driver = SinkDriver::new(sink, NdjsonEncoder::new()).config(SinkDriverConfig {
+        batch_max_records: SINK_RECORDS,
+        ..SinkDriverConfig::default()
     });
     let mut builder = Pipeline::builder();
     if let Some(workers) = workers {
@@ -197,8 +197,8 @@ async fn acks_on(
         .checkpoint(CheckpointConfig {
             limits: match in_flight {
                 Some(bytes) => InFlightLimits {
-                    max_bytes: bytes,
-                    max_bytes_per_partition: bytes,
+                    max_in_flight_bytes: bytes,
+                    max_in_flight_bytes_per_partition: bytes,
                     ..InFlightLimits::default()
                 },
                 None => InFlightLimits::default(),

@@ -12,11 +12,9 @@
 //!   `output/…` and `.etl-state/` against the config file's folder. Here
 //!   the output is `OUT_DIR/orders.ndjson`, `OUT_DIR/dead-letter.ndjson`
 //!   and the state `OUT_DIR/.etl-state`;
-//! * tuning: the source, sink driver and checkpointer run with the Rust
-//!   types' defaults (`FileSourceConfig`, `DriverConfig`,
-//!   `CheckpointConfig`), where `etl run` applies the TOML schema's
-//!   defaults; batch sizes and linger may differ, the records written do
-//!   not;
+//! * tuning: none is set here, and none needs to be: the Rust types'
+//!   defaults (`FileSourceConfig`, `SinkDriverConfig`, `CheckpointConfig`)
+//!   are the defaults of the TOML options of the same names;
 //! * no metrics endpoint and no progress line, which are the command's.
 //!
 //! Run it with
@@ -42,7 +40,7 @@ pub(crate) async fn run(
     std::fs::create_dir_all(out_dir)?;
     let state = out_dir.join(".etl-state");
     let source = FileSource::open(FileSourceConfig {
-        inputs: vec![input.to_owned()],
+        paths: vec![input.to_owned()],
         // Which file each partition is, next to the offsets: a replaced
         // input is then read again rather than resumed at a foreign offset.
         state_dir: Some(state.clone()),

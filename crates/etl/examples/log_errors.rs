@@ -41,8 +41,8 @@ pub(crate) async fn run(
     std::fs::create_dir_all(out_dir)?;
     let state = out_dir.join(".etl-state");
     let source = FileSource::open(FileSourceConfig {
-        inputs: vec![inputs.to_owned()],
-        format: LineFormat::Raw,
+        paths: vec![inputs.to_owned()],
+        format: LineFormat::Lines,
         state_dir: Some(state.clone()),
         ..FileSourceConfig::default()
     })?;

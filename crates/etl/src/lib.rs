@@ -103,16 +103,29 @@
 //! With `default-features = false` the crate builds without librdkafka
 //! and VRL; everything above the Features heading works without them.
 
-mod config;
+pub mod config;
 mod connectors;
 mod metrics;
 mod runtime;
 mod signal;
 mod transform;
 
-pub use config::*;
+// The configuration file's entry points; its sections and options are in
+// [`config`], named apart from the library types they become.
+pub use config::{
+    CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, load_config, parse_config,
+    parse_config_with_env,
+};
 pub use connectors::check_connectors;
-pub use metrics::*;
-pub use runtime::*;
+pub use metrics::ProgressTotals;
+pub use runtime::{
+    MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, SourceFactory, Summary,
+    pipeline_from_config,
+};
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
-pub use transform::*;
+pub use transform::{
+    ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Transform, TransformChain,
+    filter, flat_map, map,
+};
+#[cfg(feature = "remap")]
+pub use transform::{Remap, VrlError, VrlFilter, VrlProgram};

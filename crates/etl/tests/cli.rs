@@ -206,7 +206,7 @@ type = "generator"
 partitions = 2
 records_per_partition = {}
 rate = 20000
-batch_records = 100
+max_batch_records = 100
 
 [[sinks]]
 type = "file"
@@ -447,7 +447,7 @@ type = "generator"
 partitions = 2
 records_per_partition = 20000
 rate = 500
-batch_records = 100
+max_batch_records = 100
 
 [[sinks]]
 type = "file"

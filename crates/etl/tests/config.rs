@@ -4,10 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use etl::{
-    ByteSize, CompareOp, ConfigError, SinkKind, SourceConfig, StoreConfig, TransformConfig,
-    load_config, parse_config,
-};
+use etl::config::{ByteSize, SinkKind, SourceConfig, StoreConfig, TransformConfig};
+use etl::{CompareOp, ConfigError, load_config, parse_config};
 
 const GOOD: &str = r#"
 [source]
@@ -195,12 +193,12 @@ fn every_limit_out_of_range_is_refused_naming_its_key() {
         ("[[sinks]]", "batch_max_bytes = \"0.4B\"", "batch_max_bytes"),
         ("[[sinks]]", "batch_max_records = 0", "batch_max_records"),
         ("[[sinks]]", "concurrency = 0", "concurrency"),
-        ("[[sinks]]", "timeout = \"0s\"", "timeout"),
+        ("[[sinks]]", "write_timeout = \"0s\"", "write_timeout"),
         ("[[sinks]]", "linger = \"1000000000y\"", "linger"),
         (
             "[[sinks]]",
-            "retry_max_elapsed = \"1000000000y\"",
-            "retry_max_elapsed",
+            "retry = { max_elapsed = \"1000000000y\" }",
+            "max_elapsed",
         ),
         ("[[sinks]]", "batch_max_records = -1", "batch_max_records"),
         ("[[sinks]]", "rotate_bytes = 0", "rotate_bytes"),
@@ -210,7 +208,7 @@ fn every_limit_out_of_range_is_refused_naming_its_key() {
             "fsync = \"interval\"\nfsync_interval = \"0s\"",
             "fsync_interval",
         ),
-        ("[source]", "batch_records = 0", "batch_records"),
+        ("[source]", "max_batch_records = 0", "max_batch_records"),
         ("[source]", "partitions = 0", "partitions"),
         ("[source]", "rate = 0", "rate"),
         (
@@ -315,7 +313,7 @@ fn every_problem_of_one_section_is_reported_not_only_the_first_type_error() {
 [source]
 type = "file"
 paths = ["in.ndjson"]
-batch_records = 0
+max_batch_records = 0
 max_line_bytes = "banana"
 
 [[sinks]]
@@ -328,7 +326,7 @@ concurrency = 0
     let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert_eq!(problems.len(), 4, "{shown:#?}");
     assert!(
-        shown[0].starts_with("5:1: [source]:") && shown[0].contains("batch_records"),
+        shown[0].starts_with("5:1: [source]:") && shown[0].contains("max_batch_records"),
         "{shown:#?}"
     );
     assert!(
@@ -342,5 +340,142 @@ concurrency = 0
     assert!(
         shown[3].starts_with("12:") && shown[3].contains("concurrency"),
         "{shown:#?}"
+    );
+}
+
+#[test]
+fn an_option_left_out_takes_the_default_of_the_rust_setting_it_becomes() {
+    let config = parse_config(
+        r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+type = "blackhole"
+"#,
+        Path::new("/base"),
+    )
+    .unwrap();
+    let SourceConfig::File(file) = &config.source else {
+        panic!("not a file source: {:?}", config.source);
+    };
+    let rust = etl_source::FileSourceConfig::default();
+    assert_eq!(file.max_batch_records, rust.max_batch_records);
+    assert_eq!(file.max_line_bytes.0, rust.max_line_bytes as u64);
+    assert_eq!(file.max_open_files, rust.max_open_files);
+    assert_eq!(file.format, rust.format);
+    assert_eq!(file.eof, rust.eof);
+    assert_eq!(file.on_replaced, rust.on_replaced);
+
+    assert_eq!(
+        config.sinks[0].options.driver_config(),
+        etl_sink::SinkDriverConfig::default()
+    );
+
+    let checkpoint = etl_checkpoint::CheckpointConfig::default();
+    assert_eq!(
+        config.checkpoint.commit_interval,
+        checkpoint.commit_interval
+    );
+    assert_eq!(
+        config.checkpoint.revoke_deadline,
+        checkpoint.revoke_deadline
+    );
+    assert_eq!(
+        config.checkpoint.shutdown_timeout,
+        checkpoint.shutdown_timeout
+    );
+    let limits = checkpoint.limits;
+    assert_eq!(
+        config.limits.max_in_flight_batches,
+        limits.max_in_flight_batches
+    );
+    assert_eq!(
+        config.limits.max_in_flight_bytes.0,
+        limits.max_in_flight_bytes
+    );
+    assert_eq!(
+        config.limits.max_in_flight_batches_per_partition,
+        limits.max_in_flight_batches_per_partition
+    );
+    assert_eq!(
+        config.limits.max_in_flight_bytes_per_partition.0,
+        limits.max_in_flight_bytes_per_partition
+    );
+
+    let driver = etl_source::SourceDriverConfig::default();
+    assert_eq!(config.delivery.max_replays, driver.max_replays);
+    assert_eq!(config.delivery.poison, driver.poison);
+
+    let generator = parse_config(
+        "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\n",
+        Path::new("/base"),
+    )
+    .unwrap();
+    let SourceConfig::Generator(g) = &generator.source else {
+        panic!("not a generator: {:?}", generator.source);
+    };
+    let rust = etl_source::GeneratorConfig::default();
+    assert_eq!(g.max_batch_records, rust.max_batch_records);
+    assert_eq!(g.partitions, rust.partitions);
+}
+
+#[test]
+fn a_renamed_option_points_to_its_new_name() {
+    let cases = [
+        (
+            "[source]\ntype = \"file\"\npaths = [\"in\"]\nbatch_records = 10\n",
+            "renamed to max_batch_records",
+        ),
+        (
+            "[source]\ntype = \"file\"\npaths = [\"in\"]\n[[sinks]]\ntype = \"blackhole\"\ntimeout = \"1s\"\n",
+            "renamed to write_timeout",
+        ),
+        (
+            "[source]\ntype = \"file\"\npaths = [\"in\"]\n[[sinks]]\ntype = \"blackhole\"\nretry_max_elapsed = \"1s\"\n",
+            "renamed to retry.max_elapsed",
+        ),
+    ];
+    for (text, hint) in cases {
+        let text = if text.contains("[[sinks]]") {
+            text.to_owned()
+        } else {
+            format!("{text}[[sinks]]\ntype = \"blackhole\"\n")
+        };
+        let problems = parse_config(&text, Path::new("/base")).unwrap_err();
+        assert!(
+            problems.iter().any(|p| p.message.contains(hint)),
+            "{hint}: {problems:?}"
+        );
+    }
+}
+
+#[test]
+fn a_sink_retry_table_sets_the_whole_retry_policy() {
+    let config = parse_config(
+        r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+type = "blackhole"
+write_timeout = "2s"
+retry = { initial_backoff = "10ms", max_backoff = "1s", max_elapsed = "5s", max_retries = 7 }
+"#,
+        Path::new("/base"),
+    )
+    .unwrap();
+    let driver = config.sinks[0].options.driver_config();
+    assert_eq!(driver.write_timeout, Some(Duration::from_secs(2)));
+    assert_eq!(
+        driver.retry,
+        etl_sink::RetryPolicy {
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(1),
+            max_elapsed: Duration::from_secs(5),
+            max_retries: Some(7),
+        }
     );
 }

@@ -8,7 +8,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use etl::{ConfigProblem, SinkKind, parse_config_with_env};
+use etl::config::SinkKind;
+use etl::{ConfigProblem, parse_config_with_env};
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -104,7 +105,7 @@ fn a_secret_from_a_variable_is_in_no_problem_and_stays_a_secret() {
              [[sinks]]\ntype = \"blackhole\"\n[checkpoint]\nrevoke_deadline = \"1s\"\n",
         )
         .unwrap();
-        let etl::SourceConfig::Kafka(table) = &config.source else {
+        let etl::config::SourceConfig::Kafka(table) = &config.source else {
             panic!("kafka")
         };
         use secrecy::ExposeSecret;

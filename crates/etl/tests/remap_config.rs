@@ -67,7 +67,7 @@ fn a_remap_file_is_read_beside_the_config_and_named_in_its_errors() {
     .unwrap();
     assert!(matches!(
         &config.transforms[0],
-        etl::TransformConfig::Remap { source: Some(s), drop_on_error: true, .. } if s == ".n = 1\n"
+        etl::config::TransformConfig::Remap { source: Some(s), drop_on_error: true, .. } if s == ".n = 1\n"
     ));
     let found = parse_config(
         &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"bad.vrl\"\n"),

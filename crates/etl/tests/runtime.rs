@@ -18,8 +18,8 @@ use etl_checkpoint::{
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_sink::testing::{FailEveryNth, Hang, MemorySink};
 use etl_sink::{
-    BlackholeSink, DriverConfig, FileSink, FileSinkConfig, NdjsonEncoder, RawLinesEncoder, Sink,
-    SinkDriver,
+    BlackholeSink, FileSink, FileSinkConfig, NdjsonEncoder, RawLinesEncoder, Sink, SinkDriver,
+    SinkDriverConfig,
 };
 use etl_source::{
     FileSource, FileSourceConfig, GeneratorConfig, GeneratorSource, PollBatch, Source, SourceError,
@@ -33,7 +33,7 @@ async fn a_panicking_transform_fails_its_batch() {
     let source = GeneratorSource::new(GeneratorConfig {
         partitions: 1,
         records_per_partition: Some(100),
-        batch_records: 10,
+        max_batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
@@ -74,7 +74,7 @@ async fn a_panicking_transform_never_lets_queued_batches_of_other_partitions_com
         let source = GeneratorSource::new(GeneratorConfig {
             partitions: 3,
             records_per_partition: Some(2_000),
-            batch_records: 10,
+            max_batch_records: 10,
             ..GeneratorConfig::default()
         })
         .unwrap();
@@ -135,7 +135,7 @@ async fn exactly_once_pipeline(
     dead_letter: impl Sink + 'static,
 ) -> Pipeline {
     let source = FileSource::open(FileSourceConfig {
-        inputs: vec![input_with_a_bad_line(dir)],
+        paths: vec![input_with_a_bad_line(dir)],
         ..FileSourceConfig::default()
     })
     .unwrap();
@@ -154,7 +154,10 @@ async fn exactly_once_pipeline(
         .exactly_once_sink("out", driver, progress)
         .dead_letter(dead_letter)
         .offset_store(store.clone())
-        .shutdown_timeout(Duration::from_secs(5))
+        .checkpoint(CheckpointConfig {
+            shutdown_timeout: Duration::from_secs(5),
+            ..CheckpointConfig::default()
+        })
         .build()
         .unwrap()
 }
@@ -214,17 +217,17 @@ async fn a_stop_with_a_sink_that_never_finishes_ends_within_the_shutdown_timeout
     let source = GeneratorSource::new(GeneratorConfig {
         partitions: 2,
         records_per_partition: None,
-        batch_records: 10,
+        max_batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
     let stuck = Arc::new(Hang::new());
-    let driver = SinkDriver::new(stuck.clone(), RawLinesEncoder::new()).config(DriverConfig {
-        max_records: 10,
-        max_in_flight: 1,
+    let driver = SinkDriver::new(stuck.clone(), RawLinesEncoder::new()).config(SinkDriverConfig {
+        batch_max_records: 10,
+        concurrency: 1,
         channel_capacity: 4,
         write_timeout: Some(Duration::from_secs(1)),
-        ..DriverConfig::default()
+        ..SinkDriverConfig::default()
     });
     let timeout = Duration::from_secs(5);
     let pipeline = Pipeline::builder()
@@ -232,14 +235,14 @@ async fn a_stop_with_a_sink_that_never_finishes_ends_within_the_shutdown_timeout
         .sink("stuck", driver)
         .checkpoint(CheckpointConfig {
             limits: InFlightLimits {
-                max_batches: 1000,
-                max_batches_per_partition: 1000,
+                max_in_flight_batches: 1000,
+                max_in_flight_batches_per_partition: 1000,
                 ..InFlightLimits::default()
             },
+            shutdown_timeout: timeout,
             ..CheckpointConfig::default()
         })
         .offset_store(store.clone())
-        .shutdown_timeout(timeout)
         .build()
         .unwrap();
     let stop = CancellationToken::new();
@@ -386,7 +389,7 @@ async fn a_commit_that_never_returns_does_not_hold_the_stop() {
     let source = GeneratorSource::new(GeneratorConfig {
         partitions: 1,
         records_per_partition: None,
-        batch_records: 10,
+        max_batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
@@ -398,13 +401,13 @@ async fn a_commit_that_never_returns_does_not_hold_the_stop() {
         )
         .checkpoint(CheckpointConfig {
             commit_interval: Duration::from_millis(1),
+            shutdown_timeout: Duration::from_millis(500),
             ..CheckpointConfig::default()
         })
         .offset_store(StuckStore {
             entered: entered.clone(),
             release,
         })
-        .shutdown_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
     let stop = CancellationToken::new();
@@ -425,7 +428,7 @@ async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shut
     let source = GeneratorSource::new(GeneratorConfig {
         partitions: 1,
         records_per_partition: None,
-        batch_records: 10,
+        max_batch_records: 10,
         ..GeneratorConfig::default()
     })
     .unwrap();
@@ -439,7 +442,10 @@ async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shut
             SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),
         )
         .dead_letter(stuck.clone())
-        .shutdown_timeout(timeout)
+        .checkpoint(CheckpointConfig {
+            shutdown_timeout: timeout,
+            ..CheckpointConfig::default()
+        })
         .transform_workers(1)
         .build()
         .unwrap();

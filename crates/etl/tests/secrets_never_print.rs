@@ -87,8 +87,8 @@ type = "kafka"
 brokers = "127.0.0.1:1"
 topic = "out"
 message_timeout_ms = 500
-retry_max_elapsed = "1s"
-timeout = "2s"
+write_timeout = "2s"
+retry = {{ max_elapsed = "1s" }}
 
 [sinks.properties]
 {extra}
@@ -513,7 +513,7 @@ fn debug_of_every_configuration_type_leaves_secrets_out() {
         format!("{:?}", config.sinks),
         format!("{:?}", config.dead_letter),
     ];
-    let etl::SourceConfig::Kafka(source) = &config.source else {
+    let etl::config::SourceConfig::Kafka(source) = &config.source else {
         panic!("a kafka source")
     };
     let source_table = source.expose_secret().clone();
@@ -543,9 +543,9 @@ fn debug_of_every_configuration_type_leaves_secrets_out() {
         .concat()
     ))
     .unwrap();
-    let table = etl::ConnectorTable::new(all.clone());
+    let table = etl::config::ConnectorTable::new(all.clone());
     shown.push(format!("{table:?}"));
-    shown.push(format!("{:?}", etl::SourceConfig::Kafka(table)));
+    shown.push(format!("{:?}", etl::config::SourceConfig::Kafka(table)));
     all.remove("group_id");
     all.remove("topics");
     all.insert("topic".to_owned(), "t".into());
@@ -554,7 +554,7 @@ fn debug_of_every_configuration_type_leaves_secrets_out() {
     shown.push(format!("{:?}", sink.validate()));
     shown.push(format!("{:?}", kafka_source.properties));
     shown.push(format!("{:?}", kafka_source.validate()));
-    let etl::SinkKind::Kafka(sink) = &config.sinks[0].kind else {
+    let etl::config::SinkKind::Kafka(sink) = &config.sinks[0].kind else {
         panic!("a kafka sink")
     };
     let kafka_sink =
@@ -562,7 +562,7 @@ fn debug_of_every_configuration_type_leaves_secrets_out() {
             .unwrap();
     shown.push(format!("{kafka_sink:?}"));
     for kind in [&config.sinks[1].kind, config.dead_letter.as_ref().unwrap()] {
-        let etl::SinkKind::Postgres(table) = kind else {
+        let etl::config::SinkKind::Postgres(table) = kind else {
             panic!("a postgres sink")
         };
         shown.push(format!("{table:?}"));
@@ -577,7 +577,7 @@ fn debug_of_the_postgres_sink_config_leaves_secrets_out() {
     let config =
         etl::parse_config(&everywhere(), Path::new(".")).unwrap_or_else(|p| panic!("{p:?}"));
     for kind in [&config.sinks[1].kind, config.dead_letter.as_ref().unwrap()] {
-        let etl::SinkKind::Postgres(table) = kind else {
+        let etl::config::SinkKind::Postgres(table) = kind else {
             panic!("a postgres sink")
         };
         let pg = etl_postgres::PostgresSinkConfig::deserialize(toml::Value::Table(

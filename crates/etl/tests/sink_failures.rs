@@ -14,17 +14,17 @@ use etl_checkpoint::MemoryStore;
 use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{Broken, FailWhere, MemorySink};
 use etl_sink::{
-    DriverConfig, OnPermanentFailure, RawLinesEncoder, RetryPolicy, SinkDriver, SinkError,
+    PermanentErrorPolicy, RawLinesEncoder, RetryPolicy, SinkDriver, SinkDriverConfig, SinkError,
 };
 use etl_source::{GeneratorConfig, GeneratorSource};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-fn generator(partitions: u32, records: u64, batch_records: usize) -> GeneratorSource {
+fn generator(partitions: u32, records: u64, max_batch_records: usize) -> GeneratorSource {
     GeneratorSource::new(GeneratorConfig {
         partitions,
         records_per_partition: Some(records),
-        batch_records,
+        max_batch_records,
         ..GeneratorConfig::default()
     })
     .unwrap()
@@ -32,12 +32,12 @@ fn generator(partitions: u32, records: u64, batch_records: usize) -> GeneratorSo
 
 /// Batches merged into large writes, and the dead-letter policy on: a
 /// failure wrongly taken for bad data would show up as dead letters.
-fn merging() -> DriverConfig {
-    DriverConfig {
-        max_records: 1000,
+fn merging() -> SinkDriverConfig {
+    SinkDriverConfig {
+        batch_max_records: 1000,
         linger: Duration::from_millis(20),
-        on_permanent_failure: OnPermanentFailure::DeadLetter,
-        ..DriverConfig::default()
+        on_permanent_error: PermanentErrorPolicy::DeadLetter,
+        ..SinkDriverConfig::default()
     }
 }
 
@@ -102,7 +102,7 @@ async fn a_sink_that_stays_unreachable_halts_after_its_retry_policy() {
         .source(generator(2, 500, 50))
         .sink(
             "out",
-            SinkDriver::new(broken.clone(), RawLinesEncoder::new()).config(DriverConfig {
+            SinkDriver::new(broken.clone(), RawLinesEncoder::new()).config(SinkDriverConfig {
                 retry: RetryPolicy {
                     max_elapsed: Duration::from_secs(20),
                     ..RetryPolicy::default()
@@ -144,8 +144,8 @@ async fn only_the_record_a_merged_write_fails_on_is_dead_lettered() {
         .sink(
             "out",
             SinkDriver::new(FailWhere::new(memory.clone(), bad), RawLinesEncoder::new()).config(
-                DriverConfig {
-                    on_permanent_failure: OnPermanentFailure::Fail,
+                SinkDriverConfig {
+                    on_permanent_error: PermanentErrorPolicy::Fail,
                     ..merging()
                 },
             ),
@@ -181,10 +181,10 @@ async fn a_long_linger_does_not_delay_the_end_of_a_bounded_run() {
         .source(generator(2, 95, 10))
         .sink(
             "out",
-            SinkDriver::new(memory.clone(), RawLinesEncoder::new()).config(DriverConfig {
-                max_records: 1000,
+            SinkDriver::new(memory.clone(), RawLinesEncoder::new()).config(SinkDriverConfig {
+                batch_max_records: 1000,
                 linger,
-                ..DriverConfig::default()
+                ..SinkDriverConfig::default()
             }),
         )
         .offset_store(store.clone())
@@ -218,17 +218,17 @@ async fn batches_failed_by_a_halting_sink_are_never_dead_lettered_as_poison() {
             .source(generator(2, 200, 1))
             .sink(
                 "out",
-                SinkDriver::new(sink, RawLinesEncoder::new()).config(DriverConfig {
-                    max_records: 1,
+                SinkDriver::new(sink, RawLinesEncoder::new()).config(SinkDriverConfig {
+                    batch_max_records: 1,
                     linger: Duration::ZERO,
-                    max_in_flight: 4,
+                    concurrency: 4,
                     retry: RetryPolicy::never(),
-                    ..DriverConfig::default()
+                    ..SinkDriverConfig::default()
                 }),
             )
-            .source_driver(etl_source::DriverConfig {
+            .source_driver(etl_source::SourceDriverConfig {
                 max_replays: 1,
-                ..etl_source::DriverConfig::default()
+                ..etl_source::SourceDriverConfig::default()
             })
             .dead_letter(dead.clone())
             .offset_store(store.clone())

@@ -12,12 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use etl::{Config, Pipeline, SinkKind, SourceConfig, TransformChain};
+use etl::config::{SinkKind, SourceConfig, StoreConfig};
+use etl::{Config, Pipeline, TransformChain};
 use etl_checkpoint::{CheckpointConfig, FileStore, InFlightLimits};
 use etl_record::SourceId;
 use etl_sink::testing::{FailEveryNth, Flaky};
-use etl_sink::{DriverConfig, FileSink, FileSinkConfig, NdjsonEncoder, RetryPolicy, SinkDriver};
-use etl_source::{DriverConfig as SourceDriverConfig, FileSource, FileSourceConfig};
+use etl_sink::{
+    FileSink, FileSinkConfig, NdjsonEncoder, RetryPolicy, SinkDriver, SinkDriverConfig,
+};
+use etl_source::{FileSource, FileSourceConfig, SourceDriverConfig};
 use tokio_util::sync::CancellationToken;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -70,8 +73,8 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
     };
     let source = FileSource::open(FileSourceConfig {
         name: SourceId::new(source.name.as_deref().unwrap_or("file")),
-        inputs: source.paths.clone(),
-        max_batch_records: source.batch_records,
+        paths: source.paths.clone(),
+        max_batch_records: source.max_batch_records,
         ..FileSourceConfig::default()
     })?;
     let [sink] = config.sinks.as_slice() else {
@@ -79,15 +82,15 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
     };
     let file = open_file(&file_sink_path(&sink.kind)?).await?;
     let faulty = FailEveryNth::data(Flaky::new(file, 0.05, seed), 13);
-    let driver = SinkDriver::new(faulty, NdjsonEncoder::new()).config(DriverConfig {
-        max_records: sink.options.batch_max_records,
+    let driver = SinkDriver::new(faulty, NdjsonEncoder::new()).config(SinkDriverConfig {
+        batch_max_records: sink.options.batch_max_records,
         linger: sink.options.linger,
         retry: RetryPolicy {
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(20),
             ..RetryPolicy::default()
         },
-        ..DriverConfig::default()
+        ..SinkDriverConfig::default()
     });
     let mut builder = Pipeline::builder()
         .source(source)
@@ -96,12 +99,17 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
         .checkpoint(CheckpointConfig {
             commit_interval: config.checkpoint.commit_interval,
             revoke_deadline: config.checkpoint.revoke_deadline,
-            shutdown_deadline: config.checkpoint.shutdown_timeout,
+            shutdown_timeout: config.checkpoint.shutdown_timeout,
             limits: InFlightLimits {
-                max_batches_per_partition: config.limits.max_in_flight_batches_per_partition,
-                max_bytes_per_partition: config.limits.max_in_flight_bytes_per_partition.0,
-                max_batches: config.limits.max_in_flight_batches,
-                max_bytes: config.limits.max_in_flight_bytes.0,
+                max_in_flight_batches_per_partition: config
+                    .limits
+                    .max_in_flight_batches_per_partition,
+                max_in_flight_bytes_per_partition: config
+                    .limits
+                    .max_in_flight_bytes_per_partition
+                    .0,
+                max_in_flight_batches: config.limits.max_in_flight_batches,
+                max_in_flight_bytes: config.limits.max_in_flight_bytes.0,
             },
         })
         // Permanent failures hit different ranges; a range would need to
@@ -113,7 +121,7 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
     if let Some(kind) = &config.dead_letter {
         builder = builder.dead_letter(open_file(&file_sink_path(kind)?).await?);
     }
-    if let etl::StoreConfig::File { path } = &config.checkpoint.store {
+    if let StoreConfig::File { path } = &config.checkpoint.store {
         builder = builder.offset_store(FileStore::open(path)?);
     } else {
         return Err("only a file offset store is supported here".into());

@@ -155,7 +155,7 @@ type = "generator"
 partitions = {partitions}
 records_per_partition = {per_partition}
 rate = {rate}
-batch_records = 50
+max_batch_records = 50
 seed = 7
 "#
     )

@@ -110,9 +110,20 @@ const SINK_OPTION_KEYS: &[&str] = &[
     "batch_max_bytes",
     "linger",
     "concurrency",
-    "retry_max_elapsed",
-    "timeout",
+    "retry",
+    "write_timeout",
     "on_permanent_error",
+];
+
+/// Options that were renamed so that the file and the Rust types use one
+/// name each: an old name gets a pointer to the new one.
+const RENAMED: &[(&str, &str)] = &[
+    ("batch_records", "max_batch_records"),
+    ("timeout", "write_timeout"),
+    (
+        "retry_max_elapsed",
+        "retry.max_elapsed (a [sinks.retry] table)",
+    ),
 ];
 
 pub(super) struct Checker<'a> {
@@ -191,10 +202,24 @@ impl Checker<'_> {
         let at = token
             .and_then(|t| find_key(self.text, &span, t).or_else(|| find_text(self.text, &span, t)))
             .unwrap_or(span.start);
-        let key = key_of_line(self.text, at).map(str::to_owned);
+        let key = key_of_line(self.text, at).map(|key| {
+            // A value inside an inline table (`retry = { max_elapsed =
+            // "..." }`) is named by its full path.
+            match inline_key_before(self.text, at) {
+                Some(inner) if inner != key => format!("{key}.{inner}"),
+                _ => key.to_owned(),
+            }
+        });
+        let renamed = message
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split('`').next())
+            .and_then(|old| RENAMED.iter().find(|(o, _)| *o == old))
+            .map(|(_, new)| format!(" (renamed to {new})"))
+            .unwrap_or_default();
+        let message = format!("{message}{renamed}");
         let message = match &key {
             Some(key) if !message.contains(key.as_str()) => format!("{key}: {message}"),
-            _ => message.to_owned(),
+            _ => message,
         };
         self.problem(at..at, section, message);
         key
@@ -263,7 +288,10 @@ impl Checker<'_> {
                     }
                     let key = self.serde_problem(span.clone(), section, message);
                     let table = value.as_table_mut()?;
-                    let key = key.filter(|k| table.contains_key(k))?;
+                    // A nested key (`retry.max_elapsed`) takes its table out.
+                    let key = key
+                        .map(|k| k.split('.').next().unwrap_or_default().to_owned())
+                        .filter(|k| table.contains_key(k))?;
                     table.remove(&key);
                     removed.push(key);
                 }
@@ -301,6 +329,21 @@ fn key_of_line(text: &str, at: usize) -> Option<&str> {
     let (key, _) = line.split_once('=')?;
     let key = key.trim_end();
     (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then_some(key)
+}
+
+/// The key assigned just before byte `at` on its line (`max_elapsed` in
+/// `retry = { max_elapsed = "1y" }` with `at` on `1y`).
+fn inline_key_before(text: &str, at: usize) -> Option<&str> {
+    let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let before = text
+        .get(start..at)?
+        .trim_end_matches(['"', '\''])
+        .trim_end();
+    let before = before.strip_suffix('=')?.trim_end();
+    let from = before
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    Some(&before[from..]).filter(|k| !k.is_empty())
 }
 
 pub(super) fn find_text(text: &str, span: &Range<usize>, needle: &str) -> Option<usize> {
@@ -494,8 +537,8 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
         }
     }
     let checkpoint = match raw.checkpoint {
-        Some(v) => ck.section::<CheckpointConfig>(v, "[checkpoint]"),
-        None => Some((CheckpointConfig::default(), 0..0)),
+        Some(v) => ck.section::<CheckpointOptions>(v, "[checkpoint]"),
+        None => Some((CheckpointOptions::default(), 0..0)),
     };
     if let Some((c, span)) = &checkpoint {
         for (key, value) in [
@@ -510,7 +553,7 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     if let Some((source, span)) = &source {
         // A `[checkpoint]` with problems of its own: the source is still
         // checked, against the default revoke deadline.
-        let fallback = (CheckpointConfig::default(), 0..0);
+        let fallback = (CheckpointOptions::default(), 0..0);
         let (c, c_span) = checkpoint.as_ref().unwrap_or(&fallback);
         check_kafka_source(&mut ck, source, span, c, c_span);
     }
@@ -547,12 +590,22 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
                     "paths is empty: name at least one file or glob",
                 );
             }
-            ck.at_least_one(&span, "[source]", "batch_records", f.batch_records as u64);
+            ck.at_least_one(
+                &span,
+                "[source]",
+                "max_batch_records",
+                f.max_batch_records as u64,
+            );
             ck.at_least_one(&span, "[source]", "max_line_bytes", f.max_line_bytes.0);
         }
         SourceConfig::Generator(g) => {
             ck.at_least_one(&span, "[source]", "partitions", u64::from(g.partitions));
-            ck.at_least_one(&span, "[source]", "batch_records", g.batch_records as u64);
+            ck.at_least_one(
+                &span,
+                "[source]",
+                "max_batch_records",
+                g.max_batch_records as u64,
+            );
             if g.rate == Some(0) {
                 ck.problem_at(
                     span,
@@ -678,7 +731,7 @@ fn sink_entry(
     );
     ck.at_least_one(&span, section, "batch_max_bytes", options.batch_max_bytes.0);
     ck.at_least_one(&span, section, "concurrency", options.concurrency as u64);
-    ck.above_zero(&span, section, "timeout", options.timeout);
+    ck.above_zero(&span, section, "write_timeout", options.write_timeout);
     Some(SinkConfig {
         name,
         kind: kind?,
@@ -691,7 +744,7 @@ fn check_sink_kind(ck: &mut Checker<'_>, kind: &SinkKind, span: &Range<usize>, s
     let SinkKind::File(f) = kind else {
         return;
     };
-    if f.fsync == FsyncPolicy::Interval && f.fsync_interval.is_none() {
+    if f.fsync == FsyncMode::Interval && f.fsync_interval.is_none() {
         ck.problem_at(
             span.clone(),
             "fsync",
@@ -769,7 +822,7 @@ fn check_kafka_source(
     ck: &mut Checker<'_>,
     source: &SourceConfig,
     span: &Range<usize>,
-    checkpoint: &CheckpointConfig,
+    checkpoint: &CheckpointOptions,
     checkpoint_span: &Range<usize>,
 ) {
     let SourceConfig::Kafka(table) = source else {
@@ -795,7 +848,7 @@ fn check_kafka_source(
     _: &mut Checker<'_>,
     _: &SourceConfig,
     _: &Range<usize>,
-    _: &CheckpointConfig,
+    _: &CheckpointOptions,
     _: &Range<usize>,
 ) {
 }

@@ -1,5 +1,13 @@
 //! The TOML pipeline configuration: its schema, loading, and validation
 //! that reports every error with its place in the file.
+//!
+//! The types here mirror the file's sections; [`pipeline_from_config`]
+//! turns them into the library's own configurations
+//! (`etl_source::FileSourceConfig`, `etl_sink::SinkDriverConfig`, ...),
+//! whose option names and defaults they share. `docs/configuration.md`
+//! is the reference for the file.
+//!
+//! [`pipeline_from_config`]: crate::pipeline_from_config
 
 mod interpolate;
 mod load;

@@ -1,6 +1,15 @@
 //! The configuration schema. Every section rejects unknown fields, so a
 //! typo is an error with its place rather than a silently ignored setting.
 //! Relative paths are resolved against the configuration file's folder.
+//!
+//! An option has the name of the Rust setting it becomes, and its default
+//! is that setting's default: the `defaults` below read them from the
+//! library types (`etl_source::FileSourceOptions`,
+//! `etl_sink::SinkDriverConfig`, `etl_checkpoint::CheckpointOptions`, ...),
+//! so the two cannot drift apart. Policies that are one enum in the
+//! library (`LineFormat`, `EofPolicy`, `ReplacedPolicy`, `PoisonPolicy`,
+//! `PermanentErrorPolicy`) are that enum here. The option structs are
+//! named `*Options` where a library type of the same concept exists.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -9,6 +18,9 @@ use std::time::Duration;
 use secrecy::zeroize::Zeroize;
 use secrecy::{CloneableSecret, ExposeSecret, SecretBox};
 use serde::Deserialize;
+
+pub use etl_sink::PermanentErrorPolicy;
+pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
 
 use super::units::{ByteSize, duration, opt_duration};
 
@@ -28,7 +40,7 @@ pub struct Config {
     /// Bounds on in-flight data.
     pub limits: LimitsConfig,
     /// Commit policy and offset store.
-    pub checkpoint: CheckpointConfig,
+    pub checkpoint: CheckpointOptions,
 }
 
 /// The `[source]` section.
@@ -36,9 +48,9 @@ pub struct Config {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SourceConfig {
     /// Lines of local files, one partition per file.
-    File(FileSourceConfig),
+    File(FileSourceOptions),
     /// Deterministic synthetic records.
-    Generator(GeneratorConfig),
+    Generator(GeneratorOptions),
     /// A Kafka consumer group; the table is read by the Kafka connector.
     Kafka(ConnectorTable),
 }
@@ -118,35 +130,10 @@ impl Zeroize for SecretTable {
 
 impl CloneableSecret for SecretTable {}
 
-/// How a file's lines are read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum LineFormat {
-    /// Each line is a JSON document; other lines are dead letters.
-    #[default]
-    Ndjson,
-    /// Each line is a record, whatever it holds.
-    Lines,
-}
-
-/// What to do with a last line that has no newline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum EofPolicy {
-    /// Hold it back until it is completed (the safe default for files that
-    /// are still being written).
-    #[default]
-    Wait,
-    /// Emit it as a record.
-    Emit,
-    /// Send it to the dead-letter path.
-    DeadLetter,
-}
-
 /// `type = "file"` source options.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileSourceConfig {
+pub struct FileSourceOptions {
     /// The source's name, part of every record's idempotency key
     /// (default `file`).
     pub name: Option<String>,
@@ -156,7 +143,7 @@ pub struct FileSourceConfig {
     #[serde(default)]
     pub format: LineFormat,
     /// Longest line accepted; longer lines become dead letters.
-    #[serde(default = "defaults::max_line")]
+    #[serde(default = "defaults::max_line_bytes")]
     pub max_line_bytes: ByteSize,
     /// What to do with an unterminated last line.
     #[serde(default)]
@@ -165,8 +152,8 @@ pub struct FileSourceConfig {
     #[serde(default)]
     pub follow: bool,
     /// Largest poll batch, in records.
-    #[serde(default = "defaults::batch_records")]
-    pub batch_records: usize,
+    #[serde(default = "defaults::file_max_batch_records")]
+    pub max_batch_records: usize,
     /// Most input files open at once.
     #[serde(default = "defaults::max_open_files")]
     pub max_open_files: usize,
@@ -176,22 +163,10 @@ pub struct FileSourceConfig {
     pub on_replaced: ReplacedPolicy,
 }
 
-/// What to do with an input file whose identity changed since its offsets
-/// were committed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum ReplacedPolicy {
-    /// Read it from its start as a new file (with a warning).
-    #[default]
-    ReadFromStart,
-    /// Stop with an error (exit 65).
-    Fail,
-}
-
 /// `type = "generator"` source options.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GeneratorConfig {
+pub struct GeneratorOptions {
     /// The source's name, part of every record's idempotency key
     /// (default `generator`).
     pub name: Option<String>,
@@ -201,13 +176,13 @@ pub struct GeneratorConfig {
     #[serde(default)]
     pub seed: u64,
     /// Partitions to spread them over.
-    #[serde(default = "defaults::one")]
+    #[serde(default = "defaults::partitions")]
     pub partitions: u32,
     /// Records per second in all; unlimited when absent.
     pub rate: Option<u64>,
     /// Largest poll batch, in records.
-    #[serde(default = "defaults::batch_records")]
-    pub batch_records: usize,
+    #[serde(default = "defaults::generator_max_batch_records")]
+    pub max_batch_records: usize,
 }
 
 /// A comparison in a `filter` transform.
@@ -310,12 +285,12 @@ pub struct SinkConfig {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SinkKind {
     /// Append to a local file.
-    File(FileSinkConfig),
+    File(FileSinkOptions),
     /// Write to standard output.
-    Stdout(StdoutSinkConfig),
+    Stdout(StdoutSinkOptions),
     /// Discard every record, without checking its value (benchmarks, dry
     /// runs).
-    Blackhole(BlackholeSinkConfig),
+    Blackhole(BlackholeSinkOptions),
     /// A Kafka producer; the table is read by the Kafka connector.
     Kafka(ConnectorTable),
     /// A PostgreSQL table; the table is read by the PostgreSQL connector.
@@ -336,7 +311,7 @@ pub enum Encoding {
 /// When the file sink calls fsync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum FsyncPolicy {
+pub enum FsyncMode {
     /// After every batch, before acknowledging it.
     #[default]
     Batch,
@@ -347,7 +322,7 @@ pub enum FsyncPolicy {
 /// `type = "file"` sink options.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileSinkConfig {
+pub struct FileSinkOptions {
     /// Output file.
     pub path: PathBuf,
     /// Encoding.
@@ -355,7 +330,7 @@ pub struct FileSinkConfig {
     pub encoding: Encoding,
     /// When to fsync.
     #[serde(default)]
-    pub fsync: FsyncPolicy,
+    pub fsync: FsyncMode,
     /// Interval for `fsync = "interval"`.
     #[serde(default, deserialize_with = "opt_duration")]
     pub fsync_interval: Option<Duration>,
@@ -373,7 +348,7 @@ pub struct FileSinkConfig {
 /// `type = "stdout"` sink options.
 #[derive(Clone, Debug, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct StdoutSinkConfig {
+pub struct StdoutSinkOptions {
     /// Encoding.
     #[serde(default)]
     pub encoding: Encoding,
@@ -382,44 +357,32 @@ pub struct StdoutSinkConfig {
 /// `type = "blackhole"` sink options (none).
 #[derive(Clone, Debug, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct BlackholeSinkConfig {}
+pub struct BlackholeSinkOptions {}
 
-/// What a sink does with a batch that fails for good because of its
-/// records. (A failure of the environment halts the run either way.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum PermanentErrorPolicy {
-    /// Fail the batch: its partition replays (and poison detection
-    /// narrows it down).
-    #[default]
-    Fail,
-    /// Narrow the batch down in the sink driver and write the records
-    /// that fail alone to the dead-letter sink.
-    DeadLetter,
-}
-
-/// Batching, concurrency and retry of one sink.
+/// Batching, concurrency and retry of one sink: the
+/// [`SinkDriverConfig`](etl_sink::SinkDriverConfig) of its driver, under
+/// the same names and with its defaults.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkOptions {
     /// Largest write, in records.
-    #[serde(default = "defaults::sink_batch_records")]
+    #[serde(default = "defaults::batch_max_records")]
     pub batch_max_records: usize,
     /// Largest write, in bytes.
-    #[serde(default = "defaults::sink_batch_bytes")]
+    #[serde(default = "defaults::batch_max_bytes")]
     pub batch_max_bytes: ByteSize,
     /// How long a partial batch may wait for more records.
     #[serde(default = "defaults::linger", deserialize_with = "duration")]
     pub linger: Duration,
     /// Writes in flight at once.
-    #[serde(default = "defaults::one_usize")]
+    #[serde(default = "defaults::concurrency")]
     pub concurrency: usize,
-    /// Give up retrying a retryable error after this long.
-    #[serde(default = "defaults::retry_max_elapsed", deserialize_with = "duration")]
-    pub retry_max_elapsed: Duration,
-    /// Time limit of one write.
+    /// Retrying a retryable error (`[sinks.retry]`).
+    #[serde(default)]
+    pub retry: RetryOptions,
+    /// Time limit of one write attempt.
     #[serde(default = "defaults::write_timeout", deserialize_with = "duration")]
-    pub timeout: Duration,
+    pub write_timeout: Duration,
     /// What to do with a batch that fails for good because of its records.
     #[serde(default)]
     pub on_permanent_error: PermanentErrorPolicy,
@@ -428,13 +391,76 @@ pub struct SinkOptions {
 impl Default for SinkOptions {
     fn default() -> Self {
         SinkOptions {
-            batch_max_records: defaults::sink_batch_records(),
-            batch_max_bytes: defaults::sink_batch_bytes(),
+            batch_max_records: defaults::batch_max_records(),
+            batch_max_bytes: defaults::batch_max_bytes(),
             linger: defaults::linger(),
-            concurrency: 1,
-            retry_max_elapsed: defaults::retry_max_elapsed(),
-            timeout: defaults::write_timeout(),
-            on_permanent_error: PermanentErrorPolicy::Fail,
+            concurrency: defaults::concurrency(),
+            retry: RetryOptions::default(),
+            write_timeout: defaults::write_timeout(),
+            on_permanent_error: PermanentErrorPolicy::default(),
+        }
+    }
+}
+
+impl SinkOptions {
+    /// The driver configuration these options stand for.
+    #[must_use]
+    pub fn driver_config(&self) -> etl_sink::SinkDriverConfig {
+        etl_sink::SinkDriverConfig {
+            batch_max_records: self.batch_max_records,
+            batch_max_bytes: usize::try_from(self.batch_max_bytes.0).unwrap_or(usize::MAX),
+            linger: self.linger,
+            concurrency: self.concurrency,
+            retry: self.retry.policy(),
+            write_timeout: Some(self.write_timeout),
+            on_permanent_error: self.on_permanent_error,
+            ..etl_sink::SinkDriverConfig::default()
+        }
+    }
+}
+
+/// A sink's `[sinks.retry]` table: the
+/// [`RetryPolicy`](etl_sink::RetryPolicy) of its driver, under the same
+/// names and with its defaults.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryOptions {
+    /// Upper bound of the first wait.
+    #[serde(default = "defaults::initial_backoff", deserialize_with = "duration")]
+    pub initial_backoff: Duration,
+    /// Upper bound of any wait.
+    #[serde(default = "defaults::max_backoff", deserialize_with = "duration")]
+    pub max_backoff: Duration,
+    /// Give up when the next wait would end later than this after the
+    /// first attempt.
+    #[serde(default = "defaults::max_elapsed", deserialize_with = "duration")]
+    pub max_elapsed: Duration,
+    /// Give up after this many retries, if set.
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+}
+
+impl Default for RetryOptions {
+    fn default() -> Self {
+        let policy = etl_sink::RetryPolicy::default();
+        RetryOptions {
+            initial_backoff: policy.initial_backoff,
+            max_backoff: policy.max_backoff,
+            max_elapsed: policy.max_elapsed,
+            max_retries: policy.max_retries,
+        }
+    }
+}
+
+impl RetryOptions {
+    /// The retry policy these options stand for.
+    #[must_use]
+    pub fn policy(&self) -> etl_sink::RetryPolicy {
+        etl_sink::RetryPolicy {
+            initial_backoff: self.initial_backoff,
+            max_backoff: self.max_backoff,
+            max_elapsed: self.max_elapsed,
+            max_retries: self.max_retries,
         }
     }
 }
@@ -447,17 +473,6 @@ pub enum FailurePolicy {
     #[default]
     Replay,
     /// Stop the pipeline with an error.
-    Halt,
-}
-
-/// What happens to a poison record (one that fails every replay).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum PoisonPolicy {
-    /// Write it to the dead-letter sink.
-    #[default]
-    DeadLetter,
-    /// Stop the pipeline with an error naming it.
     Halt,
 }
 
@@ -492,26 +507,26 @@ impl Default for DeliveryConfig {
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Poll batches in flight, in all.
-    #[serde(default = "defaults::max_batches")]
+    #[serde(default = "defaults::max_in_flight_batches")]
     pub max_in_flight_batches: u32,
     /// Payload bytes in flight, in all.
-    #[serde(default = "defaults::max_bytes")]
+    #[serde(default = "defaults::max_in_flight_bytes")]
     pub max_in_flight_bytes: ByteSize,
     /// Poll batches in flight per partition.
-    #[serde(default = "defaults::max_batches")]
+    #[serde(default = "defaults::max_in_flight_batches_per_partition")]
     pub max_in_flight_batches_per_partition: u32,
     /// Payload bytes in flight per partition.
-    #[serde(default = "defaults::max_bytes")]
+    #[serde(default = "defaults::max_in_flight_bytes_per_partition")]
     pub max_in_flight_bytes_per_partition: ByteSize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
-            max_in_flight_batches: defaults::max_batches(),
-            max_in_flight_bytes: defaults::max_bytes(),
-            max_in_flight_batches_per_partition: defaults::max_batches(),
-            max_in_flight_bytes_per_partition: defaults::max_bytes(),
+            max_in_flight_batches: defaults::max_in_flight_batches(),
+            max_in_flight_bytes: defaults::max_in_flight_bytes(),
+            max_in_flight_batches_per_partition: defaults::max_in_flight_batches_per_partition(),
+            max_in_flight_bytes_per_partition: defaults::max_in_flight_bytes_per_partition(),
         }
     }
 }
@@ -534,7 +549,7 @@ pub enum StoreConfig {
 /// The `[checkpoint]` section.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CheckpointConfig {
+pub struct CheckpointOptions {
     /// How often delivered watermarks are committed.
     #[serde(default = "defaults::commit_interval", deserialize_with = "duration")]
     pub commit_interval: Duration,
@@ -550,9 +565,9 @@ pub struct CheckpointConfig {
     pub store: StoreConfig,
 }
 
-impl Default for CheckpointConfig {
+impl Default for CheckpointOptions {
     fn default() -> Self {
-        CheckpointConfig {
+        CheckpointOptions {
             commit_interval: defaults::commit_interval(),
             revoke_deadline: defaults::revoke_deadline(),
             shutdown_timeout: defaults::shutdown_timeout(),
@@ -561,29 +576,60 @@ impl Default for CheckpointConfig {
     }
 }
 
+/// Every default reads the library setting the option becomes.
 pub(crate) mod defaults {
     use super::*;
 
-    pub(crate) fn max_line() -> ByteSize {
-        ByteSize(1 << 20)
+    fn file_source() -> etl_source::FileSourceConfig {
+        etl_source::FileSourceConfig::default()
     }
-    pub(crate) fn batch_records() -> usize {
-        4096
+    fn sink_driver() -> etl_sink::SinkDriverConfig {
+        etl_sink::SinkDriverConfig::default()
+    }
+    fn checkpoint() -> etl_checkpoint::CheckpointConfig {
+        etl_checkpoint::CheckpointConfig::default()
+    }
+
+    pub(crate) fn max_line_bytes() -> ByteSize {
+        ByteSize(file_source().max_line_bytes as u64)
+    }
+    pub(crate) fn file_max_batch_records() -> usize {
+        file_source().max_batch_records
     }
     pub(crate) fn max_open_files() -> usize {
-        16
+        file_source().max_open_files
     }
-    pub(crate) fn sink_batch_records() -> usize {
-        8192
+    pub(crate) fn generator_max_batch_records() -> usize {
+        etl_source::GeneratorConfig::default().max_batch_records
     }
-    pub(crate) fn sink_batch_bytes() -> ByteSize {
-        ByteSize(4 << 20)
+    pub(crate) fn partitions() -> u32 {
+        etl_source::GeneratorConfig::default().partitions
+    }
+    pub(crate) fn batch_max_records() -> usize {
+        sink_driver().batch_max_records
+    }
+    pub(crate) fn batch_max_bytes() -> ByteSize {
+        ByteSize(sink_driver().batch_max_bytes as u64)
     }
     pub(crate) fn linger() -> Duration {
-        Duration::from_millis(50)
+        sink_driver().linger
     }
-    pub(crate) fn one() -> u32 {
-        1
+    pub(crate) fn concurrency() -> usize {
+        sink_driver().concurrency
+    }
+    pub(crate) fn write_timeout() -> Duration {
+        sink_driver()
+            .write_timeout
+            .unwrap_or(Duration::from_secs(30))
+    }
+    pub(crate) fn initial_backoff() -> Duration {
+        etl_sink::RetryPolicy::default().initial_backoff
+    }
+    pub(crate) fn max_backoff() -> Duration {
+        etl_sink::RetryPolicy::default().max_backoff
+    }
+    pub(crate) fn max_elapsed() -> Duration {
+        etl_sink::RetryPolicy::default().max_elapsed
     }
     pub(crate) fn yes() -> bool {
         true
@@ -591,32 +637,29 @@ pub(crate) mod defaults {
     pub(crate) fn compare_op() -> CompareOp {
         CompareOp::Exists
     }
-    pub(crate) fn one_usize() -> usize {
-        1
-    }
-    pub(crate) fn retry_max_elapsed() -> Duration {
-        Duration::from_secs(60)
-    }
-    pub(crate) fn write_timeout() -> Duration {
-        Duration::from_secs(30)
-    }
     pub(crate) fn max_replays() -> u32 {
-        3
+        etl_source::SourceDriverConfig::default().max_replays
     }
-    pub(crate) fn max_batches() -> u32 {
-        64
+    pub(crate) fn max_in_flight_batches() -> u32 {
+        checkpoint().limits.max_in_flight_batches
     }
-    pub(crate) fn max_bytes() -> ByteSize {
-        ByteSize(16 << 20)
+    pub(crate) fn max_in_flight_bytes() -> ByteSize {
+        ByteSize(checkpoint().limits.max_in_flight_bytes)
+    }
+    pub(crate) fn max_in_flight_batches_per_partition() -> u32 {
+        checkpoint().limits.max_in_flight_batches_per_partition
+    }
+    pub(crate) fn max_in_flight_bytes_per_partition() -> ByteSize {
+        ByteSize(checkpoint().limits.max_in_flight_bytes_per_partition)
     }
     pub(crate) fn commit_interval() -> Duration {
-        Duration::from_secs(1)
+        checkpoint().commit_interval
     }
     pub(crate) fn revoke_deadline() -> Duration {
-        Duration::from_secs(10)
+        checkpoint().revoke_deadline
     }
     pub(crate) fn shutdown_timeout() -> Duration {
-        Duration::from_secs(30)
+        checkpoint().shutdown_timeout
     }
     pub(crate) fn store() -> StoreConfig {
         StoreConfig::File {

@@ -25,7 +25,7 @@ use etl_sink::Sink;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 
-use crate::config::{CheckpointConfig, ConnectorTable};
+use crate::config::{CheckpointOptions, ConnectorTable};
 use crate::{PipelineBuilder, PipelineError};
 
 /// One problem of a Kafka table, for the configuration loader to place.
@@ -66,7 +66,7 @@ impl Problem {
 /// connector's settings, librdkafka's checks of every property and of the
 /// whole client configuration (created without a broker), the topic list,
 /// and the revoke deadline against the session timeout.
-pub(crate) fn check_source(table: &ConnectorTable, checkpoint: &CheckpointConfig) -> Vec<Problem> {
+pub(crate) fn check_source(table: &ConnectorTable, checkpoint: &CheckpointOptions) -> Vec<Problem> {
     let (_, config) = match read_source(table) {
         Ok(read) => read,
         Err(message) => return vec![Problem::message(message)],
@@ -112,7 +112,7 @@ fn one_line(e: &toml::de::Error) -> String {
 
 fn revoke_deadline_problem(
     config: &KafkaSourceConfig,
-    checkpoint: &CheckpointConfig,
+    checkpoint: &CheckpointOptions,
 ) -> Option<String> {
     let max = config.max_revoke_deadline();
     (checkpoint.revoke_deadline > max).then(|| {
@@ -175,7 +175,7 @@ fn read_source(table: &ConnectorTable) -> Result<(SourceId, KafkaSourceConfig), 
 pub(crate) fn with_source(
     builder: PipelineBuilder,
     table: &ConnectorTable,
-    checkpoint: &CheckpointConfig,
+    checkpoint: &CheckpointOptions,
 ) -> Result<PipelineBuilder, PipelineError> {
     let (name, config) = source_config(table)?;
     if let Some(message) = revoke_deadline_problem(&config, checkpoint) {
@@ -266,10 +266,10 @@ mod tests {
         heartbeat_interval_ms = 1000
     "#;
 
-    fn checkpoint(revoke_deadline: Duration) -> CheckpointConfig {
-        CheckpointConfig {
+    fn checkpoint(revoke_deadline: Duration) -> CheckpointOptions {
+        CheckpointOptions {
             revoke_deadline,
-            ..CheckpointConfig::default()
+            ..CheckpointOptions::default()
         }
     }
 
@@ -321,7 +321,12 @@ mod tests {
         .unwrap();
         // The defaults fit each other.
         let defaults = table("brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]");
-        with_source(Pipeline::builder(), &defaults, &CheckpointConfig::default()).unwrap();
+        with_source(
+            Pipeline::builder(),
+            &defaults,
+            &CheckpointOptions::default(),
+        )
+        .unwrap();
     }
 
     #[test]

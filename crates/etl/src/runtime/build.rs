@@ -5,20 +5,16 @@ use std::sync::Arc;
 use etl_checkpoint::{CheckpointConfig, FileStore, InFlightLimits, MemoryStore, OffsetStore};
 use etl_record::SourceId;
 use etl_sink::{
-    BlackholeSink, DriverConfig, Encoder, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder,
-    OnPermanentFailure, RawLinesEncoder, RetryPolicy, Sink, SinkDriver, StdoutSink,
+    BlackholeSink, Encoder, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, RawLinesEncoder,
+    Sink, SinkDriver, StdoutSink,
 };
 use etl_source::{
-    DriverConfig as SourceDriverConfig, EofPolicy as SrcEof, FileSource,
-    FileSourceConfig as SrcFileConfig, GeneratorConfig as SrcGenConfig, GeneratorSource,
-    LineFormat as SrcFormat, PoisonPolicy as SrcPoison, ReplacedPolicy as SrcReplaced, Source,
+    FileSource, FileSourceConfig, GeneratorConfig, GeneratorSource, LineFormat, Source,
+    SourceDriverConfig,
 };
 
 use super::{Pipeline, PipelineBuilder, PipelineError};
-use crate::config::{
-    Config, Encoding, EofPolicy, FsyncPolicy as CfgFsync, LineFormat, PermanentErrorPolicy,
-    PoisonPolicy, ReplacedPolicy, SinkConfig, SinkKind, SourceConfig, StoreConfig,
-};
+use crate::config::{Config, Encoding, FsyncMode, SinkConfig, SinkKind, SourceConfig, StoreConfig};
 use crate::transform::TransformChain;
 
 /// Build the pipeline a configuration describes: open its source, sinks
@@ -37,24 +33,25 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
         .checkpoint(CheckpointConfig {
             commit_interval: config.checkpoint.commit_interval,
             revoke_deadline: config.checkpoint.revoke_deadline,
-            shutdown_deadline: config.checkpoint.shutdown_timeout,
+            shutdown_timeout: config.checkpoint.shutdown_timeout,
             limits: InFlightLimits {
-                max_batches_per_partition: config.limits.max_in_flight_batches_per_partition,
-                max_bytes_per_partition: config.limits.max_in_flight_bytes_per_partition.0,
-                max_batches: config.limits.max_in_flight_batches,
-                max_bytes: config.limits.max_in_flight_bytes.0,
+                max_in_flight_batches_per_partition: config
+                    .limits
+                    .max_in_flight_batches_per_partition,
+                max_in_flight_bytes_per_partition: config
+                    .limits
+                    .max_in_flight_bytes_per_partition
+                    .0,
+                max_in_flight_batches: config.limits.max_in_flight_batches,
+                max_in_flight_bytes: config.limits.max_in_flight_bytes.0,
             },
         })
         .source_driver(SourceDriverConfig {
             max_replays: config.delivery.max_replays.max(1),
-            poison: match config.delivery.poison {
-                PoisonPolicy::DeadLetter => SrcPoison::DeadLetter,
-                PoisonPolicy::Halt => SrcPoison::Halt,
-            },
+            poison: config.delivery.poison,
             ..SourceDriverConfig::default()
         })
-        .on_failure(config.delivery.on_failure)
-        .shutdown_timeout(config.checkpoint.shutdown_timeout);
+        .on_failure(config.delivery.on_failure);
 
     builder = with_source(builder, config)?;
     let trusted = values_are_json(config);
@@ -90,44 +87,36 @@ fn with_source(
     config: &Config,
 ) -> Result<PipelineBuilder, PipelineError> {
     let source: Box<dyn Source> = match &config.source {
-        SourceConfig::File(f) => Box::new(FileSource::open(SrcFileConfig {
+        SourceConfig::File(f) => Box::new(FileSource::open(FileSourceConfig {
             name: SourceId::new(f.name.as_deref().unwrap_or("file")),
-            inputs: f.paths.clone(),
+            paths: f.paths.clone(),
             format: match f.format {
                 // The JSON steps parse every line anyway and send what is
                 // not a JSON object to the dead-letter path with the
                 // parser's message: checking at the source as well would
                 // parse each line twice.
-                LineFormat::Ndjson if !config.transforms.is_empty() => SrcFormat::Raw,
-                LineFormat::Ndjson => SrcFormat::Ndjson,
-                LineFormat::Lines => SrcFormat::Raw,
+                LineFormat::Ndjson if !config.transforms.is_empty() => LineFormat::Lines,
+                format => format,
             },
             max_line_bytes: usize::try_from(f.max_line_bytes.0).unwrap_or(usize::MAX),
-            max_batch_records: f.batch_records,
-            eof: match f.eof {
-                EofPolicy::Wait => SrcEof::Wait,
-                EofPolicy::Emit => SrcEof::Emit,
-                EofPolicy::DeadLetter => SrcEof::DeadLetter,
-            },
+            max_batch_records: f.max_batch_records,
+            eof: f.eof,
             follow: f.follow,
             max_open_files: f.max_open_files,
-            on_replaced: match f.on_replaced {
-                ReplacedPolicy::ReadFromStart => SrcReplaced::ReadFromStart,
-                ReplacedPolicy::Fail => SrcReplaced::Fail,
-            },
+            on_replaced: f.on_replaced,
             // Which file each partition id stands for is kept next to the
             // offsets it gives meaning to.
             state_dir: match &config.checkpoint.store {
                 StoreConfig::File { path } => Some(path.clone()),
                 StoreConfig::Memory | StoreConfig::Source => None,
             },
-            ..SrcFileConfig::default()
+            ..FileSourceConfig::default()
         })?),
-        SourceConfig::Generator(g) => Box::new(GeneratorSource::new(SrcGenConfig {
+        SourceConfig::Generator(g) => Box::new(GeneratorSource::new(GeneratorConfig {
             name: SourceId::new(g.name.as_deref().unwrap_or("generator")),
             partitions: g.partitions,
             records_per_partition: g.records_per_partition,
-            batch_records: g.batch_records,
+            max_batch_records: g.max_batch_records,
             rate: g.rate.map(|r| r as f64),
             seed: g.seed,
         })?),
@@ -158,7 +147,7 @@ fn values_are_json(config: &Config) -> bool {
         || matches!(
             &config.source,
             SourceConfig::Generator(_)
-                | SourceConfig::File(crate::config::FileSourceConfig {
+                | SourceConfig::File(crate::config::FileSourceOptions {
                     format: LineFormat::Ndjson,
                     ..
                 })
@@ -233,7 +222,7 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
                 &f.path,
                 FileSinkConfig {
                     fsync: match (f.fsync, f.fsync_interval) {
-                        (CfgFsync::Interval, Some(every)) => FsyncPolicy::Interval(every),
+                        (FsyncMode::Interval, Some(every)) => FsyncPolicy::Interval(every),
                         _ => FsyncPolicy::EveryBatch,
                     },
                     rotate_bytes: f.rotate_bytes.map(|b| b.0),
@@ -322,23 +311,7 @@ async fn with_sink(
     trusted: bool,
     stored: &StoredProgressCheck,
 ) -> Result<PipelineBuilder, PipelineError> {
-    let o = &config.options;
-    let driver_config = DriverConfig {
-        max_records: o.batch_max_records,
-        max_bytes: usize::try_from(o.batch_max_bytes.0).unwrap_or(usize::MAX),
-        linger: o.linger,
-        max_in_flight: o.concurrency,
-        retry: RetryPolicy {
-            max_elapsed: o.retry_max_elapsed,
-            ..RetryPolicy::default()
-        },
-        write_timeout: Some(o.timeout),
-        on_permanent_failure: match o.on_permanent_error {
-            PermanentErrorPolicy::Fail => OnPermanentFailure::Fail,
-            PermanentErrorPolicy::DeadLetter => OnPermanentFailure::DeadLetter,
-        },
-        ..DriverConfig::default()
-    };
+    let driver_config = config.options.driver_config();
     let encoding = match &config.kind {
         SinkKind::File(f) => f.encoding,
         SinkKind::Stdout(s) => s.encoding,

@@ -78,7 +78,7 @@ fn source() -> GeneratorSource {
     GeneratorSource::new(GeneratorConfig {
         partitions: PARTITIONS,
         records_per_partition: Some(PER_PARTITION),
-        batch_records: 3,
+        max_batch_records: 3,
         ..GeneratorConfig::default()
     })
     .unwrap()

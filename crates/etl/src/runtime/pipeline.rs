@@ -7,10 +7,9 @@ use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
 };
 use etl_sink::{
-    DeadLetterHandle, DriverConfig as SinkDriverConfig, ProgressSink, Sink, SinkDriver, SinkError,
-    SinkMetrics,
+    DeadLetterHandle, ProgressSink, Sink, SinkDriver, SinkDriverConfig, SinkError, SinkMetrics,
 };
-use etl_source::{DriverConfig as SourceDriverConfig, Source, SourceDriver, SourceOutput};
+use etl_source::{Source, SourceDriver, SourceDriverConfig, SourceOutput};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -53,7 +52,6 @@ pub struct PipelineBuilder {
     source_driver: SourceDriverConfig,
     on_failure: FailurePolicy,
     channel_capacity: usize,
-    shutdown_timeout: Duration,
     transform_workers: usize,
 }
 
@@ -83,7 +81,6 @@ impl Default for PipelineBuilder {
             source_driver: SourceDriverConfig::default(),
             on_failure: FailurePolicy::Replay,
             channel_capacity: 16,
-            shutdown_timeout: Duration::from_secs(30),
             transform_workers: default_transform_workers(),
         }
     }
@@ -175,7 +172,12 @@ impl PipelineBuilder {
         self
     }
 
-    /// Commit policy and in-flight limits.
+    /// Commit policy, in-flight limits and how long a graceful stop may
+    /// take, all of it ([`CheckpointConfig::shutdown_timeout`]): from the
+    /// stop request (or the end of the source) the source driver, the
+    /// transform stage and the sinks get nine tenths of it to drain and
+    /// flush, and are torn down past that (what they hold fails and is
+    /// read again next run); the final commit gets the rest.
     #[must_use]
     pub fn checkpoint(mut self, config: CheckpointConfig) -> Self {
         self.checkpoint = config;
@@ -193,17 +195,6 @@ impl PipelineBuilder {
     #[must_use]
     pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
         self.on_failure = policy;
-        self
-    }
-
-    /// How long a graceful stop may take, all of it: from the stop request
-    /// (or the end of the source) the source driver, the transform stage
-    /// and the sinks get nine tenths of it to drain and flush, and are
-    /// torn down past that (what they hold fails and is read again next
-    /// run); the final commit gets the rest. Default 30 s.
-    #[must_use]
-    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
         self
     }
 
@@ -255,7 +246,7 @@ impl PipelineBuilder {
             source_driver,
             on_failure: self.on_failure,
             channel_capacity: self.channel_capacity.max(1),
-            shutdown_timeout: self.shutdown_timeout,
+            shutdown_timeout: self.checkpoint.shutdown_timeout,
             transform_workers: self.transform_workers,
             hub: MetricsHub::default(),
         })
@@ -335,7 +326,8 @@ impl Pipeline {
     /// Run until the source is exhausted and everything is delivered, or
     /// until `shutdown` is cancelled: then polling stops, in-flight records
     /// drain to the sinks, the sinks flush and a final commit is made,
-    /// all within [`shutdown_timeout`](PipelineBuilder::shutdown_timeout).
+    /// all within the checkpoint's
+    /// [`shutdown_timeout`](etl_checkpoint::CheckpointConfig::shutdown_timeout).
     ///
     /// # Errors
     ///

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use etl::{FailurePolicy, Pipeline, PipelineError, Summary};
 use etl_checkpoint::{CheckpointConfig, InFlightLimits};
-use etl_sink::{DriverConfig, OnPermanentFailure, RawLinesEncoder, RetryPolicy, SinkDriver};
-use etl_source::{DriverConfig as SourceDriverConfig, PoisonPolicy};
+use etl_sink::{PermanentErrorPolicy, RawLinesEncoder, RetryPolicy, SinkDriver, SinkDriverConfig};
+use etl_source::{PoisonPolicy, SourceDriverConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -99,15 +99,17 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         .checkpoint(CheckpointConfig {
             // Out of reach: the source asks for commits instead.
             commit_interval: Duration::from_secs(3600),
-            // Wall-clock deadlines (the checkpointer's thread): short, as
-            // the virtual clock runs far faster than the wall clock.
+            // The revoke deadline is wall-clock (the checkpointer's
+            // thread): short, as the virtual clock runs far faster than
+            // the wall clock. The stop is bounded on the virtual clock by
+            // the pipeline, on the wall clock by the checkpointer.
             revoke_deadline: Duration::from_secs(1),
-            shutdown_deadline: Duration::from_secs(1),
+            shutdown_timeout: Duration::from_millis(u64::from(s.shutdown_timeout_ms)),
             limits: InFlightLimits {
-                max_batches_per_partition: u32::from(s.max_in_flight.max(1)),
-                max_bytes_per_partition: 1 << 30,
-                max_batches: u32::from(s.max_in_flight.max(1)),
-                max_bytes: 1 << 30,
+                max_in_flight_batches_per_partition: u32::from(s.max_in_flight.max(1)),
+                max_in_flight_bytes_per_partition: 1 << 30,
+                max_in_flight_batches: u32::from(s.max_in_flight.max(1)),
+                max_in_flight_bytes: 1 << 30,
             },
         })
         .source_driver(SourceDriverConfig {
@@ -124,7 +126,6 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         } else {
             FailurePolicy::Replay
         })
-        .shutdown_timeout(Duration::from_millis(u64::from(s.shutdown_timeout_ms)))
         .offset_store(SimStore {
             world: world.clone(),
             life: life.clone(),
@@ -145,11 +146,11 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
             partitions: parts,
             exactly_once: s.exactly_once,
         };
-        let config = DriverConfig {
-            max_records: usize::from(spec.max_records.max(1)),
-            max_bytes: 1 << 20,
+        let config = SinkDriverConfig {
+            batch_max_records: usize::from(spec.max_records.max(1)),
+            batch_max_bytes: 1 << 20,
             linger: Duration::from_millis(u64::from(spec.linger_ms)),
-            max_in_flight: usize::from(spec.in_flight.max(1)),
+            concurrency: usize::from(spec.in_flight.max(1)),
             channel_capacity: 8,
             retry: RetryPolicy {
                 initial_backoff: Duration::ZERO,
@@ -158,10 +159,10 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
                 max_retries: Some(u32::from(spec.retries)),
             },
             write_timeout: Some(Duration::from_millis(u64::from(spec.timeout_ms.max(1)))),
-            on_permanent_failure: if spec.dead_letter_failures {
-                OnPermanentFailure::DeadLetter
+            on_permanent_error: if spec.dead_letter_failures {
+                PermanentErrorPolicy::DeadLetter
             } else {
-                OnPermanentFailure::Fail
+                PermanentErrorPolicy::Fail
             },
         };
         let name = format!("sink{index}");

@@ -28,14 +28,14 @@ impl View {
     fn load(config_path: &Path) -> Result<Self, Exit> {
         let config = etl::load_config(config_path).map_err(Exit::from_config)?;
         let dir = match &config.checkpoint.store {
-            etl::StoreConfig::File { path } => path.clone(),
-            etl::StoreConfig::Memory => {
+            etl::config::StoreConfig::File { path } => path.clone(),
+            etl::config::StoreConfig::Memory => {
                 return Err(Exit::new(
                     code::CONFIG,
                     "the offset store is in memory: there is nothing to show or reset".to_owned(),
                 ));
             }
-            etl::StoreConfig::Source => {
+            etl::config::StoreConfig::Source => {
                 return Err(Exit::new(
                     code::CONFIG,
                     "the source keeps the offsets (a Kafka consumer group): use the broker's \
@@ -52,7 +52,7 @@ impl View {
             delivered: Vec::new(),
         };
         match &config.source {
-            etl::SourceConfig::File(_) => {
+            etl::config::SourceConfig::File(_) => {
                 view.unit = "a byte position in the file: the next run reads the lines that start at or after it";
                 if view.dir.is_dir() {
                     view.files = etl_source::registered_inputs(&view.dir).map_err(|e| {
@@ -65,10 +65,10 @@ impl View {
                     .map(|(p, path)| (*p, path.display().to_string()))
                     .collect();
             }
-            etl::SourceConfig::Generator(_) => {
+            etl::config::SourceConfig::Generator(_) => {
                 view.unit = "the number of the next record to generate";
             }
-            etl::SourceConfig::Kafka(table) => {
+            etl::config::SourceConfig::Kafka(table) => {
                 view.unit = "the Kafka offset of the next message to read";
                 if let Ok(offsets) = FileStore::peek(&view.dir) {
                     view.names = kafka_names(
@@ -79,7 +79,7 @@ impl View {
             }
         }
         for sink in &config.sinks {
-            if let etl::SinkKind::File(file) = &sink.kind
+            if let etl::config::SinkKind::File(file) = &sink.kind
                 && file.exactly_once
             {
                 let progress = etl_sink::FileSink::stored_progress(&file.path)

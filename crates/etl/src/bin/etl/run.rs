@@ -90,7 +90,7 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
 /// followed) have a known total size.
 fn input_shape(config: &etl::Config) -> progress::InputShape {
     match &config.source {
-        etl::SourceConfig::File(file) => {
+        etl::config::SourceConfig::File(file) => {
             let total = (!file.follow)
                 .then(|| etl_source::resolve_inputs(&file.paths).ok())
                 .flatten()
