@@ -2,7 +2,7 @@
 //! opening, cloning, folding and resolving handles through the public API.
 
 use etl_ack::{AckEvent, AckSet, AckStatus, BatchId, BatchMeta};
-use etl_record::PartitionId;
+use etl_record::{Offset, PartitionId};
 
 #[test]
 fn a_torn_down_sink_batch_fails_and_a_written_one_delivers() {
@@ -15,8 +15,8 @@ fn a_torn_down_sink_batch_fails_and_a_written_one_delivers() {
                     epoch: 1,
                     seq,
                 },
-                first_offset: seq as i64 * 100,
-                last_offset: seq as i64 * 100 + 99,
+                first_offset: Offset(seq as i64 * 100),
+                last_offset: Offset(seq as i64 * 100 + 99),
                 records: 100,
                 bytes: 1000,
             })

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use etl_record::PartitionId;
+use etl_record::{Offset, PartitionId};
 
 use crate::batch::{AckMsg, AckStatus, BatchId};
 use crate::sync::{Arc, AtomicU8, Ordering};
@@ -52,7 +52,7 @@ impl fmt::Debug for AckTx {
 #[derive(Debug)]
 struct AckState {
     id: BatchId,
-    last_offset: i64,
+    last_offset: Offset,
     status: AtomicU8,
     tx: AckTx,
 }
@@ -81,7 +81,7 @@ impl AckRef {
     /// Create the handle for a new batch. Called by the source driver once
     /// per poll batch (through [`Acker::open`](crate::Acker::open));
     /// everything downstream only clones.
-    pub(crate) fn new(id: BatchId, last_offset: i64, tx: AckTx) -> Self {
+    pub(crate) fn new(id: BatchId, last_offset: Offset, tx: AckTx) -> Self {
         AckRef(Arc::new(AckState {
             id,
             last_offset,
@@ -106,7 +106,7 @@ impl AckRef {
 
     /// Highest source offset of the batch (inclusive).
     #[must_use]
-    pub fn last_offset(&self) -> i64 {
+    pub fn last_offset(&self) -> Offset {
         self.0.last_offset
     }
 
@@ -130,7 +130,7 @@ impl AckRef {
                     epoch: 0,
                     seq: 0,
                 },
-                0,
+                Offset(0),
                 AckTx::Channel(tx),
             ),
             rx,
@@ -149,7 +149,7 @@ pub mod loom_support {
     /// A handle whose resolution is pushed to `recorder` instead of a
     /// channel, so loom sees every step.
     #[must_use]
-    pub fn recorded(id: BatchId, last_offset: i64, recorder: &Recorder) -> AckRef {
+    pub fn recorded(id: BatchId, last_offset: Offset, recorder: &Recorder) -> AckRef {
         AckRef::new(id, last_offset, AckTx::Recorder(recorder.clone()))
     }
 }
@@ -165,7 +165,7 @@ mod tests {
                 epoch: 7,
                 seq,
             },
-            last_offset,
+            Offset(last_offset),
             AckTx::Channel(tx),
         )
     }
@@ -180,7 +180,7 @@ mod tests {
         drop(clones);
         let msg = rx.try_recv().expect("resolved on last drop");
         assert_eq!(msg.id.seq, 3);
-        assert_eq!(msg.last_offset, 99);
+        assert_eq!(msg.last_offset, Offset(99));
         assert_eq!(msg.status, AckStatus::Delivered);
         assert!(rx.try_recv().is_err(), "resolves exactly once");
     }
@@ -211,6 +211,6 @@ mod tests {
         let b = make(tx, 0, 0);
         assert!(a.same_batch(&a.clone()));
         assert!(!a.same_batch(&b), "equal ids, different handles");
-        assert_eq!(a.last_offset(), 0);
+        assert_eq!(a.last_offset(), Offset(0));
     }
 }

@@ -18,11 +18,11 @@ use crate::ack_ref::AckRef;
 ///
 /// ```
 /// use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
-/// use etl_record::PartitionId;
+/// use etl_record::{Offset, PartitionId};
 ///
 /// let (acker, mut receiver) = etl_ack::channel();
 /// let id = BatchId { partition: PartitionId(0), epoch: 1, seq: 0 };
-/// let meta = BatchMeta { id, first_offset: 0, last_offset: 0, records: 1, bytes: 3 };
+/// let meta = BatchMeta { id, first_offset: Offset(0), last_offset: Offset(0), records: 1, bytes: 3 };
 ///
 /// // Torn down in transit: the batch fails.
 /// let lost = Acked::new("abc", acker.open(meta).unwrap());

@@ -183,7 +183,7 @@ impl AckReceiver {
 mod tests {
     use std::thread;
 
-    use etl_record::PartitionId;
+    use etl_record::{Offset, PartitionId};
 
     use super::*;
     use crate::{AckStatus, BatchId};
@@ -195,8 +195,8 @@ mod tests {
                 epoch: 1,
                 seq,
             },
-            first_offset: seq as i64 * 10,
-            last_offset: seq as i64 * 10 + 9,
+            first_offset: Offset(seq as i64 * 10),
+            last_offset: Offset(seq as i64 * 10 + 9),
             records: 10,
             bytes: 100,
         }

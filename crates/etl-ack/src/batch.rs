@@ -1,6 +1,6 @@
 //! Batch identity, status and the messages the checkpointer receives.
 
-use etl_record::PartitionId;
+use etl_record::{Offset, PartitionId};
 
 /// Identity of one source poll batch within a partition and assignment
 /// epoch. Epochs are bumped on every rebalance so acknowledgements from
@@ -36,7 +36,7 @@ pub struct AckMsg {
     pub id: BatchId,
     /// Highest source offset contained in the batch (inclusive). The
     /// committable position after this batch is `last_offset + 1`.
-    pub last_offset: i64,
+    pub last_offset: Offset,
     /// Worst status observed across the batch's records.
     pub status: AckStatus,
 }
@@ -48,9 +48,9 @@ pub struct BatchMeta {
     /// The batch's identity.
     pub id: BatchId,
     /// Offset of the batch's first record.
-    pub first_offset: i64,
+    pub first_offset: Offset,
     /// Offset of the batch's last record (inclusive).
-    pub last_offset: i64,
+    pub last_offset: Offset,
     /// Number of records in the batch.
     pub records: u32,
     /// Payload bytes in the batch.

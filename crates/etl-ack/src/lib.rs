@@ -22,13 +22,18 @@
 //!
 //! ```
 //! use etl_ack::{AckEvent, AckSet, AckStatus, BatchId, BatchMeta};
-//! use etl_record::PartitionId;
+//! use etl_record::{Offset, PartitionId};
 //!
 //! let (acker, mut receiver) = etl_ack::channel();
 //! let id = BatchId { partition: PartitionId(0), epoch: 1, seq: 0 };
-//! let ack = acker
-//!     .open(BatchMeta { id, first_offset: 0, last_offset: 9, records: 10, bytes: 640 })
-//!     .expect("the receiver is alive");
+//! let meta = BatchMeta {
+//!     id,
+//!     first_offset: Offset(0),
+//!     last_offset: Offset(9),
+//!     records: 10,
+//!     bytes: 640,
+//! };
+//! let ack = acker.open(meta).expect("the receiver is alive");
 //!
 //! // The sink path collects handles; consecutive clones of one batch
 //! // occupy a single slot.
@@ -46,7 +51,7 @@
 //! match receiver.try_next() {
 //!     Ok(AckEvent::Resolved(msg)) => {
 //!         assert_eq!(msg.status, AckStatus::Delivered);
-//!         assert_eq!(msg.last_offset, 9);
+//!         assert_eq!(msg.last_offset, Offset(9));
 //!     }
 //!     other => panic!("unexpected {other:?}"),
 //! }

@@ -5,7 +5,7 @@
 use loom::sync::Mutex;
 use loom::thread;
 
-use etl_record::PartitionId;
+use etl_record::{Offset, PartitionId};
 
 use crate::ack_ref::loom_support::{Recorder, recorded};
 use crate::sync::Arc;
@@ -31,7 +31,7 @@ fn messages(rec: &Recorder) -> Vec<AckMsg> {
 fn fail_races_the_last_drop() {
     loom::model(|| {
         let rec = recorder();
-        let ack = recorded(id(), 9, &rec);
+        let ack = recorded(id(), Offset(9), &rec);
         let other = ack.clone();
         let failer = thread::spawn(move || {
             other.fail();
@@ -44,7 +44,7 @@ fn fail_races_the_last_drop() {
         // The fail precedes its own thread's drop, so it precedes the last
         // drop in every interleaving: the batch must resolve Failed.
         assert_eq!(msgs[0].status, AckStatus::Failed);
-        assert_eq!(msgs[0].last_offset, 9);
+        assert_eq!(msgs[0].last_offset, Offset(9));
     });
 }
 
@@ -52,7 +52,7 @@ fn fail_races_the_last_drop() {
 fn fail_on_the_main_thread_while_a_clone_drops_elsewhere() {
     loom::model(|| {
         let rec = recorder();
-        let ack = recorded(id(), 9, &rec);
+        let ack = recorded(id(), Offset(9), &rec);
         let other = ack.clone();
         let dropper = thread::spawn(move || drop(other));
         ack.fail();
@@ -68,7 +68,7 @@ fn fail_on_the_main_thread_while_a_clone_drops_elsewhere() {
 fn ack_set_drop_races_deliver() {
     loom::model(|| {
         let rec = recorder();
-        let ack = recorded(id(), 3, &rec);
+        let ack = recorded(id(), Offset(3), &rec);
         let mut delivered = AckSet::new();
         delivered.push(ack.clone());
         let mut torn_down = AckSet::new();
@@ -91,7 +91,7 @@ fn ack_set_drop_races_deliver() {
 fn delivering_sets_on_two_threads_resolves_delivered() {
     loom::model(|| {
         let rec = recorder();
-        let ack = recorded(id(), 3, &rec);
+        let ack = recorded(id(), Offset(3), &rec);
         let mut one = AckSet::new();
         one.push(ack.clone());
         let mut two = AckSet::new();
@@ -109,7 +109,7 @@ fn delivering_sets_on_two_threads_resolves_delivered() {
 fn clones_dropped_from_three_threads_resolve_once() {
     loom::model(|| {
         let rec = recorder();
-        let ack = recorded(id(), 5, &rec);
+        let ack = recorded(id(), Offset(5), &rec);
         let handles: Vec<_> = (0..2)
             .map(|_| {
                 let clone = ack.clone();

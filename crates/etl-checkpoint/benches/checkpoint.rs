@@ -26,8 +26,8 @@ fn meta(seq: u64) -> BatchMeta {
             epoch: 1,
             seq,
         },
-        first_offset: first,
-        last_offset: first + 9,
+        first_offset: Offset(first),
+        last_offset: Offset(first + 9),
         records: 10,
         bytes: 100,
     }

@@ -12,12 +12,16 @@ use etl_record::PartitionId;
 
 use crate::CheckpointError;
 use crate::handle::{CheckpointSummary, Reply};
-use crate::store::Offsets;
+use crate::store::PartitionOffsets;
 use crate::sync::lock;
 use crate::worker::{PendingRevoke, Worker};
 
 impl Worker {
-    pub(crate) fn start_revoke(&mut self, partitions: Vec<PartitionId>, reply: Reply<Offsets>) {
+    pub(crate) fn start_revoke(
+        &mut self,
+        partitions: Vec<PartitionId>,
+        reply: Reply<PartitionOffsets>,
+    ) {
         let mut known = Vec::with_capacity(partitions.len());
         for p in partitions {
             if let Some(state) = self.partitions.get_mut(&p) {
@@ -74,7 +78,7 @@ impl Worker {
                 partitions
                     .iter()
                     .filter_map(|p| Some((*p, self.partitions.get(p)?.committed?)))
-                    .collect::<Offsets>()
+                    .collect::<PartitionOffsets>()
             });
             for p in &partitions {
                 if let Some(mut state) = self.partitions.remove(p) {
@@ -94,8 +98,8 @@ impl Worker {
     pub(crate) fn commit_partitions(
         &mut self,
         partitions: &[PartitionId],
-    ) -> Result<Offsets, CheckpointError> {
-        let mut moved = Offsets::new();
+    ) -> Result<PartitionOffsets, CheckpointError> {
+        let mut moved = PartitionOffsets::new();
         for p in partitions {
             if let Some(state) = self.partitions.get(p) {
                 let w = state.tracker.watermark();
@@ -133,7 +137,7 @@ impl Worker {
     }
 
     /// Commit every assigned partition's moved watermark.
-    pub(crate) fn commit_moved(&mut self) -> Result<Offsets, CheckpointError> {
+    pub(crate) fn commit_moved(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         self.last_commit = Instant::now();
         let all: Vec<PartitionId> = self.partitions.keys().copied().collect();
         self.commit_partitions(&all)

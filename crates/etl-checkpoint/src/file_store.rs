@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use etl_record::{Offset, OwnerLock, PartitionId};
 
 use crate::CheckpointError;
-use crate::store::{OffsetStore, Offsets};
+use crate::store::{OffsetStore, PartitionOffsets};
 
 const MAGIC: &str = "etl-offsets 1";
 const SLOTS: [&str; 2] = ["offsets.0", "offsets.1"];
@@ -43,7 +43,7 @@ const LOCK: &str = "lock";
 pub struct FileStore {
     dir: PathBuf,
     generation: u64,
-    offsets: Offsets,
+    offsets: PartitionOffsets,
     /// Held for the store's life: this store is the folder's only writer.
     lock: OwnerLock,
 }
@@ -96,7 +96,7 @@ impl FileStore {
         Ok(FileStore {
             dir: dir.to_owned(),
             generation: 0,
-            offsets: Offsets::new(),
+            offsets: PartitionOffsets::new(),
             lock,
         })
     }
@@ -127,7 +127,7 @@ impl FileStore {
     ///
     /// The folder cannot be read, or files exist and none is a valid
     /// generation.
-    pub fn peek(dir: impl AsRef<Path>) -> Result<Offsets, CheckpointError> {
+    pub fn peek(dir: impl AsRef<Path>) -> Result<PartitionOffsets, CheckpointError> {
         Ok(read_newest(dir.as_ref())?
             .map(|(_, o)| o)
             .unwrap_or_default())
@@ -141,7 +141,11 @@ impl FileStore {
         Ok(())
     }
 
-    fn write(&mut self, offsets: &Offsets, generation: u64) -> Result<(), CheckpointError> {
+    fn write(
+        &mut self,
+        offsets: &PartitionOffsets,
+        generation: u64,
+    ) -> Result<(), CheckpointError> {
         let text = render(generation, offsets);
         let temp = self.dir.join(TEMP);
         let target = self.dir.join(SLOTS[(generation % 2) as usize]);
@@ -164,12 +168,12 @@ impl FileStore {
 }
 
 impl OffsetStore for FileStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         self.reload()?;
         Ok(self.offsets.clone())
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         let mut next = self.offsets.clone();
         next.extend(offsets.iter().map(|(p, o)| (*p, *o)));
         let generation = self.generation + 1;
@@ -181,8 +185,8 @@ impl OffsetStore for FileStore {
 }
 
 /// The newest valid generation in `dir`, if any file exists.
-fn read_newest(dir: &Path) -> Result<Option<(u64, Offsets)>, CheckpointError> {
-    let mut best: Option<(u64, Offsets)> = None;
+fn read_newest(dir: &Path) -> Result<Option<(u64, PartitionOffsets)>, CheckpointError> {
+    let mut best: Option<(u64, PartitionOffsets)> = None;
     let mut problems = Vec::new();
     let mut present = 0;
     for slot in SLOTS {
@@ -217,7 +221,7 @@ fn read_newest(dir: &Path) -> Result<Option<(u64, Offsets)>, CheckpointError> {
     }
 }
 
-fn render(generation: u64, offsets: &Offsets) -> String {
+fn render(generation: u64, offsets: &PartitionOffsets) -> String {
     let mut body = format!("{MAGIC}\ngeneration {generation}\n");
     for (p, o) in offsets {
         body.push_str(&format!("{} {}\n", p.0, o.0));
@@ -226,7 +230,7 @@ fn render(generation: u64, offsets: &Offsets) -> String {
     body
 }
 
-fn parse(bytes: &[u8]) -> Result<(u64, Offsets), String> {
+fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
     let body = crate::sealed::unseal(bytes)?;
     let mut lines = body.lines();
     if lines.next() != Some(MAGIC) {
@@ -237,7 +241,7 @@ fn parse(bytes: &[u8]) -> Result<(u64, Offsets), String> {
         .and_then(|l| l.strip_prefix("generation "))
         .and_then(|g| g.parse().ok())
         .ok_or("missing generation")?;
-    let mut offsets = Offsets::new();
+    let mut offsets = PartitionOffsets::new();
     for line in lines {
         let (p, o) = line.split_once(' ').ok_or("malformed line")?;
         let p = p.parse().map_err(|_| format!("bad partition {p:?}"))?;
@@ -251,7 +255,7 @@ fn parse(bytes: &[u8]) -> Result<(u64, Offsets), String> {
 mod tests {
     use super::*;
 
-    fn offsets(pairs: &[(u32, i64)]) -> Offsets {
+    fn offsets(pairs: &[(u32, i64)]) -> PartitionOffsets {
         pairs
             .iter()
             .map(|(p, o)| (PartitionId(*p), Offset(*o)))

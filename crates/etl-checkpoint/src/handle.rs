@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::CheckpointError;
 use crate::budget::{InFlightBudget, InFlightLimits};
 use crate::metrics::CheckpointMetrics;
-use crate::store::{OffsetStore, Offsets};
+use crate::store::{OffsetStore, PartitionOffsets};
 use crate::sync::{Arc, Mutex, lock};
 use crate::tracker::ReplayRequest;
 use crate::worker::Worker;
@@ -59,7 +59,7 @@ pub struct Assigned {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckpointSummary {
     /// Committed offsets of the partitions assigned at shutdown.
-    pub committed: Offsets,
+    pub committed: PartitionOffsets,
     /// Whether batches were still unresolved when the deadline passed.
     pub timed_out: bool,
     /// Metrics at the end.
@@ -74,8 +74,8 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, CheckpointError>>;
 /// A request to the checkpointer thread.
 pub(crate) enum Control {
     Assign(Vec<(PartitionId, Option<Offset>)>, Reply<Vec<Assigned>>),
-    Revoke(Vec<PartitionId>, Reply<Offsets>),
-    Commit(Reply<Offsets>),
+    Revoke(Vec<PartitionId>, Reply<PartitionOffsets>),
+    Commit(Reply<PartitionOffsets>),
     Shutdown(Reply<CheckpointSummary>),
 }
 
@@ -211,7 +211,10 @@ impl CheckpointHandle {
     ///
     /// The commit failed (the partitions are dropped all the same; their
     /// previous commit stands), or the checkpointer stopped.
-    pub async fn revoke(&self, partitions: Vec<PartitionId>) -> Result<Offsets, CheckpointError> {
+    pub async fn revoke(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<PartitionOffsets, CheckpointError> {
         self.call(|r| Control::Revoke(partitions, r)).await
     }
 
@@ -224,7 +227,7 @@ impl CheckpointHandle {
     pub fn revoke_blocking(
         &self,
         partitions: Vec<PartitionId>,
-    ) -> Result<Offsets, CheckpointError> {
+    ) -> Result<PartitionOffsets, CheckpointError> {
         self.call_blocking(|r| Control::Revoke(partitions, r))
     }
 
@@ -234,7 +237,7 @@ impl CheckpointHandle {
     /// # Errors
     ///
     /// The commit failed (nothing advanced), or the checkpointer stopped.
-    pub async fn commit(&self) -> Result<Offsets, CheckpointError> {
+    pub async fn commit(&self) -> Result<PartitionOffsets, CheckpointError> {
         self.call(Control::Commit).await
     }
 

@@ -34,7 +34,7 @@
 //! checkpointer.budget().acquire(p, 64).await;
 //! let id = BatchId { partition: p, epoch, seq: 0 };
 //! let ack = acker
-//!     .open(BatchMeta { id, first_offset: 0, last_offset: 9, records: 10, bytes: 64 })
+//!     .open(BatchMeta { id, first_offset: Offset(0), last_offset: Offset(9), records: 10, bytes: 64 })
 //!     .expect("checkpointer alive");
 //! drop(ack); // every record of the batch was delivered
 //!
@@ -67,5 +67,5 @@ pub use handle::{
 };
 pub use metrics::{CheckpointMetrics, PartitionMetrics};
 pub use sealed::{seal, unseal};
-pub use store::{MemoryStore, OffsetStore, Offsets};
+pub use store::{MemoryStore, OffsetStore, PartitionOffsets};
 pub use tracker::{Effect, PartitionTracker, Release, ReplayRequest};

@@ -42,8 +42,8 @@ fn meta(epoch: u32, seq: u64) -> BatchMeta {
             epoch,
             seq,
         },
-        first_offset: first,
-        last_offset: first + 9,
+        first_offset: Offset(first),
+        last_offset: Offset(first + 9),
         records: 10,
         bytes: 1,
     }

@@ -1,16 +1,10 @@
 //! Where committed offsets live: the [`OffsetStore`] trait and the
 //! in-memory store.
 
-use std::collections::BTreeMap;
-
-use etl_record::{Offset, PartitionId};
+pub use etl_record::PartitionOffsets;
 
 use crate::CheckpointError;
 use crate::sync::{Arc, Mutex, lock};
-
-/// Committed offsets by partition. A committed offset is the next offset to
-/// read: everything below it was delivered.
-pub type Offsets = BTreeMap<PartitionId, Offset>;
 
 /// Durable storage of committed offsets.
 ///
@@ -22,7 +16,7 @@ pub trait OffsetStore: Send + 'static {
     /// # Errors
     ///
     /// The store cannot be read; it MUST NOT pretend to be empty then.
-    fn load(&mut self) -> Result<Offsets, CheckpointError>;
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError>;
 
     /// Durably record `offsets`, merged into what is stored (partitions not
     /// named keep their offsets). When this returns `Ok`, a crash at any
@@ -32,15 +26,15 @@ pub trait OffsetStore: Send + 'static {
     /// # Errors
     ///
     /// The commit did not happen.
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError>;
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError>;
 }
 
 impl OffsetStore for Box<dyn OffsetStore> {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         (**self).load()
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         (**self).commit(offsets)
     }
 }
@@ -49,7 +43,7 @@ impl OffsetStore for Box<dyn OffsetStore> {
 /// a test can keep one to inspect what was committed.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStore {
-    offsets: Arc<Mutex<Offsets>>,
+    offsets: Arc<Mutex<PartitionOffsets>>,
     commits: Arc<Mutex<u64>>,
 }
 
@@ -62,7 +56,7 @@ impl MemoryStore {
 
     /// A store holding `offsets`, as if committed earlier.
     #[must_use]
-    pub fn with_offsets(offsets: Offsets) -> Self {
+    pub fn with_offsets(offsets: PartitionOffsets) -> Self {
         let store = MemoryStore::new();
         *lock(&store.offsets) = offsets;
         store
@@ -70,7 +64,7 @@ impl MemoryStore {
 
     /// What is committed now.
     #[must_use]
-    pub fn offsets(&self) -> Offsets {
+    pub fn offsets(&self) -> PartitionOffsets {
         lock(&self.offsets).clone()
     }
 
@@ -82,11 +76,11 @@ impl MemoryStore {
 }
 
 impl OffsetStore for MemoryStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         Ok(self.offsets())
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         lock(&self.offsets).extend(offsets.iter().map(|(p, o)| (*p, *o)));
         *lock(&self.commits) += 1;
         Ok(())

@@ -31,7 +31,7 @@ enum SlotState {
     Unopened,
     Pending,
     Delivered {
-        last_offset: i64,
+        last_offset: Offset,
     },
 }
 
@@ -298,7 +298,7 @@ impl PartitionTracker {
                     ..
                 }) = self.slots.front().copied()
                 {
-                    let next = Offset(last_offset).next();
+                    let next = last_offset.next();
                     if next > self.watermark {
                         self.watermark = next;
                     }
@@ -344,8 +344,8 @@ mod tests {
                 epoch,
                 seq,
             },
-            first_offset: first,
-            last_offset: last,
+            first_offset: Offset(first),
+            last_offset: Offset(last),
             records: (last - first + 1) as u32,
             bytes: 10,
         }

@@ -18,7 +18,7 @@ use crate::CheckpointError;
 use crate::budget::InFlightBudget;
 use crate::handle::{Assigned, CheckpointConfig, CheckpointSummary, Control, Reply};
 use crate::metrics::{CheckpointMetrics, PartitionMetrics};
-use crate::store::{OffsetStore, Offsets};
+use crate::store::{OffsetStore, PartitionOffsets};
 use crate::sync::{Arc, Mutex, lock};
 use crate::tracker::{PartitionTracker, ReplayRequest};
 
@@ -50,7 +50,7 @@ pub(crate) struct PendingRevoke {
     /// Partitions, each with the assignment the revoke applies to.
     pub(crate) partitions: Vec<(PartitionId, u64)>,
     pub(crate) deadline: Instant,
-    pub(crate) reply: Reply<Offsets>,
+    pub(crate) reply: Reply<PartitionOffsets>,
 }
 
 /// The checkpointer thread's state.

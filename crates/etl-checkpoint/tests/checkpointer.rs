@@ -9,7 +9,7 @@ use std::time::Duration;
 use etl_ack::{AckRef, Acker, BatchId, BatchMeta};
 use etl_checkpoint::{
     CheckpointConfig, CheckpointError, CheckpointHandle, Checkpointer, InFlight, InFlightLimits,
-    MemoryStore, OffsetStore, Offsets, ReplayRequest, ReplayRequests,
+    MemoryStore, OffsetStore, PartitionOffsets, ReplayRequest, ReplayRequests,
 };
 use etl_record::{Offset, PartitionId};
 
@@ -68,8 +68,8 @@ impl Fixture {
         self.acker
             .open(BatchMeta {
                 id,
-                first_offset: first,
-                last_offset: first + 9,
+                first_offset: Offset(first),
+                last_offset: Offset(first + 9),
                 records: 10,
                 bytes: 100,
             })
@@ -82,7 +82,7 @@ impl Fixture {
     }
 }
 
-fn offsets(pairs: &[(PartitionId, i64)]) -> Offsets {
+fn offsets(pairs: &[(PartitionId, i64)]) -> PartitionOffsets {
     pairs.iter().map(|(p, o)| (*p, Offset(*o))).collect()
 }
 
@@ -96,7 +96,7 @@ async fn out_of_order_resolution_commits_the_contiguous_prefix() {
     drop(a2);
     assert_eq!(
         f.handle.commit().await.unwrap(),
-        Offsets::new(),
+        PartitionOffsets::new(),
         "batch 0 pins"
     );
     drop(a0);
@@ -105,7 +105,7 @@ async fn out_of_order_resolution_commits_the_contiguous_prefix() {
     assert_eq!(f.handle.commit().await.unwrap(), offsets(&[(P0, 30)]));
     assert_eq!(
         f.handle.commit().await.unwrap(),
-        Offsets::new(),
+        PartitionOffsets::new(),
         "nothing moved"
     );
     assert_eq!(f.store.offsets(), offsets(&[(P0, 30)]));
@@ -252,7 +252,7 @@ async fn revoking_an_unassigned_partition_is_a_no_op() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(revoked, Offsets::new());
+    assert_eq!(revoked, PartitionOffsets::new());
     assert_eq!(f.store.commits(), 0);
     let m = &f.handle.metrics().partitions[&P0];
     assert_eq!((m.epoch, m.in_flight_batches), (e, 1));
@@ -346,7 +346,7 @@ async fn a_stale_open_releases_its_credit_at_once() {
     f.handle.commit().await.unwrap();
     assert_eq!(f.handle.budget().in_flight(), InFlight::default());
     drop((late, unassigned));
-    assert_eq!(f.handle.commit().await.unwrap(), Offsets::new());
+    assert_eq!(f.handle.commit().await.unwrap(), PartitionOffsets::new());
     assert_eq!(f.handle.metrics().partitions[&P0].watermark, Offset(0));
 }
 
@@ -360,7 +360,11 @@ async fn reassigning_ends_the_epoch_and_releases_its_credit() {
     assert!(e2 > e, "epochs only grow");
     assert_eq!(f.handle.budget().in_flight(), InFlight::default());
     drop(pending);
-    assert_eq!(f.handle.commit().await.unwrap(), Offsets::new(), "stale");
+    assert_eq!(
+        f.handle.commit().await.unwrap(),
+        PartitionOffsets::new(),
+        "stale"
+    );
 }
 
 #[tokio::test]
@@ -422,7 +426,7 @@ async fn assign_starts_from_the_store_unless_told_otherwise() {
     let starts: Vec<_> = a.iter().map(|a| a.start).collect();
     assert_eq!(starts, [Offset(40), Offset(0), Offset(7)]);
     // Nothing delivered: nothing is rewritten.
-    assert_eq!(f.handle.commit().await.unwrap(), Offsets::new());
+    assert_eq!(f.handle.commit().await.unwrap(), PartitionOffsets::new());
     assert_eq!(f.store.commits(), 0);
 }
 
@@ -432,7 +436,7 @@ async fn an_override_below_the_store_never_regresses_it() {
     let a = f.handle.assign(vec![(P0, Some(Offset(0)))]).await.unwrap();
     let first = f.open(P0, a[0].epoch, 0, 0).await;
     drop(first);
-    assert_eq!(f.handle.commit().await.unwrap(), Offsets::new());
+    assert_eq!(f.handle.commit().await.unwrap(), PartitionOffsets::new());
     assert_eq!(f.store.offsets(), offsets(&[(P0, 40)]));
 }
 
@@ -444,11 +448,11 @@ struct FlakyStore {
 }
 
 impl OffsetStore for FlakyStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         self.inner.load()
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(CheckpointError::Store("disk on fire".into()));
         }
@@ -496,7 +500,7 @@ fn blocking_calls_work_outside_a_runtime() {
     assert_eq!(a[0].start, Offset(5));
     assert_eq!(
         handle.revoke_blocking(vec![P0, P1]).unwrap(),
-        Offsets::new()
+        PartitionOffsets::new()
     );
     assert!(handle.metrics().partitions.is_empty());
 }
@@ -515,8 +519,8 @@ fn dropping_every_handle_commits_and_stops_the_thread() {
     let ack = acker
         .open(BatchMeta {
             id,
-            first_offset: 0,
-            last_offset: 4,
+            first_offset: Offset(0),
+            last_offset: Offset(4),
             records: 5,
             bytes: 1,
         })

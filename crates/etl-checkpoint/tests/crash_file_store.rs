@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
-use etl_checkpoint::{FileStore, OffsetStore, Offsets};
+use etl_checkpoint::{FileStore, OffsetStore, PartitionOffsets};
 use etl_record::{Offset, PartitionId};
 
 const NAME: &str = "file_store_survives_sigkill";
@@ -69,7 +69,7 @@ fn child(dir: &Path) -> ExitCode {
     let mut out = std::io::stdout().lock();
     loop {
         n += 1;
-        let offsets: Offsets = [(P0, Offset(n)), (P1, Offset(n))].into();
+        let offsets: PartitionOffsets = [(P0, Offset(n)), (P1, Offset(n))].into();
         store.commit(&offsets).expect("commit");
         writeln!(out, "{n}")
             .and_then(|()| out.flush())

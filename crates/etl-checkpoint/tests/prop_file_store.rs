@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::Path;
 
-use etl_checkpoint::{FileStore, OffsetStore, Offsets};
+use etl_checkpoint::{FileStore, OffsetStore, PartitionOffsets};
 use etl_record::{Offset, PartitionId};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -37,7 +37,7 @@ fn crash() -> impl Strategy<Value = Crash> {
     ]
 }
 
-fn commit() -> impl Strategy<Value = Offsets> {
+fn commit() -> impl Strategy<Value = PartitionOffsets> {
     prop::collection::btree_map(
         (0..4u32).prop_map(PartitionId),
         (0..1_000_000i64).prop_map(Offset),
@@ -105,7 +105,7 @@ proptest! {
     ) {
         let dir = scratch();
         let mut store = FileStore::open(dir.path()).unwrap();
-        let mut current = Offsets::new();
+        let mut current = PartitionOffsets::new();
         for (offsets, crash) in steps {
             store.commit(&offsets).unwrap();
             let mut merged = current.clone();
@@ -147,7 +147,7 @@ proptest! {
 fn a_stray_temp_file_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = FileStore::open(dir.path()).unwrap();
-    let offsets: Offsets = [(PartitionId(0), Offset(5))].into();
+    let offsets: PartitionOffsets = [(PartitionId(0), Offset(5))].into();
     store.commit(&offsets).unwrap();
     drop(store);
     fs::write(dir.path().join("offsets.tmp"), b"etl-offsets 1\ngener").unwrap();

@@ -9,12 +9,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use etl_ack::{AckMsg, AckStatus, BatchId, BatchMeta};
 use etl_checkpoint::{PartitionTracker, Release};
-use etl_record::{Offset, PartitionId};
+use etl_record::{Offset, PartitionId, PartitionOffsets};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
@@ -77,7 +77,7 @@ struct Harness {
     trackers: HashMap<PartitionId, PartitionTracker>,
     model: HashMap<PartitionId, ModelPartition>,
     next_epoch: HashMap<PartitionId, u32>,
-    committed: BTreeMap<PartitionId, Offset>,
+    committed: PartitionOffsets,
     /// Batches whose handles are still alive: (meta, still unresolved).
     outstanding: Vec<BatchMeta>,
     resolved: Vec<AckMsg>,
@@ -147,8 +147,8 @@ impl Harness {
                         epoch: m.epoch,
                         seq,
                     },
-                    first_offset: first,
-                    last_offset: first + n - 1,
+                    first_offset: Offset(first),
+                    last_offset: Offset(first + n - 1),
                     records: n as u32,
                     bytes: n as u64,
                 };
@@ -175,8 +175,8 @@ impl Harness {
                         epoch: t.epoch() - 1,
                         seq: 0,
                     },
-                    first_offset: 0,
-                    last_offset: 0,
+                    first_offset: Offset(0),
+                    last_offset: Offset(0),
                     records: 1,
                     bytes: 1,
                 };
@@ -277,11 +277,7 @@ impl Harness {
         self.release(r);
     }
 
-    fn check(
-        &self,
-        last: &mut HashMap<(PartitionId, u32), Offset>,
-        committed: &BTreeMap<PartitionId, Offset>,
-    ) {
+    fn check(&self, last: &mut HashMap<(PartitionId, u32), Offset>, committed: &PartitionOffsets) {
         let mut unresolved = 0;
         for (p, t) in &self.trackers {
             let m = &self.model[p];

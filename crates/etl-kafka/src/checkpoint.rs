@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use etl_checkpoint::{CheckpointError, CheckpointHandle, OffsetStore, Offsets};
-use etl_record::{Offset, PartitionId};
+use etl_checkpoint::{CheckpointError, CheckpointHandle, OffsetStore, PartitionOffsets};
+use etl_record::PartitionId;
 
 use crate::{GroupOffsetStore, RevokeHandler};
 
@@ -14,11 +14,11 @@ use crate::{GroupOffsetStore, RevokeHandler};
 /// comes back starts where its last owner committed), `commit` waits for
 /// the coordinator.
 impl OffsetStore for GroupOffsetStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         GroupOffsetStore::load(self).map_err(|e| CheckpointError::Store(Box::new(e)))
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         GroupOffsetStore::commit(self, offsets).map_err(|e| CheckpointError::Store(Box::new(e)))
     }
 }
@@ -36,7 +36,7 @@ impl RevokeHandler for CheckpointHandle {
     fn revoke_blocking(
         &self,
         partitions: Vec<PartitionId>,
-    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>> {
         match CheckpointHandle::revoke_blocking(self, partitions) {
             Err(CheckpointError::Stopped) => {
                 tracing::debug!("revoke after the checkpointer's final commit: nothing to commit");

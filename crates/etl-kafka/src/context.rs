@@ -8,7 +8,7 @@ use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
-use etl_record::{Offset, PartitionId, Record};
+use etl_record::{PartitionId, PartitionOffsets, Record};
 use rdkafka::TopicPartitionList;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
@@ -55,7 +55,7 @@ pub trait RevokeHandler: Send + Sync + 'static {
     fn revoke_blocking(
         &self,
         partitions: Vec<PartitionId>,
-    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>>;
+    ) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// Travels with a revocation to the source and is dropped when the source

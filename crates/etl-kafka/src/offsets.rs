@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use etl_record::{Offset, PartitionId};
+use etl_record::{Offset, PartitionOffsets};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
 
@@ -79,7 +79,7 @@ impl GroupOffsetStore {
     ///
     /// [`KafkaError::Client`] when the broker does not answer the
     /// metadata, committed-offset or watermark request in time.
-    pub fn load(&self) -> Result<BTreeMap<PartitionId, Offset>, KafkaError> {
+    pub fn load(&self) -> Result<PartitionOffsets, KafkaError> {
         let map = &self.consumer.context().map;
         let mut tpl = TopicPartitionList::new();
         for topic in map.topics() {
@@ -137,7 +137,7 @@ impl GroupOffsetStore {
     /// [`KafkaError::CommitTimedOut`] when it did not answer in time (the
     /// offsets may still be stored later; the previous commit stands
     /// until then, so nothing is skipped, at worst replayed).
-    pub fn commit(&self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), KafkaError> {
+    pub fn commit(&self, offsets: &PartitionOffsets) -> Result<(), KafkaError> {
         if offsets.is_empty() {
             return Ok(());
         }

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use etl_record::{Offset, PartitionId, SourceId};
+use etl_record::{Offset, PartitionId, PartitionOffsets, SourceId};
 use etl_source::{PollBatch, Source, SourceError, SourceEvent};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -279,10 +279,7 @@ impl Source for KafkaSource {
 
     /// Offsets reach the group through [`GroupOffsetStore`], on the
     /// checkpointer's thread; nothing is left to do here.
-    async fn commit(
-        &mut self,
-        _offsets: &BTreeMap<PartitionId, Offset>,
-    ) -> Result<(), SourceError> {
+    async fn commit(&mut self, _offsets: &PartitionOffsets) -> Result<(), SourceError> {
         Ok(())
     }
 }
@@ -311,8 +308,7 @@ mod tests {
         fn revoke_blocking(
             &self,
             _partitions: Vec<PartitionId>,
-        ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>>
-        {
+        ) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>> {
             let holding = self.holding.load(Ordering::SeqCst);
             self.calls.lock().expect("lock").push(holding);
             Ok(BTreeMap::new())

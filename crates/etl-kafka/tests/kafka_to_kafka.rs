@@ -63,8 +63,8 @@ async fn every_record_arrives_at_least_once() {
                         epoch: 1,
                         seq,
                     },
-                    first_offset: first.map_or(0, |o| o.0),
-                    last_offset: last.map_or(0, |o| o.0),
+                    first_offset: first.unwrap_or(Offset(0)),
+                    last_offset: last.unwrap_or(Offset(0)),
                     records: u32::try_from(batch.records.len()).expect("small"),
                     bytes: batch.byte_len(),
                 };

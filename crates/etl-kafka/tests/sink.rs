@@ -102,8 +102,8 @@ async fn resolve_through_driver(sink: KafkaSink, records: Vec<Record>) -> AckSta
     let ack = acker
         .open(BatchMeta {
             id,
-            first_offset: 0,
-            last_offset: last,
+            first_offset: Offset(0),
+            last_offset: Offset(last),
             records: u32::try_from(records.len()).expect("small batch"),
             bytes: 0,
         })

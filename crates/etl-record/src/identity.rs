@@ -28,6 +28,16 @@ impl fmt::Display for PartitionId {
 #[cfg_attr(feature = "serde", serde(transparent))]
 pub struct Offset(pub i64);
 
+/// An offset per partition: what a store has committed, what a sink has
+/// stored, where partitions start. The one type for "offset by partition"
+/// across the workspace (offset stores, [`Source::commit`], sink progress,
+/// start positions, progress reports); what the offset of each entry means
+/// is said where it is used (for committed offsets and sink progress: the
+/// next offset to read).
+///
+/// [`Source::commit`]: https://docs.rs/etl-source/latest/etl_source/trait.Source.html#method.commit
+pub type PartitionOffsets = std::collections::BTreeMap<PartitionId, Offset>;
+
 impl Offset {
     /// The offset right after this one: what a partition commits once the
     /// record at `self` is delivered.

@@ -47,7 +47,7 @@ mod record;
 pub use dead_letter::DeadLetter;
 pub use error::ParseKeyError;
 pub use headers::{Header, Headers};
-pub use identity::{Offset, PartitionId, Position, SourceId};
+pub use identity::{Offset, PartitionId, PartitionOffsets, Position, SourceId};
 pub use key::IdempotencyKey;
 pub use lock::{LockError, OwnerLock};
 pub use record::{Record, Timestamp};

@@ -97,8 +97,8 @@ pub async fn run(dir: &Path) -> Result<String, Box<dyn std::error::Error + Send 
             epoch: 1,
             seq: 0,
         },
-        first_offset: 0,
-        last_offset: 2,
+        first_offset: Offset(0),
+        last_offset: Offset(2),
         records: 3,
         bytes: 15,
     })?;

@@ -101,8 +101,8 @@ pub async fn run() -> Result<(Vec<Order>, Vec<u8>), Box<dyn std::error::Error + 
                 epoch: 1 + seq,
                 seq: 0,
             },
-            first_offset: 0,
-            last_offset: 2,
+            first_offset: Offset(0),
+            last_offset: Offset(2),
             records: 3,
             bytes: 0,
         })?;

@@ -113,8 +113,8 @@ fn batch(
             epoch,
             seq: 0,
         },
-        first_offset: offsets.start,
-        last_offset: offsets.end - 1,
+        first_offset: Offset(offsets.start),
+        last_offset: Offset(offsets.end - 1),
         records: u32::try_from(offsets.end - offsets.start)?,
         bytes: 0,
     })?;

@@ -75,8 +75,8 @@ pub async fn run() -> Result<(Vec<String>, Vec<u8>), Box<dyn std::error::Error +
     };
     let ack = acker.open(BatchMeta {
         id,
-        first_offset: 0,
-        last_offset: 2,
+        first_offset: Offset(0),
+        last_offset: Offset(2),
         records: 3,
         bytes: 20,
     })?;

@@ -34,7 +34,14 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let (acker, mut receiver) = etl_ack::channel();
 //! let id = BatchId { partition: PartitionId(0), epoch: 1, seq: 0 };
-//! let ack = acker.open(BatchMeta { id, first_offset: 0, last_offset: 1, records: 2, bytes: 14 })?;
+//! let meta = BatchMeta {
+//!     id,
+//!     first_offset: Offset(0),
+//!     last_offset: Offset(1),
+//!     records: 2,
+//!     bytes: 14,
+//! };
+//! let ack = acker.open(meta)?;
 //! let records = (0..2)
 //!     .map(|o| {
 //!         let at = Position::new(SourceId::new("in"), PartitionId(0), Offset(o));

@@ -1,8 +1,6 @@
 //! Progress stored with the data: the mechanism behind exactly-once sinks.
 
-use std::collections::BTreeMap;
-
-use etl_record::{Offset, PartitionId, Record};
+use etl_record::{Offset, PartitionId, PartitionOffsets, Record};
 
 use crate::{Sink, SinkError};
 
@@ -13,7 +11,7 @@ use crate::{Sink, SinkError};
 /// partition from it (instead of from the offset store), and the sink
 /// driver skips, and delivers, any record below it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Progress(BTreeMap<PartitionId, Offset>);
+pub struct Progress(PartitionOffsets);
 
 impl Progress {
     /// No progress: nothing stored yet.

@@ -136,7 +136,7 @@ async fn a_merged_write_failing_on_one_record_fails_only_its_batch() {
     let failed: Vec<i64> = msgs
         .iter()
         .filter(|m| m.status == AckStatus::Failed)
-        .map(|m| m.last_offset)
+        .map(|m| m.last_offset.0)
         .collect();
     assert_eq!(failed, vec![9], "only the batch holding offset 9 fails");
     assert_eq!(tally(&msgs), (9, 1));
@@ -207,7 +207,7 @@ async fn a_batch_failing_in_a_merged_write_keeps_its_encoder_refusals_for_its_re
     let failed: Vec<i64> = msgs
         .iter()
         .filter(|m| m.status == AckStatus::Failed)
-        .map(|m| m.last_offset)
+        .map(|m| m.last_offset.0)
         .collect();
     assert_eq!(failed, vec![9], "only the second batch fails");
     let dead: Vec<i64> = dead.positions().iter().map(|(_, o)| o.0).collect();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use bytes::Bytes;
 use etl_checkpoint::{CheckpointConfig, Checkpointer, MemoryStore};
-use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+use etl_record::{Offset, PartitionId, PartitionOffsets, Position, Record, SourceId};
 use etl_source::{
     DriverExit, PollBatch, Source, SourceDriver, SourceDriverConfig, SourceError, SourceEvent,
     SourceOutput,
@@ -155,7 +155,7 @@ impl Source for MemoryLogSource {
 pub async fn run(
     partitions: usize,
     per_partition: usize,
-) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>> {
     let log = MemoryLog::new(partitions);
     for p in 0..partitions {
         for i in 0..per_partition {

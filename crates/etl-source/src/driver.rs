@@ -539,8 +539,8 @@ impl SourceDriver {
         };
         let meta = BatchMeta {
             id,
-            first_offset: first.0,
-            last_offset: last.0,
+            first_offset: first,
+            last_offset: last,
             records: group.len() as u32,
             bytes,
         };

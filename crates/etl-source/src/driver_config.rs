@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use etl_ack::Acked;
-use etl_record::{DeadLetter, Offset, PartitionId, Record};
+use etl_record::{DeadLetter, PartitionOffsets, Record};
 
 use crate::PoisonPolicy;
 
@@ -26,7 +26,7 @@ pub struct SourceDriverConfig {
     /// Start positions that override the offset store on assignment (for
     /// a sink that keeps its own progress). Partitions not listed start
     /// at their committed offset.
-    pub start_offsets: BTreeMap<PartitionId, Offset>,
+    pub start_offsets: PartitionOffsets,
     /// How often to pass committed offsets to
     /// [`Source::commit`](crate::Source::commit), for a source that keeps
     /// offsets itself. `None`: only after a revocation.

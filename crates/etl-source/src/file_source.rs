@@ -192,7 +192,7 @@ impl FileSource {
                     }
                 }
             };
-            // Offsets, progress lines and dead-letter keys name the
+            // PartitionOffsets, progress lines and dead-letter keys name the
             // partition; this says which file it is.
             tracing::info!(
                 source = %config.name,

@@ -1,9 +1,7 @@
 //! The `Source` trait: what a source implements, and its contract.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
-use etl_record::{Offset, PartitionId};
+use etl_record::{Offset, PartitionId, PartitionOffsets};
 
 use crate::{PollBatch, SourceError};
 
@@ -115,7 +113,7 @@ pub trait Source: Send {
     /// Offsets the checkpointer has committed, for a source that also keeps
     /// them itself (a consumer group). Each is the position after the last
     /// delivered record. The default does nothing.
-    async fn commit(&mut self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), SourceError> {
+    async fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), SourceError> {
         let _ = offsets;
         Ok(())
     }
@@ -151,7 +149,7 @@ impl<S: Source + ?Sized> Source for Box<S> {
         (**self).resume(partitions).await
     }
 
-    async fn commit(&mut self, offsets: &BTreeMap<PartitionId, Offset>) -> Result<(), SourceError> {
+    async fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), SourceError> {
         (**self).commit(offsets).await
     }
 

@@ -11,7 +11,7 @@ use etl_ack::Acked;
 use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, InFlightLimits, MemoryStore,
 };
-use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+use etl_record::{Offset, PartitionId, PartitionOffsets, Position, Record, SourceId};
 use etl_source::{
     DriverExit, GeneratorConfig, GeneratorSource, PoisonPolicy, PollBatch, Source, SourceDriver,
     SourceDriverConfig, SourceError, SourceEvent, SourceMetricsHandle, SourceOutput,
@@ -185,7 +185,7 @@ async fn recv(rx: &mut mpsc::Receiver<SourceOutput>) -> SourceOutput {
         .expect("the driver is running")
 }
 
-fn committed(store: &MemoryStore) -> BTreeMap<PartitionId, Offset> {
+fn committed(store: &MemoryStore) -> PartitionOffsets {
     store.offsets()
 }
 

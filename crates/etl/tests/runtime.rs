@@ -13,7 +13,7 @@ use std::time::Duration;
 use etl::{Pipeline, PipelineError, map};
 use etl_checkpoint::{
     CheckpointConfig, CheckpointError, CheckpointHandle, InFlightLimits, MemoryStore, OffsetStore,
-    Offsets,
+    PartitionOffsets,
 };
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_sink::testing::{FailEveryNth, Hang, MemorySink};
@@ -280,11 +280,11 @@ async fn a_stop_with_a_sink_that_never_finishes_ends_within_the_shutdown_timeout
 struct RefusingStore;
 
 impl OffsetStore for RefusingStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
-        Ok(Offsets::new())
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
+        Ok(PartitionOffsets::new())
     }
 
-    fn commit(&mut self, _offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, _offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         Err(CheckpointError::Store(
             "the coordinator is unreachable".into(),
         ))
@@ -370,11 +370,11 @@ struct StuckStore {
 }
 
 impl OffsetStore for StuckStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
-        Ok(Offsets::new())
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
+        Ok(PartitionOffsets::new())
     }
 
-    fn commit(&mut self, _offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, _offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         self.entered
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.release.recv();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_kafka::{GroupOffsetStore, KafkaSourceConfig, RevokeHandler};
-use etl_record::{Offset, PartitionId};
+use etl_record::{PartitionId, PartitionOffsets};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 pub(crate) use broker::{TestBroker, unique};
@@ -20,7 +20,7 @@ pub(crate) use broker::{TestBroker, unique};
 #[derive(Clone)]
 pub(crate) struct CommitSeen {
     pub(crate) store: GroupOffsetStore,
-    pub(crate) seen: Arc<Mutex<BTreeMap<PartitionId, Offset>>>,
+    pub(crate) seen: Arc<Mutex<PartitionOffsets>>,
     pub(crate) revoked: Arc<Mutex<Vec<PartitionId>>>,
 }
 
@@ -28,7 +28,7 @@ impl RevokeHandler for CommitSeen {
     fn revoke_blocking(
         &self,
         partitions: Vec<PartitionId>,
-    ) -> Result<BTreeMap<PartitionId, Offset>, Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>> {
         let seen = self.seen.lock().expect("lock").clone();
         let commit: BTreeMap<_, _> = seen
             .into_iter()

@@ -124,8 +124,8 @@ impl TestSource {
             .acker
             .open(BatchMeta {
                 id,
-                first_offset: first,
-                last_offset: last,
+                first_offset: Offset(first),
+                last_offset: Offset(last),
                 records: u32::try_from(records.len()).unwrap(),
                 bytes: records.iter().map(|r| r.byte_len() as u64).sum(),
             })

@@ -1,6 +1,8 @@
 //! The totals a progress report (the `etl` binary's status line) is
 //! computed from.
 
+use etl_record::PartitionOffsets;
+
 /// Totals the progress report is computed from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProgressTotals {
@@ -20,6 +22,6 @@ pub struct ProgressTotals {
     /// between the committed offset and the fetched position, so bytes
     /// for a file source and records (messages) for the others.
     pub lag: u64,
-    /// Committed offsets, as `partition=offset` pairs.
-    pub committed: Vec<(u32, i64)>,
+    /// Committed offsets.
+    pub committed: PartitionOffsets,
 }

@@ -189,7 +189,7 @@ impl PipelineSnapshot {
             lag,
             committed: cp
                 .iter()
-                .filter_map(|(p, m)| m.committed.map(|c| (p.0, c.0)))
+                .filter_map(|(p, m)| m.committed.map(|c| (*p, c)))
                 .collect(),
         }
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etl_checkpoint::{
-    CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, Offsets,
+    CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, PartitionOffsets,
 };
 use etl_sink::{
     DeadLetterHandle, ProgressSink, Sink, SinkDriver, SinkDriverConfig, SinkError, SinkMetrics,
@@ -268,7 +268,7 @@ pub struct Summary {
     /// Replays requested, over all partitions.
     pub replays: u64,
     /// The final committed offsets.
-    pub committed: Offsets,
+    pub committed: PartitionOffsets,
     /// Whether the run stopped on request (rather than at the end of its
     /// input).
     pub stopped: bool,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, sync_channel};
 use std::time::Duration;
 
-use etl_checkpoint::{CheckpointError, OffsetStore, Offsets};
+use etl_checkpoint::{CheckpointError, OffsetStore, PartitionOffsets};
 use etl_sink::ProgressSink;
 
 /// How long reading the sink's progress may take before the assignment
@@ -47,7 +47,7 @@ impl SinkProgressStore {
         }
     }
 
-    fn reload(&self) -> Result<Offsets, CheckpointError> {
+    fn reload(&self) -> Result<PartitionOffsets, CheckpointError> {
         let (tx, rx) = sync_channel(1);
         let sink = Arc::clone(&self.sink);
         self.runtime.spawn(async move {
@@ -68,7 +68,7 @@ impl SinkProgressStore {
 }
 
 impl OffsetStore for SinkProgressStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         let mut offsets = self.inner.load()?;
         // Reading the progress also refreshes what the sink and its driver
         // skip. A partition resumes at the lower of its commit and the
@@ -84,7 +84,7 @@ impl OffsetStore for SinkProgressStore {
         Ok(offsets)
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         self.inner.commit(offsets)
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etl::{Outcome, Transform};
-use etl_checkpoint::{CheckpointError, CheckpointHandle, OffsetStore, Offsets};
+use etl_checkpoint::{CheckpointError, CheckpointHandle, OffsetStore, PartitionOffsets};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 use etl_sink::{EncodedBatch, Progress, ProgressSink, Sink, SinkError};
 use etl_source::{PollBatch, Source, SourceError, SourceEvent};
@@ -43,7 +43,7 @@ pub struct SinkState {
 #[derive(Debug, Default)]
 pub struct State {
     /// Committed offsets.
-    pub committed: Offsets,
+    pub committed: PartitionOffsets,
     /// The sinks, then the dead-letter sink last.
     pub sinks: Vec<SinkState>,
     /// Scripted panics that already fired.
@@ -97,11 +97,11 @@ pub struct SimStore {
 }
 
 impl OffsetStore for SimStore {
-    fn load(&mut self) -> Result<Offsets, CheckpointError> {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         Ok(self.world.lock().committed.clone())
     }
 
-    fn commit(&mut self, offsets: &Offsets) -> Result<(), CheckpointError> {
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         let mut state = self.world.lock();
         // Checked under the lock: a commit either lands before the crash
         // or not at all.

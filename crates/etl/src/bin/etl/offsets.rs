@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use etl_checkpoint::{FileStore, OffsetStore, Offsets};
+use etl_checkpoint::{FileStore, OffsetStore, PartitionOffsets};
 use etl_record::{Offset, PartitionId};
 
 use crate::args::OffsetsCommand;
@@ -21,7 +21,7 @@ struct View {
     files: BTreeMap<PartitionId, PathBuf>,
     /// What an exactly-once file sink stored with its data, by sink path:
     /// what has been delivered, whatever the offset store says.
-    delivered: Vec<(PathBuf, BTreeMap<PartitionId, Offset>)>,
+    delivered: Vec<(PathBuf, PartitionOffsets)>,
 }
 
 impl View {
@@ -148,7 +148,7 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
     }
 }
 
-fn show(view: &View, offsets: &Offsets, json: bool) -> Result<(), Exit> {
+fn show(view: &View, offsets: &PartitionOffsets, json: bool) -> Result<(), Exit> {
     if json {
         let rows: Vec<serde_json::Value> = offsets
             .iter()
@@ -247,7 +247,7 @@ fn reset(config: &Path, partitions: &[u32], to: i64) -> Result<(), Exit> {
             tracing::warn!(store = %path.display(), %detail, "the offset store is corrupt; writing a new generation with the partitions named");
             let store =
                 FileStore::open_discarding_corrupt(&view.dir).map_err(|e| Exit::from_store(&e))?;
-            (store, Offsets::new())
+            (store, PartitionOffsets::new())
         }
         Err(e) => return Err(Exit::from_store(&e)),
     };

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use etl::ProgressTotals;
+use etl_record::PartitionOffsets;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// What a source's offsets count, for the units of the lag.
@@ -147,8 +148,8 @@ impl Eta {
 fn done(totals: &ProgressTotals) -> u64 {
     totals
         .committed
-        .iter()
-        .map(|(_, o)| u64::try_from(*o).unwrap_or(0))
+        .values()
+        .map(|o| u64::try_from(o.0).unwrap_or(0))
         .sum()
 }
 
@@ -191,7 +192,7 @@ pub(crate) fn report_interval(secs: f64) -> Duration {
     })
 }
 
-fn render_committed(committed: &[(u32, i64)]) -> String {
+fn render_committed(committed: &PartitionOffsets) -> String {
     const SHOWN: usize = 4;
     let mut parts: Vec<String> = committed
         .iter()
@@ -237,13 +238,14 @@ fn human_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use etl_record::{Offset, PartitionId};
 
     fn totals(read: u64, committed: i64) -> ProgressTotals {
         ProgressTotals {
             read,
             written: read,
             lag: 86_377_777,
-            committed: vec![(7, committed)],
+            committed: PartitionOffsets::from([(PartitionId(7), Offset(committed))]),
             ..ProgressTotals::default()
         }
     }
@@ -289,8 +291,8 @@ mod tests {
 
     #[test]
     fn committed_offsets_are_abbreviated() {
-        assert_eq!(render_committed(&[]), "-");
-        let many: Vec<_> = (0..6).map(|p| (p, 10)).collect();
+        assert_eq!(render_committed(&PartitionOffsets::new()), "-");
+        let many: PartitionOffsets = (0..6).map(|p| (PartitionId(p), Offset(10))).collect();
         assert_eq!(render_committed(&many), "0=10,1=10,2=10,3=10,+2 more");
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
