@@ -26,6 +26,57 @@ use crate::transform::TransformChain;
 /// a corrupt offset store), or the configuration names a connector this
 /// build does not include.
 pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineError> {
+    builder_from_config(config, values_are_json(config))
+        .await?
+        .build()
+}
+
+impl PipelineBuilder {
+    /// The builder of the pipeline a configuration describes, its source,
+    /// sinks and offset store opened, to take more Rust before it is
+    /// built: a transform appended after the file's
+    /// ([`transform`](Self::transform)), another sink, a dead-letter sink
+    /// in place of the file's.
+    ///
+    /// Unlike [`pipeline_from_config`], the sinks check that every value
+    /// they encode as NDJSON is JSON, since a step added here may change
+    /// what the file's steps guaranteed; a value that is not goes to the
+    /// dead-letter path.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use bytes::Bytes;
+    /// use etl::{PipelineBuilder, load_config, map, shutdown_signal};
+    /// use etl_record::Record;
+    ///
+    /// let config = load_config("pipeline.toml".as_ref())?;
+    /// let pipeline = PipelineBuilder::from_config(&config)
+    ///     .await?
+    ///     .transform(map("stamp", |record: &Record| {
+    ///         let mut record = record.clone();
+    ///         record.headers.push("seen-by", Some(Bytes::from_static(b"rust")));
+    ///         Ok(record)
+    ///     }))
+    ///     .build()?;
+    /// pipeline.run(shutdown_signal()?).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`pipeline_from_config`].
+    pub async fn from_config(config: &Config) -> Result<PipelineBuilder, PipelineError> {
+        builder_from_config(config, false).await
+    }
+}
+
+/// The builder of `config`'s pipeline; `trusted`: the NDJSON encoders may
+/// take every value as JSON without checking it.
+async fn builder_from_config(
+    config: &Config,
+    trusted: bool,
+) -> Result<PipelineBuilder, PipelineError> {
     let mut builder = Pipeline::builder()
         .transforms(
             TransformChain::try_from_config(&config.transforms).map_err(PipelineError::Invalid)?,
@@ -54,7 +105,6 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
         .on_failure(config.delivery.on_failure);
 
     builder = with_source(builder, config)?;
-    let trusted = values_are_json(config);
     let stored = StoredProgressCheck::new(config)?;
     for sink in &config.sinks {
         #[cfg(feature = "postgres")]
@@ -65,7 +115,7 @@ pub async fn pipeline_from_config(config: &Config) -> Result<Pipeline, PipelineE
         let sink = open_sink(kind, "dead_letter").await?.shared();
         builder = builder.dead_letter(sink);
     }
-    builder.build()
+    Ok(builder)
 }
 
 fn open_store(store: &StoreConfig) -> Result<Box<dyn OffsetStore>, PipelineError> {
