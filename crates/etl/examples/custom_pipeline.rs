@@ -98,8 +98,7 @@ pub(crate) async fn run() -> Result<Vec<String>, etl::PipelineError> {
         .source(Readings::new(3, 200))
         // Keep even readings only: the others are filtered on purpose.
         .transform(filter("even", |r: &Record| r.position.offset.0 % 2 == 0))
-        .transform(map("shout", |r: &Record| {
-            let mut r = r.clone();
+        .transform(map("shout", |mut r: Record| {
             r.value = r.value.to_ascii_uppercase().into();
             Ok(r)
         }))

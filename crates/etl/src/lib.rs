@@ -124,8 +124,8 @@ pub use runtime::{
 };
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
 pub use transform::{
-    ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Transform, TransformChain,
-    filter, flat_map, map,
+    ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Reject, Transform,
+    TransformChain, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
 };
 #[cfg(feature = "remap")]
 pub use transform::{Remap, VrlError, VrlFilter, VrlProgram};

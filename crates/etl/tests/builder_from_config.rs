@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use etl::{PipelineBuilder, map, parse_config, pipeline_from_config};
+use etl::{PipelineBuilder, Reject, map, parse_config, pipeline_from_config};
 use etl_record::Record;
 use tokio_util::sync::CancellationToken;
 
@@ -37,8 +37,7 @@ store = {{ type = "file", path = "{dir}/state" }}
 }
 
 /// The Rust step: records with `"id":3` get a value that is not JSON.
-fn breaks_id_3(record: &Record) -> Result<Record, String> {
-    let mut record = record.clone();
+fn breaks_id_3(mut record: Record) -> Result<Record, Reject> {
     if record.value.windows(6).any(|w| w == b"\"id\":3") {
         record.value = Bytes::from_static(b"not json {");
     } else {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etl::{Pipeline, PipelineError, map};
+use etl::{Pipeline, PipelineError, Reject, map};
 use etl_checkpoint::{
     CheckpointConfig, CheckpointError, CheckpointHandle, InFlightLimits, MemoryStore, OffsetStore,
     PartitionOffsets,
@@ -39,9 +39,9 @@ async fn a_panicking_transform_fails_its_batch() {
     .unwrap();
     let pipeline = Pipeline::builder()
         .source(source)
-        .transform(map("explodes", |r: &Record| {
+        .transform(map("explodes", |r: Record| {
             assert!(r.position.offset != Offset(25), "a bug in user code");
-            Ok(r.clone())
+            Ok(r)
         }))
         .sink(
             "nowhere",
@@ -82,12 +82,12 @@ async fn a_panicking_transform_never_lets_queued_batches_of_other_partitions_com
         // the panic finds batches of every partition queued behind it.
         let pipeline = Pipeline::builder()
             .source(source)
-            .transform(map("explodes", |r: &Record| {
+            .transform(map("explodes", |r: Record| {
                 if r.position.partition == PartitionId(0) && r.position.offset == Offset(500) {
                     std::thread::sleep(std::time::Duration::from_millis(200));
                     panic!("a bug in user code");
                 }
-                Ok(r.clone())
+                Ok(r)
             }))
             .transform_workers(workers)
             .sink(
@@ -436,7 +436,9 @@ async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shut
     let timeout = Duration::from_secs(5);
     let pipeline = Pipeline::builder()
         .source(source)
-        .transform(map("refuses everything", |_: &Record| Err("no".to_owned())))
+        .transform(map("refuses everything", |r: Record| {
+            Err(Reject::new(r, "no"))
+        }))
         .sink(
             "nowhere",
             SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),

@@ -52,8 +52,7 @@ impl PipelineBuilder {
     /// let config = load_config("pipeline.toml".as_ref())?;
     /// let pipeline = PipelineBuilder::from_config(&config)
     ///     .await?
-    ///     .transform(map("stamp", |record: &Record| {
-    ///         let mut record = record.clone();
+    ///     .transform(map("stamp", |mut record: Record| {
     ///         record.headers.push("seen-by", Some(Bytes::from_static(b"rust")));
     ///         Ok(record)
     ///     }))

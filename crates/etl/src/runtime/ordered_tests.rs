@@ -175,9 +175,16 @@ fn a_chain_that_cannot_fork_stays_serial() {
         "one worker"
     );
     assert!(super::ordered::Workers::spawn(&chain, 2).is_some());
-    chain.push(Box::new(map("closure", |r: &Record| Ok(r.clone()))));
+    chain.push(Box::new(map("stateless closure", |r: Record| Ok(r))));
+    assert!(
+        super::ordered::Workers::spawn(&chain, 2).is_some(),
+        "a stateless closure forks"
+    );
+    chain.push(Box::new(crate::map_mut("stateful closure", |r: Record| {
+        Ok(r)
+    })));
     assert!(
         super::ordered::Workers::spawn(&chain, 2).is_none(),
-        "a closure"
+        "a stateful closure"
     );
 }

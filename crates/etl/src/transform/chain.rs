@@ -301,7 +301,7 @@ mod tests {
     use etl_record::{Offset, PartitionId, Position, SourceId};
 
     use super::*;
-    use crate::transform::{filter, flat_map, map};
+    use crate::transform::{Reject, filter, flat_map, map};
 
     fn rec(offset: i64, value: &str) -> Record {
         Record::new(
@@ -316,15 +316,14 @@ mod tests {
         chain.push(Box::new(filter("no-skip", |r: &Record| {
             &r.value[..] != b"skip"
         })));
-        chain.push(Box::new(map("upper", |r: &Record| {
+        chain.push(Box::new(map("upper", |mut r: Record| {
             if &r.value[..] == b"bad" {
-                return Err("bad value".to_owned());
+                return Err(Reject::new(r, "bad value"));
             }
-            let mut r = r.clone();
             r.value = r.value.to_ascii_uppercase().into();
             Ok(r)
         })));
-        chain.push(Box::new(flat_map("split", |r: &Record| {
+        chain.push(Box::new(flat_map("split", |r: Record| {
             Ok(r.value
                 .split(|b| *b == b',')
                 .filter(|p| !p.is_empty())

@@ -17,7 +17,9 @@ mod remap_fast;
 mod scan;
 
 pub use chain::{ChainOutput, TransformChain};
-pub use closures::{FilterFn, FlatMapFn, MapFn, filter, flat_map, map};
+pub use closures::{
+    FilterFn, FlatMapFn, MapFn, Reject, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
+};
 pub use json::{JsonOp, JsonStage};
 #[cfg(feature = "remap")]
 pub use remap::{Remap, VrlError, VrlFilter, VrlProgram};
