@@ -124,7 +124,7 @@ pub use runtime::{
 };
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
 pub use transform::{
-    ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Reject, Transform,
+    ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Refused, Transform,
     TransformChain, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
 };
 #[cfg(feature = "remap")]

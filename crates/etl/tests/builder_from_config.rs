@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use etl::{PipelineBuilder, Reject, map, parse_config, pipeline_from_config};
+use etl::{PipelineBuilder, Refused, map, parse_config, pipeline_from_config};
 use etl_record::Record;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,7 @@ store = {{ type = "file", path = "{dir}/state" }}
 }
 
 /// The Rust step: records with `"id":3` get a value that is not JSON.
-fn breaks_id_3(mut record: Record) -> Result<Record, Reject> {
+fn breaks_id_3(mut record: Record) -> Result<Record, Refused> {
     if record.value.windows(6).any(|w| w == b"\"id\":3") {
         record.value = Bytes::from_static(b"not json {");
     } else {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etl::{Pipeline, PipelineError, Reject, map};
+use etl::{Pipeline, PipelineError, Refused, map};
 use etl_checkpoint::{
     CheckpointConfig, CheckpointError, CheckpointHandle, InFlightLimits, MemoryStore, OffsetStore,
     PartitionOffsets,
@@ -437,7 +437,7 @@ async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shut
     let pipeline = Pipeline::builder()
         .source(source)
         .transform(map("refuses everything", |r: Record| {
-            Err(Reject::new(r, "no"))
+            Err(Refused::new(r, "no"))
         }))
         .sink(
             "nowhere",

@@ -301,7 +301,7 @@ mod tests {
     use etl_record::{Offset, PartitionId, Position, SourceId};
 
     use super::*;
-    use crate::transform::{Reject, filter, flat_map, map};
+    use crate::transform::{Refused, filter, flat_map, map};
 
     fn rec(offset: i64, value: &str) -> Record {
         Record::new(
@@ -318,7 +318,7 @@ mod tests {
         })));
         chain.push(Box::new(map("upper", |mut r: Record| {
             if &r.value[..] == b"bad" {
-                return Err(Reject::new(r, "bad value"));
+                return Err(Refused::new(r, "bad value"));
             }
             r.value = r.value.to_ascii_uppercase().into();
             Ok(r)

@@ -18,18 +18,18 @@ use super::{Outcome, Transform};
 /// path as it is here (give back the record as it came in, or as far as it
 /// got, whichever the dead letter should show).
 ///
-/// The record is boxed: a `Result<Record, Reject>` stays as small as the
+/// The record is boxed: a `Result<Record, Refused>` stays as small as the
 /// record, and only a refusal allocates.
 #[derive(Debug)]
-pub struct Reject {
+pub struct Refused {
     record: Box<Record>,
     reason: String,
 }
 
-impl Reject {
+impl Refused {
     /// Refuse `record` for `reason`.
     pub fn new(record: Record, reason: impl Into<String>) -> Self {
-        Reject {
+        Refused {
             record: Box::new(record),
             reason: reason.into(),
         }
@@ -54,9 +54,9 @@ impl Reject {
     }
 }
 
-impl From<Reject> for Outcome {
-    fn from(reject: Reject) -> Self {
-        let (record, reason) = reject.into_parts();
+impl From<Refused> for Outcome {
+    fn from(refused: Refused) -> Self {
+        let (record, reason) = refused.into_parts();
         Outcome::Reject(record, reason)
     }
 }
@@ -74,16 +74,16 @@ pub struct MapFn<F> {
 }
 
 /// Build a map transform from a stateless closure: `Ok(record)` passes the
-/// record on, `Err(Reject)` sends the record it holds to the dead-letter
+/// record on, `Err(Refused)` sends the record it holds to the dead-letter
 /// path. It runs on every transform worker.
 ///
 /// ```
-/// use etl::{Reject, map};
+/// use etl::{Refused, map};
 /// use etl_record::Record;
 ///
 /// let upper = map("upper", |mut record: Record| {
 ///     if record.value.is_empty() {
-///         return Err(Reject::new(record, "empty value"));
+///         return Err(Refused::new(record, "empty value"));
 ///     }
 ///     record.value = record.value.to_ascii_uppercase().into();
 ///     Ok(record)
@@ -91,7 +91,7 @@ pub struct MapFn<F> {
 /// ```
 pub fn map<F>(name: impl Into<String>, f: F) -> MapFn<F>
 where
-    F: Fn(Record) -> Result<Record, Reject> + Clone + Send + 'static,
+    F: Fn(Record) -> Result<Record, Refused> + Clone + Send + 'static,
 {
     MapFn {
         name: name.into(),
@@ -105,7 +105,7 @@ where
 /// order within each batch.
 pub fn map_mut<F>(name: impl Into<String>, f: F) -> MapFn<F>
 where
-    F: FnMut(Record) -> Result<Record, Reject> + Send + 'static,
+    F: FnMut(Record) -> Result<Record, Refused> + Send + 'static,
 {
     MapFn {
         name: name.into(),
@@ -116,7 +116,7 @@ where
 
 impl<F> Transform for MapFn<F>
 where
-    F: FnMut(Record) -> Result<Record, Reject> + Send + 'static,
+    F: FnMut(Record) -> Result<Record, Refused> + Send + 'static,
 {
     fn name(&self) -> &str {
         &self.name
@@ -125,7 +125,7 @@ where
     fn apply(&mut self, record: Record) -> Outcome {
         match (self.f)(record) {
             Ok(r) => Outcome::Keep(r),
-            Err(reject) => reject.into(),
+            Err(refused) => refused.into(),
         }
     }
 
@@ -207,13 +207,13 @@ pub struct FlatMapFn<F> {
 }
 
 /// Build a flat-map transform from a stateless closure: `Ok(records)`
-/// replaces the record (an empty list counts as filtered), `Err(Reject)`
+/// replaces the record (an empty list counts as filtered), `Err(Refused)`
 /// sends the record it holds to the dead-letter path. Records it creates
 /// keep the original's position, so they share its idempotency key. It
 /// runs on every transform worker.
 pub fn flat_map<F>(name: impl Into<String>, f: F) -> FlatMapFn<F>
 where
-    F: Fn(Record) -> Result<Vec<Record>, Reject> + Clone + Send + 'static,
+    F: Fn(Record) -> Result<Vec<Record>, Refused> + Clone + Send + 'static,
 {
     FlatMapFn {
         name: name.into(),
@@ -226,7 +226,7 @@ where
 /// runs on one task).
 pub fn flat_map_mut<F>(name: impl Into<String>, f: F) -> FlatMapFn<F>
 where
-    F: FnMut(Record) -> Result<Vec<Record>, Reject> + Send + 'static,
+    F: FnMut(Record) -> Result<Vec<Record>, Refused> + Send + 'static,
 {
     FlatMapFn {
         name: name.into(),
@@ -237,7 +237,7 @@ where
 
 impl<F> Transform for FlatMapFn<F>
 where
-    F: FnMut(Record) -> Result<Vec<Record>, Reject> + Send + 'static,
+    F: FnMut(Record) -> Result<Vec<Record>, Refused> + Send + 'static,
 {
     fn name(&self) -> &str {
         &self.name
@@ -246,7 +246,7 @@ where
     fn apply(&mut self, record: Record) -> Outcome {
         match (self.f)(record) {
             Ok(records) => Outcome::Many(records),
-            Err(reject) => reject.into(),
+            Err(refused) => refused.into(),
         }
     }
 
@@ -325,7 +325,7 @@ mod tests {
     fn a_rejected_record_goes_to_the_dead_letter_path_as_given_back() {
         let mut t = map("refuse", |mut r: Record| {
             r.value = b"changed".to_vec().into();
-            Err(Reject::new(r, "no"))
+            Err(Refused::new(r, "no"))
         });
         match t.apply(rec("a")) {
             Outcome::Reject(r, reason) => {

@@ -18,7 +18,7 @@ mod scan;
 
 pub use chain::{ChainOutput, TransformChain};
 pub use closures::{
-    FilterFn, FlatMapFn, MapFn, Reject, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
+    FilterFn, FlatMapFn, MapFn, Refused, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
 };
 pub use json::{JsonOp, JsonStage};
 #[cfg(feature = "remap")]
