@@ -5,12 +5,12 @@
 //!   classifies its failures ([`SinkError`]: retryable or not, and of the
 //!   environment or of the data, [`FailureKind`]). [`Encoder`]s
 //!   ([`NdjsonEncoder`], [`RawLinesEncoder`]) turn records into bytes.
-//! * Layers in the tower manner wrap a sink: [`Retry`] (exponential
-//!   backoff, full jitter, maximum elapsed time), [`Timeout`],
-//!   [`ConcurrencyLimit`].
 //! * [`SinkDriver`] runs a sink as a tokio task: it takes
 //!   `Acked<Vec<Record>>` from a bounded channel, batches by count, bytes
-//!   and linger time, keeps several writes in flight and delivers each
+//!   and linger time, retries retryable failures by its [`RetryPolicy`]
+//!   (exponential backoff with full jitter, a limit on the time spent and
+//!   optionally on the retries), bounds each attempt by a write timeout,
+//!   keeps up to `concurrency` writes in flight and delivers each
 //!   batch's [`AckSet`](etl_ack::AckSet) only after its durable write.
 //!   A failure of the data fails the set (the partition replays) or goes
 //!   to a dead-letter sink by policy; a failure of the environment stops
@@ -76,13 +76,11 @@ mod file_progress;
 mod file_sink;
 mod file_state;
 mod handle;
-mod limit;
 mod metrics;
 mod progress;
 mod retry;
 mod sink;
 pub mod testing;
-mod timeout;
 mod write;
 
 pub use batch::EncodedBatch;
@@ -94,9 +92,7 @@ pub use encoder::{Encoder, NdjsonEncoder, RawLinesEncoder};
 pub use error::{BoxError, FailureKind, Reject, SendError, SinkError};
 pub use file_sink::{FileSink, FileSinkConfig, FsyncPolicy};
 pub use handle::{SinkHandle, SinkSender};
-pub use limit::ConcurrencyLimit;
 pub use metrics::SinkMetrics;
 pub use progress::{Progress, ProgressSink};
-pub use retry::{Retry, RetryPolicy};
+pub use retry::RetryPolicy;
 pub use sink::{BoxSink, Sink};
-pub use timeout::Timeout;

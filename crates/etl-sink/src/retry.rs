@@ -1,15 +1,12 @@
 //! Retrying retryable errors with exponential backoff and full jitter.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::{EncodedBatch, Sink, SinkError};
+use crate::SinkError;
 
 /// When and how long to retry a write that failed with a retryable error.
 ///
@@ -106,63 +103,11 @@ impl RetryPolicy {
     }
 }
 
-/// A sink layer that retries retryable errors of the inner sink by a
-/// [`RetryPolicy`]. Counts the retries it made.
-#[derive(Debug)]
-pub struct Retry<S> {
-    inner: S,
-    policy: RetryPolicy,
-    retries: Arc<AtomicU64>,
-}
-
-impl<S> Retry<S> {
-    /// Wrap `inner`.
-    pub fn new(inner: S, policy: RetryPolicy) -> Self {
-        Retry {
-            inner,
-            policy,
-            retries: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    /// The inner sink.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// Unwrap the inner sink.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
-    /// Retries made so far.
-    pub fn retries(&self) -> u64 {
-        self.retries.load(Ordering::Relaxed)
-    }
-}
-
-#[async_trait]
-impl<S: Sink> Sink for Retry<S> {
-    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
-        self.policy
-            .run(
-                || self.inner.write(batch),
-                |_| {
-                    self.retries.fetch_add(1, Ordering::Relaxed);
-                },
-            )
-            .await
-    }
-
-    async fn flush(&self) -> Result<(), SinkError> {
-        self.policy.run(|| self.inner.flush(), |_| {}).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{FailEveryNth, MemorySink};
+    use crate::{EncodedBatch, Sink};
 
     #[test]
     fn caps_grow_exponentially_then_saturate() {
@@ -179,26 +124,30 @@ mod tests {
         }
     }
 
+    /// Write one empty batch to `sink` under `policy`; the retries made.
+    async fn write(sink: &impl Sink, policy: &RetryPolicy) -> (Result<(), SinkError>, u64) {
+        let batch = EncodedBatch::default();
+        let mut retries = 0;
+        let result = policy.run(|| sink.write(&batch), |_| retries += 1).await;
+        (result, retries)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn retries_transient_errors_only() {
         let memory = MemorySink::new();
         // Calls 2, 4, ... fail: the second write needs one retry.
-        let sink = Retry::new(
-            FailEveryNth::transient(memory.clone(), 2),
-            RetryPolicy::default(),
-        );
-        sink.write(&EncodedBatch::default()).await.unwrap();
-        sink.write(&EncodedBatch::default()).await.unwrap();
-        assert_eq!(sink.retries(), 1);
+        let sink = FailEveryNth::transient(memory.clone(), 2);
+        let policy = RetryPolicy::default();
+        assert_eq!(write(&sink, &policy).await.1, 0);
+        let (result, retries) = write(&sink, &policy).await;
+        result.unwrap();
+        assert_eq!(retries, 1);
         assert_eq!(memory.writes(), 2);
 
-        let permanent = Retry::new(
-            FailEveryNth::permanent(MemorySink::new(), 1),
-            RetryPolicy::default(),
-        );
-        let err = permanent.write(&EncodedBatch::default()).await.unwrap_err();
-        assert!(matches!(err, SinkError::Permanent(_)));
-        assert_eq!(permanent.retries(), 0);
+        let permanent = FailEveryNth::permanent(MemorySink::new(), 1);
+        let (result, retries) = write(&permanent, &policy).await;
+        assert!(matches!(result.unwrap_err(), SinkError::Permanent(_)));
+        assert_eq!(retries, 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -207,12 +156,25 @@ mod tests {
             max_elapsed: Duration::from_secs(2),
             ..RetryPolicy::default()
         };
-        let sink = Retry::new(FailEveryNth::transient(MemorySink::new(), 1), policy);
+        let memory = MemorySink::new();
+        let sink = FailEveryNth::transient(memory.clone(), 1);
         let start = Instant::now();
-        let err = sink.write(&EncodedBatch::default()).await.unwrap_err();
-        assert!(err.is_retryable());
+        let (result, retries) = write(&sink, &policy).await;
+        assert!(result.unwrap_err().is_retryable());
         assert!(start.elapsed() <= Duration::from_secs(2));
-        assert!(sink.retries() > 0);
-        assert_eq!(sink.get_ref().get_ref().writes(), 0);
+        assert!(retries > 0);
+        assert_eq!(memory.writes(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_max_retries() {
+        let policy = RetryPolicy {
+            max_retries: Some(3),
+            ..RetryPolicy::default()
+        };
+        let sink = FailEveryNth::transient(MemorySink::new(), 1);
+        let (result, retries) = write(&sink, &policy).await;
+        assert!(result.unwrap_err().is_retryable());
+        assert_eq!(retries, 3);
     }
 }
