@@ -65,6 +65,17 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl",
         ],
     ),
+    (
+        "etl-example-custom",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl",
+        ],
+    ),
     ("xtask", &[]),
 ];
 

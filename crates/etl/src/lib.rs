@@ -103,9 +103,11 @@
 //! With `default-features = false` the crate builds without librdkafka
 //! and VRL; everything above the Features heading works without them.
 
+pub mod cli;
 pub mod config;
 mod connectors;
 mod metrics;
+mod registry;
 mod runtime;
 mod signal;
 mod transform;
@@ -118,6 +120,7 @@ pub use config::{
 };
 pub use connectors::check_connectors;
 pub use metrics::ProgressTotals;
+pub use registry::{BoxError, ComponentContext, Registry};
 pub use runtime::{
     MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, SourceFactory, Summary,
     pipeline_from_config,

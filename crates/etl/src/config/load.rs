@@ -15,6 +15,10 @@ use toml_edit::ImDocument;
 
 use super::interpolate::{Interpolated, interpolate};
 use super::schema::*;
+use crate::registry::{Custom, Factory, Registry};
+
+/// A value read from a section, and the section's place.
+type Placed<T> = (T, Range<usize>);
 
 /// One problem in a configuration file, with its place.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,12 +83,17 @@ fn render(path: &Path, problems: &[ConfigProblem]) -> String {
 /// [`ConfigError::Read`] when the file cannot be read,
 /// [`ConfigError::Invalid`] with every problem found otherwise.
 pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    load_config_in(&Registry::new(), path)
+}
+
+/// [`load_config`] with `registry`'s components.
+pub(crate) fn load_config_in(registry: &Registry, path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
-    parse_config(&text, base).map_err(|problems| ConfigError::Invalid {
+    parse_config_in(registry, &text, base).map_err(|problems| ConfigError::Invalid {
         path: path.to_owned(),
         problems,
     })
@@ -249,6 +258,58 @@ impl Checker<'_> {
         }
     }
 
+    /// A table whose `type` is registered in `factories`: checked against
+    /// its config struct (every field that does not fit reported, string
+    /// values of secret-looking keys kept out of the messages). `Err`
+    /// gives the value back when its type is not registered.
+    fn custom<T>(
+        &mut self,
+        factories: &std::collections::BTreeMap<String, Factory<T>>,
+        value: Spanned<toml::Value>,
+        section: &str,
+        base: &Path,
+    ) -> Result<Option<Placed<Custom<T>>>, Spanned<toml::Value>> {
+        let factory = match value.get_ref().get("type").and_then(toml::Value::as_str) {
+            Some(type_name) => match factories.get(type_name) {
+                Some(factory) => factory.clone(),
+                None => return Err(value),
+            },
+            None => return Err(value),
+        };
+        let span = value.span();
+        let toml::Value::Table(mut table) = value.into_inner() else {
+            unreachable!("a value with a `type` key is a table")
+        };
+        let type_name = match table.remove("type") {
+            Some(toml::Value::String(t)) => t,
+            _ => unreachable!("checked above"),
+        };
+        let secrets: Vec<String> = table
+            .iter()
+            .filter(|(k, _)| super::interpolate::is_secret_key(k))
+            .filter_map(|(_, v)| v.as_str().map(str::to_owned))
+            .filter(|v| !v.is_empty())
+            .collect();
+        let before = self.problems.len();
+        let check = factory.check.clone();
+        let fits = self
+            .deserialize_all_with(toml::Value::Table(table.clone()), &span, section, &|v| {
+                check(v)
+            })
+            .is_some();
+        for problem in &mut self.problems[before..] {
+            for secret in &secrets {
+                problem.message = problem.message.replace(secret.as_str(), "***");
+            }
+        }
+        Ok(fits.then(|| {
+            (
+                Custom::new(type_name, table, base.to_owned(), factory),
+                span,
+            )
+        }))
+    }
+
     fn section<T: DeserializeOwned>(
         &mut self,
         value: Spanned<toml::Value>,
@@ -263,9 +324,21 @@ impl Checker<'_> {
     /// that does not deserialize.
     fn deserialize_all<T: DeserializeOwned>(
         &mut self,
+        value: toml::Value,
+        span: &Range<usize>,
+        section: &str,
+    ) -> Option<T> {
+        self.deserialize_all_with(value, span, section, &|v| T::deserialize(v))
+    }
+
+    /// [`deserialize_all`](Self::deserialize_all) with `read` in place of
+    /// a type's `Deserialize`.
+    fn deserialize_all_with<T>(
+        &mut self,
         mut value: toml::Value,
         span: &Range<usize>,
         section: &str,
+        read: &dyn Fn(toml::Value) -> Result<T, toml::de::Error>,
     ) -> Option<T> {
         // A field that does not deserialize is reported and taken out, and
         // the section is read again without it: the problems of its other
@@ -274,7 +347,7 @@ impl Checker<'_> {
         // comes back as its default, which is never a problem of its own.
         let mut removed: Vec<String> = Vec::new();
         loop {
-            match T::deserialize(value.clone()) {
+            match read(value.clone()) {
                 Ok(v) => return Some(v),
                 Err(e) => {
                     let message = e.message();
@@ -370,12 +443,21 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 ///
 /// Every problem found, in file order.
 pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+    parse_config_in(&Registry::new(), text, base)
+}
+
+/// [`parse_config`] with `registry`'s components.
+pub(crate) fn parse_config_in(
+    registry: &Registry,
+    text: &str,
+    base: &Path,
+) -> Result<Config, Vec<ConfigProblem>> {
     let env = |name: &str| match std::env::var(name) {
         Ok(value) => Some(Ok(value)),
         Err(std::env::VarError::NotPresent) => None,
         Err(std::env::VarError::NotUnicode(_)) => Some(Err(())),
     };
-    parse_interpolated(text, base, &env)
+    parse_interpolated(registry, text, base, &env)
 }
 
 /// [`parse_config`] with the variables of `env` instead of the
@@ -398,10 +480,13 @@ pub fn parse_config_with_env(
     base: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, Vec<ConfigProblem>> {
-    parse_interpolated(text, base, &|name: &str| env(name).map(Ok))
+    parse_interpolated(&Registry::new(), text, base, &|name: &str| {
+        env(name).map(Ok)
+    })
 }
 
 fn parse_interpolated(
+    registry: &Registry,
     text: &str,
     base: &Path,
     env: &dyn Fn(&str) -> Option<Result<String, ()>>,
@@ -420,7 +505,7 @@ fn parse_interpolated(
         }
         ck.problems
     })?;
-    parse_text(&interpolated, base).map_err(|mut problems| {
+    parse_text(registry, &interpolated, base).map_err(|mut problems| {
         for p in &mut problems {
             for secret in &secrets {
                 p.message = p.message.replace(secret.expose_secret(), "***");
@@ -430,7 +515,7 @@ fn parse_interpolated(
     })
 }
 
-fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     let mut ck = Checker {
         text,
         problems: Vec::new(),
@@ -445,7 +530,10 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     };
 
     let source = match raw.source {
-        Some(v) => ck.section::<SourceConfig>(v, "[source]"),
+        Some(v) => match ck.custom(&registry.sources, v, "[source]", base) {
+            Ok(custom) => custom.map(|(c, span)| (SourceConfig::Custom(c), span)),
+            Err(v) => ck.section::<SourceConfig>(v, "[source]"),
+        },
         None => {
             ck.problem(0..0, "file", "missing [source] section");
             None
@@ -463,7 +551,11 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
             .as_table()
             .map(|t| t.keys().cloned().collect())
             .unwrap_or_default();
-        if let Some((mut t, span)) = ck.section::<TransformConfig>(t, &section) {
+        let parsed = match ck.custom(&registry.transforms, t, &section, base) {
+            Ok(custom) => custom.map(|(c, span)| (TransformConfig::Custom(c), span)),
+            Err(t) => ck.section::<TransformConfig>(t, &section),
+        };
+        if let Some((mut t, span)) = parsed {
             check_transform(&mut ck, &t, span.clone(), &section);
             super::programs::check(&mut ck, &mut t, &keys, span, &section, base);
             transforms.push(t);
@@ -480,7 +572,7 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     let mut sinks = Vec::new();
     for (i, s) in raw.sinks.into_iter().enumerate() {
         let section = format!("[[sinks]] #{}", i + 1);
-        if let Some(sink) = sink_entry(&mut ck, s, i, &section) {
+        if let Some(sink) = sink_entry(&mut ck, registry, s, i, &section, base) {
             sinks.push(sink);
         }
     }
@@ -502,7 +594,12 @@ fn parse_text(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
 
     let dead_letter = raw
         .dead_letter
-        .and_then(|v| ck.section::<SinkKind>(v, "[dead_letter]"))
+        .and_then(
+            |v| match ck.custom(&registry.sinks, v, "[dead_letter]", base) {
+                Ok(custom) => custom.map(|(c, span)| (SinkKind::Custom(c), span)),
+                Err(v) => ck.section::<SinkKind>(v, "[dead_letter]"),
+            },
+        )
         .map(|(k, span)| {
             check_sink_kind(&mut ck, &k, &span, "[dead_letter]");
             check_kafka_sink(&mut ck, &k, ("dead_letter", None), &span, "[dead_letter]");
@@ -615,7 +712,7 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
                 );
             }
         }
-        SourceConfig::Kafka(_) => {}
+        SourceConfig::Kafka(_) | SourceConfig::Custom(_) => {}
     }
 }
 
@@ -686,15 +783,17 @@ fn check_transform(ck: &mut Checker<'_>, t: &TransformConfig, span: Range<usize>
             condition: Some(_), ..
         }
         | TransformConfig::Remap { .. } => {}
-        TransformConfig::ParseJson => {}
+        TransformConfig::ParseJson | TransformConfig::Custom(_) => {}
     }
 }
 
 fn sink_entry(
     ck: &mut Checker<'_>,
+    registry: &Registry,
     value: Spanned<toml::Value>,
     index: usize,
     section: &str,
+    base: &Path,
 ) -> Option<SinkConfig> {
     let span = value.span();
     let toml::Value::Table(mut table) = value.into_inner() else {
@@ -717,7 +816,15 @@ fn sink_entry(
     }
     let options: Option<SinkOptions> =
         ck.deserialize_all(toml::Value::Table(options), &span, section);
-    let kind: Option<SinkKind> = ck.deserialize_all(toml::Value::Table(table), &span, section);
+    let kind: Option<SinkKind> = match ck.custom(
+        &registry.sinks,
+        Spanned::new(span.clone(), toml::Value::Table(table)),
+        section,
+        base,
+    ) {
+        Ok(custom) => custom.map(|(c, _)| SinkKind::Custom(c)),
+        Err(v) => ck.deserialize_all(v.into_inner(), &span, section),
+    };
     if let Some(kind) = &kind {
         check_sink_kind(ck, kind, &span, section);
         check_kafka_sink(ck, kind, ("sinks", Some(index)), &span, section);

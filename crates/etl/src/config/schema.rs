@@ -23,6 +23,7 @@ pub use etl_sink::PermanentErrorPolicy;
 pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
 
 use super::units::{ByteSize, duration, opt_duration};
+pub use crate::registry::Custom;
 
 /// A whole pipeline: one source, transforms in order, one or more sinks.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +54,10 @@ pub enum SourceConfig {
     Generator(GeneratorOptions),
     /// A Kafka consumer group; the table is read by the Kafka connector.
     Kafka(ConnectorTable),
+    /// A type registered in a [`Registry`](crate::Registry), built by its
+    /// factory.
+    #[serde(skip)]
+    Custom(Custom<Box<dyn etl_source::Source>>),
 }
 
 /// A connector's own table (`type = "kafka"`, `type = "postgres"`), read
@@ -267,6 +272,10 @@ pub enum TransformConfig {
         /// Dotted path of the field.
         field: String,
     },
+    /// A type registered in a [`Registry`](crate::Registry), built by its
+    /// factory.
+    #[serde(skip)]
+    Custom(Custom<Box<dyn crate::Transform>>),
 }
 
 /// One `[[sinks]]` entry: the sink and how it is driven.
@@ -295,6 +304,10 @@ pub enum SinkKind {
     Kafka(ConnectorTable),
     /// A PostgreSQL table; the table is read by the PostgreSQL connector.
     Postgres(ConnectorTable),
+    /// A type registered in a [`Registry`](crate::Registry), built by its
+    /// factory.
+    #[serde(skip)]
+    Custom(Custom<Box<dyn etl_sink::Sink>>),
 }
 
 /// How records are encoded for a byte-oriented sink.

@@ -14,7 +14,9 @@ use etl_source::{
 };
 
 use super::{Pipeline, PipelineBuilder, PipelineError};
-use crate::config::{Config, Encoding, FsyncMode, SinkConfig, SinkKind, SourceConfig, StoreConfig};
+use crate::config::{
+    Config, Encoding, FsyncMode, SinkConfig, SinkKind, SourceConfig, StoreConfig, TransformConfig,
+};
 use crate::transform::TransformChain;
 
 /// Build the pipeline a configuration describes: open its source, sinks
@@ -144,7 +146,7 @@ fn with_source(
                 // not a JSON object to the dead-letter path with the
                 // parser's message: checking at the source as well would
                 // parse each line twice.
-                LineFormat::Ndjson if !config.transforms.is_empty() => LineFormat::Lines,
+                LineFormat::Ndjson if first_step_reads_json(config) => LineFormat::Lines,
                 format => format,
             },
             max_line_bytes: usize::try_from(f.max_line_bytes.0).unwrap_or(usize::MAX),
@@ -180,6 +182,9 @@ fn with_source(
                 "this build of etl has no Kafka source".to_owned(),
             ));
         }
+        SourceConfig::Custom(custom) => custom
+            .build("source")
+            .map_err(|e| PipelineError::Invalid(format!("[source]: {e}")))?,
     };
     Ok(builder
         .offset_store(open_store(&config.checkpoint.store)?)
@@ -191,7 +196,24 @@ fn with_source(
 /// last) parse every record they keep, the NDJSON file source checks every
 /// line, and the generator writes JSON. The sinks' NDJSON encoders then
 /// skip their own check.
+/// The first step is a built-in one, which parses every record as JSON
+/// and dead-letters what is not (a registered step may not).
+fn first_step_reads_json(config: &Config) -> bool {
+    config
+        .transforms
+        .first()
+        .is_some_and(|t| !matches!(t, TransformConfig::Custom(_)))
+}
+
 fn values_are_json(config: &Config) -> bool {
+    // A registered transform may write anything.
+    if config
+        .transforms
+        .iter()
+        .any(|t| matches!(t, TransformConfig::Custom(_)))
+    {
+        return false;
+    }
     !config.transforms.is_empty()
         || matches!(
             &config.source,
@@ -312,6 +334,11 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
                 "sink {name:?}: this build of etl has no such connector"
             )));
         }
+        SinkKind::Custom(custom) => Opened::Shared(Arc::from(
+            custom
+                .build(name)
+                .map_err(|e| PipelineError::Invalid(format!("sink {name:?}: {e}")))?,
+        )),
     })
 }
 

@@ -164,9 +164,25 @@ impl TransformChain {
         let json = |v: &toml::Value| serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
         // The run of JSON steps being fused, once one is seen.
         let mut run: Option<Vec<JsonOp>> = None;
+        // Whether a registered step came before: what it writes need not
+        // be JSON, so later program stages check their input again.
+        let mut custom_before = false;
         for (i, t) in transforms.iter().enumerate() {
             let op = match t {
                 T::ParseJson => None,
+                T::Custom(custom) => {
+                    if let Some(ops) = run.take() {
+                        chain.push(Box::new(JsonStage::new("json", ops)));
+                    }
+                    let name = format!("transform {}", i + 1);
+                    match custom.build(&name) {
+                        Ok(stage) => chain.push(stage),
+                        Err(e) if lenient => chain.push(Box::new(Unbuilt { name, reason: e })),
+                        Err(e) => return Err(format!("[[transforms]] #{}: {e}", i + 1)),
+                    }
+                    custom_before = true;
+                    continue;
+                }
                 T::Filter {
                     field,
                     op,
@@ -195,7 +211,7 @@ impl TransformChain {
                     if let Some(ops) = run.take() {
                         chain.push(Box::new(JsonStage::new("json", ops)));
                     }
-                    let checked = !chain.is_empty();
+                    let checked = !chain.is_empty() && !custom_before;
                     chain.push(program_stage(i, condition, None, lenient, checked)?);
                     continue;
                 }
@@ -208,7 +224,7 @@ impl TransformChain {
                         chain.push(Box::new(JsonStage::new("json", ops)));
                     }
                     let source = source.as_deref().unwrap_or_default();
-                    let checked = !chain.is_empty();
+                    let checked = !chain.is_empty() && !custom_before;
                     chain.push(program_stage(
                         i,
                         source,
@@ -225,6 +241,23 @@ impl TransformChain {
             chain.push(Box::new(JsonStage::new("json", ops)));
         }
         Ok(chain)
+    }
+}
+
+/// A registered step whose factory failed, in a chain built leniently: it
+/// halts the run at the first record, naming the step and the cause.
+struct Unbuilt {
+    name: String,
+    reason: String,
+}
+
+impl Transform for Unbuilt {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        Outcome::Halt(record, self.reason.clone())
     }
 }
 

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use etl_checkpoint::{FileStore, OffsetStore, PartitionOffsets};
 use etl_record::{Offset, PartitionId};
 
-use crate::args::OffsetsCommand;
-use crate::exit::{Exit, code, say};
+use crate::Registry;
+use crate::cli::args::OffsetsCommand;
+use crate::cli::exit::{Exit, code, say};
 
 /// What a pipeline's state says about each partition.
 struct View {
@@ -25,17 +26,19 @@ struct View {
 }
 
 impl View {
-    fn load(config_path: &Path) -> Result<Self, Exit> {
-        let config = etl::load_config(config_path).map_err(Exit::from_config)?;
+    fn load(config_path: &Path, registry: &Registry) -> Result<Self, Exit> {
+        let config = registry
+            .load_config(config_path)
+            .map_err(Exit::from_config)?;
         let dir = match &config.checkpoint.store {
-            etl::config::StoreConfig::File { path } => path.clone(),
-            etl::config::StoreConfig::Memory => {
+            crate::config::StoreConfig::File { path } => path.clone(),
+            crate::config::StoreConfig::Memory => {
                 return Err(Exit::new(
                     code::CONFIG,
                     "the offset store is in memory: there is nothing to show or reset".to_owned(),
                 ));
             }
-            etl::config::StoreConfig::Source => {
+            crate::config::StoreConfig::Source => {
                 return Err(Exit::new(
                     code::CONFIG,
                     "the source keeps the offsets (a Kafka consumer group): use the broker's \
@@ -52,7 +55,7 @@ impl View {
             delivered: Vec::new(),
         };
         match &config.source {
-            etl::config::SourceConfig::File(_) => {
+            crate::config::SourceConfig::File(_) => {
                 view.unit = "a byte position in the file: the next run reads the lines that start at or after it";
                 if view.dir.is_dir() {
                     view.files = etl_source::registered_inputs(&view.dir).map_err(|e| {
@@ -65,10 +68,13 @@ impl View {
                     .map(|(p, path)| (*p, path.display().to_string()))
                     .collect();
             }
-            etl::config::SourceConfig::Generator(_) => {
+            crate::config::SourceConfig::Generator(_) => {
                 view.unit = "the number of the next record to generate";
             }
-            etl::config::SourceConfig::Kafka(table) => {
+            crate::config::SourceConfig::Custom(_) => {
+                view.unit = "the offset of the next record to read, as the source counts";
+            }
+            crate::config::SourceConfig::Kafka(table) => {
                 view.unit = "the Kafka offset of the next message to read";
                 if let Ok(offsets) = FileStore::peek(&view.dir) {
                     view.names = kafka_names(
@@ -79,7 +85,7 @@ impl View {
             }
         }
         for sink in &config.sinks {
-            if let etl::config::SinkKind::File(file) = &sink.kind
+            if let crate::config::SinkKind::File(file) = &sink.kind
                 && file.exactly_once
             {
                 let progress = etl_sink::FileSink::stored_progress(&file.path)
@@ -132,10 +138,10 @@ fn kafka_names(
     BTreeMap::new()
 }
 
-pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
+pub(crate) fn offsets(command: &OffsetsCommand, registry: &Registry) -> Result<(), Exit> {
     match command {
         OffsetsCommand::Show { config, json } => {
-            let view = View::load(config)?;
+            let view = View::load(config, registry)?;
             // Reading needs no ownership: this works while a run has it.
             let offsets = FileStore::peek(&view.dir).map_err(|e| Exit::from_store(&e))?;
             show(&view, &offsets, *json)
@@ -144,7 +150,7 @@ pub(crate) fn offsets(command: &OffsetsCommand) -> Result<(), Exit> {
             config,
             partitions,
             to,
-        } => reset(config, partitions, *to),
+        } => reset(config, partitions, *to, registry),
     }
 }
 
@@ -225,14 +231,14 @@ fn show(view: &View, offsets: &PartitionOffsets, json: bool) -> Result<(), Exit>
     Ok(())
 }
 
-fn reset(config: &Path, partitions: &[u32], to: i64) -> Result<(), Exit> {
+fn reset(config: &Path, partitions: &[u32], to: i64, registry: &Registry) -> Result<(), Exit> {
     if to < 0 {
         return Err(Exit::new(
             code::CONFIG,
             format!("--to {to}: an offset is never negative"),
         ));
     }
-    let view = View::load(config)?;
+    let view = View::load(config, registry)?;
     // Rewinding owns the store: refused (75) while a run has it.
     let (mut store, current) = match FileStore::open(&view.dir) {
         Ok(mut store) => {

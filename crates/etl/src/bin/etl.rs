@@ -1,0 +1,5 @@
+//! The `etl` command line; see `etl::cli`.
+
+fn main() -> std::process::ExitCode {
+    etl::cli::main()
+}
