@@ -912,3 +912,49 @@ fn a_corrupted_store_is_repaired_by_the_reset_its_error_suggests() {
     assert!(again.status.success(), "{again:?}");
     assert_eq!(finished(&again)["read"], 101, "read again from the start");
 }
+
+#[test]
+fn an_output_that_cannot_be_opened_exits_74_naming_the_sink_and_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.ndjson"), "{\"a\":1}\n").unwrap();
+    std::fs::write(dir.path().join("a-file"), "x").unwrap();
+    std::fs::create_dir(dir.path().join("a-folder")).unwrap();
+    let immutable = dir.path().join("immutable");
+    std::fs::write(&immutable, "").unwrap();
+    // EPERM even for root, where the file system has the attribute; the
+    // guard takes it off again, or the folder could not be removed.
+    struct Mutable<'a>(&'a Path);
+    impl Drop for Mutable<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg("-i").arg(self.0).status();
+        }
+    }
+    let _mutable = Mutable(&immutable);
+    let chattr = Command::new("chattr").arg("+i").arg(&immutable).status();
+    let mut cases = vec![
+        ("a-file/out.ndjson", "File exists"),
+        ("a-folder", "Is a directory"),
+    ];
+    if chattr.is_ok_and(|s| s.success()) {
+        cases.push(("immutable", "Operation not permitted"));
+    }
+    for (output, reason) in cases {
+        let config = dir.path().join("p.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[source]\ntype = \"file\"\npaths = [\"in.ndjson\"]\n\
+                 [[sinks]]\nname = \"out\"\ntype = \"file\"\npath = \"{output}\"\n\
+                 [checkpoint]\nstore = {{ type = \"memory\" }}\n"
+            ),
+        )
+        .unwrap();
+        let out = run(&config);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{output}: {stderr}");
+        assert!(
+            stderr.contains("sink \"out\"") && stderr.contains(reason),
+            "{output}: {stderr}"
+        );
+    }
+}
