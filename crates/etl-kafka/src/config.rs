@@ -263,6 +263,13 @@ pub struct KafkaSinkConfig {
     /// (`source/partition/offset`), so consumers can deduplicate replays.
     #[serde(default = "default_idempotency_header")]
     pub idempotency_header: String,
+    /// Take each message's key from this field of the record's JSON value
+    /// (a dotted path, digits index arrays: `customer.id`, `items.0.sku`)
+    /// instead of the record's own key: a string's text, any other value
+    /// as JSON. A record whose value has no such field, or is not JSON,
+    /// is refused (to the dead-letter path, by the driver's policy).
+    #[serde(default)]
+    pub key_field: Option<String>,
     /// Further librdkafka producer settings, passed through unchanged
     /// (secrets held as secrets: see [`KafkaProperties`]).
     #[serde(default)]
@@ -279,6 +286,7 @@ impl KafkaSinkConfig {
             topic: topic.into(),
             message_timeout_ms: default_message_timeout_ms(),
             idempotency_header: default_idempotency_header(),
+            key_field: None,
             properties: KafkaProperties::default(),
         }
     }

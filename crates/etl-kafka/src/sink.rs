@@ -85,6 +85,7 @@ impl KafkaSink {
         &self,
         record: &Record,
         value: &[u8],
+        message_key: Option<&[u8]>,
         pending: &mut VecDeque<(usize, DeliveryFuture)>,
         reports: &mut [Option<Result<(), ClientError>>],
     ) -> Result<DeliveryFuture, ClientError> {
@@ -104,7 +105,7 @@ impl KafkaSink {
             let mut message = FutureRecord::<[u8], [u8]>::to(&self.config.topic)
                 .payload(value)
                 .headers(headers);
-            if let Some(k) = record.key.as_deref() {
+            if let Some(k) = message_key {
                 message = message.key(k);
             }
             if let Some(ts) = record.timestamp {
@@ -131,11 +132,27 @@ impl Sink for KafkaSink {
         let mut reports: Vec<Option<Result<(), ClientError>>> = Vec::new();
         reports.resize_with(records.len(), || None);
         let mut pending = VecDeque::with_capacity(records.len());
+        let mut refused = Vec::new();
         for (i, record) in records.iter().enumerate() {
             let encoded = batch.encoded(i).unwrap_or_default();
             let value = encoded.strip_suffix(b"\n").unwrap_or(encoded);
+            let field_key;
+            let message_key = match &self.config.key_field {
+                None => record.key.as_deref(),
+                Some(field) => match key_from_field(value, field) {
+                    Ok(key) => {
+                        field_key = key;
+                        Some(field_key.as_slice())
+                    }
+                    Err(reason) => {
+                        refused.push(Reject::new(i, reason));
+                        reports[i] = Some(Ok(()));
+                        continue;
+                    }
+                },
+            };
             match self
-                .enqueue(record, value, &mut pending, &mut reports)
+                .enqueue(record, value, message_key, &mut pending, &mut reports)
                 .await
             {
                 Ok(delivery) => pending.push_back((i, delivery)),
@@ -145,8 +162,39 @@ impl Sink for KafkaSink {
         for (i, delivery) in pending {
             reports[i] = Some(outcome(delivery.await));
         }
-        self.judge(records, reports)
+        match self.judge(records, reports) {
+            Ok(()) if refused.is_empty() => Ok(()),
+            Ok(()) => Err(SinkError::Rejected(refused)),
+            Err(SinkError::Rejected(mut rejects)) => {
+                rejects.extend(refused);
+                rejects.sort_by_key(|r| r.index);
+                Err(SinkError::Rejected(rejects))
+            }
+            Err(e) => Err(e),
+        }
     }
+}
+
+/// The message key `field` (a dotted path) gives in the JSON `value`: a
+/// string's text, any other value as JSON.
+fn key_from_field(value: &[u8], field: &str) -> Result<Vec<u8>, String> {
+    let document: serde_json::Value = serde_json::from_slice(value)
+        .map_err(|e| format!("key_field {field:?}: the value is not JSON: {e}"))?;
+    let mut at = &document;
+    for segment in field.split('.') {
+        let next = match at {
+            serde_json::Value::Object(map) => map.get(segment),
+            serde_json::Value::Array(items) => {
+                segment.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            _ => None,
+        };
+        at = next.ok_or_else(|| format!("key_field {field:?}: the value has no such field"))?;
+    }
+    Ok(match at {
+        serde_json::Value::String(s) => s.as_bytes().to_vec(),
+        other => other.to_string().into_bytes(),
+    })
 }
 
 impl KafkaSink {
@@ -191,5 +239,26 @@ fn outcome(report: Result<OwnedDeliveryResult, Canceled>) -> Result<(), ClientEr
         Ok(Err((e, _message))) => Err(e),
         // The producer went away before reporting: nothing is known.
         Err(Canceled) => Err(ClientError::Canceled),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_from_field;
+
+    #[test]
+    fn a_key_field_takes_a_strings_text_and_any_other_value_as_json() {
+        let value = br#"{"customer":{"id":"c-7","n":42},"items":[{"sku":"a"},{"sku":"b"}]}"#;
+        assert_eq!(key_from_field(value, "customer.id").unwrap(), b"c-7");
+        assert_eq!(key_from_field(value, "customer.n").unwrap(), b"42");
+        assert_eq!(key_from_field(value, "items.1.sku").unwrap(), b"b");
+        assert_eq!(
+            key_from_field(value, "customer").unwrap(),
+            br#"{"id":"c-7","n":42}"#
+        );
+        let missing = key_from_field(value, "customer.email").unwrap_err();
+        assert!(missing.contains("no such field"), "{missing}");
+        let not_json = key_from_field(b"plain text", "id").unwrap_err();
+        assert!(not_json.contains("not JSON"), "{not_json}");
     }
 }

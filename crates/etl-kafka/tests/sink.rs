@@ -245,3 +245,44 @@ async fn zstd_compressed_batches_read_back_byte_for_byte() {
     }
     assert_eq!(seen, values);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_field_keys_each_message_and_a_record_without_it_is_refused() {
+    let broker = TestBroker::start();
+    let topic = unique("sink-key-field");
+    broker.create_topic(&topic, 1).await;
+    let mut config = sink_config(&broker, &topic);
+    config.key_field = Some("customer.id".to_owned());
+    let sink = KafkaSink::new(config).expect("sink");
+
+    let records = vec![
+        record(1, r#"{"customer":{"id":"c-1"},"n":1}"#).with_key(&b"ignored"[..]),
+        record(2, r#"{"customer":{},"n":2}"#),
+        record(3, r#"{"customer":{"id":7},"n":3}"#),
+    ];
+    let (batch, refused) = EncodedBatch::encode(records, &RawLinesEncoder::new());
+    assert!(refused.is_empty());
+    match sink.write(&batch).await {
+        Err(SinkError::Rejected(rejects)) => {
+            assert_eq!(rejects.len(), 1, "{rejects:?}");
+            assert_eq!(rejects[0].index, 1);
+            assert!(rejects[0].reason.contains("customer.id"), "{rejects:?}");
+        }
+        other => panic!("the record without the field is refused: {other:?}"),
+    }
+
+    let consumer: StreamConsumer = broker
+        .consumer_config(&unique("key-field-check"))
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[&topic]).expect("subscribe");
+    let mut keys = Vec::new();
+    while keys.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("messages within 30 s")
+            .expect("consume");
+        keys.push(m.key().map(<[u8]>::to_vec));
+    }
+    assert_eq!(keys, vec![Some(b"c-1".to_vec()), Some(b"7".to_vec())]);
+}
