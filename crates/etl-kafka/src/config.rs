@@ -78,6 +78,14 @@ pub struct KafkaSourceConfig {
     /// [`GroupOffsetStore`](crate::GroupOffsetStore)).
     #[serde(default = "default_auto_offset_reset")]
     pub auto_offset_reset: String,
+    /// Where a partition without a committed offset starts, by time: at
+    /// its first message with a timestamp at or after this one
+    /// (milliseconds since the Unix epoch), found with the broker's
+    /// offsets-for-times lookup; at its high watermark when every message
+    /// is older. Takes the place of `auto_offset_reset` for such
+    /// partitions; a partition with a committed offset resumes there.
+    #[serde(default)]
+    pub start_timestamp_ms: Option<i64>,
     /// How long a commit to the group may wait for the group
     /// coordinator before it fails (the previous commit then stands).
     /// Bounds revocations and graceful stops while the broker is
@@ -115,6 +123,7 @@ impl KafkaSourceConfig {
             heartbeat_interval_ms: default_heartbeat_interval_ms(),
             assignment_strategy: default_assignment_strategy(),
             auto_offset_reset: default_auto_offset_reset(),
+            start_timestamp_ms: None,
             commit_timeout_ms: default_commit_timeout_ms(),
             max_batch_records: default_max_batch_records(),
             max_buffered_records: default_max_buffered_records(),

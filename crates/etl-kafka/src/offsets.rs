@@ -43,6 +43,9 @@ pub struct GroupOffsetStore {
     /// Whether a partition without a committed offset starts at its high
     /// watermark (`auto.offset.reset` latest).
     latest: bool,
+    /// Where a partition without a committed offset starts by time
+    /// (`start_timestamp_ms`), before `latest` is considered.
+    start_timestamp_ms: Option<i64>,
     /// A commit that outlived its deadline, still waiting for the
     /// coordinator. The next commit waits for it first (within its own
     /// deadline), so at most one commit waits at a time.
@@ -67,8 +70,29 @@ impl GroupOffsetStore {
             consumer,
             timeout,
             latest: matches!(auto_offset_reset, "latest" | "largest" | "end"),
+            start_timestamp_ms: None,
             pending: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Start partitions without a committed offset at their first message
+    /// at or after `timestamp_ms`, if given.
+    pub(crate) fn start_at_time(mut self, timestamp_ms: Option<i64>) -> Self {
+        self.start_timestamp_ms = timestamp_ms;
+        self
+    }
+
+    /// The high watermark of `topic`/`partition`, from the broker.
+    fn high_watermark(&self, topic: &str, partition: i32, why: &str) -> Result<i64, KafkaError> {
+        self.consumer
+            .fetch_watermarks(topic, partition, LOAD_TIMEOUT)
+            .map(|(_low, high)| high)
+            .map_err(|err| {
+                KafkaError::client(
+                    format!("reading the high watermark of `{topic}`/{partition} ({why})"),
+                    err,
+                )
+            })
     }
 
     /// The group's committed offsets of every partition of the topics; a
@@ -101,27 +125,48 @@ impl GroupOffsetStore {
             .committed_offsets(tpl, LOAD_TIMEOUT)
             .map_err(|e| KafkaError::client("reading the group's committed offsets", e))?;
         let mut offsets = BTreeMap::new();
+        let mut by_time = TopicPartitionList::new();
         for e in committed.elements() {
             let Ok(id) = map.id(e.topic(), e.partition()) else {
                 continue;
             };
             if let KafkaOffset::Offset(o) = e.offset() {
                 offsets.insert(id, Offset(o));
+            } else if let Some(at) = self.start_timestamp_ms {
+                by_time
+                    .add_partition_offset(e.topic(), e.partition(), KafkaOffset::Offset(at))
+                    .map_err(|err| KafkaError::client("asking offsets for a time", err))?;
             } else if self.latest {
-                let (_low, high) = self
-                    .consumer
-                    .fetch_watermarks(e.topic(), e.partition(), LOAD_TIMEOUT)
-                    .map_err(|err| {
-                        KafkaError::client(
-                            format!(
-                                "reading the high watermark of `{}`/{} (auto_offset_reset = latest)",
-                                e.topic(),
-                                e.partition()
-                            ),
-                            err,
-                        )
-                    })?;
+                let high =
+                    self.high_watermark(e.topic(), e.partition(), "auto_offset_reset = latest")?;
                 offsets.insert(id, Offset(high));
+            }
+        }
+        if by_time.count() > 0 {
+            let found = self
+                .consumer
+                .offsets_for_times(by_time, LOAD_TIMEOUT)
+                .map_err(|e| KafkaError::client("reading offsets for start_timestamp_ms", e))?;
+            for e in found.elements() {
+                let Ok(id) = map.id(e.topic(), e.partition()) else {
+                    continue;
+                };
+                e.error().map_err(|err| {
+                    KafkaError::client(
+                        format!(
+                            "reading the offset of `{}`/{} for start_timestamp_ms",
+                            e.topic(),
+                            e.partition()
+                        ),
+                        err,
+                    )
+                })?;
+                let start = match e.offset() {
+                    KafkaOffset::Offset(o) if o >= 0 => o,
+                    // Every message is older: start after the last one.
+                    _ => self.high_watermark(e.topic(), e.partition(), "start_timestamp_ms")?,
+                };
+                offsets.insert(id, Offset(start));
             }
         }
         Ok(offsets)

@@ -109,6 +109,7 @@ impl KafkaSource {
             Duration::from_millis(u64::from(self.config.commit_timeout_ms)),
             &self.config.auto_offset_reset,
         )
+        .start_at_time(self.config.start_timestamp_ms)
     }
 
     /// The partition mapping of this source's topics.

@@ -137,3 +137,83 @@ async fn records_carry_their_topic() {
     source.close().await;
     assert_eq!(per_topic, [(orders, 6), (refunds, 4)].into_iter().collect());
 }
+
+/// A new group with `start_timestamp_ms` starts each partition where the
+/// broker's offsets-for-times lookup puts that time (its first message at
+/// or after it), and a partition of a group that committed resumes at its
+/// commit. The test broker answers offset 0 to every lookup by time, so
+/// this checks that the store asks the broker by time and applies its
+/// answer, compared with the same lookup made directly; which offset a
+/// time maps to is the broker's part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_timestamp_starts_a_new_group_where_the_broker_puts_that_time() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
+
+    let broker = TestBroker::start();
+    let topic = unique("by-time");
+    broker.create_topic(&topic, 2).await;
+    produce(&broker, &topic, 10, 2).await;
+    let at = 1_700_000_006_000_i64;
+
+    // The broker's own answer, asked directly.
+    let direct: BaseConsumer = broker
+        .consumer_config(&unique("by-time-direct"))
+        .create()
+        .expect("consumer");
+    let mut ask = TopicPartitionList::new();
+    for p in 0..2 {
+        ask.add_partition_offset(&topic, p, KafkaOffset::Offset(at))
+            .expect("add");
+    }
+    let answered = direct
+        .offsets_for_times(ask, Duration::from_secs(10))
+        .expect("offsets for times");
+    let expected: Vec<i64> = (0..2)
+        .map(|p| {
+            match answered
+                .find_partition(&topic, p)
+                .expect("answered")
+                .offset()
+            {
+                KafkaOffset::Offset(o) if o >= 0 => o,
+                // Every message older: the store starts at the high
+                // watermark.
+                _ => {
+                    direct
+                        .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                        .expect("watermarks")
+                        .1
+                }
+            }
+        })
+        .collect();
+
+    let group = unique("by-time-group");
+    let mut config = source_config(&broker, &group, &topic);
+    config.start_timestamp_ms = Some(at);
+    let source = KafkaSource::new(SourceId::new("k"), config).expect("source");
+    let store = source.offset_store();
+    let ids: Vec<_> = (0..2)
+        .map(|p| source.partition_map().id(&topic, p).expect("mapped"))
+        .collect();
+    let stored = store.load().expect("load");
+    for (p, id) in ids.iter().enumerate() {
+        assert_eq!(
+            stored.get(id),
+            Some(&Offset(expected[p])),
+            "partition {p}: where the broker puts the time"
+        );
+    }
+
+    // A commit wins over the time for its partition only.
+    let committed: etl_record::PartitionOffsets = [(ids[0], Offset(9))].into();
+    store.commit(&committed).expect("commit");
+    let stored = store.load().expect("load");
+    assert_eq!(stored.get(&ids[0]), Some(&Offset(9)), "the commit");
+    assert_eq!(
+        stored.get(&ids[1]),
+        Some(&Offset(expected[1])),
+        "still by time"
+    );
+}
