@@ -122,6 +122,8 @@ pub(crate) struct GroupContext {
     /// revocation, even if they were already on their way when it
     /// happened (they belong to the next owner now).
     revocations: Mutex<BTreeMap<PartitionId, u64>>,
+    /// Whether the brokers answer, reported without flooding the log.
+    pub(crate) outage: crate::outage::Outage,
 }
 
 impl fmt::Debug for GroupContext {
@@ -153,6 +155,7 @@ impl GroupContext {
             paused: Mutex::new(BTreeSet::new()),
             fetch: Mutex::new(None),
             revocations: Mutex::new(BTreeMap::new()),
+            outage: crate::outage::Outage::new("consumer"),
         }
     }
 
@@ -217,7 +220,15 @@ impl GroupContext {
     }
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.outage.client_log(level, fac, log_message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.outage.client_error(&error, reason);
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -273,6 +284,8 @@ impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
+                // The group coordinator answered.
+                self.outage.recovered();
                 let ids = self.ids(tpl);
                 if ids.is_empty() {
                     return;

@@ -66,6 +66,7 @@ mod error;
 mod mapping;
 mod native;
 mod offsets;
+mod outage;
 mod poll_thread;
 mod sink;
 mod source;

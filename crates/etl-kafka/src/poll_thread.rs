@@ -181,7 +181,15 @@ impl PollThread {
                 }
                 Some(Ok(message)) => {
                     self.read.1 += 1;
+                    self.context().outage.recovered();
                     self.take(&message);
+                }
+                Some(Err(err)) if crate::outage::is_transport(&err) => {
+                    self.context().outage.failure(&err.to_string());
+                }
+                // Said by the error callback, which has the topic's name.
+                Some(Err(err)) if crate::outage::is_unknown_topic(&err) => {
+                    tracing::debug!(%err, "kafka consumer error");
                 }
                 Some(Err(err)) => {
                     tracing::warn!(%err, "kafka consumer error");
@@ -213,6 +221,7 @@ impl PollThread {
             return 0;
         }
         self.read.0 += batch.len() as u64;
+        self.context().outage.recovered();
         // Records read through the consumer queue are older: first.
         self.context().flush_chunk(&[]);
         let mut run: Option<(usize, i32, PartitionId)> = None;

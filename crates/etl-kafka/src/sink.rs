@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +14,8 @@ use rdkafka::error::KafkaError as ClientError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+
+use crate::outage::{Outage, OutageContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::{ErrorClass, KafkaError, KafkaSinkConfig, classify};
@@ -48,7 +51,9 @@ const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(10);
 ///   are per-record rejects (the dead-letter path), even when every
 ///   message of the batch was refused.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: FutureProducer<OutageContext>,
+    /// Whether the brokers answer (shared with the producer's context).
+    outage: Arc<Outage>,
     config: KafkaSinkConfig,
 }
 
@@ -65,11 +70,16 @@ impl KafkaSink {
     /// A sink writing to `config.topic`. Connects lazily: a broker that is
     /// down shows up as retryable write errors, not here.
     pub fn new(config: KafkaSinkConfig) -> Result<Self, KafkaError> {
+        let outage = Arc::new(Outage::new("producer"));
         let producer = config
             .client_config()?
-            .create()
+            .create_with_context(OutageContext(Arc::clone(&outage)))
             .map_err(|e| KafkaError::client("creating the producer", e))?;
-        Ok(KafkaSink { producer, config })
+        Ok(KafkaSink {
+            producer,
+            outage,
+            config,
+        })
     }
 
     /// The configuration the sink was built from.
@@ -161,6 +171,9 @@ impl Sink for KafkaSink {
         }
         for (i, delivery) in pending {
             reports[i] = Some(outcome(delivery.await));
+        }
+        if reports.iter().any(|r| matches!(r, Some(Ok(())))) {
+            self.outage.recovered();
         }
         match self.judge(records, reports) {
             Ok(()) if refused.is_empty() => Ok(()),

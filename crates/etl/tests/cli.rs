@@ -958,3 +958,50 @@ fn an_output_that_cannot_be_opened_exits_74_naming_the_sink_and_the_path() {
         );
     }
 }
+
+/// A Kafka source whose broker refuses connections says so once, then at
+/// most every 10 s, instead of librdkafka's error and a consumer warning
+/// for every reconnection attempt (hundreds in a few seconds before).
+#[cfg(feature = "kafka")]
+#[test]
+fn an_unreachable_broker_is_reported_once_not_for_every_reconnection() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let config = dir.path().join("down.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:{port}\"\ngroup_id = \"g\"\n\
+             topics = [\"t\"]\n[[sinks]]\ntype = \"blackhole\"\n\
+             [checkpoint]\nstore = {{ type = \"source\" }}\nshutdown_timeout = \"2s\"\n"
+        ),
+    )
+    .unwrap();
+    let child = etl()
+        .arg("run")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    signal(&child, "INT");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let unreachable = stderr
+        .lines()
+        .filter(|l| l.contains("Kafka brokers unreachable"))
+        .count();
+    assert_eq!(unreachable, 1, "{stderr}");
+    let warnings_and_errors = stderr
+        .lines()
+        .filter(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
+        .count();
+    assert!(
+        warnings_and_errors <= 3,
+        "the outage, the stop, perhaps a commit that timed out: {stderr}"
+    );
+}

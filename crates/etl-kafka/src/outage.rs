@@ -1,0 +1,284 @@
+//! Saying that the brokers are unreachable without flooding the log.
+//!
+//! While no broker answers, librdkafka reports a transport failure (and
+//! "all brokers down") for every reconnection attempt, tens of times a
+//! second. [`Outage`] turns them into one WARN when the outage starts, one
+//! at most every [`REPEAT`] while it lasts (with how long and how many
+//! failures), and one when a broker answers again. librdkafka's own log
+//! lines about the failed connections go to DEBUG.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError as ClientError, RDKafkaErrorCode};
+
+/// How often a lasting outage is reported again.
+pub(crate) const REPEAT: Duration = Duration::from_secs(10);
+
+/// What is known of the brokers' reachability, for one client.
+#[derive(Debug)]
+pub(crate) struct Outage {
+    /// `consumer` or `producer`, in the messages.
+    client: &'static str,
+    /// Whether an outage is going on: the one check a message makes.
+    down: AtomicBool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// When the current outage started, if there is one.
+    since: Option<Instant>,
+    /// When it was last reported.
+    reported: Option<Instant>,
+    /// Failures seen in the current outage.
+    failures: u64,
+}
+
+/// What [`Outage::failure`] and [`Outage::recovered`] decided to say.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Said {
+    Nothing,
+    Started,
+    Lasting { after: Duration, failures: u64 },
+    Recovered { after: Duration, failures: u64 },
+}
+
+impl Outage {
+    pub(crate) fn new(client: &'static str) -> Self {
+        Outage {
+            client,
+            down: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// A transport failure at `now`, for `reason`.
+    pub(crate) fn failure_at(&self, now: Instant, reason: &str) -> Said {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.failures += 1;
+        let said = match s.since {
+            None => {
+                s.since = Some(now);
+                s.reported = Some(now);
+                self.down.store(true, Ordering::Release);
+                Said::Started
+            }
+            Some(_) if s.reported.is_some_and(|r| now.duration_since(r) < REPEAT) => Said::Nothing,
+            Some(since) => {
+                s.reported = Some(now);
+                Said::Lasting {
+                    after: now.duration_since(since),
+                    failures: s.failures,
+                }
+            }
+        };
+        drop(s);
+        match &said {
+            Said::Started => tracing::warn!(
+                client = self.client,
+                %reason,
+                "Kafka brokers unreachable; the {} keeps retrying",
+                self.client
+            ),
+            Said::Lasting { after, failures } => tracing::warn!(
+                client = self.client,
+                %reason,
+                failures,
+                "Kafka brokers still unreachable after {} s",
+                after.as_secs()
+            ),
+            Said::Nothing | Said::Recovered { .. } => {}
+        }
+        said
+    }
+
+    /// A transport failure now.
+    pub(crate) fn failure(&self, reason: &str) {
+        self.failure_at(Instant::now(), reason);
+    }
+
+    /// A broker answered at `now` (a message, an assignment, a delivery).
+    pub(crate) fn recovered_at(&self, now: Instant) -> Said {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(since) = s.since.take() else {
+            return Said::Nothing;
+        };
+        self.down.store(false, Ordering::Release);
+        let failures = std::mem::take(&mut s.failures);
+        s.reported = None;
+        drop(s);
+        let after = now.duration_since(since);
+        tracing::warn!(
+            client = self.client,
+            failures,
+            "Kafka brokers reachable again after {} s",
+            after.as_secs()
+        );
+        Said::Recovered { after, failures }
+    }
+
+    /// A broker answered now. One atomic load when there is no outage.
+    pub(crate) fn recovered(&self) {
+        if self.down.load(Ordering::Acquire) {
+            self.recovered_at(Instant::now());
+        }
+    }
+
+    /// librdkafka's error callback: transport failures feed the outage,
+    /// anything else is logged as librdkafka's default does.
+    pub(crate) fn client_error(&self, error: &ClientError, reason: &str) {
+        if is_transport(error) {
+            self.failure(reason);
+        } else if is_unknown_topic(error) {
+            // A broker answered that.
+            self.recovered();
+            tracing::warn!(
+                client = self.client,
+                %reason,
+                "a topic does not exist (yet); the {} uses it once it is created",
+                self.client
+            );
+        } else {
+            tracing::error!(client = self.client, %error, %reason, "librdkafka error");
+        }
+    }
+
+    /// librdkafka's log callback: lines about failed connections go to
+    /// DEBUG (the outage reports them), the rest at their level.
+    pub(crate) fn client_log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let connection = matches!(fac, "FAIL" | "BROKERFAIL" | "CONNECT" | "DESTROY")
+            || message.contains("Connection refused")
+            || message.contains("brokers are down");
+        match level {
+            _ if connection => tracing::debug!(client = self.client, fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(client = self.client, fac, "librdkafka: {message}");
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(client = self.client, fac, "librdkafka: {message}");
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(client = self.client, fac, "librdkafka: {message}");
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(client = self.client, fac, "librdkafka: {message}");
+            }
+        }
+    }
+}
+
+/// A topic that does not exist (reported by the error callback once per
+/// metadata refresh).
+pub(crate) fn is_unknown_topic(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Global(RDKafkaErrorCode::UnknownTopicOrPartition)
+            | ClientError::MessageConsumption(RDKafkaErrorCode::UnknownTopicOrPartition)
+    )
+}
+
+/// A failure to reach the brokers, which retrying may end.
+pub(crate) fn is_transport(error: &ClientError) -> bool {
+    use RDKafkaErrorCode as C;
+    let code = match error {
+        ClientError::Global(code)
+        | ClientError::MessageConsumption(code)
+        | ClientError::MetadataFetch(code) => *code,
+        _ => return false,
+    };
+    matches!(
+        code,
+        C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::Resolve
+            | C::BrokerNotAvailable
+            | C::NetworkException
+            | C::RequestTimedOut
+            | C::OperationTimedOut
+    )
+}
+
+/// A client context that only reports outages, shared with the code that
+/// sees the brokers answer (for clients with no other use for a context).
+#[derive(Clone, Debug)]
+pub(crate) struct OutageContext(pub(crate) std::sync::Arc<Outage>);
+
+impl ClientContext for OutageContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.0.client_log(level, fac, log_message);
+    }
+
+    fn error(&self, error: ClientError, reason: &str) {
+        self.0.client_error(&error, reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_said_once_then_every_ten_seconds_then_when_it_ends() {
+        let outage = Outage::new("consumer");
+        let t0 = Instant::now();
+        assert_eq!(outage.failure_at(t0, "down"), Said::Started);
+        for ms in (50..10_000).step_by(50) {
+            assert_eq!(
+                outage.failure_at(t0 + Duration::from_millis(ms), "down"),
+                Said::Nothing,
+                "{ms} ms in"
+            );
+        }
+        assert_eq!(
+            outage.failure_at(t0 + Duration::from_secs(10), "down"),
+            Said::Lasting {
+                after: Duration::from_secs(10),
+                failures: 201
+            }
+        );
+        assert_eq!(
+            outage.failure_at(t0 + Duration::from_secs(11), "down"),
+            Said::Nothing
+        );
+        assert_eq!(
+            outage.recovered_at(t0 + Duration::from_secs(12)),
+            Said::Recovered {
+                after: Duration::from_secs(12),
+                failures: 202
+            }
+        );
+        assert_eq!(
+            outage.recovered_at(t0 + Duration::from_secs(13)),
+            Said::Nothing,
+            "said once"
+        );
+        // A new outage starts over.
+        assert_eq!(
+            outage.failure_at(t0 + Duration::from_secs(20), "down"),
+            Said::Started
+        );
+    }
+
+    #[test]
+    fn only_failures_to_reach_the_brokers_count_as_an_outage() {
+        assert!(is_transport(&ClientError::Global(
+            RDKafkaErrorCode::AllBrokersDown
+        )));
+        assert!(is_transport(&ClientError::MessageConsumption(
+            RDKafkaErrorCode::BrokerTransportFailure
+        )));
+        assert!(!is_transport(&ClientError::MessageConsumption(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+        )));
+        assert!(!is_transport(&ClientError::Global(
+            RDKafkaErrorCode::SaslAuthenticationFailed
+        )));
+    }
+}
