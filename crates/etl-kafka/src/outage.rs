@@ -131,7 +131,10 @@ impl Outage {
     /// librdkafka's error callback: transport failures feed the outage,
     /// anything else is logged as librdkafka's default does.
     pub(crate) fn client_error(&self, error: &ClientError, reason: &str) {
-        if is_transport(error) {
+        if matches!(error, ClientError::Global(RDKafkaErrorCode::BrokerDestroy)) {
+            // The client is closing (the run ends): nothing went wrong.
+            tracing::debug!(client = self.client, %reason, "librdkafka: broker handle destroyed");
+        } else if is_transport(error) {
             self.failure(reason);
         } else if is_unknown_topic(error) {
             // A broker answered that.
