@@ -231,6 +231,9 @@ async fn a_dropped_table_halts_the_driver_and_dead_letters_nothing() {
         .unwrap();
     let _ = handle.send(source.batch(records(0, 0..10))).await;
     let err = handle.close().await.unwrap_err();
+    let etl_sink::SinkDriverError::Sink(err) = err else {
+        panic!("a write failed for good: {err}");
+    };
     assert!(matches!(err, SinkError::Permanent(_)), "{err}");
     assert_eq!(err.kind(), etl_sink::FailureKind::Environment);
     assert!(err.to_string().contains(&name), "{err}");

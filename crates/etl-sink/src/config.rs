@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{RetryPolicy, SinkError};
+use crate::{RetryPolicy, SinkDriverError};
 
 /// What the driver does with a batch that failed for good because of its
 /// data ([`FailureKind::Data`](crate::FailureKind::Data)). A failure of
@@ -80,8 +80,8 @@ impl SinkDriverConfig {
     ///
     /// # Errors
     ///
-    /// [`SinkError::InvalidConfig`] naming the first offending field.
-    pub fn validate(&self) -> Result<(), SinkError> {
+    /// [`SinkDriverError::InvalidConfig`] naming the first offending field.
+    pub fn validate(&self) -> Result<(), SinkDriverError> {
         let at_least_one = [
             ("batch_max_records", self.batch_max_records),
             ("batch_max_bytes", self.batch_max_bytes),
@@ -89,12 +89,12 @@ impl SinkDriverConfig {
             ("channel_capacity", self.channel_capacity),
         ];
         if let Some((field, _)) = at_least_one.iter().find(|(_, v)| *v == 0) {
-            return Err(SinkError::InvalidConfig(format!(
+            return Err(SinkDriverError::InvalidConfig(format!(
                 "{field} must be at least 1"
             )));
         }
         if self.write_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(SinkError::InvalidConfig(
+            return Err(SinkDriverError::InvalidConfig(
                 "write_timeout must be longer than zero".to_owned(),
             ));
         }

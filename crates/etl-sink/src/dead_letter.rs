@@ -10,7 +10,7 @@ use etl_record::{DeadLetter, Record};
 use crate::batch::BatchBuilder;
 use crate::{
     EncodedBatch, PermanentErrorPolicy, RawLinesEncoder, SendError, Sink, SinkDriver,
-    SinkDriverConfig, SinkError, SinkHandle, SinkMetrics,
+    SinkDriverConfig, SinkDriverError, SinkHandle, SinkMetrics,
 };
 
 /// Append `letter` as one NDJSON line:
@@ -124,7 +124,7 @@ impl DeadLetterHandle {
     /// # Errors
     ///
     /// As [`SinkHandle::close`].
-    pub async fn close(self) -> Result<SinkMetrics, SinkError> {
+    pub async fn close(self) -> Result<SinkMetrics, SinkDriverError> {
         self.inner.close().await
     }
 
@@ -133,7 +133,7 @@ impl DeadLetterHandle {
     /// # Errors
     ///
     /// As [`SinkHandle::shutdown`].
-    pub async fn shutdown(self, deadline: Duration) -> Result<SinkMetrics, SinkError> {
+    pub async fn shutdown(self, deadline: Duration) -> Result<SinkMetrics, SinkDriverError> {
         self.inner.shutdown(deadline).await
     }
 }

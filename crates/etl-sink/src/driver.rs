@@ -15,7 +15,7 @@ use crate::batch::BatchBuilder;
 use crate::handle::SinkHandle;
 use crate::metrics::{MetricsCell, add};
 use crate::write::{Job, Outcome, Shared, run_job};
-use crate::{Encoder, Progress, ProgressSink, Sink, SinkDriverConfig, SinkError};
+use crate::{Encoder, Progress, ProgressSink, Sink, SinkDriverConfig, SinkDriverError};
 
 /// Builds and starts a sink driver: a tokio task that takes
 /// `Acked<Vec<Record>>` from a bounded channel, encodes and batches the
@@ -243,7 +243,7 @@ impl Driver {
         Box::pin(run_job(self.shared.clone(), job))
     }
 
-    async fn run(mut self) -> Result<(), SinkError> {
+    async fn run(mut self) -> Result<(), SinkDriverError> {
         let max = self.shared.config.concurrency;
         let mut linger = self.shared.config.linger;
         // Whether the end of the upstream's input may still be announced.
@@ -269,7 +269,7 @@ impl Driver {
                     Outcome::Failed(reason) => {
                         if self.halt_on_failure {
                             self.input.0.close();
-                            return Err(SinkError::Halted(reason));
+                            return Err(SinkDriverError::Halted(reason));
                         }
                     }
                     // The input closes first, then what this driver holds
@@ -320,6 +320,7 @@ impl Driver {
                 |_| add(&self.shared.metrics.retries, 1),
             )
             .await
+            .map_err(SinkDriverError::from)
     }
 }
 

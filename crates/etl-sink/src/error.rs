@@ -135,6 +135,18 @@ pub enum SinkError {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// What a sink driver and its handles report when the driver stops with an
+/// error: a write that failed for good ([`Sink`](SinkDriverError::Sink),
+/// the [`SinkError`] the sink returned), or a failure of the driver itself.
+/// A [`Sink`](crate::Sink) implementation returns [`SinkError`] only.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkDriverError {
+    /// A write failed for good: an error of the environment, or one the
+    /// retry policy gave up on.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
     /// The sink panicked; the driver stopped and every set it held failed.
     #[error("sink driver panicked: {0}")]
     Panicked(String),
@@ -150,7 +162,7 @@ pub enum SinkError {
     /// The dead-letter sink failed for good while the driver wrote the
     /// records set aside from a batch.
     #[error("dead-letter write failed: {0}")]
-    DeadLetter(#[source] Box<SinkError>),
+    DeadLetter(#[source] SinkError),
     /// The driver's configuration is out of range (see
     /// [`SinkDriverConfig::validate`](crate::SinkDriverConfig::validate)); the
     /// driver did not start and failed whatever was sent to it.
@@ -159,6 +171,19 @@ pub enum SinkError {
     /// The driver is gone.
     #[error("sink driver is closed")]
     Closed,
+}
+
+impl SinkDriverError {
+    /// Whether the failure is an I/O error of the output (the sink's own
+    /// or its dead-letter sink's): the `etl` binary exits with code 74
+    /// for it.
+    #[must_use]
+    pub fn is_io(&self) -> bool {
+        match self {
+            SinkDriverError::Sink(e) | SinkDriverError::DeadLetter(e) => e.is_io(),
+            _ => false,
+        }
+    }
 }
 
 fn first_reason(rejects: &[Reject]) -> &str {
@@ -220,16 +245,11 @@ impl SinkError {
         }
     }
 
-    /// Whether the failure is an I/O error of the output (the sink's own
-    /// or its dead-letter sink's): the `etl` binary exits with code 74
-    /// for it.
+    /// Whether the failure is an I/O error of the output: the `etl`
+    /// binary exits with code 74 for it.
     #[must_use]
     pub fn is_io(&self) -> bool {
-        match self {
-            SinkError::Io { .. } | SinkError::OutputLost { .. } => true,
-            SinkError::DeadLetter(inner) => inner.is_io(),
-            _ => false,
-        }
+        matches!(self, SinkError::Io { .. } | SinkError::OutputLost { .. })
     }
 }
 
@@ -293,7 +313,7 @@ mod tests {
         );
         assert!(!pipe.is_retryable() && pipe.is_io());
         assert!(SinkError::io("fsync", "out", Error::from(ErrorKind::Interrupted)).is_retryable());
-        assert!(SinkError::DeadLetter(Box::new(pipe)).is_io());
+        assert!(SinkDriverError::DeadLetter(pipe).is_io());
         assert!(!SinkError::permanent("x").is_io());
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::metrics::MetricsCell;
-use crate::{SendError, SinkError, SinkMetrics};
+use crate::{SendError, SinkDriverError, SinkMetrics};
 
 /// Sends records to a sink driver. Cloneable; a clone per producer.
 #[derive(Clone, Debug)]
@@ -63,7 +63,7 @@ pub struct SinkHandle {
     sender: SinkSender,
     close: Option<oneshot::Sender<()>>,
     input_ended: watch::Sender<bool>,
-    task: JoinHandle<Result<(), SinkError>>,
+    task: JoinHandle<Result<(), SinkDriverError>>,
     metrics: Arc<MetricsCell>,
 }
 
@@ -72,7 +72,7 @@ impl SinkHandle {
         tx: mpsc::Sender<Acked<Vec<Record>>>,
         close: oneshot::Sender<()>,
         input_ended: watch::Sender<bool>,
-        task: JoinHandle<Result<(), SinkError>>,
+        task: JoinHandle<Result<(), SinkDriverError>>,
         metrics: Arc<MetricsCell>,
     ) -> Self {
         SinkHandle {
@@ -129,10 +129,10 @@ impl SinkHandle {
     ///
     /// # Errors
     ///
-    /// The driver halted ([`SinkError::Halted`]), panicked
-    /// ([`SinkError::Panicked`]) or could not flush; whatever it held then
+    /// The driver halted ([`SinkDriverError::Halted`]), panicked
+    /// ([`SinkDriverError::Panicked`]) or could not flush; whatever it held then
     /// was failed.
-    pub async fn close(mut self) -> Result<SinkMetrics, SinkError> {
+    pub async fn close(mut self) -> Result<SinkMetrics, SinkDriverError> {
         self.request_close();
         let joined = (&mut self.task).await;
         self.finish(joined)
@@ -144,9 +144,9 @@ impl SinkHandle {
     ///
     /// # Errors
     ///
-    /// [`SinkError::ShutdownTimeout`] past the deadline, otherwise as
+    /// [`SinkDriverError::ShutdownTimeout`] past the deadline, otherwise as
     /// [`close`](Self::close).
-    pub async fn shutdown(mut self, deadline: Duration) -> Result<SinkMetrics, SinkError> {
+    pub async fn shutdown(mut self, deadline: Duration) -> Result<SinkMetrics, SinkDriverError> {
         self.request_close();
         match tokio::time::timeout(deadline, &mut self.task).await {
             Ok(joined) => self.finish(joined),
@@ -154,7 +154,7 @@ impl SinkHandle {
                 self.task.abort();
                 // Wait until the task is gone, so its sets have failed.
                 let _ = (&mut self.task).await;
-                Err(SinkError::ShutdownTimeout(deadline))
+                Err(SinkDriverError::ShutdownTimeout(deadline))
             }
         }
     }
@@ -169,8 +169,8 @@ impl SinkHandle {
 
     fn finish(
         &self,
-        joined: Result<Result<(), SinkError>, tokio::task::JoinError>,
-    ) -> Result<SinkMetrics, SinkError> {
+        joined: Result<Result<(), SinkDriverError>, tokio::task::JoinError>,
+    ) -> Result<SinkMetrics, SinkDriverError> {
         match joined {
             Ok(Ok(())) => Ok(self.metrics.snapshot()),
             Ok(Err(err)) => Err(err),
@@ -181,9 +181,9 @@ impl SinkHandle {
                     .cloned()
                     .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                     .unwrap_or_else(|| "non-text panic payload".to_owned());
-                Err(SinkError::Panicked(msg))
+                Err(SinkDriverError::Panicked(msg))
             }
-            Err(_) => Err(SinkError::Closed),
+            Err(_) => Err(SinkDriverError::Closed),
         }
     }
 }

@@ -89,7 +89,7 @@ pub use config::{PermanentErrorPolicy, SinkDriverConfig};
 pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
 pub use driver::SinkDriver;
 pub use encoder::{Encoder, NdjsonEncoder, RawLinesEncoder};
-pub use error::{BoxError, FailureKind, Reject, SendError, SinkError};
+pub use error::{BoxError, FailureKind, Reject, SendError, SinkDriverError, SinkError};
 pub use file_sink::{FileSink, FileSinkConfig, FsyncPolicy};
 pub use handle::{SinkHandle, SinkSender};
 pub use metrics::SinkMetrics;

@@ -9,7 +9,10 @@ use tokio::time::Instant;
 
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
-use crate::{EncodedBatch, FailureKind, PermanentErrorPolicy, Sink, SinkDriverConfig, SinkError};
+use crate::{
+    EncodedBatch, FailureKind, PermanentErrorPolicy, Sink, SinkDriverConfig, SinkDriverError,
+    SinkError,
+};
 
 /// What every write of one driver shares.
 #[derive(Debug)]
@@ -46,7 +49,7 @@ pub(crate) enum Outcome {
     /// job's handles come back unresolved: the driver closes its input
     /// before they fail, so no failure is seen upstream while this sink
     /// still looks alive (it would be taken for a record's fault).
-    Halt(SinkError, Vec<AckSet>),
+    Halt(SinkDriverError, Vec<AckSet>),
 }
 
 /// How the write of one part (one source batch, or the whole job) ended.
@@ -150,7 +153,7 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
             Ok(()) => {}
             Err(LetterFailure::Halt(err)) => {
                 add(&shared.metrics.batches_failed, 1);
-                return Outcome::Halt(SinkError::DeadLetter(Box::new(err)), vec![acks]);
+                return Outcome::Halt(SinkDriverError::DeadLetter(err), vec![acks]);
             }
             Err(LetterFailure::Failed(reason)) => {
                 add(&shared.metrics.batches_failed, 1);
@@ -372,7 +375,10 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
         // Nothing of this job is delivered: the pipeline stops, and what
         // was written will be written again after the cause is fixed.
         add(&m.batches_failed, 1);
-        return Outcome::Halt(err, parts.into_iter().map(|(acks, _)| acks).collect());
+        return Outcome::Halt(
+            err.into(),
+            parts.into_iter().map(|(acks, _)| acks).collect(),
+        );
     }
     if !letters.is_empty() && parts.iter().any(|(_, written)| *written) {
         match shared.write_dead_letters(letters).await {
@@ -380,7 +386,7 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
             Err(LetterFailure::Halt(err)) => {
                 add(&m.batches_failed, 1);
                 return Outcome::Halt(
-                    SinkError::DeadLetter(Box::new(err)),
+                    SinkDriverError::DeadLetter(err),
                     parts.into_iter().map(|(acks, _)| acks).collect(),
                 );
             }

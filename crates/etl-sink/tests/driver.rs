@@ -18,7 +18,7 @@ use etl_sink::testing::{
 };
 use etl_sink::{
     NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SendError, SinkDriver, SinkDriverConfig,
-    SinkError,
+    SinkDriverError, SinkError,
 };
 use support::{TestSource, record, tally};
 
@@ -158,7 +158,7 @@ async fn a_broken_dead_letter_sink_halts_the_driver() {
     sink.send(source.batch(0, 0..10)).await.unwrap();
     let err = sink.close().await.unwrap_err();
     assert!(
-        matches!(&err, SinkError::DeadLetter(inner) if matches!(**inner, SinkError::Permanent(_))),
+        matches!(&err, SinkDriverError::DeadLetter(inner) if matches!(inner, SinkError::Permanent(_))),
         "{err}"
     );
     assert_eq!(tally(&source.resolutions()), (0, 1));
@@ -266,7 +266,7 @@ async fn a_panicking_sink_fails_what_the_driver_held() {
     sender.send(source.batch(0, 10..20)).await.unwrap();
     let err = sink.close().await.unwrap_err();
     assert!(
-        matches!(err, SinkError::Panicked(ref m) if m.contains("injected panic")),
+        matches!(err, SinkDriverError::Panicked(ref m) if m.contains("injected panic")),
         "{err}"
     );
     let msgs = source.resolutions();
@@ -294,7 +294,7 @@ async fn a_shutdown_past_its_deadline_fails_the_sets() {
     sink.send(source.batch(0, 0..10)).await.unwrap();
     sink.send(source.batch(1, 0..10)).await.unwrap();
     let err = sink.shutdown(Duration::from_secs(2)).await.unwrap_err();
-    assert!(matches!(err, SinkError::ShutdownTimeout(_)), "{err}");
+    assert!(matches!(err, SinkDriverError::ShutdownTimeout(_)), "{err}");
     assert_eq!(tally(&source.resolutions()), (0, 2));
 }
 
@@ -493,7 +493,7 @@ async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
         .await
         .expect("the driver ends");
     let err = closed.unwrap_err();
-    assert!(matches!(err, SinkError::InvalidConfig(_)), "{err}");
+    assert!(matches!(err, SinkDriverError::InvalidConfig(_)), "{err}");
     assert!(err.to_string().contains("max_bytes"), "{err}");
     assert_eq!(tally(&source.resolutions()), (0, 1), "the batch failed");
     assert!(memory.positions().is_empty());

@@ -261,7 +261,7 @@ async fn an_exactly_once_driver_halts_after_a_failed_batch() {
         let _ = sink.send(source.batch(0, i * 5..i * 5 + 5)).await;
     }
     let err = sink.close().await.unwrap_err();
-    assert!(matches!(err, SinkError::Halted(_)), "{err}");
+    assert!(matches!(err, etl_sink::SinkDriverError::Halted(_)), "{err}");
     let msgs = source.resolutions();
     assert_eq!(tally(&msgs), (1, 3), "only the first batch was stored");
     // Nothing after the failed batch reached the file or its progress.

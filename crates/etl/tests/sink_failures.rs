@@ -14,7 +14,8 @@ use etl_checkpoint::MemoryStore;
 use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{Broken, FailWhere, MemorySink};
 use etl_sink::{
-    PermanentErrorPolicy, RawLinesEncoder, RetryPolicy, SinkDriver, SinkDriverConfig, SinkError,
+    PermanentErrorPolicy, RawLinesEncoder, RetryPolicy, SinkDriver, SinkDriverConfig,
+    SinkDriverError, SinkError,
 };
 use etl_source::{GeneratorConfig, GeneratorSource};
 use tokio::time::Instant;
@@ -119,7 +120,7 @@ async fn a_sink_that_stays_unreachable_halts_after_its_retry_policy() {
         matches!(
             &err,
             PipelineError::Sink {
-                source: SinkError::Retryable(_),
+                source: SinkDriverError::Sink(SinkError::Retryable(_)),
                 ..
             }
         ),

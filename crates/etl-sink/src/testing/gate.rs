@@ -56,7 +56,9 @@ impl<S: Sink> Sink for Gated<S> {
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let mut open = self.open.clone();
         // The sender lives in `self.gate`, so waiting cannot fail.
-        open.wait_for(|o| *o).await.map_err(|_| SinkError::Closed)?;
+        open.wait_for(|o| *o)
+            .await
+            .map_err(|_| SinkError::permanent("the gate was dropped"))?;
         self.inner.write(batch).await
     }
 

@@ -105,7 +105,7 @@ fn connector_error(name: &str, e: PostgresError) -> PipelineError {
         PostgresError::InUse { .. } => {
             return PipelineError::Sink {
                 name: name.to_owned(),
-                source: e.into(),
+                source: etl_sink::SinkError::from(e).into(),
             };
         }
         _ => format!("sink {name:?}: {e}"),

@@ -273,9 +273,9 @@ fn group_shares_progress(config: &Config, sink: &SinkConfig) -> SinkConfig {
 
 /// Open the sink of a `[[sinks]]` entry or of `[dead_letter]`.
 async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError> {
-    let sink_error = |source| PipelineError::Sink {
+    let sink_error = |source: etl_sink::SinkError| PipelineError::Sink {
         name: name.to_owned(),
-        source,
+        source: source.into(),
     };
     Ok(match kind {
         SinkKind::File(f) => {
@@ -286,7 +286,8 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
                         op: "create the output folder",
                         path: dir.to_owned(),
                         source,
-                    },
+                    }
+                    .into(),
                 })?;
             }
             let file = FileSink::open(

@@ -18,7 +18,7 @@ pub enum PipelineError {
         name: String,
         /// The cause.
         #[source]
-        source: etl_sink::SinkError,
+        source: etl_sink::SinkDriverError,
     },
     /// The checkpointer or the offset store failed.
     #[error(transparent)]

@@ -7,7 +7,8 @@ use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, PartitionOffsets,
 };
 use etl_sink::{
-    DeadLetterHandle, ProgressSink, Sink, SinkDriver, SinkDriverConfig, SinkError, SinkMetrics,
+    DeadLetterHandle, ProgressSink, Sink, SinkDriver, SinkDriverConfig, SinkDriverError,
+    SinkMetrics,
 };
 use etl_source::{Source, SourceDriver, SourceDriverConfig, SourceOutput};
 use tokio::sync::mpsc;
@@ -603,7 +604,7 @@ impl Pipeline {
                 && !matches!(
                     &err,
                     PipelineError::Sink {
-                        source: SinkError::Halted(_) | SinkError::ShutdownTimeout(_),
+                        source: SinkDriverError::Halted(_) | SinkDriverError::ShutdownTimeout(_),
                         ..
                     }
                 )
@@ -672,12 +673,12 @@ async fn abort<T>(task: &mut tokio::task::JoinHandle<T>, until: Instant) {
 /// The outcome of a sink driver's spawned shutdown; `None` when there was
 /// nothing to close.
 async fn closed(
-    task: Option<tokio::task::JoinHandle<Result<SinkMetrics, etl_sink::SinkError>>>,
-) -> Option<Result<SinkMetrics, etl_sink::SinkError>> {
+    task: Option<tokio::task::JoinHandle<Result<SinkMetrics, SinkDriverError>>>,
+) -> Option<Result<SinkMetrics, SinkDriverError>> {
     let joined = task?.await;
     // `shutdown` does not panic; a join error means the runtime is
     // going away, and the driver with it (which fails what it held).
-    Some(joined.unwrap_or(Err(etl_sink::SinkError::Closed)))
+    Some(joined.unwrap_or(Err(SinkDriverError::Closed)))
 }
 
 /// Wait for `future` at most `limit` of wall-clock time.
