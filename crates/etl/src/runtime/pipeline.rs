@@ -541,113 +541,28 @@ impl Pipeline {
                 .map(|handle| tokio::spawn(handle.shutdown(budget)))
         });
 
-        let mut first_error: Option<PipelineError> = None;
-        let mut sink_metrics = Vec::with_capacity(closing.len());
-        for (name, slot, metrics, task) in closing {
-            match closed(task).await {
-                None => sink_metrics.push((name, metrics)),
-                Some(Ok(m)) => {
-                    slot.finish(m);
-                    sink_metrics.push((name, m));
-                }
-                Some(Err(source)) => {
-                    sink_metrics.push((name.clone(), metrics));
-                    first_error.get_or_insert(PipelineError::Sink { name, source });
-                }
-            }
-        }
-        match closed(dlq_closing.flatten()).await {
-            None => {}
-            Some(Ok(m)) => {
-                dead_lettered = m.records_written;
-                if let Some(slot) = &dlq_slot {
-                    slot.finish(m);
-                }
-            }
-            Some(Err(source)) => {
-                first_error.get_or_insert(PipelineError::Sink {
-                    name: "dead_letter".to_owned(),
-                    source,
-                });
-            }
-        }
-        dead_lettered += sink_metrics
-            .iter()
-            .map(|(_, m)| m.dead_lettered)
-            .sum::<u64>();
+        let Closed {
+            first_error,
+            sink_metrics,
+            dead_lettered,
+        } = collect_closed(
+            closing,
+            dlq_closing.flatten(),
+            dlq_slot.as_ref(),
+            dead_lettered,
+        )
+        .await;
 
-        // The final commit, bounded too: a store that never answers (a
-        // group coordinator that is down) must not hold the stop.
-        let commit_budget = end_at.saturating_duration_since(Instant::now());
-        let final_commit = match within_wall_clock(commit_budget, checkpointer.shutdown()).await {
-            None => Err(PipelineError::FinalCommit(format!(
-                "the offset store did not answer within shutdown_timeout ({})",
-                humantime::format_duration(shutdown_timeout)
-            ))),
-            Some(Err(e)) => Err(e.into()),
-            // A commit that failed with nothing committed since (a revoke
-            // whose commit failed, its partition gone) leaves delivered
-            // records uncommitted: that is no success either.
-            Some(Ok(summary)) => match &summary.metrics.last_commit_error {
-                Some(reason) => Err(PipelineError::FinalCommit(format!(
-                    "the last commit failed: {reason}"
-                ))),
-                None => Ok(summary),
-            },
-        };
+        let final_commit = final_commit(&checkpointer, end_at, shutdown_timeout).await;
 
-        // Report the root cause first. A sink that stopped on its own error
-        // (it cannot write, whatever the records) failed the batches whose
-        // replay `on_failure = "halt"` then refused: the sink is the cause.
-        if let Some(request) = halted {
-            if let Some(err @ PipelineError::Sink { .. }) = first_error
-                && !matches!(
-                    &err,
-                    PipelineError::Sink {
-                        source: SinkDriverError::Halted(_) | SinkDriverError::ShutdownTimeout(_),
-                        ..
-                    }
-                )
-            {
-                return Err(err);
-            }
-            return Err(PipelineError::Halted {
-                partition: request.partition,
-                from: request.from,
-            });
-        }
-        let exit = match driver_result {
-            Some(Ok(Ok(exit))) => exit,
-            Some(Ok(Err(e))) => {
-                // A closed downstream is the stage's doing: report its cause.
-                return Err(match stage_result {
-                    Some(Ok(Err(stop))) => stop_error(stop, first_error),
-                    Some(Err(join)) => PipelineError::Internal(format!("transform stage: {join}")),
-                    Some(Ok(Ok(()))) | None => e.into(),
-                });
-            }
-            Some(Err(join)) => {
-                return Err(PipelineError::Internal(format!("source driver: {join}")));
-            }
-            // Torn down at its deadline (counted in `timed_out`).
-            None => etl_source::DriverExit::Shutdown,
-        };
-        match stage_result {
-            Some(Ok(Ok(()))) | None => {}
-            Some(Ok(Err(stop))) => return Err(stop_error(stop, first_error)),
-            Some(Err(join)) => {
-                return Err(PipelineError::Internal(format!("transform stage: {join}")));
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
-        if !timed_out.is_empty() {
-            return Err(PipelineError::ShutdownTimeout {
-                parts: timed_out.join(" and "),
-                timeout: shutdown_timeout,
-            });
-        }
+        let exit = root_cause(Ended {
+            halted,
+            first_error,
+            driver_result,
+            stage_result,
+            timed_out,
+            shutdown_timeout,
+        })?;
         let final_commit = final_commit?;
         let snapshot = hub.snapshot();
         Ok(Summary {
@@ -660,6 +575,176 @@ impl Pipeline {
             stopped: exit == etl_source::DriverExit::Shutdown,
         })
     }
+}
+
+/// What closing the sinks left: the first sink's error, each sink's
+/// metrics, and the records dead-lettered in all.
+struct Closed {
+    first_error: Option<PipelineError>,
+    sink_metrics: Vec<(String, SinkMetrics)>,
+    dead_lettered: u64,
+}
+
+/// A sink being closed: its name, metrics slot, last metrics, and the
+/// task of its shutdown (none when it could not be taken back).
+type Closing = (
+    String,
+    Arc<SinkSlot>,
+    SinkMetrics,
+    Option<tokio::task::JoinHandle<Result<SinkMetrics, SinkDriverError>>>,
+);
+
+/// Wait for the sinks' and the dead-letter sink's shutdowns (each bounded
+/// by its own budget), and gather what they left.
+async fn collect_closed(
+    closing: Vec<Closing>,
+    dlq_closing: Option<tokio::task::JoinHandle<Result<SinkMetrics, SinkDriverError>>>,
+    dlq_slot: Option<&Arc<SinkSlot>>,
+    mut dead_lettered: u64,
+) -> Closed {
+    let mut first_error: Option<PipelineError> = None;
+    let mut sink_metrics = Vec::with_capacity(closing.len());
+    for (name, slot, metrics, task) in closing {
+        match closed(task).await {
+            None => sink_metrics.push((name, metrics)),
+            Some(Ok(m)) => {
+                slot.finish(m);
+                sink_metrics.push((name, m));
+            }
+            Some(Err(source)) => {
+                sink_metrics.push((name.clone(), metrics));
+                first_error.get_or_insert(PipelineError::Sink { name, source });
+            }
+        }
+    }
+    match closed(dlq_closing).await {
+        None => {}
+        Some(Ok(m)) => {
+            dead_lettered = m.records_written;
+            if let Some(slot) = dlq_slot {
+                slot.finish(m);
+            }
+        }
+        Some(Err(source)) => {
+            first_error.get_or_insert(PipelineError::Sink {
+                name: "dead_letter".to_owned(),
+                source,
+            });
+        }
+    }
+    dead_lettered += sink_metrics
+        .iter()
+        .map(|(_, m)| m.dead_lettered)
+        .sum::<u64>();
+
+    Closed {
+        first_error,
+        sink_metrics,
+        dead_lettered,
+    }
+}
+
+/// The final commit, bounded too: a store that never answers (a group
+/// coordinator that is down) must not hold the stop.
+async fn final_commit(
+    checkpointer: &CheckpointHandle,
+    end_at: Instant,
+    shutdown_timeout: Duration,
+) -> Result<etl_checkpoint::CheckpointSummary, PipelineError> {
+    let commit_budget = end_at.saturating_duration_since(Instant::now());
+    match within_wall_clock(commit_budget, checkpointer.shutdown()).await {
+        None => Err(PipelineError::FinalCommit(format!(
+            "the offset store did not answer within shutdown_timeout ({})",
+            humantime::format_duration(shutdown_timeout)
+        ))),
+        Some(Err(e)) => Err(e.into()),
+        // A commit that failed with nothing committed since (a revoke
+        // whose commit failed, its partition gone) leaves delivered
+        // records uncommitted: that is no success either.
+        Some(Ok(summary)) => match &summary.metrics.last_commit_error {
+            Some(reason) => Err(PipelineError::FinalCommit(format!(
+                "the last commit failed: {reason}"
+            ))),
+            None => Ok(summary),
+        },
+    }
+}
+
+/// How the parts of a run ended.
+struct Ended {
+    halted: Option<etl_checkpoint::ReplayRequest>,
+    first_error: Option<PipelineError>,
+    driver_result: Option<
+        Result<Result<etl_source::DriverExit, etl_source::SourceError>, tokio::task::JoinError>,
+    >,
+    stage_result: Option<Result<Result<(), StageStop>, tokio::task::JoinError>>,
+    timed_out: Vec<&'static str>,
+    shutdown_timeout: Duration,
+}
+
+/// The run's error, its root cause first, or how the source driver ended.
+fn root_cause(ended: Ended) -> Result<etl_source::DriverExit, PipelineError> {
+    let Ended {
+        halted,
+        first_error,
+        driver_result,
+        stage_result,
+        timed_out,
+        shutdown_timeout,
+    } = ended;
+    // Report the root cause first. A sink that stopped on its own error
+    // (it cannot write, whatever the records) failed the batches whose
+    // replay `on_failure = "halt"` then refused: the sink is the cause.
+    if let Some(request) = halted {
+        if let Some(err @ PipelineError::Sink { .. }) = first_error
+            && !matches!(
+                &err,
+                PipelineError::Sink {
+                    source: SinkDriverError::Halted(_) | SinkDriverError::ShutdownTimeout(_),
+                    ..
+                }
+            )
+        {
+            return Err(err);
+        }
+        return Err(PipelineError::Halted {
+            partition: request.partition,
+            from: request.from,
+        });
+    }
+    let exit = match driver_result {
+        Some(Ok(Ok(exit))) => exit,
+        Some(Ok(Err(e))) => {
+            // A closed downstream is the stage's doing: report its cause.
+            return Err(match stage_result {
+                Some(Ok(Err(stop))) => stop_error(stop, first_error),
+                Some(Err(join)) => PipelineError::Internal(format!("transform stage: {join}")),
+                Some(Ok(Ok(()))) | None => e.into(),
+            });
+        }
+        Some(Err(join)) => {
+            return Err(PipelineError::Internal(format!("source driver: {join}")));
+        }
+        // Torn down at its deadline (counted in `timed_out`).
+        None => etl_source::DriverExit::Shutdown,
+    };
+    match stage_result {
+        Some(Ok(Ok(()))) | None => {}
+        Some(Ok(Err(stop))) => return Err(stop_error(stop, first_error)),
+        Some(Err(join)) => {
+            return Err(PipelineError::Internal(format!("transform stage: {join}")));
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if !timed_out.is_empty() {
+        return Err(PipelineError::ShutdownTimeout {
+            parts: timed_out.join(" and "),
+            timeout: shutdown_timeout,
+        });
+    }
+    Ok(exit)
 }
 
 /// Abort `task` and wait until `until` at most for it to go: a task
