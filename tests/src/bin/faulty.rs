@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use etl::config::{SinkKind, SourceConfig, StoreConfig};
 use etl::{Config, Pipeline, TransformChain};
-use etl_checkpoint::{CheckpointConfig, FileStore, InFlightLimits};
+use etl_checkpoint::FileStore;
 use etl_record::SourceId;
 use etl_sink::testing::{FailEveryNth, Flaky};
 use etl_sink::{
@@ -96,22 +96,7 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
         .source(source)
         .transforms(TransformChain::from_config(&config.transforms))
         .sink(sink.name.clone(), driver)
-        .checkpoint(CheckpointConfig {
-            commit_interval: config.checkpoint.commit_interval,
-            revoke_deadline: config.checkpoint.revoke_deadline,
-            shutdown_timeout: config.checkpoint.shutdown_timeout,
-            limits: InFlightLimits {
-                max_in_flight_batches_per_partition: config
-                    .limits
-                    .max_in_flight_batches_per_partition,
-                max_in_flight_bytes_per_partition: config
-                    .limits
-                    .max_in_flight_bytes_per_partition
-                    .0,
-                max_in_flight_batches: config.limits.max_in_flight_batches,
-                max_in_flight_bytes: config.limits.max_in_flight_bytes.0,
-            },
-        })
+        .checkpoint(config.checkpoint_config())
         // Permanent failures hit different ranges; a range would need to
         // fail this often in a row to count as poison.
         .source_driver(SourceDriverConfig {

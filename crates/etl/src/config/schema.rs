@@ -44,6 +44,27 @@ pub struct Config {
     pub checkpoint: CheckpointOptions,
 }
 
+impl Config {
+    /// The checkpointer's configuration: `[checkpoint]`'s commit
+    /// interval, deadlines and shutdown timeout with `[limits]`.
+    #[must_use]
+    pub fn checkpoint_config(&self) -> etl_checkpoint::CheckpointConfig {
+        etl_checkpoint::CheckpointConfig {
+            commit_interval: self.checkpoint.commit_interval,
+            revoke_deadline: self.checkpoint.revoke_deadline,
+            shutdown_timeout: self.checkpoint.shutdown_timeout,
+            limits: etl_checkpoint::InFlightLimits {
+                max_in_flight_batches_per_partition: self
+                    .limits
+                    .max_in_flight_batches_per_partition,
+                max_in_flight_bytes_per_partition: self.limits.max_in_flight_bytes_per_partition.0,
+                max_in_flight_batches: self.limits.max_in_flight_batches,
+                max_in_flight_bytes: self.limits.max_in_flight_bytes.0,
+            },
+        }
+    }
+}
+
 /// The `[source]` section.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

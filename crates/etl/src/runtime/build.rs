@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use etl_checkpoint::{CheckpointConfig, FileStore, InFlightLimits, MemoryStore, OffsetStore};
+use etl_checkpoint::{FileStore, MemoryStore, OffsetStore};
 use etl_record::SourceId;
 use etl_sink::{
     BlackholeSink, Encoder, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, RawLinesEncoder,
@@ -82,22 +82,7 @@ async fn builder_from_config(
         .transforms(
             TransformChain::try_from_config(&config.transforms).map_err(PipelineError::Invalid)?,
         )
-        .checkpoint(CheckpointConfig {
-            commit_interval: config.checkpoint.commit_interval,
-            revoke_deadline: config.checkpoint.revoke_deadline,
-            shutdown_timeout: config.checkpoint.shutdown_timeout,
-            limits: InFlightLimits {
-                max_in_flight_batches_per_partition: config
-                    .limits
-                    .max_in_flight_batches_per_partition,
-                max_in_flight_bytes_per_partition: config
-                    .limits
-                    .max_in_flight_bytes_per_partition
-                    .0,
-                max_in_flight_batches: config.limits.max_in_flight_batches,
-                max_in_flight_bytes: config.limits.max_in_flight_bytes.0,
-            },
-        })
+        .checkpoint(config.checkpoint_config())
         .source_driver(SourceDriverConfig {
             max_replays: config.delivery.max_replays.max(1),
             poison: config.delivery.poison,
