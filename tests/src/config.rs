@@ -102,7 +102,7 @@ impl PipelineToml {
         let mut s = String::new();
         let _ = write!(
             s,
-            "[source]\ntype = \"file\"\npaths = [{}]\nbatch_records = {}\n{}\n\
+            "[source]\ntype = \"file\"\npaths = [{}]\nmax_batch_records = {}\n{}\n\
              [[transforms]]\ntype = \"filter\"\nfield = \"amount\"\nop = \">=\"\nvalue = 10\n\n\
              [[transforms]]\ntype = \"add_field\"\nfield = \"seen\"\nvalue = true\n\n\
              [[sinks]]\nname = \"out\"\ntype = \"file\"\npath = {}\nexactly_once = {}\n\

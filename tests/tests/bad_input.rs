@@ -259,7 +259,7 @@ fn a_full_disk_halts_with_exit_74_and_a_rerun_writes_every_record() {
     // `/dev/full` fails every write with ENOSPC, as a full disk does: no
     // record is at fault, so none is replayed into the dead-letter sink.
     p.output = PathBuf::from("/dev/full");
-    p.sink_extra = "retry_max_elapsed = \"50ms\"\n".to_owned();
+    p.sink_extra = "retry = { max_elapsed = \"50ms\" }\n".to_owned();
     p.extra = "[delivery]\nmax_replays = 1\n".to_owned();
     let log = run(dir.path(), &p.render());
     expect_error(
@@ -290,7 +290,7 @@ fn a_full_disk_with_on_failure_halt_exits_74_naming_the_sink() {
     write_records(&input, 0..200, 1, 0).unwrap();
     let mut p = pipeline(dir.path(), vec![input]);
     p.output = PathBuf::from("/dev/full");
-    p.sink_extra = "retry_max_elapsed = \"50ms\"\n".to_owned();
+    p.sink_extra = "retry = { max_elapsed = \"50ms\" }\n".to_owned();
     p.extra = "[delivery]\non_failure = \"halt\"\n".to_owned();
     let log = run(dir.path(), &p.render());
     // The sink's own error is the cause reported, whichever stop came

@@ -21,7 +21,7 @@ fn a_server_restart_mid_run_loses_nothing() {
     let url = server.url();
     let table = table("outage");
     let config = format!(
-        "{}{}{}batch_max_records = 100\nlinger = \"5ms\"\nretry_max_elapsed = \"60s\"\n",
+        "{}{}{}batch_max_records = 100\nlinger = \"5ms\"\nretry = {{ max_elapsed = \"60s\" }}\n",
         generator(PARTITIONS, PER_PARTITION, RATE),
         CHECKPOINT,
         postgres_sink(
