@@ -56,4 +56,8 @@ async fn sigterm_with_the_broker_down_stops_and_reports_the_failed_commit() {
         log.contains("no answer from the group coordinator"),
         "{log}"
     );
+    // The outage is said once, not for every reconnection attempt, and
+    // records fetched before it do not count as the broker answering.
+    assert_eq!(log.matches("Kafka brokers unreachable").count(), 1, "{log}");
+    assert!(!log.contains("reachable again"), "{log}");
 }

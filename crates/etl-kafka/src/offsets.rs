@@ -124,6 +124,8 @@ impl GroupOffsetStore {
             .consumer
             .committed_offsets(tpl, LOAD_TIMEOUT)
             .map_err(|e| KafkaError::client("reading the group's committed offsets", e))?;
+        // The coordinator answered.
+        self.consumer.context().outage.recovered();
         let mut offsets = BTreeMap::new();
         let mut by_time = TopicPartitionList::new();
         for e in committed.elements() {
@@ -230,7 +232,11 @@ impl GroupOffsetStore {
             })?;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match rx.recv_timeout(left) {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                // The coordinator answered.
+                self.consumer.context().outage.recovered();
+                Ok(())
+            }
             Ok(Err(source)) => Err(KafkaError::Commit {
                 group: group.clone(),
                 offsets: shown.join(","),

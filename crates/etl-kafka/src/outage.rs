@@ -121,7 +121,10 @@ impl Outage {
         Said::Recovered { after, failures }
     }
 
-    /// A broker answered now. One atomic load when there is no outage.
+    /// A broker answered now: an assignment, a commit, a metadata answer,
+    /// a delivery report. (Not a message read: librdkafka hands out what
+    /// it fetched before the brokers went away for a while after.) One
+    /// atomic load when there is no outage.
     pub(crate) fn recovered(&self) {
         if self.down.load(Ordering::Acquire) {
             self.recovered_at(Instant::now());

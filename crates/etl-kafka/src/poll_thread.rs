@@ -181,7 +181,6 @@ impl PollThread {
                 }
                 Some(Ok(message)) => {
                     self.read.1 += 1;
-                    self.context().outage.recovered();
                     self.take(&message);
                 }
                 Some(Err(err)) if crate::outage::is_transport(&err) => {
@@ -221,7 +220,6 @@ impl PollThread {
             return 0;
         }
         self.read.0 += batch.len() as u64;
-        self.context().outage.recovered();
         // Records read through the consumer queue are older: first.
         self.context().flush_chunk(&[]);
         let mut run: Option<(usize, i32, PartitionId)> = None;
