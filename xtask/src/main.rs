@@ -132,7 +132,7 @@ fn lint() -> Result {
 }
 
 fn test() -> Result {
-    let pg = postgres::start()?;
+    let pg = postgres::start().map_err(|e| e.to_string())?;
     // Property tests run in `prop` with a chosen case count; skip them here
     // so they do not run twice.
     // Benches are built by `lint` (clippy --all-targets) and run by

@@ -76,8 +76,16 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl",
         ],
     ),
-    ("xtask", &[]),
+    (
+        "etl-test-support",
+        &["etl-record", "etl-ack", "etl-checkpoint", "etl-source"],
+    ),
+    ("xtask", &["etl-test-support"]),
 ];
+
+/// The test-support crate: any crate's tests may use it (a dev-dependency
+/// is outside the layer order), but only these may depend on it for real.
+const TEST_SUPPORT: (&str, &[&str]) = ("etl-test-support", &["xtask", "etl-tests"]);
 
 /// Third-party crates that only these workspace crates may depend on: the
 /// VRL interpreter (and its ~200 crates) belongs to the `etl` crate's
@@ -132,8 +140,19 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             let Some(dep_name) = dep["name"].as_str() else {
                 continue;
             };
-            if members.contains(&dep_name) && !allowed.contains(&dep_name) {
-                let kind = dep["kind"].as_str().unwrap_or("normal");
+            let kind = dep["kind"].as_str().unwrap_or("normal");
+            if dep_name == TEST_SUPPORT.0 {
+                if kind != "dev" && !TEST_SUPPORT.1.contains(&name) {
+                    problems.push(format!(
+                        "`{name}` depends on `{dep_name}` ({kind}); only its tests may (a dev-dependency)"
+                    ));
+                }
+                continue;
+            }
+            // A crate's tests may enable its own test features through a
+            // dev-dependency on itself.
+            let on_itself = dep_name == name && kind == "dev";
+            if members.contains(&dep_name) && !allowed.contains(&dep_name) && !on_itself {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}` ({kind}), which breaks the layer order"
                 ));
@@ -228,6 +247,28 @@ mod tests {
         let problems = layer_violations(&metadata);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("`etl-source` depends on `vrl`"));
+    }
+
+    #[test]
+    fn test_support_is_for_tests_only() {
+        let dev = |name: &str| {
+            json!({
+                "name": name,
+                "dependencies": [{ "name": "etl-test-support", "kind": "dev" }],
+            })
+        };
+        let metadata = json!({
+            "packages": [
+                dev("etl-source"),
+                dev("etl-kafka"),
+                package("xtask", &["etl-test-support"]),
+                package("etl-test-support", &["etl-source"]),
+                package("etl-sink", &["etl-test-support"]),
+            ]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("`etl-sink` depends on `etl-test-support`"));
     }
 
     #[test]

@@ -9,10 +9,6 @@
 //! Without `ETL_TEST_POSTGRES` it starts a throwaway server the way
 //! `cargo xtask postgres` does (installing PostgreSQL if needed).
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../xtask/src/postgres.rs"]
-mod server;
-
 use std::time::Instant;
 
 use etl_postgres::{PostgresSink, PostgresSinkConfig, WriteMethod};
@@ -29,7 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = match std::env::var("ETL_TEST_POSTGRES") {
         Ok(url) => url,
         Err(_) => {
-            let started = server::start()?;
+            let started = etl_test_support::postgres::start()?;
             let url = started.url();
             _server = Some(started);
             url

@@ -19,8 +19,11 @@
 //! * [`DeadLetterHandle`] writes dead letters as NDJSON lines.
 //! * Built-in sinks: [`FileSink`] (fsync before acknowledging, rotation,
 //!   crash recovery, exactly-once mode through [`ProgressSink`]),
-//!   [`StdoutSink`], [`BlackholeSink`], and fault-injecting sinks in
-//!   [`testing`].
+//!   [`StdoutSink`], [`BlackholeSink`].
+//! * With the `testing` feature, `testing` has an in-memory sink and
+//!   wrappers that inject faults (failing, rejecting, hanging, panicking,
+//!   slow and gated writes) for testing pipelines and sinks:
+//!   `etl-sink = { ..., features = ["testing"] }` in `[dev-dependencies]`.
 //!
 //! # Example
 //!
@@ -80,6 +83,7 @@ mod metrics;
 mod progress;
 mod retry;
 mod sink;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod write;
 

