@@ -339,6 +339,16 @@ impl Pipeline {
     /// [`PipelineError::Checkpoint`]) when the final commit failed, did
     /// not finish in time, or the run's last commit failed.
     pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, PipelineError> {
+        let shutdown_timeout = self.shutdown_timeout;
+        let mut running = self.start(&shutdown).await?;
+        let halted = running.until_stop(&shutdown).await;
+        running.stop(halted, shutdown_timeout).await
+    }
+
+    /// The start phase: the checkpointer, the sinks (sharing one
+    /// dead-letter sink), the replay gate, the source and its driver, and
+    /// the transform stage, each running as a task.
+    async fn start(self, shutdown: &CancellationToken) -> Result<Running, PipelineError> {
         let Pipeline {
             source,
             chain,
@@ -350,7 +360,7 @@ impl Pipeline {
             source_driver,
             on_failure,
             channel_capacity,
-            shutdown_timeout,
+            shutdown_timeout: _,
             transform_workers,
             hub,
         } = self;
@@ -395,7 +405,7 @@ impl Pipeline {
 
         // Replays pass through here so `on_failure = halt` can stop them.
         let (replay_tx, replay_rx) = mpsc::unbounded_channel();
-        let (halt_tx, mut halt_rx) = mpsc::unbounded_channel();
+        let (halt_tx, halt_rx) = mpsc::unbounded_channel();
         let replay_gate = tokio::spawn(async move {
             while let Some(request) = replays.recv().await {
                 let sent = match on_failure {
@@ -413,6 +423,9 @@ impl Pipeline {
             SourceSpec::Factory(factory) => match factory(&checkpointer) {
                 Ok(source) => source,
                 Err(e) => {
+                    // The sinks and the replay gate close as their handles
+                    // drop; nothing was read, so nothing is in flight.
+                    replay_gate.abort();
                     let _ = checkpointer.shutdown().await;
                     return Err(e);
                 }
@@ -429,8 +442,8 @@ impl Pipeline {
         );
         hub.set_source(driver.metrics());
         let cancel = shutdown.child_token();
-        let mut input_ended = driver.input_ended();
-        let mut driver_task = tokio::spawn(driver.run(cancel.clone()));
+        let input_ended = driver.input_ended();
+        let driver_task = tokio::spawn(driver.run(cancel.clone()));
 
         let workers = Workers::spawn(&chain, transform_workers);
         let outputs = Outputs {
@@ -438,43 +451,111 @@ impl Pipeline {
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
         let stage = Stage::new(chain, outputs, hub.stage());
-        let mut stage_task = match workers {
+        let stage_task = match workers {
             Some(workers) => tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone())),
             None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
         };
 
-        // Run until the driver ends, a halt, or a stop is asked for. Once
-        // the source has read all its input, the sinks write their last
-        // partial batches at once: a bounded run does not end a linger late.
-        let mut halted = None;
-        let mut driver_done = None;
+        Ok(Running {
+            checkpointer,
+            hub,
+            handles,
+            dead_letters: dlq.map(|(_, handle)| handle),
+            dead_letter_slot: dlq_slot,
+            replay_gate,
+            halt_rx,
+            input_ended,
+            cancel,
+            driver_task,
+            driver_done: None,
+            stage_task,
+        })
+    }
+}
+
+/// A sink running under a pipeline: its name, its driver and its metrics
+/// slot.
+type RunningSink = (String, Arc<etl_sink::SinkHandle>, Arc<SinkSlot>);
+
+/// The join handle of the source driver's task.
+type DriverTask = tokio::task::JoinHandle<Result<etl_source::DriverExit, etl_source::SourceError>>;
+
+/// A started pipeline: the parts' tasks and what stopping them needs.
+struct Running {
+    checkpointer: CheckpointHandle,
+    hub: MetricsHub,
+    handles: Vec<RunningSink>,
+    dead_letters: Option<Arc<DeadLetterHandle>>,
+    dead_letter_slot: Option<Arc<SinkSlot>>,
+    replay_gate: tokio::task::JoinHandle<()>,
+    halt_rx: mpsc::UnboundedReceiver<etl_checkpoint::ReplayRequest>,
+    input_ended: tokio::sync::watch::Receiver<bool>,
+    /// Stops the source driver and the stage (a child of the run's
+    /// `shutdown`).
+    cancel: CancellationToken,
+    driver_task: DriverTask,
+    /// How the driver ended, when it ended before the stop.
+    driver_done: Option<
+        Result<Result<etl_source::DriverExit, etl_source::SourceError>, tokio::task::JoinError>,
+    >,
+    stage_task: tokio::task::JoinHandle<Result<(), StageStop>>,
+}
+
+impl Running {
+    /// The run phase: until the driver ends, a replay is refused by
+    /// `on_failure = "halt"` (returned), or `shutdown` is cancelled. Once
+    /// the source has read all its input, the sinks write their last
+    /// partial batches at once: a bounded run does not end a linger late.
+    async fn until_stop(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Option<etl_checkpoint::ReplayRequest> {
         let mut told_sinks = false;
         loop {
             tokio::select! {
-                r = &mut driver_task => {
-                    driver_done = Some(r);
-                    break;
+                r = &mut self.driver_task => {
+                    self.driver_done = Some(r);
+                    return None;
                 }
-                Some(request) = halt_rx.recv() => {
-                    halted = Some(request);
-                    cancel.cancel();
-                    break;
+                Some(request) = self.halt_rx.recv() => {
+                    self.cancel.cancel();
+                    return Some(request);
                 }
-                Ok(_) = input_ended.wait_for(|ended| *ended), if !told_sinks => {
+                Ok(_) = self.input_ended.wait_for(|ended| *ended), if !told_sinks => {
                     told_sinks = true;
-                    for (_, handle, _) in &handles {
+                    for (_, handle, _) in &self.handles {
                         handle.input_ended();
                     }
                 }
-                () = shutdown.cancelled() => break,
+                () = shutdown.cancelled() => return None,
             }
         }
+    }
 
-        // From here every wait ends by one deadline, whatever hangs: what
-        // a part still holds at its deadline is failed (its partitions
-        // replay), never delivered. The parts drain until `drain_at`; past
-        // it they are torn down, and the rest of the time is the final
-        // commit's.
+    /// The stop phase. From here every wait ends by one deadline,
+    /// `shutdown_timeout` from now, whatever hangs: what a part still
+    /// holds at its deadline is failed (its partitions replay), never
+    /// delivered. The parts drain until `drain_at`; past it they are torn
+    /// down, and the rest of the time is the final commit's.
+    async fn stop(
+        self,
+        halted: Option<etl_checkpoint::ReplayRequest>,
+        shutdown_timeout: Duration,
+    ) -> Result<Summary, PipelineError> {
+        let Running {
+            checkpointer,
+            hub,
+            handles,
+            dead_letters,
+            dead_letter_slot,
+            replay_gate,
+            halt_rx: _,
+            input_ended: _,
+            cancel: _,
+            mut driver_task,
+            driver_done,
+            mut stage_task,
+        } = self;
         let end_at = Instant::now() + shutdown_timeout;
         let reserve = shutdown_timeout / 10;
         let drain_at = end_at - reserve;
@@ -533,7 +614,7 @@ impl Pipeline {
 
         // The stage is gone: the dead-letter driver is ours alone.
         let mut dead_lettered = 0;
-        let dlq_closing = dlq.map(|(_, handle)| {
+        let dlq_closing = dead_letters.map(|handle| {
             dead_lettered = handle.metrics().records_written;
             let budget = drain_at.saturating_duration_since(Instant::now());
             Arc::try_unwrap(handle)
@@ -548,7 +629,7 @@ impl Pipeline {
         } = collect_closed(
             closing,
             dlq_closing.flatten(),
-            dlq_slot.as_ref(),
+            dead_letter_slot.as_ref(),
             dead_lettered,
         )
         .await;
