@@ -21,10 +21,11 @@ use std::sync::Arc;
 
 use etl_sink::Sink;
 use etl_source::Source;
+use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
 
 use crate::Transform;
-use crate::config::{Config, ConfigError, ConfigProblem};
+use crate::config::{Config, ConfigError, ConfigProblem, ConnectorTable};
 
 /// An error a factory returns, for any cause.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -97,11 +98,12 @@ impl<T> Factory<T> {
 }
 
 /// A component of a registered type as a configuration names it: its
-/// `type`, the rest of its table, and its factory. `Debug` shows the type
-/// only: the table may hold secrets.
+/// `type`, the rest of its table, and its factory. The table may hold
+/// secrets: it is kept as the connectors' tables are (a secret box,
+/// zeroed when dropped), and `Debug` shows the type only.
 pub struct Custom<T> {
     type_name: String,
-    table: toml::Table,
+    table: ConnectorTable,
     base: PathBuf,
     factory: Factory<T>,
 }
@@ -115,7 +117,7 @@ impl<T> Custom<T> {
     ) -> Self {
         Custom {
             type_name,
-            table,
+            table: ConnectorTable::new(table),
             base,
             factory,
         }
@@ -133,8 +135,11 @@ impl<T> Custom<T> {
             name,
             base: &self.base,
         };
-        (self.factory.build)(toml::Value::Table(self.table.clone()), &context)
-            .map_err(|e| format!("{} {name:?}: {e}", self.type_name))
+        (self.factory.build)(
+            toml::Value::Table(self.table.expose_secret().clone()),
+            &context,
+        )
+        .map_err(|e| format!("{} {name:?}: {e}", self.type_name))
     }
 }
 
@@ -346,6 +351,22 @@ impl Registry {
     /// Every problem found, in file order.
     pub fn parse_config(&self, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
         crate::config::parse_config_in(self, text, base)
+    }
+
+    /// [`crate::parse_config_with_env`] with this registry's components:
+    /// `${VAR}` references read from `env` instead of the process
+    /// environment.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, in file order.
+    pub fn parse_config_with_env(
+        &self,
+        text: &str,
+        base: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, Vec<ConfigProblem>> {
+        crate::config::parse_config_with_env_in(self, text, base, env)
     }
 
     /// [`crate::load_config`] with this registry's components.

@@ -121,3 +121,52 @@ fn a_registered_type_cannot_shadow_a_built_in() {
         |_: Garble, _| -> Result<Box<dyn etl::Transform>, etl::BoxError> { Err("never".into()) },
     );
 }
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Vault {
+    password: String,
+}
+
+#[tokio::test]
+#[allow(clippy::unwrap_used)]
+async fn a_registered_table_takes_variables_from_the_given_environment_and_never_shows_them() {
+    const SECRET: &str = "Zq9RegisteredSecret";
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let got = seen.clone();
+    let registry = Registry::new().transform("vault", move |config: Vault, context| {
+        *got.lock().unwrap() = config.password;
+        Ok(Box::new(map(context.name(), Ok)))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(
+        dir.path(),
+        "[[transforms]]\ntype = \"vault\"\npassword = \"${VAULT_PASSWORD}\"\n",
+    );
+    let env = |name: &str| (name == "VAULT_PASSWORD").then(|| SECRET.to_owned());
+
+    // An unset variable is a problem naming it, from the given
+    // environment, not the process's.
+    let problems = registry
+        .parse_config_with_env(&text, dir.path(), |_| None)
+        .unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.message.contains("VAULT_PASSWORD")),
+        "{problems:?}"
+    );
+
+    let config = registry
+        .parse_config_with_env(&text, dir.path(), env)
+        .unwrap();
+    assert!(!format!("{config:?}").contains(SECRET));
+    std::fs::write(dir.path().join("in.ndjson"), "{\"id\":1}\n").unwrap();
+    pipeline_from_config(&config)
+        .await
+        .unwrap()
+        .run(CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), SECRET, "the factory got the value");
+}

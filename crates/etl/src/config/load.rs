@@ -480,9 +480,17 @@ pub fn parse_config_with_env(
     base: &Path,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, Vec<ConfigProblem>> {
-    parse_interpolated(&Registry::new(), text, base, &|name: &str| {
-        env(name).map(Ok)
-    })
+    parse_config_with_env_in(&Registry::new(), text, base, env)
+}
+
+/// [`parse_config_with_env`] with `registry`'s components.
+pub(crate) fn parse_config_with_env_in(
+    registry: &Registry,
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigProblem>> {
+    parse_interpolated(registry, text, base, &|name: &str| env(name).map(Ok))
 }
 
 fn parse_interpolated(
