@@ -279,6 +279,16 @@ pub struct KafkaSinkConfig {
     /// is refused (to the dead-letter path, by the driver's policy).
     #[serde(default)]
     pub key_field: Option<String>,
+    /// Write each message to the topic named by this field of the
+    /// record's JSON value (a dotted path, as for `key_field`) instead of
+    /// [`topic`](Self::topic); a record whose value lacks the field goes to
+    /// `topic`. A value that is not a string, not a valid topic name
+    /// (1-249 of `a-z A-Z 0-9 . _ -`, not `.` or `..`) or names an
+    /// internal topic (`__` first), or a value that is not JSON, is
+    /// refused (to the dead-letter path, by the driver's policy), and so is
+    /// a message to a topic the cluster does not have.
+    #[serde(default)]
+    pub topic_field: Option<String>,
     /// Further librdkafka producer settings, passed through unchanged
     /// (secrets held as secrets: see [`KafkaProperties`]).
     #[serde(default)]
@@ -296,6 +306,7 @@ impl KafkaSinkConfig {
             message_timeout_ms: default_message_timeout_ms(),
             idempotency_header: default_idempotency_header(),
             key_field: None,
+            topic_field: None,
             properties: KafkaProperties::default(),
         }
     }
@@ -335,6 +346,19 @@ impl KafkaSinkConfig {
         }
         if self.topic.is_empty() {
             problems.push(KafkaError::config("topic", "must not be empty"));
+        }
+        for (name, field) in [
+            ("key_field", &self.key_field),
+            ("topic_field", &self.topic_field),
+        ] {
+            if let Some(field) = field
+                && (field.is_empty() || field.split('.').any(str::is_empty))
+            {
+                problems.push(KafkaError::config(
+                    name,
+                    "must be a dotted path of non-empty field names (`customer.id`)",
+                ));
+            }
         }
         problems.extend(self.properties.problems(OWNED_SINK_PROPERTIES));
         problems

@@ -94,6 +94,7 @@ impl KafkaSink {
     async fn enqueue(
         &self,
         record: &Record,
+        topic: &str,
         value: &[u8],
         message_key: Option<&[u8]>,
         pending: &mut VecDeque<(usize, DeliveryFuture)>,
@@ -112,7 +113,7 @@ impl KafkaSink {
                 key: &self.config.idempotency_header,
                 value: Some(key.as_bytes()),
             });
-            let mut message = FutureRecord::<[u8], [u8]>::to(&self.config.topic)
+            let mut message = FutureRecord::<[u8], [u8]>::to(topic)
                 .payload(value)
                 .headers(headers);
             if let Some(k) = message_key {
@@ -143,30 +144,37 @@ impl Sink for KafkaSink {
         reports.resize_with(records.len(), || None);
         let mut pending = VecDeque::with_capacity(records.len());
         let mut refused = Vec::new();
+        let mut topics: Vec<Option<String>> = Vec::new();
         for (i, record) in records.iter().enumerate() {
             let encoded = batch.encoded(i).unwrap_or_default();
             let value = encoded.strip_suffix(b"\n").unwrap_or(encoded);
-            let field_key;
-            let message_key = match &self.config.key_field {
-                None => record.key.as_deref(),
-                Some(field) => match key_from_field(value, field) {
-                    Ok(key) => {
-                        field_key = key;
-                        Some(field_key.as_slice())
-                    }
-                    Err(reason) => {
-                        refused.push(Reject::new(i, reason));
-                        reports[i] = Some(Ok(()));
-                        continue;
-                    }
-                },
+            let routed = match self.route(value) {
+                Ok(routed) => routed,
+                Err(reason) => {
+                    refused.push(Reject::new(i, reason));
+                    reports[i] = Some(Ok(()));
+                    continue;
+                }
             };
+            let message_key = routed.key.as_deref().or(record.key.as_deref());
+            let topic = routed.topic.as_deref().unwrap_or(&self.config.topic);
             match self
-                .enqueue(record, value, message_key, &mut pending, &mut reports)
+                .enqueue(
+                    record,
+                    topic,
+                    value,
+                    message_key,
+                    &mut pending,
+                    &mut reports,
+                )
                 .await
             {
                 Ok(delivery) => pending.push_back((i, delivery)),
                 Err(e) => reports[i] = Some(Err(e)),
+            }
+            if routed.topic.is_some() {
+                topics.resize(i + 1, None);
+                topics[i] = routed.topic;
             }
         }
         for (i, delivery) in pending {
@@ -175,7 +183,7 @@ impl Sink for KafkaSink {
         if reports.iter().any(|r| matches!(r, Some(Ok(())))) {
             self.outage.recovered();
         }
-        match self.judge(records, reports) {
+        match self.judge(records, &topics, reports) {
             Ok(()) if refused.is_empty() => Ok(()),
             Ok(()) => Err(SinkError::Rejected(refused)),
             Err(SinkError::Rejected(mut rejects)) => {
@@ -188,33 +196,128 @@ impl Sink for KafkaSink {
     }
 }
 
-/// The message key `field` (a dotted path) gives in the JSON `value`: a
-/// string's text, any other value as JSON.
-fn key_from_field(value: &[u8], field: &str) -> Result<Vec<u8>, String> {
+/// Where a record's message goes, when fields of its value say: the key
+/// `key_field` gives, and the topic `topic_field` gives.
+#[derive(Debug, Default, PartialEq)]
+struct Routed {
+    key: Option<Vec<u8>>,
+    topic: Option<String>,
+}
+
+impl KafkaSink {
+    /// The key and topic the configured fields give for `value`, read in
+    /// one parse; nothing (and no parse) when no field is configured.
+    fn route(&self, value: &[u8]) -> Result<Routed, String> {
+        route(
+            value,
+            self.config.key_field.as_deref(),
+            self.config.topic_field.as_deref(),
+        )
+    }
+}
+
+fn route(
+    value: &[u8],
+    key_field: Option<&str>,
+    topic_field: Option<&str>,
+) -> Result<Routed, String> {
+    if key_field.is_none() && topic_field.is_none() {
+        return Ok(Routed::default());
+    }
+    let (setting, field) = match (key_field, topic_field) {
+        (Some(f), _) => ("key_field", f),
+        (None, Some(f)) => ("topic_field", f),
+        (None, None) => return Ok(Routed::default()),
+    };
     let document: serde_json::Value = serde_json::from_slice(value)
-        .map_err(|e| format!("key_field {field:?}: the value is not JSON: {e}"))?;
-    let mut at = &document;
+        .map_err(|e| format!("{setting} {field:?}: the value is not JSON: {e}"))?;
+    let key = match key_field {
+        None => None,
+        Some(field) => {
+            let at = field_at(&document, field)
+                .ok_or_else(|| format!("key_field {field:?}: the value has no such field"))?;
+            Some(match at {
+                serde_json::Value::String(s) => s.as_bytes().to_vec(),
+                other => other.to_string().into_bytes(),
+            })
+        }
+    };
+    let topic = match topic_field {
+        None => None,
+        Some(field) => match field_at(&document, field) {
+            // No such field: the configured topic.
+            None => None,
+            Some(serde_json::Value::String(name)) => {
+                check_topic_name(name)
+                    .map_err(|why| format!("topic_field {field:?}: {name:?} {why}"))?;
+                Some(name.clone())
+            }
+            Some(other) => {
+                return Err(format!(
+                    "topic_field {field:?}: a topic name is a string, not {}",
+                    json_kind(other)
+                ));
+            }
+        },
+    };
+    Ok(Routed { key, topic })
+}
+
+/// The value at `field` (a dotted path; digits index arrays) of
+/// `document`.
+fn field_at<'a>(document: &'a serde_json::Value, field: &str) -> Option<&'a serde_json::Value> {
+    let mut at = document;
     for segment in field.split('.') {
-        let next = match at {
+        at = match at {
             serde_json::Value::Object(map) => map.get(segment),
             serde_json::Value::Array(items) => {
                 segment.parse::<usize>().ok().and_then(|i| items.get(i))
             }
             _ => None,
-        };
-        at = next.ok_or_else(|| format!("key_field {field:?}: the value has no such field"))?;
+        }?;
     }
-    Ok(match at {
-        serde_json::Value::String(s) => s.as_bytes().to_vec(),
-        other => other.to_string().into_bytes(),
-    })
+    Some(at)
+}
+
+/// Kafka's rule for topic names, and no internal topic (`__consumer_offsets`,
+/// `__transaction_state`): record data must not write there.
+fn check_topic_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 249 {
+        return Err("is not 1 to 249 characters long");
+    }
+    if name == "." || name == ".." {
+        return Err("is not a topic name");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("has characters a topic name cannot have (a-z A-Z 0-9 . _ - only)");
+    }
+    if name.starts_with("__") {
+        return Err("is an internal topic");
+    }
+    Ok(())
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 impl KafkaSink {
     /// Turn the delivery reports of a batch into the write's outcome.
+    /// `topics[i]` is record `i`'s topic when a field chose it.
     fn judge(
         &self,
         records: &[Record],
+        topics: &[Option<String>],
         reports: Vec<Option<Result<(), ClientError>>>,
     ) -> Result<(), SinkError> {
         let mut rejects = Vec::new();
@@ -226,9 +329,16 @@ impl KafkaSink {
                 Some(Err(e)) => e,
                 None => ClientError::Canceled,
             };
-            let class = classify(&source);
+            let routed = topics.get(i).and_then(Option::as_ref);
+            let mut class = classify(&source);
+            // A topic the record chose that the cluster lacks is the
+            // record's fault, not the environment's: the other records
+            // still have somewhere to go.
+            if routed.is_some() && unknown_topic(&source) {
+                class = ErrorClass::Record;
+            }
             let error = KafkaError::Produce {
-                topic: self.config.topic.clone(),
+                topic: routed.unwrap_or(&self.config.topic).clone(),
                 key: record.idempotency_key(),
                 source: Box::new(source),
             };
@@ -246,6 +356,14 @@ impl KafkaSink {
     }
 }
 
+/// Whether a delivery failed because the cluster has no such topic
+/// (librdkafka's verdict once metadata has had time to propagate; the
+/// broker's own `UnknownTopicOrPartition` stays retryable, as it also
+/// answers while a new topic's leaders are being chosen).
+fn unknown_topic(error: &ClientError) -> bool {
+    error.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopic)
+}
+
 fn outcome(report: Result<OwnedDeliveryResult, Canceled>) -> Result<(), ClientError> {
     match report {
         Ok(Ok(_)) => Ok(()),
@@ -257,7 +375,83 @@ fn outcome(report: Result<OwnedDeliveryResult, Canceled>) -> Result<(), ClientEr
 
 #[cfg(test)]
 mod tests {
-    use super::key_from_field;
+    use super::{check_topic_name, route};
+
+    fn key_from_field(value: &[u8], field: &str) -> Result<Vec<u8>, String> {
+        route(value, Some(field), None).map(|r| r.key.unwrap_or_default())
+    }
+
+    #[test]
+    fn a_topic_field_names_the_topic_and_a_value_without_it_keeps_the_configured_one() {
+        let value = br#"{"route":{"to":"orders.eu"},"n":1,"bad":"__consumer_offsets","num":7}"#;
+        let routed = route(value, None, Some("route.to")).unwrap();
+        assert_eq!(routed.topic.as_deref(), Some("orders.eu"));
+        assert_eq!(routed.key, None);
+        assert_eq!(route(value, None, Some("route.from")).unwrap().topic, None);
+        let internal = route(value, None, Some("bad")).unwrap_err();
+        assert!(internal.contains("internal topic"), "{internal}");
+        let number = route(value, None, Some("num")).unwrap_err();
+        assert!(number.contains("not a number"), "{number}");
+        let not_json = route(b"text", None, Some("route.to")).unwrap_err();
+        assert!(not_json.contains("not JSON"), "{not_json}");
+        // Both fields from one parse.
+        let both = route(value, Some("n"), Some("route.to")).unwrap();
+        assert_eq!(both.key.as_deref(), Some(&b"1"[..]));
+        assert_eq!(both.topic.as_deref(), Some("orders.eu"));
+        // No field configured: no parse, even of a value that is not JSON.
+        assert_eq!(route(b"text", None, None).unwrap(), Default::default());
+    }
+
+    /// The test broker creates topics on first use, so a topic the
+    /// cluster lacks is judged here, from the delivery report it gives.
+    #[test]
+    fn a_missing_topic_a_record_chose_is_the_records_fault_and_the_configured_ones_the_environments()
+     {
+        use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+        use etl_sink::SinkError;
+        use rdkafka::error::KafkaError as ClientError;
+        use rdkafka::types::RDKafkaErrorCode;
+
+        let sink = super::KafkaSink::new(crate::KafkaSinkConfig::new("127.0.0.1:1", "fallback"))
+            .expect("a producer connects lazily");
+        let records = vec![Record::new(
+            Position::new(SourceId::new("s"), PartitionId(0), Offset(0)),
+            "{}",
+        )];
+        let unknown = || {
+            vec![Some(Err(ClientError::MessageProduction(
+                RDKafkaErrorCode::UnknownTopic,
+            )))]
+        };
+        match sink.judge(&records, &[Some("chosen".to_owned())], unknown()) {
+            Err(SinkError::Rejected(rejects)) => {
+                assert!(rejects[0].reason.contains("chosen"), "{rejects:?}");
+            }
+            other => panic!("refused to the dead-letter path: {other:?}"),
+        }
+        match sink.judge(&records, &[], unknown()) {
+            Err(e @ SinkError::Permanent(_)) => {
+                assert!(e.to_string().contains("fallback"), "{e}");
+            }
+            other => panic!("the configured topic missing halts: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn topic_names_follow_kafkas_rule() {
+        assert!(check_topic_name("orders-2026.eu_west").is_ok());
+        for bad in [
+            "",
+            ".",
+            "..",
+            "has space",
+            "slash/no",
+            "ünïcode",
+            &"x".repeat(250),
+        ] {
+            assert!(check_topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_key_field_takes_a_strings_text_and_any_other_value_as_json() {

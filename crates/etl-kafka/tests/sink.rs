@@ -286,3 +286,55 @@ async fn a_key_field_keys_each_message_and_a_record_without_it_is_refused() {
     }
     assert_eq!(keys, vec![Some(b"c-1".to_vec()), Some(b"7".to_vec())]);
 }
+
+/// The values of the first `n` messages of `topic`.
+async fn read_values(broker: &TestBroker, topic: &str, n: usize) -> Vec<String> {
+    let consumer: StreamConsumer = broker
+        .consumer_config(&unique("topic-field-check"))
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut values = Vec::new();
+    while values.len() < n {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("messages within 30 s")
+            .expect("consume");
+        values.push(String::from_utf8(m.payload().unwrap_or_default().to_vec()).expect("utf-8"));
+    }
+    values
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_field_routes_each_message_and_refuses_what_names_no_topic_it_may_write() {
+    let broker = TestBroker::start();
+    let default = unique("sink-topic-default");
+    let routed = unique("sink-topic-routed");
+    broker.create_topic(&default, 1).await;
+    broker.create_topic(&routed, 1).await;
+    let mut config = sink_config(&broker, &default);
+    config.topic_field = Some("route.to".to_owned());
+    config.message_timeout_ms = 5_000;
+    let sink = KafkaSink::new(config).expect("sink");
+
+    let to_routed = format!(r#"{{"route":{{"to":"{routed}"}},"n":1}}"#);
+    let records = vec![
+        record(1, &to_routed),
+        record(2, r#"{"n":2}"#),
+        record(3, r#"{"route":{"to":"__consumer_offsets"},"n":3}"#),
+        record(4, r#"{"route":{"to":42},"n":4}"#),
+    ];
+    let (batch, refused) = EncodedBatch::encode(records, &RawLinesEncoder::new());
+    assert!(refused.is_empty());
+    match sink.write(&batch).await {
+        Err(SinkError::Rejected(rejects)) => {
+            let indexes: Vec<usize> = rejects.iter().map(|r| r.index).collect();
+            assert_eq!(indexes, vec![2, 3], "{rejects:?}");
+            assert!(rejects[0].reason.contains("internal topic"), "{rejects:?}");
+            assert!(rejects[1].reason.contains("not a number"), "{rejects:?}");
+        }
+        other => panic!("the records naming no writable topic are refused: {other:?}"),
+    }
+    assert_eq!(read_values(&broker, &routed, 1).await, vec![to_routed]);
+    assert_eq!(read_values(&broker, &default, 1).await, vec![r#"{"n":2}"#]);
+}
