@@ -271,7 +271,11 @@ impl ConsumerContext for GroupContext {
         };
         match revoke.revoke_blocking(ids.clone()) {
             Ok(committed) => {
-                tracing::info!(group = %self.group, ?ids, ?committed, "partitions revoked and committed");
+                // `committed`: the group's offsets of the partitions, as
+                // the checkpointer last committed them (by this revoke or
+                // by the source driver's, whichever came first; a failure
+                // of that one is said where it happened).
+                tracing::info!(group = %self.group, ?ids, ?committed, "partitions revoked");
             }
             Err(err) => {
                 // Nothing was lost: uncommitted records are read again by

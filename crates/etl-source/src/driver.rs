@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use etl_ack::{AckSet, Acked, Acker, BatchId, BatchMeta};
-use etl_checkpoint::{CheckpointHandle, InFlightBudget, ReplayRequest, ReplayRequests};
+use etl_checkpoint::{
+    CheckpointError, CheckpointHandle, InFlightBudget, ReplayRequest, ReplayRequests,
+};
 use etl_record::{DeadLetter, Offset, PartitionId, Record};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -340,7 +342,23 @@ impl SourceDriver {
             self.poison.reset(*p);
             self.metrics.update(*p, |m| m.assigned = false);
         }
-        let committed = self.checkpoint.revoke(partitions).await?;
+        let committed = match self.checkpoint.revoke(partitions.clone()).await {
+            Ok(committed) => committed,
+            // The partitions are gone either way (a consumer group that
+            // dropped this member while its coordinator was unreachable):
+            // the previous commit stands, and their next owner reads on
+            // from it, so what was delivered since is read again, never
+            // lost. Not a reason to end the run, whichever of the revoke
+            // paths (this one, or a group callback's) saw the failure.
+            Err(CheckpointError::Commit { source, .. }) => {
+                tracing::warn!(
+                    ?partitions, error = %source,
+                    "revoked partitions could not be committed; their next owner reads them again from the last commit"
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
         tracing::debug!(?committed, "revoked and committed");
         self.source.commit(&committed).await
     }
