@@ -118,7 +118,10 @@ impl AckRef {
     }
 
     /// Build a handle plus the receiver its resolution message arrives on.
-    /// Test-support constructor used across the workspace's test suites.
+    /// Kept (hidden) for the reference implementation's own tests, which
+    /// this crate keeps as its specification; everything else opens
+    /// handles through [`channel`](crate::channel) and
+    /// [`Acker::open`](crate::Acker::open), as the pipeline does.
     #[doc(hidden)]
     #[must_use]
     pub fn test_pair() -> (Self, crossbeam_channel::Receiver<AckMsg>) {

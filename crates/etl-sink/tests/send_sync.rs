@@ -36,7 +36,20 @@ async fn public_futures_are_send() {
         etl_sink::RawLinesEncoder::new(),
     )
     .spawn();
-    let (ack, _rx) = etl_ack::AckRef::test_pair();
+    let (acker, _receiver) = etl_ack::channel();
+    let ack = acker
+        .open(etl_ack::BatchMeta {
+            id: etl_ack::BatchId {
+                partition: etl_record::PartitionId(0),
+                epoch: 0,
+                seq: 0,
+            },
+            first_offset: etl_record::Offset(0),
+            last_offset: etl_record::Offset(0),
+            records: 0,
+            bytes: 0,
+        })
+        .expect("the receiver is alive");
     let send_fut = handle.send(etl_ack::Acked::new(Vec::new(), ack));
     send_value(&send_fut);
     let _ = send_fut.await;
