@@ -82,19 +82,7 @@ impl TestBroker {
     /// Create a topic with `partitions` partitions. Panics (failing the
     /// test) if the broker refuses.
     pub async fn create_topic(&self, name: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> =
-            self.config().create().expect("admin client");
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-        let results = admin
-            .create_topics(
-                [&topic],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-            )
-            .await
-            .expect("create_topics request");
-        for result in results {
-            result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
-        }
+        create_topic(self.config(), name, partitions).await;
     }
 
     /// Kill a private broker (it becomes unreachable). Panics with a
@@ -120,27 +108,70 @@ impl TestBroker {
     /// The offsets `group` has committed for partitions `0..partitions` of
     /// `topic`, read by a fresh client that does not join the group.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-        let consumer: BaseConsumer = self
-            .config()
-            .set("group.id", group)
-            .create()
-            .expect("offset reader");
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition(topic, p);
-        }
-        let committed = consumer
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .expect("committed offsets");
-        committed
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect()
+        committed(self.config(), group, topic, partitions)
     }
+}
+
+/// Create a topic with `partitions` partitions through a client of
+/// `config` (any broker, secured ones included). Panics (failing the
+/// test) if the broker refuses or does not answer within 30 s.
+pub async fn create_topic(config: ClientConfig, name: &str, partitions: i32) {
+    try_create_topic(config, name, partitions)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// [`create_topic`], saying why it failed instead of panicking (for a
+/// test that adds its broker's logs to the failure).
+pub async fn try_create_topic(
+    config: ClientConfig,
+    name: &str,
+    partitions: i32,
+) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| format!("admin client: {e}"))?;
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics(
+            [&topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .map_err(|e| format!("create_topics: {e}"))?;
+    for result in results {
+        result.map_err(|(t, e)| format!("cannot create topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The offsets `group` has committed for partitions `0..partitions` of
+/// `topic`, read by a fresh client of `config` that does not join the
+/// group. Panics (failing the test) if they cannot be read in 30 s.
+pub fn committed(
+    mut config: ClientConfig,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = config
+        .set("group.id", group)
+        .create()
+        .expect("offset reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A name no other test (or earlier run against a shared broker) uses.

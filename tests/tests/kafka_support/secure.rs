@@ -35,8 +35,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, TopicPartitionList};
 
@@ -294,20 +292,12 @@ impl SecureBroker {
         config
     }
 
-    /// Create a topic over TLS and wait until it exists.
+    /// Create a topic over TLS.
     pub(crate) async fn create_topic(&self, name: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> =
-            self.config().create().expect("admin client");
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-        let results = admin
-            .create_topics(
-                [&topic],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("create_topics over TLS: {e}\n{}", self.logs()));
-        for result in results {
-            result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+        if let Err(e) =
+            etl_test_support::kafka::try_create_topic(self.config(), name, partitions).await
+        {
+            panic!("{e} (over TLS)\n{}", self.logs());
         }
     }
 
@@ -319,25 +309,7 @@ impl SecureBroker {
         topic: &str,
         partitions: i32,
     ) -> std::collections::BTreeMap<i32, i64> {
-        let consumer: BaseConsumer = self
-            .config()
-            .set("group.id", group)
-            .create()
-            .expect("offset reader");
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition(topic, p);
-        }
-        consumer
-            .committed_offsets(tpl, Duration::from_secs(30))
-            .expect("committed offsets")
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect()
+        etl_test_support::kafka::committed(self.config(), group, topic, partitions)
     }
 
     /// Every record value of `topic` (partitions `0..partitions`) read
