@@ -213,6 +213,7 @@ fn list_enabled(f: Features) -> String {
         f.environment_failures,
         f.sink_outages,
         f.exactly_once_rebalances,
+        f.store_outages,
     ];
     Features::NAMES
         .iter()

@@ -80,6 +80,16 @@ pub fn check(
         Ended::Returned(Err(etl::PipelineError::Internal(text))) if state.panics_this_run == 0 => {
             return Err(format!("internal error without a scripted panic: {text}"));
         }
+        // A failed commit is retried by the next one, and a revoked
+        // partition's next owner reads on from the last commit: it ends no
+        // run (only the final commit's failure is the run's).
+        Ended::Returned(Err(
+            e @ etl::PipelineError::Source(etl_source::SourceError::Checkpoint(
+                etl_checkpoint::CheckpointError::Commit { .. },
+            )),
+        )) => {
+            return Err(format!("a failed commit ended the run: {e}"));
+        }
         Ended::Returned(Err(e)) if recovery && can_finish(s, &fates) => {
             return Err(format!("the recovery run (every fault healed) failed: {e}"));
         }

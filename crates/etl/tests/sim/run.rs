@@ -129,6 +129,7 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         .offset_store(SimStore {
             world: world.clone(),
             life: life.clone(),
+            outage: s.store_outage,
         });
     let source_scenario = s.clone();
     builder = builder.source_factory(move |checkpoint| {

@@ -44,6 +44,13 @@ pub struct Features {
     /// as read when the pipeline was built, not as stored now, and
     /// records written since are written again.
     pub exactly_once_rebalances: bool,
+    /// An offset store that refuses a stretch of commits (a consumer
+    /// group's coordinator out of reach), across revocations,
+    /// reassignments, replays and stops. Found: a revocation whose commit
+    /// failed ended the run when the source driver met the failure (the
+    /// group callback's path went on); the partitions' next owner reads
+    /// them again from the last commit either way.
+    pub store_outages: bool,
 }
 
 impl Features {
@@ -56,16 +63,18 @@ impl Features {
         environment_failures: true,
         sink_outages: true,
         exactly_once_rebalances: true,
+        store_outages: true,
     };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "transform_panics",
         "exactly_once_dead_letters",
         "exact_poison_attribution",
         "environment_failures",
         "sink_outages",
         "exactly_once_rebalances",
+        "store_outages",
     ];
 
     /// Turn on the named switch (or every switch for `all`).
@@ -77,6 +86,7 @@ impl Features {
             "environment_failures" => self.environment_failures = true,
             "sink_outages" => self.sink_outages = true,
             "exactly_once_rebalances" => self.exactly_once_rebalances = true,
+            "store_outages" => self.store_outages = true,
             "all" => {
                 for n in Self::NAMES {
                     self.enable(n)?;
@@ -133,6 +143,9 @@ pub struct Scenario {
     pub shutdown_timeout_ms: u16,
     /// How each run before the recovery run ends.
     pub runs: Vec<RunEnd>,
+    /// Commit calls `from..from + calls` of the offset store (counted over
+    /// all runs but the recovery run) fail.
+    pub store_outage: Option<(u16, u16)>,
 }
 
 /// A revocation announced after `after` source events, and the
@@ -367,48 +380,57 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
         200u16..=3000,
         vec(run_end(), 0..=3),
     );
-    (shape, pipeline, policy).prop_map(move |(shape, pipeline, policy)| {
-        let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
-        let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
-        let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) = policy;
-        let mut s = Scenario {
-            partitions,
-            source_batch,
-            source_rejects: rejects.into_iter().collect(),
-            rebalances,
-            commit_every,
-            steps,
-            parallel_transforms,
-            sinks: Vec::new(),
-            exactly_once,
-            dead_letter,
-            max_replays,
-            poison_halts,
-            halt_on_failure,
-            max_in_flight,
-            shutdown_timeout_ms: shutdown,
-            runs,
-        };
-        if s.exactly_once {
-            sinks.truncate(1);
-            if !features.exactly_once_rebalances {
-                // Hole 10: no rebalance in an exactly-once pipeline until
-                // that hole is closed.
-                s.rebalances.clear();
-            }
-            if !features.exactly_once_dead_letters {
-                // Hole 2: no record of an exactly-once pipeline may take
-                // the dead-letter path until that hole is closed.
-                s.source_rejects.clear();
-                s.steps.retain(|st| !matches!(st, Step::Reject { .. }));
-                for sink in &mut sinks {
-                    sink.dead_letter_failures = false;
-                    sink.faults.retain(|f| !matches!(f, Fault::Poison(..)));
+    let store_outage = if features.store_outages {
+        prop::option::weighted(0.3, (0u16..20, 1u16..20)).boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (shape, pipeline, policy, store_outage).prop_map(
+        move |(shape, pipeline, policy, store_outage)| {
+            let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
+            let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
+            let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) =
+                policy;
+            let mut s = Scenario {
+                partitions,
+                source_batch,
+                source_rejects: rejects.into_iter().collect(),
+                rebalances,
+                commit_every,
+                steps,
+                parallel_transforms,
+                sinks: Vec::new(),
+                exactly_once,
+                dead_letter,
+                max_replays,
+                poison_halts,
+                halt_on_failure,
+                max_in_flight,
+                shutdown_timeout_ms: shutdown,
+                runs,
+                store_outage,
+            };
+            if s.exactly_once {
+                sinks.truncate(1);
+                if !features.exactly_once_rebalances {
+                    // Hole 10: no rebalance in an exactly-once pipeline until
+                    // that hole is closed.
+                    s.rebalances.clear();
                 }
-                s.poison_halts = true;
+                if !features.exactly_once_dead_letters {
+                    // Hole 2: no record of an exactly-once pipeline may take
+                    // the dead-letter path until that hole is closed.
+                    s.source_rejects.clear();
+                    s.steps.retain(|st| !matches!(st, Step::Reject { .. }));
+                    for sink in &mut sinks {
+                        sink.dead_letter_failures = false;
+                        sink.faults.retain(|f| !matches!(f, Fault::Poison(..)));
+                    }
+                    s.poison_halts = true;
+                }
             }
-        }
-        s.sinks = sinks;
-        s
-    })
+            s.sinks = sinks;
+            s
+        },
+    )
 }

@@ -52,6 +52,8 @@ pub struct State {
     pub panics_this_run: u32,
     /// The recovery run: every fault healed.
     pub healed: bool,
+    /// Commit calls of the offset store so far (over all runs).
+    pub store_calls: u64,
 }
 
 /// The shared world.
@@ -94,6 +96,8 @@ impl Life {
 pub struct SimStore {
     pub world: World,
     pub life: Life,
+    /// Commit calls `from..from + calls` fail (until healed).
+    pub outage: Option<(u16, u16)>,
 }
 
 impl OffsetStore for SimStore {
@@ -107,6 +111,16 @@ impl OffsetStore for SimStore {
         // or not at all.
         if !self.life.alive() {
             return Err(CheckpointError::Store("the process is dead".into()));
+        }
+        let call = state.store_calls;
+        state.store_calls += 1;
+        if let Some((from, calls)) = self.outage
+            && !state.healed
+            && (u64::from(from)..u64::from(from) + u64::from(calls)).contains(&call)
+        {
+            return Err(CheckpointError::Store(
+                "sim: the coordinator is out of reach".into(),
+            ));
         }
         state
             .committed
