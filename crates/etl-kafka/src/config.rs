@@ -282,13 +282,21 @@ pub struct KafkaSinkConfig {
     /// Write each message to the topic named by this field of the
     /// record's JSON value (a dotted path, as for `key_field`) instead of
     /// [`topic`](Self::topic); a record whose value lacks the field goes to
-    /// `topic`. A value that is not a string, not a valid topic name
-    /// (1-249 of `a-z A-Z 0-9 . _ -`, not `.` or `..`) or names an
-    /// internal topic (`__` first), or a value that is not JSON, is
-    /// refused (to the dead-letter path, by the driver's policy), and so is
-    /// a message to a topic the cluster does not have.
+    /// `topic`. The topic must be one of
+    /// [`allowed_topics`](Self::allowed_topics) (required with this
+    /// setting), a valid topic name, and not internal (`__` first). A
+    /// record naming any other, a value that is not a string or not JSON,
+    /// and a topic the cluster does not have are refused (to the
+    /// dead-letter path, by the driver's policy).
     #[serde(default)]
     pub topic_field: Option<String>,
+    /// The topics [`topic_field`](Self::topic_field) may name: exact
+    /// names, or prefixes ending in `*` (`orders.*`). Record data chooses
+    /// the topic, so it may only choose among these: never the source's
+    /// own topic by accident (a loop), another system's topic, or a new
+    /// topic the broker would create for any value.
+    #[serde(default)]
+    pub allowed_topics: Vec<String>,
     /// Further librdkafka producer settings, passed through unchanged
     /// (secrets held as secrets: see [`KafkaProperties`]).
     #[serde(default)]
@@ -307,6 +315,7 @@ impl KafkaSinkConfig {
             idempotency_header: default_idempotency_header(),
             key_field: None,
             topic_field: None,
+            allowed_topics: Vec::new(),
             properties: KafkaProperties::default(),
         }
     }
@@ -360,8 +369,38 @@ impl KafkaSinkConfig {
                 ));
             }
         }
+        match (&self.topic_field, self.allowed_topics.is_empty()) {
+            (Some(_), true) => problems.push(KafkaError::config(
+                "allowed_topics",
+                "must list the topics `topic_field` may name (names, or prefixes ending in `*`)",
+            )),
+            (None, false) => problems.push(KafkaError::config(
+                "allowed_topics",
+                "only applies with `topic_field`",
+            )),
+            _ => {}
+        }
+        for pattern in &self.allowed_topics {
+            let name = pattern.strip_suffix('*').unwrap_or(pattern);
+            if name.is_empty() || name.contains('*') {
+                problems.push(KafkaError::config(
+                    "allowed_topics",
+                    format!("`{pattern}` is neither a topic name nor a prefix ending in `*`"),
+                ));
+            }
+        }
         problems.extend(self.properties.problems(OWNED_SINK_PROPERTIES));
         problems
+    }
+
+    /// Whether `topic_field` may send a record to `topic`.
+    pub(crate) fn topic_allowed(&self, topic: &str) -> bool {
+        self.allowed_topics
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => topic.starts_with(prefix),
+                None => topic == pattern,
+            })
     }
 
     fn unchecked_client_config(&self) -> ClientConfig {
@@ -804,6 +843,38 @@ fn default_idempotency_header() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topic_field_needs_the_topics_it_may_name() {
+        let mut c = KafkaSinkConfig::new("127.0.0.1:9092", "orders");
+        c.topic_field = Some("route".into());
+        let problems = c.settings_problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].to_string().contains("allowed_topics"),
+            "{problems:?}"
+        );
+
+        c.allowed_topics = vec!["orders.eu".into(), "audit.*".into()];
+        assert!(c.settings_problems().is_empty());
+        assert!(c.topic_allowed("orders.eu"));
+        assert!(c.topic_allowed("audit.2026"));
+        assert!(!c.topic_allowed("orders.us"));
+        assert!(!c.topic_allowed("orders.eu2"));
+
+        c.allowed_topics = vec!["*".into(), "a*b*".into()];
+        assert_eq!(c.settings_problems().len(), 2);
+
+        c.topic_field = None;
+        c.allowed_topics = vec!["orders.eu".into()];
+        let problems = c.settings_problems();
+        assert!(
+            problems[0]
+                .to_string()
+                .contains("only applies with `topic_field`"),
+            "{problems:?}"
+        );
+    }
 
     #[test]
     fn source_forces_manual_commits() {

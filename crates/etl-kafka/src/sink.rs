@@ -208,11 +208,19 @@ impl KafkaSink {
     /// The key and topic the configured fields give for `value`, read in
     /// one parse; nothing (and no parse) when no field is configured.
     fn route(&self, value: &[u8]) -> Result<Routed, String> {
-        route(
+        let routed = route(
             value,
             self.config.key_field.as_deref(),
             self.config.topic_field.as_deref(),
-        )
+        )?;
+        if let (Some(topic), Some(field)) = (&routed.topic, &self.config.topic_field)
+            && !self.config.topic_allowed(topic)
+        {
+            return Err(format!(
+                "topic_field {field:?}: {topic:?} is not among allowed_topics"
+            ));
+        }
+        Ok(routed)
     }
 }
 

@@ -314,6 +314,7 @@ async fn a_topic_field_routes_each_message_and_refuses_what_names_no_topic_it_ma
     broker.create_topic(&routed, 1).await;
     let mut config = sink_config(&broker, &default);
     config.topic_field = Some("route.to".to_owned());
+    config.allowed_topics = vec!["sink-topic-routed*".to_owned()];
     config.message_timeout_ms = 5_000;
     let sink = KafkaSink::new(config).expect("sink");
 
@@ -323,15 +324,20 @@ async fn a_topic_field_routes_each_message_and_refuses_what_names_no_topic_it_ma
         record(2, r#"{"n":2}"#),
         record(3, r#"{"route":{"to":"__consumer_offsets"},"n":3}"#),
         record(4, r#"{"route":{"to":42},"n":4}"#),
+        record(5, &format!(r#"{{"route":{{"to":"{default}"}},"n":5}}"#)),
     ];
     let (batch, refused) = EncodedBatch::encode(records, &RawLinesEncoder::new());
     assert!(refused.is_empty());
     match sink.write(&batch).await {
         Err(SinkError::Rejected(rejects)) => {
             let indexes: Vec<usize> = rejects.iter().map(|r| r.index).collect();
-            assert_eq!(indexes, vec![2, 3], "{rejects:?}");
+            assert_eq!(indexes, vec![2, 3, 4], "{rejects:?}");
             assert!(rejects[0].reason.contains("internal topic"), "{rejects:?}");
             assert!(rejects[1].reason.contains("not a number"), "{rejects:?}");
+            assert!(
+                rejects[2].reason.contains("not among allowed_topics"),
+                "{rejects:?}"
+            );
         }
         other => panic!("the records naming no writable topic are refused: {other:?}"),
     }
