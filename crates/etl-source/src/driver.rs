@@ -349,8 +349,12 @@ impl SourceDriver {
             // the previous commit stands, and their next owner reads on
             // from it, so what was delivered since is read again, never
             // lost. Not a reason to end the run, whichever of the revoke
-            // paths (this one, or a group callback's) saw the failure.
-            Err(CheckpointError::Commit { source, .. }) => {
+            // paths (this one, or a group callback's) saw the failure. A
+            // local store's I/O failure (a full disk) is another matter:
+            // every later commit would fail too, so it still ends the run.
+            Err(CheckpointError::Commit { source, .. })
+                if !matches!(*source, CheckpointError::Io { .. }) =>
+            {
                 tracing::warn!(
                     ?partitions, error = %source,
                     "revoked partitions could not be committed; their next owner reads them again from the last commit"

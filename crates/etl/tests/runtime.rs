@@ -368,6 +368,8 @@ async fn a_run_whose_last_commit_failed_is_not_a_success() {
 struct OutageStore {
     down: Arc<std::sync::atomic::AtomicBool>,
     committed: Arc<std::sync::Mutex<PartitionOffsets>>,
+    /// Fail as a local store on a full disk does, not as a coordinator.
+    disk_full: bool,
 }
 
 impl OffsetStore for OutageStore {
@@ -377,6 +379,13 @@ impl OffsetStore for OutageStore {
 
     fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            if self.disk_full {
+                return Err(CheckpointError::Io {
+                    path: "offsets".into(),
+                    op: "write",
+                    source: std::io::Error::from_raw_os_error(28),
+                });
+            }
             return Err(CheckpointError::Store(
                 "the coordinator is unreachable".into(),
             ));
@@ -473,6 +482,35 @@ async fn a_revocation_whose_commit_fails_does_not_end_the_run_and_the_partition_
         store.committed.lock().expect("lock").get(&PartitionId(0)),
         Some(&Offset(10))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_whose_commit_fails_on_a_full_disk_ends_the_run() {
+    let store = OutageStore {
+        disk_full: true,
+        ..OutageStore::default()
+    };
+    let source_store = store.clone();
+    let pipeline = Pipeline::builder()
+        .source_factory(move |handle| {
+            Ok(Box::new(LostInAnOutage {
+                store: source_store,
+                handle: handle.clone(),
+                step: 0,
+            }))
+        })
+        .sink(
+            "out",
+            SinkDriver::new(MemorySink::new(), RawLinesEncoder::new()),
+        )
+        .offset_store(store)
+        .build()
+        .unwrap();
+    let err = pipeline
+        .run(CancellationToken::new())
+        .await
+        .expect_err("every later commit would fail too");
+    assert!(err.to_string().contains("offsets"), "{err}");
 }
 
 /// A store whose commits never return (until the test ends).
