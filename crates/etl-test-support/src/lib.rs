@@ -79,6 +79,29 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Hold an exclusive lock on `target/<name>.lock` while `f` runs, so that
+/// test processes running at once install or fetch a cached tool one at a
+/// time.
+pub(crate) fn with_file_lock<T>(
+    name: &str,
+    f: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let dir = workspace_root().join("target");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join(format!("{name}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error(format!("cannot open {}: {e}", path.display())))?;
+    file.lock()
+        .map_err(|e| Error(format!("cannot lock {}: {e}", path.display())))?;
+    // Unlocked when `file` is dropped, after `f`.
+    f()
+}
+
 /// A port on 127.0.0.1 that was free a moment ago (another process may
 /// take it before it is bound: callers retry with another).
 pub fn free_port() -> Result<u16, Error> {
@@ -89,7 +112,8 @@ pub fn free_port() -> Result<u16, Error> {
 }
 
 /// Wait until something accepts TCP connections on `127.0.0.1:port`,
-/// failing early if `child` (the process that should listen) exits.
+/// failing early if `child` (the process that should listen) exits, and
+/// if it exits just after the port answered (someone else's listener).
 pub fn wait_listening(
     what: &str,
     child: &mut Child,
@@ -100,6 +124,16 @@ pub fn wait_listening(
     let started = Instant::now();
     loop {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Another process may hold the port (taken between the probe
+            // that found it free and this child's bind): then the child
+            // exits on its failed bind while the connection reaches the
+            // other one. Give it a moment to do so.
+            std::thread::sleep(Duration::from_millis(200));
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(Error(format!(
+                    "{what} exited after {addr} answered: {status} (another process holds the port)"
+                )));
+            }
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -11,17 +11,19 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{Error, free_port, wait_listening, workspace_root};
+use crate::{Error, free_port, wait_listening, with_file_lock, workspace_root};
 
 /// The pinned server: moto's S3 implementation, which honours the
 /// conditional writes (`If-Match`, `If-None-Match`) Tansu's storage
 /// relies on.
 pub const MOTO: &str = "moto[server]==5.2.5";
+/// Every package it installs, pinned too (`pip install -c`).
+const CONSTRAINTS: &str = include_str!("../moto-constraints.txt");
 
 /// A running S3-compatible server, killed when dropped.
 #[derive(Debug)]
@@ -116,19 +118,40 @@ impl Drop for S3Server {
 /// `target/moto/venv/bin/moto_server`, installing it first if missing.
 fn moto_server() -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = INSTALL
+    let _one_thread_at_a_time = INSTALL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let cache = workspace_root().join("target").join("moto");
-    let venv = cache.join("venv");
-    let program = venv.join("bin").join("moto_server");
+    let program = cache.join("venv").join("bin").join("moto_server");
     // Written last: an install cut short is done again.
     let marker = cache.join("installed");
-    if program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == MOTO) {
+    let installed =
+        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == MOTO);
+    if installed() {
         return Ok(program);
     }
-    std::fs::create_dir_all(&cache)
+    // One process at a time: `venv --clear` would wipe another's install.
+    with_file_lock("moto", || {
+        if installed() {
+            return Ok(program.clone());
+        }
+        install(&cache, &marker)?;
+        if program.is_file() {
+            Ok(program.clone())
+        } else {
+            Err(Error(format!(
+                "pip installed {MOTO} but {} is missing",
+                program.display()
+            )))
+        }
+    })
+}
+
+/// A virtual environment in `cache/venv` with the pinned server in it.
+fn install(cache: &Path, marker: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(cache)
         .map_err(|e| Error(format!("cannot create {}: {e}", cache.display())))?;
+    let venv = cache.join("venv");
     eprintln!(
         "installing the test S3 server ({MOTO}) into {}",
         venv.display()
@@ -148,21 +171,24 @@ fn moto_server() -> Result<PathBuf, Error> {
             )))
         }
     };
-    let venv_text = venv.to_string_lossy();
-    run("python3", &["-m", "venv", "--clear", &venv_text])?;
-    let pip = venv.join("bin").join("pip");
+    let constraints = cache.join("constraints.txt");
+    std::fs::write(&constraints, CONSTRAINTS)
+        .map_err(|e| Error(format!("cannot write {}: {e}", constraints.display())))?;
     run(
-        &pip.to_string_lossy(),
-        &["install", "-q", "--disable-pip-version-check", MOTO],
+        "python3",
+        &["-m", "venv", "--clear", &venv.to_string_lossy()],
     )?;
-    if program.is_file() {
-        std::fs::write(&marker, MOTO)
-            .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))?;
-        Ok(program)
-    } else {
-        Err(Error(format!(
-            "pip installed {MOTO} but {} is missing",
-            program.display()
-        )))
-    }
+    run(
+        &venv.join("bin").join("pip").to_string_lossy(),
+        &[
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-c",
+            &constraints.to_string_lossy(),
+            MOTO,
+        ],
+    )?;
+    std::fs::write(marker, MOTO)
+        .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))
 }

