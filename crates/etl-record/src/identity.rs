@@ -1,7 +1,8 @@
 //! Where a record comes from: source, partition, offset.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Identifier of one partition of a source (a Kafka partition, one input
 /// file). Stable across restarts: offsets are stored under it.
@@ -59,35 +60,56 @@ impl From<i64> for Offset {
     }
 }
 
-/// Name of a source, shared by every record it produces. Cloning is one
-/// reference-count increment.
+/// Name of a source, shared by every record it produces. Cloning it is
+/// copying a pointer: names are interned, each distinct name stored once
+/// for the life of the process.
+///
+/// Every record carries one, and records are made on one thread and
+/// dropped on others: a reference count here (as in an `Arc<str>`) was one
+/// contended atomic increment and decrement per record. The price is that
+/// a name, once made, is never freed; a process makes a handful (its
+/// sources, and those named in what it reads back), not one per record.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SourceId(Arc<str>);
+pub struct SourceId(&'static str);
+
+/// The names made so far.
+fn interned() -> &'static Mutex<HashSet<&'static str>> {
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    NAMES.get_or_init(|| Mutex::new(HashSet::new()))
+}
 
 impl SourceId {
     /// A source name. Any text is allowed; it is part of every record's
-    /// [`IdempotencyKey`](crate::IdempotencyKey).
+    /// [`IdempotencyKey`](crate::IdempotencyKey). Making one takes a
+    /// global lock (the name is interned); cloning one does not.
     #[must_use]
     pub fn new(name: impl AsRef<str>) -> Self {
-        SourceId(Arc::from(name.as_ref()))
+        let name = name.as_ref();
+        let mut names = interned().lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = names.get(name) {
+            return SourceId(known);
+        }
+        let leaked: &'static str = Box::leak(Box::from(name));
+        names.insert(leaked);
+        SourceId(leaked)
     }
 
     /// The name as text.
     #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
+    pub fn as_str(&self) -> &'static str {
+        self.0
     }
 }
 
 impl fmt::Debug for SourceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.0, f)
     }
 }
 
 impl fmt::Display for SourceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.0)
     }
 }
 
@@ -106,7 +128,7 @@ impl Default for SourceId {
 #[cfg(feature = "serde")]
 impl serde::Serialize for SourceId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.0)
     }
 }
 
@@ -157,5 +179,13 @@ mod tests {
         assert_eq!(SourceId::new("a"), SourceId::from("a"));
         assert!(SourceId::new("a") < SourceId::new("b"));
         assert_eq!(format!("{:?}", SourceId::new("a")), "\"a\"");
+    }
+
+    #[test]
+    fn a_name_is_stored_once() {
+        let a = SourceId::new(String::from("interned"));
+        let b = SourceId::new("interned");
+        assert!(std::ptr::eq(a.as_str(), b.as_str()));
+        assert_ne!(SourceId::new("interned-other"), a);
     }
 }
