@@ -22,10 +22,11 @@
 use std::ffi::CString;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use etl_record::{Header, HeaderSource, Headers};
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
@@ -142,22 +143,7 @@ impl FetchQueue {
                 }
             }
         });
-        // Each message's headers, asked for once: librdkafka parses the
-        // header section on every request that finds none (a count of 0
-        // costs a buffer allocated and freed), and caches it otherwise.
-        // Done here, while this thread alone holds the messages; later
-        // reads use the pointers kept.
-        let headers = pointers
-            .iter()
-            .map(|m| {
-                let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
-                // SAFETY: `m` is a valid message owned here; the headers
-                // found stay owned by it.
-                let found = unsafe { rd::rd_kafka_message_headers(*m, &mut headers) }
-                    == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
-                if found { headers } else { std::ptr::null_mut() }
-            })
-            .collect();
+        let headers = pointers.iter().map(|_| OnceLock::new()).collect();
         Consumed {
             batch: Arc::new(MessageBatch {
                 messages: pointers,
@@ -191,17 +177,21 @@ pub(crate) struct Consumed {
 /// thread drops the last one.
 pub(crate) struct MessageBatch {
     messages: Vec<*mut rd::rd_kafka_message_t>,
-    /// Each message's parsed headers, null for none.
-    headers: Vec<*mut rd::rd_kafka_headers_t>,
+    /// Each message's headers, parsed when a record first reads them
+    /// (see [`HeaderSource`]): asking librdkafka costs a parse buffer
+    /// allocated and freed even for a message without headers, and most
+    /// pipelines never read them.
+    headers: Vec<OnceLock<Vec<Header>>>,
     _consumer: SharedConsumer,
 }
 
 // SAFETY: a consumed message is immutable until it is destroyed, and
 // librdkafka allows destroying it from any thread.
 unsafe impl Send for MessageBatch {}
-// SAFETY: shared access only reads the messages and their headers, which
-// were parsed (the one thing librdkafka caches in a message on request)
-// before the batch was shared, see `FetchQueue::consume`.
+// SAFETY: shared access only reads the messages, except for the parse of
+// a message's headers (the one thing librdkafka caches in a message on
+// request), which runs inside that message's `OnceLock`: once, and never
+// on two threads at a time.
 unsafe impl Sync for MessageBatch {}
 
 impl fmt::Debug for MessageBatch {
@@ -230,11 +220,6 @@ impl MessageBatch {
         let timestamp = (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
             && timestamp >= 0)
             .then_some(timestamp);
-        let headers = self
-            .headers
-            .get(index)
-            .copied()
-            .unwrap_or(std::ptr::null_mut());
         Some(MessageView {
             topic: m.rkt as usize,
             partition: m.partition,
@@ -242,7 +227,7 @@ impl MessageBatch {
             value: self.slice(m.payload, m.len),
             key: (!m.key.is_null()).then(|| self.slice(m.key, m.key_len)),
             timestamp,
-            headers: (!headers.is_null()).then(|| self.parsed_headers(headers)),
+            headers: Headers::deferred(Arc::clone(self) as Arc<dyn HeaderSource>, index),
         })
     }
 
@@ -271,35 +256,68 @@ impl MessageBatch {
             len,
         })
     }
+}
 
-    /// The message's headers, in order; values point into the message.
-    fn parsed_headers(
-        self: &Arc<Self>,
-        headers: *mut rd::rd_kafka_headers_t,
-    ) -> Vec<(String, Option<Bytes>)> {
-        let mut out = Vec::new();
-        for i in 0.. {
-            let mut name: *const std::ffi::c_char = std::ptr::null();
-            let mut value: *const std::ffi::c_void = std::ptr::null();
-            let mut size = 0usize;
-            // SAFETY: `headers` belongs to a message of this batch; the
-            // call fills the three places for index `i` or says there is
-            // none. The name is NUL-terminated and owned by the headers.
-            let found = unsafe {
-                rd::rd_kafka_header_get_all(headers, i, &mut name, &mut value, &mut size)
-            } == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
-            if !found || name.is_null() {
-                break;
-            }
-            // SAFETY: as above.
-            let name = unsafe { std::ffi::CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned();
-            let value = (!value.is_null()).then(|| self.slice(value.cast_mut(), size));
-            out.push((name, value));
-        }
-        out
+impl HeaderSource for MessageBatch {
+    fn headers(&self, index: usize) -> &[Header] {
+        let (Some(cell), Some(m)) = (self.headers.get(index), self.messages.get(index)) else {
+            return &[];
+        };
+        cell.get_or_init(|| parse_headers(*m))
     }
+
+    /// Known once parsed; 0 before (the header section is part of the
+    /// fetched message, which the record's value keeps alive anyway).
+    fn byte_len(&self, index: usize) -> usize {
+        self.headers
+            .get(index)
+            .and_then(OnceLock::get)
+            .map_or(0, |list| {
+                list.iter()
+                    .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len))
+                    .sum()
+            })
+    }
+}
+
+/// A message's headers, in order, copied out of it: values pointing into
+/// the batch would keep it alive from its own cache.
+fn parse_headers(m: *mut rd::rd_kafka_message_t) -> Vec<Header> {
+    let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `m` is a valid message of a live batch, and this runs at
+    // most once per message, on one thread (the caller's `OnceLock`); the
+    // headers found stay owned by the message.
+    let found = unsafe { rd::rd_kafka_message_headers(m, &mut headers) }
+        == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+    let mut out = Vec::new();
+    if !found || headers.is_null() {
+        return out;
+    }
+    for i in 0.. {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        let mut value: *const std::ffi::c_void = std::ptr::null();
+        let mut size = 0usize;
+        // SAFETY: `headers` belongs to the message; the call fills the
+        // three places for index `i` or says there is none. The name is
+        // NUL-terminated and owned by the headers.
+        let found =
+            unsafe { rd::rd_kafka_header_get_all(headers, i, &mut name, &mut value, &mut size) }
+                == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+        if !found || name.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        let key = unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        let value = (!value.is_null()).then(|| {
+            // SAFETY: `value..value + size` lies inside the message's
+            // header section, alive while the message is.
+            Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) })
+        });
+        out.push(Header { key, value });
+    }
+    out
 }
 
 impl Drop for MessageBatch {
@@ -342,7 +360,8 @@ pub(crate) struct MessageView {
     pub(crate) key: Option<Bytes>,
     /// Milliseconds since the epoch, when the message has a timestamp.
     pub(crate) timestamp: Option<i64>,
-    pub(crate) headers: Option<Vec<(String, Option<Bytes>)>>,
+    /// Parsed when first read.
+    pub(crate) headers: Headers,
 }
 
 /// The high watermark of `topic`/`partition` as the consumer last heard

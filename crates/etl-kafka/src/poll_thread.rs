@@ -490,9 +490,7 @@ fn view_to_record(source: &SourceId, partition: PartitionId, view: MessageView) 
     );
     record.key = view.key;
     record.timestamp = view.timestamp.map(Timestamp);
-    for (key, value) in view.headers.into_iter().flatten() {
-        record.headers.push(key, value);
-    }
+    record.headers = view.headers;
     record
 }
 

@@ -7,8 +7,9 @@
 //!   replayable source. Offsets are ordered within a partition; the
 //!   committable position after a record at offset `o` is `o + 1`.
 //! * [`Record`] carries an optional key, a value ([`bytes::Bytes`], so
-//!   clones share the buffer), [`Headers`], an optional [`Timestamp`] and
-//!   the [`Position`] it was read from.
+//!   clones share the buffer), [`Headers`] (which a source may leave to
+//!   be parsed when first read, see [`HeaderSource`]), an optional
+//!   [`Timestamp`] and the [`Position`] it was read from.
 //! * [`IdempotencyKey`] is the stable identity of a record, `(source,
 //!   partition, offset)`: a sink that stores it can deduplicate replays.
 //! * [`DeadLetter`] is a record set aside with the reason (bad input, a
@@ -46,7 +47,7 @@ mod record;
 
 pub use dead_letter::DeadLetter;
 pub use error::ParseKeyError;
-pub use headers::{Header, Headers};
+pub use headers::{Header, HeaderSource, Headers};
 pub use identity::{Offset, PartitionId, PartitionOffsets, Position, SourceId};
 pub use key::IdempotencyKey;
 pub use lock::{LockError, OwnerLock};
