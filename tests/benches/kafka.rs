@@ -18,6 +18,11 @@
 //!   until the sink wrote `N` records, then stops the pipeline. Reports
 //!   `etl_rps` and `etl_peak_rss_kib`, the process's peak resident set
 //!   (`VmHWM`).
+//! * `etl-filter --brokers B --topic T --records N`: the same with the
+//!   file-to-file row's job in between: parse each value as JSON, keep
+//!   `amount >= 100` (about 90%), add a field, write NDJSON to a file in
+//!   a temporary directory. Runs until every record is written or
+//!   filtered; reports `etl_filter_rps` and `etl_filter_peak_rss_kib`.
 //!
 //! Rates are `N` over the time from the first message (raw) or the first
 //! record entering the transforms (etl) to the `N`th, so joining the group
@@ -42,9 +47,10 @@
 //! Run by hand against `cargo xtask kafka --port 19092`:
 //!
 //! ```text
-//! cargo bench -p etl --bench kafka -- produce --brokers 127.0.0.1:19092 --topic bench --partitions 4 --records 1000000
-//! cargo bench -p etl --bench kafka -- raw --brokers 127.0.0.1:19092 --topic bench --records 1000000
-//! cargo bench -p etl --bench kafka -- etl --brokers 127.0.0.1:19092 --topic bench --records 1000000
+//! cargo bench -p etl-tests --bench kafka -- produce --brokers 127.0.0.1:19092 --topic bench --partitions 4 --records 1000000
+//! cargo bench -p etl-tests --bench kafka -- raw --brokers 127.0.0.1:19092 --topic bench --records 1000000
+//! cargo bench -p etl-tests --bench kafka -- etl --brokers 127.0.0.1:19092 --topic bench --records 1000000
+//! cargo bench -p etl-tests --bench kafka -- etl-filter --brokers 127.0.0.1:19092 --topic bench --records 1000000
 //! ```
 
 // A bench binary: failures end the run with a message, like a test.
@@ -116,13 +122,22 @@ fn main() {
             println!("RESULT raw_rps={rate:.0}");
         }
         Some("etl") => {
-            let rate = runtime.block_on(etl(&brokers, &topic, records));
+            let rate = runtime.block_on(etl(&brokers, &topic, records, Shape::Blackhole));
             println!(
                 "RESULT etl_rps={rate:.0} etl_peak_rss_kib={}",
                 peak_rss_kib()
             );
         }
-        other => fail(&format!("unknown mode {other:?}: produce | raw | etl")),
+        Some("etl-filter") => {
+            let rate = runtime.block_on(etl(&brokers, &topic, records, Shape::FilterToFile));
+            println!(
+                "RESULT etl_filter_rps={rate:.0} etl_filter_peak_rss_kib={}",
+                peak_rss_kib()
+            );
+        }
+        other => fail(&format!(
+            "unknown mode {other:?}: produce | raw | etl | etl-filter"
+        )),
     }
 }
 
@@ -346,9 +361,48 @@ fn raw(brokers: &str, topic: &str, records: u64) -> f64 {
     records as f64 / secs
 }
 
+/// What the etl side does with the records it reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// No transforms, one blackhole sink.
+    Blackhole,
+    /// Parse each value as JSON, keep `amount >= 100` (about 90%), add a
+    /// field, and write NDJSON to a file: the file-to-file row's job.
+    FilterToFile,
+}
+
 /// The real pipeline from a configuration: records per second from the
-/// first record read to the `records`th written.
-async fn etl(brokers: &str, topic: &str, records: u64) -> f64 {
+/// first record read to the `records`th written (or filtered).
+async fn etl(brokers: &str, topic: &str, records: u64, shape: Shape) -> f64 {
+    let out = tempfile::tempdir().unwrap();
+    let (transforms, sink) = match shape {
+        Shape::Blackhole => (String::new(), "type = \"blackhole\"".to_owned()),
+        Shape::FilterToFile => (
+            r#"
+[[transforms]]
+type = "filter"
+field = "amount"
+op = ">="
+value = 100
+
+[[transforms]]
+type = "add_field"
+field = "pipeline"
+value = "bench"
+"#
+            .to_owned(),
+            format!(
+                "type = \"file\"\npath = \"{}\"",
+                out.path().join("out.ndjson").display()
+            ),
+        ),
+    };
+    let expected = match shape {
+        Shape::Blackhole => records,
+        Shape::FilterToFile => (0..records)
+            .filter(|id| common::amount_cents(*id) >= 10_000)
+            .count() as u64,
+    };
     let config = format!(
         r#"
 [source]
@@ -361,10 +415,10 @@ session_timeout_ms = {SESSION_TIMEOUT_MS}
 heartbeat_interval_ms = {HEARTBEAT_INTERVAL_MS}
 assignment_strategy = "{ASSIGNMENT_STRATEGY}"
 auto_offset_reset = "earliest"
-
+{transforms}
 [[sinks]]
 name = "out"
-type = "blackhole"
+{sink}
 
 [checkpoint]
 revoke_deadline = "3s"
@@ -391,7 +445,7 @@ store = {{ type = "source" }}
             if first.is_none() && totals.read > 0 {
                 first = Some(Instant::now());
             }
-            if totals.written >= records {
+            if totals.written >= expected && totals.written + totals.filtered >= records {
                 stop.cancel();
                 return first.map(|t| t.elapsed().as_secs_f64());
             }
@@ -418,12 +472,24 @@ store = {{ type = "source" }}
         summary.read,
         summary.written()
     );
-    if summary.read < records || summary.written() < records {
+    if summary.read < records || summary.written() < expected {
         fail(&format!(
-            "etl read {} and wrote {} records, expected at least {records}",
+            "etl read {} and wrote {} records, expected at least {records} and {expected}",
             summary.read,
             summary.written()
         ));
+    }
+    if shape == Shape::FilterToFile {
+        let lines = std::fs::read(out.path().join("out.ndjson"))
+            .unwrap_or_else(|e| fail(&format!("reading the output: {e}")))
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count() as u64;
+        if lines < expected {
+            fail(&format!(
+                "the output holds {lines} lines, expected {expected}"
+            ));
+        }
     }
     records as f64 / secs
 }
