@@ -36,13 +36,13 @@
 //! use the same session timeout and assignment strategy
 //! (`cooperative-sticky`), read from `earliest` and never commit on their
 //! own. What differs is what the comparison measures: the etl source
-//! copies every payload (and reads the headers, key and timestamp) into a
-//! record on its poll thread and hands batches of up to 500 to the source
-//! driver, which tracks them for acknowledgement; the sink driver encodes
-//! them to NDJSON, checking that each value is JSON, and the blackhole
-//! counts them; the checkpointer commits the group's offsets every
-//! second. The etl figure also includes the sink's linger (up to 50 ms)
-//! for the last partial batch, and the metrics polling.
+//! builds a record of every message on its poll thread (value and key
+//! pointing into the message, headers left unparsed until read) and hands
+//! batches of up to 500 to the source driver, which tracks them for
+//! acknowledgement; the blackhole counts them without encoding; the
+//! checkpointer commits the group's offsets every second. The etl figure
+//! also includes the sink's linger (up to 50 ms) for the last partial
+//! batch, and the metrics polling.
 //!
 //! Run by hand against `cargo xtask kafka --port 19092`:
 //!
