@@ -8,6 +8,10 @@ use super::{Outcome, Transform};
 #[derive(Debug, Default)]
 pub struct TransformChain {
     stages: Vec<Box<dyn Transform>>,
+    /// Runs of stages that read each record once between them, when the
+    /// fast path decides it (built from a configuration only).
+    #[cfg(feature = "remap")]
+    runs: Vec<super::fused::Run>,
 }
 
 /// What a batch became.
@@ -67,7 +71,11 @@ impl TransformChain {
             .iter()
             .map(|s| s.fork())
             .collect::<Option<Vec<_>>>()?;
-        Some(TransformChain { stages })
+        Some(TransformChain {
+            stages,
+            #[cfg(feature = "remap")]
+            runs: self.runs.iter().map(super::fused::Run::fork).collect(),
+        })
     }
 
     /// Run `records` through every stage, appending to `out`.
@@ -86,7 +94,26 @@ impl TransformChain {
     }
 
     fn run(&mut self, from: usize, mut record: Record, out: &mut ChainOutput) {
-        for i in from..self.stages.len() {
+        let mut i = from;
+        while i < self.stages.len() {
+            #[cfg(feature = "remap")]
+            if let Some(run) = self.runs.iter_mut().find(|r| r.start == i) {
+                use super::remap_fast::Steps;
+                match run.apply(&record.value) {
+                    Steps::Keep(value) => {
+                        if let Some(value) = value {
+                            record.value = value;
+                        }
+                        i += run.len;
+                        continue;
+                    }
+                    Steps::Filtered => {
+                        out.filtered += 1;
+                        return;
+                    }
+                    Steps::Fallback => {}
+                }
+            }
             match self.stages[i].apply(record) {
                 Outcome::Keep(r) => record = r,
                 Outcome::Filtered => {
@@ -118,6 +145,7 @@ impl TransformChain {
                     return;
                 }
             }
+            i += 1;
         }
         out.kept.push(record);
     }
@@ -157,10 +185,10 @@ impl TransformChain {
     /// and writes JSON. (The first stage checks: with transforms, the
     /// NDJSON file source leaves the check to them.)
     fn build(transforms: &[crate::config::TransformConfig], lenient: bool) -> Result<Self, String> {
-        use super::{JsonOp, JsonStage};
+        use super::JsonOp;
         use crate::config::TransformConfig as T;
 
-        let mut chain = TransformChain::new();
+        let mut chain = Built::default();
         let json = |v: &toml::Value| serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
         // The run of JSON steps being fused, once one is seen.
         let mut run: Option<Vec<JsonOp>> = None;
@@ -172,12 +200,14 @@ impl TransformChain {
                 T::ParseJson => None,
                 T::Custom(custom) => {
                     if let Some(ops) = run.take() {
-                        chain.push(Box::new(JsonStage::new("json", ops)));
+                        chain.json(ops, custom_before);
                     }
                     let name = format!("transform {}", i + 1);
                     match custom.build(&name) {
-                        Ok(stage) => chain.push(stage),
-                        Err(e) if lenient => chain.push(Box::new(Unbuilt { name, reason: e })),
+                        Ok(stage) => chain.push(stage, None, false),
+                        Err(e) if lenient => {
+                            chain.push(Box::new(Unbuilt { name, reason: e }), None, false);
+                        }
                         Err(e) => return Err(format!("[[transforms]] #{}: {e}", i + 1)),
                     }
                     custom_before = true;
@@ -209,10 +239,11 @@ impl TransformChain {
                     ..
                 } => {
                     if let Some(ops) = run.take() {
-                        chain.push(Box::new(JsonStage::new("json", ops)));
+                        chain.json(ops, custom_before);
                     }
-                    let checked = !chain.is_empty() && !custom_before;
-                    chain.push(program_stage(i, condition, None, lenient, checked)?);
+                    let checked = chain.checked(custom_before);
+                    let (stage, step) = program_stage(i, condition, None, lenient, checked)?;
+                    chain.push(stage, step, checked);
                     continue;
                 }
                 T::Remap {
@@ -221,26 +252,107 @@ impl TransformChain {
                     ..
                 } => {
                     if let Some(ops) = run.take() {
-                        chain.push(Box::new(JsonStage::new("json", ops)));
+                        chain.json(ops, custom_before);
                     }
                     let source = source.as_deref().unwrap_or_default();
-                    let checked = !chain.is_empty() && !custom_before;
-                    chain.push(program_stage(
-                        i,
-                        source,
-                        Some(*drop_on_error),
-                        lenient,
-                        checked,
-                    )?);
+                    let checked = chain.checked(custom_before);
+                    let (stage, step) =
+                        program_stage(i, source, Some(*drop_on_error), lenient, checked)?;
+                    chain.push(stage, step, checked);
                     continue;
                 }
             };
             run.get_or_insert_with(Vec::new).extend(op);
         }
         if let Some(ops) = run {
-            chain.push(Box::new(JsonStage::new("json", ops)));
+            chain.json(ops, custom_before);
         }
-        Ok(chain)
+        Ok(chain.finish())
+    }
+}
+
+/// The fast form of a stage, for reading each record once in a run of
+/// stages (see [`TransformChain::run`]).
+#[cfg(feature = "remap")]
+type Step = super::remap_fast::Step;
+#[cfg(not(feature = "remap"))]
+type Step = ();
+
+/// A chain being built from a configuration: its stages, and for each the
+/// fast form it can run in with its neighbours and whether its records
+/// are known to be valid JSON.
+#[derive(Default)]
+struct Built {
+    chain: TransformChain,
+    #[cfg_attr(not(feature = "remap"), allow(dead_code))]
+    steps: Vec<(Option<Step>, bool)>,
+}
+
+impl Built {
+    fn push(&mut self, stage: Box<dyn Transform>, step: Option<Step>, checked: bool) {
+        self.chain.push(stage);
+        self.steps.push((step, checked));
+    }
+
+    /// Whether records reaching the next stage are known to be valid JSON:
+    /// every stage built here keeps only records it read as JSON, and
+    /// writes JSON, unless a registered step came before.
+    fn checked(&self, custom_before: bool) -> bool {
+        !self.chain.is_empty() && !custom_before
+    }
+
+    /// A fused run of JSON steps.
+    fn json(&mut self, ops: Vec<super::JsonOp>, custom_before: bool) {
+        let checked = self.checked(custom_before);
+        let stage = super::JsonStage::new("json", ops);
+        #[cfg(feature = "remap")]
+        let step = stage.filters().map(Step::Filters);
+        #[cfg(not(feature = "remap"))]
+        let step = None;
+        self.push(Box::new(stage), step, checked);
+    }
+
+    #[cfg(not(feature = "remap"))]
+    fn finish(self) -> TransformChain {
+        self.chain
+    }
+
+    /// The chain, with its runs: declarative filters, then conditions,
+    /// then at most one `remap` step, two stages or more, all with a fast
+    /// form.
+    #[cfg(feature = "remap")]
+    fn finish(self) -> TransformChain {
+        let mut chain = self.chain;
+        let mut i = 0;
+        while i < self.steps.len() {
+            let mut steps = Vec::new();
+            let mut j = i;
+            while let Some((Some(step), _)) = self.steps.get(j) {
+                let fits = match step {
+                    Step::Filters(_) => j == i,
+                    Step::Condition(_) => true,
+                    Step::Remap(_) => {
+                        steps.push(step.clone());
+                        j += 1;
+                        break;
+                    }
+                };
+                if !fits {
+                    break;
+                }
+                steps.push(step.clone());
+                j += 1;
+            }
+            if steps.len() >= 2 {
+                chain
+                    .runs
+                    .push(super::fused::Run::new(i, steps, self.steps[i].1));
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+        chain
     }
 }
 
@@ -271,7 +383,7 @@ fn program_stage(
     remap: Option<bool>,
     lenient: bool,
     checked: bool,
-) -> Result<Box<dyn Transform>, String> {
+) -> Result<(Box<dyn Transform>, Option<Step>), String> {
     use super::{Remap, VrlFilter, VrlProgram};
 
     let (kind, compiled) = match remap {
@@ -280,15 +392,22 @@ fn program_stage(
     };
     let name = format!("{kind} #{}", i + 1);
     match compiled {
-        Ok(program) => Ok(match remap {
-            Some(drop_on_error) => Box::new(
-                Remap::new(name, program)
-                    .drop_on_error(drop_on_error)
-                    .checked_input(checked),
-            ),
-            None => Box::new(VrlFilter::new(name, program).checked_input(checked)),
-        }),
-        Err(e) if lenient => Ok(Box::new(Broken(name, e.message))),
+        Ok(program) => {
+            let step = program.lite().map(|lite| match remap {
+                Some(_) => Step::Remap(lite),
+                None => Step::Condition(lite),
+            });
+            let stage: Box<dyn Transform> = match remap {
+                Some(drop_on_error) => Box::new(
+                    Remap::new(name, program)
+                        .drop_on_error(drop_on_error)
+                        .checked_input(checked),
+                ),
+                None => Box::new(VrlFilter::new(name, program).checked_input(checked)),
+            };
+            Ok((stage, step))
+        }
+        Err(e) if lenient => Ok((Box::new(Broken(name, e.message)), None)),
         Err(e) => Err(format!("{name}: the VRL program does not compile:\n{e}")),
     }
 }
@@ -300,11 +419,11 @@ fn program_stage(
     _remap: Option<bool>,
     lenient: bool,
     _checked: bool,
-) -> Result<Box<dyn Transform>, String> {
+) -> Result<(Box<dyn Transform>, Option<Step>), String> {
     let name = format!("transform #{}", i + 1);
     let message = "this build of etl has no VRL support (built without the `remap` feature)";
     if lenient {
-        Ok(Box::new(Broken(name, message.to_owned())))
+        Ok((Box::new(Broken(name, message.to_owned())), None))
     } else {
         Err(format!("{name}: {message}"))
     }
@@ -463,5 +582,105 @@ mod tests {
             "n = 3, n = 1 (m = 10), and \"x\" < 3 is false"
         );
         assert!(out.rejected.is_empty());
+    }
+
+    #[cfg(feature = "remap")]
+    #[test]
+    fn a_run_of_stages_decides_what_the_stages_decide_one_by_one() {
+        let config = crate::parse_config(
+            r#"
+            [source]
+            type = "generator"
+            records_per_partition = 1
+            [[transforms]]
+            type = "filter"
+            field = "o.n"
+            op = ">="
+            value = 1
+            [[transforms]]
+            type = "filter"
+            condition = '.o.s != "skip"'
+            [[transforms]]
+            type = "filter"
+            condition = '.o.n != 7'
+            [[transforms]]
+            type = "remap"
+            source = '''
+            if .o.n == 5 { abort }
+            del(.o.e)
+            .c = to_int(round(to_float!(.o.n) * 100))
+            '''
+            [[transforms]]
+            type = "filter"
+            condition = '.c != 300'
+            [[sinks]]
+            type = "blackhole"
+            "#,
+            std::path::Path::new("."),
+        )
+        .expect("the configuration parses");
+        let mut chain = TransformChain::try_from_config(&config.transforms).expect("it builds");
+        assert_eq!(chain.len(), 5);
+        assert_eq!(
+            chain
+                .runs
+                .iter()
+                .map(|r| (r.start, r.len))
+                .collect::<Vec<_>>(),
+            vec![(0, 4)],
+            "the filters and the remap step, not the condition after it"
+        );
+        let mut forked = chain.fork().expect("every stage forks");
+        assert_eq!(forked.runs.len(), 1);
+        let mut alone = TransformChain::try_from_config(&config.transforms).expect("it builds");
+        alone.runs.clear();
+        let inputs = [
+            r#"{"o":{"n":2,"s":"x","e":"a@b"},"z":1.50}"#,
+            r#"{"o":{"n":0}}"#,
+            r#"{"o":{"n":2,"s":"skip"}}"#,
+            r#"{"o":{"n":7}}"#,
+            r#"{"o":{"n":5}}"#,
+            r#"{"o":{"n":3}}"#,
+            r#"{ "o" : { "e" : 1 , "n" : 1.25e0 } , "k\u00e9" : [1, 2] }"#,
+            r#"{"o":{"n":"4"}}"#,
+            r#"{"o":{"n":2,"s":"\ud800"}}"#,
+            r#"{"o":{"n":2},"big":1e400}"#,
+            r#"{"o":{"n":2}"#,
+            r#"[{"o":{"n":2}}]"#,
+            "not json",
+            r#"{"o":[1],"o":{"n":2,"e":0,"e":1}}"#,
+        ];
+        let show = |out: &ChainOutput| {
+            let kept: Vec<String> = out
+                .kept
+                .iter()
+                .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+                .collect();
+            let rejected: Vec<String> = out
+                .rejected
+                .iter()
+                .map(|d| format!("{} {}", String::from_utf8_lossy(&d.record.value), d.reason))
+                .collect();
+            format!(
+                "kept {kept:?} rejected {rejected:?} filtered {}",
+                out.filtered
+            )
+        };
+        for (i, input) in inputs.iter().enumerate() {
+            let offset = i64::try_from(i).expect("a small index");
+            let mut want = ChainOutput::default();
+            alone.apply(vec![rec(offset, input)], &mut want);
+            for chain in [&mut chain, &mut forked] {
+                let mut got = ChainOutput::default();
+                chain.apply(vec![rec(offset, input)], &mut got);
+                assert_eq!(show(&got), show(&want), "{input}");
+            }
+        }
+        let mut out = ChainOutput::default();
+        chain.apply(vec![rec(0, inputs[0])], &mut out);
+        assert_eq!(
+            &out.kept[0].value[..],
+            br#"{"o":{"n":2,"s":"x"},"z":1.50,"c":200}"#
+        );
     }
 }

@@ -86,6 +86,27 @@ impl JsonStage {
     }
 }
 
+impl JsonStage {
+    /// The stage's steps as filters for a run of stages read once
+    /// (see [`TransformChain`](super::TransformChain)), when it has only
+    /// filters and they take the fast path.
+    #[cfg(feature = "remap")]
+    pub(super) fn filters(&self) -> Option<Vec<super::remap_fast::JsonFilter>> {
+        self.fast.as_ref()?;
+        self.ops
+            .iter()
+            .map(|op| match op {
+                JsonOp::Filter { path, op, value } => Some(super::remap_fast::JsonFilter {
+                    path: path.clone(),
+                    op: *op,
+                    value: value.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 impl Transform for JsonStage {
     fn name(&self) -> &str {
         &self.name

@@ -71,6 +71,9 @@ enum State {
     /// Set by an `add_field` to its constant (an index into
     /// [`FastStage::constants`]), other than the value read.
     Const(usize),
+    /// A field below it dropped: the value as written, a range of
+    /// [`Scratch::edited`].
+    Text(Range<usize>),
     /// Dropped or moved away.
     Gone,
 }
@@ -94,6 +97,8 @@ struct Scratch {
     keys: String,
     values: Vec<u8>,
     entries: Vec<Entry>,
+    /// Values rewritten as text ([`State::Text`]).
+    edited: Vec<u8>,
     out: Vec<u8>,
     /// Indexes of the entries steps added, in writing order.
     added: Vec<usize>,
@@ -188,6 +193,7 @@ impl FastStage {
         s.keys.clear();
         s.values.clear();
         s.entries.clear();
+        s.edited.clear();
         // One UTF-8 check for the whole value; the parser then borrows
         // strings without checking each again.
         let Ok(text) = std::str::from_utf8(input) else {
@@ -223,6 +229,14 @@ impl FastStage {
                     if let Some(i) = s.find(&path[0]) {
                         if path.len() == 1 {
                             s.entries[i].state = State::Gone;
+                        } else if s.entries[i].state == State::Original
+                            && let Some(dropped) = s.drop_text(i, &path[1..])
+                        {
+                            // Written from the text, as the tree path
+                            // writes it (`None`: nothing to drop).
+                            if let Some(range) = dropped {
+                                s.entries[i].state = State::Text(range);
+                            }
                         } else {
                             // The tree path's removal, on the one
                             // top-level value the field is in.
@@ -299,11 +313,30 @@ impl Scratch {
         serde_json::from_str(text).ok()
     }
 
+    /// The read value of entry `i` without the field at `path` below it,
+    /// written to [`Scratch::edited`] as the tree path writes it: `None`
+    /// when the text is not one handled here (an array on the way), else
+    /// where it was written, or `None` when there is no such field.
+    fn drop_text(&mut self, i: usize, path: &[String]) -> Option<Option<Range<usize>>> {
+        let raw = &self.values[self.entries[i].raw.clone()];
+        // Text of a valid JSON value read as UTF-8.
+        let text = std::str::from_utf8(raw).ok()?;
+        let start = self.edited.len();
+        let dropped = drop_in(text, path, &mut self.edited);
+        if dropped != Some(true) {
+            self.edited.truncate(start);
+        }
+        dropped.map(|d| d.then_some(start..self.edited.len()))
+    }
+
     /// The entry's value as the tree path would hold it now.
     fn value_of(&self, i: usize, constants: &[Constant]) -> Value {
         match &self.entries[i].state {
             State::Set(v) => v.clone(),
             State::Const(c) => constants[*c].value.clone(),
+            State::Text(r) => {
+                serde_json::from_slice(&self.edited[r.clone()]).unwrap_or(Value::Null)
+            }
             State::Original | State::Gone => self.original(i),
         }
     }
@@ -318,7 +351,7 @@ impl Scratch {
                 let same = match &value {
                     State::Set(v) => *v == original,
                     State::Const(c) => constants[*c].value == original,
-                    State::Original | State::Gone => false,
+                    State::Original | State::Gone | State::Text(_) => false,
                 };
                 self.entries[i].state = if same { State::Original } else { value };
             }
@@ -405,6 +438,10 @@ impl Scratch {
             let value = match &e.state {
                 State::Set(value) => value,
                 State::Const(c) => &constants[*c].value,
+                State::Text(r) => {
+                    out.extend_from_slice(&self.edited[r.clone()]);
+                    continue;
+                }
                 State::Original | State::Gone => {
                     out.extend_from_slice(raw);
                     continue;
@@ -425,7 +462,7 @@ impl Scratch {
             match &e.state {
                 State::Set(value) => serde_json::to_writer(&mut out, value)?,
                 State::Const(c) => out.extend_from_slice(&constants[*c].json),
-                State::Original | State::Gone => {}
+                State::Original | State::Gone | State::Text(_) => {}
             }
         }
         out.push(b'}');
@@ -437,6 +474,56 @@ impl Scratch {
         self.added = added;
         Ok(self.arena.split().freeze())
     }
+}
+
+/// Write the value `text` without the field at `path` (not empty) below
+/// it, as [`faithful::write`] writes the value the tree path leaves:
+/// each object on the way written key by key in its original order (the
+/// last of duplicate keys), every other value from its original text.
+/// `Some(false)`: there is no such field (nothing written); `None`: an
+/// array on the way (an index shifts the elements after it, which the
+/// tree path then writes from their values), or text that is not what it
+/// should be.
+fn drop_in(text: &str, path: &[String], out: &mut Vec<u8>) -> Option<bool> {
+    let (wanted, rest) = path.split_first()?;
+    match text.as_bytes().first() {
+        Some(b'{') => {}
+        Some(b'[') => return None,
+        _ => return Some(false),
+    }
+    let entries = scan::entries(text)?;
+    let Some(last) = entries.iter().rposition(|(k, _)| k == wanted) else {
+        return Some(false);
+    };
+    let start = out.len();
+    out.push(b'{');
+    let mut first = true;
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if entries[i + 1..].iter().any(|(k, _)| k == key) {
+            continue;
+        }
+        if i == last && rest.is_empty() {
+            continue;
+        }
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        write_key(out, key);
+        out.push(b':');
+        if i == last {
+            match drop_in(value, rest, out) {
+                Some(true) => {}
+                other => {
+                    out.truncate(start);
+                    return other;
+                }
+            }
+        } else {
+            out.extend_from_slice(value.as_bytes());
+        }
+    }
+    out.push(b'}');
+    Some(true)
 }
 
 /// A key as serde_json writes it: quoted, escaped where needed.

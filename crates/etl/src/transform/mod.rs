@@ -8,6 +8,8 @@
 mod chain;
 mod closures;
 mod faithful;
+#[cfg(feature = "remap")]
+mod fused;
 mod json;
 mod json_fast;
 #[cfg(feature = "remap")]

@@ -165,6 +165,11 @@ impl VrlProgram {
         self.lite.is_some()
     }
 
+    /// The program's fast form, when it has one.
+    pub(super) fn lite(&self) -> Option<Arc<LiteProgram>> {
+        self.lite.clone()
+    }
+
     /// The same program, run on VRL's runtime for every record: what the
     /// fast path is checked against.
     #[must_use]

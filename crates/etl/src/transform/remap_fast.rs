@@ -29,6 +29,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -40,6 +41,7 @@ use vrl::value::Value;
 
 use super::faithful;
 use super::scan::{self, Entries};
+use crate::config::CompareOp;
 
 /// A program in the fast subset.
 #[derive(Debug, Clone)]
@@ -308,29 +310,10 @@ impl LiteProgram {
     ///
     /// [`Remap::checked_input`]: super::Remap::checked_input
     pub(super) fn run(&self, input: &[u8], write: Option<&mut Arena>, checked: bool) -> Lite {
-        let Ok(doc) = std::str::from_utf8(input) else {
+        let Some(mut cx) = Cx::open(input, checked) else {
             return Lite::Fallback;
         };
-        if past_f64(input) || surrogate_escape(input) {
-            return Lite::Fallback;
-        }
-        // Unchecked, the top level is read by serde_json, which checks the
-        // whole value on the way; checked, by the scanner.
-        let top = if checked {
-            scan::entries(doc)
-        } else {
-            checked_entries(doc).ok()
-        };
-        let Some(top) = top else {
-            return Lite::Fallback;
-        };
-        let mut cx = Cx {
-            doc,
-            top,
-            vars: vec![Val::V(Value::Null); self.vars],
-            overlay: Obj::default(),
-        };
-        let result = match cx.block(&self.body) {
+        let result = match cx.program(self) {
             Ok(v) => v,
             Err(Stop::Abort) => return Lite::Aborted,
             Err(Stop::Fallback) => return Lite::Fallback,
@@ -338,15 +321,84 @@ impl LiteProgram {
         let Ok(result) = result.into_value() else {
             return Lite::Fallback;
         };
-        let Some(arena) = write.filter(|_| !cx.overlay.0.is_empty()) else {
+        let Some(arena) = write else {
             return Lite::Done(None, result);
         };
-        arena.out.clear();
-        match write_object(doc, Some(&cx.top), &cx.overlay, &mut arena.out) {
-            Ok(false) => Lite::Done(None, result),
-            Ok(true) => Lite::Done(Some(arena.keep()), result),
+        match cx.write(arena) {
+            Ok(value) => Lite::Done(value, result),
             Err(_) => Lite::Fallback,
         }
+    }
+}
+
+/// One step of a run of steps that reads each record once (see
+/// [`run_steps`]).
+#[derive(Debug, Clone)]
+pub(super) enum Step {
+    /// Declarative filters (a fused JSON stage of filters only, on the
+    /// record as read): keep the record when every one holds.
+    Filters(Vec<JsonFilter>),
+    /// A filter `condition`: keep the record when it is `true`.
+    Condition(Arc<LiteProgram>),
+    /// A `remap` program.
+    Remap(Arc<LiteProgram>),
+}
+
+/// A declarative filter: the field at `path` compared with a constant, as
+/// [`JsonStage`](super::JsonStage) compares it.
+#[derive(Debug, Clone)]
+pub(super) struct JsonFilter {
+    /// The dotted path, split.
+    pub(super) path: Vec<String>,
+    /// The comparison.
+    pub(super) op: CompareOp,
+    /// The constant.
+    pub(super) value: serde_json::Value,
+}
+
+/// What a run of steps made of a record.
+#[derive(Debug, PartialEq)]
+pub(super) enum Steps {
+    /// Every step kept it: its new value (`None`: unchanged).
+    Keep(Option<Bytes>),
+    /// A step dropped it (a filter, a condition not `true`, `abort`).
+    Filtered,
+    /// Not decided here: run the steps one by one.
+    Fallback,
+}
+
+/// Run `steps` in order on one record, read once: each program sees the
+/// changes of the programs before it, as it would see them in the record
+/// they wrote. Like [`LiteProgram::run`], nothing has an effect unless
+/// every step is decided here.
+pub(super) fn run_steps(steps: &[Step], input: &[u8], arena: &mut Arena, checked: bool) -> Steps {
+    let Some(mut cx) = Cx::open(input, checked) else {
+        return Steps::Fallback;
+    };
+    for step in steps {
+        let kept = match step {
+            Step::Filters(filters) => filters
+                .iter()
+                .try_fold(true, |all, f| Ok::<_, Stop>(all && cx.json_filter(f)?)),
+            Step::Condition(program) => match cx.program(program).map(Val::into_value) {
+                Ok(Ok(Value::Boolean(b))) => Ok(b),
+                Ok(Ok(_)) => Ok(false),
+                Ok(Err(e)) | Err(e) => Err(e),
+            },
+            Step::Remap(program) => match cx.program(program).map(Val::into_value) {
+                Ok(Ok(_)) => Ok(true),
+                Ok(Err(e)) | Err(e) => Err(e),
+            },
+        };
+        match kept {
+            Ok(true) => {}
+            Ok(false) | Err(Stop::Abort) => return Steps::Filtered,
+            Err(Stop::Fallback) => return Steps::Fallback,
+        }
+    }
+    match cx.write(arena) {
+        Ok(value) => Steps::Keep(value),
+        Err(_) => Steps::Fallback,
     }
 }
 
@@ -494,6 +546,82 @@ fn field(segment: &OwnedSegment) -> Option<&str> {
 }
 
 impl<'a> Cx<'a> {
+    /// The evaluation of one record, its top level read; `None` for what
+    /// the fast path leaves to VRL (see [`LiteProgram::run`]).
+    fn open(input: &'a [u8], checked: bool) -> Option<Self> {
+        let doc = std::str::from_utf8(input).ok()?;
+        if past_f64(input) || surrogate_escape(input) {
+            return None;
+        }
+        // Unchecked, the top level is read by serde_json, which checks the
+        // whole value on the way; checked, by the scanner.
+        let top = if checked {
+            scan::entries(doc)?
+        } else {
+            checked_entries(doc).ok()?
+        };
+        Some(Cx {
+            doc,
+            top,
+            vars: Vec::new(),
+            overlay: Obj::default(),
+        })
+    }
+
+    /// Run a program on the record, with its own variables.
+    fn program(&mut self, program: &LiteProgram) -> Run<Val<'a>> {
+        self.vars.clear();
+        self.vars.resize(program.vars, Val::V(Value::Null));
+        self.block(&program.body)
+    }
+
+    /// The record with the programs' changes, when there are any.
+    fn write(&self, arena: &mut Arena) -> serde_json::Result<Option<Bytes>> {
+        if self.overlay.0.is_empty() {
+            return Ok(None);
+        }
+        arena.out.clear();
+        Ok(
+            write_object(self.doc, Some(&self.top), &self.overlay, &mut arena.out)?
+                .then(|| arena.keep()),
+        )
+    }
+
+    /// Whether a declarative filter holds on the record as read, as
+    /// [`JsonStage`](super::JsonStage)'s fast path decides it.
+    fn json_filter(&self, filter: &JsonFilter) -> Run<bool> {
+        if !self.overlay.0.is_empty() {
+            return Err(Stop::Fallback);
+        }
+        let (first, rest) = filter.path.split_first().ok_or(Stop::Fallback)?;
+        let mut text = last_of(&self.top, first);
+        for segment in rest {
+            let Some(t) = text else { break };
+            text = match t.as_bytes().first() {
+                Some(b'{') => scan::find(t, segment).ok_or(Stop::Fallback)?,
+                Some(b'[') => match super::json::index(segment) {
+                    Some(i) => scan::items(t).ok_or(Stop::Fallback)?.get(i).copied(),
+                    None => None,
+                },
+                _ => None,
+            };
+        }
+        // As the JSON stage reads it: a top-level value that does not
+        // parse is null, a nested one missing.
+        let found: Option<serde_json::Value> = match text {
+            Some(t) if rest.is_empty() => {
+                Some(serde_json::from_str(t).unwrap_or(serde_json::Value::Null))
+            }
+            Some(t) => serde_json::from_str(t).ok(),
+            None => None,
+        };
+        Ok(super::json::compare(
+            found.as_ref(),
+            filter.op,
+            &filter.value,
+        ))
+    }
+
     fn block(&mut self, exprs: &[Expr]) -> Run<Val<'a>> {
         let mut last = Val::V(Value::Null);
         for e in exprs {
