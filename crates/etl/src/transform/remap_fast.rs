@@ -28,6 +28,7 @@
 //! order, new keys after, sorted.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -536,6 +537,10 @@ struct Cx<'a> {
     top: Entries<'a>,
     vars: Vec<Val<'a>>,
     overlay: Obj,
+    /// The entries of the record's nested objects read so far, by where
+    /// the object starts in `doc`: an object a program reads twice
+    /// (`.order.status`, then `.order.items`) is scanned once.
+    objects: RefCell<Vec<(usize, Entries<'a>)>>,
 }
 
 fn field(segment: &OwnedSegment) -> Option<&str> {
@@ -565,6 +570,7 @@ impl<'a> Cx<'a> {
             top,
             vars: Vec::new(),
             overlay: Obj::default(),
+            objects: RefCell::new(Vec::new()),
         })
     }
 
@@ -640,7 +646,7 @@ impl<'a> Cx<'a> {
             Expr::Event(path) => self.read(path)?.unwrap_or(Val::V(Value::Null)),
             Expr::Var(slot, path) => {
                 let v = self.vars[*slot].clone();
-                at(v, path)?.unwrap_or(Val::V(Value::Null))
+                self.at(v, path)?.unwrap_or(Val::V(Value::Null))
             }
             Expr::Op(lhs, op, rhs) => Val::V(self.op(lhs, *op, rhs)?),
             Expr::Not(inner) => match self.value(inner)? {
@@ -772,12 +778,52 @@ impl<'a> Cx<'a> {
             return Ok(None);
         };
         for segment in rest {
-            match child(text, segment)? {
+            match self.child(text, segment)? {
                 Some(t) => text = t,
                 None => return Ok(None),
             }
         }
         Ok(Some(text))
+    }
+
+    /// The value at `path` inside `v`.
+    fn at(&self, v: Val<'a>, path: &[OwnedSegment]) -> Run<Option<Val<'a>>> {
+        if path.is_empty() {
+            return Ok(Some(v));
+        }
+        match v {
+            Val::V(v) => Ok(v.get(path).cloned().map(Val::V)),
+            Val::Raw(mut text) => {
+                for segment in path {
+                    match self.child(text, segment)? {
+                        Some(t) => text = t,
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Some(val(text)?))
+            }
+        }
+    }
+
+    /// The value one segment down from the text of an object or array of
+    /// the record: an object's entries are read once per record.
+    fn child(&self, text: &'a str, segment: &OwnedSegment) -> Run<Option<&'a str>> {
+        let (OwnedSegment::Field(key), Some(b'{')) = (segment, text.as_bytes().first()) else {
+            return child(text, segment);
+        };
+        let doc = self.doc.as_ptr().addr();
+        let start = text.as_ptr().addr().wrapping_sub(doc);
+        if start.saturating_add(text.len()) > self.doc.len() {
+            return child(text, segment);
+        }
+        let mut objects = self.objects.borrow_mut();
+        if let Some((_, entries)) = objects.iter().find(|(at, _)| *at == start) {
+            return Ok(last_of(entries, key.as_str()));
+        }
+        let entries = scan::entries(text).ok_or(Stop::Fallback)?;
+        let found = last_of(&entries, key.as_str());
+        objects.push((start, entries));
+        Ok(found)
     }
 
     /// The overlay object for the fields at `path` (an object of the
@@ -888,25 +934,6 @@ fn changed(value: &mut Value, obj: &Obj) {
                     changed(child, inner);
                 }
             }
-        }
-    }
-}
-
-/// The value at `path` inside `v`.
-fn at<'a>(v: Val<'a>, path: &[OwnedSegment]) -> Run<Option<Val<'a>>> {
-    if path.is_empty() {
-        return Ok(Some(v));
-    }
-    match v {
-        Val::V(v) => Ok(v.get(path).cloned().map(Val::V)),
-        Val::Raw(mut text) => {
-            for segment in path {
-                match child(text, segment)? {
-                    Some(t) => text = t,
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(val(text)?))
         }
     }
 }
