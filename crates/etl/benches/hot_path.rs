@@ -93,6 +93,17 @@ fn transforms(c: &mut Criterion) {
         chain.push(remap(ORDERS, fast));
         cases.push((nested_name, &nested, chain));
     }
+    // The same condition and program as configured steps: the chain then
+    // reads each record once for both.
+    let config = format!(
+        "[source]\ntype = \"generator\"\n\
+         [[transforms]]\ntype = \"filter\"\ncondition = '.order.status == \"paid\"'\n\
+         [[transforms]]\ntype = \"remap\"\nsource = \"\"\"{ORDERS}\"\"\"\n\
+         [[sinks]]\ntype = \"blackhole\"\n"
+    );
+    let config = etl::parse_config(&config, std::path::Path::new(".")).unwrap();
+    let chain = TransformChain::try_from_config(&config.transforms).unwrap();
+    cases.push(("nested_remap_run", &nested, chain));
     let mut chain = TransformChain::new();
     chain.push(Box::new(JsonStage::new(
         "json",
