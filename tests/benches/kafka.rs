@@ -84,6 +84,9 @@ const FETCH_QUEUE_BACKOFF_MS: u32 = 50;
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn main() {
+    // The allocator setting the `etl` binary runs with (its memory use is
+    // part of what the rows measure).
+    etl::keep_large_buffers_out_of_the_heap();
     // `cargo bench` passes `--bench`; flags of our own come in pairs.
     let args: Vec<String> = std::env::args()
         .skip(1)

@@ -103,6 +103,7 @@
 //! With `default-features = false` the crate builds without librdkafka
 //! and VRL; everything above the Features heading works without them.
 
+mod alloc;
 pub mod cli;
 pub mod config;
 mod connectors;
@@ -114,6 +115,7 @@ mod transform;
 
 // The configuration file's entry points; its sections and options are in
 // [`config`], named apart from the library types they become.
+pub use alloc::keep_large_buffers_out_of_the_heap;
 pub use config::{
     CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, load_config, parse_config,
     parse_config_with_env,

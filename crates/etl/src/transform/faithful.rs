@@ -165,7 +165,7 @@ impl<'de> Visitor<'de> for EntriesVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(super::scan::Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
             entries.push((key, value));
         }

@@ -15,17 +15,15 @@
 //! non-object) is left to the tree path, so error messages do not change
 //! either.
 
-use std::fmt;
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
+use super::check;
 use super::faithful;
 use super::json::{JsonOp, child, compare, index, remove};
-use super::scan;
+use super::scan::{self, Entries};
 use crate::config::CompareOp;
 
 /// One step on a top-level field.
@@ -84,9 +82,6 @@ struct Entry {
     key: Range<usize>,
     /// The original text of the value (empty for a key a step added).
     raw: Range<usize>,
-    /// The parsed number, when the value read is one, so filters compare
-    /// what the parser read.
-    number: Option<Number>,
     /// Whether the record had this entry (rather than a step adding it).
     read: bool,
     state: State,
@@ -107,6 +102,8 @@ struct Scratch {
     arena: BytesMut,
     /// Which read entries are the last of their key, for the last layout.
     layout: Layout,
+    /// The vector the record's entries are read into, kept empty.
+    read: Entries<'static>,
 }
 
 /// The keys of a record and which of its entries are the last of their
@@ -199,10 +196,24 @@ impl FastStage {
         let Ok(text) = std::str::from_utf8(input) else {
             return Fast::Fallback;
         };
-        let mut de = serde_json::Deserializer::from_str(text);
-        if de.deserialize_map(TopLevel(s)).is_err() || de.end().is_err() {
+        // The reading checks the whole value; numbers are parsed when a
+        // step reads them.
+        let Some(read) = check::entries_in(text, scan::recycle(std::mem::take(&mut s.read))) else {
             return Fast::Fallback;
+        };
+        for (key, value) in &read {
+            let start = s.keys.len();
+            s.keys.push_str(key);
+            let from = s.values.len();
+            s.values.extend_from_slice(value.as_bytes());
+            s.entries.push(Entry {
+                key: start..s.keys.len(),
+                raw: from..s.values.len(),
+                read: true,
+                state: State::Original,
+            });
         }
+        s.read = scan::recycle(read);
         for op in &self.ops {
             match op {
                 FastOp::Filter { path, op, value } => {
@@ -285,11 +296,7 @@ impl Scratch {
 
     /// The value read at entry `i`.
     fn original(&self, i: usize) -> Value {
-        let e = &self.entries[i];
-        match &e.number {
-            Some(n) => Value::Number(n.clone()),
-            None => serde_json::from_slice(&self.values[e.raw.clone()]).unwrap_or(Value::Null),
-        }
+        serde_json::from_slice(&self.values[self.entries[i].raw.clone()]).unwrap_or(Value::Null)
     }
 
     /// The value at `path` below entry `i`, as the tree path reads it:
@@ -362,7 +369,6 @@ impl Scratch {
                 self.entries.push(Entry {
                     key: start..self.keys.len(),
                     raw: 0..0,
-                    number: None,
                     read: false,
                     state: value,
                 });
@@ -545,69 +551,6 @@ fn map_is_sorted() -> bool {
         .ok()
         .and_then(|m| m.keys().next().map(|k| k == "a"))
         .unwrap_or(false)
-}
-
-/// Reads the top-level object into the scratch buffers.
-struct TopLevel<'a>(&'a mut Scratch);
-
-impl<'de> Visitor<'de> for TopLevel<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let s = self.0;
-        loop {
-            let start = s.keys.len();
-            if map.next_key_seed(Key(&mut s.keys))?.is_none() {
-                return Ok(());
-            }
-            let key = start..s.keys.len();
-            let raw: &'de RawValue = map.next_value()?;
-            let text = raw.get();
-            let number = match text.as_bytes().first() {
-                Some(b'-' | b'0'..=b'9') => {
-                    Some(serde_json::from_str::<Number>(text).map_err(serde::de::Error::custom)?)
-                }
-                _ => None,
-            };
-            let from = s.values.len();
-            s.values.extend_from_slice(text.as_bytes());
-            s.entries.push(Entry {
-                key,
-                raw: from..s.values.len(),
-                number,
-                read: true,
-                state: State::Original,
-            });
-        }
-    }
-}
-
-/// Appends a key's (unescaped) text.
-struct Key<'a>(&'a mut String);
-
-impl<'de> DeserializeSeed<'de> for Key<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl Visitor<'_> for Key<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string key")
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        self.0.push_str(v);
-        Ok(())
-    }
 }
 
 #[cfg(test)]

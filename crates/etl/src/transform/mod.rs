@@ -6,6 +6,7 @@
 //! with a reason.
 
 mod chain;
+mod check;
 mod closures;
 mod faithful;
 #[cfg(feature = "remap")]

@@ -348,7 +348,7 @@ impl Transform for Remap {
 
     fn apply(&mut self, mut record: Record) -> Outcome {
         if let Some(lite) = &self.runner.program.lite {
-            match lite.run(&record.value, Some(&mut self.arena), self.checked_input) {
+            match lite.run(&record.value, &mut self.arena, true, self.checked_input) {
                 Lite::Done(None, _) => return Outcome::Keep(record),
                 Lite::Done(Some(value), _) => {
                     record.value = value;
@@ -512,6 +512,7 @@ pub struct VrlFilter {
     name: String,
     runner: Runner,
     checked_input: bool,
+    arena: Arena,
 }
 
 impl VrlFilter {
@@ -522,6 +523,7 @@ impl VrlFilter {
             name: name.into(),
             runner: Runner::new(condition),
             checked_input: false,
+            arena: Arena::default(),
         }
     }
 
@@ -548,7 +550,7 @@ impl Transform for VrlFilter {
 
     fn apply(&mut self, record: Record) -> Outcome {
         if let Some(lite) = &self.runner.program.lite {
-            match lite.run(&record.value, None, self.checked_input) {
+            match lite.run(&record.value, &mut self.arena, false, self.checked_input) {
                 Lite::Done(_, Value::Boolean(true)) => return Outcome::Keep(record),
                 Lite::Done(..) | Lite::Aborted => return Outcome::Filtered,
                 Lite::Fallback => {}

@@ -130,13 +130,57 @@ fn each_entry<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> Option<
 /// The entries of the object `text`.
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) fn entries(text: &str) -> Option<Entries<'_>> {
-    let mut out = Vec::new();
+    entries_in(text, Vec::new())
+}
+
+/// The entries of the object `text`, in `out` (emptied first: a vector
+/// kept to reuse its allocation).
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
+pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entries<'a>> {
+    out.clear();
     let mut ok = true;
     each_entry(text, |k, v| match key(k) {
         Some(k) => out.push((k, v)),
         None => ok = false,
     })?;
     ok.then_some(out)
+}
+
+/// An empty vector with `spare`'s allocation, of another type of the same
+/// layout (entries of another record's text): a vector kept across
+/// records costs no allocation per record. Collecting an emptied vector's
+/// iterator into one of the same layout reuses its allocation; one of
+/// another layout gets a new one, which is only slower.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
+pub(super) fn recycle<T, U>(mut spare: Vec<T>) -> Vec<U> {
+    spare.clear();
+    spare.into_iter().filter_map(|_| None).collect()
+}
+
+/// A key as serde_json reads it, borrowed from the text unless it has
+/// escapes. (`Cow<str>`'s own `Deserialize` always copies.)
+pub(super) struct Key<'de>(pub(super) Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
 }
 
 /// The text of the last value of `wanted` in the object `text`

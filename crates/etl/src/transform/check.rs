@@ -1,0 +1,358 @@
+//! Reading a record's top-level entries while checking, in the same pass,
+//! that the whole value is JSON.
+//!
+//! The fast paths need a record's top-level entries and the knowledge that
+//! the record is valid JSON (a record that is not goes to the stage's own
+//! reading, which refuses it with its error). Reading the entries with
+//! serde_json checked the value, but cost more than the rest of a small
+//! record's work: a `String` per key and a visitor call per value. This
+//! reader checks the grammar serde_json accepts and records where each
+//! value is, nothing else.
+//!
+//! Invariant: what it accepts, serde_json accepts (a differential property
+//! test holds it to that). It may leave alone what serde_json would accept
+//! (`None`: "not decided here"): besides invalid text, a `\u` escape of a
+//! UTF-16 surrogate, a number with an exponent of three digits or more or
+//! a run of 309 digits (past an `f64`, which VRL's reading refuses), and
+//! nesting deeper than serde_json's limit of 128.
+
+use std::borrow::Cow;
+
+use super::scan::Entries;
+
+/// serde_json's nesting limit.
+const MAX_DEPTH: usize = 128;
+
+/// Digits in a row from which a number may be past an `f64`.
+const LONG_DIGITS: usize = 309;
+
+/// The entries of the object `text` in written order, in `out` (emptied
+/// first), when `text` is a JSON object the fast paths can take.
+pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entries<'a>> {
+    out.clear();
+    let b = text.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (skip_ws(b, i + 1) == b.len()).then_some(out);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let (end, escaped) = string(b, i)?;
+        let key = if escaped {
+            Cow::Owned(serde_json::from_str::<String>(text.get(i..end)?).ok()?)
+        } else {
+            Cow::Borrowed(text.get(i + 1..end - 1)?)
+        };
+        i = skip_ws(b, end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(b, i + 1);
+        let end = value(b, start, 1)?;
+        out.push((key, text.get(start..end)?));
+        i = skip_ws(b, end);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b'}' => return (skip_ws(b, i + 1) == b.len()).then_some(out),
+            _ => return None,
+        }
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the value starting at `i`, `depth` containers deep.
+fn value(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => string(b, i).map(|(end, _)| end),
+        b'{' => object(b, i, depth + 1),
+        b'[' => array(b, i, depth + 1),
+        b't' => literal(b, i, b"true"),
+        b'f' => literal(b, i, b"false"),
+        b'n' => literal(b, i, b"null"),
+        b'-' | b'0'..=b'9' => number(b, i),
+        _ => None,
+    }
+}
+
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    let end = i + word.len();
+    (b.get(i..end)? == word).then_some(end)
+}
+
+fn object(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let mut i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        i = skip_ws(b, string(b, i)?.0);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(b, value(b, skip_ws(b, i + 1), depth)?);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+fn array(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let mut i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(i + 1);
+    }
+    loop {
+        i = skip_ws(b, value(b, i, depth)?);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            b']' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The index just past the string starting (with its quote) at `i`, and
+/// whether it has escapes. Refuses control characters, unknown escapes and
+/// `\u` escapes of surrogates.
+fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
+    let mut j = i + 1;
+    let mut escaped = false;
+    loop {
+        match *b.get(j)? {
+            b'"' => return Some((j + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                match *b.get(j + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => j += 2,
+                    b'u' => {
+                        let hex = b.get(j + 2..j + 6)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit)
+                            || matches!(hex[0], b'd' | b'D')
+                                && matches!(hex[1], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+                        {
+                            return None;
+                        }
+                        j += 6;
+                    }
+                    _ => return None,
+                }
+            }
+            0..=0x1f => return None,
+            _ => j += 1,
+        }
+    }
+}
+
+/// The index just past the number starting at `i`:
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, short enough to be an
+/// `f64`.
+fn number(b: &[u8], i: usize) -> Option<usize> {
+    let digits = |j: usize| {
+        let n = b.get(j..).map_or(0, |rest| {
+            rest.iter().take_while(|c| c.is_ascii_digit()).count()
+        });
+        (n > 0 && n < LONG_DIGITS).then_some(j + n)
+    };
+    let mut j = i;
+    if b.get(j) == Some(&b'-') {
+        j += 1;
+    }
+    j = match b.get(j)? {
+        b'0' => j + 1,
+        b'1'..=b'9' => digits(j)?,
+        _ => return None,
+    };
+    if b.get(j) == Some(&b'.') {
+        j = digits(j + 1)?;
+    }
+    if matches!(b.get(j), Some(b'e' | b'E')) {
+        j += 1;
+        if matches!(b.get(j), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        let end = digits(j)?;
+        if end - j >= 3 {
+            return None;
+        }
+        j = end;
+    }
+    Some(j)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use proptest::prelude::*;
+    use serde::de::IgnoredAny;
+
+    use super::*;
+
+    /// Whether serde_json reads `text` as a JSON object.
+    fn serde_accepts(text: &str) -> bool {
+        text.trim_start().starts_with('{') && serde_json::from_str::<IgnoredAny>(text).is_ok()
+    }
+
+    fn read(text: &str) -> Option<Vec<(String, String)>> {
+        entries_in(text, Vec::new()).map(|e| {
+            e.into_iter()
+                .map(|(k, v)| (k.into_owned(), v.to_owned()))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn reads_the_entries_serde_json_reads() {
+        let text = " {\"a\" : [1, {\"b\":\"]}\\\"\\\\\"}, true, null, -0.5e-3] ,\"k\\\"ey\\u00e9\":-1.5E+30,\"a\":{ }}\n";
+        assert_eq!(
+            read(text).unwrap(),
+            vec![
+                (
+                    "a".to_owned(),
+                    "[1, {\"b\":\"]}\\\"\\\\\"}, true, null, -0.5e-3]".to_owned()
+                ),
+                ("k\"eyé".to_owned(), "-1.5E+30".to_owned()),
+                ("a".to_owned(), "{ }".to_owned()),
+            ]
+        );
+        assert_eq!(read("{}").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn refuses_what_serde_json_refuses_and_leaves_what_it_cannot_take() {
+        for bad in [
+            "",
+            "{",
+            "[]",
+            "1",
+            "{}x",
+            "{} {}",
+            r#"{"a"}"#,
+            r#"{"a":}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":.5}"#,
+            r#"{"a":-}"#,
+            r#"{"a":1e}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":nul}"#,
+            r#"{"a":"x"#,
+            "{\"a\":\"\t\"}",
+            r#"{"a":"\x"}"#,
+            r#"{"a":"\u12"}"#,
+            r#"{"a":[1,]}"#,
+            r#"{"a":[1 2]}"#,
+            r#"{"a":{"b"}}"#,
+            r#"{"a":{"b":1,}}"#,
+            r#"{a:1}"#,
+            r#"{"a":+1}"#,
+            r#"{"a":NaN}"#,
+        ] {
+            assert!(read(bad).is_none(), "{bad:?}");
+            assert!(!serde_accepts(bad), "{bad:?} is valid: the list is wrong");
+        }
+        // Valid, left to the slow path.
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(130), "]".repeat(130));
+        for valid in [
+            r#"{"a":"\ud83d\ude00"}"#,
+            r#"{"a":1e308}"#,
+            &format!("{{\"a\":{}}}", "9".repeat(400)),
+        ] {
+            assert!(read(valid).is_none(), "{valid:?}");
+        }
+        assert!(read(&deep).is_none());
+    }
+
+    /// Whether `text` has a number with an exponent of 3 digits or more.
+    fn big_exponent(text: &str) -> bool {
+        let b = text.as_bytes();
+        b.iter().enumerate().any(|(i, c)| {
+            matches!(c, b'e' | b'E')
+                && i > 0
+                && b[i - 1].is_ascii_digit()
+                && b[i + 1..]
+                    .iter()
+                    .skip_while(|c| matches!(c, b'+' | b'-'))
+                    .take_while(|c| c.is_ascii_digit())
+                    .count()
+                    >= 3
+        })
+    }
+
+    /// Text that is often JSON and often almost JSON.
+    fn almost_json() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("fals".to_owned()),
+            "-?(0|[1-9][0-9]{0,3})(\\.[0-9]{0,2})?([eE][+-]?[0-9]{0,3})?",
+            "\"([a-z\u{e9}\\\\\"/\t]|\\\\[nu\"bx]|\\\\u[0-9a-fA-F]{4}){0,6}\"",
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(("\"[a-c\\\\\"]{0,2}\"", inner, "[ ,:]?"), 0..4).prop_map(
+                    |v| {
+                        let fields: Vec<String> = v
+                            .into_iter()
+                            .map(|(k, v, sep)| format!("{k}:{v}{sep}"))
+                            .collect();
+                        format!("{{{}}}", fields.join(","))
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn prop_accepts_only_what_serde_json_accepts(text in almost_json(), cut in 0usize..64) {
+            let object = format!("{{\"x\":{text}}}");
+            let cut_short = object.get(..object.len().saturating_sub(cut)).unwrap_or("");
+            if let Some(ours) = read(&object) {
+                prop_assert!(serde_accepts(&object), "accepted {:?}", object);
+                prop_assert_eq!(ours, vec![("x".to_owned(), text.clone())]);
+            }
+            for t in [text.as_str(), cut_short] {
+                if read(t).is_some() {
+                    prop_assert!(serde_accepts(t), "accepted {:?}", t);
+                }
+            }
+        }
+
+        #[test]
+        fn prop_reads_every_object_serde_json_writes(value in almost_json()) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&value) {
+                let text = serde_json::to_string(&serde_json::json!({"x": v, "y": [v]})).unwrap();
+                let left_alone = text.contains("\\ud") || text.contains("\\uD") || big_exponent(&text);
+                prop_assert!(read(&text).is_some() || left_alone, "refused {:?}", text);
+            }
+        }
+    }
+}
