@@ -18,7 +18,7 @@
 
 use std::borrow::Cow;
 
-use super::scan::Entries;
+use super::scan::{self, Entries};
 
 /// serde_json's nesting limit.
 const MAX_DEPTH: usize = 128;
@@ -141,6 +141,15 @@ fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
     let mut j = i + 1;
     let mut escaped = false;
     loop {
+        // Eight bytes at a time while none is one to look at.
+        while let Some(word) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+            let found = special(u64::from_le_bytes(word));
+            if found != 0 {
+                j += (found.trailing_zeros() / 8) as usize;
+                break;
+            }
+            j += 8;
+        }
         match *b.get(j)? {
             b'"' => return Some((j + 1, escaped)),
             b'\\' => {
@@ -164,6 +173,16 @@ fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
             _ => j += 1,
         }
     }
+}
+
+/// The bytes of `word` (little-endian) that are a quote, a backslash or
+/// a control character: the classic "has a zero byte" and "has a byte
+/// less than" tests, whose lowest flag is exact (borrows only run up).
+fn special(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    scan::quote_or_backslash(word) | control
 }
 
 /// The index just past the number starting at `i`:
@@ -221,6 +240,37 @@ mod tests {
                 .map(|(k, v)| (k.into_owned(), v.to_owned()))
                 .collect()
         })
+    }
+
+    #[test]
+    fn a_word_is_special_when_any_byte_is() {
+        for byte in 0..=255u8 {
+            let looked_at = byte == b'"' || byte == b'\\' || byte < 0x20;
+            for at in 0..8 {
+                let mut word = *b"abcdefgh";
+                word[at] = byte;
+                let found = special(u64::from_le_bytes(word));
+                assert_eq!(found != 0, looked_at, "{byte} at {at}");
+                if looked_at {
+                    assert_eq!(found.trailing_zeros() / 8, at as u32, "{byte} at {at}");
+                }
+            }
+        }
+        // The first of several is the one found.
+        for first in 0..8 {
+            for second in first + 1..8 {
+                for (x, y) in [(b'"', 1u8), (0x1f, b'\\'), (b'\\', b'"')] {
+                    let mut word = *b"abcdefgh";
+                    (word[first], word[second]) = (x, y);
+                    let found = special(u64::from_le_bytes(word));
+                    assert_eq!(found.trailing_zeros() / 8, first as u32);
+                }
+            }
+        }
+        // Bytes of multi-byte characters are never looked at.
+        for w in "Zürich 山田 Renée".as_bytes().windows(8) {
+            assert_eq!(special(u64::from_le_bytes(w.try_into().unwrap())), 0);
+        }
     }
 
     #[test]
