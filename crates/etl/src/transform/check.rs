@@ -17,6 +17,7 @@
 //! nesting deeper than serde_json's limit of 128.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use super::scan::{self, Entries};
 
@@ -28,8 +29,100 @@ const LONG_DIGITS: usize = 309;
 
 /// The entries of the object `text` in written order, in `out` (emptied
 /// first), when `text` is a JSON object the fast paths can take.
-pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entries<'a>> {
+pub(super) fn entries_in<'a>(text: &'a str, out: Entries<'a>) -> Option<Entries<'a>> {
+    read(text, out, &mut NoKeep)
+}
+
+/// Where [`entries_keeping`] keeps the entries of the nested objects it
+/// walks.
+pub(super) struct Nested<'a, 'v> {
+    /// Where each kept object starts in the text, and where its entries
+    /// are in `entries`.
+    pub(super) objects: &'v mut Vec<(usize, Range<usize>)>,
+    /// The kept objects' entries, each object's together.
+    pub(super) entries: &'v mut Entries<'a>,
+    /// The entries of the objects being read (emptied as each ends).
+    pub(super) pending: &'v mut Entries<'a>,
+}
+
+/// How many nested objects [`Nested`] keeps per record: past that, the
+/// rest are read when asked for (a lookup goes through the kept ones).
+const KEPT_OBJECTS: usize = 32;
+
+/// [`entries_in`], also keeping the entries of the nested objects it
+/// walks in `nested`, so that reading them later needs no second pass.
+pub(super) fn entries_keeping<'a>(
+    text: &'a str,
+    out: Entries<'a>,
+    mut nested: Nested<'a, '_>,
+) -> Option<Entries<'a>> {
+    read(text, out, &mut nested)
+}
+
+/// What the reading does with nested objects: nothing ([`NoKeep`]), or
+/// keep their entries ([`Nested`]). A type parameter, so that the plain
+/// reading has no cost of it.
+trait Keep<'a> {
+    /// An object starts: a mark to give back to [`Keep::close`], `None`
+    /// when this one is not kept.
+    fn open(&mut self) -> Option<usize>;
+    /// An entry of a kept object: its key's text is `text[key]` (quotes
+    /// included; `escaped` when it has escapes), its value `text[value]`.
+    fn entry(
+        &mut self,
+        text: &'a str,
+        key: Range<usize>,
+        escaped: bool,
+        value: Range<usize>,
+    ) -> Option<()>;
+    /// The kept object starting at `at`, opened with `mark`, ends.
+    fn close(&mut self, at: usize, mark: usize);
+}
+
+/// Keeps nothing.
+struct NoKeep;
+
+impl Keep<'_> for NoKeep {
+    fn open(&mut self) -> Option<usize> {
+        None
+    }
+
+    fn entry(&mut self, _: &str, _: Range<usize>, _: bool, _: Range<usize>) -> Option<()> {
+        Some(())
+    }
+
+    fn close(&mut self, _: usize, _: usize) {}
+}
+
+impl<'a> Keep<'a> for Nested<'a, '_> {
+    fn open(&mut self) -> Option<usize> {
+        (self.objects.len() < KEPT_OBJECTS).then_some(self.pending.len())
+    }
+
+    fn entry(
+        &mut self,
+        text: &'a str,
+        key: Range<usize>,
+        escaped: bool,
+        value: Range<usize>,
+    ) -> Option<()> {
+        let name = self::key(text, key.start, key.end, escaped)?;
+        self.pending.push((name, text.get(value)?));
+        Some(())
+    }
+
+    fn close(&mut self, at: usize, mark: usize) {
+        // The entries of the objects inside have been moved out as each
+        // ended: what is left from the mark is this object's.
+        let from = self.entries.len();
+        self.entries.extend(self.pending.drain(mark..));
+        self.objects.push((at, from..self.entries.len()));
+    }
+}
+
+fn read<'a, K: Keep<'a>>(text: &'a str, mut out: Entries<'a>, keep: &mut K) -> Option<Entries<'a>> {
     out.clear();
+    let r = &mut Reader { text, keep };
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -44,17 +137,13 @@ pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entr
             return None;
         }
         let (end, escaped) = string(b, i)?;
-        let key = if escaped {
-            Cow::Owned(serde_json::from_str::<String>(text.get(i..end)?).ok()?)
-        } else {
-            Cow::Borrowed(text.get(i + 1..end - 1)?)
-        };
+        let key = key(text, i, end, escaped)?;
         i = skip_ws(b, end);
         if b.get(i) != Some(&b':') {
             return None;
         }
         let start = skip_ws(b, i + 1);
-        let end = value(b, start, 1)?;
+        let end = value(r, b, start, 1)?;
         out.push((key, text.get(start..end)?));
         i = skip_ws(b, end);
         match b.get(i)? {
@@ -65,6 +154,21 @@ pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entr
     }
 }
 
+/// The key whose text (quotes included) is `text[start..end]`.
+fn key(text: &str, start: usize, end: usize, escaped: bool) -> Option<Cow<'_, str>> {
+    Some(if escaped {
+        Cow::Owned(serde_json::from_str::<String>(text.get(start..end)?).ok()?)
+    } else {
+        Cow::Borrowed(text.get(start + 1..end - 1)?)
+    })
+}
+
+/// The text being read, and what is done with nested objects.
+struct Reader<'a, 'k, K> {
+    text: &'a str,
+    keep: &'k mut K,
+}
+
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
@@ -73,11 +177,16 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The index just past the value starting at `i`, `depth` containers deep.
-fn value(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+fn value<'a, K: Keep<'a>>(
+    r: &mut Reader<'a, '_, K>,
+    b: &[u8],
+    i: usize,
+    depth: usize,
+) -> Option<usize> {
     match *b.get(i)? {
         b'"' => string(b, i).map(|(end, _)| end),
-        b'{' => object(b, i, depth + 1),
-        b'[' => array(b, i, depth + 1),
+        b'{' => object(r, b, i, depth + 1),
+        b'[' => array(r, b, i, depth + 1),
         b't' => literal(b, i, b"true"),
         b'f' => literal(b, i, b"false"),
         b'n' => literal(b, i, b"null"),
@@ -91,32 +200,54 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
     (b.get(i..end)? == word).then_some(end)
 }
 
-fn object(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+fn object<'a, K: Keep<'a>>(
+    r: &mut Reader<'a, '_, K>,
+    b: &[u8],
+    at: usize,
+    depth: usize,
+) -> Option<usize> {
     if depth > MAX_DEPTH {
         return None;
     }
-    let mut i = skip_ws(b, i + 1);
-    if b.get(i) == Some(&b'}') {
-        return Some(i + 1);
+    let mark = r.keep.open();
+    let mut i = skip_ws(b, at + 1);
+    if b.get(i) != Some(&b'}') {
+        loop {
+            if b.get(i) != Some(&b'"') {
+                return None;
+            }
+            let (end, escaped) = string(b, i)?;
+            let name = (i, end, escaped);
+            i = skip_ws(b, end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            let start = skip_ws(b, i + 1);
+            let end = value(r, b, start, depth)?;
+            if mark.is_some() {
+                let (from, to, escaped) = name;
+                r.keep.entry(r.text, from..to, escaped, start..end)?;
+            }
+            i = skip_ws(b, end);
+            match b.get(i)? {
+                b',' => i = skip_ws(b, i + 1),
+                b'}' => break,
+                _ => return None,
+            }
+        }
     }
-    loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        i = skip_ws(b, string(b, i)?.0);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        i = skip_ws(b, value(b, skip_ws(b, i + 1), depth)?);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b'}' => return Some(i + 1),
-            _ => return None,
-        }
+    if let Some(mark) = mark {
+        r.keep.close(at, mark);
     }
+    Some(i + 1)
 }
 
-fn array(b: &[u8], i: usize, depth: usize) -> Option<usize> {
+fn array<'a, K: Keep<'a>>(
+    r: &mut Reader<'a, '_, K>,
+    b: &[u8],
+    i: usize,
+    depth: usize,
+) -> Option<usize> {
     if depth > MAX_DEPTH {
         return None;
     }
@@ -125,7 +256,7 @@ fn array(b: &[u8], i: usize, depth: usize) -> Option<usize> {
         return Some(i + 1);
     }
     loop {
-        i = skip_ws(b, value(b, i, depth)?);
+        i = skip_ws(b, value(r, b, i, depth)?);
         match b.get(i)? {
             b',' => i = skip_ws(b, i + 1),
             b']' => return Some(i + 1),
@@ -393,6 +524,39 @@ mod tests {
                 if read(t).is_some() {
                     prop_assert!(serde_accepts(t), "accepted {:?}", t);
                 }
+            }
+        }
+
+        #[test]
+        fn prop_kept_objects_are_the_ones_the_scanner_reads(text in almost_json()) {
+            let doc = format!("{{\"x\":{text},\"y\":[{text}]}}");
+            let (mut objects, mut entries, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+            let nested = Nested {
+                objects: &mut objects,
+                entries: &mut entries,
+                pending: &mut pending,
+            };
+            if entries_keeping(&doc, Vec::new(), nested).is_some() {
+                prop_assert!(pending.is_empty());
+                for (at, range) in &objects {
+                    prop_assert_eq!(doc.as_bytes()[*at], b'{');
+                    let scanned = scan::entries(&doc[*at..]).unwrap();
+                    prop_assert_eq!(&entries[range.clone()], &scanned[..]);
+                }
+                // Every nested object is kept, up to the limit.
+                fn objects_in(v: &serde_json::Value) -> usize {
+                    match v {
+                        serde_json::Value::Object(m) => 1 + m.values().map(objects_in).sum::<usize>(),
+                        serde_json::Value::Array(a) => a.iter().map(objects_in).sum(),
+                        _ => 0,
+                    }
+                }
+                let value: serde_json::Value = serde_json::from_str(&doc).unwrap();
+                let nested = objects_in(&value) - 1;
+                // serde_json's map keeps one of duplicate keys; the text
+                // has at least as many objects as it shows.
+                prop_assert!(objects.len() >= nested.min(KEPT_OBJECTS));
+                prop_assert!(objects.len() <= KEPT_OBJECTS);
             }
         }
 

@@ -27,7 +27,9 @@
 //! change: unchanged values from their original text in their original
 //! order, new keys after, sorted.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -432,14 +434,11 @@ pub(super) struct Arena {
 #[derive(Debug, Default)]
 pub(super) struct Spare {
     top: Entries<'static>,
-    objects: Vec<(usize, Entries<'static>)>,
-    entries: Vec<Entries<'static>>,
+    objects: Vec<(usize, Range<usize>)>,
+    entries: Entries<'static>,
+    pending: Entries<'static>,
     vars: Vec<Val<'static>>,
 }
-
-/// How many emptied entry vectors [`Spare`] keeps: more than a record's
-/// nested objects usually are.
-const SPARE_ENTRIES: usize = 32;
 
 impl Arena {
     /// The value just written, cut from the current block.
@@ -565,9 +564,29 @@ struct Cx<'a> {
     /// The entries of the record's nested objects read so far, by where
     /// the object starts in `doc`: an object a program reads twice
     /// (`.order.status`, then `.order.items`) is scanned once.
-    objects: RefCell<Vec<(usize, Entries<'a>)>>,
-    /// Emptied vectors for the next nested objects read.
-    spare: RefCell<Vec<Entries<'a>>>,
+    objects: RefCell<Objects<'a>>,
+}
+
+/// The entries of a record's nested objects read so far.
+#[derive(Debug)]
+struct Objects<'a> {
+    /// Where each object starts in the record, and where its entries are
+    /// in `entries`.
+    at: Vec<(usize, Range<usize>)>,
+    entries: Entries<'a>,
+}
+
+impl<'a> Objects<'a> {
+    /// The entries of the object whose text is `text`, a slice of `doc`,
+    /// when read.
+    fn get(&self, doc: &str, text: &str) -> Option<&[(Cow<'a, str>, &'a str)]> {
+        let start = text.as_ptr().addr().wrapping_sub(doc.as_ptr().addr());
+        if start.saturating_add(text.len()) > doc.len() {
+            return None;
+        }
+        let (_, range) = self.at.iter().find(|(at, _)| *at == start)?;
+        self.entries.get(range.clone())
+    }
 }
 
 fn field(segment: &OwnedSegment) -> Option<&str> {
@@ -583,49 +602,45 @@ impl<'a> Cx<'a> {
     fn open(input: &'a [u8], checked: bool, spare: &mut Spare) -> Option<Self> {
         let doc = std::str::from_utf8(input).ok()?;
         let top = scan::recycle(std::mem::take(&mut spare.top));
+        let mut objects = Objects {
+            at: std::mem::take(&mut spare.objects),
+            entries: scan::recycle(std::mem::take(&mut spare.entries)),
+        };
+        objects.at.clear();
+        let mut pending = scan::recycle(std::mem::take(&mut spare.pending));
         // Unchecked, the reading checks the whole value on the way (and
-        // leaves what VRL's reading refuses); checked, the scanner reads
-        // the top level.
+        // leaves what VRL's reading refuses), keeping the entries of the
+        // nested objects it walks; checked, the scanner reads the top
+        // level, and nested objects when the program reaches them.
         let top = if checked {
             if past_f64(input) || surrogate_escape(input) {
                 return None;
             }
             scan::entries_in(doc, top)?
         } else {
-            check::entries_in(doc, top)?
+            let nested = check::Nested {
+                objects: &mut objects.at,
+                entries: &mut objects.entries,
+                pending: &mut pending,
+            };
+            let top = check::entries_keeping(doc, top, nested);
+            spare.pending = scan::recycle(pending);
+            top?
         };
         Some(Cx {
             doc,
             top,
             vars: scan::recycle(std::mem::take(&mut spare.vars)),
             overlay: Obj::default(),
-            objects: RefCell::new(scan::recycle(std::mem::take(&mut spare.objects))),
-            spare: RefCell::new(
-                std::mem::take(&mut spare.entries)
-                    .into_iter()
-                    .map(scan::recycle)
-                    .collect(),
-            ),
+            objects: RefCell::new(objects),
         })
     }
 
     /// Give the evaluation's vectors back, emptied, for the next record.
     fn close(self, spare: &mut Spare) {
-        let mut entries: Vec<Entries<'static>> = self
-            .spare
-            .into_inner()
-            .into_iter()
-            .map(scan::recycle)
-            .collect();
-        let mut objects = self.objects.into_inner();
-        entries.extend(
-            objects
-                .drain(..)
-                .take(SPARE_ENTRIES.saturating_sub(entries.len()))
-                .map(|(_, e)| scan::recycle(e)),
-        );
-        spare.entries = entries;
-        spare.objects = scan::recycle(objects);
+        let objects = self.objects.into_inner();
+        spare.objects = objects.at;
+        spare.entries = scan::recycle(objects.entries);
         spare.top = scan::recycle(self.top);
         spare.vars = scan::recycle(self.vars);
     }
@@ -643,10 +658,17 @@ impl<'a> Cx<'a> {
             return Ok(None);
         }
         arena.out.clear();
-        Ok(
-            write_object(self.doc, Some(&self.top), &self.overlay, &mut arena.out)?
-                .then(|| arena.keep()),
-        )
+        Ok(write_object(
+            &Known {
+                doc: self.doc,
+                objects: &self.objects.borrow(),
+            },
+            self.doc,
+            Some(&self.top),
+            &self.overlay,
+            &mut arena.out,
+        )?
+        .then(|| arena.keep()))
     }
 
     /// Whether a declarative filter holds on the record as read, as
@@ -873,13 +895,14 @@ impl<'a> Cx<'a> {
             return child(text, segment);
         }
         let mut objects = self.objects.borrow_mut();
-        if let Some((_, entries)) = objects.iter().find(|(at, _)| *at == start) {
+        if let Some(entries) = objects.get(self.doc, text) {
             return Ok(last_of(entries, key.as_str()));
         }
-        let spare = self.spare.borrow_mut().pop().unwrap_or_default();
-        let entries = scan::entries_in(text, spare).ok_or(Stop::Fallback)?;
-        let found = last_of(&entries, key.as_str());
-        objects.push((start, entries));
+        let from = objects.entries.len();
+        scan::append_entries(text, &mut objects.entries).ok_or(Stop::Fallback)?;
+        let range = from..objects.entries.len();
+        let found = last_of(&objects.entries[range.clone()], key.as_str());
+        objects.at.push((start, range));
         Ok(found)
     }
 
@@ -1037,7 +1060,7 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
 }
 
 /// The last value of `key` among an object's entries.
-fn last_of<'a>(entries: &Entries<'a>, key: &str) -> Option<&'a str> {
+fn last_of<'a>(entries: &[(Cow<'a, str>, &'a str)], key: &str) -> Option<&'a str> {
     entries
         .iter()
         .rev()
@@ -1083,12 +1106,19 @@ fn write_key(out: &mut Vec<u8>, key: &str) -> serde_json::Result<()> {
     Ok(())
 }
 
+/// The record being written and its nested objects read so far.
+struct Known<'k, 'a> {
+    doc: &'k str,
+    objects: &'k Objects<'a>,
+}
+
 /// Write the object `text` (its entries `read`, when already read) with
 /// the changes in `obj`, as [`faithful::write`] writes it. Whether it
 /// changed; when it did not, its original text is what was written.
 fn write_object(
+    known: &Known<'_, '_>,
     text: &str,
-    read: Option<&Entries<'_>>,
+    read: Option<&[(Cow<'_, str>, &str)]>,
     obj: &Obj,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<bool> {
@@ -1127,7 +1157,8 @@ fn write_object(
             Some(Node::Children(inner)) => {
                 comma(out, &mut first);
                 write_key(out, key)?;
-                changed |= write_object(raw, None, inner, out)?;
+                let read = known.objects.get(known.doc, raw);
+                changed |= write_object(known, raw, read, inner, out)?;
             }
         }
     }

@@ -147,12 +147,25 @@ pub(super) fn entries(text: &str) -> Option<Entries<'_>> {
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entries<'a>> {
     out.clear();
+    append_entries(text, &mut out)?;
+    Some(out)
+}
+
+/// The entries of the object `text`, appended to `out` (left as it was
+/// when the text is not one).
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
+pub(super) fn append_entries<'a>(text: &'a str, out: &mut Entries<'a>) -> Option<()> {
+    let from = out.len();
     let mut ok = true;
-    each_entry(text, |k, v| match key(k) {
+    let read = each_entry(text, |k, v| match key(k) {
         Some(k) => out.push((k, v)),
         None => ok = false,
-    })?;
-    ok.then_some(out)
+    });
+    if read.is_none() || !ok {
+        out.truncate(from);
+        return None;
+    }
+    Some(())
 }
 
 /// An empty vector with `spare`'s allocation, of another type of the same
