@@ -193,7 +193,7 @@ impl FastStage {
         s.edited.clear();
         // One UTF-8 check for the whole value; the parser then borrows
         // strings without checking each again.
-        let Ok(text) = std::str::from_utf8(input) else {
+        let Ok(text) = simdutf8::basic::from_utf8(input) else {
             return Fast::Fallback;
         };
         // The reading checks the whole value; numbers are parsed when a

@@ -600,7 +600,7 @@ impl<'a> Cx<'a> {
     /// The evaluation of one record, its top level read; `None` for what
     /// the fast path leaves to VRL (see [`LiteProgram::run`]).
     fn open(input: &'a [u8], checked: bool, spare: &mut Spare) -> Option<Self> {
-        let doc = std::str::from_utf8(input).ok()?;
+        let doc = simdutf8::basic::from_utf8(input).ok()?;
         let top = scan::recycle(std::mem::take(&mut spare.top));
         let mut objects = Objects {
             at: std::mem::take(&mut spare.objects),
