@@ -515,7 +515,40 @@ impl Val<'_> {
 fn val(text: &str) -> Run<Val<'_>> {
     match text.as_bytes().first() {
         Some(b'{' | b'[') => Ok(Val::Raw(text)),
-        _ => Ok(Val::V(serde_json::from_str(text)?)),
+        _ => match plain_number(text) {
+            Some(v) => Ok(Val::V(v)),
+            None => Ok(Val::V(serde_json::from_str(text)?)),
+        },
+    }
+}
+
+/// A number whose value serde_json's reading gives without rounding
+/// choices: an integer of at most 18 digits (not `-0`, which serde_json
+/// reads as a float), or a decimal without exponent of at most 15 digits,
+/// which one correctly rounded division gives in serde_json as in the
+/// standard library. `None` for anything else (read by serde_json).
+fn plain_number(text: &str) -> Option<Value> {
+    let b = text.as_bytes();
+    let unsigned = b.strip_prefix(b"-").unwrap_or(b);
+    let mut digits = 0;
+    let mut points = 0;
+    for c in unsigned {
+        match c {
+            b'0'..=b'9' => digits += 1,
+            b'.' => points += 1,
+            _ => return None,
+        }
+    }
+    match (points, digits) {
+        (0, 1..=18) => match text.parse::<i64>().ok()? {
+            0 if unsigned.len() != b.len() => None,
+            n => Some(Value::Integer(n)),
+        },
+        (1, 2..=15) => {
+            // Digits and one point: never NaN.
+            Some(Value::from_f64_or_zero(text.parse::<f64>().ok()?))
+        }
+        _ => None,
     }
 }
 
@@ -1348,6 +1381,47 @@ mod tests {
             prop_assert_eq!(&fast, &vrl, "{} on {}", program, input);
             prop_assert_eq!(&checked, &vrl, "{} on {} (input checked)", program, input);
         }
+    }
+
+    proptest! {
+        #[test]
+        fn prop_plain_numbers_read_as_serde_json_reads_them(
+            int in -999_999_999_999_999_999i64..=999_999_999_999_999_999,
+            whole in 0u64..10_000_000,
+            frac in "[0-9]{1,8}",
+            negative in any::<bool>(),
+        ) {
+            let sign = if negative { "-" } else { "" };
+            for text in [int.to_string(), format!("{sign}{whole}.{frac}"), format!("{sign}0.{frac}")] {
+                let theirs: Value = serde_json::from_str(&text).unwrap();
+                if let Some(ours) = plain_number(&text) {
+                    prop_assert_eq!(&ours, &theirs, "{}", text);
+                    let same_bits = match (&ours, &theirs) {
+                        (Value::Float(a), Value::Float(b)) => a.to_bits() == b.to_bits(),
+                        (a, b) => a == b,
+                    };
+                    prop_assert!(same_bits, "{}", text);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plain_numbers_leave_what_serde_json_reads_its_own_way() {
+        for text in [
+            "-0",
+            "1e3",
+            "1.5E-2",
+            "12345678901234567890",
+            "1.2345678901234567",
+            "true",
+            "\"1\"",
+        ] {
+            assert_eq!(plain_number(text), None, "{text}");
+        }
+        assert_eq!(plain_number("-12"), Some(Value::Integer(-12)));
+        assert_eq!(plain_number("0"), Some(Value::Integer(0)));
+        assert_eq!(plain_number("-0.0"), Some(Value::from_f64_or_zero(-0.0)));
     }
 
     #[test]
