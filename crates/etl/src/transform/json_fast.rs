@@ -308,7 +308,7 @@ impl Scratch {
         }
         let raw = &self.values[self.entries[i].raw.clone()];
         // Text of a valid JSON value read as UTF-8.
-        let mut text = std::str::from_utf8(raw).ok()?;
+        let mut text = simdutf8::basic::from_utf8(raw).ok()?;
         for segment in path {
             text = match text.as_bytes().first() {
                 // The record was read (and checked) whole above.
@@ -327,7 +327,7 @@ impl Scratch {
     fn drop_text(&mut self, i: usize, path: &[String]) -> Option<Option<Range<usize>>> {
         let raw = &self.values[self.entries[i].raw.clone()];
         // Text of a valid JSON value read as UTF-8.
-        let text = std::str::from_utf8(raw).ok()?;
+        let text = simdutf8::basic::from_utf8(raw).ok()?;
         let start = self.edited.len();
         let dropped = drop_in(text, path, &mut self.edited);
         if dropped != Some(true) {
