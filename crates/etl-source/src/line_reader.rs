@@ -347,7 +347,7 @@ impl LineReader {
                 line.len(),
                 config.max_line_bytes
             ))
-        } else if let Err(e) = std::str::from_utf8(&line) {
+        } else if let Err(e) = simdutf8::compat::from_utf8(&line) {
             Some(format!(
                 "invalid UTF-8 at byte {} of the line",
                 e.valid_up_to()
