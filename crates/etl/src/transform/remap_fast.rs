@@ -515,6 +515,14 @@ impl Val<'_> {
 fn val(text: &str) -> Run<Val<'_>> {
     match text.as_bytes().first() {
         Some(b'{' | b'[') => Ok(Val::Raw(text)),
+        Some(b'"') => match text.get(1..text.len() - 1) {
+            // Without escapes, the string is its text (the reading
+            // checked it).
+            Some(inner) if text.len() >= 2 && !inner.contains('\\') => {
+                Ok(Val::V(Value::Bytes(Bytes::copy_from_slice(inner.as_bytes()))))
+            }
+            _ => Ok(Val::V(serde_json::from_str(text)?)),
+        },
         _ => match plain_number(text) {
             Some(v) => Ok(Val::V(v)),
             None => Ok(Val::V(serde_json::from_str(text)?)),
