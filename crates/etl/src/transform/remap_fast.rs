@@ -518,9 +518,9 @@ fn val(text: &str) -> Run<Val<'_>> {
         Some(b'"') => match text.get(1..text.len() - 1) {
             // Without escapes, the string is its text (the reading
             // checked it).
-            Some(inner) if text.len() >= 2 && !inner.contains('\\') => {
-                Ok(Val::V(Value::Bytes(Bytes::copy_from_slice(inner.as_bytes()))))
-            }
+            Some(inner) if text.len() >= 2 && !inner.contains('\\') => Ok(Val::V(Value::Bytes(
+                Bytes::copy_from_slice(inner.as_bytes()),
+            ))),
             _ => Ok(Val::V(serde_json::from_str(text)?)),
         },
         _ => match plain_number(text) {
