@@ -35,6 +35,7 @@ pub(super) fn entries_in<'a>(text: &'a str, out: Entries<'a>) -> Option<Entries<
 
 /// Where [`entries_keeping`] keeps the entries of the nested objects it
 /// walks.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) struct Nested<'a, 'v> {
     /// Where each kept object starts in the text, and where its entries
     /// are in `entries`.
@@ -47,10 +48,12 @@ pub(super) struct Nested<'a, 'v> {
 
 /// How many nested objects [`Nested`] keeps per record: past that, the
 /// rest are read when asked for (a lookup goes through the kept ones).
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 const KEPT_OBJECTS: usize = 32;
 
 /// [`entries_in`], also keeping the entries of the nested objects it
 /// walks in `nested`, so that reading them later needs no second pass.
+#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) fn entries_keeping<'a>(
     text: &'a str,
     out: Entries<'a>,
