@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use etl_record::{Offset, PartitionId};
@@ -9,6 +10,7 @@ use etl_record::{Offset, PartitionId};
 use crate::file_config::resolve_inputs;
 use crate::file_identity::{FileIdentity, Registry};
 use crate::line_reader::LineReader;
+use crate::read_buf::ChunkPool;
 use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, SourceEvent};
 
 /// Reads lines from files: one partition per file, offsets are the byte
@@ -72,6 +74,8 @@ pub struct FileSource {
     /// Partitions of files that were replaced: calls about them are
     /// no-ops, and none of their batches follows.
     retired: BTreeSet<PartitionId>,
+    /// Read chunks given back by records already written, read into next.
+    chunks: Arc<ChunkPool>,
 }
 
 /// Where a last line emitted without its newline was cut: its start and
@@ -160,6 +164,7 @@ impl FileSource {
                 changed[i] = None;
             }
         }
+        let chunks = ChunkPool::new(config.read_chunk_bytes);
         let mut files = Vec::new();
         for (i, (path, identity)) in found.into_iter().enumerate() {
             let (partition, cut) = match ids[i] {
@@ -208,6 +213,7 @@ impl FileSource {
                     config.name.clone(),
                     partition,
                     cut,
+                    Arc::clone(&chunks),
                 ),
                 done: false,
                 paused: false,
@@ -231,6 +237,7 @@ impl FileSource {
             turn: 0,
             events: VecDeque::new(),
             retired: BTreeSet::new(),
+            chunks,
         })
     }
 
@@ -348,6 +355,7 @@ impl FileSource {
             self.config.name.clone(),
             new,
             None,
+            Arc::clone(&self.chunks),
         );
         file.done = false;
         file.paused = false;

@@ -47,6 +47,7 @@ mod generator;
 mod line_reader;
 mod metrics;
 mod poison;
+mod read_buf;
 mod source;
 
 pub use batch::PollBatch;

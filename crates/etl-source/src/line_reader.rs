@@ -2,13 +2,16 @@
 //! the read buffer, bad input turned into dead letters.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::io::{ErrorKind, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use bytes::{Buf, Bytes, BytesMut};
+use std::sync::Arc;
+
+use bytes::Bytes;
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 
 use crate::file_identity::{dev_ino, regular_file_metadata};
+use crate::read_buf::{ChunkPool, ReadBuf};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
 /// The UTF-8 byte order mark, which some editors write at the start of a
@@ -33,8 +36,8 @@ pub(crate) struct LineReader {
     source: SourceId,
     partition: PartitionId,
     /// Bytes read but not yet turned into records; `buf[0]` is at file
-    /// position `buf_pos`. Records are slices of frozen prefixes of it.
-    buf: BytesMut,
+    /// position `buf_pos`. Records are slices of the chunks it reads into.
+    buf: ReadBuf,
     buf_pos: u64,
     /// How far `buf` is known to hold no newline, so a long line is not
     /// rescanned after every read.
@@ -75,6 +78,7 @@ impl LineReader {
         source: SourceId,
         partition: PartitionId,
         cut: Option<(u64, u64)>,
+        chunks: Arc<ChunkPool>,
     ) -> Self {
         LineReader {
             path: path.to_path_buf(),
@@ -82,7 +86,7 @@ impl LineReader {
             dev_ino,
             source,
             partition,
-            buf: BytesMut::new(),
+            buf: ReadBuf::new(chunks),
             buf_pos: 0,
             scanned: 0,
             skipping: false,
@@ -156,7 +160,7 @@ impl LineReader {
     /// record yet.
     pub(crate) fn close(&mut self) {
         self.file = None;
-        self.buf = BytesMut::new();
+        self.buf.release();
         self.scanned = 0;
         self.at_eof = false;
     }
@@ -236,13 +240,13 @@ impl LineReader {
         while batch.len() < config.max_batch_records && bytes < config.max_batch_bytes {
             if self.after_cut && !self.buf.is_empty() {
                 self.after_cut = false;
-                if self.buf[0] == b'\n' {
+                if self.buf.bytes()[0] == b'\n' {
                     self.consume(1);
                     continue;
                 }
             }
             let newline =
-                memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|i| self.scanned + i);
+                memchr::memchr(b'\n', &self.buf.bytes()[self.scanned..]).map(|i| self.scanned + i);
             // Bytes to the cut, when a cut line starts here.
             let cut = self
                 .cut
@@ -273,7 +277,8 @@ impl LineReader {
                     let start = self.buf_pos;
                     let len = self.buf.len();
                     // A copy, so the dead letter does not pin the whole buffer.
-                    let preview = Bytes::copy_from_slice(&self.buf[..PREVIEW_BYTES.min(len)]);
+                    let preview =
+                        Bytes::copy_from_slice(&self.buf.bytes()[..PREVIEW_BYTES.min(len)]);
                     self.consume(len);
                     bytes += preview.len();
                     let reason = format!(
@@ -287,7 +292,7 @@ impl LineReader {
                 }
                 (None, _) => {
                     self.scanned = self.buf.len();
-                    if self.fill(config.read_chunk_bytes)? == 0 {
+                    if self.fill()? == 0 {
                         self.at_eof = true;
                         break;
                     }
@@ -299,7 +304,7 @@ impl LineReader {
         if self.at_eof && self.buf.is_empty() {
             // Nothing to keep: give the read buffer back rather than hold
             // it for every idle file.
-            self.buf = BytesMut::new();
+            self.buf.release();
             self.scanned = 0;
         }
         self.last_batch_records = batch.records.len();
@@ -385,7 +390,7 @@ impl LineReader {
     fn take(&mut self, n: usize) -> Bytes {
         self.buf_pos += n as u64;
         self.scanned = 0;
-        self.buf.split_to(n).freeze()
+        self.buf.take(n)
     }
 
     fn consume(&mut self, n: usize) {
@@ -394,27 +399,14 @@ impl LineReader {
         self.buf.advance(n);
     }
 
-    /// One read of up to `chunk` bytes appended to the buffer; 0 at the end
-    /// of the file.
-    fn fill(&mut self, chunk: usize) -> Result<usize, SourceError> {
+    /// One read appended to the buffer; 0 at the end of the file.
+    fn fill(&mut self) -> Result<usize, SourceError> {
         let Some(file) = &mut self.file else {
             // Closed readers are opened by the source before reading.
             return Ok(0);
         };
-        let len = self.buf.len();
-        self.buf.resize(len + chunk, 0);
-        loop {
-            match file.read(&mut self.buf[len..]) {
-                Ok(n) => {
-                    self.buf.truncate(len + n);
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.buf.truncate(len);
-                    return Err(SourceError::io(&self.path, e));
-                }
-            }
-        }
+        self.buf
+            .fill(file)
+            .map_err(|e| SourceError::io(&self.path, e))
     }
 }
