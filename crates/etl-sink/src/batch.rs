@@ -24,12 +24,7 @@ impl EncodedBatch {
     /// returned apart, each with its error, instead of failing the batch.
     pub fn encode(records: Vec<Record>, encoder: &dyn Encoder) -> (Self, Vec<(Record, SinkError)>) {
         let mut builder = BatchBuilder::default();
-        let mut refused = Vec::new();
-        for record in records {
-            if let Some((record, err)) = builder.push(record, encoder) {
-                refused.push((record, err));
-            }
-        }
+        let refused = builder.extend(records, encoder, |_| false);
         (builder.finish(), refused)
     }
 
@@ -114,30 +109,56 @@ pub(crate) struct BatchBuilder {
 }
 
 impl BatchBuilder {
-    /// Encode and append one record; a refused record is handed back with
-    /// the reason.
-    pub(crate) fn push(
+    /// Encode and add `records` in order, leaving out those `skip` names;
+    /// returns the records the encoder refused, with its error. The
+    /// vector itself becomes the batch's when the batch is empty (the
+    /// common case: one upstream batch per sink batch), so its records
+    /// are neither moved one by one nor copied into a new allocation.
+    pub(crate) fn extend(
         &mut self,
-        record: Record,
+        mut records: Vec<Record>,
         encoder: &dyn Encoder,
-    ) -> Option<(Record, SinkError)> {
-        let before = self.buf.len();
-        match encoder.encode(&record, &mut self.buf) {
-            Ok(()) => {
-                self.ends.push(self.buf.len());
-                self.records.push(record);
-                None
+        mut skip: impl FnMut(&Record) -> bool,
+    ) -> Vec<(Record, SinkError)> {
+        // Records to leave out, by index, with the encoder's error for a
+        // refused one; empty unless something is left out.
+        let mut out: Vec<(usize, Option<SinkError>)> = Vec::new();
+        self.ends.reserve(records.len());
+        for (i, record) in records.iter().enumerate() {
+            if skip(record) {
+                out.push((i, None));
+                continue;
             }
-            Err(err) => {
-                // Whatever the encoder appended before refusing is dropped.
-                self.buf.truncate(before);
-                Some((record, err))
+            let before = self.buf.len();
+            match encoder.encode(record, &mut self.buf) {
+                Ok(()) => self.ends.push(self.buf.len()),
+                Err(err) => {
+                    // Whatever the encoder appended before refusing is dropped.
+                    self.buf.truncate(before);
+                    out.push((i, Some(err)));
+                }
             }
         }
+        let mut refused = Vec::new();
+        if !out.is_empty() {
+            let mut out = out.into_iter().peekable();
+            let all = std::mem::take(&mut records);
+            for (i, record) in all.into_iter().enumerate() {
+                match out.next_if(|(at, _)| *at == i) {
+                    Some((_, Some(err))) => refused.push((record, err)),
+                    Some((_, None)) => {}
+                    None => records.push(record),
+                }
+            }
+        }
+        if self.records.is_empty() {
+            self.records = records;
+        } else {
+            self.records.append(&mut records);
+        }
+        refused
     }
 
-    /// Append a record whose encoding `write` appends itself (it cannot
-    /// fail).
     pub(crate) fn push_with(&mut self, record: Record, write: impl FnOnce(&mut BytesMut)) {
         write(&mut self.buf);
         self.ends.push(self.buf.len());
@@ -154,12 +175,12 @@ impl BatchBuilder {
 
     /// The batch built so far; the builder starts over, keeping its buffer.
     pub(crate) fn finish(&mut self) -> EncodedBatch {
-        // The next batch is likely as large as this one: size its vectors
-        // up front rather than growing them record by record.
-        let records = Vec::with_capacity(self.records.capacity());
+        // The next batch is likely as large as this one: size its ends
+        // up front rather than growing them record by record. Its records
+        // are mostly an upstream batch's own vector (see `extend`).
         let ends = Vec::with_capacity(self.ends.capacity());
         EncodedBatch {
-            records: std::mem::replace(&mut self.records, records),
+            records: std::mem::take(&mut self.records),
             bytes: self.buf.split().freeze(),
             ends: std::mem::replace(&mut self.ends, ends),
         }
@@ -197,16 +218,50 @@ mod tests {
     }
 
     #[test]
+    fn extend_keeps_order_leaves_out_skipped_and_refused_and_adopts_the_vector() {
+        let mut builder = BatchBuilder::default();
+        let first: Vec<Record> = vec![rec(0, "[0]"), rec(1, "[1]")];
+        assert!(
+            builder
+                .extend(first, &NdjsonEncoder::new(), |_| false)
+                .is_empty()
+        );
+        let second = vec![
+            rec(2, "[2]"),
+            rec(3, "not json"),
+            rec(4, "[4]"),
+            rec(5, "[5]"),
+            rec(6, "{}"),
+        ];
+        let refused = builder.extend(second, &NdjsonEncoder::new(), |r| {
+            r.position.offset == Offset(4)
+        });
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0.position.offset, Offset(3));
+        let batch = builder.finish();
+        let offsets: Vec<i64> = batch
+            .records()
+            .iter()
+            .map(|r| r.position.offset.0)
+            .collect();
+        assert_eq!(offsets, [0, 1, 2, 5, 6]);
+        assert_eq!(&batch.bytes()[..], b"[0]\n[1]\n[2]\n[5]\n{}\n");
+        assert_eq!(batch.encoded(3), Some(&b"[5]\n"[..]));
+        // An empty builder took the first vector as it was.
+        let mut builder = BatchBuilder::default();
+        let records: Vec<Record> = vec![rec(7, "[7]")];
+        let at_again = records.as_ptr();
+        builder.extend(records, &NdjsonEncoder::new(), |_| false);
+        assert_eq!(builder.finish().records().as_ptr(), at_again);
+    }
+
+    #[test]
     fn builder_reuses_its_buffer() {
         let mut builder = BatchBuilder::default();
         for round in 0..3 {
-            for i in 0..4 {
-                assert!(
-                    builder
-                        .push(rec(i, "line"), &RawLinesEncoder::new())
-                        .is_none()
-                );
-            }
+            let records = (0..4).map(|i| rec(i, "line")).collect();
+            let refused = builder.extend(records, &RawLinesEncoder::new(), |_| false);
+            assert!(refused.is_empty());
             let batch = builder.finish();
             assert_eq!(batch.len(), 4, "round {round}");
             assert_eq!(batch.bytes().len(), 20);

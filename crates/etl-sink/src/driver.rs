@@ -207,18 +207,21 @@ impl Driver {
                 resume.advance(partition, next);
             }
         }
-        let mut kept = false;
-        for record in records {
-            if self.resume.as_ref().is_some_and(|p| p.covers(&record)) {
-                add(&self.shared.metrics.skipped, 1);
-                continue;
-            }
-            kept = true;
-            if let Some((record, err)) = self.builder.push(record, &*self.encoder) {
-                self.refused.push(DeadLetter::new(record, err.to_string()));
-            }
+        let offered = records.len();
+        let mut skipped = 0;
+        let resume = &self.resume;
+        let refused = self.builder.extend(records, &*self.encoder, |record| {
+            let skip = resume.as_ref().is_some_and(|p| p.covers(record));
+            skipped += usize::from(skip);
+            skip
+        });
+        if skipped > 0 {
+            add(&self.shared.metrics.skipped, skipped as u64);
         }
-        if kept {
+        for (record, err) in refused {
+            self.refused.push(DeadLetter::new(record, err.to_string()));
+        }
+        if skipped < offered {
             let slots = self.acks.len();
             self.acks.push(ack);
             if self.acks.len() > slots {

@@ -79,18 +79,52 @@ impl TransformChain {
     }
 
     /// Run `records` through every stage, appending to `out`.
+    ///
+    /// The records kept are written back into `records`' own allocation,
+    /// in order (a batch's vector is large: a new one per batch costs a
+    /// mapping and its page faults). From the first record a stage turns
+    /// into several, the rest go to a vector of their own.
     pub fn apply(&mut self, records: Vec<Record>, out: &mut ChainOutput) {
-        if self.stages.is_empty() {
-            out.kept.extend(records);
-            return;
-        }
-        out.kept.reserve(records.len());
-        for record in records {
-            if out.halted.is_some() {
-                break;
+        let before = std::mem::take(&mut out.kept);
+        let kept = if self.stages.is_empty() {
+            records
+        } else {
+            // Each record's output lands in `out.kept` and is taken back
+            // from there: one record is written in place, several spill.
+            let mut spill: Option<Vec<Record>> = None;
+            let mut kept: Vec<Record> = records
+                .into_iter()
+                .filter_map(|record| {
+                    if out.halted.is_some() {
+                        return None;
+                    }
+                    self.run(0, record, out);
+                    match (&mut spill, out.kept.len()) {
+                        (None, 0) => None,
+                        (None, 1) => out.kept.pop(),
+                        (None, _) => {
+                            spill = Some(std::mem::take(&mut out.kept));
+                            None
+                        }
+                        (Some(spill), _) => {
+                            spill.append(&mut out.kept);
+                            None
+                        }
+                    }
+                })
+                .collect();
+            if let Some(mut spill) = spill {
+                kept.append(&mut spill);
             }
-            self.run(0, record, out);
-        }
+            kept
+        };
+        out.kept = if before.is_empty() {
+            kept
+        } else {
+            let mut before = before;
+            before.extend(kept);
+            before
+        };
     }
 
     fn run(&mut self, from: usize, mut record: Record, out: &mut ChainOutput) {
@@ -499,6 +533,41 @@ mod tests {
         assert_eq!(out.rejected[0].reason, "transform upper: bad value");
         out.clear();
         assert!(out.kept.is_empty() && out.rejected.is_empty() && out.filtered == 0);
+    }
+
+    #[test]
+    fn records_keep_their_order_in_place_across_expansions_and_calls() {
+        let mut chain = TransformChain::new();
+        chain.push(Box::new(filter("no-skip", |r: &Record| {
+            &r.value[..] != b"skip"
+        })));
+        chain.push(Box::new(flat_map("split", |r: Record| {
+            Ok(r.value
+                .split(|b| *b == b',')
+                .map(|p| Record::new(r.position.clone(), p.to_vec()))
+                .collect())
+        })));
+        let values = ["x", "skip", "y", "a,b", "z", "skip", "c,d,e", "w"];
+        let input: Vec<Record> = (0..).zip(values).map(|(i, v)| rec(i, v)).collect();
+        let mut out = ChainOutput::default();
+        chain.apply(input.clone(), &mut out);
+        chain.apply(input, &mut out);
+        let kept: Vec<&[u8]> = out.kept.iter().map(|r| &r.value[..]).collect();
+        let once = ["x", "y", "a", "b", "z", "c", "d", "e", "w"];
+        let twice: Vec<&[u8]> = once.iter().chain(&once).map(|v| v.as_bytes()).collect();
+        assert_eq!(kept, twice);
+        assert_eq!(out.filtered, 4);
+
+        // Without an expansion the batch's own vector comes back.
+        let mut out = ChainOutput::default();
+        let input: Vec<Record> = (0..)
+            .zip(["p", "skip", "q"])
+            .map(|(i, v)| rec(i, v))
+            .collect();
+        let at = input.as_ptr();
+        chain.apply(input, &mut out);
+        assert_eq!(out.kept.as_ptr(), at);
+        assert_eq!(out.kept.len(), 2);
     }
 
     #[test]
