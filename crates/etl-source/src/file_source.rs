@@ -31,8 +31,11 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 ///   twice, so a new file cannot inherit another file's offsets.
 /// * **Reads.** Each file is read in chunks of
 ///   [`read_chunk_bytes`](FileSourceConfig::read_chunk_bytes); newlines are
-///   found with `memchr` and record values are slices of the read buffer,
-///   not copies. A trailing `\r` is removed. Reads are plain blocking
+///   found with `memchr` and record values are slices of the chunk they
+///   were read into, not copies. A chunk goes back to a pool of the
+///   source's (up to 16 MiB of spare chunks) when its last record is
+///   dropped, and is read into again from there. A trailing `\r` is
+///   removed. Reads are plain blocking
 ///   reads of local regular files (FIFOs, sockets and devices are
 ///   refused with [`SourceError::NotAFile`]), made without an `.await` in
 ///   between: the source never waits on anything but the disk, and
