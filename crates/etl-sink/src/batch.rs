@@ -159,7 +159,13 @@ impl BatchBuilder {
         refused
     }
 
+    /// Append a record whose encoding `write` appends itself (it cannot
+    /// fail).
     pub(crate) fn push_with(&mut self, record: Record, write: impl FnOnce(&mut BytesMut)) {
+        if self.records.capacity() == 0 {
+            // As large as the last batch, as `ends` is (see `finish`).
+            self.records.reserve(self.ends.capacity());
+        }
         write(&mut self.buf);
         self.ends.push(self.buf.len());
         self.records.push(record);

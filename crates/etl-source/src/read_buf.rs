@@ -237,7 +237,9 @@ impl ReadBuf {
             if *start > 0 {
                 chunk.copy_within(*start..*end, 0);
                 (*start, *end) = (0, *end - *start);
-            } else {
+            }
+            // Room for a read worth making, else a longer chunk.
+            if chunk.len() - *end < (self.pool.size / 2).max(1) {
                 let grown = chunk.len() + self.pool.size;
                 chunk.resize(grown, 0);
             }
@@ -252,6 +254,12 @@ impl ReadBuf {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+impl Drop for ReadBuf {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -370,6 +378,21 @@ mod tests {
         drop(got);
         let spare = pool.spare.lock().unwrap();
         assert!(spare.iter().all(|c| c.len() == 16));
+    }
+
+    #[test]
+    fn a_full_chunk_with_little_consumed_makes_room_for_a_real_read() {
+        let pool = ChunkPool::new(64);
+        let mut buf = ReadBuf::new(Arc::clone(&pool));
+        let data = vec![b'a'; 500];
+        let mut file = Steps {
+            data: &data,
+            step: 1000,
+        };
+        assert_eq!(buf.fill(&mut file).unwrap(), 64);
+        buf.advance(1);
+        assert!(buf.fill(&mut file).unwrap() >= 32);
+        assert_eq!(buf.bytes(), &data[1..buf.len() + 1]);
     }
 
     #[test]

@@ -83,31 +83,38 @@ impl TransformChain {
     /// The records kept are written back into `records`' own allocation,
     /// in order (a batch's vector is large: a new one per batch costs a
     /// mapping and its page faults). From the first record a stage turns
-    /// into several, the rest go to a vector of their own.
+    /// into several, the rest go to a vector of their own. If a stage
+    /// panics, what this call kept so far is dropped with the batch;
+    /// what `out` held before stays.
     pub fn apply(&mut self, records: Vec<Record>, out: &mut ChainOutput) {
-        let before = std::mem::take(&mut out.kept);
         let kept = if self.stages.is_empty() {
             records
         } else {
-            // Each record's output lands in `out.kept` and is taken back
-            // from there: one record is written in place, several spill.
+            // Each record's output lands at the end of `out.kept`, past
+            // `base`, and is taken back from there: one record is written
+            // in place, several spill.
+            let base = out.kept.len();
+            let mut left = records.len();
             let mut spill: Option<Vec<Record>> = None;
             let mut kept: Vec<Record> = records
                 .into_iter()
                 .filter_map(|record| {
+                    left -= 1;
                     if out.halted.is_some() {
                         return None;
                     }
                     self.run(0, record, out);
-                    match (&mut spill, out.kept.len()) {
+                    match (&mut spill, out.kept.len() - base) {
                         (None, 0) => None,
                         (None, 1) => out.kept.pop(),
-                        (None, _) => {
-                            spill = Some(std::mem::take(&mut out.kept));
+                        (None, n) => {
+                            let mut more = Vec::with_capacity(n + left);
+                            more.extend(out.kept.drain(base..));
+                            spill = Some(more);
                             None
                         }
                         (Some(spill), _) => {
-                            spill.append(&mut out.kept);
+                            spill.extend(out.kept.drain(base..));
                             None
                         }
                     }
@@ -118,13 +125,11 @@ impl TransformChain {
             }
             kept
         };
-        out.kept = if before.is_empty() {
-            kept
+        if out.kept.is_empty() {
+            out.kept = kept;
         } else {
-            let mut before = before;
-            before.extend(kept);
-            before
-        };
+            out.kept.extend(kept);
+        }
     }
 
     fn run(&mut self, from: usize, mut record: Record, out: &mut ChainOutput) {
@@ -558,7 +563,8 @@ mod tests {
         assert_eq!(kept, twice);
         assert_eq!(out.filtered, 4);
 
-        // Without an expansion the batch's own vector comes back.
+        // Without an expansion the batch's own vector comes back (std
+        // collects a vector's `filter_map` into its own allocation).
         let mut out = ChainOutput::default();
         let input: Vec<Record> = (0..)
             .zip(["p", "skip", "q"])
