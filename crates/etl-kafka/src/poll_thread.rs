@@ -224,7 +224,7 @@ impl PollThread {
         self.context().flush_chunk(&[]);
         let mut run: Option<(usize, i32, PartitionId)> = None;
         let mut topic = None;
-        let mut records = Vec::with_capacity(batch.len());
+        let mut records = etl_record::reuse::records(batch.len());
         for i in 0..batch.len() {
             let Some(view) = batch.get(i) else {
                 continue;
@@ -465,7 +465,7 @@ impl PollThread {
                     partition,
                     seek,
                     revocations: self.context().revocations(partition),
-                    records: Vec::with_capacity(self.max_batch_records.min(1024)),
+                    records: etl_record::reuse::records(self.max_batch_records.min(1024)),
                 });
             }
             match guard.as_mut() {

@@ -17,6 +17,9 @@
 //! * [`OwnerLock`] makes one pipeline at a time the owner of a piece of
 //!   state (an offset store, an exactly-once output): an advisory lock the
 //!   kernel releases when the holder dies.
+//! * [`reuse`] keeps the vectors of written batches for the next batches
+//!   a source reads, so a batch's large vector is not a new mapping each
+//!   time.
 //!
 //! # Example
 //!
@@ -44,6 +47,7 @@ mod identity;
 mod key;
 mod lock;
 mod record;
+pub mod reuse;
 
 pub use dead_letter::DeadLetter;
 pub use error::ParseKeyError;

@@ -152,9 +152,11 @@ impl BatchBuilder {
             }
         }
         if self.records.is_empty() {
-            self.records = records;
+            // The empty one goes back for a source's next batch.
+            etl_record::reuse::give_back(std::mem::replace(&mut self.records, records));
         } else {
             self.records.append(&mut records);
+            etl_record::reuse::give_back(records);
         }
         refused
     }

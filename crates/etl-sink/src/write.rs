@@ -306,6 +306,8 @@ fn settle(
                 add(&m.bytes_written, batch.bytes().len() as u64);
                 add(&m.batches_written, 1);
             }
+            // Its vector, for a source's next batch.
+            etl_record::reuse::give_back(batch.into_records());
             Part::Written
         }
         Err(SinkError::Rejected(rejects)) => {

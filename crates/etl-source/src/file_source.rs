@@ -33,7 +33,7 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 ///   [`read_chunk_bytes`](FileSourceConfig::read_chunk_bytes); newlines are
 ///   found with `memchr` and record values are slices of the chunk they
 ///   were read into, not copies. A chunk goes back to a pool of the
-///   source's (up to 16 MiB of spare chunks) when its last record is
+///   source's (up to 8 MiB of spare chunks) when its last record is
 ///   dropped, and is read into again from there. A trailing `\r` is
 ///   removed. Reads are plain blocking
 ///   reads of local regular files (FIFOs, sockets and devices are

@@ -231,10 +231,10 @@ impl LineReader {
     ) -> Result<ReadOutcome, SourceError> {
         let mut batch = PollBatch::new(self.partition);
         // A batch is mostly as long as the one before: size the vector
-        // once rather than growing it (and moving the records) step by step.
-        batch
-            .records
-            .reserve(self.last_batch_records.min(config.max_batch_records));
+        // once rather than growing it (and moving the records) step by
+        // step, reusing one a sink gave back.
+        batch.records =
+            etl_record::reuse::records(self.last_batch_records.min(config.max_batch_records));
         let mut bytes = 0usize;
         self.at_eof = false;
         while batch.len() < config.max_batch_records && bytes < config.max_batch_bytes {

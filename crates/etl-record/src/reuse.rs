@@ -1,0 +1,103 @@
+//! Batch vectors kept for reuse between the end of a pipeline and its
+//! start.
+//!
+//! A batch's vector of records is large (160 bytes a record, hundreds of
+//! KiB a batch): allocated fresh per batch, it is a mapping of its own
+//! that the first write to each page faults in, and freeing it unmaps it
+//! again. Measured on the transform benchmark's jobs (file to file, 90
+//! and 400 byte records), reusing them took the page faults from 140k to
+//! 20-30k and from 47k to 19k, and the CPU time down by 5% and 11%.
+//! A sink gives the vector of a batch it has written back with
+//! [`give_back`]; a source takes its next batch's vector with
+//! [`records`].
+//!
+//! ```
+//! use etl_record::{Offset, PartitionId, Position, Record, SourceId, reuse};
+//!
+//! let mut batch = reuse::records(2);
+//! let at = Position::new(SourceId::new("doc"), PartitionId(0), Offset(0));
+//! batch.push(Record::new(at, &b"{}"[..]));
+//! // ... the batch is transformed and written ...
+//! reuse::give_back(batch);
+//! // The next batch may reuse its allocation.
+//! assert!(reuse::records(2).capacity() >= 2);
+//! ```
+
+use std::mem;
+use std::sync::{Mutex, PoisonError};
+
+use crate::Record;
+
+/// Bytes of spare vectors kept at most; a vector given back beyond it
+/// is freed.
+const SPARE_BYTES: usize = 8 << 20;
+
+/// Spare vectors, empty, and the bytes their allocations hold.
+static SPARE: Mutex<(Vec<Vec<Record>>, usize)> = Mutex::new((Vec::new(), 0));
+
+fn bytes_of(records: &Vec<Record>) -> usize {
+    records.capacity() * mem::size_of::<Record>()
+}
+
+/// An empty vector with room for at least `capacity` records: one given
+/// back with [`give_back`] when there is one, else a new one.
+#[must_use]
+pub fn records(capacity: usize) -> Vec<Record> {
+    let spare = {
+        let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        let vector = spare.0.pop();
+        if let Some(v) = &vector {
+            spare.1 -= bytes_of(v);
+        }
+        vector
+    };
+    let mut records = spare.unwrap_or_default();
+    records.reserve(capacity);
+    records
+}
+
+/// Drop `records`' records and keep its allocation for a later
+/// [`records`], within a bound on the bytes kept (8 MiB); beyond it the
+/// vector is freed.
+pub fn give_back(mut records: Vec<Record>) {
+    // Records are dropped outside the lock: dropping one can release a
+    // buffer it points into.
+    records.clear();
+    let bytes = bytes_of(&records);
+    if bytes == 0 {
+        return;
+    }
+    let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+    if spare.1 + bytes <= SPARE_BYTES {
+        spare.1 += bytes;
+        spare.0.push(records);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Offset, PartitionId, Position, SourceId};
+
+    #[test]
+    fn a_vector_given_back_is_handed_out_again_empty_and_the_bound_holds() {
+        let at = Position::new(SourceId::new("reuse"), PartitionId(0), Offset(0));
+        let mut batch = records(100);
+        assert!(batch.capacity() >= 100);
+        for _ in 0..10 {
+            batch.push(Record::new(at.clone(), &b"x"[..]));
+        }
+        give_back(batch);
+        // Other tests may take it first; whatever comes back is empty.
+        let again = records(10);
+        assert!(again.is_empty() && again.capacity() >= 10);
+        give_back(again);
+        // Far too large to keep: freed, and the count stays in bound.
+        give_back(Vec::with_capacity(
+            SPARE_BYTES / mem::size_of::<Record>() + 1,
+        ));
+        let spare = SPARE.lock().unwrap();
+        assert!(spare.1 <= SPARE_BYTES);
+        assert_eq!(spare.1, spare.0.iter().map(bytes_of).sum::<usize>());
+    }
+}
