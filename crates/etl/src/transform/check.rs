@@ -35,8 +35,10 @@ pub(super) fn entries_in<'a>(text: &'a str, out: Entries<'a>) -> Option<Entries<
 
 /// Where [`entries_keeping`] keeps the entries of the nested objects it
 /// walks.
-#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) struct Nested<'a, 'v> {
+    /// Objects nested deeper are not kept: the top-level object is at
+    /// depth 1, an object that is a top-level value at depth 2.
+    pub(super) max_depth: usize,
     /// Where each kept object starts in the text, and where its entries
     /// are in `entries`.
     pub(super) objects: &'v mut Vec<(usize, Range<usize>)>,
@@ -46,14 +48,33 @@ pub(super) struct Nested<'a, 'v> {
     pub(super) pending: &'v mut Entries<'a>,
 }
 
+/// The nested objects a keeping read kept of `doc`, looked up by the text
+/// of a value of it.
+pub(super) struct Kept<'a, 'v> {
+    pub(super) doc: &'a str,
+    pub(super) objects: &'v [(usize, Range<usize>)],
+    pub(super) entries: &'v [(Cow<'a, str>, &'a str)],
+}
+
+impl<'a, 'v> Kept<'a, 'v> {
+    /// The entries of the object whose text is `text` (a slice of the
+    /// document), when it was kept.
+    pub(super) fn get(&self, text: &str) -> Option<&'v [(Cow<'a, str>, &'a str)]> {
+        let start = text.as_ptr().addr().wrapping_sub(self.doc.as_ptr().addr());
+        if start.saturating_add(text.len()) > self.doc.len() {
+            return None;
+        }
+        let (_, range) = self.objects.iter().find(|(at, _)| *at == start)?;
+        self.entries.get(range.clone())
+    }
+}
+
 /// How many nested objects [`Nested`] keeps per record: past that, the
 /// rest are read when asked for (a lookup goes through the kept ones).
-#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 const KEPT_OBJECTS: usize = 32;
 
 /// [`entries_in`], also keeping the entries of the nested objects it
 /// walks in `nested`, so that reading them later needs no second pass.
-#[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) fn entries_keeping<'a>(
     text: &'a str,
     out: Entries<'a>,
@@ -66,9 +87,9 @@ pub(super) fn entries_keeping<'a>(
 /// keep their entries ([`Nested`]). A type parameter, so that the plain
 /// reading has no cost of it.
 trait Keep<'a> {
-    /// An object starts: a mark to give back to [`Keep::close`], `None`
-    /// when this one is not kept.
-    fn open(&mut self) -> Option<usize>;
+    /// An object starts, `depth` containers deep: a mark to give back to
+    /// [`Keep::close`], `None` when this one is not kept.
+    fn open(&mut self, depth: usize) -> Option<usize>;
     /// An entry of a kept object: its key's text is `text[key]` (quotes
     /// included; `escaped` when it has escapes), its value `text[value]`.
     fn entry(
@@ -86,7 +107,7 @@ trait Keep<'a> {
 struct NoKeep;
 
 impl Keep<'_> for NoKeep {
-    fn open(&mut self) -> Option<usize> {
+    fn open(&mut self, _: usize) -> Option<usize> {
         None
     }
 
@@ -98,8 +119,8 @@ impl Keep<'_> for NoKeep {
 }
 
 impl<'a> Keep<'a> for Nested<'a, '_> {
-    fn open(&mut self) -> Option<usize> {
-        (self.objects.len() < KEPT_OBJECTS).then_some(self.pending.len())
+    fn open(&mut self, depth: usize) -> Option<usize> {
+        (depth <= self.max_depth && self.objects.len() < KEPT_OBJECTS).then_some(self.pending.len())
     }
 
     fn entry(
@@ -212,7 +233,7 @@ fn object<'a, K: Keep<'a>>(
     if depth > MAX_DEPTH {
         return None;
     }
-    let mark = r.keep.open();
+    let mark = r.keep.open(depth);
     let mut i = skip_ws(b, at + 1);
     if b.get(i) != Some(&b'}') {
         loop {
@@ -535,11 +556,28 @@ mod tests {
             let doc = format!("{{\"x\":{text},\"y\":[{text}]}}");
             let (mut objects, mut entries, mut pending) = (Vec::new(), Vec::new(), Vec::new());
             let nested = Nested {
+                max_depth: usize::MAX,
                 objects: &mut objects,
                 entries: &mut entries,
                 pending: &mut pending,
             };
             if entries_keeping(&doc, Vec::new(), nested).is_some() {
+                // Kept to depth 2: only `x`'s value, if it is an object.
+                let (mut shallow, mut kept, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+                let nested = Nested {
+                    max_depth: 2,
+                    objects: &mut shallow,
+                    entries: &mut kept,
+                    pending: &mut pending,
+                };
+                prop_assert!(entries_keeping(&doc, Vec::new(), nested).is_some());
+                let x_is_object = text.trim_start().starts_with('{');
+                let at = doc.find(':').unwrap() + 1 + (text.len() - text.trim_start().len());
+                prop_assert_eq!(shallow.iter().map(|(at, _)| *at).collect::<Vec<_>>(), if x_is_object { vec![at] } else { vec![] });
+                if let [(_, range)] = &shallow[..] {
+                    let scanned = scan::entries(&doc[at..]).unwrap();
+                    prop_assert_eq!(&kept[range.clone()], &scanned[..]);
+                }
                 prop_assert!(pending.is_empty());
                 for (at, range) in &objects {
                     prop_assert_eq!(doc.as_bytes()[*at], b'{');

@@ -82,6 +82,9 @@ struct Entry {
     key: Range<usize>,
     /// The original text of the value (empty for a key a step added).
     raw: Range<usize>,
+    /// Where the value starts in the record's text (0 for a key a step
+    /// added).
+    at: usize,
     /// Whether the record had this entry (rather than a step adding it).
     read: bool,
     state: State,
@@ -104,6 +107,11 @@ struct Scratch {
     layout: Layout,
     /// The vector the record's entries are read into, kept empty.
     read: Entries<'static>,
+    /// The vectors the nested objects on the steps' paths are kept in
+    /// by the reading ([`check::Nested`]), kept empty.
+    objects: Vec<(usize, Range<usize>)>,
+    kept: Entries<'static>,
+    pending: Entries<'static>,
 }
 
 /// The keys of a record and which of its entries are the last of their
@@ -131,6 +139,9 @@ pub(super) struct FastStage {
     ops: Vec<FastOp>,
     constants: Vec<Constant>,
     mutates: bool,
+    /// How deep the reading keeps nested objects: as deep as the longest
+    /// path a filter or a drop reaches into (0: none).
+    keep_depth: usize,
     scratch: Scratch,
 }
 
@@ -175,33 +186,78 @@ impl FastStage {
         }
         let ops = fast;
         let mutates = ops.iter().any(|op| !matches!(op, FastOp::Filter { .. }));
+        let keep_depth = ops
+            .iter()
+            .map(|op| match op {
+                FastOp::Filter { path, .. } | FastOp::Drop { path } if path.len() > 1 => path.len(),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
         Some(FastStage {
             ops,
             constants,
             mutates,
+            keep_depth,
             scratch: Scratch::default(),
         })
     }
 
     /// Run the steps on one JSON value.
     pub(super) fn apply(&mut self, input: &[u8]) -> Fast {
+        // One UTF-8 check for the whole value; the parser then borrows
+        // strings without checking each again.
+        let Ok(text) = simdutf8::basic::from_utf8(input) else {
+            return Fast::Fallback;
+        };
+        let s = &mut self.scratch;
+        let mut objects = std::mem::take(&mut s.objects);
+        objects.clear();
+        let mut kept = scan::recycle(std::mem::take(&mut s.kept));
+        let mut pending = scan::recycle(std::mem::take(&mut s.pending));
+        let out = scan::recycle(std::mem::take(&mut s.read));
+        // The reading checks the whole value, and keeps the nested objects
+        // on the steps' paths; numbers are parsed when a step reads them.
+        let read = if self.keep_depth > 0 {
+            let nested = check::Nested {
+                max_depth: self.keep_depth,
+                objects: &mut objects,
+                entries: &mut kept,
+                pending: &mut pending,
+            };
+            check::entries_keeping(text, out, nested)
+        } else {
+            check::entries_in(text, out)
+        };
+        let fast = match read {
+            None => Fast::Fallback,
+            Some(read) => {
+                let nested = check::Kept {
+                    doc: text,
+                    objects: &objects,
+                    entries: &kept,
+                };
+                let fast = self.run(text, &read, &nested);
+                self.scratch.read = scan::recycle(read);
+                fast
+            }
+        };
+        let s = &mut self.scratch;
+        s.objects = objects;
+        s.kept = scan::recycle(kept);
+        s.pending = scan::recycle(pending);
+        fast
+    }
+
+    /// The steps on a record whose top-level entries are `read`.
+    fn run(&mut self, text: &str, read: &Entries<'_>, nested: &check::Kept<'_, '_>) -> Fast {
         let s = &mut self.scratch;
         let constants = &self.constants[..];
         s.keys.clear();
         s.values.clear();
         s.entries.clear();
         s.edited.clear();
-        // One UTF-8 check for the whole value; the parser then borrows
-        // strings without checking each again.
-        let Ok(text) = simdutf8::basic::from_utf8(input) else {
-            return Fast::Fallback;
-        };
-        // The reading checks the whole value; numbers are parsed when a
-        // step reads them.
-        let Some(read) = check::entries_in(text, scan::recycle(std::mem::take(&mut s.read))) else {
-            return Fast::Fallback;
-        };
-        for (key, value) in &read {
+        for (key, value) in read {
             let start = s.keys.len();
             s.keys.push_str(key);
             let from = s.values.len();
@@ -209,18 +265,18 @@ impl FastStage {
             s.entries.push(Entry {
                 key: start..s.keys.len(),
                 raw: from..s.values.len(),
+                at: value.as_ptr().addr() - text.as_ptr().addr(),
                 read: true,
                 state: State::Original,
             });
         }
-        s.read = scan::recycle(read);
         for op in &self.ops {
             match op {
                 FastOp::Filter { path, op, value } => {
                     let found = match s.find(&path[0]) {
                         None => None,
                         Some(i) if path.len() == 1 => Some(s.value_of(i, constants)),
-                        Some(i) => s.nested(i, &path[1..], constants),
+                        Some(i) => s.nested(i, &path[1..], constants, text, nested),
                     };
                     if !compare(found.as_ref(), *op, value) {
                         return Fast::Filtered;
@@ -241,7 +297,7 @@ impl FastStage {
                         if path.len() == 1 {
                             s.entries[i].state = State::Gone;
                         } else if s.entries[i].state == State::Original
-                            && let Some(dropped) = s.drop_text(i, &path[1..])
+                            && let Some(dropped) = s.drop_text(i, &path[1..], text, nested)
                         {
                             // Written from the text, as the tree path
                             // writes it (`None`: nothing to drop).
@@ -300,19 +356,29 @@ impl Scratch {
     }
 
     /// The value at `path` below entry `i`, as the tree path reads it:
-    /// scanned for in the original text while the entry is as read.
-    fn nested(&self, i: usize, path: &[String], constants: &[Constant]) -> Option<Value> {
-        if self.entries[i].state != State::Original {
+    /// looked up in the record's text (`doc`) while the entry is as read,
+    /// through the objects the reading kept, or scanned for.
+    fn nested(
+        &self,
+        i: usize,
+        path: &[String],
+        constants: &[Constant],
+        doc: &str,
+        kept: &check::Kept<'_, '_>,
+    ) -> Option<Value> {
+        let e = &self.entries[i];
+        if e.state != State::Original {
             let top = self.value_of(i, constants);
             return path.iter().try_fold(&top, |v, s| child(v, s)).cloned();
         }
-        let raw = &self.values[self.entries[i].raw.clone()];
-        // Text of a valid JSON value read as UTF-8.
-        let mut text = simdutf8::basic::from_utf8(raw).ok()?;
+        let mut text = doc.get(e.at..e.at + e.raw.len())?;
         for segment in path {
             text = match text.as_bytes().first() {
                 // The record was read (and checked) whole above.
-                Some(b'{') => scan::find(text, segment)??,
+                Some(b'{') => match kept.get(text) {
+                    Some(entries) => entries.iter().rev().find(|(k, _)| k == segment)?.1,
+                    None => scan::find(text, segment)??,
+                },
                 Some(b'[') => scan::items(text)?.get(index(segment)?)?,
                 _ => return None,
             };
@@ -324,12 +390,17 @@ impl Scratch {
     /// written to [`Scratch::edited`] as the tree path writes it: `None`
     /// when the text is not one handled here (an array on the way), else
     /// where it was written, or `None` when there is no such field.
-    fn drop_text(&mut self, i: usize, path: &[String]) -> Option<Option<Range<usize>>> {
-        let raw = &self.values[self.entries[i].raw.clone()];
-        // Text of a valid JSON value read as UTF-8.
-        let text = simdutf8::basic::from_utf8(raw).ok()?;
+    fn drop_text(
+        &mut self,
+        i: usize,
+        path: &[String],
+        doc: &str,
+        kept: &check::Kept<'_, '_>,
+    ) -> Option<Option<Range<usize>>> {
+        let e = &self.entries[i];
+        let text = doc.get(e.at..e.at + e.raw.len())?;
         let start = self.edited.len();
-        let dropped = drop_in(text, path, &mut self.edited);
+        let dropped = drop_in(text, path, &mut self.edited, kept);
         if dropped != Some(true) {
             self.edited.truncate(start);
         }
@@ -369,6 +440,7 @@ impl Scratch {
                 self.entries.push(Entry {
                     key: start..self.keys.len(),
                     raw: 0..0,
+                    at: 0,
                     read: false,
                     state: value,
                 });
@@ -490,14 +562,26 @@ impl Scratch {
 /// array on the way (an index shifts the elements after it, which the
 /// tree path then writes from their values), or text that is not what it
 /// should be.
-fn drop_in(text: &str, path: &[String], out: &mut Vec<u8>) -> Option<bool> {
+fn drop_in(
+    text: &str,
+    path: &[String],
+    out: &mut Vec<u8>,
+    kept: &check::Kept<'_, '_>,
+) -> Option<bool> {
     let (wanted, rest) = path.split_first()?;
     match text.as_bytes().first() {
         Some(b'{') => {}
         Some(b'[') => return None,
         _ => return Some(false),
     }
-    let entries = scan::entries(text)?;
+    let scanned;
+    let entries = match kept.get(text) {
+        Some(entries) => entries,
+        None => {
+            scanned = scan::entries(text)?;
+            &scanned[..]
+        }
+    };
     let Some(last) = entries.iter().rposition(|(k, _)| k == wanted) else {
         return Some(false);
     };
@@ -517,7 +601,7 @@ fn drop_in(text: &str, path: &[String], out: &mut Vec<u8>) -> Option<bool> {
         write_key(out, key);
         out.push(b':');
         if i == last {
-            match drop_in(value, rest, out) {
+            match drop_in(value, rest, out, kept) {
                 Some(true) => {}
                 other => {
                     out.truncate(start);

@@ -660,6 +660,7 @@ impl<'a> Cx<'a> {
             scan::entries_in(doc, top)?
         } else {
             let nested = check::Nested {
+                max_depth: usize::MAX,
                 objects: &mut objects.at,
                 entries: &mut objects.entries,
                 pending: &mut pending,
