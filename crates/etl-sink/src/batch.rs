@@ -124,6 +124,11 @@ impl BatchBuilder {
         // refused one; empty unless something is left out.
         let mut out: Vec<(usize, Option<SinkError>)> = Vec::new();
         self.ends.reserve(records.len());
+        // Room for the batch's encoding at once (a value and a separator
+        // a record, what the line encoders write), rather than growing
+        // the buffer, and copying what it holds, again and again.
+        let bytes: usize = records.iter().map(|r| r.value.len() + 1).sum();
+        self.buf.reserve(bytes);
         for (i, record) in records.iter().enumerate() {
             if skip(record) {
                 out.push((i, None));
