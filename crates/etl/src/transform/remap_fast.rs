@@ -620,13 +620,13 @@ struct Objects<'a> {
 impl<'a> Objects<'a> {
     /// The entries of the object whose text is `text`, a slice of `doc`,
     /// when read.
-    fn get(&self, doc: &str, text: &str) -> Option<&[(Cow<'a, str>, &'a str)]> {
-        let start = text.as_ptr().addr().wrapping_sub(doc.as_ptr().addr());
-        if start.saturating_add(text.len()) > doc.len() {
-            return None;
-        }
-        let (_, range) = self.at.iter().find(|(at, _)| *at == start)?;
-        self.entries.get(range.clone())
+    fn get(&self, doc: &'a str, text: &str) -> Option<&[(Cow<'a, str>, &'a str)]> {
+        let kept = check::Kept {
+            doc,
+            objects: &self.at,
+            entries: &self.entries,
+        };
+        kept.get(text)
     }
 }
 
