@@ -32,6 +32,9 @@ use crate::Record;
 /// is freed.
 const SPARE_BYTES: usize = 8 << 20;
 
+/// Spare vectors kept at most (a lookup goes through them).
+const SPARE_VECTORS: usize = 64;
+
 /// Spare vectors, empty, and the bytes their allocations hold.
 static SPARE: Mutex<(Vec<Vec<Record>>, usize)> = Mutex::new((Vec::new(), 0));
 
@@ -39,17 +42,33 @@ fn bytes_of(records: &Vec<Record>) -> usize {
     records.capacity() * mem::size_of::<Record>()
 }
 
+/// Records a vector handed out for a small batch may have room for (see
+/// [`records`]).
+const SMALL_BATCH: usize = 1024;
+
 /// An empty vector with room for at least `capacity` records: one given
-/// back with [`give_back`] when there is one, else a new one.
+/// back with [`give_back`] when there is one of about that size, else a
+/// new one.
+///
+/// "About that size" is at most four times `capacity` (or than 1024
+/// records, for a smaller batch): a vector a sink grew by merging batches
+/// is not handed to a small batch, where it would sit in flight holding
+/// far more memory than the batch's records (the in-flight limits count
+/// records, not the vectors around them).
 #[must_use]
 pub fn records(capacity: usize) -> Vec<Record> {
+    let largest = capacity.max(SMALL_BATCH).saturating_mul(4);
     let spare = {
         let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
-        let vector = spare.0.pop();
-        if let Some(v) = &vector {
+        let found = spare
+            .0
+            .iter()
+            .rposition(|v| v.capacity() <= largest)
+            .map(|i| spare.0.swap_remove(i));
+        if let Some(v) = &found {
             spare.1 -= bytes_of(v);
         }
-        vector
+        found
     };
     let mut records = spare.unwrap_or_default();
     records.reserve(capacity);
@@ -57,8 +76,8 @@ pub fn records(capacity: usize) -> Vec<Record> {
 }
 
 /// Drop `records`' records and keep its allocation for a later
-/// [`records`], within a bound on the bytes kept (8 MiB); beyond it the
-/// vector is freed.
+/// [`records`], within a bound on the bytes kept (8 MiB) and on the
+/// vectors kept (64); beyond it the vector is freed.
 pub fn give_back(mut records: Vec<Record>) {
     // Records are dropped outside the lock: dropping one can release a
     // buffer it points into.
@@ -68,7 +87,7 @@ pub fn give_back(mut records: Vec<Record>) {
         return;
     }
     let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
-    if spare.1 + bytes <= SPARE_BYTES {
+    if spare.1 + bytes <= SPARE_BYTES && spare.0.len() < SPARE_VECTORS {
         spare.1 += bytes;
         spare.0.push(records);
     }
@@ -97,7 +116,15 @@ mod tests {
             SPARE_BYTES / mem::size_of::<Record>() + 1,
         ));
         let spare = SPARE.lock().unwrap();
-        assert!(spare.1 <= SPARE_BYTES);
+        assert!(spare.1 <= SPARE_BYTES && spare.0.len() <= SPARE_VECTORS);
         assert_eq!(spare.1, spare.0.iter().map(bytes_of).sum::<usize>());
+    }
+
+    #[test]
+    fn a_small_batch_is_not_handed_a_vector_a_sink_grew() {
+        give_back(Vec::with_capacity(16 * SMALL_BATCH));
+        for _ in 0..8 {
+            assert!(records(10).capacity() <= 4 * SMALL_BATCH);
+        }
     }
 }
