@@ -119,10 +119,12 @@ impl Keep<'_> for NoKeep {
 }
 
 impl<'a> Keep<'a> for Nested<'a, '_> {
+    #[inline]
     fn open(&mut self, depth: usize) -> Option<usize> {
         (depth <= self.max_depth && self.objects.len() < KEPT_OBJECTS).then_some(self.pending.len())
     }
 
+    #[inline(always)]
     fn entry(
         &mut self,
         text: &'a str,
@@ -179,6 +181,7 @@ fn read<'a, K: Keep<'a>>(text: &'a str, mut out: Entries<'a>, keep: &mut K) -> O
 }
 
 /// The key whose text (quotes included) is `text[start..end]`.
+#[inline(always)]
 fn key(text: &str, start: usize, end: usize, escaped: bool) -> Option<Cow<'_, str>> {
     Some(if escaped {
         Cow::Owned(serde_json::from_str::<String>(text.get(start..end)?).ok()?)
@@ -193,6 +196,7 @@ struct Reader<'a, 'k, K> {
     keep: &'k mut K,
 }
 
+#[inline(always)]
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
@@ -201,6 +205,7 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The index just past the value starting at `i`, `depth` containers deep.
+#[inline(always)]
 fn value<'a, K: Keep<'a>>(
     r: &mut Reader<'a, '_, K>,
     b: &[u8],
@@ -224,6 +229,7 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
     (b.get(i..end)? == word).then_some(end)
 }
 
+#[inline(never)]
 fn object<'a, K: Keep<'a>>(
     r: &mut Reader<'a, '_, K>,
     b: &[u8],
@@ -266,6 +272,7 @@ fn object<'a, K: Keep<'a>>(
     Some(i + 1)
 }
 
+#[inline(never)]
 fn array<'a, K: Keep<'a>>(
     r: &mut Reader<'a, '_, K>,
     b: &[u8],
@@ -292,6 +299,7 @@ fn array<'a, K: Keep<'a>>(
 /// The index just past the string starting (with its quote) at `i`, and
 /// whether it has escapes. Refuses control characters, unknown escapes and
 /// `\u` escapes of surrogates.
+#[inline(always)]
 fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
     let mut j = i + 1;
     let mut escaped = false;
@@ -343,12 +351,14 @@ fn special(word: u64) -> u64 {
 /// The index just past the number starting at `i`:
 /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, short enough to be an
 /// `f64`.
+#[inline(always)]
 fn number(b: &[u8], i: usize) -> Option<usize> {
-    let digits = |j: usize| {
-        let n = b.get(j..).map_or(0, |rest| {
-            rest.iter().take_while(|c| c.is_ascii_digit()).count()
-        });
-        (n > 0 && n < LONG_DIGITS).then_some(j + n)
+    let digits = |from: usize| {
+        let mut j = from;
+        while b.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        (j > from && j - from < LONG_DIGITS).then_some(j)
     };
     let mut j = i;
     if b.get(j) == Some(&b'-') {

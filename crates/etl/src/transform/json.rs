@@ -324,6 +324,12 @@ pub(super) fn compare(field: Option<&Value>, op: CompareOp, constant: &Value) ->
         (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
         _ => None,
     });
+    decide(op, ordering)
+}
+
+/// Whether a field ordered `ordering` against the constant (`None`: not
+/// comparable) passes `op`.
+pub(super) fn decide(op: CompareOp, ordering: Option<Ordering>) -> bool {
     match (op, ordering) {
         (CompareOp::Ne, None) => true,
         (_, None) => false,

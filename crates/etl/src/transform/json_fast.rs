@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 use super::check;
 use super::faithful;
-use super::json::{JsonOp, child, compare, index, remove};
+use super::json::{JsonOp, child, compare, decide, index, remove};
 use super::scan::{self, Entries};
 use crate::config::CompareOp;
 
@@ -273,12 +273,28 @@ impl FastStage {
         for op in &self.ops {
             match op {
                 FastOp::Filter { path, op, value } => {
-                    let found = match s.find(&path[0]) {
-                        None => None,
-                        Some(i) if path.len() == 1 => Some(s.value_of(i, constants)),
-                        Some(i) => s.nested(i, &path[1..], constants, text, nested),
+                    let keep = match s.find(&path[0]) {
+                        None => compare(None, *op, value),
+                        Some(i) => match s.text_at(i, &path[1..], text, nested) {
+                            // A plain string against a string, say, is
+                            // decided on the text.
+                            Some(found) => match compare_text(found, *op, value) {
+                                Some(keep) => keep,
+                                None => {
+                                    compare(serde_json::from_str(found).ok().as_ref(), *op, value)
+                                }
+                            },
+                            None if path.len() == 1 => {
+                                compare(Some(&s.value_of(i, constants)), *op, value)
+                            }
+                            None => compare(
+                                s.nested(i, &path[1..], constants, text, nested).as_ref(),
+                                *op,
+                                value,
+                            ),
+                        },
                     };
-                    if !compare(found.as_ref(), *op, value) {
+                    if !keep {
                         return Fast::Filtered;
                     }
                 }
@@ -371,6 +387,24 @@ impl Scratch {
             let top = self.value_of(i, constants);
             return path.iter().try_fold(&top, |v, s| child(v, s)).cloned();
         }
+        serde_json::from_str(self.text_at(i, path, doc, kept)?).ok()
+    }
+
+    /// The text of the value at `path` below entry `i` while the entry is
+    /// as read (`None` when it is not, or there is no such value): looked
+    /// up in the record's text (`doc`) through the objects the reading
+    /// kept, or scanned for.
+    fn text_at<'d>(
+        &self,
+        i: usize,
+        path: &[String],
+        doc: &'d str,
+        kept: &check::Kept<'d, '_>,
+    ) -> Option<&'d str> {
+        let e = &self.entries[i];
+        if e.state != State::Original {
+            return None;
+        }
         let mut text = doc.get(e.at..e.at + e.raw.len())?;
         for segment in path {
             text = match text.as_bytes().first() {
@@ -383,7 +417,7 @@ impl Scratch {
                 _ => return None,
             };
         }
-        serde_json::from_str(text).ok()
+        Some(text)
     }
 
     /// The read value of entry `i` without the field at `path` below it,
@@ -552,6 +586,29 @@ impl Scratch {
         self.added = added;
         Ok(self.arena.split().freeze())
     }
+}
+
+/// [`compare`] on the text of a checked JSON value, when the text alone
+/// decides it (`None`: parse it and compare): a string without escapes
+/// against a string constant, any other value against one.
+fn compare_text(text: &str, op: CompareOp, constant: &Value) -> Option<bool> {
+    let Value::String(constant) = constant else {
+        return None;
+    };
+    if op == CompareOp::Exists {
+        return Some(true);
+    }
+    let ordering = match text.strip_prefix('"') {
+        // A checked string: its last byte is the closing quote, and
+        // without a backslash the text between is the string.
+        Some(inner) if !inner.contains('\\') => {
+            Some(inner.get(..inner.len() - 1)?.cmp(constant.as_str()))
+        }
+        Some(_) => return None,
+        // A number, a literal, an object or an array: not comparable.
+        None => None,
+    };
+    Some(decide(op, ordering))
 }
 
 /// Write the value `text` without the field at `path` (not empty) below
@@ -765,6 +822,55 @@ mod tests {
         let mut stage = FastStage::new(&ops).expect("fast path");
         assert_eq!(stage.apply(br#"{ "a" : 1 }"#), Fast::Keep(None));
         assert_eq!(stage.apply(br#"{"b":1}"#), Fast::Filtered);
+    }
+
+    #[test]
+    fn a_filter_decided_on_the_text_decides_as_the_parsed_value() {
+        let ops = [
+            CompareOp::Eq,
+            CompareOp::Ne,
+            CompareOp::Lt,
+            CompareOp::Le,
+            CompareOp::Gt,
+            CompareOp::Ge,
+            CompareOp::Exists,
+        ];
+        let texts = [
+            r#""paid""#,
+            r#""pai""#,
+            r#""paidx""#,
+            r#""""#,
+            r#""Zürich""#,
+            r#""pa\u0069d""#,
+            r#""p\"d""#,
+            "1",
+            "-0.5e3",
+            "true",
+            "null",
+            r#"{"a":"paid"}"#,
+            r#"["paid"]"#,
+        ];
+        for constant in ["paid", "", "Zürich", "z", "p\"d"] {
+            let constant = Value::from(constant);
+            for text in texts {
+                let parsed: Value = serde_json::from_str(text).unwrap();
+                for op in ops {
+                    let decided = compare_text(text, op, &constant);
+                    if let Some(decided) = decided {
+                        assert_eq!(
+                            decided,
+                            compare(Some(&parsed), op, &constant),
+                            "{text} {op:?} {constant}"
+                        );
+                    } else {
+                        // Only a string with escapes is left to the parse.
+                        assert!(text.contains('\\'), "{text} {op:?} {constant}");
+                    }
+                }
+            }
+        }
+        // A number constant is left to the parse.
+        assert_eq!(compare_text("1", CompareOp::Eq, &Value::from(1)), None);
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
