@@ -196,8 +196,18 @@ struct Reader<'a, 'k, K> {
     keep: &'k mut K,
 }
 
+/// The index of the first byte from `i` that is not whitespace. Records
+/// are mostly written without any: that case costs one comparison.
 #[inline(always)]
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+fn skip_ws(b: &[u8], i: usize) -> usize {
+    match b.get(i) {
+        Some(&c) if c <= b' ' => skip_ws_run(b, i),
+        _ => i,
+    }
+}
+
+#[inline(never)]
+fn skip_ws_run(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
     }

@@ -80,11 +80,12 @@ enum State {
 #[derive(Debug, Clone)]
 struct Entry {
     key: Range<usize>,
-    /// The original text of the value (empty for a key a step added).
+    /// Where the value's original text is in the record's text (empty
+    /// for a key a step added).
     raw: Range<usize>,
-    /// Where the value starts in the record's text (0 for a key a step
-    /// added).
-    at: usize,
+    /// Where the entry's text starts in the record's text when it is
+    /// written as it stands there, `"key":value` ([`Run::start`]).
+    span: Option<usize>,
     /// Whether the record had this entry (rather than a step adding it).
     read: bool,
     state: State,
@@ -93,7 +94,6 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Scratch {
     keys: String,
-    values: Vec<u8>,
     entries: Vec<Entry>,
     /// Values rewritten as text ([`State::Text`]).
     edited: Vec<u8>,
@@ -254,18 +254,16 @@ impl FastStage {
         let s = &mut self.scratch;
         let constants = &self.constants[..];
         s.keys.clear();
-        s.values.clear();
         s.entries.clear();
         s.edited.clear();
         for (key, value) in read {
             let start = s.keys.len();
             s.keys.push_str(key);
-            let from = s.values.len();
-            s.values.extend_from_slice(value.as_bytes());
+            let at = value.as_ptr().addr() - text.as_ptr().addr();
             s.entries.push(Entry {
                 key: start..s.keys.len(),
-                raw: from..s.values.len(),
-                at: value.as_ptr().addr() - text.as_ptr().addr(),
+                raw: at..at + value.len(),
+                span: Run::start(text, key, value),
                 read: true,
                 state: State::Original,
             });
@@ -285,7 +283,7 @@ impl FastStage {
                                 }
                             },
                             None if path.len() == 1 => {
-                                compare(Some(&s.value_of(i, constants)), *op, value)
+                                compare(Some(&s.value_of(i, constants, text)), *op, value)
                             }
                             None => compare(
                                 s.nested(i, &path[1..], constants, text, nested).as_ref(),
@@ -299,13 +297,13 @@ impl FastStage {
                     }
                 }
                 FastOp::Add { field, constant } => {
-                    s.set(field, State::Const(*constant), constants);
+                    s.set(field, State::Const(*constant), constants, text);
                 }
                 FastOp::Rename { from, to } => {
                     if let Some(i) = s.find(from) {
-                        let moved = s.value_of(i, constants);
+                        let moved = s.value_of(i, constants, text);
                         s.entries[i].state = State::Gone;
-                        s.set(to, State::Set(moved), constants);
+                        s.set(to, State::Set(moved), constants, text);
                     }
                 }
                 FastOp::Drop { path } => {
@@ -324,14 +322,14 @@ impl FastStage {
                             // The tree path's removal, on the one
                             // top-level value the field is in.
                             let mut top = Map::new();
-                            top.insert(path[0].clone(), s.value_of(i, constants));
+                            top.insert(path[0].clone(), s.value_of(i, constants, text));
                             if remove(&mut top, path).is_some() {
                                 // Something was removed. The value may be
                                 // the one read all the same (what an
                                 // earlier step added, taken out again):
                                 // `set` keeps such a value as read.
                                 let changed = top.remove(&path[0]).unwrap_or(Value::Null);
-                                s.set(&path[0], State::Set(changed), constants);
+                                s.set(&path[0], State::Set(changed), constants, text);
                             }
                         }
                     }
@@ -341,7 +339,7 @@ impl FastStage {
         if !self.mutates || s.unchanged() {
             return Fast::Keep(None);
         }
-        match s.write(constants) {
+        match s.write(constants, text) {
             Ok(bytes) => Fast::Keep(Some(bytes)),
             Err(_) => Fast::Fallback,
         }
@@ -367,8 +365,10 @@ impl Scratch {
     }
 
     /// The value read at entry `i`.
-    fn original(&self, i: usize) -> Value {
-        serde_json::from_slice(&self.values[self.entries[i].raw.clone()]).unwrap_or(Value::Null)
+    fn original(&self, i: usize, doc: &str) -> Value {
+        doc.get(self.entries[i].raw.clone())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or(Value::Null)
     }
 
     /// The value at `path` below entry `i`, as the tree path reads it:
@@ -384,7 +384,7 @@ impl Scratch {
     ) -> Option<Value> {
         let e = &self.entries[i];
         if e.state != State::Original {
-            let top = self.value_of(i, constants);
+            let top = self.value_of(i, constants, doc);
             return path.iter().try_fold(&top, |v, s| child(v, s)).cloned();
         }
         serde_json::from_str(self.text_at(i, path, doc, kept)?).ok()
@@ -405,7 +405,7 @@ impl Scratch {
         if e.state != State::Original {
             return None;
         }
-        let mut text = doc.get(e.at..e.at + e.raw.len())?;
+        let mut text = doc.get(e.raw.clone())?;
         for segment in path {
             text = match text.as_bytes().first() {
                 // The record was read (and checked) whole above.
@@ -432,7 +432,7 @@ impl Scratch {
         kept: &check::Kept<'_, '_>,
     ) -> Option<Option<Range<usize>>> {
         let e = &self.entries[i];
-        let text = doc.get(e.at..e.at + e.raw.len())?;
+        let text = doc.get(e.raw.clone())?;
         let start = self.edited.len();
         let dropped = drop_in(text, path, &mut self.edited, kept);
         if dropped != Some(true) {
@@ -442,24 +442,24 @@ impl Scratch {
     }
 
     /// The entry's value as the tree path would hold it now.
-    fn value_of(&self, i: usize, constants: &[Constant]) -> Value {
+    fn value_of(&self, i: usize, constants: &[Constant], doc: &str) -> Value {
         match &self.entries[i].state {
             State::Set(v) => v.clone(),
             State::Const(c) => constants[*c].value.clone(),
             State::Text(r) => {
                 serde_json::from_slice(&self.edited[r.clone()]).unwrap_or(Value::Null)
             }
-            State::Original | State::Gone => self.original(i),
+            State::Original | State::Gone => self.original(i, doc),
         }
     }
 
     /// Set `field` to `value`: in place when the record has the key (its
     /// original text kept when the value is the one read), else as a new
     /// key.
-    fn set(&mut self, field: &str, value: State, constants: &[Constant]) {
+    fn set(&mut self, field: &str, value: State, constants: &[Constant], doc: &str) {
         match self.last(field) {
             Some(i) if self.entries[i].read => {
-                let original = self.original(i);
+                let original = self.original(i, doc);
                 let same = match &value {
                     State::Set(v) => *v == original,
                     State::Const(c) => constants[*c].value == original,
@@ -474,7 +474,7 @@ impl Scratch {
                 self.entries.push(Entry {
                     key: start..self.keys.len(),
                     raw: 0..0,
-                    at: 0,
+                    span: None,
                     read: false,
                     state: value,
                 });
@@ -523,7 +523,7 @@ impl Scratch {
     }
 
     /// The rewritten object, as [`faithful::write`] writes it.
-    fn write(&mut self, constants: &[Constant]) -> serde_json::Result<Bytes> {
+    fn write(&mut self, constants: &[Constant], doc: &str) -> serde_json::Result<Bytes> {
         self.plan();
         let mut out = std::mem::take(&mut self.out);
         out.clear();
@@ -531,6 +531,7 @@ impl Scratch {
         let mut first = true;
         let mut added = std::mem::take(&mut self.added);
         added.clear();
+        let mut run = Run::new(doc);
         for (i, e) in self.entries.iter().enumerate() {
             if !e.read {
                 if e.state != State::Gone {
@@ -541,12 +542,17 @@ impl Scratch {
             if !self.layout.last[i] || e.state == State::Gone {
                 continue;
             }
+            if let (State::Original, Some(start)) = (&e.state, e.span) {
+                run.take(start, e.raw.end, &mut out, &mut first);
+                continue;
+            }
+            run.flush(&mut out, &mut first);
             if !std::mem::take(&mut first) {
                 out.push(b',');
             }
             write_key(&mut out, &self.keys[e.key.clone()]);
             out.push(b':');
-            let raw = &self.values[e.raw.clone()];
+            let raw = doc.get(e.raw.clone()).unwrap_or_default();
             let value = match &e.state {
                 State::Set(value) => value,
                 State::Const(c) => &constants[*c].value,
@@ -555,14 +561,13 @@ impl Scratch {
                     continue;
                 }
                 State::Original | State::Gone => {
-                    out.extend_from_slice(raw);
+                    out.extend_from_slice(raw.as_bytes());
                     continue;
                 }
             };
-            // Text of a valid JSON value read as UTF-8.
-            let raw = std::str::from_utf8(raw).unwrap_or_default();
-            faithful::write(raw, &self.original(i), value, &mut out)?;
+            faithful::write(raw, &self.original(i, doc), value, &mut out)?;
         }
+        run.flush(&mut out, &mut first);
         added.sort_by(|&a, &b| self.key(a).cmp(self.key(b)));
         for &i in &added {
             if !std::mem::take(&mut first) {
@@ -645,6 +650,7 @@ fn drop_in(
     let start = out.len();
     out.push(b'{');
     let mut first = true;
+    let mut run = Run::new(text);
     for (i, (key, value)) in entries.iter().enumerate() {
         if entries[i + 1..].iter().any(|(k, _)| k == key) {
             continue;
@@ -652,6 +658,14 @@ fn drop_in(
         if i == last && rest.is_empty() {
             continue;
         }
+        if i != last
+            && let Some(from) = Run::start(text, key, value)
+        {
+            let end = value.as_ptr().addr() - text.as_ptr().addr() + value.len();
+            run.take(from, end, out, &mut first);
+            continue;
+        }
+        run.flush(out, &mut first);
         if !std::mem::take(&mut first) {
             out.push(b',');
         }
@@ -669,8 +683,69 @@ fn drop_in(
             out.extend_from_slice(value.as_bytes());
         }
     }
+    run.flush(out, &mut first);
     out.push(b'}');
     Some(true)
+}
+
+/// Entries written as they stand in an object's text, one after the
+/// other, copied in one piece: `"a":1,"b":2` is the text the entries
+/// write one by one when each is written as it stands and they are
+/// separated by a lone comma.
+struct Run<'d> {
+    text: &'d str,
+    /// The part of `text` not yet written.
+    pending: Option<Range<usize>>,
+}
+
+impl<'d> Run<'d> {
+    fn new(text: &'d str) -> Self {
+        Run {
+            text,
+            pending: None,
+        }
+    }
+
+    /// Where the entry `key`/`value`, as the checking pass reads them,
+    /// starts in `text` when its text is what writing it writes: a key
+    /// borrowed from `text` (one without escapes, written as it is),
+    /// then a colon, then the value, with no space between. A key with
+    /// escapes is read into a string of its own, outside `text`.
+    fn start(text: &str, key: &str, value: &str) -> Option<usize> {
+        let base = text.as_ptr().addr();
+        let quote = key.as_ptr().addr().checked_sub(base)?.checked_sub(1)?;
+        let colon = quote + key.len() + 2;
+        let b = text.as_bytes();
+        let written_so = b.get(quote) == Some(&b'"')
+            && b.get(colon - 1) == Some(&b'"')
+            && b.get(colon) == Some(&b':')
+            && value.as_ptr().addr().checked_sub(base) == Some(colon + 1);
+        written_so.then_some(quote)
+    }
+
+    /// The entry at `text[start..end]` is written next: added to the
+    /// pending text when it follows it after a comma.
+    fn take(&mut self, start: usize, end: usize, out: &mut Vec<u8>, first: &mut bool) {
+        if let Some(pending) = &mut self.pending
+            && pending.end + 1 == start
+            && self.text.as_bytes().get(pending.end) == Some(&b',')
+        {
+            pending.end = end;
+            return;
+        }
+        self.flush(out, first);
+        self.pending = Some(start..end);
+    }
+
+    /// Write the pending text, after a comma unless it is `first`.
+    fn flush(&mut self, out: &mut Vec<u8>, first: &mut bool) {
+        if let Some(pending) = self.pending.take() {
+            if !std::mem::take(first) {
+                out.push(b',');
+            }
+            out.extend_from_slice(self.text.as_bytes().get(pending).unwrap_or_default());
+        }
+    }
 }
 
 /// A key as serde_json writes it: quoted, escaped where needed.
@@ -809,6 +884,35 @@ mod tests {
             r#"{"order":{"status":"paid","items":[{"qty":9}]}}"#,
         ] {
             assert_eq!(fast(&ops, input), tree(&ops, input), "{input}");
+        }
+    }
+
+    #[test]
+    fn entries_copied_in_runs_write_what_the_tree_path_writes() {
+        let ops = vec![
+            JsonOp::Drop {
+                path: JsonOp::path("gone"),
+            },
+            JsonOp::Drop {
+                path: JsonOp::path("c.email"),
+            },
+        ];
+        for input in [
+            // Runs broken by a dropped entry, spacing, an escaped key, a
+            // duplicate key, and joined again.
+            r#"{"a":1,"b":[2,{"x":"y"}],"gone":0,"d":"\u00e9","k\u00e9":2,"e" :3,"f": 4 , "g":5,"h":6}"#,
+            r#"{"a":1,"a":2,"b":3,"gone":0}"#,
+            r#"{"gone":0,"a":1}"#,
+            r#"{"a":1,"gone":0}"#,
+            r#"{ "a":1 ,"gone":0 }"#,
+            r#"{"c":{"name":"Zoë","email":"x","tier":1,"address":{"city":"Zürich"}},"gone":1}"#,
+            r#"{"c":{"email":"x","name":"a"}}"#,
+            r#"{"c":{"name":"a","email":"x"}}"#,
+            r#"{"c":{"n\"ame":"a","email":"x","t":1, "u":2,"t":3}}"#,
+        ] {
+            let fast = fast(&ops, input);
+            assert!(matches!(fast, Fast::Keep(Some(_))), "{input}");
+            assert_eq!(fast, tree(&ops, input), "{input}");
         }
     }
 
