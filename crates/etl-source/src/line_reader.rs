@@ -4,10 +4,9 @@
 use std::fs::File;
 use std::io::{ErrorKind, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 
 use crate::file_identity::{dev_ino, regular_file_metadata};
@@ -265,9 +264,11 @@ impl LineReader {
                 }
                 (Some(end), _) => {
                     let start = self.buf_pos;
-                    let line = self.take(end + 1);
+                    let mut line = self.take(end + 1);
                     bytes += line.len();
-                    self.push_line(&mut batch, start, line.slice(..end), config);
+                    // In place: a slice would cost a reference count.
+                    line.truncate(end);
+                    self.push_line(&mut batch, start, line, config);
                 }
                 (None, _) if self.skipping && !self.buf.is_empty() => {
                     let all = self.buf.len();
@@ -337,15 +338,19 @@ impl LineReader {
     /// record or a dead letter. A UTF-8 byte order mark at the start of
     /// the file is not part of the first line's value; the line's offset
     /// (0) still counts it, as every later offset does.
-    fn push_line(&self, batch: &mut PollBatch, start: u64, line: Bytes, config: &FileSourceConfig) {
-        let line = match line.last() {
-            Some(b'\r') => line.slice(..line.len() - 1),
-            _ => line,
-        };
-        let line = match start {
-            0 if line.starts_with(UTF8_BOM) => line.slice(UTF8_BOM.len()..),
-            _ => line,
-        };
+    fn push_line(
+        &self,
+        batch: &mut PollBatch,
+        start: u64,
+        mut line: Bytes,
+        config: &FileSourceConfig,
+    ) {
+        if line.last() == Some(&b'\r') {
+            line.truncate(line.len() - 1);
+        }
+        if start == 0 && line.starts_with(UTF8_BOM) {
+            line.advance(UTF8_BOM.len());
+        }
         let problem = if line.len() > config.max_line_bytes {
             Some(format!(
                 "line of {} bytes is longer than the maximum of {} bytes",
