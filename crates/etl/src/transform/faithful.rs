@@ -17,6 +17,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::Serialize;
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
@@ -174,6 +175,67 @@ impl<'de> Visitor<'de> for EntriesVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
         Err(serde::de::Error::custom("expected a JSON object"))
+    }
+}
+
+/// Entries written as they stand in an object's text, one after the
+/// other, copied in one piece: `"a":1,"b":2` is the text the entries
+/// write one by one when each is written as it stands and they are
+/// separated by a lone comma.
+pub(super) struct Verbatim<'d> {
+    text: &'d str,
+    /// The part of `text` not yet written.
+    pending: Option<Range<usize>>,
+}
+
+impl<'d> Verbatim<'d> {
+    pub(super) fn new(text: &'d str) -> Self {
+        Verbatim {
+            text,
+            pending: None,
+        }
+    }
+
+    /// Where the entry `key`/`value`, as the checking pass reads them,
+    /// starts in `text` when its text is what writing it writes: a key
+    /// borrowed from `text` (one without escapes, written as it is),
+    /// then a colon, then the value, with no space between. A key with
+    /// escapes is read into a string of its own, outside `text`.
+    pub(super) fn start(text: &str, key: &str, value: &str) -> Option<usize> {
+        let base = text.as_ptr().addr();
+        let quote = key.as_ptr().addr().checked_sub(base)?.checked_sub(1)?;
+        let colon = quote + key.len() + 2;
+        let b = text.as_bytes();
+        let written_so = b.get(quote) == Some(&b'"')
+            && b.get(colon - 1) == Some(&b'"')
+            && b.get(colon) == Some(&b':')
+            && value.as_ptr().addr().checked_sub(base) == Some(colon + 1)
+            && !value.ends_with(|c: char| c.is_ascii_whitespace());
+        written_so.then_some(quote)
+    }
+
+    /// The entry at `text[start..end]` is written next: added to the
+    /// pending text when it follows it after a comma.
+    pub(super) fn take(&mut self, start: usize, end: usize, out: &mut Vec<u8>, first: &mut bool) {
+        if let Some(pending) = &mut self.pending
+            && pending.end + 1 == start
+            && self.text.as_bytes().get(pending.end) == Some(&b',')
+        {
+            pending.end = end;
+            return;
+        }
+        self.flush(out, first);
+        self.pending = Some(start..end);
+    }
+
+    /// Write the pending text, after a comma unless it is `first`.
+    pub(super) fn flush(&mut self, out: &mut Vec<u8>, first: &mut bool) {
+        if let Some(pending) = self.pending.take() {
+            if !std::mem::take(first) {
+                out.push(b',');
+            }
+            out.extend_from_slice(self.text.as_bytes().get(pending).unwrap_or_default());
+        }
     }
 }
 

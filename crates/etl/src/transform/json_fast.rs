@@ -21,7 +21,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 
 use super::check;
-use super::faithful;
+use super::faithful::{self, Verbatim};
 use super::json::{JsonOp, child, compare, decide, index, remove};
 use super::scan::{self, Entries};
 use crate::config::CompareOp;
@@ -84,7 +84,7 @@ struct Entry {
     /// for a key a step added).
     raw: Range<usize>,
     /// Where the entry's text starts in the record's text when it is
-    /// written as it stands there, `"key":value` ([`Run::start`]).
+    /// written as it stands there, `"key":value` ([`Verbatim::start`]).
     span: Option<usize>,
     /// Whether the record had this entry (rather than a step adding it).
     read: bool,
@@ -263,7 +263,7 @@ impl FastStage {
             s.entries.push(Entry {
                 key: start..s.keys.len(),
                 raw: at..at + value.len(),
-                span: Run::start(text, key, value),
+                span: Verbatim::start(text, key, value),
                 read: true,
                 state: State::Original,
             });
@@ -531,7 +531,7 @@ impl Scratch {
         let mut first = true;
         let mut added = std::mem::take(&mut self.added);
         added.clear();
-        let mut run = Run::new(doc);
+        let mut run = Verbatim::new(doc);
         for (i, e) in self.entries.iter().enumerate() {
             if !e.read {
                 if e.state != State::Gone {
@@ -650,7 +650,7 @@ fn drop_in(
     let start = out.len();
     out.push(b'{');
     let mut first = true;
-    let mut run = Run::new(text);
+    let mut run = Verbatim::new(text);
     for (i, (key, value)) in entries.iter().enumerate() {
         if entries[i + 1..].iter().any(|(k, _)| k == key) {
             continue;
@@ -659,7 +659,7 @@ fn drop_in(
             continue;
         }
         if i != last
-            && let Some(from) = Run::start(text, key, value)
+            && let Some(from) = Verbatim::start(text, key, value)
         {
             let end = value.as_ptr().addr() - text.as_ptr().addr() + value.len();
             run.take(from, end, out, &mut first);
@@ -686,66 +686,6 @@ fn drop_in(
     run.flush(out, &mut first);
     out.push(b'}');
     Some(true)
-}
-
-/// Entries written as they stand in an object's text, one after the
-/// other, copied in one piece: `"a":1,"b":2` is the text the entries
-/// write one by one when each is written as it stands and they are
-/// separated by a lone comma.
-struct Run<'d> {
-    text: &'d str,
-    /// The part of `text` not yet written.
-    pending: Option<Range<usize>>,
-}
-
-impl<'d> Run<'d> {
-    fn new(text: &'d str) -> Self {
-        Run {
-            text,
-            pending: None,
-        }
-    }
-
-    /// Where the entry `key`/`value`, as the checking pass reads them,
-    /// starts in `text` when its text is what writing it writes: a key
-    /// borrowed from `text` (one without escapes, written as it is),
-    /// then a colon, then the value, with no space between. A key with
-    /// escapes is read into a string of its own, outside `text`.
-    fn start(text: &str, key: &str, value: &str) -> Option<usize> {
-        let base = text.as_ptr().addr();
-        let quote = key.as_ptr().addr().checked_sub(base)?.checked_sub(1)?;
-        let colon = quote + key.len() + 2;
-        let b = text.as_bytes();
-        let written_so = b.get(quote) == Some(&b'"')
-            && b.get(colon - 1) == Some(&b'"')
-            && b.get(colon) == Some(&b':')
-            && value.as_ptr().addr().checked_sub(base) == Some(colon + 1);
-        written_so.then_some(quote)
-    }
-
-    /// The entry at `text[start..end]` is written next: added to the
-    /// pending text when it follows it after a comma.
-    fn take(&mut self, start: usize, end: usize, out: &mut Vec<u8>, first: &mut bool) {
-        if let Some(pending) = &mut self.pending
-            && pending.end + 1 == start
-            && self.text.as_bytes().get(pending.end) == Some(&b',')
-        {
-            pending.end = end;
-            return;
-        }
-        self.flush(out, first);
-        self.pending = Some(start..end);
-    }
-
-    /// Write the pending text, after a comma unless it is `first`.
-    fn flush(&mut self, out: &mut Vec<u8>, first: &mut bool) {
-        if let Some(pending) = self.pending.take() {
-            if !std::mem::take(first) {
-                out.push(b',');
-            }
-            out.extend_from_slice(self.text.as_bytes().get(pending).unwrap_or_default());
-        }
-    }
 }
 
 /// A key as serde_json writes it: quoted, escaped where needed.

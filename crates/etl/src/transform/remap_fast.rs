@@ -39,7 +39,7 @@ use vrl::path::{OwnedSegment, PathPrefix};
 use vrl::value::Value;
 
 use super::check;
-use super::faithful;
+use super::faithful::{self, Verbatim};
 use super::scan::{self, Entries};
 use crate::config::CompareOp;
 
@@ -1176,13 +1176,23 @@ fn write_object(
     };
     let mut changed = false;
     let mut first = true;
+    let mut run = Verbatim::new(text);
     out.push(b'{');
     for (i, (key, raw)) in entries.iter().enumerate() {
         // Only the last of duplicate keys is live.
         if entries[i + 1..].iter().any(|(k, _)| k == key) {
             continue;
         }
-        match obj.get(key) {
+        let node = obj.get(key);
+        if node.is_none()
+            && let Some(from) = Verbatim::start(text, key, raw)
+        {
+            let end = raw.as_ptr().addr() - text.as_ptr().addr() + raw.len();
+            run.take(from, end, out, &mut first);
+            continue;
+        }
+        run.flush(out, &mut first);
+        match node {
             None => {
                 comma(out, &mut first);
                 write_key(out, key)?;
@@ -1204,6 +1214,7 @@ fn write_object(
             }
         }
     }
+    run.flush(out, &mut first);
     let mut added: Vec<(&str, &Value)> = obj
         .0
         .iter()
