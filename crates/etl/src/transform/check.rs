@@ -39,21 +39,30 @@ pub(super) struct Nested<'a, 'v> {
     /// Objects nested deeper are not kept: the top-level object is at
     /// depth 1, an object that is a top-level value at depth 2.
     pub(super) max_depth: usize,
-    /// Where each kept object starts in the text, and where its entries
-    /// are in `entries`.
-    pub(super) objects: &'v mut Vec<(usize, Range<usize>)>,
-    /// The kept objects' entries, each object's together.
-    pub(super) entries: &'v mut Entries<'a>,
-    /// The entries of the objects being read (emptied as each ends).
-    pub(super) pending: &'v mut Entries<'a>,
+    /// The kept objects.
+    pub(super) objects: &'v mut Vec<Object>,
+    /// The kept objects' entries, a vector per depth (its slot): objects
+    /// of one depth never nest, so each object's entries are together in
+    /// its depth's vector as they are read, with no moving.
+    pub(super) entries: &'v mut Vec<Entries<'a>>,
+}
+
+/// A nested object whose entries were read.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Object {
+    /// Where it starts in the record's text.
+    pub(super) at: usize,
+    /// Which of the entry vectors holds its entries, and where.
+    pub(super) slot: usize,
+    pub(super) entries: Range<usize>,
 }
 
 /// The nested objects a keeping read kept of `doc`, looked up by the text
 /// of a value of it.
 pub(super) struct Kept<'a, 'v> {
     pub(super) doc: &'a str,
-    pub(super) objects: &'v [(usize, Range<usize>)],
-    pub(super) entries: &'v [(Cow<'a, str>, &'a str)],
+    pub(super) objects: &'v [Object],
+    pub(super) entries: &'v [Entries<'a>],
 }
 
 impl<'a, 'v> Kept<'a, 'v> {
@@ -64,8 +73,8 @@ impl<'a, 'v> Kept<'a, 'v> {
         if start.saturating_add(text.len()) > self.doc.len() {
             return None;
         }
-        let (_, range) = self.objects.iter().find(|(at, _)| *at == start)?;
-        self.entries.get(range.clone())
+        let object = self.objects.iter().find(|o| o.at == start)?;
+        self.entries.get(object.slot)?.get(object.entries.clone())
     }
 }
 
@@ -90,17 +99,20 @@ trait Keep<'a> {
     /// An object starts, `depth` containers deep: a mark to give back to
     /// [`Keep::close`], `None` when this one is not kept.
     fn open(&mut self, depth: usize) -> Option<usize>;
-    /// An entry of a kept object: its key's text is `text[key]` (quotes
-    /// included; `escaped` when it has escapes), its value `text[value]`.
+    /// An entry of a kept object `depth` containers deep: its key's text
+    /// is `text[key]` (quotes included; `escaped` when it has escapes),
+    /// its value `text[value]`.
     fn entry(
         &mut self,
         text: &'a str,
+        depth: usize,
         key: Range<usize>,
         escaped: bool,
         value: Range<usize>,
     ) -> Option<()>;
-    /// The kept object starting at `at`, opened with `mark`, ends.
-    fn close(&mut self, at: usize, mark: usize);
+    /// The kept object starting at `at`, `depth` deep, opened with
+    /// `mark`, ends.
+    fn close(&mut self, at: usize, depth: usize, mark: usize);
 }
 
 /// Keeps nothing.
@@ -111,38 +123,53 @@ impl Keep<'_> for NoKeep {
         None
     }
 
-    fn entry(&mut self, _: &str, _: Range<usize>, _: bool, _: Range<usize>) -> Option<()> {
+    fn entry(
+        &mut self,
+        _: &str,
+        _: usize,
+        _: Range<usize>,
+        _: bool,
+        _: Range<usize>,
+    ) -> Option<()> {
         Some(())
     }
 
-    fn close(&mut self, _: usize, _: usize) {}
+    fn close(&mut self, _: usize, _: usize, _: usize) {}
 }
 
 impl<'a> Keep<'a> for Nested<'a, '_> {
     #[inline]
     fn open(&mut self, depth: usize) -> Option<usize> {
-        (depth <= self.max_depth && self.objects.len() < KEPT_OBJECTS).then_some(self.pending.len())
+        if depth > self.max_depth || self.objects.len() >= KEPT_OBJECTS {
+            return None;
+        }
+        if self.entries.len() <= depth {
+            self.entries.resize_with(depth + 1, Vec::new);
+        }
+        Some(self.entries[depth].len())
     }
 
     #[inline(always)]
     fn entry(
         &mut self,
         text: &'a str,
+        depth: usize,
         key: Range<usize>,
         escaped: bool,
         value: Range<usize>,
     ) -> Option<()> {
         let name = self::key(text, key.start, key.end, escaped)?;
-        self.pending.push((name, text.get(value)?));
+        self.entries.get_mut(depth)?.push((name, text.get(value)?));
         Some(())
     }
 
-    fn close(&mut self, at: usize, mark: usize) {
-        // The entries of the objects inside have been moved out as each
-        // ended: what is left from the mark is this object's.
-        let from = self.entries.len();
-        self.entries.extend(self.pending.drain(mark..));
-        self.objects.push((at, from..self.entries.len()));
+    fn close(&mut self, at: usize, depth: usize, mark: usize) {
+        let end = self.entries.get(depth).map_or(mark, Vec::len);
+        self.objects.push(Object {
+            at,
+            slot: depth,
+            entries: mark..end,
+        });
     }
 }
 
@@ -266,7 +293,7 @@ fn object<'a, K: Keep<'a>>(
             let end = value(r, b, start, depth)?;
             if mark.is_some() {
                 let (from, to, escaped) = name;
-                r.keep.entry(r.text, from..to, escaped, start..end)?;
+                r.keep.entry(r.text, depth, from..to, escaped, start..end)?;
             }
             i = skip_ws(b, end);
             match b.get(i)? {
@@ -277,7 +304,7 @@ fn object<'a, K: Keep<'a>>(
         }
     }
     if let Some(mark) = mark {
-        r.keep.close(at, mark);
+        r.keep.close(at, depth, mark);
     }
     Some(i + 1)
 }
@@ -574,35 +601,37 @@ mod tests {
         #[test]
         fn prop_kept_objects_are_the_ones_the_scanner_reads(text in almost_json()) {
             let doc = format!("{{\"x\":{text},\"y\":[{text}]}}");
-            let (mut objects, mut entries, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut objects, mut entries) = (Vec::new(), Vec::new());
             let nested = Nested {
                 max_depth: usize::MAX,
                 objects: &mut objects,
                 entries: &mut entries,
-                pending: &mut pending,
             };
             if entries_keeping(&doc, Vec::new(), nested).is_some() {
                 // Kept to depth 2: only `x`'s value, if it is an object.
-                let (mut shallow, mut kept, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+                let (mut shallow, mut kept) = (Vec::new(), Vec::new());
                 let nested = Nested {
                     max_depth: 2,
                     objects: &mut shallow,
                     entries: &mut kept,
-                    pending: &mut pending,
                 };
                 prop_assert!(entries_keeping(&doc, Vec::new(), nested).is_some());
                 let x_is_object = text.trim_start().starts_with('{');
                 let at = doc.find(':').unwrap() + 1 + (text.len() - text.trim_start().len());
-                prop_assert_eq!(shallow.iter().map(|(at, _)| *at).collect::<Vec<_>>(), if x_is_object { vec![at] } else { vec![] });
-                if let [(_, range)] = &shallow[..] {
+                prop_assert_eq!(shallow.iter().map(|o| o.at).collect::<Vec<_>>(), if x_is_object { vec![at] } else { vec![] });
+                if let [object] = &shallow[..] {
                     let scanned = scan::entries(&doc[at..]).unwrap();
-                    prop_assert_eq!(&kept[range.clone()], &scanned[..]);
+                    prop_assert_eq!(object.slot, 2);
+                    prop_assert_eq!(&kept[2][object.entries.clone()], &scanned[..]);
                 }
-                prop_assert!(pending.is_empty());
-                for (at, range) in &objects {
-                    prop_assert_eq!(doc.as_bytes()[*at], b'{');
-                    let scanned = scan::entries(&doc[*at..]).unwrap();
-                    prop_assert_eq!(&entries[range.clone()], &scanned[..]);
+                // Every kept object reads back as the scanner reads it,
+                // looked up by its text.
+                let kept = Kept { doc: &doc, objects: &objects, entries: &entries };
+                for object in &objects {
+                    prop_assert_eq!(doc.as_bytes()[object.at], b'{');
+                    let scanned = scan::entries(&doc[object.at..]).unwrap();
+                    prop_assert_eq!(&entries[object.slot][object.entries.clone()], &scanned[..]);
+                    prop_assert_eq!(kept.get(&doc[object.at..]).unwrap(), &scanned[..]);
                 }
                 // Every nested object is kept, up to the limit.
                 fn objects_in(v: &serde_json::Value) -> usize {

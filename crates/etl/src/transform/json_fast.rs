@@ -109,9 +109,8 @@ struct Scratch {
     read: Entries<'static>,
     /// The vectors the nested objects on the steps' paths are kept in
     /// by the reading ([`check::Nested`]), kept empty.
-    objects: Vec<(usize, Range<usize>)>,
-    kept: Entries<'static>,
-    pending: Entries<'static>,
+    objects: Vec<check::Object>,
+    kept: Vec<Entries<'static>>,
 }
 
 /// The keys of a record and which of its entries are the last of their
@@ -213,8 +212,7 @@ impl FastStage {
         let s = &mut self.scratch;
         let mut objects = std::mem::take(&mut s.objects);
         objects.clear();
-        let mut kept = scan::recycle(std::mem::take(&mut s.kept));
-        let mut pending = scan::recycle(std::mem::take(&mut s.pending));
+        let mut kept = scan::recycle_each(std::mem::take(&mut s.kept));
         let out = scan::recycle(std::mem::take(&mut s.read));
         // The reading checks the whole value, and keeps the nested objects
         // on the steps' paths; numbers are parsed when a step reads them.
@@ -223,7 +221,6 @@ impl FastStage {
                 max_depth: self.keep_depth,
                 objects: &mut objects,
                 entries: &mut kept,
-                pending: &mut pending,
             };
             check::entries_keeping(text, out, nested)
         } else {
@@ -244,8 +241,7 @@ impl FastStage {
         };
         let s = &mut self.scratch;
         s.objects = objects;
-        s.kept = scan::recycle(kept);
-        s.pending = scan::recycle(pending);
+        s.kept = scan::recycle_each(kept);
         fast
     }
 

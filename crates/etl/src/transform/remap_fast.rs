@@ -29,7 +29,6 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -434,9 +433,8 @@ pub(super) struct Arena {
 #[derive(Debug, Default)]
 pub(super) struct Spare {
     top: Entries<'static>,
-    objects: Vec<(usize, Range<usize>)>,
-    entries: Entries<'static>,
-    pending: Entries<'static>,
+    objects: Vec<check::Object>,
+    entries: Vec<Entries<'static>>,
     vars: Vec<Val<'static>>,
 }
 
@@ -611,13 +609,19 @@ struct Cx<'a> {
 /// The entries of a record's nested objects read so far.
 #[derive(Debug)]
 struct Objects<'a> {
-    /// Where each object starts in the record, and where its entries are
-    /// in `entries`.
-    at: Vec<(usize, Range<usize>)>,
-    entries: Entries<'a>,
+    /// The objects, and where their entries are in `entries`.
+    at: Vec<check::Object>,
+    /// Vectors of entries: the checking pass's, one per depth from
+    /// [`Objects::SCANNED`] + 1 on, and in [`Objects::SCANNED`] those
+    /// of the objects read later, when the program reached them.
+    entries: Vec<Entries<'a>>,
 }
 
 impl<'a> Objects<'a> {
+    /// The slot of the objects read after the checking pass: the depth
+    /// of no nested object (the top level is at depth 1).
+    const SCANNED: usize = 0;
+
     /// The entries of the object whose text is `text`, a slice of `doc`,
     /// when read.
     fn get(&self, doc: &'a str, text: &str) -> Option<&[(Cow<'a, str>, &'a str)]> {
@@ -645,10 +649,9 @@ impl<'a> Cx<'a> {
         let top = scan::recycle(std::mem::take(&mut spare.top));
         let mut objects = Objects {
             at: std::mem::take(&mut spare.objects),
-            entries: scan::recycle(std::mem::take(&mut spare.entries)),
+            entries: scan::recycle_each(std::mem::take(&mut spare.entries)),
         };
         objects.at.clear();
-        let mut pending = scan::recycle(std::mem::take(&mut spare.pending));
         // Unchecked, the reading checks the whole value on the way (and
         // leaves what VRL's reading refuses), keeping the entries of the
         // nested objects it walks; checked, the scanner reads the top
@@ -663,11 +666,8 @@ impl<'a> Cx<'a> {
                 max_depth: usize::MAX,
                 objects: &mut objects.at,
                 entries: &mut objects.entries,
-                pending: &mut pending,
             };
-            let top = check::entries_keeping(doc, top, nested);
-            spare.pending = scan::recycle(pending);
-            top?
+            check::entries_keeping(doc, top, nested)?
         };
         Some(Cx {
             doc,
@@ -682,7 +682,7 @@ impl<'a> Cx<'a> {
     fn close(self, spare: &mut Spare) {
         let objects = self.objects.into_inner();
         spare.objects = objects.at;
-        spare.entries = scan::recycle(objects.entries);
+        spare.entries = scan::recycle_each(objects.entries);
         spare.top = scan::recycle(self.top);
         spare.vars = scan::recycle(self.vars);
     }
@@ -940,11 +940,20 @@ impl<'a> Cx<'a> {
         if let Some(entries) = objects.get(self.doc, text) {
             return Ok(last_of(entries, key.as_str()));
         }
-        let from = objects.entries.len();
-        scan::append_entries(text, &mut objects.entries).ok_or(Stop::Fallback)?;
-        let range = from..objects.entries.len();
-        let found = last_of(&objects.entries[range.clone()], key.as_str());
-        objects.at.push((start, range));
+        let slot = Objects::SCANNED;
+        if objects.entries.len() <= slot {
+            objects.entries.resize_with(slot + 1, Vec::new);
+        }
+        let scanned = &mut objects.entries[slot];
+        let from = scanned.len();
+        scan::append_entries(text, scanned).ok_or(Stop::Fallback)?;
+        let range = from..scanned.len();
+        let found = last_of(&scanned[range.clone()], key.as_str());
+        objects.at.push(check::Object {
+            at: start,
+            slot,
+            entries: range,
+        });
         Ok(found)
     }
 

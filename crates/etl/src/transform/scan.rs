@@ -179,6 +179,12 @@ pub(super) fn recycle<T, U>(mut spare: Vec<T>) -> Vec<U> {
     spare.into_iter().filter_map(|_| None).collect()
 }
 
+/// [`recycle`] for each vector of `spare`, which keeps its own allocation
+/// (vectors of vectors have one layout whatever they hold).
+pub(super) fn recycle_each<T, U>(spare: Vec<Vec<T>>) -> Vec<Vec<U>> {
+    spare.into_iter().map(recycle).collect()
+}
+
 /// A key as serde_json reads it, borrowed from the text unless it has
 /// escapes. (`Cow<str>`'s own `Deserialize` always copies.)
 pub(super) struct Key<'de>(pub(super) Cow<'de, str>);
