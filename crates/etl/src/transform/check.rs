@@ -164,6 +164,11 @@ impl<'a> Keep<'a> for Nested<'a, '_> {
     }
 
     fn close(&mut self, at: usize, depth: usize, mark: usize) {
+        // Objects end inner first: the bound is kept here, where they
+        // are counted (their entries, read already, stay unused).
+        if self.objects.len() >= KEPT_OBJECTS {
+            return;
+        }
         let end = self.entries.get(depth).map_or(mark, Vec::len);
         self.objects.push(Object {
             at,
@@ -386,8 +391,11 @@ fn special(word: u64) -> u64 {
 }
 
 /// The index just past the number starting at `i`:
-/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, short enough to be an
-/// `f64`.
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, small enough to be an
+/// `f64`: no run of [`LONG_DIGITS`] digits, an exponent of at most two
+/// digits, and below 10^308 (integer digits plus a positive exponent at
+/// most 308: serde_json refuses a number that rounds past `f64::MAX`,
+/// about 1.8 x 10^308, so the numbers between are left alone too).
 #[inline(always)]
 fn number(b: &[u8], i: usize) -> Option<usize> {
     let digits = |from: usize| {
@@ -401,21 +409,31 @@ fn number(b: &[u8], i: usize) -> Option<usize> {
     if b.get(j) == Some(&b'-') {
         j += 1;
     }
+    let integer = j;
     j = match b.get(j)? {
         b'0' => j + 1,
         b'1'..=b'9' => digits(j)?,
         _ => return None,
     };
+    // Digits before the point, leading zero aside: 10^(n - 1) <= value.
+    let magnitude = if b[integer] == b'0' { 0 } else { j - integer };
     if b.get(j) == Some(&b'.') {
         j = digits(j + 1)?;
     }
     if matches!(b.get(j), Some(b'e' | b'E')) {
         j += 1;
+        let negative = b.get(j) == Some(&b'-');
         if matches!(b.get(j), Some(b'+' | b'-')) {
             j += 1;
         }
         let end = digits(j)?;
         if end - j >= 3 {
+            return None;
+        }
+        let exponent = b[j..end]
+            .iter()
+            .fold(0, |e, d| e * 10 + usize::from(d - b'0'));
+        if !negative && magnitude + exponent > 308 {
             return None;
         }
         j = end;
@@ -427,13 +445,14 @@ fn number(b: &[u8], i: usize) -> Option<usize> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use proptest::prelude::*;
-    use serde::de::IgnoredAny;
 
     use super::*;
 
-    /// Whether serde_json reads `text` as a JSON object.
+    /// Whether serde_json reads `text` as a JSON object, as the stages'
+    /// own reading does (into a value: numbers in range).
     fn serde_accepts(text: &str) -> bool {
-        text.trim_start().starts_with('{') && serde_json::from_str::<IgnoredAny>(text).is_ok()
+        text.trim_start().starts_with('{')
+            && serde_json::from_str::<serde_json::Value>(text).is_ok()
     }
 
     fn read(text: &str) -> Option<Vec<(String, String)>> {
@@ -536,6 +555,68 @@ mod tests {
             assert!(read(valid).is_none(), "{valid:?}");
         }
         assert!(read(&deep).is_none());
+    }
+
+    #[test]
+    fn the_kept_objects_stay_within_their_bound() {
+        let inner: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{{\"v\":{i}}}")).collect();
+        let doc = format!("{{\"x\":{{{}}}}}", inner.join(","));
+        let (mut objects, mut entries) = (Vec::new(), Vec::new());
+        let nested = Nested {
+            max_depth: usize::MAX,
+            objects: &mut objects,
+            entries: &mut entries,
+        };
+        assert!(entries_keeping(&doc, Vec::new(), nested).is_some());
+        assert_eq!(objects.len(), KEPT_OBJECTS);
+        // The first ones to end are kept, and read back as they are.
+        let kept = Kept {
+            doc: &doc,
+            objects: &objects,
+            entries: &entries,
+        };
+        let k0 = doc.find("{\"v\":0}").unwrap();
+        assert_eq!(kept.get(&doc[k0..]).unwrap(), &[(Cow::Borrowed("v"), "0")]);
+        let k39 = doc.find("{\"v\":39}").unwrap();
+        assert!(kept.get(&doc[k39..]).is_none());
+    }
+
+    #[test]
+    fn numbers_past_an_f64_are_left_alone_whatever_their_spelling() {
+        let zeros = |n: usize| "0".repeat(n);
+        // serde_json reads each of these as a number out of range.
+        for past in [
+            format!("1{}e99", zeros(210)),
+            format!("-1{}e99", zeros(210)),
+            format!("9{}.5e9", zeros(299)),
+            format!("1{}E+10", zeros(300)),
+            format!("1{}e1", zeros(308)),
+        ] {
+            let text = format!("{{\"a\":{past}}}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(&text).is_err(),
+                "{past}"
+            );
+            assert!(read(&text).is_none(), "{past}");
+        }
+        // Near it, in range: read, or left alone; never accepted wrongly.
+        for near in [
+            format!("1{}e99", zeros(200)),
+            format!("1{}e-99", zeros(300)),
+            format!("0.{}1e99", zeros(300)),
+            format!("1{}", zeros(307)),
+            "1e99".to_owned(),
+        ] {
+            let text = format!("{{\"a\":{near}}}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(&text).is_ok(),
+                "{near}"
+            );
+            if let Some(entries) = read(&text) {
+                assert_eq!(entries, vec![("a".to_owned(), near.clone())]);
+            }
+        }
+        assert!(read(&format!("{{\"a\":1{}e-99}}", zeros(300))).is_some());
     }
 
     /// Whether `text` has a number with an exponent of 3 digits or more.

@@ -853,6 +853,18 @@ mod tests {
     }
 
     #[test]
+    fn a_number_past_an_f64_is_refused_as_the_tree_path_refuses_it() {
+        let ops = vec![JsonOp::Filter {
+            path: JsonOp::path("b"),
+            op: CompareOp::Exists,
+            value: Value::Null,
+        }];
+        let input = format!(r#"{{"a":1{}e99,"b":1}}"#, "0".repeat(210));
+        assert_eq!(tree(&ops, &input), Fast::Fallback);
+        assert_eq!(fast(&ops, &input), Fast::Fallback);
+    }
+
+    #[test]
     fn filters_alone_keep_the_bytes() {
         let ops = vec![JsonOp::Filter {
             path: JsonOp::path("a"),

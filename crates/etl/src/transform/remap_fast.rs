@@ -452,17 +452,34 @@ impl Arena {
 /// Whether the text may hold a number past the range of an `f64`. Reading
 /// the record for VRL rejects those (serde_json parses every number); the
 /// fast path's reading skips the numbers it does not use, so it leaves
-/// such records to VRL: an exponent of 3 digits or more, or 309 digits in
-/// a row.
+/// such records to VRL: an exponent of 3 digits or more, 10^308 or more
+/// (integer digits plus a positive exponent past 308, as the checking
+/// pass counts), or 309 digits in a row.
 fn past_f64(text: &[u8]) -> bool {
     let big_exponent = memchr::memchr2_iter(b'e', b'E', text).any(|i| {
         i > 0 && (text[i - 1].is_ascii_digit() || text[i - 1] == b'.') && {
-            let rest = &text[i + 1..];
-            let rest = match rest.first() {
-                Some(b'-' | b'+') => &rest[1..],
-                _ => rest,
+            // The digits before the point, leading zero aside.
+            let mantissa = text[..i]
+                .iter()
+                .rev()
+                .take_while(|b| b.is_ascii_digit() || **b == b'.')
+                .count();
+            let mantissa = &text[i - mantissa..i];
+            let magnitude = match mantissa.first() {
+                Some(b'0') => 0,
+                _ => mantissa.iter().take_while(|b| b.is_ascii_digit()).count(),
             };
-            rest.iter().take_while(|b| b.is_ascii_digit()).count() >= 3
+            let rest = &text[i + 1..];
+            let (negative, rest) = match rest.first() {
+                Some(b'-') => (true, &rest[1..]),
+                Some(b'+') => (false, &rest[1..]),
+                _ => (false, rest),
+            };
+            let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+            let exponent = rest[..digits.min(2)]
+                .iter()
+                .fold(0, |e, d| e * 10 + usize::from(d - b'0'));
+            digits >= 3 || !negative && magnitude + exponent > 308
         }
     });
     if big_exponent {
@@ -1353,18 +1370,32 @@ mod tests {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4)
                     .prop_map(|v| format!("[{}]", v.join(", "))),
-                prop::collection::vec(("[a-d]", inner), 0..4).prop_map(|v| {
+                prop::collection::vec(("[a-d]", inner, 0..4u8), 0..4).prop_map(|v| {
                     let body: Vec<String> =
-                        v.iter().map(|(k, v)| format!("\"{k}\" : {v}")).collect();
+                        v.iter().map(|(k, v, style)| entry(k, v, *style)).collect();
                     format!("{{{}}}", body.join(","))
                 }),
             ]
         })
     }
 
+    /// An entry spelled one of four ways: compact, spaced, with its key
+    /// escaped, with space after the value.
+    fn entry(key: &str, value: &str, style: u8) -> String {
+        match style {
+            0 => format!("\"{key}\" : {value}"),
+            1 => format!("\"{key}\":{value}"),
+            2 => {
+                let escaped: String = key.bytes().map(|b| format!("\\u{b:04x}")).collect();
+                format!("\"{escaped}\":{value}")
+            }
+            _ => format!("\"{key}\": {value} "),
+        }
+    }
+
     fn record_text() -> impl Strategy<Value = String> {
-        prop::collection::vec(("[a-d]", raw_value()), 0..5).prop_map(|v| {
-            let body: Vec<String> = v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        prop::collection::vec(("[a-d]", raw_value(), 0..4u8), 0..5).prop_map(|v| {
+            let body: Vec<String> = v.iter().map(|(k, v, style)| entry(k, v, *style)).collect();
             format!("{{{}}}", body.join(","))
         })
     }
@@ -1465,12 +1496,38 @@ mod tests {
             (".t = 1", r#"{"a":1e400}"#),
             (
                 ".t = 1",
+                format!(r#"{{"a":1{}e99}}"#, "0".repeat(210)).as_str(),
+            ),
+            (
+                ".t = 1",
                 format!(r#"{{"a":[{}]}}"#, "9".repeat(309)).as_str(),
             ),
         ] {
             assert_eq!(run(program, input), Lite::Fallback, "{program} on {input}");
         }
         assert_eq!(run("abort", "{}"), Lite::Aborted);
+        // The check of an input read as valid JSON elsewhere sees the
+        // same numbers.
+        for past in [
+            format!("1{}e99", "0".repeat(210)),
+            format!("1{}.25E+10", "0".repeat(300)),
+            "1e400".to_owned(),
+            "9".repeat(309),
+        ] {
+            let text = format!(r#"{{"a":{past}}}"#);
+            assert!(
+                serde_json::from_str::<serde_json::Value>(&text).is_err(),
+                "{past}"
+            );
+            assert!(past_f64(text.as_bytes()), "{past}");
+        }
+        for near in [
+            format!("1{}e99", "0".repeat(200)),
+            "1.5e99".to_owned(),
+            "12345".to_owned(),
+        ] {
+            assert!(!past_f64(format!(r#"{{"a":{near}}}"#).as_bytes()), "{near}");
+        }
         // Digits in a string are not a number past an `f64`.
         let digits = format!(r#"{{"a":"{}"}}"#, "9".repeat(600));
         assert!(matches!(run(".t = 1", &digits), Lite::Done(Some(_), _)));
