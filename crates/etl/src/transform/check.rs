@@ -9,11 +9,12 @@
 //! reader checks the grammar serde_json accepts and records where each
 //! value is, nothing else.
 //!
-//! Invariant: what it accepts, serde_json accepts (a differential property
-//! test holds it to that). It may leave alone what serde_json would accept
-//! (`None`: "not decided here"): besides invalid text, a `\u` escape of a
-//! UTF-16 surrogate, a number with an exponent of three digits or more or
-//! a run of 309 digits (past an `f64`, which VRL's reading refuses), and
+//! Invariant: what it accepts, serde_json accepts when reading a value (a
+//! differential property test holds it to that). It may leave alone what
+//! serde_json would accept (`None`: "not decided here"): besides invalid
+//! text, a `\u` escape of a UTF-16 surrogate, a number with an exponent of
+//! three digits or more, a run of 309 digits, or 10^308 and more (near or
+//! past an `f64`, which serde_json's and VRL's readings refuse), and
 //! nesting deeper than serde_json's limit of 128.
 
 use std::borrow::Cow;
