@@ -269,24 +269,30 @@ impl FastStage {
                 FastOp::Filter { path, op, value } => {
                     let keep = match s.find(&path[0]) {
                         None => compare(None, *op, value),
-                        Some(i) => match s.text_at(i, &path[1..], text, nested) {
-                            // A plain string against a string, say, is
-                            // decided on the text.
-                            Some(found) => match compare_text(found, *op, value) {
-                                Some(keep) => keep,
-                                None => {
-                                    compare(serde_json::from_str(found).ok().as_ref(), *op, value)
-                                }
-                            },
-                            None if path.len() == 1 => {
-                                compare(Some(&s.value_of(i, constants, text)), *op, value)
+                        // As read: the field's text, when it is there.
+                        Some(i) if s.entries[i].state == State::Original => {
+                            match s.text_at(i, &path[1..], text, nested) {
+                                // A plain string against a string, say, is
+                                // decided on the text.
+                                Some(found) => match compare_text(found, *op, value) {
+                                    Some(keep) => keep,
+                                    None => compare(
+                                        serde_json::from_str(found).ok().as_ref(),
+                                        *op,
+                                        value,
+                                    ),
+                                },
+                                None => compare(None, *op, value),
                             }
-                            None => compare(
-                                s.nested(i, &path[1..], constants, text, nested).as_ref(),
-                                *op,
-                                value,
-                            ),
-                        },
+                        }
+                        Some(i) if path.len() == 1 => {
+                            compare(Some(&s.value_of(i, constants, text)), *op, value)
+                        }
+                        Some(i) => compare(
+                            s.nested(i, &path[1..], constants, text).as_ref(),
+                            *op,
+                            value,
+                        ),
                     };
                     if !keep {
                         return Fast::Filtered;
@@ -367,23 +373,18 @@ impl Scratch {
             .unwrap_or(Value::Null)
     }
 
-    /// The value at `path` below entry `i`, as the tree path reads it:
-    /// looked up in the record's text (`doc`) while the entry is as read,
-    /// through the objects the reading kept, or scanned for.
+    /// The value at `path` below entry `i`, as the tree path reads it,
+    /// from the entry's value now (an entry still as read is looked up by
+    /// its text instead, [`Scratch::text_at`]).
     fn nested(
         &self,
         i: usize,
         path: &[String],
         constants: &[Constant],
         doc: &str,
-        kept: &check::Kept<'_, '_>,
     ) -> Option<Value> {
-        let e = &self.entries[i];
-        if e.state != State::Original {
-            let top = self.value_of(i, constants, doc);
-            return path.iter().try_fold(&top, |v, s| child(v, s)).cloned();
-        }
-        serde_json::from_str(self.text_at(i, path, doc, kept)?).ok()
+        let top = self.value_of(i, constants, doc);
+        path.iter().try_fold(&top, |v, s| child(v, s)).cloned()
     }
 
     /// The text of the value at `path` below entry `i` while the entry is
