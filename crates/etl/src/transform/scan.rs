@@ -174,6 +174,7 @@ pub(super) fn append_entries<'a>(text: &'a str, out: &mut Entries<'a>) -> Option
 /// iterator into one of the same layout reuses its allocation; one of
 /// another layout gets a new one, which is only slower.
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
+#[inline(always)]
 pub(super) fn recycle<T, U>(mut spare: Vec<T>) -> Vec<U> {
     spare.clear();
     spare.into_iter().filter_map(|_| None).collect()
