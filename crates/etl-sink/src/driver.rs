@@ -98,6 +98,17 @@ impl SinkDriver {
         self
     }
 
+    /// Cut batches at `max` encoded bytes (at least 1) when the
+    /// configuration allows larger ones. A pipeline caps its sinks'
+    /// batches at a share of its in-flight byte bound: a batch holding
+    /// most of what may be in flight stalls the source while it fills,
+    /// then while it is written and synced.
+    #[must_use]
+    pub fn batch_max_bytes_at_most(mut self, max: usize) -> Self {
+        self.config.batch_max_bytes = self.config.batch_max_bytes.min(max.max(1));
+        self
+    }
+
     /// Send refused records (encoder or sink rejects) and, by policy,
     /// batches that failed for good to `sink`, as NDJSON dead letters.
     #[must_use]

@@ -124,7 +124,12 @@ impl PipelineBuilder {
     }
 
     /// Add a sink, driven by `driver` (its sink, encoder and batching).
-    /// Every record goes to every sink.
+    /// Every record goes to every sink. Its batches are cut at a sixteenth
+    /// of the smaller in-flight byte bound of the
+    /// [`checkpoint`](PipelineBuilder::checkpoint) limits when its
+    /// configuration allows larger ones (1 MiB at the defaults): a batch
+    /// holding much of what may be in flight stalls the source while it
+    /// fills, then while it is written and synced.
     #[must_use]
     pub fn sink(mut self, name: impl Into<String>, driver: SinkDriver) -> Self {
         self.sinks.push(SinkSpec {
@@ -373,6 +378,7 @@ impl Pipeline {
             )),
             None => store,
         };
+        let batch_cap = batch_bytes_cap(&checkpoint.limits);
         let (acker, receiver) = etl_ack::channel();
         let (checkpointer, mut replays) = Checkpointer::spawn(checkpoint, store, receiver)?;
         hub.set_checkpoint(checkpointer.clone());
@@ -396,6 +402,7 @@ impl Pipeline {
             if let Some((sink, _)) = &dlq {
                 driver = driver.dead_letters(sink.clone());
             }
+            driver = driver.batch_max_bytes_at_most(batch_cap);
             let handle = Arc::new(driver.spawn());
             let weak = Arc::downgrade(&handle);
             let slot = SinkSlot::new(Box::new(move || weak.upgrade().map(|h| h.metrics())));
@@ -875,6 +882,24 @@ async fn within_wall_clock<F: std::future::Future>(
 }
 
 /// The number of cores, at most 4.
+/// The share of the in-flight byte bound one sink batch may hold.
+const BATCH_SHARE: u64 = 16;
+
+/// The largest batch, in encoded bytes, the pipeline lets a sink write:
+/// a sixteenth of the smaller in-flight byte bound (1 MiB at the
+/// defaults). A batch whose records hold a large share of what may be in
+/// flight stalls the source twice: while it fills, once the bound is
+/// reached the records it waits for cannot be read; while it is written
+/// and synced, nothing behind it can be acknowledged. On 400-byte
+/// records, 8192-record batches held 30% of the default 16 MiB and cost
+/// a quarter of the rate of a file-to-file run (docs/benchmarks.md).
+fn batch_bytes_cap(limits: &etl_checkpoint::InFlightLimits) -> usize {
+    let bound = limits
+        .max_in_flight_bytes
+        .min(limits.max_in_flight_bytes_per_partition);
+    usize::try_from(bound / BATCH_SHARE).unwrap_or(usize::MAX)
+}
+
 fn default_transform_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
