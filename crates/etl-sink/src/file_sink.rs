@@ -1,10 +1,12 @@
 //! The file sink: append, fsync before acknowledging, rotate, recover.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 
 use crate::file_state::{FileState, Placed};
 use crate::{EncodedBatch, Progress, ProgressSink, Sink, SinkError};
@@ -14,9 +16,14 @@ use crate::{EncodedBatch, Progress, ProgressSink, Sink, SinkError};
 pub enum FsyncPolicy {
     /// `fsync` after every batch, before the write returns.
     EveryBatch,
-    /// `fsync` at most once per interval; a write returns (and its batch is
-    /// acknowledged) only after the `fsync` that covers it, so several
-    /// batches share one `fsync`.
+    /// Group commit: a write's `fsync` waits, up to the interval since the
+    /// last one, while other writes in flight are still appending, so that
+    /// one `fsync` covers them all; a write returns (its batch
+    /// acknowledged) only after the `fsync` that covers it. Once no other
+    /// write is appending, waiting could not save an `fsync` and would
+    /// hold this write and every one behind it (with the driver's default
+    /// `concurrency` of 1, a batch per interval): it syncs at once.
+    /// Sharing needs `concurrency` above 1.
     Interval(Duration),
 }
 
@@ -79,6 +86,48 @@ pub struct FileSink {
     path: PathBuf,
     config: FileSinkConfig,
     state: Arc<Mutex<FileState>>,
+    /// Writes still appending, for group commit.
+    appending: Appending,
+}
+
+/// The writes still appending their batch, and a wake-up for the writes
+/// waiting for them to share an `fsync`.
+#[derive(Debug, Default)]
+struct Appending {
+    count: AtomicUsize,
+    done: Notify,
+}
+
+/// A write appending its batch: counted in [`Appending`] until
+/// [`Writing::appended`], or until dropped (a failed or cancelled write).
+struct Writing<'a> {
+    appending: &'a Appending,
+    counted: bool,
+}
+
+impl<'a> Writing<'a> {
+    fn enter(appending: &'a Appending) -> Self {
+        appending.count.fetch_add(1, Ordering::AcqRel);
+        Writing {
+            appending,
+            counted: true,
+        }
+    }
+
+    /// Its batch is appended: writes waiting to share an `fsync` need not
+    /// wait for it any more.
+    fn appended(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            self.appending.count.fetch_sub(1, Ordering::AcqRel);
+            self.appending.done.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.appended();
+    }
 }
 
 fn lock(state: &Mutex<FileState>) -> MutexGuard<'_, FileState> {
@@ -113,6 +162,7 @@ impl FileSink {
             path,
             config,
             state: Arc::new(Mutex::new(state)),
+            appending: Appending::default(),
         })
     }
 
@@ -152,6 +202,12 @@ impl FileSink {
         files
     }
 
+    /// Return once the first `end` bytes are durable: at once when an
+    /// `fsync` covered them, else after one. Under
+    /// [`FsyncPolicy::Interval`] the `fsync` waits, up to the interval
+    /// since the last one, while other writes are still appending: theirs
+    /// is then covered by the same `fsync`. Once none is, waiting could
+    /// not save an `fsync`.
     async fn sync_through(&self, end: u64) -> Result<(), SinkError> {
         let interval = match self.config.fsync {
             FsyncPolicy::EveryBatch => Duration::ZERO,
@@ -163,9 +219,22 @@ impl FileSink {
                 if s.synced >= end {
                     return Ok(());
                 }
-                s.last_sync + interval
+                tokio::time::Instant::from_std(s.last_sync + interval)
             };
-            tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+            loop {
+                // Registered before the count is read, so that an append
+                // ending in between still wakes this one.
+                let done = self.appending.done.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                if self.appending.count.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => break,
+                    () = done => {}
+                }
+            }
             let state = self.state.clone();
             blocking(move || {
                 let mut s = lock(&state);
@@ -185,6 +254,7 @@ impl Sink for FileSink {
         if batch.is_empty() {
             return Ok(());
         }
+        let mut writing = Writing::enter(&self.appending);
         let bytes = batch.bytes().clone();
         let placed: Option<Vec<Placed>> = self.config.exactly_once.then(|| {
             batch
@@ -207,6 +277,7 @@ impl Sink for FileSink {
             Ok(end)
         })
         .await?;
+        writing.appended();
         self.sync_through(end).await
     }
 
@@ -237,6 +308,58 @@ mod tests {
             })
             .collect();
         EncodedBatch::encode(records, &crate::NdjsonEncoder::new()).0
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interval_write_with_no_other_in_flight_syncs_at_once() {
+        // Waiting for the interval shares an fsync only with other writes
+        // still appending; alone, it would hold this write and every one
+        // behind it (with one write at a time, a batch per interval).
+        let dir = tempfile::tempdir().unwrap();
+        let config = FileSinkConfig {
+            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
+            ..FileSinkConfig::default()
+        };
+        let sink = FileSink::open(dir.path().join("out"), config)
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            tokio::time::timeout(Duration::from_secs(60), sink.write(&batch(4)))
+                .await
+                .expect("a lone write waited for the interval")
+                .unwrap();
+            let s = lock(&sink.state);
+            assert!(s.written > 0 && s.synced == s.written);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn interval_writes_in_flight_together_share_one_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FileSinkConfig {
+            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
+            ..FileSinkConfig::default()
+        };
+        let sink = FileSink::open(dir.path().join("out"), config)
+            .await
+            .unwrap();
+        // Each waits for the others to append, not for the interval.
+        let (a, b, c) = (batch(2), batch(3), batch(4));
+        let (ra, rb, rc) = tokio::time::timeout(Duration::from_secs(60), async {
+            tokio::join!(sink.write(&a), sink.write(&b), sink.write(&c))
+        })
+        .await
+        .expect("the writes waited for the interval");
+        ra.unwrap();
+        rb.unwrap();
+        rc.unwrap();
+        let s = lock(&sink.state);
+        assert!(s.written > 0 && s.synced == s.written);
+        assert!(
+            s.syncs == 1,
+            "{} fsyncs for three writes in flight together",
+            s.syncs
+        );
     }
 
     #[tokio::test]

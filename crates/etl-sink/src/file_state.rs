@@ -67,6 +67,9 @@ pub(crate) struct FileState {
     pub(crate) written: u64,
     pub(crate) synced: u64,
     pub(crate) last_sync: Instant,
+    /// `fsync`s done since open (for tests).
+    #[cfg(test)]
+    pub(crate) syncs: u64,
     opened_at: Instant,
     /// Finished segments: `<path>.1` ..= `<path>.<segments>`.
     segments: u64,
@@ -214,6 +217,8 @@ impl FileState {
             written: 0,
             synced: 0,
             last_sync: now,
+            #[cfg(test)]
+            syncs: 0,
             opened_at: now,
             segments,
             appended: stored.clone(),
@@ -313,6 +318,10 @@ impl FileState {
         // Only now is everything appended durable, progress included.
         self.synced = self.written;
         self.last_sync = Instant::now();
+        #[cfg(test)]
+        {
+            self.syncs += 1;
+        }
         Ok(())
     }
 

@@ -349,7 +349,10 @@ pub enum FsyncMode {
     /// After every batch, before acknowledging it.
     #[default]
     Batch,
-    /// Every `fsync_interval`; acknowledgements wait for it.
+    /// Group commit, for `concurrency` above 1: a write's `fsync` waits,
+    /// up to `fsync_interval` since the last one, while other writes are
+    /// still appending, then covers them too. Acknowledgements wait for
+    /// the `fsync` that covers them.
     Interval,
 }
 
