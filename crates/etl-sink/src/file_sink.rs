@@ -310,11 +310,8 @@ mod tests {
         EncodedBatch::encode(records, &crate::NdjsonEncoder::new()).0
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_interval_write_with_no_other_in_flight_syncs_at_once() {
-        // Waiting for the interval shares an fsync only with other writes
-        // still appending; alone, it would hold this write and every one
-        // behind it (with one write at a time, a batch per interval).
+    /// A sink syncing at most hourly: any wait for the interval shows.
+    async fn hourly_sink() -> (tempfile::TempDir, FileSink) {
         let dir = tempfile::tempdir().unwrap();
         let config = FileSinkConfig {
             fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
@@ -323,6 +320,15 @@ mod tests {
         let sink = FileSink::open(dir.path().join("out"), config)
             .await
             .unwrap();
+        (dir, sink)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interval_write_with_no_other_in_flight_syncs_at_once() {
+        // Waiting for the interval shares an fsync only with other writes
+        // still appending; alone, it would hold this write and every one
+        // behind it (with one write at a time, a batch per interval).
+        let (_dir, sink) = hourly_sink().await;
         for _ in 0..3 {
             tokio::time::timeout(Duration::from_secs(60), sink.write(&batch(4)))
                 .await
@@ -335,14 +341,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn interval_writes_in_flight_together_share_one_fsync() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = FileSinkConfig {
-            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
-            ..FileSinkConfig::default()
-        };
-        let sink = FileSink::open(dir.path().join("out"), config)
-            .await
-            .unwrap();
+        let (_dir, sink) = hourly_sink().await;
         // Each waits for the others to append, not for the interval.
         let (a, b, c) = (batch(2), batch(3), batch(4));
         let (ra, rb, rc) = tokio::time::timeout(Duration::from_secs(60), async {
