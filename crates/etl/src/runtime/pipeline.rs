@@ -881,7 +881,6 @@ async fn within_wall_clock<F: std::future::Future>(
     }
 }
 
-/// The number of cores, at most 4.
 /// The share of the in-flight byte bound one sink batch may hold.
 const BATCH_SHARE: u64 = 16;
 
@@ -900,6 +899,7 @@ fn batch_bytes_cap(limits: &etl_checkpoint::InFlightLimits) -> usize {
     usize::try_from(bound / BATCH_SHARE).unwrap_or(usize::MAX)
 }
 
+/// The number of cores, at most 4.
 fn default_transform_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
