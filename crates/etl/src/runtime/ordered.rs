@@ -45,29 +45,51 @@ impl std::fmt::Debug for Job {
 }
 
 impl Workers {
-    /// `count` workers, each with a fork of `chain`; `None` when fewer
-    /// than two are asked for, the chain is empty (nothing to share out),
-    /// a stage cannot fork, or a thread cannot start.
-    pub(crate) fn spawn(chain: &TransformChain, count: usize) -> Option<Workers> {
-        if count < 2 || chain.is_empty() {
-            return None;
+    /// Up to `count` worker threads: the first runs `chain` itself, each
+    /// other one a fork of it. One thread when a stage cannot fork, fewer
+    /// when a thread cannot start. The chain comes back, to run on the
+    /// stage's own task, when it is empty (nothing to do), `count` is 0
+    /// or no thread starts.
+    pub(crate) fn spawn(chain: TransformChain, count: usize) -> Result<Workers, TransformChain> {
+        if count == 0 || chain.is_empty() {
+            return Err(chain);
         }
-        let chains = (0..count)
+        // All the forks or none: a chain with one stage that cannot fork
+        // runs on one thread.
+        let forks = (1..count)
             .map(|_| chain.fork())
-            .collect::<Option<Vec<_>>>()?;
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
         let (jobs, rx) = std_mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
-        for (i, chain) in chains.into_iter().enumerate() {
-            let rx = rx.clone();
-            let started = thread::Builder::new()
+        let mut started = 0;
+        for (i, chain) in std::iter::once(chain).chain(forks).enumerate() {
+            // The thread takes its chain from here; when it cannot start,
+            // the chain is still here to take back.
+            let slot = Arc::new(Mutex::new(Some(chain)));
+            let spawned = thread::Builder::new()
                 .name(format!("etl-transform-{i}"))
-                .spawn(move || work(chain, &rx));
-            if let Err(e) = started {
-                tracing::warn!(error = %e, "cannot start a transform worker: transforms run on one task");
-                return None;
+                .spawn({
+                    let (rx, slot) = (rx.clone(), slot.clone());
+                    move || {
+                        if let Some(chain) = take(&slot) {
+                            work(chain, &rx);
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, started, "cannot start a transform worker");
+                if started == 0 {
+                    return Err(take(&slot).unwrap_or_else(TransformChain::new));
+                }
+                break;
             }
+            started += 1;
         }
-        Some(Workers { jobs, count })
+        Ok(Workers {
+            jobs,
+            count: started,
+        })
     }
 
     /// Number of worker threads.
@@ -84,6 +106,13 @@ impl Workers {
         let _ = self.jobs.send(Job { records, reply });
         answer
     }
+}
+
+/// What `slot` holds, taken out of it.
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
 }
 
 /// A worker's loop: runs until the job queue closes.

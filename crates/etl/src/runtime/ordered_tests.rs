@@ -106,7 +106,8 @@ async fn workers_keep_partition_order_and_every_outcome() {
     .await
     .unwrap()
     .unwrap();
-    assert!(forks.load(Ordering::Relaxed) >= 2, "ran on the workers");
+    // The first worker runs the chain itself, the second a fork.
+    assert!(forks.load(Ordering::Relaxed) >= 1, "ran on the workers");
 
     let total = u64::from(PARTITIONS) * PER_PARTITION;
     assert_eq!(summary.read, total);
@@ -163,28 +164,107 @@ async fn a_panic_on_a_worker_fails_its_batch() {
 }
 
 #[test]
-fn a_chain_that_cannot_fork_stays_serial() {
+fn workers_fork_the_chain_or_run_it_on_one_thread() {
+    use super::ordered::Workers;
+    let threads = |chain: TransformChain, count| Workers::spawn(chain, count).map(|w| w.count());
+    let uneven = || {
+        Box::new(Uneven {
+            forks: Arc::default(),
+            panic_at: None,
+        })
+    };
+    assert!(threads(TransformChain::new(), 2).is_err(), "empty");
     let mut chain = TransformChain::new();
-    assert!(super::ordered::Workers::spawn(&chain, 2).is_none(), "empty");
-    chain.push(Box::new(Uneven {
-        forks: Arc::default(),
-        panic_at: None,
-    }));
-    assert!(
-        super::ordered::Workers::spawn(&chain, 1).is_none(),
-        "one worker"
-    );
-    assert!(super::ordered::Workers::spawn(&chain, 2).is_some());
+    chain.push(uneven());
+    assert!(threads(chain, 0).is_err(), "no thread asked for");
+    let mut chain = TransformChain::new();
+    chain.push(uneven());
+    assert_eq!(threads(chain, 1).unwrap(), 1);
+    let mut chain = TransformChain::new();
+    chain.push(uneven());
     chain.push(Box::new(map("stateless closure", |r: Record| Ok(r))));
-    assert!(
-        super::ordered::Workers::spawn(&chain, 2).is_some(),
-        "a stateless closure forks"
-    );
+    assert_eq!(threads(chain, 3).unwrap(), 3, "a stateless closure forks");
+    let mut chain = TransformChain::new();
+    chain.push(uneven());
     chain.push(Box::new(crate::map_mut("stateful closure", |r: Record| {
         Ok(r)
     })));
-    assert!(
-        super::ordered::Workers::spawn(&chain, 2).is_none(),
-        "a stateful closure"
-    );
+    assert_eq!(threads(chain, 3).unwrap(), 1, "a stateful closure does not");
+}
+
+/// Where a record's transform ran: whether on a thread of the async
+/// runtime, and the thread's name.
+type Ran = (bool, Option<String>);
+
+/// Where each record's transform ran.
+#[derive(Debug, Default, Clone)]
+struct Where(Arc<Mutex<Vec<Ran>>>);
+
+impl Where {
+    fn transform(&self) -> impl Transform + use<> {
+        let seen = self.0.clone();
+        crate::map_mut("where", move |r: Record| {
+            let on_runtime = tokio::runtime::Handle::try_current().is_ok();
+            let name = std::thread::current().name().map(str::to_owned);
+            seen.lock().unwrap().push((on_runtime, name));
+            Ok(r)
+        })
+    }
+
+    async fn run(&self, workers: usize) -> Vec<Ran> {
+        let pipeline = Pipeline::builder()
+            .source(source())
+            // A stateful closure: it cannot fork.
+            .transform(self.transform())
+            .transform_workers(workers)
+            .sink(
+                "out",
+                SinkDriver::new(Collect::default(), RawLinesEncoder::new()),
+            )
+            .build()
+            .unwrap();
+        let summary = pipeline.run(CancellationToken::new()).await.unwrap();
+        assert_eq!(summary.read, u64::from(PARTITIONS) * PER_PARTITION);
+        self.0.lock().unwrap().clone()
+    }
+}
+
+// A CPU-bound stage on a runtime worker holds up the very tasks it wakes:
+// tokio runs a woken task next on the waking worker, where no other
+// worker may take it, so the sink waited for the stage's whole backlog
+// and the source for credit, and two cores did the work of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_transform_worker_runs_on_a_thread_of_its_own_not_on_the_runtime() {
+    let seen = Where::default().run(1).await;
+    assert!(!seen.is_empty());
+    for (on_runtime, name) in seen {
+        assert!(
+            !on_runtime,
+            "a transform ran on a runtime worker ({name:?})"
+        );
+        assert_eq!(name.as_deref(), Some("etl-transform-0"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_that_cannot_fork_runs_on_one_thread_whatever_the_workers_asked() {
+    let seen = Where::default().run(4).await;
+    assert!(!seen.is_empty());
+    for (on_runtime, name) in seen {
+        assert!(
+            !on_runtime,
+            "a transform ran on a runtime worker ({name:?})"
+        );
+        assert_eq!(name.as_deref(), Some("etl-transform-0"));
+    }
+}
+
+// A current-thread runtime asked for one thread: with one worker the
+// transforms stay on the pipeline's task (the simulation's determinism
+// rests on it).
+#[tokio::test(flavor = "current_thread")]
+async fn on_a_current_thread_runtime_one_worker_stays_on_the_pipelines_task() {
+    let seen = Where::default().run(1).await;
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|(on_runtime, _)| *on_runtime));
 }

@@ -205,10 +205,13 @@ impl PipelineBuilder {
     }
 
     /// How many threads run the transforms (default: the number of
-    /// cores, at most 4). With 2 or more, and when every transform can
-    /// [`fork`](Transform::fork), whole batches run on that many workers
-    /// and their results still reach the sinks in the order the batches
-    /// came; otherwise the transforms run on one task.
+    /// cores, at most 4). Whole batches run on threads of their own, never
+    /// on the async runtime's workers (a CPU-bound stage there holds up
+    /// the tasks it wakes), and their results still reach the sinks in
+    /// the order the batches came. With 2 or more, each thread runs a
+    /// [`fork`](Transform::fork) of the transforms; when one of them
+    /// cannot fork, they run on one thread. On a current-thread runtime,
+    /// 1 (or 0) keeps the transforms on the pipeline's own task.
     #[must_use]
     pub fn transform_workers(mut self, workers: usize) -> Self {
         self.transform_workers = workers;
@@ -452,15 +455,19 @@ impl Pipeline {
         let input_ended = driver.input_ended();
         let driver_task = tokio::spawn(driver.run(cancel.clone()));
 
-        let workers = Workers::spawn(&chain, transform_workers);
         let outputs = Outputs {
             sinks: handles.iter().map(|(_, h, _)| h.sender()).collect(),
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
-        let stage = Stage::new(chain, outputs, hub.stage());
-        let stage_task = match workers {
-            Some(workers) => tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone())),
-            None => tokio::spawn(run_serial(stage, out_rx, cancel.clone())),
+        let stage_task = match Workers::spawn(chain, transform_threads(transform_workers)) {
+            Ok(workers) => {
+                let stage = Stage::new(TransformChain::new(), outputs, hub.stage());
+                tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone()))
+            }
+            Err(chain) => {
+                let stage = Stage::new(chain, outputs, hub.stage());
+                tokio::spawn(run_serial(stage, out_rx, cancel.clone()))
+            }
         };
 
         Ok(Running {
@@ -897,6 +904,20 @@ fn batch_bytes_cap(limits: &etl_checkpoint::InFlightLimits) -> usize {
         .max_in_flight_bytes
         .min(limits.max_in_flight_bytes_per_partition);
     usize::try_from(bound / BATCH_SHARE).unwrap_or(usize::MAX)
+}
+
+/// Threads for the transforms when `workers` are asked for: at least one
+/// on a multi-thread runtime, where a CPU-bound stage on a runtime worker
+/// holds up the tasks it wakes (tokio runs a woken task next on the
+/// waking worker, where no other worker may take it: the sink waited for
+/// the stage's whole backlog, the source for credit, and two cores did
+/// the work of one). On a current-thread runtime one worker means none:
+/// the transforms run on the stage's task, as everything else does.
+fn transform_threads(workers: usize) -> usize {
+    match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread if workers < 2 => 0,
+        _ => workers.max(1),
+    }
 }
 
 /// The number of cores, at most 4.
