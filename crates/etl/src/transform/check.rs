@@ -53,6 +53,8 @@ pub(super) struct Nested<'a, 'v> {
 pub(super) struct Object {
     /// Where it starts in the record's text.
     pub(super) at: usize,
+    /// Where it ends (just past its closing brace); 0 when not known.
+    pub(super) end: usize,
     /// Which of the entry vectors holds its entries, and where.
     pub(super) slot: usize,
     pub(super) entries: Range<usize>,
@@ -76,6 +78,14 @@ impl<'a, 'v> Kept<'a, 'v> {
         }
         let object = self.objects.iter().find(|o| o.at == start)?;
         self.entries.get(object.slot)?.get(object.entries.clone())
+    }
+
+    /// Where the object starting at `at` in the document ends (just past
+    /// its closing brace), when it was kept.
+    #[cfg(feature = "remap")]
+    pub(super) fn end(&self, at: usize) -> Option<usize> {
+        let object = self.objects.iter().find(|o| o.at == at)?;
+        (object.end > at).then_some(object.end)
     }
 }
 
@@ -111,9 +121,9 @@ trait Keep<'a> {
         escaped: bool,
         value: Range<usize>,
     ) -> Option<()>;
-    /// The kept object starting at `at`, `depth` deep, opened with
-    /// `mark`, ends.
-    fn close(&mut self, at: usize, depth: usize, mark: usize);
+    /// The kept object `text[at..end]`, `depth` deep, opened with `mark`,
+    /// ends.
+    fn close(&mut self, at: usize, end: usize, depth: usize, mark: usize);
 }
 
 /// Keeps nothing.
@@ -135,7 +145,7 @@ impl Keep<'_> for NoKeep {
         Some(())
     }
 
-    fn close(&mut self, _: usize, _: usize, _: usize) {}
+    fn close(&mut self, _: usize, _: usize, _: usize, _: usize) {}
 }
 
 impl<'a> Keep<'a> for Nested<'a, '_> {
@@ -164,17 +174,18 @@ impl<'a> Keep<'a> for Nested<'a, '_> {
         Some(())
     }
 
-    fn close(&mut self, at: usize, depth: usize, mark: usize) {
+    fn close(&mut self, at: usize, end: usize, depth: usize, mark: usize) {
         // Objects end inner first: the bound is kept here, where they
         // are counted (their entries, read already, stay unused).
         if self.objects.len() >= KEPT_OBJECTS {
             return;
         }
-        let end = self.entries.get(depth).map_or(mark, Vec::len);
+        let last = self.entries.get(depth).map_or(mark, Vec::len);
         self.objects.push(Object {
             at,
+            end,
             slot: depth,
-            entries: mark..end,
+            entries: mark..last,
         });
     }
 }
@@ -310,7 +321,7 @@ fn object<'a, K: Keep<'a>>(
         }
     }
     if let Some(mark) = mark {
-        r.keep.close(at, depth, mark);
+        r.keep.close(at, i + 1, depth, mark);
     }
     Some(i + 1)
 }

@@ -553,27 +553,51 @@ fn val(text: &str) -> Run<Val<'_>> {
 fn plain_number(text: &str) -> Option<Value> {
     let b = text.as_bytes();
     let unsigned = b.strip_prefix(b"-").unwrap_or(b);
-    let mut digits = 0;
-    let mut points = 0;
-    for c in unsigned {
+    let negative = unsigned.len() != b.len();
+    // One pass: the digits' value (wrapping past 19 digits, which are
+    // refused below), how many, and how many follow the point.
+    let mut mantissa = 0u64;
+    let mut digits = 0usize;
+    let mut point = None;
+    for &c in unsigned {
         match c {
-            b'0'..=b'9' => digits += 1,
-            b'.' => points += 1,
+            b'0'..=b'9' => {
+                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+                digits += 1;
+            }
+            b'.' if point.is_none() => point = Some(digits),
             _ => return None,
         }
     }
-    match (points, digits) {
-        (0, 1..=18) => match text.parse::<i64>().ok()? {
-            0 if unsigned.len() != b.len() => None,
+    match point {
+        // Below 10^18: an `i64`. `-0` is left to serde_json (a float).
+        None if (1..=18).contains(&digits) => match i64::try_from(mantissa).ok()? {
+            0 if negative => None,
+            n if negative => Some(Value::Integer(-n)),
             n => Some(Value::Integer(n)),
         },
-        (1, 2..=15) => {
-            // Digits and one point: never NaN.
-            Some(Value::from_f64_or_zero(text.parse::<f64>().ok()?))
+        // Digits on both sides of the point, at most 15 in all: the
+        // mantissa and 10^fraction are exact `f64`s, so their quotient,
+        // rounded once, is the closest `f64` to the text, as the standard
+        // library's and serde_json's readings give it.
+        Some(whole) if whole >= 1 && whole < digits && digits <= 15 => {
+            let fraction = digits - whole;
+            #[allow(clippy::cast_precision_loss)]
+            let value = mantissa as f64 / POWERS_OF_TEN[fraction];
+            Some(Value::from_f64_or_zero(if negative {
+                -value
+            } else {
+                value
+            }))
         }
         _ => None,
     }
 }
+
+/// 10^0 to 10^15, each exact as an `f64`.
+const POWERS_OF_TEN: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
 
 /// What the program did to an object: its changed fields.
 #[derive(Debug, Default)]
@@ -780,10 +804,10 @@ impl<'a> Cx<'a> {
     fn eval(&mut self, e: &Expr) -> Run<Val<'a>> {
         Ok(match e {
             Expr::Lit(v) => Val::V(v.clone()),
-            Expr::Event(path) => self.read(path)?.unwrap_or(Val::V(Value::Null)),
+            Expr::Event(path) => self.read(path)?.unwrap_or_else(|| Val::V(Value::Null)),
             Expr::Var(slot, path) => {
                 let v = self.vars[*slot].clone();
-                self.at(v, path)?.unwrap_or(Val::V(Value::Null))
+                self.at(v, path)?.unwrap_or_else(|| Val::V(Value::Null))
             }
             Expr::Op(lhs, op, rhs) => Val::V(self.op(lhs, *op, rhs)?),
             Expr::Not(inner) => match self.value(inner)? {
@@ -829,7 +853,7 @@ impl<'a> Cx<'a> {
                 }
                 // The closure's names shadow the program's while it runs.
                 let saved = (self.vars[*index].clone(), self.vars[*item].clone());
-                let elements = scan::items(text).ok_or(Stop::Fallback)?;
+                let elements = self.items(text).ok_or(Stop::Fallback)?;
                 for (i, element) in elements.into_iter().enumerate() {
                     self.vars[*index] = Val::V(Value::Integer(i64::try_from(i)?));
                     self.vars[*item] = val(element)?;
@@ -942,6 +966,22 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// The items of the text of an array of the record: an object among
+    /// them that the reading kept is not walked again.
+    fn items(&self, text: &'a str) -> Option<Vec<&'a str>> {
+        let base = text.as_ptr().addr().wrapping_sub(self.doc.as_ptr().addr());
+        if base.saturating_add(text.len()) > self.doc.len() {
+            return scan::items(text);
+        }
+        let objects = self.objects.borrow();
+        let kept = check::Kept {
+            doc: self.doc,
+            objects: &objects.at,
+            entries: &objects.entries,
+        };
+        scan::items_with(text, |i| kept.end(base + i).map(|end| end - base))
+    }
+
     /// The value one segment down from the text of an object or array of
     /// the record: an object's entries are read once per record.
     fn child(&self, text: &'a str, segment: &OwnedSegment) -> Run<Option<&'a str>> {
@@ -968,6 +1008,7 @@ impl<'a> Cx<'a> {
         let found = last_of(&scanned[range.clone()], key.as_str());
         objects.at.push(check::Object {
             at: start,
+            end: 0,
             slot,
             entries: range,
         });
@@ -1448,7 +1489,7 @@ mod tests {
         fn prop_plain_numbers_read_as_serde_json_reads_them(
             int in -999_999_999_999_999_999i64..=999_999_999_999_999_999,
             whole in 0u64..10_000_000,
-            frac in "[0-9]{1,8}",
+            frac in "[0-9]{1,14}",
             negative in any::<bool>(),
         ) {
             let sign = if negative { "-" } else { "" };
@@ -1476,6 +1517,11 @@ mod tests {
             "1.2345678901234567",
             "true",
             "\"1\"",
+            "1.",
+            ".5",
+            "1.2.3",
+            "-",
+            "",
         ] {
             assert_eq!(plain_number(text), None, "{text}");
         }

@@ -239,6 +239,13 @@ pub(super) fn find<'a>(text: &'a str, wanted: &str) -> Option<Option<&'a str>> {
 
 /// The texts of the elements of the array `text`.
 pub(super) fn items(text: &str) -> Option<Vec<&str>> {
+    items_with(text, |_| None)
+}
+
+/// [`items`], where `known(i)` may give the end of the item starting at
+/// `text[i..]` (just past it) without walking it.
+#[inline]
+pub(super) fn items_with(text: &str, known: impl Fn(usize) -> Option<usize>) -> Option<Vec<&str>> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'[') {
@@ -250,7 +257,10 @@ pub(super) fn items(text: &str) -> Option<Vec<&str>> {
         return Some(out);
     }
     loop {
-        let end = skip_value(b, i)?;
+        let end = match known(i) {
+            Some(end) => end,
+            None => skip_value(b, i)?,
+        };
         out.push(text.get(i..end)?);
         i = skip_ws(b, end);
         match b.get(i)? {
