@@ -883,6 +883,11 @@ impl<'a> Cx<'a> {
             _ => {}
         }
         let r = self.value(rhs)?;
+        if let Some(value) = arithmetic(&l, op, &r)? {
+            // Two numbers: nothing to drop.
+            std::mem::forget((l, r));
+            return Ok(value);
+        }
         Ok(match op {
             Opcode::Mul => l.try_mul(r)?,
             Opcode::Div => l.try_div(r)?,
@@ -1105,6 +1110,38 @@ impl<'a> Cx<'a> {
         }
         Ok(Some(old))
     }
+}
+
+/// `+`, `-` or `*` of two numbers, as VRL's operators give it (integers
+/// wrap, a float result that is NaN is an error); `None` for anything
+/// else (VRL's own operators decide it).
+#[inline]
+fn arithmetic(l: &Value, op: Opcode, r: &Value) -> Run<Option<Value>> {
+    #[allow(clippy::cast_precision_loss)]
+    let (a, b) = match (l, r) {
+        (Value::Integer(a), Value::Integer(b)) => {
+            return Ok(match op {
+                Opcode::Add => Some(Value::Integer(a.wrapping_add(*b))),
+                Opcode::Sub => Some(Value::Integer(a.wrapping_sub(*b))),
+                Opcode::Mul => Some(Value::Integer(a.wrapping_mul(*b))),
+                _ => None,
+            });
+        }
+        (Value::Integer(a), Value::Float(b)) => (*a as f64, b.into_inner()),
+        (Value::Float(a), Value::Integer(b)) => (a.into_inner(), *b as f64),
+        (Value::Float(a), Value::Float(b)) => (a.into_inner(), b.into_inner()),
+        _ => return Ok(None),
+    };
+    let x = match op {
+        Opcode::Add => a + b,
+        Opcode::Sub => a - b,
+        Opcode::Mul => a * b,
+        _ => return Ok(None),
+    };
+    if x.is_nan() {
+        return Err(Stop::Fallback);
+    }
+    Ok(Some(Value::from_f64_or_zero(x)))
 }
 
 /// Apply the changes in `obj` to the object `value`.
@@ -1503,6 +1540,55 @@ mod tests {
                     };
                     prop_assert!(same_bits, "{}", text);
                 }
+            }
+        }
+    }
+
+    fn number() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(Value::Integer),
+            (-1000i64..1000).prop_map(Value::Integer),
+            any::<f64>()
+                .prop_filter("not NaN", |f| !f.is_nan())
+                .prop_map(Value::from_f64_or_zero),
+            prop::sample::select(vec![
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::MAX,
+                -0.0,
+                0.0,
+                0.1
+            ])
+            .prop_map(Value::from_f64_or_zero),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn prop_arithmetic_on_numbers_is_vrls(
+            l in number(),
+            r in number(),
+            op in prop::sample::select(vec![Opcode::Add, Opcode::Sub, Opcode::Mul, Opcode::Div]),
+        ) {
+            let theirs = match op {
+                Opcode::Add => l.clone().try_add(r.clone()),
+                Opcode::Sub => l.clone().try_sub(r.clone()),
+                Opcode::Mul => l.clone().try_mul(r.clone()),
+                _ => l.clone().try_div(r.clone()),
+            };
+            match (arithmetic(&l, op, &r), theirs) {
+                (Ok(Some(ours)), Ok(theirs)) => {
+                    let same_bits = match (&ours, &theirs) {
+                        (Value::Float(a), Value::Float(b)) => a.to_bits() == b.to_bits(),
+                        (a, b) => a == b,
+                    };
+                    prop_assert!(same_bits, "{:?} {:?} {:?}: {:?} against {:?}", l, op, r, ours, theirs);
+                }
+                // Not decided here: VRL's operators decide it.
+                (Ok(None), _) => prop_assert!(matches!(op, Opcode::Div)),
+                // An error here is VRL's error there (a NaN result).
+                (Err(_), theirs) => prop_assert!(theirs.is_err(), "{:?} {:?} {:?}", l, op, r),
+                (Ok(Some(ours)), Err(e)) => prop_assert!(false, "{:?} where VRL fails: {}", ours, e),
             }
         }
     }
