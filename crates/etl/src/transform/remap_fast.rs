@@ -866,6 +866,15 @@ impl<'a> Cx<'a> {
     }
 
     fn op(&mut self, lhs: &Expr, op: Opcode, rhs: &Expr) -> Run<Value> {
+        // A field compared with a string: its text, when it is a plain
+        // string, is compared as it stands, without copying it out.
+        if let (Opcode::Eq | Opcode::Ne, Expr::Event(path), Expr::Lit(literal)) = (op, lhs, rhs)
+            && let Some(literal) = string_bytes(literal)
+            && let Some(inner) = self.plain_string(path)?
+        {
+            let equal = inner.as_bytes() == literal;
+            return Ok(Value::Boolean(equal == matches!(op, Opcode::Eq)));
+        }
         let l = self.value(lhs)?;
         match op {
             Opcode::Or => {
@@ -930,6 +939,22 @@ impl<'a> Cx<'a> {
             return Ok(Some(Val::V(value)));
         }
         self.original(path)?.map(val).transpose()
+    }
+
+    /// The text between the quotes of the string at an event path, when
+    /// the program changed nothing under the path's first field and the
+    /// string has no escapes (its text is then its value).
+    fn plain_string(&self, path: &[OwnedSegment]) -> Run<Option<&'a str>> {
+        let Some(first) = path.first().and_then(field) else {
+            return Ok(None);
+        };
+        if self.overlay.get(first).is_some() {
+            return Ok(None);
+        }
+        Ok(self.original(path)?.and_then(|text| {
+            let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+            (!inner.contains('\\')).then_some(inner)
+        }))
     }
 
     /// The text at a path in the record as read.
@@ -1109,6 +1134,16 @@ impl<'a> Cx<'a> {
             }
         }
         Ok(Some(old))
+    }
+}
+
+/// The bytes of a string value (VRL compares strings by their bytes,
+/// whichever of its two string forms holds them).
+fn string_bytes(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::Bytes(b) => Some(b),
+        Value::String(s) => Some(s.as_bytes()),
+        _ => None,
     }
 }
 
@@ -1411,6 +1446,22 @@ mod tests {
 
     #[test]
     fn reads_see_the_programs_own_changes() {
+        // A string compared after the program changed it, or deleted it.
+        assert_eq!(
+            written(
+                ".a = \"x\"\n.s = .a == \"x\"\ndel(.b)\n.t = .b == \"y\"",
+                r#"{"a":"w","b":"y"}"#
+            ),
+            r#"{"a":"x","s":true,"t":false}"#
+        );
+        assert_eq!(
+            written(".s = .a.b == \"x\"", r#"{"a":{"b":"x"}}"#),
+            r#"{"a":{"b":"x"},"s":true}"#
+        );
+        assert_eq!(
+            written(".s = .a != \"x\"", r#"{"a":"x\u0041"}"#),
+            r#"{"a":"x\u0041","s":true}"#
+        );
         assert_eq!(
             written(
                 ".x = .o\n.x.z = .x.y + 1\n.w = del(.a)",
@@ -1492,6 +1543,8 @@ mod tests {
         "del(.a)\n.a.x = 1",
         ".b = del(.a.b)\n.c = .a\n.a.b = .c",
         "x = .a\n.a.z = 0\n.y = x\n.w = .a.z != .a.b || .c",
+        ".s = .a == \"x\"\n.t = .a.b != \"山田\"\n.v = .d == \"café\"",
+        ".a = \"x\"\n.s = .a == \"x\"\ndel(.b)\n.t = .b == \"x\"",
     ];
 
     proptest! {
