@@ -4,7 +4,8 @@
 //!
 //! * `ack [--records N] [--rounds R]`: generator -> JSON transform ->
 //!   blackhole, with acknowledgements (the real [`Pipeline`]: source
-//!   driver, checkpointer, sink driver, the transforms on one task) and
+//!   driver, checkpointer, sink driver, the transforms on one worker
+//!   thread: `transform_workers(1)`) and
 //!   without (the same source, transforms, encoder and sink in the same
 //!   three tasks, but no handles, no tracking, no in-flight budget): the
 //!   same shape, so the difference is the acknowledgement machinery. The
