@@ -1,8 +1,12 @@
-//! The transform stage on several cores: whole batches run on a small pool
-//! of worker threads, each with its own copy of the transforms, and a
-//! second loop hands the results on strictly in the order the batches
-//! came (a bounded FIFO of pending results), so every sink still sees each
-//! partition in order.
+//! The transform stage on threads of its own: whole batches run on a
+//! small pool of worker threads (the first with the transforms
+//! themselves, each other one with a fork of them), and a second loop
+//! hands the results on strictly in the order the batches came (a bounded
+//! FIFO of pending results), so every sink still sees each partition in
+//! order. A CPU-bound stage is kept off the async runtime's workers: tokio
+//! runs a task woken from a worker next on that same worker, where no
+//! other worker may take it, so the tasks the stage wakes would wait for
+//! it.
 //!
 //! Invariant: from the moment a batch leaves the source channel until its
 //! result is handed to the sinks, a guard holds a clone of its handle and
@@ -62,6 +66,9 @@ impl Workers {
             .unwrap_or_default();
         let (jobs, rx) = std_mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
+        // Transforms run inside the runtime the pipeline runs on, as they
+        // did on its task.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let mut started = 0;
         for (i, chain) in std::iter::once(chain).chain(forks).enumerate() {
             // The thread takes its chain from here; when it cannot start,
@@ -70,17 +77,23 @@ impl Workers {
             let spawned = thread::Builder::new()
                 .name(format!("etl-transform-{i}"))
                 .spawn({
-                    let (rx, slot) = (rx.clone(), slot.clone());
+                    let (rx, slot, runtime) = (rx.clone(), slot.clone(), runtime.clone());
                     move || {
+                        let _inside = runtime.as_ref().map(tokio::runtime::Handle::enter);
                         if let Some(chain) = take(&slot) {
                             work(chain, &rx);
                         }
                     }
                 });
             if let Err(e) = spawned {
-                tracing::warn!(error = %e, started, "cannot start a transform worker");
-                if started == 0 {
-                    return Err(take(&slot).unwrap_or_else(TransformChain::new));
+                tracing::warn!(error = %e, started, "cannot start a transform worker: running on fewer");
+                // No thread took the chain: it runs on the stage's task.
+                // (Were it gone, no thread would answer, and every batch
+                // would fail rather than pass untransformed.)
+                if started == 0
+                    && let Some(chain) = take(&slot)
+                {
+                    return Err(chain);
                 }
                 break;
             }
@@ -127,6 +140,11 @@ fn work(mut chain: TransformChain, jobs: &Mutex<std_mpsc::Receiver<Job>>) {
         let Ok(Job { records, reply }) = job else {
             return;
         };
+        // The stage stopped (its guard failed the batch): the records are
+        // read again, so they are not transformed here.
+        if reply.is_closed() {
+            continue;
+        }
         let answer = catch_unwind(AssertUnwindSafe(|| {
             let mut out = ChainOutput::default();
             chain.apply(records, &mut out);

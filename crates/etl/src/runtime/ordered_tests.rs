@@ -107,7 +107,7 @@ async fn workers_keep_partition_order_and_every_outcome() {
     .unwrap()
     .unwrap();
     // The first worker runs the chain itself, the second a fork.
-    assert!(forks.load(Ordering::Relaxed) >= 1, "ran on the workers");
+    assert_eq!(forks.load(Ordering::Relaxed), 1, "ran on the workers");
 
     let total = u64::from(PARTITIONS) * PER_PARTITION;
     assert_eq!(summary.read, total);
@@ -192,8 +192,8 @@ fn workers_fork_the_chain_or_run_it_on_one_thread() {
     assert_eq!(threads(chain, 3).unwrap(), 1, "a stateful closure does not");
 }
 
-/// Where a record's transform ran: whether on a thread of the async
-/// runtime, and the thread's name.
+/// Where a record's transform ran: whether inside the async runtime
+/// (`Handle::current` works), and the thread's name.
 type Ran = (bool, Option<String>);
 
 /// Where each record's transform ran.
@@ -201,21 +201,29 @@ type Ran = (bool, Option<String>);
 struct Where(Arc<Mutex<Vec<Ran>>>);
 
 impl Where {
-    fn transform(&self) -> impl Transform + use<> {
-        let seen = self.0.clone();
-        crate::map_mut("where", move |r: Record| {
-            let on_runtime = tokio::runtime::Handle::try_current().is_ok();
-            let name = std::thread::current().name().map(str::to_owned);
-            seen.lock().unwrap().push((on_runtime, name));
-            Ok(r)
-        })
+    fn note(seen: &Mutex<Vec<Ran>>) {
+        let inside = tokio::runtime::Handle::try_current().is_ok();
+        let name = std::thread::current().name().map(str::to_owned);
+        seen.lock().unwrap().push((inside, name));
     }
 
-    async fn run(&self, workers: usize) -> Vec<Ran> {
-        let pipeline = Pipeline::builder()
-            .source(source())
-            // A stateful closure: it cannot fork.
-            .transform(self.transform())
+    /// A run with `workers` asked for, of a transform that can fork or,
+    /// as a stateful closure, cannot.
+    async fn run(&self, workers: usize, forks: bool) -> Vec<Ran> {
+        let seen = self.0.clone();
+        let builder = Pipeline::builder().source(source());
+        let builder = if forks {
+            builder.transform(map("where", move |r: Record| {
+                Where::note(&seen);
+                Ok(r)
+            }))
+        } else {
+            builder.transform(crate::map_mut("where", move |r: Record| {
+                Where::note(&seen);
+                Ok(r)
+            }))
+        };
+        let pipeline = builder
             .transform_workers(workers)
             .sink(
                 "out",
@@ -225,7 +233,17 @@ impl Where {
             .unwrap();
         let summary = pipeline.run(CancellationToken::new()).await.unwrap();
         assert_eq!(summary.read, u64::from(PARTITIONS) * PER_PARTITION);
-        self.0.lock().unwrap().clone()
+        let seen = self.0.lock().unwrap().clone();
+        assert_eq!(seen.len() as u64, summary.read);
+        seen
+    }
+}
+
+/// Every record's transform ran inside the runtime, on this thread.
+fn all_on(seen: &[Ran], thread: &str) {
+    for (inside, name) in seen {
+        assert!(*inside, "a transform ran outside the runtime ({name:?})");
+        assert_eq!(name.as_deref(), Some(thread));
     }
 }
 
@@ -235,28 +253,13 @@ impl Where {
 // and the source for credit, and two cores did the work of one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_transform_worker_runs_on_a_thread_of_its_own_not_on_the_runtime() {
-    let seen = Where::default().run(1).await;
-    assert!(!seen.is_empty());
-    for (on_runtime, name) in seen {
-        assert!(
-            !on_runtime,
-            "a transform ran on a runtime worker ({name:?})"
-        );
-        assert_eq!(name.as_deref(), Some("etl-transform-0"));
-    }
+    all_on(&Where::default().run(1, true).await, "etl-transform-0");
+    all_on(&Where::default().run(1, false).await, "etl-transform-0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_that_cannot_fork_runs_on_one_thread_whatever_the_workers_asked() {
-    let seen = Where::default().run(4).await;
-    assert!(!seen.is_empty());
-    for (on_runtime, name) in seen {
-        assert!(
-            !on_runtime,
-            "a transform ran on a runtime worker ({name:?})"
-        );
-        assert_eq!(name.as_deref(), Some("etl-transform-0"));
-    }
+    all_on(&Where::default().run(4, false).await, "etl-transform-0");
 }
 
 // A current-thread runtime asked for one thread: with one worker the
@@ -264,7 +267,7 @@ async fn a_chain_that_cannot_fork_runs_on_one_thread_whatever_the_workers_asked(
 // rests on it).
 #[tokio::test(flavor = "current_thread")]
 async fn on_a_current_thread_runtime_one_worker_stays_on_the_pipelines_task() {
-    let seen = Where::default().run(1).await;
-    assert!(!seen.is_empty());
-    assert!(seen.iter().all(|(on_runtime, _)| *on_runtime));
+    let here = std::thread::current().name().map(str::to_owned).unwrap();
+    all_on(&Where::default().run(1, true).await, &here);
+    all_on(&Where::default().run(1, false).await, &here);
 }

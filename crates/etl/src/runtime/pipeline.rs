@@ -210,8 +210,9 @@ impl PipelineBuilder {
     /// the tasks it wakes), and their results still reach the sinks in
     /// the order the batches came. With 2 or more, each thread runs a
     /// [`fork`](Transform::fork) of the transforms; when one of them
-    /// cannot fork, they run on one thread. On a current-thread runtime,
-    /// 1 (or 0) keeps the transforms on the pipeline's own task.
+    /// cannot fork, they run on one thread. 0 counts as 1. On a
+    /// current-thread runtime, 1 (or 0) keeps the transforms on the
+    /// pipeline's own task.
     #[must_use]
     pub fn transform_workers(mut self, workers: usize) -> Self {
         self.transform_workers = workers;

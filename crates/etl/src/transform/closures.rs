@@ -6,7 +6,7 @@
 //! (as it does for any transform that can [`fork`](Transform::fork)). A
 //! closure that must keep state across records (a counter, a running
 //! window) goes through [`map_mut`], [`filter_mut`] or [`flat_map_mut`],
-//! which run it on one task, one batch after another.
+//! which run it on one thread, one batch after another.
 
 use std::fmt;
 
@@ -101,7 +101,7 @@ where
 }
 
 /// As [`map`], for a closure that keeps state across records: it runs on
-/// one task, one batch after another, and sees every record in partition
+/// one thread, one batch after another, and sees every record in partition
 /// order within each batch.
 pub fn map_mut<F>(name: impl Into<String>, f: F) -> MapFn<F>
 where
@@ -161,7 +161,7 @@ where
 }
 
 /// As [`filter`], for a predicate that keeps state across records (it
-/// runs on one task).
+/// runs on one thread).
 pub fn filter_mut<F>(name: impl Into<String>, f: F) -> FilterFn<F>
 where
     F: FnMut(&Record) -> bool + Send + 'static,
@@ -223,7 +223,7 @@ where
 }
 
 /// As [`flat_map`], for a closure that keeps state across records (it
-/// runs on one task).
+/// runs on one thread).
 pub fn flat_map_mut<F>(name: impl Into<String>, f: F) -> FlatMapFn<F>
 where
     F: FnMut(Record) -> Result<Vec<Record>, Refused> + Send + 'static,

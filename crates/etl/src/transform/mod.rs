@@ -55,7 +55,11 @@ pub enum Outcome {
 /// copy of itself from [`fork`](Transform::fork): the pipeline then runs
 /// whole batches on a small pool of workers, each with its own copy, and
 /// still hands the results to the sinks in the order the batches came.
-/// The default, `None`, keeps every batch on one task, one after another.
+/// The default, `None`, keeps every batch on one thread, one after
+/// another. Either way a transform runs on a thread of its own inside the
+/// pipeline's tokio runtime (it may use `tokio::runtime::Handle::current`),
+/// never on one of the runtime's worker threads; on a current-thread
+/// runtime with one worker it runs on the pipeline's task.
 pub trait Transform: Send {
     /// Name in metrics, logs and dead-letter reasons.
     fn name(&self) -> &str;
