@@ -722,6 +722,11 @@ mod tests {
                 let kept = Kept { doc: &doc, objects: &objects, entries: &entries };
                 for object in &objects {
                     prop_assert_eq!(doc.as_bytes()[object.at], b'{');
+                    // It ends just past its own closing brace: the text
+                    // between is the object, whole.
+                    let whole = &doc[object.at..object.end];
+                    prop_assert!(whole.ends_with('}'), "{}", whole);
+                    prop_assert!(serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(whole).is_ok(), "{}", whole);
                     let scanned = scan::entries(&doc[object.at..]).unwrap();
                     prop_assert_eq!(&entries[object.slot][object.entries.clone()], &scanned[..]);
                     prop_assert_eq!(kept.get(&doc[object.at..]).unwrap(), &scanned[..]);

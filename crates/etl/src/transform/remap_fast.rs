@@ -554,7 +554,7 @@ fn plain_number(text: &str) -> Option<Value> {
     let b = text.as_bytes();
     let unsigned = b.strip_prefix(b"-").unwrap_or(b);
     let negative = unsigned.len() != b.len();
-    // One pass: the digits' value (wrapping past 19 digits, which are
+    // One pass: the digits' value (wrapping at 20 digits or more, which are
     // refused below), how many, and how many follow the point.
     let mut mantissa = 0u64;
     let mut digits = 0usize;
@@ -1009,7 +1009,12 @@ impl<'a> Cx<'a> {
             objects: &objects.at,
             entries: &objects.entries,
         };
-        scan::items_with(text, |i| kept.end(base + i).map(|end| end - base))
+        let b = text.as_bytes();
+        scan::items_with(text, |i| {
+            (b.get(i) == Some(&b'{'))
+                .then(|| kept.end(base + i).map(|end| end - base))
+                .flatten()
+        })
     }
 
     /// The value one segment down from the text of an object or array of
@@ -1445,6 +1450,18 @@ mod tests {
     }
 
     #[test]
+    fn for_each_walks_the_items_the_reading_kept() {
+        let program = "t = 0.0\nfor_each(array!(.items)) -> |_i, it| { t = t + to_float!(it.qty) * to_float!(it.price) }\n.total_cents = to_int(round(t * 100))";
+        // Objects the reading kept (one with an object inside, one with
+        // space before its brace), between spaces and commas.
+        let items = r#"[ {"qty":2,"price":1 } , {"qty":3,"price":0.25} ,{"o":{"qty":0}, "qty":1,"price":0.5}]"#;
+        assert_eq!(
+            written(program, &format!(r#"{{"items":{items}}}"#)),
+            format!(r#"{{"items":{items},"total_cents":325}}"#)
+        );
+    }
+
+    #[test]
     fn reads_see_the_programs_own_changes() {
         // A string compared after the program changed it, or deleted it.
         assert_eq!(
@@ -1460,6 +1477,11 @@ mod tests {
         );
         assert_eq!(
             written(".s = .a != \"x\"", r#"{"a":"x\u0041"}"#),
+            r#"{"a":"x\u0041","s":true}"#
+        );
+        // An escaped string is compared by its value, not its text.
+        assert_eq!(
+            written(".s = .a == \"xA\"", r#"{"a":"x\u0041"}"#),
             r#"{"a":"x\u0041","s":true}"#
         );
         assert_eq!(
@@ -1585,6 +1607,13 @@ mod tests {
             let sign = if negative { "-" } else { "" };
             for text in [int.to_string(), format!("{sign}{whole}.{frac}"), format!("{sign}0.{frac}")] {
                 let theirs: Value = serde_json::from_str(&text).unwrap();
+                // Read here, not left to serde_json: an integer of at most
+                // 18 digits, a decimal of at most 15.
+                let digits = text.bytes().filter(u8::is_ascii_digit).count();
+                let decimal = text.contains('.');
+                if (!decimal && digits <= 18) || (decimal && digits <= 15) {
+                    prop_assert!(plain_number(&text).is_some(), "{}", text);
+                }
                 if let Some(ours) = plain_number(&text) {
                     prop_assert_eq!(&ours, &theirs, "{}", text);
                     let same_bits = match (&ours, &theirs) {
