@@ -632,6 +632,22 @@ fn timed_run(etl: &Path, config: &Path) -> Result<(f64, u64)> {
 /// Run `program args` (in `dir`, or the repository root) to completion:
 /// seconds and peak RSS in KiB.
 fn timed(program: &Path, args: &[&std::ffi::OsStr], dir: Option<&Path>) -> Result<(f64, u64)> {
+    timed_cpu(program, args, dir).map(|t| (t.secs, t.peak_kib))
+}
+
+/// What a timed run took.
+struct Timed {
+    /// Wall-clock seconds.
+    secs: f64,
+    /// Peak RSS in KiB.
+    peak_kib: u64,
+    /// User plus system CPU seconds of the process and its threads, when
+    /// `/usr/bin/time` reported them.
+    cpu_secs: Option<f64>,
+}
+
+/// [`timed`], with the CPU time `/usr/bin/time -v` reports.
+fn timed_cpu(program: &Path, args: &[&std::ffi::OsStr], dir: Option<&Path>) -> Result<Timed> {
     let time = Path::new("/usr/bin/time");
     let mut cmd = if time.exists() {
         let mut c = Command::new(time);
@@ -672,11 +688,21 @@ fn timed(program: &Path, args: &[&std::ffi::OsStr], dir: Option<&Path>) -> Resul
     if !status.success() {
         return Err(format!("{} failed: {status}\n{log}", program.display()));
     }
-    let reported = log
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
-        .and_then(|v| v.trim().parse().ok());
-    Ok((secs, reported.unwrap_or(polled)))
+    let reported = |name: &str| {
+        log.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let peak = reported("Maximum resident set size (kbytes):");
+    let cpu = reported("User time (seconds):")
+        .zip(reported("System time (seconds):"))
+        .map(|(user, system)| user + system);
+    Ok(Timed {
+        secs,
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        peak_kib: peak.map_or(polled, |kib| kib as u64),
+        cpu_secs: cpu,
+    })
 }
 
 /// `VmHWM` of a running child (of `/usr/bin/time`'s child when wrapped,
@@ -1001,9 +1027,13 @@ field = "customer.email"
             .collect();
         files.sort();
         let (mut etl_best, mut py_best, mut rss, mut py_rss) = (0f64, 0f64, 0u64, 0u64);
+        // The least CPU seconds a round took, each side.
+        let (mut etl_cpu, mut py_cpu) = (f64::INFINITY, f64::INFINITY);
         for round in 1..=TRANSFORM_ROUNDS {
             reset(&run)?;
-            let (secs, peak) = timed_run(etl, &config)?;
+            let t = timed_cpu(etl, &["run".as_ref(), config.as_os_str()], None)?;
+            let (secs, peak) = (t.secs, t.peak_kib);
+            etl_cpu = etl_cpu.min(t.cpu_secs.unwrap_or(f64::INFINITY));
             let etl_rate = *records as f64 / secs;
             let lines = count_lines(&run.join("output").join("out.ndjson"))?;
             if lines != *kept {
@@ -1024,7 +1054,9 @@ field = "customer.email"
                 offsets.as_os_str(),
             ];
             args.extend(files.iter().map(|f| f.as_os_str()));
-            let (secs, peak) = timed(&python, &args, None)?;
+            let t = timed_cpu(&python, &args, None)?;
+            let (secs, peak) = (t.secs, t.peak_kib);
+            py_cpu = py_cpu.min(t.cpu_secs.unwrap_or(f64::INFINITY));
             let lines = count_lines(&out)?;
             if lines != *kept {
                 return Err(format!(
@@ -1060,6 +1092,22 @@ field = "customer.email"
             ratio: rss as f64 / 1024.0 / 64.0,
             budget: "< 64 MiB".into(),
             met: Some(rss < 64 * 1024),
+        });
+        // CPU seconds (user + system, every thread) per record read, the
+        // least of the rounds on each side.
+        let measured = etl_cpu.is_finite() && py_cpu.is_finite();
+        let per_record = |cpu: f64| cpu / *records as f64 * 1e6;
+        rows.push(Row {
+            name: format!("  CPU per record ({})", job.script_job),
+            figure: if measured {
+                format!("{:.2} us", per_record(etl_cpu))
+            } else {
+                "not measured (no /usr/bin/time)".into()
+            },
+            baseline: format!("{:.2} us python+orjson", per_record(py_cpu)),
+            ratio: if measured { etl_cpu / py_cpu } else { f64::NAN },
+            budget: "< python+orjson".into(),
+            met: measured.then_some(etl_cpu < py_cpu),
         });
     }
     Ok(rows)
