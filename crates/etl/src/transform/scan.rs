@@ -315,7 +315,9 @@ mod tests {
     fn distinct_keys_of_a_record_are_seen_as_such() {
         let top = keyed(&["id", "ts", "order", "customer", "note", "tags"]);
         assert!(surely_distinct(&top));
-        assert!(surely_distinct(&keyed(&["name", "email", "tier", "address"])));
+        assert!(surely_distinct(&keyed(&[
+            "name", "email", "tier", "address"
+        ])));
         assert!(surely_distinct(&keyed(&[])));
         assert!(!surely_distinct(&keyed(&["a", "b", "a"])));
         assert!(!surely_distinct(&keyed(&["", ""])));
