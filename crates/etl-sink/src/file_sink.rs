@@ -339,19 +339,35 @@ mod tests {
         }
     }
 
+    // The file's lock is held across the wait on purpose: it keeps every
+    // append back until all three writes are counted.
+    #[allow(clippy::await_holding_lock)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn interval_writes_in_flight_together_share_one_fsync() {
         let (_dir, sink) = hourly_sink().await;
-        // Each waits for the others to append, not for the interval.
-        let (a, b, c) = (batch(2), batch(3), batch(4));
-        let (ra, rb, rc) = tokio::time::timeout(Duration::from_secs(60), async {
-            tokio::join!(sink.write(&a), sink.write(&b), sink.write(&c))
-        })
-        .await
-        .expect("the writes waited for the interval");
-        ra.unwrap();
-        rb.unwrap();
-        rc.unwrap();
+        let sink = Arc::new(sink);
+        // Each waits for the others to append, not for the interval. The
+        // file is held until all three are in flight, so none can finish
+        // appending (and find itself alone) before the others started.
+        let held = lock(&sink.state);
+        let writes: Vec<_> = [2, 3, 4]
+            .into_iter()
+            .map(|n| {
+                let sink = sink.clone();
+                tokio::spawn(async move { sink.write(&batch(n)).await })
+            })
+            .collect();
+        while sink.appending.count.load(Ordering::Acquire) < 3 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        for write in writes {
+            tokio::time::timeout(Duration::from_secs(60), write)
+                .await
+                .expect("the writes waited for the interval")
+                .unwrap()
+                .unwrap();
+        }
         let s = lock(&sink.state);
         assert!(s.written > 0 && s.synced == s.written);
         assert!(
