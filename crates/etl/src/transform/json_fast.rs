@@ -648,9 +648,8 @@ fn drop_in(
     out.push(b'{');
     let mut first = true;
     let mut run = Verbatim::new(text);
-    let distinct = scan::surely_distinct(entries);
     for (i, (key, value)) in entries.iter().enumerate() {
-        if !distinct && entries[i + 1..].iter().any(|(k, _)| k == key) {
+        if entries[i + 1..].iter().any(|(k, _)| k == key) {
             continue;
         }
         if i == last && rest.is_empty() {

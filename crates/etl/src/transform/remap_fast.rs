@@ -1322,10 +1322,9 @@ fn write_object(
     let mut first = true;
     let mut run = Verbatim::new(text);
     out.push(b'{');
-    let distinct = scan::surely_distinct(entries);
     for (i, (key, raw)) in entries.iter().enumerate() {
         // Only the last of duplicate keys is live.
-        if !distinct && entries[i + 1..].iter().any(|(k, _)| k == key) {
+        if entries[i + 1..].iter().any(|(k, _)| k == key) {
             continue;
         }
         let node = obj.get(key);

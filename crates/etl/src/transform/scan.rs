@@ -13,31 +13,6 @@ use std::borrow::Cow;
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
 
-/// Whether no two of `entries` can have the same key, by a fingerprint
-/// of each key (its length and its first and last bytes): `false` when
-/// two share one, equal or not. Writing an object keeps only the last of
-/// duplicate keys; where this says there are none, no key needs comparing
-/// with the others.
-pub(super) fn surely_distinct(entries: &[(Cow<'_, str>, &str)]) -> bool {
-    let mut seen = [0u64; 4];
-    for (key, _) in entries {
-        let b = key.as_bytes();
-        let (first, last) = (b.first().copied(), b.last().copied());
-        let mix = b
-            .len()
-            .wrapping_mul(0x9E37)
-            .wrapping_add(usize::from(first.unwrap_or(0)).wrapping_mul(0x85EB))
-            .wrapping_add(usize::from(last.unwrap_or(0)).wrapping_mul(0xC2B3));
-        let bit = (mix >> 4) & 255;
-        let (word, mask) = (bit / 64, 1u64 << (bit % 64));
-        if seen[word] & mask != 0 {
-            return false;
-        }
-        seen[word] |= mask;
-    }
-    true
-}
-
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
@@ -304,37 +279,6 @@ mod tests {
     use serde_json::value::RawValue;
 
     use super::*;
-
-    fn keyed(keys: &[&str]) -> Vec<(Cow<'static, str>, &'static str)> {
-        keys.iter()
-            .map(|k| (Cow::Owned((*k).to_owned()), "1"))
-            .collect()
-    }
-
-    #[test]
-    fn distinct_keys_of_a_record_are_seen_as_such() {
-        let top = keyed(&["id", "ts", "order", "customer", "note", "tags"]);
-        assert!(surely_distinct(&top));
-        assert!(surely_distinct(&keyed(&[
-            "name", "email", "tier", "address"
-        ])));
-        assert!(surely_distinct(&keyed(&[])));
-        assert!(!surely_distinct(&keyed(&["a", "b", "a"])));
-        assert!(!surely_distinct(&keyed(&["", ""])));
-    }
-
-    proptest! {
-        #[test]
-        fn prop_keys_said_distinct_are(keys in prop::collection::vec("[a-c]{0,3}|[é山]{1,2}", 0..12)) {
-            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-            if surely_distinct(&keyed(&refs)) {
-                let mut sorted = keys.clone();
-                sorted.sort();
-                sorted.dedup();
-                prop_assert_eq!(sorted.len(), keys.len(), "{:?}", keys);
-            }
-        }
-    }
 
     /// What serde_json reads: the reference.
     fn serde_entries(text: &str) -> Vec<(String, String)> {
