@@ -90,9 +90,11 @@ pub enum SinkError {
     #[error("sink write timed out after {0:?}")]
     Timeout(Duration),
     /// An I/O operation on a file or stream failed. Retryable (the file
-    /// sink rolls a failed append back before returning it), except a
-    /// broken pipe, a refused permission and a read-only file system,
-    /// which no retry can fix.
+    /// sink rolls a failed append back before returning it; where it
+    /// cannot, or earlier bytes are not durable yet, it returns
+    /// [`NotDurable`](SinkError::NotDurable) instead), except a broken
+    /// pipe, a refused permission and a read-only file system, which no
+    /// retry can fix.
     #[error("cannot {op} {}: {source}", path.display())]
     Io {
         /// What was attempted ("append to", "fsync", "rename", ...).
@@ -344,6 +346,14 @@ mod tests {
         assert!(!pipe.is_retryable() && pipe.is_io());
         assert!(SinkError::io("fsync", "out", Error::from(ErrorKind::Interrupted)).is_retryable());
         assert!(SinkDriverError::DeadLetter(pipe).is_io());
+        // A failed fsync is never retried: the next one would lie.
+        let lost = SinkError::NotDurable {
+            op: "fsync",
+            path: "out".into(),
+            source: Error::from(ErrorKind::Interrupted),
+        };
+        assert!(!lost.is_retryable() && lost.is_io(), "{lost:?}");
+        assert_eq!(lost.kind(), FailureKind::Environment);
         assert!(!SinkError::permanent("x").is_io());
     }
 }
