@@ -90,9 +90,11 @@ pub enum SinkError {
     #[error("sink write timed out after {0:?}")]
     Timeout(Duration),
     /// An I/O operation on a file or stream failed. Retryable (the file
-    /// sink rolls a failed append back before returning it), except a
-    /// broken pipe, a refused permission and a read-only file system,
-    /// which no retry can fix.
+    /// sink rolls a failed append back before returning it; where it
+    /// cannot, or earlier bytes are not durable yet, it returns
+    /// [`NotDurable`](SinkError::NotDurable) instead), except a broken
+    /// pipe, a refused permission and a read-only file system, which no
+    /// retry can fix.
     #[error("cannot {op} {}: {source}", path.display())]
     Io {
         /// What was attempted ("append to", "fsync", "rename", ...).
@@ -103,20 +105,47 @@ pub enum SinkError {
         #[source]
         source: std::io::Error,
     },
-    /// The output's path no longer names the file the sink writes: it was
-    /// deleted, or another file was renamed over it. No retry can bring
-    /// it back, so this is not retried; it is an I/O error of the output
-    /// (the `etl` binary exits with code 74) and halts the pipeline.
+    /// The output no longer holds what the sink wrote to it: its path no
+    /// longer names the file the sink writes (it was deleted, or another
+    /// file was renamed over it), or the file is not the length the sink
+    /// wrote (truncated in place, or appended to by another writer). No
+    /// retry can bring the data back, so this is not retried; it is an
+    /// I/O error of the output (the `etl` binary exits with code 74) and
+    /// halts the pipeline.
     #[error(
-        "cannot keep writing to {}: the output file was {what} while the sink was writing it; \
-         the sink stops rather than report records written to a file no path names",
+        "cannot keep writing to {}: the output file {what}; \
+         the sink stops rather than report records written that the file does not hold",
         path.display()
     )]
     OutputLost {
         /// The output file's path.
         path: PathBuf,
-        /// What happened to it ("deleted", "replaced by another file").
-        what: &'static str,
+        /// What happened to it ("was deleted while the sink was writing
+        /// it", "was truncated ...").
+        what: String,
+    },
+    /// A write or `fsync` of an output (or of its progress file) failed
+    /// while some of its bytes were not yet known to be durable. The
+    /// kernel may have dropped those bytes and report the next `fsync` a
+    /// success, so nothing written to the file can be trusted any more:
+    /// every later write fails with this error, it is not retried, and it
+    /// is an I/O error of the output (the `etl` binary exits with code
+    /// 74). The next run reads again from the last commit (an
+    /// exactly-once output is cut back to its last durable length).
+    #[error(
+        "cannot keep writing to {}: {op} failed with bytes not yet durable ({source}); \
+         a later fsync could report them durable although they never reached the disk, \
+         so the sink stops and the next run writes them again",
+        path.display()
+    )]
+    NotDurable {
+        /// What failed ("fsync", "append to", "store the progress of", ...).
+        op: &'static str,
+        /// The output file's path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
     },
     /// A record cannot be encoded (its value is not what the encoder
     /// needs); it goes to the dead-letter path.
@@ -249,7 +278,10 @@ impl SinkError {
     /// binary exits with code 74 for it.
     #[must_use]
     pub fn is_io(&self) -> bool {
-        matches!(self, SinkError::Io { .. } | SinkError::OutputLost { .. })
+        matches!(
+            self,
+            SinkError::Io { .. } | SinkError::OutputLost { .. } | SinkError::NotDurable { .. }
+        )
     }
 }
 
@@ -314,6 +346,14 @@ mod tests {
         assert!(!pipe.is_retryable() && pipe.is_io());
         assert!(SinkError::io("fsync", "out", Error::from(ErrorKind::Interrupted)).is_retryable());
         assert!(SinkDriverError::DeadLetter(pipe).is_io());
+        // A failed fsync is never retried: the next one would lie.
+        let lost = SinkError::NotDurable {
+            op: "fsync",
+            path: "out".into(),
+            source: Error::from(ErrorKind::Interrupted),
+        };
+        assert!(!lost.is_retryable() && lost.is_io(), "{lost:?}");
+        assert_eq!(lost.kind(), FailureKind::Environment);
         assert!(!SinkError::permanent("x").is_io());
     }
 }

@@ -56,21 +56,30 @@ impl Default for FileSinkConfig {
 ///
 /// * A write returns `Ok` only after `fsync` (see [`FsyncPolicy`]).
 /// * A failed append is cut back off, so a retry does not duplicate half a
-///   batch.
+///   batch. When it cannot be cut back, or bytes appended before it are
+///   not durable yet, the file is lost (below).
+/// * A failed `fsync` is never retried: Linux drops the pages of a failed
+///   writeback and reports the next `fsync` a success. The file is lost:
+///   every later write and flush (the writes waiting on that `fsync`
+///   included) fails with [`SinkError::NotDurable`], which is not retried.
 /// * Rotation renames the active file `<path>` to `<path>.<n>` (1, 2, ...)
-///   and starts a new `<path>`.
+///   and starts a new `<path>`. Finished segments are never read again:
+///   they may be moved away or deleted.
 /// * On open, a partial trailing line (a crash mid-append) is cut off.
 /// * One writer: the sink holds an exclusive advisory lock on
-///   `<path>.lock` (see [`etl_record::OwnerLock`]) from open until it is
+///   `<canonical path>.lock` (see [`etl_record::OwnerLock`]; symlinks
+///   resolved) and on the open data file itself from open until it is
 ///   dropped, since it cuts the file back on open and after a failed
-///   append. A second sink on the same path, in this process or another,
-///   is refused.
+///   append. A second sink on the same file, in this process or another
+///   and by any name (a symlink, a hard link), is refused.
 /// * Before data is reported durable (after each `fsync`, and on
 ///   [`flush`](Sink::flush)), the sink checks that `<path>` still names
-///   the file it writes (device and inode). Once the file was deleted or
-///   another file renamed over it, every later write and flush fails with
-///   [`SinkError::Io`]: records are never acknowledged into a file no path
-///   names.
+///   the file it writes (device and inode) at the length it wrote, and
+///   after each append that the file grew by just what was appended. Once
+///   the file was deleted, another file renamed over it, it was truncated
+///   or another writer appended to it, every later write and flush fails
+///   with [`SinkError::OutputLost`]: records are never acknowledged into a
+///   file that does not hold them.
 ///
 /// **Exactly-once mode** (`exactly_once: true`): after each `fsync` the
 /// sink atomically replaces `<path>.progress` (temporary file, `fsync`,
@@ -149,11 +158,13 @@ impl FileSink {
     ///
     /// # Errors
     ///
-    /// I/O errors; [`SinkError::Permanent`] wrapping
-    /// [`LockError::InUse`](etl_record::LockError::InUse) (naming the
-    /// holder's process id) when another sink holds the output; or
-    /// [`SinkError::CorruptProgress`] when the progress file cannot be
-    /// trusted (the data file is shorter than recorded).
+    /// I/O errors; [`SinkError::Permanent`] with a
+    /// [`LockError::InUse`](etl_record::LockError::InUse) among its
+    /// sources (naming the holder's process id where it is known) when
+    /// another sink holds the output, by this name or another;
+    /// [`SinkError::OutputLost`] when the data file is shorter than its
+    /// progress records; or [`SinkError::CorruptProgress`] when the
+    /// progress file cannot be trusted.
     pub async fn open(path: impl AsRef<Path>, config: FileSinkConfig) -> Result<Self, SinkError> {
         let path = path.as_ref().to_owned();
         let p = path.clone();
@@ -191,12 +202,13 @@ impl FileSink {
         lock(&self.state).segments()
     }
 
-    /// Every file of the output in order: finished segments, then the
-    /// active file.
+    /// Every file of the output still there, in order: finished segments
+    /// (but those moved away), then the active file.
     #[must_use]
     pub fn files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = (1..=self.segments())
             .map(|n| crate::file_progress::suffixed(&self.path, &n.to_string()))
+            .filter(|seg| seg.exists())
             .collect();
         files.push(self.path.clone());
         files
@@ -299,11 +311,15 @@ mod tests {
     use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 
     fn batch(n: i64) -> EncodedBatch {
-        let records = (0..n)
+        batch_of(0..n)
+    }
+
+    fn batch_of(offsets: std::ops::Range<i64>) -> EncodedBatch {
+        let records = offsets
             .map(|o| {
                 Record::new(
                     Position::new(SourceId::new("s"), PartitionId(0), Offset(o)),
-                    "{}",
+                    format!("{{\"o\":{o}}}"),
                 )
             })
             .collect();
@@ -375,6 +391,112 @@ mod tests {
             "{} fsyncs for three writes in flight together",
             s.syncs
         );
+    }
+
+    /// The offsets of the lines of `path`; panics on a line that is not
+    /// a record (a run of NUL bytes left by lost pages).
+    fn offsets_in(path: &Path) -> Vec<i64> {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines()
+            .map(|line| {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"));
+                v["o"].as_i64().unwrap()
+            })
+            .collect()
+    }
+
+    fn assert_not_durable(err: &SinkError, what: &str) {
+        assert!(
+            matches!(err, SinkError::NotDurable { .. }),
+            "{what}: {err:?}"
+        );
+        assert!(!err.is_retryable(), "{what}: {err:?} is retried");
+        assert!(err.is_io(), "{what}: {err:?}");
+        assert_eq!(err.kind(), crate::FailureKind::Environment, "{what}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_makes_the_file_lost_and_later_writes_fail() {
+        // Linux drops the pages of a failed writeback and reports the
+        // next fsync a success: a retried write must not be trusted.
+        for exactly_once in [false, true] {
+            let case = format!("exactly_once {exactly_once}");
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out");
+            let config = FileSinkConfig {
+                exactly_once,
+                ..FileSinkConfig::default()
+            };
+            let sink = FileSink::open(&path, config).await.unwrap();
+            sink.write(&batch_of(0..4)).await.unwrap();
+            lock(&sink.state).faults.sync = Some(1);
+            let err = sink.write(&batch_of(4..8)).await.unwrap_err();
+            // Nothing is reported durable again, retried or not.
+            let retried = sink
+                .write(&batch_of(4..8))
+                .await
+                .expect_err("a write retried after a failed fsync was reported durable");
+            assert_not_durable(&err, &case);
+            assert!(err.to_string().contains("fsync"), "{case}: {err}");
+            assert_not_durable(&retried, &case);
+            assert_not_durable(&sink.write(&batch_of(8..12)).await.unwrap_err(), &case);
+            assert_not_durable(&sink.flush().await.unwrap_err(), &case);
+            if exactly_once {
+                assert_eq!(
+                    sink.progress().get(PartitionId(0)),
+                    Some(Offset(4)),
+                    "{case}"
+                );
+            }
+            drop(sink);
+            // The next run drops what the failed fsync lost (cut back to
+            // the recorded length, or to the last complete line) and
+            // writes it again.
+            let sink = FileSink::open(&path, config).await.unwrap();
+            assert_eq!(offsets_in(&path), (0..4).collect::<Vec<_>>(), "{case}");
+            if exactly_once {
+                assert_eq!(
+                    sink.progress().get(PartitionId(0)),
+                    Some(Offset(4)),
+                    "{case}"
+                );
+            }
+            sink.write(&batch_of(4..8)).await.unwrap();
+            assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
+        }
+    }
+
+    // The file's lock is held across the wait on purpose: it keeps every
+    // append back until all three writes are counted.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_group_fsync_fails_every_write_waiting_on_it() {
+        let (_dir, sink) = hourly_sink().await;
+        let sink = Arc::new(sink);
+        let mut held = lock(&sink.state);
+        held.faults.sync = Some(1);
+        let writes: Vec<_> = [2, 3, 4]
+            .into_iter()
+            .map(|n| {
+                let sink = sink.clone();
+                tokio::spawn(async move { sink.write(&batch(n)).await })
+            })
+            .collect();
+        while sink.appending.count.load(Ordering::Acquire) < 3 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        for write in writes {
+            let result = tokio::time::timeout(Duration::from_secs(60), write)
+                .await
+                .expect("the writes waited for the interval")
+                .unwrap();
+            assert_not_durable(&result.unwrap_err(), "a write waiting on the failed fsync");
+        }
+        assert_not_durable(&sink.write(&batch(1)).await.unwrap_err(), "a later write");
+        let s = lock(&sink.state);
+        assert_eq!(s.synced, 0, "nothing is reported durable");
     }
 
     #[tokio::test]

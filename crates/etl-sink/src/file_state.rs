@@ -1,7 +1,7 @@
 //! The file sink's blocking core: open and recover, append, fsync, rotate.
 
 use std::fs::{File, Metadata, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -40,11 +40,60 @@ impl FileId {
     }
 }
 
-/// How the active file was lost while the sink had it open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why the sink can no longer trust the active file. Once set, every
+/// operation fails with it: nothing written to the file is reported
+/// durable again.
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Lost {
+    /// Its path names no file any more.
     Deleted,
+    /// Its path names another file.
     Replaced,
+    /// It is not the length the sink wrote: truncated in place (shorter),
+    /// or appended to by another writer (longer).
+    Resized { expected: u64, found: u64 },
+    /// A write or `fsync` failed while some bytes were not yet durable:
+    /// the kernel may have dropped them and report the next `fsync` a
+    /// success.
+    Failed {
+        op: &'static str,
+        path: PathBuf,
+        kind: io::ErrorKind,
+        message: String,
+    },
+}
+
+/// Another sink writes the output, under this name or another one.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot write {}: the file ({}) is already written by another sink, under this name or \
+     another (a symlink or a hard link to it): {source}",
+    path.display(),
+    file.display()
+)]
+struct OutputInUse {
+    /// The configured path.
+    path: PathBuf,
+    /// The file it names, symlinks resolved.
+    file: PathBuf,
+    #[source]
+    source: LockError,
+}
+
+/// Failures injected into the file operations, to test what the sink
+/// does when the disk fails.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    /// Fail the `fdatasync` this many calls from now (1: the next one)
+    /// with `EIO`, after zeroing the bytes written since the last good
+    /// one: what Linux does when writeback fails (the pages are marked
+    /// clean and the next `fsync` succeeds without them).
+    pub(crate) sync: Option<u64>,
+    /// Fail the next write with this error, after writing half its bytes.
+    pub(crate) write: Option<io::ErrorKind>,
+    /// Fail the next store of the progress file.
+    pub(crate) store: bool,
 }
 
 #[derive(Debug)]
@@ -53,12 +102,17 @@ pub(crate) struct FileState {
     config: FileSinkConfig,
     /// Held for the sink's life: this sink is the output's only writer
     /// (none for a device such as `/dev/full`: there is no file to own).
+    /// The open data file is locked too (see [`lock_data`]).
     _lock: Option<OwnerLock>,
     file: File,
-    /// The file `file` is; `path` must still name it when data is
-    /// reported durable.
+    /// Whether the output is a regular file (not a device such as
+    /// `/dev/null`, whose length says nothing about what was written).
+    regular: bool,
+    /// The file `file` is; `path` must still name it, at the length
+    /// written, when data is reported durable.
     active: FileId,
-    /// Set once `path` no longer names `file`: every later write fails.
+    /// Set once the file cannot be trusted (see [`Lost`]): every later
+    /// operation fails.
     lost: Option<Lost>,
     /// Length of the active file.
     len: u64,
@@ -70,6 +124,8 @@ pub(crate) struct FileState {
     /// `fsync`s done since open (for tests).
     #[cfg(test)]
     pub(crate) syncs: u64,
+    #[cfg(test)]
+    pub(crate) faults: Faults,
     opened_at: Instant,
     /// Finished segments: `<path>.1` ..= `<path>.<segments>`.
     segments: u64,
@@ -88,20 +144,49 @@ fn open_active(path: &Path) -> Result<File, SinkError> {
         .map_err(|e| SinkError::io("open", path, e))
 }
 
-/// Take the output's lock, `<path>.lock`, before anything reads or cuts
-/// the output. An output that exists and is not a regular file (a device,
-/// a pipe) holds no state to protect, and `<path>.lock` would land beside
-/// it (in `/dev`, shared by every writer of `/dev/full`): no lock.
-fn lock_output(path: &Path) -> Result<Option<OwnerLock>, SinkError> {
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
-        return Ok(None);
-    }
-    OwnerLock::acquire(suffixed(path, "lock"))
-        .map(Some)
-        .map_err(|e| match e {
-            LockError::Io { path, op, source } => SinkError::io(op, path, source),
-            in_use => SinkError::permanent(in_use),
+/// Take the output's locks before anything reads or cuts it: the lock
+/// file beside the file `path` names, symlinks resolved
+/// (`<canonical path>.lock`, which names the holder's pid), and a lock on
+/// the open data file itself (see [`lock_data`]). Locks keyed by the
+/// configured name would let a second name for the same file (a symlink,
+/// a hard link) in as a second writer. `file` is the open output.
+fn lock_output(path: &Path, file: &File) -> Result<OwnerLock, SinkError> {
+    let canonical = std::fs::canonicalize(path).map_err(|e| SinkError::io("resolve", path, e))?;
+    let in_use = |source: LockError| {
+        SinkError::permanent(OutputInUse {
+            path: path.to_owned(),
+            file: canonical.clone(),
+            source,
         })
+    };
+    let lock = OwnerLock::acquire(suffixed(&canonical, "lock")).map_err(|e| match e {
+        LockError::Io { path, op, source } => SinkError::io(op, path, source),
+        e => in_use(e),
+    })?;
+    lock_data(file, &canonical).map_err(|e| match e {
+        LockError::Io { path, op, source } => SinkError::io(op, path, source),
+        e => in_use(e),
+    })?;
+    Ok(lock)
+}
+
+/// Lock the open data file `file` (at `path`) exclusively. The lock
+/// belongs to the file, not to a name: a second sink reaching it through
+/// a hard link (another name, another lock file) is refused here. The
+/// kernel releases it when the file is closed.
+fn lock_data(file: &File, path: &Path) -> Result<(), LockError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(LockError::InUse {
+            path: path.to_owned(),
+            pid: None,
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(LockError::Io {
+            path: path.to_owned(),
+            op: "lock",
+            source,
+        }),
+    }
 }
 
 /// Highest `n` such that `<path>.<n>` exists.
@@ -144,6 +229,21 @@ fn complete_prefix(file: &mut File, len: u64, path: &Path) -> Result<u64, SinkEr
     Ok(0)
 }
 
+/// The error for an output shorter than its progress records: records
+/// stored as written are gone from it (truncated, or replaced, between
+/// runs).
+fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
+    SinkError::OutputLost {
+        path: path.to_owned(),
+        what: format!(
+            "is shorter than its progress records ({len} bytes, {recorded} recorded): it was \
+             truncated or replaced since the last run; restore it, or remove {} and reset the \
+             offsets to write it again",
+            crate::file_progress::progress_path(path).display()
+        ),
+    }
+}
+
 fn truncate(file: &File, len: u64, path: &Path) -> Result<(), SinkError> {
     file.set_len(len)
         .and_then(|()| file.sync_all())
@@ -152,7 +252,19 @@ fn truncate(file: &File, len: u64, path: &Path) -> Result<(), SinkError> {
 
 impl FileState {
     pub(crate) fn open(path: &Path, config: FileSinkConfig) -> Result<FileState, SinkError> {
-        let lock = lock_output(path)?;
+        // An output that exists and is not a regular file (a device, a
+        // pipe) holds no state to protect, and a lock file would land
+        // beside it (in `/dev`, shared by every writer of `/dev/full`): no
+        // lock.
+        let regular = !std::fs::metadata(path).is_ok_and(|m| !m.is_file());
+        // Opened (created) before anything else, so that the locks are
+        // taken on the file itself; opening cuts nothing.
+        let mut file = open_active(path)?;
+        let lock = if regular {
+            Some(lock_output(path, &file)?)
+        } else {
+            None
+        };
         let mut segments = last_segment(path)?;
         let mut keep = None;
         let mut stored = Progress::new();
@@ -169,9 +281,21 @@ impl FileState {
                     .write(true)
                     .open(&seg)
                     .map_err(|e| SinkError::io("open", &seg, e))?;
+                let seg_len = f
+                    .metadata()
+                    .map_err(|e| SinkError::io("stat", &seg, e))?
+                    .len();
+                if seg_len < side.length {
+                    return Err(shorter_than_recorded(&seg, seg_len, side.length));
+                }
                 truncate(&f, side.length, &seg)?;
                 keep = Some(0);
-            } else if segments == side.segments {
+            } else if segments <= side.segments {
+                // Finished segments are never read or cut again: shipping
+                // them away (retention) is routine, and only the active
+                // file's length counts. The numbering goes on from the
+                // recorded count, so a new segment never takes the name of
+                // one shipped.
                 keep = Some(side.length);
             } else {
                 return Err(SinkError::CorruptProgress {
@@ -184,19 +308,15 @@ impl FileState {
             }
             segments = segments.max(side.segments);
         }
-        let mut file = open_active(path)?;
         let meta = file
             .metadata()
             .map_err(|e| SinkError::io("stat", path, e))?;
         let active = FileId::of(&meta);
         let len = meta.len();
         let len = match keep {
-            Some(keep) if len < keep => {
-                return Err(SinkError::CorruptProgress {
-                    path: path.to_owned(),
-                    reason: format!("records {keep} bytes, the file has {len}"),
-                });
-            }
+            // Records the progress covers are gone from the file: cutting
+            // back would be silent loss.
+            Some(keep) if len < keep => return Err(shorter_than_recorded(path, len, keep)),
             Some(keep) => keep,
             // Without recorded progress, cut a partial trailing record.
             None => complete_prefix(&mut file, len, path)?,
@@ -206,11 +326,12 @@ impl FileState {
             truncate(&file, len, path)?;
         }
         let now = Instant::now();
-        let state = FileState {
+        let mut state = FileState {
             path: path.to_owned(),
             config,
             _lock: lock,
             file,
+            regular,
             active,
             lost: None,
             len,
@@ -219,6 +340,8 @@ impl FileState {
             last_sync: now,
             #[cfg(test)]
             syncs: 0,
+            #[cfg(test)]
+            faults: Faults::default(),
             opened_at: now,
             segments,
             appended: stored.clone(),
@@ -232,7 +355,15 @@ impl FileState {
         Ok(state)
     }
 
-    fn store(&self) -> Result<(), SinkError> {
+    fn store(&mut self) -> Result<(), SinkError> {
+        #[cfg(test)]
+        if std::mem::take(&mut self.faults.store) {
+            return Err(SinkError::io(
+                "write",
+                suffixed(&self.path, "progress.tmp"),
+                io::Error::from_raw_os_error(5),
+            ));
+        }
         write_stored(
             &self.path,
             &Stored {
@@ -245,19 +376,19 @@ impl FileState {
 
     /// Append a batch's bytes (in exactly-once mode only the records not
     /// yet appended); returns the end of the data in `written` terms. A
-    /// failed append is cut back off before the error is returned.
+    /// failed append is cut back off before the error is returned; when
+    /// it cannot be, or bytes appended earlier are not durable yet, the
+    /// file is lost.
     pub(crate) fn append(
         &mut self,
         bytes: &Bytes,
         placed: Option<&[Placed]>,
     ) -> Result<u64, SinkError> {
-        if let Some(lost) = self.lost {
-            return Err(self.lost_error(lost));
-        }
+        self.check_usable()?;
         self.maybe_rotate(bytes.len() as u64)?;
         let before = self.len;
         let result = match placed {
-            None => self.file.write_all(bytes).map(|()| bytes.len() as u64),
+            None => self.write_file(bytes).map(|()| bytes.len() as u64),
             Some(placed) => {
                 let mut n = 0u64;
                 let mut res = Ok(());
@@ -270,7 +401,7 @@ impl FileState {
                         continue;
                     }
                     if let Some(slice) = bytes.get(range.clone()) {
-                        res = self.file.write_all(slice);
+                        res = self.write_file(slice);
                         if res.is_err() {
                             break;
                         }
@@ -284,6 +415,10 @@ impl FileState {
             Ok(n) => {
                 self.len += n;
                 self.written += n;
+                // The file is opened to append: bytes another writer
+                // appended (or a truncation) would put these somewhere
+                // else than the recorded length says.
+                self.check_len()?;
                 if let Some(placed) = placed {
                     for (partition, offset, _) in placed {
                         self.appended.advance(*partition, offset.next());
@@ -291,28 +426,54 @@ impl FileState {
                 }
                 Ok(self.written)
             }
-            Err(e) => {
-                // Best effort: a retry must not find half a batch.
-                let _ = self.file.set_len(before);
-                Err(SinkError::io("append to", &self.path, e))
-            }
+            Err(e) => Err(self.undo_append(before, e)),
+        }
+    }
+
+    /// Cut a failed append's bytes back off, so that a retry does not
+    /// find half a batch, and say whether the retry may be trusted: only
+    /// when the cut is known to have happened and every byte appended
+    /// before is durable. Otherwise the file is lost: a write error can
+    /// come from a failed writeback of earlier bytes, which the next
+    /// `fsync` would no longer report.
+    fn undo_append(&mut self, before: u64, e: io::Error) -> SinkError {
+        if !self.regular {
+            // A device has no length to restore and no bytes to lose.
+            return SinkError::io("append to", &self.path, e);
+        }
+        let cut = self
+            .file
+            .set_len(before)
+            .and_then(|()| self.file.metadata())
+            .is_ok_and(|m| m.len() == before);
+        if cut && self.synced == self.written && self.stored == self.appended {
+            SinkError::io("append to", &self.path, e)
+        } else {
+            self.failed("append to", e)
         }
     }
 
     /// Make everything appended durable (and, in exactly-once mode, store
     /// the progress with it).
     pub(crate) fn sync(&mut self) -> Result<(), SinkError> {
+        self.check_usable()?;
         if self.synced == self.written && self.stored == self.appended {
             return self.check_active();
         }
-        self.file
-            .sync_data()
-            .map_err(|e| SinkError::io("fsync", &self.path, e))?;
-        // Data is durable output only in a file its path still names:
-        // check after the fsync, the last moment before it is reported.
+        if let Err(e) = self.sync_file() {
+            // Never retried: Linux marks the pages of a failed writeback
+            // clean and reports the error once, so the next `fsync` would
+            // succeed without the bytes.
+            return Err(self.failed("fsync", e));
+        }
+        // Data is durable output only in a file its path still names, at
+        // the length written: check after the fsync, the last moment
+        // before it is reported.
         self.check_active()?;
         if self.config.exactly_once {
-            self.store()?;
+            if let Err(e) = self.store() {
+                return Err(self.poison_with(e));
+            }
             self.stored = self.appended.clone();
         }
         // Only now is everything appended durable, progress included.
@@ -325,35 +486,169 @@ impl FileState {
         Ok(())
     }
 
-    /// Fail unless `path` still names the file being written. Once it
-    /// does not (deleted, or another file renamed over it), it never will
-    /// again for this sink: appending to a file no path names would lose
-    /// every record while reporting it written.
-    fn check_active(&mut self) -> Result<(), SinkError> {
-        if let Some(lost) = self.lost {
-            return Err(self.lost_error(lost));
+    /// Fail if the file is lost.
+    fn check_usable(&self) -> Result<(), SinkError> {
+        match &self.lost {
+            Some(lost) => Err(self.lost_error(lost)),
+            None => Ok(()),
         }
-        let lost = match std::fs::metadata(&self.path) {
-            Ok(meta) if FileId::of(&meta) == self.active => return Ok(()),
-            Ok(_) => Lost::Replaced,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Lost::Deleted,
-            Err(e) => return Err(SinkError::io("stat", &self.path, e)),
-        };
-        self.lost = Some(lost);
-        let err = self.lost_error(lost);
-        tracing::error!(error = %err, "the file sink's output is gone; no further write can succeed");
-        Err(err)
     }
 
-    fn lost_error(&self, lost: Lost) -> SinkError {
+    /// Fail unless `path` still names the file being written, at the
+    /// length written. Once it does not (deleted, another file renamed
+    /// over it, truncated, appended to by another writer), it never will
+    /// again for this sink: appending to a file that does not hold what
+    /// was written would lose records while reporting them written.
+    fn check_active(&mut self) -> Result<(), SinkError> {
+        self.check_usable()?;
+        let lost = match std::fs::metadata(&self.path) {
+            Ok(meta) if FileId::of(&meta) != self.active => Lost::Replaced,
+            Ok(meta) if self.regular && meta.len() != self.len => Lost::Resized {
+                expected: self.len,
+                found: meta.len(),
+            },
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Lost::Deleted,
+            Err(e) => return Err(SinkError::io("stat", &self.path, e)),
+        };
+        Err(self.poison(lost))
+    }
+
+    /// Fail unless the open file is as long as the sink wrote it.
+    fn check_len(&mut self) -> Result<(), SinkError> {
+        if !self.regular {
+            return Ok(());
+        }
+        match self.file.metadata() {
+            Ok(meta) if meta.len() == self.len => Ok(()),
+            Ok(meta) => Err(self.poison(Lost::Resized {
+                expected: self.len,
+                found: meta.len(),
+            })),
+            // Where the bytes landed is unknown.
+            Err(e) => Err(self.failed("stat", e)),
+        }
+    }
+
+    /// Mark the file lost: the one place a failure becomes final for this
+    /// sink. Returns the error every later operation fails with.
+    fn poison(&mut self, lost: Lost) -> SinkError {
+        let err = self.lost_error(&lost);
+        if self.lost.is_none() {
+            tracing::error!(error = %err, "the file sink's output cannot be trusted; no further write can succeed");
+            self.lost = Some(lost);
+        }
+        err
+    }
+
+    /// Mark the file lost after `op` on it failed with `e`.
+    fn failed(&mut self, op: &'static str, e: io::Error) -> SinkError {
+        let path = self.path.clone();
+        self.poison(Lost::Failed {
+            op,
+            path,
+            kind: e.kind(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Mark the file lost after a step that writes to it (or beside it:
+    /// the progress file, a rename) failed with `err`.
+    fn poison_with(&mut self, err: SinkError) -> SinkError {
+        match err {
+            SinkError::Io { op, path, source } => self.poison(Lost::Failed {
+                op,
+                path,
+                kind: source.kind(),
+                message: source.to_string(),
+            }),
+            // Already lost.
+            err @ (SinkError::OutputLost { .. } | SinkError::NotDurable { .. }) => err,
+            err => {
+                let path = self.path.clone();
+                self.poison(Lost::Failed {
+                    op: "write",
+                    path,
+                    kind: io::ErrorKind::Other,
+                    message: err.to_string(),
+                })
+            }
+        }
+    }
+
+    fn lost_error(&self, lost: &Lost) -> SinkError {
         let what = match lost {
-            Lost::Deleted => "deleted",
-            Lost::Replaced => "replaced by another file",
+            Lost::Deleted => "was deleted while the sink was writing it".to_owned(),
+            Lost::Replaced => {
+                "was replaced by another file while the sink was writing it".to_owned()
+            }
+            Lost::Resized { expected, found } if found < expected => format!(
+                "was truncated while the sink was writing it ({found} bytes, the sink had \
+                 written {expected}; copy-truncate rotation loses records: use rotate_bytes or \
+                 rotate_interval)"
+            ),
+            Lost::Resized { expected, found } => format!(
+                "was appended to by another writer while the sink was writing it ({found} bytes, \
+                 the sink had written {expected})"
+            ),
+            Lost::Failed {
+                op,
+                path,
+                kind,
+                message,
+            } => {
+                return SinkError::NotDurable {
+                    op,
+                    path: path.clone(),
+                    source: io::Error::new(*kind, message.clone()),
+                };
+            }
         };
         SinkError::OutputLost {
             path: self.path.clone(),
             what,
         }
+    }
+
+    /// Write `bytes` to the file. The one place a data write's error
+    /// comes back (and where tests inject one).
+    fn write_file(&mut self, bytes: &[u8]) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(kind) = self.faults.write.take() {
+            let half = bytes.get(..bytes.len() / 2).unwrap_or_default();
+            self.file.write_all(half)?;
+            return Err(io::Error::from(kind));
+        }
+        self.file.write_all(bytes)
+    }
+
+    /// `fdatasync` the file. The one place its error comes back (and
+    /// where tests inject one).
+    fn sync_file(&mut self) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(n) = self.faults.sync {
+            if n > 1 {
+                self.faults.sync = Some(n - 1);
+            } else {
+                self.faults.sync = None;
+                self.drop_unsynced_pages();
+                return Err(io::Error::from_raw_os_error(5));
+            }
+        }
+        self.file.sync_data()
+    }
+
+    /// What a failed writeback leaves behind: the bytes written since the
+    /// last good `fsync` read back as zeros (the pages are gone, the
+    /// length stays).
+    #[cfg(test)]
+    fn drop_unsynced_pages(&mut self) {
+        let unsynced = self.written - self.synced;
+        let start = self.len.saturating_sub(unsynced);
+        let zeros = vec![0u8; usize::try_from(unsynced).unwrap_or(0)];
+        let mut f = OpenOptions::new().write(true).open(&self.path).unwrap();
+        f.seek(SeekFrom::Start(start)).unwrap();
+        f.write_all(&zeros).unwrap();
     }
 
     fn maybe_rotate(&mut self, incoming: u64) -> Result<(), SinkError> {
@@ -373,11 +668,19 @@ impl FileState {
         }
         // The finished segment is durable (and recorded) before it moves.
         self.sync()?;
+        // A rotation cut short leaves the path naming no file, or a new
+        // one not yet durable in its directory: nothing more is written.
+        self.rotate().map_err(|e| self.poison_with(e))
+    }
+
+    fn rotate(&mut self) -> Result<(), SinkError> {
         let next = self.segments + 1;
         let seg = suffixed(&self.path, &next.to_string());
         std::fs::rename(&self.path, &seg).map_err(|e| SinkError::io("rename", &self.path, e))?;
         sync_dir(parent_dir(&self.path))?;
-        self.file = open_active(&self.path)?;
+        let file = open_active(&self.path)?;
+        lock_data(&file, &self.path).map_err(SinkError::permanent)?;
+        self.file = file;
         self.active = FileId::of(
             &self
                 .file
@@ -396,5 +699,99 @@ impl FileState {
 
     pub(crate) fn segments(&self) -> u64 {
         self.segments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FsyncPolicy;
+    use std::time::Duration;
+
+    /// A state whose writes wait for an explicit `sync`.
+    fn open(dir: &tempfile::TempDir, exactly_once: bool) -> (PathBuf, FileState) {
+        let path = dir.path().join("out.ndjson");
+        let config = FileSinkConfig {
+            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
+            exactly_once,
+            ..FileSinkConfig::default()
+        };
+        let state = FileState::open(&path, config).unwrap();
+        (path, state)
+    }
+
+    /// Append the line of record `offset` of partition 0.
+    fn append(state: &mut FileState, offset: i64) -> Result<u64, SinkError> {
+        let line = Bytes::from(format!("{{\"o\":{offset}}}\n"));
+        let placed = [(PartitionId(0), Offset(offset), 0..line.len())];
+        let exactly_once = state.config.exactly_once;
+        state.append(&line, exactly_once.then_some(&placed[..]))
+    }
+
+    fn assert_lost(err: &SinkError, what: &str) {
+        assert!(
+            matches!(err, SinkError::NotDurable { .. }),
+            "{what}: {err:?}"
+        );
+        assert!(!err.is_retryable(), "{what}: {err:?} is retried");
+        assert!(err.is_io(), "{what}: {err:?}");
+    }
+
+    #[test]
+    fn a_failed_append_with_bytes_not_yet_durable_makes_the_file_lost() {
+        // A write error can be the report of a failed writeback of the
+        // bytes before it: the next fsync would not report it again.
+        let dir = tempfile::tempdir().unwrap();
+        let (_path, mut state) = open(&dir, false);
+        append(&mut state, 0).unwrap();
+        state.faults.write = Some(io::ErrorKind::Other);
+        let err = append(&mut state, 1).unwrap_err();
+        let retried = append(&mut state, 1).and_then(|_| state.sync());
+        assert!(retried.is_err(), "the retried append was reported durable");
+        assert_lost(&err, "the failed append");
+        assert_lost(&append(&mut state, 1).unwrap_err(), "the retried append");
+        assert_lost(&state.sync().unwrap_err(), "the fsync after it");
+        assert_eq!(state.synced, 0, "nothing is reported durable");
+    }
+
+    #[test]
+    fn a_failed_append_after_a_good_fsync_is_cut_back_and_may_be_retried() {
+        // With every byte before it durable, a failed append (a full
+        // disk) is cut back off and retried: the disk may get room.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut state) = open(&dir, false);
+        append(&mut state, 0).unwrap();
+        state.sync().unwrap();
+        state.faults.write = Some(io::ErrorKind::StorageFull);
+        let err = append(&mut state, 1).unwrap_err();
+        assert!(err.is_retryable(), "{err:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n");
+        append(&mut state, 1).unwrap();
+        state.sync().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
+    }
+
+    #[test]
+    fn a_failed_progress_store_makes_the_file_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut state) = open(&dir, true);
+        append(&mut state, 0).unwrap();
+        state.sync().unwrap();
+        append(&mut state, 1).unwrap();
+        state.faults.store = true;
+        let err = state.sync().unwrap_err();
+        assert!(
+            state.sync().is_err(),
+            "the retried store was reported durable"
+        );
+        assert_lost(&err, "the failed store");
+        assert_lost(&state.sync().unwrap_err(), "the retried store");
+        assert_lost(&append(&mut state, 2).unwrap_err(), "a later append");
+        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(1)));
+        drop(state);
+        // The next run cuts back to what the last good store recorded.
+        let (_, state) = open(&dir, true);
+        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(1)));
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n");
     }
 }

@@ -201,7 +201,11 @@ async fn a_data_file_shorter_than_recorded_is_reported() {
     drop(sink);
     std::fs::write(&path, b"").unwrap();
     let err = FileSink::open(&path, config).await.unwrap_err();
-    assert!(matches!(err, SinkError::CorruptProgress { .. }), "{err}");
+    // Records the progress covers are gone: lost output (exit 74), never
+    // cut back silently.
+    assert!(matches!(err, SinkError::OutputLost { .. }), "{err}");
+    assert!(err.is_io() && !err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("shorter"), "{err}");
 }
 
 #[tokio::test]
@@ -394,9 +398,7 @@ async fn a_second_sink_on_the_same_output_is_refused_while_the_first_lives() {
         let first = FileSink::open(&path, config).await.unwrap();
         let err = FileSink::open(&path, config).await.unwrap_err();
         let text = err.to_string();
-        let lock =
-            std::error::Error::source(&err).and_then(|e| e.downcast_ref::<etl_record::LockError>());
-        assert!(lock.is_some_and(etl_record::LockError::is_in_use), "{text}");
+        assert!(held_by_another_sink(&err), "{text}");
         assert!(text.contains(&path.display().to_string()), "{text}");
         assert!(text.contains(&std::process::id().to_string()), "{text}");
         first.write(&batch(0, 0..2)).await.unwrap();
@@ -404,6 +406,196 @@ async fn a_second_sink_on_the_same_output_is_refused_while_the_first_lives() {
         let second = FileSink::open(&path, config).await.unwrap();
         second.write(&batch(0, 2..4)).await.unwrap();
     }
+}
+
+/// Whether `err`, or an error under it, says another sink holds the
+/// output (as the `etl` binary looks for it, to exit 75).
+fn held_by_another_sink(err: &SinkError) -> bool {
+    std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
+    .any(|e| {
+        e.downcast_ref::<etl_record::LockError>()
+            .is_some_and(etl_record::LockError::is_in_use)
+    })
+}
+
+#[tokio::test]
+async fn a_second_name_for_the_output_is_refused_while_the_first_lives() {
+    for exactly_once in [true, false] {
+        for how in ["symlink", "hard link"] {
+            let case = format!("{how}, exactly_once {exactly_once}");
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out.ndjson");
+            let other = dir.path().join("other.ndjson");
+            let config = FileSinkConfig {
+                exactly_once,
+                ..FileSinkConfig::default()
+            };
+            let first = FileSink::open(&path, config).await.unwrap();
+            first.write(&batch(0, 0..2)).await.unwrap();
+            match how {
+                "symlink" => std::os::unix::fs::symlink(&path, &other).unwrap(),
+                _ => std::fs::hard_link(&path, &other).unwrap(),
+            }
+            let err = FileSink::open(&other, config).await.unwrap_err();
+            let text = err.to_string();
+            assert!(held_by_another_sink(&err), "{case}: {text}");
+            assert!(
+                text.contains(&other.display().to_string()),
+                "{case}: {text}"
+            );
+            // The first one was not disturbed.
+            first.write(&batch(0, 2..4)).await.unwrap();
+            assert_eq!(positions(&first.files()).len(), 4, "{case}");
+            drop(first);
+            let second = FileSink::open(&other, config).await.unwrap();
+            second.write(&batch(0, 4..6)).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_output_truncated_in_place_fails_every_later_write_and_flush() {
+    // What copy-truncate rotation does to a running sink's output.
+    for exactly_once in [false, true] {
+        for fsync in [
+            FsyncPolicy::EveryBatch,
+            FsyncPolicy::Interval(Duration::from_millis(5)),
+        ] {
+            let case = format!("exactly_once {exactly_once}, {fsync:?}");
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out.ndjson");
+            let config = FileSinkConfig {
+                exactly_once,
+                fsync,
+                ..FileSinkConfig::default()
+            };
+            let sink = FileSink::open(&path, config).await.unwrap();
+            sink.write(&batch(0, 0..3)).await.unwrap();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            assert!(
+                sink.flush().await.is_err(),
+                "{case}: flush after the truncation"
+            );
+            let err = sink.write(&batch(0, 3..6)).await.unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(err, SinkError::OutputLost { .. }),
+                "{case}: {err:?}"
+            );
+            assert!(text.contains("truncated"), "{case}: {text}");
+            assert!(!err.is_retryable() && err.is_io(), "{case}: {err:?}");
+            assert!(sink.write(&batch(0, 3..6)).await.is_err(), "{case}");
+            if exactly_once {
+                assert_eq!(
+                    sink.progress().get(PartitionId(0)),
+                    Some(Offset(3)),
+                    "{case}"
+                );
+            }
+            drop(sink);
+            // Truncated between a write and its fsync: caught at the fsync.
+            std::fs::remove_file(&path).unwrap();
+            let _ = std::fs::remove_file(path.with_extension("ndjson.progress"));
+            let sink = FileSink::open(&path, config).await.unwrap();
+            let held = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            sink.write(&batch(0, 0..3)).await.unwrap();
+            held.set_len(1).unwrap();
+            assert!(
+                sink.write(&batch(0, 3..6)).await.is_err(),
+                "{case}: truncated to 1"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn bytes_another_writer_appends_make_the_output_lost() {
+    // The progress records the sink's own appends only: a foreign append
+    // would put the next records past the recorded length, and the next
+    // run would cut them off and keep the foreign bytes.
+    for exactly_once in [true, false] {
+        let case = format!("exactly_once {exactly_once}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.ndjson");
+        let config = FileSinkConfig {
+            exactly_once,
+            ..FileSinkConfig::default()
+        };
+        let sink = FileSink::open(&path, config).await.unwrap();
+        sink.write(&batch(0, 0..3)).await.unwrap();
+        append_raw(&path, b"{\"foreign\":1}\n");
+        let err = sink.write(&batch(0, 3..6)).await.unwrap_err();
+        assert!(
+            matches!(err, SinkError::OutputLost { .. }),
+            "{case}: {err:?}"
+        );
+        assert!(err.to_string().contains("another writer"), "{case}: {err}");
+        assert!(!err.is_retryable() && err.is_io(), "{case}: {err:?}");
+        assert!(sink.flush().await.is_err(), "{case}");
+        if exactly_once {
+            assert_eq!(
+                sink.progress().get(PartitionId(0)),
+                Some(Offset(3)),
+                "{case}"
+            );
+            drop(sink);
+            // The next run cuts back to what was recorded: the records
+            // of the progress are all there.
+            let sink = FileSink::open(&path, config).await.unwrap();
+            assert_eq!(
+                positions(&sink.files()),
+                vec![(0, 0), (0, 1), (0, 2)],
+                "{case}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn finished_segments_of_an_exactly_once_output_may_be_moved_away() {
+    // Retention ships finished segments elsewhere; the next run must still
+    // start, skip what it holds, and not reuse a shipped segment's name.
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = tempfile::tempdir().unwrap();
+    let path = dir.path().join("o.ndjson");
+    let config = FileSinkConfig {
+        exactly_once: true,
+        rotate_bytes: Some(40),
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    for start in (0..6).step_by(2) {
+        sink.write(&batch(0, start..start + 2)).await.unwrap();
+    }
+    assert_eq!(sink.segments(), 2);
+    drop(sink);
+    for n in 1..=2 {
+        let name = format!("o.ndjson.{n}");
+        std::fs::rename(dir.path().join(&name), shipped.path().join(&name)).unwrap();
+    }
+    let sink = FileSink::open(&path, config).await.unwrap();
+    assert_eq!(sink.progress().get(PartitionId(0)), Some(Offset(6)));
+    assert_eq!(sink.files(), vec![path.clone()]);
+    // Records 4 and 5 are held already: only 6 and 7 are written, after
+    // a rotation.
+    sink.write(&batch(0, 4..8)).await.unwrap();
+    assert_eq!(
+        sink.segments(),
+        3,
+        "numbering goes on past the shipped segments"
+    );
+    assert!(dir.path().join("o.ndjson.3").exists());
+    assert_eq!(
+        positions(&sink.files()),
+        vec![(0, 4), (0, 5), (0, 6), (0, 7)]
+    );
 }
 
 /// Each way the output's path can stop naming the file the sink writes.
