@@ -1005,3 +1005,107 @@ fn an_unreachable_broker_is_reported_once_not_for_every_reconnection() {
         "the outage, the stop, perhaps a commit that timed out: {stderr}"
     );
 }
+
+/// A stdout pipeline over 1,000 input lines with its offset store at
+/// `state`; `extra` goes into the sink's table.
+fn stdout_config(dir: &Path, extra: &str) -> PathBuf {
+    let mut input = String::new();
+    for id in 0..1000 {
+        input.push_str(&format!("{{\"id\":{id}}}\n"));
+    }
+    std::fs::write(dir.join("in.ndjson"), input).unwrap();
+    let config = dir.join("stdout.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+name = "console"
+type = "stdout"
+{extra}
+
+[checkpoint]
+store = {{ type = "file", path = "state" }}
+"#
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `etl run` with standard output set up by `redirect` in a shell.
+fn run_redirected(config: &Path, redirect: &str) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec \"$0\" --log-format json run \"$1\" {redirect}"
+        ))
+        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(config)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// A standard output that is closed (`>&-`, which the process finds as
+/// the null device: Rust's runtime opens `/dev/null` on a closed
+/// descriptor 0-2), open for reading only (`1</dev/null`, whose writes
+/// fail with EBADF, which `std::io::stdout` takes for success), or the
+/// null device, keeps no record: the run must not count them written.
+#[test]
+fn a_closed_read_only_or_null_standard_output_exits_74_and_commits_nothing() {
+    for redirect in [">&-", "1</dev/null", ">/dev/null"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = stdout_config(dir.path(), "");
+        let out = run_redirected(&config, redirect);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{redirect}: {stderr}");
+        assert!(stderr.contains("console"), "{redirect}: {stderr}");
+        assert!(stderr.contains("standard output"), "{redirect}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{redirect}: {stderr}");
+        let committed = committed(&config);
+        assert!(
+            committed.values().all(|c| *c == 0),
+            "{redirect}: committed {committed:?} with nowhere to write"
+        );
+    }
+}
+
+/// Discarding the output on purpose is said in the file.
+#[test]
+fn a_stdout_sink_allowed_the_null_device_writes_into_it_and_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = stdout_config(dir.path(), "allow_null_device = true");
+    let out = run_redirected(&config, ">/dev/null");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(finished(&out)["written"].as_u64(), Some(1000));
+}
+
+/// `etl validate` whose standard output is open for reading only cannot
+/// say its result: an I/O error, not a silent success.
+#[test]
+fn validate_into_a_read_only_standard_output_exits_74() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ok.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n\
+         [[sinks]]\ntype = \"blackhole\"\n",
+    )
+    .unwrap();
+    let out = etl()
+        .arg("validate")
+        .arg(&config)
+        .stdout(std::fs::File::open("/dev/null").unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(stderr.contains("standard output"), "{stderr}");
+}
