@@ -918,7 +918,6 @@ fn an_output_that_cannot_be_opened_exits_74_naming_the_sink_and_the_path() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("in.ndjson"), "{\"a\":1}\n").unwrap();
     std::fs::write(dir.path().join("a-file"), "x").unwrap();
-    std::fs::create_dir(dir.path().join("a-folder")).unwrap();
     let immutable = dir.path().join("immutable");
     std::fs::write(&immutable, "").unwrap();
     // EPERM even for root, where the file system has the attribute; the
@@ -931,10 +930,10 @@ fn an_output_that_cannot_be_opened_exits_74_naming_the_sink_and_the_path() {
     }
     let _mutable = Mutable(&immutable);
     let chattr = Command::new("chattr").arg("+i").arg(&immutable).status();
-    let mut cases = vec![
-        ("a-file/out.ndjson", "File exists"),
-        ("a-folder", "Is a directory"),
-    ];
+    // An output path that is a folder is a configuration problem, found
+    // before the run (see
+    // `validate_and_run_refuse_the_same_unusable_settings_at_their_line`).
+    let mut cases = vec![("a-file/out.ndjson", "File exists")];
     if chattr.is_ok_and(|s| s.success()) {
         cases.push(("immutable", "Operation not permitted"));
     }
@@ -1084,6 +1083,131 @@ fn a_stdout_sink_allowed_the_null_device_writes_into_it_and_commits() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(finished(&out)["written"].as_u64(), Some(1000));
+}
+
+/// What `etl run` would refuse, or could not do right, `etl validate`
+/// refuses too, both with exit 78 and the problem at its line: one check
+/// serves both. Each case is a configuration, the text on the line the
+/// problem must point at, and a word its message must hold.
+#[test]
+fn validate_and_run_refuse_the_same_unusable_settings_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.ndjson"), "{\"id\":1}\n").unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/a.ndjson"), "{\"id\":1}\n").unwrap();
+    std::fs::create_dir(dir.path().join("outdir")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("in.ndjson"), dir.path().join("link.ndjson"))
+        .unwrap();
+    let source = "[source]\ntype = \"file\"\npaths = [\"in.ndjson\"]\n";
+    let sink =
+        |path: &str| format!("\n[[sinks]]\nname = \"out\"\ntype = \"file\"\npath = \"{path}\"\n");
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("{source}max_open_files = 0\n{}", sink("out.ndjson")),
+            "max_open_files",
+            "max_open_files",
+        ),
+        (
+            format!(
+                "[source]\ntype = \"file\"\npaths = [\"data/[.ndjson\"]\n{}",
+                sink("out.ndjson")
+            ),
+            "paths",
+            "glob",
+        ),
+        (
+            format!(
+                "{source}{}\n[dead_letter]\ntype = \"file\"\npath = \"./out.ndjson\"\n",
+                sink("out.ndjson")
+            ),
+            "path = \"./out.ndjson\"",
+            "out.ndjson",
+        ),
+        (format!("{source}{}", sink("")), "path = \"\"", "empty"),
+        (
+            format!("{source}{}", sink("outdir")),
+            "path = \"outdir\"",
+            "folder",
+        ),
+        (
+            format!("{source}{}", sink("out/")),
+            "path = \"out/\"",
+            "folder",
+        ),
+        (
+            format!(
+                "{source}{}\n[checkpoint]\nshutdown_timeout = \"1ns\"\n",
+                sink("out.ndjson")
+            ),
+            "shutdown_timeout",
+            "shutdown_timeout",
+        ),
+        // Its own input: the same name, another spelling of it, a link to
+        // it, a name an input glob matches (the file does not exist yet),
+        // and the dead-letter file.
+        (
+            format!("{source}{}", sink("in.ndjson")),
+            "path = \"in.ndjson\"",
+            "input",
+        ),
+        (
+            format!("{source}{}", sink("./in.ndjson")),
+            "path = \"./in.ndjson\"",
+            "input",
+        ),
+        (
+            format!("{source}{}", sink("link.ndjson")),
+            "path = \"link.ndjson\"",
+            "input",
+        ),
+        (
+            format!(
+                "[source]\ntype = \"file\"\npaths = [\"data/*.ndjson\"]\n{}",
+                sink("data/out.ndjson")
+            ),
+            "path = \"data/out.ndjson\"",
+            "input",
+        ),
+        (
+            format!(
+                "{source}{}\n[dead_letter]\ntype = \"file\"\npath = \"in.ndjson\"\n",
+                sink("out.ndjson")
+            ),
+            "path = \"in.ndjson\"",
+            "input",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (text, marker, word)) in cases.iter().enumerate() {
+        let config = dir.path().join(format!("case{i}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let line = text
+            .lines()
+            .position(|l| l.contains(marker))
+            .map(|n| n + 1)
+            .unwrap();
+        for command in ["validate", "run"] {
+            let out = etl().arg(command).arg(&config).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let place = format!("case{i}.toml:{line}:");
+            if out.status.code() != Some(78)
+                || !stderr
+                    .lines()
+                    .any(|l| l.contains(&place) && l.contains(word))
+            {
+                wrong.push(format!(
+                    "case {i} {command}: exit {:?}, no problem at {place} naming {word}:\n{text}\n{stderr}",
+                    out.status.code()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("in.ndjson")).unwrap(),
+        "{\"id\":1}\n",
+        "no input was written to"
+    );
 }
 
 /// `etl validate` whose standard output is open for reading only cannot

@@ -124,6 +124,9 @@ const SINK_OPTION_KEYS: &[&str] = &[
     "on_permanent_error",
 ];
 
+/// The shortest `[checkpoint] shutdown_timeout` a file may set.
+const MIN_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Options that were renamed so that the file and the Rust types use one
 /// name each: an old name gets a pointer to the new one.
 const RENAMED: &[(&str, &str)] = &[
@@ -578,9 +581,12 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
         );
     }
     let mut sinks = Vec::new();
+    let mut file_outputs = Vec::new();
     for (i, s) in raw.sinks.into_iter().enumerate() {
         let section = format!("[[sinks]] #{}", i + 1);
+        let span = s.span();
         if let Some(sink) = sink_entry(&mut ck, registry, s, i, &section, base) {
+            file_outputs.extend(file_output(&sink.kind, &section, span));
             sinks.push(sink);
         }
     }
@@ -611,8 +617,14 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
         .map(|(k, span)| {
             check_sink_kind(&mut ck, &k, &span, "[dead_letter]");
             check_kafka_sink(&mut ck, &k, ("dead_letter", None), &span, "[dead_letter]");
+            file_outputs.extend(file_output(&k, "[dead_letter]", span));
             k
         });
+    let inputs = match &source {
+        Some((SourceConfig::File(f), _)) => f.paths.as_slice(),
+        _ => &[],
+    };
+    super::outputs::check(&mut ck, inputs, &file_outputs, base);
     let delivery = raw
         .delivery
         .and_then(|v| ck.section::<DeliveryConfig>(v, "[delivery]"))
@@ -652,6 +664,20 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
             ("shutdown_timeout", c.shutdown_timeout),
         ] {
             ck.above_zero(span, "[checkpoint]", key, value);
+        }
+        // The stop's last tenth is the final commit's: below a second it
+        // has no time for an fsync, and the run would end uncommitted.
+        if !c.shutdown_timeout.is_zero() && c.shutdown_timeout < MIN_SHUTDOWN_TIMEOUT {
+            ck.problem_at(
+                span.clone(),
+                "shutdown_timeout",
+                "[checkpoint]",
+                format!(
+                    "shutdown_timeout must be at least {}: the final commit gets the last \
+                     tenth of it",
+                    humantime::format_duration(MIN_SHUTDOWN_TIMEOUT)
+                ),
+            );
         }
     }
 
@@ -702,6 +728,20 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
                 f.max_batch_records as u64,
             );
             ck.at_least_one(&span, "[source]", "max_line_bytes", f.max_line_bytes.0);
+            ck.at_least_one(&span, "[source]", "max_open_files", f.max_open_files as u64);
+            // The same check as the source's when it opens them.
+            for path in &f.paths {
+                if path.contains(['*', '?', '['])
+                    && let Err(e) = glob::glob(path)
+                {
+                    ck.problem_at(
+                        span.clone(),
+                        "paths",
+                        "[source]",
+                        format!("paths: {path:?} is not a valid glob: {e}"),
+                    );
+                }
+            }
         }
         SourceConfig::Generator(g) => {
             ck.at_least_one(&span, "[source]", "partitions", u64::from(g.partitions));
@@ -851,6 +891,24 @@ fn sink_entry(
         name,
         kind: kind?,
         options,
+    })
+}
+
+/// The file a `type = "file"` sink writes, for the checks of
+/// [`outputs`](super::outputs).
+fn file_output(
+    kind: &SinkKind,
+    section: &str,
+    span: Range<usize>,
+) -> Option<super::outputs::FileOutput> {
+    let SinkKind::File(f) = kind else {
+        return None;
+    };
+    Some(super::outputs::FileOutput {
+        section: section.to_owned(),
+        span,
+        path: f.path.clone(),
+        rotates: f.rotate_bytes.is_some() || f.rotate_interval.is_some(),
     })
 }
 
