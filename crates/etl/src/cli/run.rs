@@ -28,7 +28,7 @@ async fn run_async(args: &RunArgs, config: &crate::Config, status_line: bool) ->
         .await
         .map_err(Exit::from_pipeline)?;
     let hub = pipeline.metrics();
-    // First SIGINT/SIGTERM: graceful stop. Second: exit at once (130); by
+    // First SIGINT/SIGTERM/SIGHUP: graceful stop. Second: exit at once (130); by
     // the delivery contract nothing is lost, uncommitted work replays.
     let shutdown = crate::shutdown_signal()
         .map_err(|e| Exit::failure(format!("cannot watch for signals: {e}")))?;
