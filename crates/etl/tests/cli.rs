@@ -1210,6 +1210,36 @@ fn validate_and_run_refuse_the_same_unusable_settings_at_their_line() {
     );
 }
 
+/// VRL's compiler warnings are shown by `etl validate`, at the program's
+/// line, and do not fail it.
+#[test]
+fn validate_shows_vrl_warnings_and_still_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("warn.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n\
+         [[transforms]]\ntype = \"remap\"\nsource = '''\nunseen = 1\n.seen = true\n'''\n\n\
+         [[sinks]]\ntype = \"blackhole\"\n",
+    )
+    .unwrap();
+    let out = etl().arg("validate").arg(&config).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("warning: ") && l.contains("warn.toml:7:")),
+        "no warning at the program's line: {stderr}"
+    );
+    assert!(stderr.contains("unused"), "{stderr}");
+    assert!(
+        stdout.contains("ok") && stdout.contains("1 warning"),
+        "{stdout}"
+    );
+}
+
 /// `etl validate` whose standard output is open for reading only cannot
 /// say its result: an I/O error, not a silent success.
 #[test]

@@ -10,6 +10,9 @@ pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Res
     let config = registry
         .load_config(&args.config)
         .map_err(Exit::from_config)?;
+    for w in &config.warnings {
+        tracing::warn!(config = %args.config.display(), "{w}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("etl-worker")

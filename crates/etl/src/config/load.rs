@@ -141,6 +141,8 @@ const RENAMED: &[(&str, &str)] = &[
 pub(super) struct Checker<'a> {
     pub(super) text: &'a str,
     problems: Vec<ConfigProblem>,
+    /// What works but is likely a mistake; never stops a run.
+    warnings: Vec<ConfigProblem>,
     /// The parsed text, for the place of a key inside a section.
     #[cfg_attr(
         not(feature = "kafka"),
@@ -179,13 +181,33 @@ impl Checker<'_> {
         section: &str,
         message: impl Into<String>,
     ) {
+        let problem = self.placed(span, section, message.into());
+        self.problems.push(problem);
+    }
+
+    /// A warning (see [`Config::warnings`]) at the start of `span`.
+    #[cfg_attr(
+        not(feature = "remap"),
+        allow(dead_code, reason = "only VRL programs have warnings")
+    )]
+    pub(super) fn warning(
+        &mut self,
+        span: Range<usize>,
+        section: &str,
+        message: impl Into<String>,
+    ) {
+        let warning = self.placed(span, section, message.into());
+        self.warnings.push(warning);
+    }
+
+    fn placed(&self, span: Range<usize>, section: &str, message: String) -> ConfigProblem {
         let (line, column) = line_col(self.text, span.start);
-        self.problems.push(ConfigProblem {
+        ConfigProblem {
             line,
             column,
             section: section.to_owned(),
-            message: message.into(),
-        });
+            message,
+        }
     }
 
     /// A problem at the line of `key` inside the section at `span`, or at
@@ -509,6 +531,7 @@ fn parse_interpolated(
         let mut ck = Checker {
             text,
             problems: Vec::new(),
+            warnings: Vec::new(),
             doc: None,
         };
         for u in unresolved {
@@ -516,20 +539,32 @@ fn parse_interpolated(
         }
         ck.problems
     })?;
-    parse_text(registry, &interpolated, base).map_err(|mut problems| {
-        for p in &mut problems {
+    let redact = |problems: &mut Vec<ConfigProblem>| {
+        for p in problems {
             for secret in &secrets {
                 p.message = p.message.replace(secret.expose_secret(), "***");
             }
         }
-        problems
-    })
+    };
+    match parse_text(registry, &interpolated, base) {
+        Ok(mut config) => {
+            // A warning quotes the program, which a variable may have
+            // filled in.
+            redact(&mut config.warnings);
+            Ok(config)
+        }
+        Err(mut problems) => {
+            redact(&mut problems);
+            Err(problems)
+        }
+    }
 }
 
 fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     let mut ck = Checker {
         text,
         problems: Vec::new(),
+        warnings: Vec::new(),
         doc: ImDocument::parse(text).ok(),
     };
     let raw: RawDoc = match toml::from_str(text) {
@@ -691,6 +726,7 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
 
     match (source, limits, checkpoint) {
         (Some((source, _)), Some((limits, _)), Some((checkpoint, _))) if ck.problems.is_empty() => {
+            ck.warnings.sort_by_key(|p| (p.line, p.column));
             let mut config = Config {
                 source,
                 transforms,
@@ -699,6 +735,7 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
                 delivery,
                 limits,
                 checkpoint,
+                warnings: ck.warnings,
             };
             resolve_paths(&mut config, base);
             Ok(config)

@@ -42,6 +42,11 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Commit policy and offset store.
     pub checkpoint: CheckpointOptions,
+    /// What the file does that works but is likely a mistake (VRL's
+    /// compiler warnings about a program), each at its place. `etl
+    /// validate` prints them and `etl run` logs them; neither stops for
+    /// them.
+    pub warnings: Vec<super::ConfigProblem>,
 }
 
 impl Config {
