@@ -88,7 +88,7 @@ pub mod testing;
 mod write;
 
 pub use batch::EncodedBatch;
-pub use builtin::{BlackholeSink, DiscardEncoder, StdoutSink};
+pub use builtin::{BlackholeSink, DiscardEncoder, StdoutSink, StdoutSinkConfig};
 pub use config::{PermanentErrorPolicy, SinkDriverConfig};
 pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
 pub use driver::SinkDriver;

@@ -1,5 +1,5 @@
-//! Stopping a pipeline on SIGINT and SIGTERM the way the `etl` command
-//! does.
+//! Stopping a pipeline on SIGINT, SIGTERM and SIGHUP the way the `etl`
+//! command does.
 
 use std::future::Future;
 use std::io::{self, Write};
@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 /// what shells report for an interrupted command.
 pub const ABORT_EXIT_CODE: i32 = 130;
 
-/// A token cancelled by the first SIGINT or SIGTERM (Ctrl-C on Windows),
-/// for [`Pipeline::run`](crate::Pipeline::run).
+/// A token cancelled by the first SIGINT, SIGTERM or SIGHUP (Ctrl-C on
+/// Windows), for [`Pipeline::run`](crate::Pipeline::run).
 ///
 /// The behaviour is the `etl` command's:
 ///
@@ -24,10 +24,16 @@ pub const ABORT_EXIT_CODE: i32 = 130;
 ///   best-effort: a closed or full standard error does not matter). What
 ///   was not committed is read again by the next run, so nothing is lost.
 ///
+/// SIGHUP stops like SIGTERM: the terminal or the session that started
+/// the run went away, and the run ends with its final commit rather than
+/// by the default action. SIGUSR1 and SIGUSR2 are caught and ignored (one
+/// `info` log line each): by default either would end the process at
+/// once, without a final commit.
+///
 /// The signal handlers are installed before this returns, so a signal
 /// arriving right after is not missed; they stay installed for the life
-/// of the process (the default "terminate" action of SIGINT and SIGTERM
-/// does not come back). Call it once, from inside a tokio runtime; the
+/// of the process (the default "terminate" action of these signals does
+/// not come back). Call it once, from inside a tokio runtime; the
 /// watching runs on a spawned task.
 ///
 /// ```no_run
@@ -95,11 +101,18 @@ pub(crate) async fn watch<S: SignalStream>(
     abort();
 }
 
-/// SIGINT and SIGTERM.
+/// SIGINT, SIGTERM and SIGHUP stop; SIGUSR1 and SIGUSR2 are caught and
+/// ignored, so that neither ends the process by its default action
+/// (which would stop without a final commit).
 #[cfg(unix)]
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+    /// `None` once its stream has ended.
+    user1: Option<tokio::signal::unix::Signal>,
+    /// `None` once its stream has ended.
+    user2: Option<tokio::signal::unix::Signal>,
 }
 
 #[cfg(unix)]
@@ -109,16 +122,39 @@ impl Signals {
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            user1: Some(signal(SignalKind::user_defined1())?),
+            user2: Some(signal(SignalKind::user_defined2())?),
         })
+    }
+}
+
+/// The next SIGUSR1 or SIGUSR2 of `signal`, or never once it has ended.
+#[cfg(unix)]
+async fn next_ignored(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
     }
 }
 
 #[cfg(unix)]
 impl SignalStream for Signals {
     async fn recv(&mut self) -> Option<()> {
-        tokio::select! {
-            got = self.interrupt.recv() => got,
-            got = self.terminate.recv() => got,
+        loop {
+            tokio::select! {
+                got = self.interrupt.recv() => return got,
+                got = self.terminate.recv() => return got,
+                got = self.hangup.recv() => return got,
+                got = next_ignored(&mut self.user1) => match got {
+                    Some(()) => tracing::info!("SIGUSR1 received and ignored"),
+                    None => self.user1 = None,
+                },
+                got = next_ignored(&mut self.user2) => match got {
+                    Some(()) => tracing::info!("SIGUSR2 received and ignored"),
+                    None => self.user2 = None,
+                },
+            }
         }
     }
 }

@@ -918,7 +918,6 @@ fn an_output_that_cannot_be_opened_exits_74_naming_the_sink_and_the_path() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("in.ndjson"), "{\"a\":1}\n").unwrap();
     std::fs::write(dir.path().join("a-file"), "x").unwrap();
-    std::fs::create_dir(dir.path().join("a-folder")).unwrap();
     let immutable = dir.path().join("immutable");
     std::fs::write(&immutable, "").unwrap();
     // EPERM even for root, where the file system has the attribute; the
@@ -931,10 +930,10 @@ fn an_output_that_cannot_be_opened_exits_74_naming_the_sink_and_the_path() {
     }
     let _mutable = Mutable(&immutable);
     let chattr = Command::new("chattr").arg("+i").arg(&immutable).status();
-    let mut cases = vec![
-        ("a-file/out.ndjson", "File exists"),
-        ("a-folder", "Is a directory"),
-    ];
+    // An output path that is a folder is a configuration problem, found
+    // before the run (see
+    // `validate_and_run_refuse_the_same_unusable_settings_at_their_line`).
+    let mut cases = vec![("a-file/out.ndjson", "File exists")];
     if chattr.is_ok_and(|s| s.success()) {
         cases.push(("immutable", "Operation not permitted"));
     }
@@ -1004,4 +1003,263 @@ fn an_unreachable_broker_is_reported_once_not_for_every_reconnection() {
         warnings_and_errors <= 3,
         "the outage, the stop, perhaps a commit that timed out: {stderr}"
     );
+}
+
+/// A stdout pipeline over 1,000 input lines with its offset store at
+/// `state`; `extra` goes into the sink's table.
+fn stdout_config(dir: &Path, extra: &str) -> PathBuf {
+    let mut input = String::new();
+    for id in 0..1000 {
+        input.push_str(&format!("{{\"id\":{id}}}\n"));
+    }
+    std::fs::write(dir.join("in.ndjson"), input).unwrap();
+    let config = dir.join("stdout.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+
+[[sinks]]
+name = "console"
+type = "stdout"
+{extra}
+
+[checkpoint]
+store = {{ type = "file", path = "state" }}
+"#
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `etl run` with standard output set up by `redirect` in a shell.
+fn run_redirected(config: &Path, redirect: &str) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec \"$0\" --log-format json run \"$1\" {redirect}"
+        ))
+        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(config)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// A standard output that is closed (`>&-`, which the process finds as
+/// the null device: Rust's runtime opens `/dev/null` on a closed
+/// descriptor 0-2), open for reading only (`1</dev/null`, whose writes
+/// fail with EBADF, which `std::io::stdout` takes for success), or the
+/// null device, keeps no record: the run must not count them written.
+#[test]
+fn a_closed_read_only_or_null_standard_output_exits_74_and_commits_nothing() {
+    for redirect in [">&-", "1</dev/null", ">/dev/null"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = stdout_config(dir.path(), "");
+        let out = run_redirected(&config, redirect);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{redirect}: {stderr}");
+        assert!(stderr.contains("console"), "{redirect}: {stderr}");
+        assert!(stderr.contains("standard output"), "{redirect}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{redirect}: {stderr}");
+        let committed = committed(&config);
+        assert!(
+            committed.values().all(|c| *c == 0),
+            "{redirect}: committed {committed:?} with nowhere to write"
+        );
+    }
+}
+
+/// Discarding the output on purpose is said in the file.
+#[test]
+fn a_stdout_sink_allowed_the_null_device_writes_into_it_and_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = stdout_config(dir.path(), "allow_null_device = true");
+    let out = run_redirected(&config, ">/dev/null");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(finished(&out)["written"].as_u64(), Some(1000));
+}
+
+/// What `etl run` would refuse, or could not do right, `etl validate`
+/// refuses too, both with exit 78 and the problem at its line: one check
+/// serves both. Each case is a configuration, the text on the line the
+/// problem must point at, and a word its message must hold.
+#[test]
+fn validate_and_run_refuse_the_same_unusable_settings_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.ndjson"), "{\"id\":1}\n").unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/a.ndjson"), "{\"id\":1}\n").unwrap();
+    std::fs::create_dir(dir.path().join("outdir")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("in.ndjson"), dir.path().join("link.ndjson"))
+        .unwrap();
+    let source = "[source]\ntype = \"file\"\npaths = [\"in.ndjson\"]\n";
+    let sink =
+        |path: &str| format!("\n[[sinks]]\nname = \"out\"\ntype = \"file\"\npath = \"{path}\"\n");
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("{source}max_open_files = 0\n{}", sink("out.ndjson")),
+            "max_open_files",
+            "max_open_files",
+        ),
+        (
+            format!(
+                "[source]\ntype = \"file\"\npaths = [\"data/[.ndjson\"]\n{}",
+                sink("out.ndjson")
+            ),
+            "paths",
+            "glob",
+        ),
+        (
+            format!(
+                "{source}{}\n[dead_letter]\ntype = \"file\"\npath = \"./out.ndjson\"\n",
+                sink("out.ndjson")
+            ),
+            "path = \"./out.ndjson\"",
+            "out.ndjson",
+        ),
+        (format!("{source}{}", sink("")), "path = \"\"", "empty"),
+        (
+            format!("{source}{}", sink("outdir")),
+            "path = \"outdir\"",
+            "folder",
+        ),
+        (
+            format!("{source}{}", sink("out/")),
+            "path = \"out/\"",
+            "folder",
+        ),
+        (
+            format!(
+                "{source}{}\n[checkpoint]\nshutdown_timeout = \"1ns\"\n",
+                sink("out.ndjson")
+            ),
+            "shutdown_timeout",
+            "shutdown_timeout",
+        ),
+        // Its own input: the same name, another spelling of it, a link to
+        // it, a name an input glob matches (the file does not exist yet),
+        // and the dead-letter file.
+        (
+            format!("{source}{}", sink("in.ndjson")),
+            "path = \"in.ndjson\"",
+            "input",
+        ),
+        (
+            format!("{source}{}", sink("./in.ndjson")),
+            "path = \"./in.ndjson\"",
+            "input",
+        ),
+        (
+            format!("{source}{}", sink("link.ndjson")),
+            "path = \"link.ndjson\"",
+            "input",
+        ),
+        (
+            format!(
+                "[source]\ntype = \"file\"\npaths = [\"data/*.ndjson\"]\n{}",
+                sink("data/out.ndjson")
+            ),
+            "path = \"data/out.ndjson\"",
+            "input",
+        ),
+        (
+            format!(
+                "{source}{}\n[dead_letter]\ntype = \"file\"\npath = \"in.ndjson\"\n",
+                sink("out.ndjson")
+            ),
+            "path = \"in.ndjson\"",
+            "input",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (text, marker, word)) in cases.iter().enumerate() {
+        let config = dir.path().join(format!("case{i}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let line = text
+            .lines()
+            .position(|l| l.contains(marker))
+            .map(|n| n + 1)
+            .unwrap();
+        for command in ["validate", "run"] {
+            let out = etl().arg(command).arg(&config).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let place = format!("case{i}.toml:{line}:");
+            if out.status.code() != Some(78)
+                || !stderr
+                    .lines()
+                    .any(|l| l.contains(&place) && l.contains(word))
+            {
+                wrong.push(format!(
+                    "case {i} {command}: exit {:?}, no problem at {place} naming {word}:\n{text}\n{stderr}",
+                    out.status.code()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("in.ndjson")).unwrap(),
+        "{\"id\":1}\n",
+        "no input was written to"
+    );
+}
+
+/// VRL's compiler warnings are shown by `etl validate`, at the program's
+/// line, and do not fail it.
+#[test]
+fn validate_shows_vrl_warnings_and_still_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("warn.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n\
+         [[transforms]]\ntype = \"remap\"\nsource = '''\nunseen = 1\n.seen = true\n'''\n\n\
+         [[sinks]]\ntype = \"blackhole\"\n",
+    )
+    .unwrap();
+    let out = etl().arg("validate").arg(&config).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("warning: ") && l.contains("warn.toml:7:")),
+        "no warning at the program's line: {stderr}"
+    );
+    assert!(stderr.contains("unused"), "{stderr}");
+    assert!(
+        stdout.contains("ok") && stdout.contains("1 warning"),
+        "{stdout}"
+    );
+}
+
+/// `etl validate` whose standard output is open for reading only cannot
+/// say its result: an I/O error, not a silent success.
+#[test]
+fn validate_into_a_read_only_standard_output_exits_74() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ok.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n\
+         [[sinks]]\ntype = \"blackhole\"\n",
+    )
+    .unwrap();
+    let out = etl()
+        .arg("validate")
+        .arg(&config)
+        .stdout(std::fs::File::open("/dev/null").unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(74), "{stderr}");
+    assert!(stderr.contains("standard output"), "{stderr}");
 }

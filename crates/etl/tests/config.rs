@@ -419,6 +419,19 @@ type = "blackhole"
     let rust = etl_source::GeneratorConfig::default();
     assert_eq!(g.max_batch_records, rust.max_batch_records);
     assert_eq!(g.partitions, rust.partitions);
+
+    let stdout = parse_config(
+        "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"stdout\"\n",
+        Path::new("/base"),
+    )
+    .unwrap();
+    let SinkKind::Stdout(s) = &stdout.sinks[0].kind else {
+        panic!("not a stdout sink: {:?}", stdout.sinks[0].kind);
+    };
+    assert_eq!(
+        s.allow_null_device,
+        etl_sink::StdoutSinkConfig::default().allow_null_device
+    );
 }
 
 #[test]

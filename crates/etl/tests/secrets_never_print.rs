@@ -225,6 +225,18 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
+            env: vec![("API_TOKEN", SECRET)],
+            validate: Some(0),
+            ..case(
+                "a secret variable in a VRL program that VRL warns about",
+                "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n\
+                 [[transforms]]\ntype = \"remap\"\n\
+                 source = '''\nunused = \"${API_TOKEN}\"\n.seen = true\n'''\n\n\
+                 [[sinks]]\ntype = \"blackhole\"\n\n\
+                 [checkpoint]\nstore = { type = \"memory\" }\n",
+            )
+        },
+        Case {
             validate: Some(0),
             ..case(
                 "an unreachable broker, SASL and every librdkafka log line",

@@ -21,7 +21,7 @@ fn kill(pid: u32, name: &str) {
 
 #[tokio::test]
 async fn the_first_signal_cancels_the_token() {
-    if std::env::var_os(CHILD).is_some() {
+    if std::env::var_os(CHILD).is_some() || std::env::var_os(CHILD_LOGGING).is_some() {
         return;
     }
     let token = etl::shutdown_signal().unwrap();
@@ -47,6 +47,87 @@ async fn child_process() {
     println!("CHILD NOT ABORTED");
 }
 
+/// The child's side for the other signals: logs to standard output, so
+/// that an ignored signal shows as a line there, then behaves as
+/// [`child_process`].
+#[tokio::test]
+async fn child_process_logging() {
+    if std::env::var_os(CHILD_LOGGING).is_none() {
+        return;
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stdout)
+        .with_ansi(false)
+        .init();
+    let token = etl::shutdown_signal().unwrap();
+    println!("CHILD READY");
+    token.cancelled().await;
+    println!("CHILD CANCELLED");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    println!("CHILD NOT ABORTED");
+}
+
+const CHILD_LOGGING: &str = "ETL_SHUTDOWN_SIGNAL_CHILD_LOGGING";
+
+/// Read lines until one holds `marker`; a line holding `forbidden` first
+/// fails the test.
+fn wait_for_line_before(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    marker: &str,
+    forbidden: &str,
+) {
+    for line in lines.by_ref() {
+        let line = line.expect("child stdout");
+        assert!(
+            !line.contains(forbidden),
+            "{forbidden} before {marker}: {line}"
+        );
+        if line.contains(marker) {
+            return;
+        }
+    }
+    panic!("the child ended before printing {marker}");
+}
+
+/// SIGUSR1 and SIGUSR2 neither kill (their default action) nor stop;
+/// SIGHUP stops gracefully like SIGTERM, and a second signal still aborts.
+#[test]
+fn sigusr1_and_sigusr2_are_ignored_and_sighup_stops_gracefully() {
+    if std::env::var_os(CHILD).is_some() || std::env::var_os(CHILD_LOGGING).is_some() {
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_logging",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_LOGGING, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_on_panic(&mut child, |child| {
+        let pid = child.id();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        wait_for_line(&mut lines, "CHILD READY");
+        for name in ["USR1", "USR2"] {
+            kill(pid, name);
+            wait_for_line_before(
+                &mut lines,
+                &format!("SIG{name} received and ignored"),
+                "CHILD CANCELLED",
+            );
+        }
+        kill(pid, "HUP");
+        wait_for_line(&mut lines, "CHILD CANCELLED");
+        kill(pid, "INT");
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(etl::ABORT_EXIT_CODE), "{status:?}");
+    });
+}
+
 fn wait_for_line(lines: &mut impl Iterator<Item = std::io::Result<String>>, marker: &str) {
     for line in lines.by_ref() {
         if line.expect("child stdout").contains(marker) {
@@ -66,7 +147,7 @@ fn kill_on_panic(child: &mut Child, f: impl FnOnce(&mut Child)) {
 
 #[test]
 fn a_second_signal_exits_130_with_one_line_on_stderr() {
-    if std::env::var_os(CHILD).is_some() {
+    if std::env::var_os(CHILD).is_some() || std::env::var_os(CHILD_LOGGING).is_some() {
         return;
     }
     let mut child = Command::new(std::env::current_exe().unwrap())

@@ -20,7 +20,7 @@ EXIT CODES:
     74   an I/O error on the offset store or an output
     75   the state is in use: another run holds the offset store or a file output (its pid is named)
     78   the configuration is invalid (every problem is listed with its line)
-    130  aborted by a second SIGINT/SIGTERM (nothing is lost: uncommitted work replays)
+    130  aborted by a second SIGINT/SIGTERM/SIGHUP (nothing is lost: uncommitted work replays)
 
 ENVIRONMENT:
     ETL_LOG    log filter, as RUST_LOG (default: info)")]
@@ -50,10 +50,11 @@ pub(crate) enum LogFormat {
 pub(crate) enum Command {
     /// Run a pipeline until its source ends or a signal stops it.
     ///
-    /// SIGINT or SIGTERM stops polling, drains in-flight records, flushes
-    /// the sinks and makes a final commit (within `shutdown_timeout`); a
-    /// second signal aborts at once, which loses nothing: uncommitted
-    /// records are replayed on the next run.
+    /// SIGINT, SIGTERM or SIGHUP stops polling, drains in-flight records,
+    /// flushes the sinks and makes a final commit (within
+    /// `shutdown_timeout`); a second signal aborts at once, which loses
+    /// nothing: uncommitted records are replayed on the next run. SIGUSR1
+    /// and SIGUSR2 are ignored.
     Run(RunArgs),
     /// Check a configuration and report every problem with its line.
     Validate {

@@ -87,14 +87,34 @@ impl Exit {
 }
 
 /// Write one line to standard output. A failed write (a full device, a
-/// closed pipe) is an I/O error of the command's output: exit 74, with a
-/// message on standard error where that still works.
+/// closed pipe, a descriptor open for reading only) is an I/O error of
+/// the command's output: exit 74, with a message on standard error where
+/// that still works.
 pub(crate) fn say(line: std::fmt::Arguments<'_>) -> Result<(), Exit> {
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(|e| Exit::new(code::IO, format!("cannot write to standard output: {e}")))
+    let failed =
+        |e: std::io::Error| Exit::new(code::IO, format!("cannot write to standard output: {e}"));
+    let text = format!("{line}\n");
+    // Through a duplicate of descriptor 1: `std::io::stdout` counts a
+    // write that failed with EBADF (`1</dev/null`) as done.
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        let fd = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(failed)?;
+        std::fs::File::from(fd)
+            .write_all(text.as_bytes())
+            .map_err(failed)
+    }
+    #[cfg(not(unix))]
+    {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(failed)
+    }
 }
 
 /// Write one line to standard error, best effort: a closed or full

@@ -83,8 +83,17 @@ fn validate(path: &std::path::Path, registry: &Registry) -> Result<(), Exit> {
             ),
         ));
     }
+    // Warnings go where problems go, and do not fail the check.
+    for w in &config.warnings {
+        exit::say_err(format_args!("warning: {}:{w}", path.display()));
+    }
+    let warnings = match config.warnings.len() {
+        0 => String::new(),
+        1 => ", 1 warning".to_owned(),
+        n => format!(", {n} warnings"),
+    };
     exit::say(format_args!(
-        "{}: ok ({} transform{}, {} sink{})",
+        "{}: ok ({} transform{}, {} sink{}{warnings})",
         path.display(),
         config.transforms.len(),
         if config.transforms.len() == 1 {

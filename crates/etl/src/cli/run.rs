@@ -10,6 +10,9 @@ pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Res
     let config = registry
         .load_config(&args.config)
         .map_err(Exit::from_config)?;
+    for w in &config.warnings {
+        tracing::warn!(config = %args.config.display(), "{w}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("etl-worker")
@@ -28,7 +31,7 @@ async fn run_async(args: &RunArgs, config: &crate::Config, status_line: bool) ->
         .await
         .map_err(Exit::from_pipeline)?;
     let hub = pipeline.metrics();
-    // First SIGINT/SIGTERM: graceful stop. Second: exit at once (130); by
+    // First SIGINT/SIGTERM/SIGHUP: graceful stop. Second: exit at once (130); by
     // the delivery contract nothing is lost, uncommitted work replays.
     let shutdown = crate::shutdown_signal()
         .map_err(|e| Exit::failure(format!("cannot watch for signals: {e}")))?;

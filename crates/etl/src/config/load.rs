@@ -124,6 +124,9 @@ const SINK_OPTION_KEYS: &[&str] = &[
     "on_permanent_error",
 ];
 
+/// The shortest `[checkpoint] shutdown_timeout` a file may set.
+const MIN_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Options that were renamed so that the file and the Rust types use one
 /// name each: an old name gets a pointer to the new one.
 const RENAMED: &[(&str, &str)] = &[
@@ -138,6 +141,8 @@ const RENAMED: &[(&str, &str)] = &[
 pub(super) struct Checker<'a> {
     pub(super) text: &'a str,
     problems: Vec<ConfigProblem>,
+    /// What works but is likely a mistake; never stops a run.
+    warnings: Vec<ConfigProblem>,
     /// The parsed text, for the place of a key inside a section.
     #[cfg_attr(
         not(feature = "kafka"),
@@ -176,13 +181,33 @@ impl Checker<'_> {
         section: &str,
         message: impl Into<String>,
     ) {
+        let problem = self.placed(span, section, message.into());
+        self.problems.push(problem);
+    }
+
+    /// A warning (see [`Config::warnings`]) at the start of `span`.
+    #[cfg_attr(
+        not(feature = "remap"),
+        allow(dead_code, reason = "only VRL programs have warnings")
+    )]
+    pub(super) fn warning(
+        &mut self,
+        span: Range<usize>,
+        section: &str,
+        message: impl Into<String>,
+    ) {
+        let warning = self.placed(span, section, message.into());
+        self.warnings.push(warning);
+    }
+
+    fn placed(&self, span: Range<usize>, section: &str, message: String) -> ConfigProblem {
         let (line, column) = line_col(self.text, span.start);
-        self.problems.push(ConfigProblem {
+        ConfigProblem {
             line,
             column,
             section: section.to_owned(),
-            message: message.into(),
-        });
+            message,
+        }
     }
 
     /// A problem at the line of `key` inside the section at `span`, or at
@@ -506,6 +531,7 @@ fn parse_interpolated(
         let mut ck = Checker {
             text,
             problems: Vec::new(),
+            warnings: Vec::new(),
             doc: None,
         };
         for u in unresolved {
@@ -513,20 +539,32 @@ fn parse_interpolated(
         }
         ck.problems
     })?;
-    parse_text(registry, &interpolated, base).map_err(|mut problems| {
-        for p in &mut problems {
+    let redact = |problems: &mut Vec<ConfigProblem>| {
+        for p in problems {
             for secret in &secrets {
                 p.message = p.message.replace(secret.expose_secret(), "***");
             }
         }
-        problems
-    })
+    };
+    match parse_text(registry, &interpolated, base) {
+        Ok(mut config) => {
+            // A warning quotes the program, which a variable may have
+            // filled in.
+            redact(&mut config.warnings);
+            Ok(config)
+        }
+        Err(mut problems) => {
+            redact(&mut problems);
+            Err(problems)
+        }
+    }
 }
 
 fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
     let mut ck = Checker {
         text,
         problems: Vec::new(),
+        warnings: Vec::new(),
         doc: ImDocument::parse(text).ok(),
     };
     let raw: RawDoc = match toml::from_str(text) {
@@ -578,9 +616,12 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
         );
     }
     let mut sinks = Vec::new();
+    let mut file_outputs = Vec::new();
     for (i, s) in raw.sinks.into_iter().enumerate() {
         let section = format!("[[sinks]] #{}", i + 1);
+        let span = s.span();
         if let Some(sink) = sink_entry(&mut ck, registry, s, i, &section, base) {
+            file_outputs.extend(file_output(&sink.kind, &section, span));
             sinks.push(sink);
         }
     }
@@ -611,8 +652,14 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
         .map(|(k, span)| {
             check_sink_kind(&mut ck, &k, &span, "[dead_letter]");
             check_kafka_sink(&mut ck, &k, ("dead_letter", None), &span, "[dead_letter]");
+            file_outputs.extend(file_output(&k, "[dead_letter]", span));
             k
         });
+    let inputs = match &source {
+        Some((SourceConfig::File(f), _)) => f.paths.as_slice(),
+        _ => &[],
+    };
+    super::outputs::check(&mut ck, inputs, &file_outputs, base);
     let delivery = raw
         .delivery
         .and_then(|v| ck.section::<DeliveryConfig>(v, "[delivery]"))
@@ -653,6 +700,20 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
         ] {
             ck.above_zero(span, "[checkpoint]", key, value);
         }
+        // The stop's last tenth is the final commit's: below a second it
+        // has no time for an fsync, and the run would end uncommitted.
+        if !c.shutdown_timeout.is_zero() && c.shutdown_timeout < MIN_SHUTDOWN_TIMEOUT {
+            ck.problem_at(
+                span.clone(),
+                "shutdown_timeout",
+                "[checkpoint]",
+                format!(
+                    "shutdown_timeout must be at least {}: the final commit gets the last \
+                     tenth of it",
+                    humantime::format_duration(MIN_SHUTDOWN_TIMEOUT)
+                ),
+            );
+        }
     }
 
     if let Some((source, span)) = &source {
@@ -665,6 +726,7 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
 
     match (source, limits, checkpoint) {
         (Some((source, _)), Some((limits, _)), Some((checkpoint, _))) if ck.problems.is_empty() => {
+            ck.warnings.sort_by_key(|p| (p.line, p.column));
             let mut config = Config {
                 source,
                 transforms,
@@ -673,6 +735,7 @@ fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Ve
                 delivery,
                 limits,
                 checkpoint,
+                warnings: ck.warnings,
             };
             resolve_paths(&mut config, base);
             Ok(config)
@@ -702,6 +765,20 @@ fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>)
                 f.max_batch_records as u64,
             );
             ck.at_least_one(&span, "[source]", "max_line_bytes", f.max_line_bytes.0);
+            ck.at_least_one(&span, "[source]", "max_open_files", f.max_open_files as u64);
+            // The same check as the source's when it opens them.
+            for path in &f.paths {
+                if path.contains(['*', '?', '['])
+                    && let Err(e) = glob::glob(path)
+                {
+                    ck.problem_at(
+                        span.clone(),
+                        "paths",
+                        "[source]",
+                        format!("paths: {path:?} is not a valid glob: {e}"),
+                    );
+                }
+            }
         }
         SourceConfig::Generator(g) => {
             ck.at_least_one(&span, "[source]", "partitions", u64::from(g.partitions));
@@ -851,6 +928,24 @@ fn sink_entry(
         name,
         kind: kind?,
         options,
+    })
+}
+
+/// The file a `type = "file"` sink writes, for the checks of
+/// [`outputs`](super::outputs).
+fn file_output(
+    kind: &SinkKind,
+    section: &str,
+    span: Range<usize>,
+) -> Option<super::outputs::FileOutput> {
+    let SinkKind::File(f) = kind else {
+        return None;
+    };
+    Some(super::outputs::FileOutput {
+        section: section.to_owned(),
+        span,
+        path: f.path.clone(),
+        rotates: f.rotate_bytes.is_some() || f.rotate_interval.is_some(),
     })
 }
 

@@ -11,6 +11,7 @@
 
 mod interpolate;
 mod load;
+mod outputs;
 mod programs;
 mod schema;
 mod units;

@@ -1,6 +1,7 @@
 //! Checking the VRL programs of `remap` steps and filter `condition`s:
 //! `etl validate` compiles them and reports VRL's diagnostic at the
-//! place of the error in the configuration file.
+//! place of the error in the configuration file, and VRL's warnings as
+//! the configuration's warnings.
 
 use std::ops::Range;
 use std::path::Path;
@@ -98,8 +99,20 @@ fn compile(
 ) {
     use super::load::{find_key, find_text};
 
-    let Err(e) = build(text, kind) else { return };
     let at_key = find_key(ck.text, &span, key).unwrap_or(span.start);
+    let e = match build(text, kind) {
+        Ok(program) => {
+            for warning in program.warnings() {
+                ck.warning(
+                    at_key..at_key,
+                    section,
+                    format!("the VRL program in `{key}`: {warning}"),
+                );
+            }
+            return;
+        }
+        Err(e) => e,
+    };
     let start = find_text(ck.text, &(at_key..span.end), text).unwrap_or(at_key);
     let at = match e.offset {
         Some(offset) if start != at_key => start + offset,
@@ -117,8 +130,18 @@ fn compile(
 
 #[cfg(feature = "remap")]
 fn compile_file(ck: &mut Checker<'_>, text: &str, path: &Path, span: Range<usize>, section: &str) {
-    if let Err(e) = build(text, Kind::Remap) {
-        ck.problem_at(
+    match build(text, Kind::Remap) {
+        Ok(program) => {
+            let at = super::load::find_key(ck.text, &span, "file").unwrap_or(span.start);
+            for warning in program.warnings() {
+                ck.warning(
+                    at..at,
+                    section,
+                    format!("the VRL program in {}: {warning}", path.display()),
+                );
+            }
+        }
+        Err(e) => ck.problem_at(
             span,
             "file",
             section,
@@ -127,7 +150,7 @@ fn compile_file(ck: &mut Checker<'_>, text: &str, path: &Path, span: Range<usize
                 path.display(),
                 e.message
             ),
-        );
+        ),
     }
 }
 

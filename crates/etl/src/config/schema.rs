@@ -42,6 +42,11 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Commit policy and offset store.
     pub checkpoint: CheckpointOptions,
+    /// What the file does that works but is likely a mistake (VRL's
+    /// compiler warnings about a program), each at its place. `etl
+    /// validate` prints them and `etl run` logs them; neither stops for
+    /// them.
+    pub warnings: Vec<super::ConfigProblem>,
 }
 
 impl Config {
@@ -383,12 +388,25 @@ pub struct FileSinkOptions {
 }
 
 /// `type = "stdout"` sink options.
-#[derive(Clone, Debug, PartialEq, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutSinkOptions {
     /// Encoding.
     #[serde(default)]
     pub encoding: Encoding,
+    /// Write even when standard output is the null device; see
+    /// [`StdoutSinkConfig::allow_null_device`](etl_sink::StdoutSinkConfig::allow_null_device).
+    #[serde(default = "defaults::allow_null_device")]
+    pub allow_null_device: bool,
+}
+
+impl Default for StdoutSinkOptions {
+    fn default() -> Self {
+        StdoutSinkOptions {
+            encoding: Encoding::default(),
+            allow_null_device: defaults::allow_null_device(),
+        }
+    }
 }
 
 /// `type = "blackhole"` sink options (none).
@@ -667,6 +685,9 @@ pub(crate) mod defaults {
     }
     pub(crate) fn max_elapsed() -> Duration {
         etl_sink::RetryPolicy::default().max_elapsed
+    }
+    pub(crate) fn allow_null_device() -> bool {
+        etl_sink::StdoutSinkConfig::default().allow_null_device
     }
     pub(crate) fn yes() -> bool {
         true

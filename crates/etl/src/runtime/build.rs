@@ -6,7 +6,7 @@ use etl_checkpoint::{FileStore, MemoryStore, OffsetStore};
 use etl_record::SourceId;
 use etl_sink::{
     BlackholeSink, Encoder, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, RawLinesEncoder,
-    Sink, SinkDriver, StdoutSink,
+    Sink, SinkDriver, StdoutSink, StdoutSinkConfig,
 };
 use etl_source::{
     FileSource, FileSourceConfig, GeneratorConfig, GeneratorSource, LineFormat, Source,
@@ -295,7 +295,14 @@ async fn open_sink(kind: &SinkKind, name: &str) -> Result<Opened, PipelineError>
                 Opened::Shared(Arc::new(file))
             }
         }
-        SinkKind::Stdout(_) => Opened::Shared(Arc::new(StdoutSink::new())),
+        // Refused when no record written there could be read: standard
+        // output closed, read-only, or the null device (exit 74).
+        SinkKind::Stdout(s) => Opened::Shared(Arc::new(
+            StdoutSink::open(StdoutSinkConfig {
+                allow_null_device: s.allow_null_device,
+            })
+            .map_err(sink_error)?,
+        )),
         SinkKind::Blackhole(_) => Opened::Shared(Arc::new(BlackholeSink::new())),
         #[cfg(feature = "kafka")]
         SinkKind::Kafka(table) => Opened::Shared(crate::connectors::kafka::open_sink(table, name)?),

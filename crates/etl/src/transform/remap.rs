@@ -45,6 +45,8 @@ pub struct VrlProgram {
     uses_metadata: bool,
     /// The program's fast form, when it has one.
     lite: Option<Arc<LiteProgram>>,
+    /// VRL's compiler warnings, each as VRL prints it.
+    warnings: Arc<[String]>,
 }
 
 /// Why a VRL program did not compile.
@@ -137,10 +139,21 @@ impl VrlProgram {
                     .iter()
                     .chain(&info.target_assignments)
                     .any(|p| p.prefix == PathPrefix::Metadata);
+                let warnings = compiled
+                    .warnings
+                    .into_iter()
+                    .map(|w| {
+                        vrl::diagnostic::Formatter::new(source, w)
+                            .to_string()
+                            .trim()
+                            .to_owned()
+                    })
+                    .collect();
                 Ok(VrlProgram {
                     program: Arc::new(compiled.program),
                     uses_metadata,
                     lite: LiteProgram::new(source).map(Arc::new),
+                    warnings,
                 })
             }
             Err(diagnostics) => {
@@ -157,6 +170,15 @@ impl VrlProgram {
                 Err(VrlError { message, offset })
             }
         }
+    }
+
+    /// VRL's compiler warnings about the program (an unused expression or
+    /// variable, a `!` on a call that cannot fail, a deprecated function),
+    /// each as VRL prints it, quoting the program with its line and
+    /// column. They do not stop it compiling.
+    #[must_use]
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Whether the program takes the fast path (see [`VrlProgram`]).
