@@ -90,6 +90,10 @@ pub(crate) struct Faults {
     /// one: what Linux does when writeback fails (the pages are marked
     /// clean and the next `fsync` succeeds without them).
     pub(crate) sync: Option<u64>,
+    /// With `sync`: only the first half of those bytes is lost, the rest
+    /// reaches the disk (writeback fails page by page, so lines written
+    /// after the lost ones may survive whole).
+    pub(crate) sync_keeps_tail: bool,
     /// Fail the next write with this error, after writing half its bytes.
     pub(crate) write: Option<io::ErrorKind>,
     /// Fail the next store of the progress file.
@@ -536,9 +540,40 @@ impl FileState {
         let err = self.lost_error(&lost);
         if self.lost.is_none() {
             tracing::error!(error = %err, "the file sink's output cannot be trusted; no further write can succeed");
+            if matches!(lost, Lost::Failed { .. }) {
+                self.cut_to_durable();
+            }
             self.lost = Some(lost);
         }
         err
+    }
+
+    /// After a failed write or `fsync`, cut the active file back to what
+    /// the last good `fsync` covered. Writeback fails page by page: the
+    /// bytes after it may hold lost pages (zeros) between lines that
+    /// reached the disk whole, and a next run that keeps every complete
+    /// line (without recorded progress) would keep them as output. Only
+    /// bytes never reported durable are cut. Best effort: the file is
+    /// lost whatever happens here.
+    fn cut_to_durable(&mut self) {
+        if !self.regular {
+            return;
+        }
+        // Rotation makes everything durable first, so the bytes not yet
+        // durable are all in the active file.
+        let durable = self.len.saturating_sub(self.written - self.synced);
+        // Never lengthen a file: a rotation cut short may have left a new,
+        // shorter active file.
+        if !self.file.metadata().is_ok_and(|m| m.len() > durable) {
+            return;
+        }
+        if let Err(e) = self
+            .file
+            .set_len(durable)
+            .and_then(|()| self.file.sync_all())
+        {
+            tracing::warn!(path = %self.path.display(), durable, error = %e, "cannot cut the lost output back to its durable length; the next run cuts back to its last complete line");
+        }
     }
 
     /// Mark the file lost after `op` on it failed with `e`.
@@ -645,7 +680,12 @@ impl FileState {
     fn drop_unsynced_pages(&mut self) {
         let unsynced = self.written - self.synced;
         let start = self.len.saturating_sub(unsynced);
-        let zeros = vec![0u8; usize::try_from(unsynced).unwrap_or(0)];
+        let lost = if self.faults.sync_keeps_tail {
+            unsynced / 2
+        } else {
+            unsynced
+        };
+        let zeros = vec![0u8; usize::try_from(lost).unwrap_or(0)];
         let mut f = OpenOptions::new().write(true).open(&self.path).unwrap();
         f.seek(SeekFrom::Start(start)).unwrap();
         f.write_all(&zeros).unwrap();
