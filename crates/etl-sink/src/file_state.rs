@@ -154,7 +154,8 @@ fn open_active(path: &Path) -> Result<File, SinkError> {
 /// the open data file itself (see [`lock_data`]). Locks keyed by the
 /// configured name would let a second name for the same file (a symlink,
 /// a hard link) in as a second writer. `file` is the open output.
-fn lock_output(path: &Path, file: &File) -> Result<OwnerLock, SinkError> {
+/// Returns the lock and the canonical path.
+fn lock_output(path: &Path, file: &File) -> Result<(OwnerLock, PathBuf), SinkError> {
     let canonical = std::fs::canonicalize(path).map_err(|e| SinkError::io("resolve", path, e))?;
     let in_use = |source: LockError| {
         SinkError::permanent(OutputInUse {
@@ -171,7 +172,7 @@ fn lock_output(path: &Path, file: &File) -> Result<OwnerLock, SinkError> {
         LockError::Io { path, op, source } => SinkError::io(op, path, source),
         e => in_use(e),
     })?;
-    Ok(lock)
+    Ok((lock, canonical))
 }
 
 /// Lock the open data file `file` (at `path`) exclusively. The lock
@@ -265,7 +266,13 @@ impl FileState {
         // taken on the file itself; opening cuts nothing.
         let mut file = open_active(path)?;
         let lock = if regular {
-            Some(lock_output(path, &file)?)
+            let (lock, canonical) = lock_output(path, &file)?;
+            // Opening may have created the file: its name is durable only
+            // once its directory (the target's, through a symlink) is
+            // fsynced, and every record reported durable in it depends on
+            // it.
+            sync_dir(parent_dir(&canonical))?;
+            Some(lock)
         } else {
             None
         };
@@ -809,6 +816,41 @@ mod tests {
         append(&mut state, 1).unwrap();
         state.sync().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_created_output_is_durable_in_its_directory_before_its_data_is() {
+        // An fsync of a new file does not make its name durable: after a
+        // power loss the file, and every record acknowledged in it, may
+        // be gone. Through a symlink the file is created in the target's
+        // directory, not the link's.
+        for exactly_once in [false, true] {
+            let links = tempfile::tempdir().unwrap();
+            let plain = tempfile::tempdir().unwrap();
+            let target = tempfile::tempdir().unwrap();
+            let link = links.path().join("out.ndjson");
+            std::os::unix::fs::symlink(target.path().join("out.ndjson"), &link).unwrap();
+            for (path, dir) in [
+                (plain.path().join("out.ndjson"), plain.path()),
+                (link, target.path()),
+            ] {
+                let config = FileSinkConfig {
+                    exactly_once,
+                    ..FileSinkConfig::default()
+                };
+                let mut state = FileState::open(&path, config).unwrap();
+                append(&mut state, 0).unwrap();
+                state.sync().unwrap();
+                assert!(
+                    crate::file_progress::synced_dirs::contains(dir),
+                    "exactly_once {exactly_once}: {} was reported durable, its directory \
+                     {} never fsynced",
+                    path.display(),
+                    dir.display()
+                );
+            }
+        }
     }
 
     #[test]
