@@ -197,17 +197,21 @@ fn lock_data(file: &File, path: &Path) -> Result<(), LockError> {
 /// Highest `n` such that `<path>.<n>` exists.
 fn last_segment(path: &Path) -> Result<u64, SinkError> {
     let dir = parent_dir(path);
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+    let Some(name) = path.file_name() else {
         return Ok(0);
     };
-    let prefix = format!("{name}.");
+    // Compared as bytes: a name need not be UTF-8, and a segment missed
+    // here is one the next rotation would be renamed over.
+    let mut prefix = name.as_encoded_bytes().to_vec();
+    prefix.push(b'.');
     let entries = std::fs::read_dir(dir).map_err(|e| SinkError::io("list", dir, e))?;
     let mut last = 0;
     for entry in entries.flatten() {
-        if let Some(n) = entry
-            .file_name()
-            .to_str()
-            .and_then(|f| f.strip_prefix(&prefix))
+        let file_name = entry.file_name();
+        if let Some(n) = file_name
+            .as_encoded_bytes()
+            .strip_prefix(prefix.as_slice())
+            .and_then(|n| std::str::from_utf8(n).ok())
             .and_then(|n| n.parse::<u64>().ok())
         {
             last = last.max(n);
@@ -723,6 +727,19 @@ impl FileState {
     fn rotate(&mut self) -> Result<(), SinkError> {
         let next = self.segments + 1;
         let seg = suffixed(&self.path, &next.to_string());
+        // A rename replaces its target: a file already there (a segment
+        // this sink failed to count, or one another program put there)
+        // would be gone, records and all.
+        if std::fs::symlink_metadata(&seg).is_ok() {
+            return Err(SinkError::io(
+                "rename",
+                &self.path,
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("the next segment {} already exists", seg.display()),
+                ),
+            ));
+        }
         std::fs::rename(&self.path, &seg).map_err(|e| SinkError::io("rename", &self.path, e))?;
         sync_dir(parent_dir(&self.path))?;
         let file = open_active(&self.path)?;
