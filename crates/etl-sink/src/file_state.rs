@@ -98,6 +98,10 @@ pub(crate) struct Faults {
     pub(crate) write: Option<io::ErrorKind>,
     /// Fail the next store of the progress file.
     pub(crate) store: bool,
+    /// Fail the next store of the progress file after its rename (as a
+    /// failed `fsync` of the directory would): the new progress is in
+    /// place.
+    pub(crate) store_after_rename: bool,
 }
 
 #[derive(Debug)]
@@ -120,6 +124,9 @@ pub(crate) struct FileState {
     lost: Option<Lost>,
     /// Length of the active file.
     len: u64,
+    /// How much of the active file the last good `fsync` of it covered
+    /// (what a failure cuts it back to, see [`FileState::cut_to_durable`]).
+    fsynced_len: u64,
     /// Bytes appended since open, across segments; `synced` of them are
     /// durable.
     pub(crate) written: u64,
@@ -350,6 +357,7 @@ impl FileState {
             active,
             lost: None,
             len,
+            fsynced_len: len,
             written: 0,
             synced: 0,
             last_sync: now,
@@ -386,7 +394,16 @@ impl FileState {
                 length: self.len,
                 progress: self.appended.clone(),
             },
-        )
+        )?;
+        #[cfg(test)]
+        if std::mem::take(&mut self.faults.store_after_rename) {
+            return Err(SinkError::io(
+                "fsync directory",
+                parent_dir(&self.path),
+                io::Error::from_raw_os_error(5),
+            ));
+        }
+        Ok(())
     }
 
     /// Append a batch's bytes (in exactly-once mode only the records not
@@ -481,6 +498,7 @@ impl FileState {
             // succeed without the bytes.
             return Err(self.failed("fsync", e));
         }
+        self.fsynced_len = self.len;
         // Data is durable output only in a file its path still names, at
         // the length written: check after the fsync, the last moment
         // before it is reported.
@@ -560,19 +578,18 @@ impl FileState {
     }
 
     /// After a failed write or `fsync`, cut the active file back to what
-    /// the last good `fsync` covered. Writeback fails page by page: the
-    /// bytes after it may hold lost pages (zeros) between lines that
+    /// the last good `fsync` of it covered. Writeback fails page by page:
+    /// the bytes after it may hold lost pages (zeros) between lines that
     /// reached the disk whole, and a next run that keeps every complete
-    /// line (without recorded progress) would keep them as output. Only
-    /// bytes never reported durable are cut. Best effort: the file is
-    /// lost whatever happens here.
+    /// line (without recorded progress) would keep them as output. Bytes
+    /// an `fsync` covered stay, reported durable or not: a progress store
+    /// that failed after its rename may record them. Best effort: the
+    /// file is lost whatever happens here.
     fn cut_to_durable(&mut self) {
         if !self.regular {
             return;
         }
-        // Rotation makes everything durable first, so the bytes not yet
-        // durable are all in the active file.
-        let durable = self.len.saturating_sub(self.written - self.synced);
+        let durable = self.fsynced_len;
         // Never lengthen a file: a rotation cut short may have left a new,
         // shorter active file.
         if !self.file.metadata().is_ok_and(|m| m.len() > durable) {
@@ -753,6 +770,7 @@ impl FileState {
         );
         self.segments = next;
         self.len = 0;
+        self.fsynced_len = 0;
         self.opened_at = Instant::now();
         sync_dir(parent_dir(&self.path))?;
         if self.config.exactly_once {
@@ -868,6 +886,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_progress_store_failing_after_its_rename_leaves_the_data_it_records() {
+        // The directory's fsync fails after the new progress took the old
+        // one's place: the next run finds it, and the data it records
+        // (fsynced before it) must still be there.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut state) = open(&dir, true);
+        append(&mut state, 0).unwrap();
+        state.sync().unwrap();
+        append(&mut state, 1).unwrap();
+        state.faults.store_after_rename = true;
+        assert_lost(&state.sync().unwrap_err(), "the failed store");
+        drop(state);
+        let config = FileSinkConfig {
+            exactly_once: true,
+            ..FileSinkConfig::default()
+        };
+        let state = FileState::open(&path, config).unwrap();
+        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(2)));
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
     }
 
     #[test]
