@@ -294,7 +294,15 @@ impl FileState {
             && let Some(side) = read_stored(path)?
         {
             stored = side.progress;
-            if segments == side.segments + 1 {
+            // A recorded count at the limit has no next: it cannot come
+            // from a rotation, and must not wrap.
+            let Some(after) = side.segments.checked_add(1) else {
+                return Err(SinkError::CorruptProgress {
+                    path: path.to_owned(),
+                    reason: format!("records {} finished segments", side.segments),
+                });
+            };
+            if segments == after {
                 // A crash after a rotation renamed the active file but
                 // before it was recorded: that segment holds the recorded
                 // length, and the active file starts empty.
@@ -742,7 +750,17 @@ impl FileState {
     }
 
     fn rotate(&mut self) -> Result<(), SinkError> {
-        let next = self.segments + 1;
+        // Without a next number the rename would wrap to `<path>.0`.
+        let Some(next) = self.segments.checked_add(1) else {
+            return Err(SinkError::io(
+                "rename",
+                &self.path,
+                io::Error::other(format!(
+                    "no segment number follows {}, the highest there is",
+                    self.segments
+                )),
+            ));
+        };
         let seg = suffixed(&self.path, &next.to_string());
         // A rename replaces its target: a file already there (a segment
         // this sink failed to count, or one another program put there)

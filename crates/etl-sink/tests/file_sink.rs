@@ -734,3 +734,42 @@ async fn rotation_never_renames_the_output_over_an_existing_file() {
     assert_eq!(std::fs::read(&foreign).unwrap(), b"kept\n");
     assert_eq!(positions(&[path]), vec![(0, 0), (0, 1)]);
 }
+
+#[tokio::test]
+async fn a_segment_number_at_the_limit_halts_the_sink_without_a_panic() {
+    // Numbers come from the names in the folder and from the progress
+    // file: the last one has no next, and must not wrap to `<path>.0`.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    std::fs::write(dir.path().join(format!("out.ndjson.{}", u64::MAX)), b"").unwrap();
+    let config = FileSinkConfig {
+        rotate_bytes: Some(40),
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    sink.write(&batch(0, 0..2)).await.unwrap();
+    let err = sink.write(&batch(0, 2..4)).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(!err.to_string().contains("panicked"), "{err}");
+    assert!(!dir.path().join("out.ndjson.0").exists());
+    assert_eq!(positions(&[path.clone()]), vec![(0, 0), (0, 1)]);
+    drop(sink);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    std::fs::write(&path, b"").unwrap();
+    std::fs::write(
+        dir.path().join("out.ndjson.progress"),
+        format!(
+            "{{\"version\":1,\"segments\":{},\"length\":0,\"offsets\":[]}}",
+            u64::MAX
+        ),
+    )
+    .unwrap();
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let err = FileSink::open(&path, config).await.unwrap_err();
+    assert!(matches!(err, SinkError::CorruptProgress { .. }), "{err:?}");
+}
