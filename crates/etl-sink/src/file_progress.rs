@@ -42,7 +42,32 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| SinkError::io("fsync directory", dir, e))
+        .map_err(|e| SinkError::io("fsync directory", dir, e))?;
+    #[cfg(test)]
+    synced_dirs::record(dir);
+    Ok(())
+}
+
+/// The directories `fsync`ed so far (resolved), for tests.
+#[cfg(test)]
+pub(crate) mod synced_dirs {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+    pub(crate) fn record(dir: &Path) {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+        DIRS.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
+    }
+
+    /// Whether `dir` was `fsync`ed.
+    pub(crate) fn contains(dir: &Path) -> bool {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
+        DIRS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&dir)
+    }
 }
 
 /// Replace the progress file atomically: write a temporary file, fsync

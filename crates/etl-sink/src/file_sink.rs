@@ -62,6 +62,8 @@ impl Default for FileSinkConfig {
 ///   writeback and reports the next `fsync` a success. The file is lost:
 ///   every later write and flush (the writes waiting on that `fsync`
 ///   included) fails with [`SinkError::NotDurable`], which is not retried.
+///   The file is cut back to what the last good `fsync` covered: bytes
+///   after it may hold lost pages between lines that reached the disk.
 /// * Rotation renames the active file `<path>` to `<path>.<n>` (1, 2, ...)
 ///   and starts a new `<path>`. Finished segments are never read again:
 ///   they may be moved away or deleted.
@@ -462,6 +464,40 @@ mod tests {
                     "{case}"
                 );
             }
+            sink.write(&batch_of(4..8)).await.unwrap();
+            assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_leaves_none_of_its_lost_bytes_for_the_next_run() {
+        // Writeback fails page by page: lines written after the lost
+        // bytes may reach the disk whole. A next run that keeps every
+        // complete line would keep the lost bytes (zeros) between them.
+        for exactly_once in [false, true] {
+            let case = format!("exactly_once {exactly_once}");
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("out");
+            let config = FileSinkConfig {
+                exactly_once,
+                ..FileSinkConfig::default()
+            };
+            let sink = FileSink::open(&path, config).await.unwrap();
+            sink.write(&batch_of(0..4)).await.unwrap();
+            {
+                let mut s = lock(&sink.state);
+                s.faults.sync = Some(1);
+                s.faults.sync_keeps_tail = true;
+            }
+            assert_not_durable(&sink.write(&batch_of(4..8)).await.unwrap_err(), &case);
+            drop(sink);
+            let sink = FileSink::open(&path, config).await.unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.contains(&0),
+                "{case}: the next run kept lost bytes: {bytes:?}"
+            );
+            assert_eq!(offsets_in(&path), (0..4).collect::<Vec<_>>(), "{case}");
             sink.write(&batch_of(4..8)).await.unwrap();
             assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
         }

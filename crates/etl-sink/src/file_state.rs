@@ -90,10 +90,18 @@ pub(crate) struct Faults {
     /// one: what Linux does when writeback fails (the pages are marked
     /// clean and the next `fsync` succeeds without them).
     pub(crate) sync: Option<u64>,
+    /// With `sync`: only the first half of those bytes is lost, the rest
+    /// reaches the disk (writeback fails page by page, so lines written
+    /// after the lost ones may survive whole).
+    pub(crate) sync_keeps_tail: bool,
     /// Fail the next write with this error, after writing half its bytes.
     pub(crate) write: Option<io::ErrorKind>,
     /// Fail the next store of the progress file.
     pub(crate) store: bool,
+    /// Fail the next store of the progress file after its rename (as a
+    /// failed `fsync` of the directory would): the new progress is in
+    /// place.
+    pub(crate) store_after_rename: bool,
 }
 
 #[derive(Debug)]
@@ -116,6 +124,9 @@ pub(crate) struct FileState {
     lost: Option<Lost>,
     /// Length of the active file.
     len: u64,
+    /// How much of the active file the last good `fsync` of it covered
+    /// (what a failure cuts it back to, see [`FileState::cut_to_durable`]).
+    fsynced_len: u64,
     /// Bytes appended since open, across segments; `synced` of them are
     /// durable.
     pub(crate) written: u64,
@@ -150,7 +161,8 @@ fn open_active(path: &Path) -> Result<File, SinkError> {
 /// the open data file itself (see [`lock_data`]). Locks keyed by the
 /// configured name would let a second name for the same file (a symlink,
 /// a hard link) in as a second writer. `file` is the open output.
-fn lock_output(path: &Path, file: &File) -> Result<OwnerLock, SinkError> {
+/// Returns the lock and the canonical path.
+fn lock_output(path: &Path, file: &File) -> Result<(OwnerLock, PathBuf), SinkError> {
     let canonical = std::fs::canonicalize(path).map_err(|e| SinkError::io("resolve", path, e))?;
     let in_use = |source: LockError| {
         SinkError::permanent(OutputInUse {
@@ -167,7 +179,7 @@ fn lock_output(path: &Path, file: &File) -> Result<OwnerLock, SinkError> {
         LockError::Io { path, op, source } => SinkError::io(op, path, source),
         e => in_use(e),
     })?;
-    Ok(lock)
+    Ok((lock, canonical))
 }
 
 /// Lock the open data file `file` (at `path`) exclusively. The lock
@@ -192,17 +204,21 @@ fn lock_data(file: &File, path: &Path) -> Result<(), LockError> {
 /// Highest `n` such that `<path>.<n>` exists.
 fn last_segment(path: &Path) -> Result<u64, SinkError> {
     let dir = parent_dir(path);
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+    let Some(name) = path.file_name() else {
         return Ok(0);
     };
-    let prefix = format!("{name}.");
+    // Compared as bytes: a name need not be UTF-8, and a segment missed
+    // here is one the next rotation would be renamed over.
+    let mut prefix = name.as_encoded_bytes().to_vec();
+    prefix.push(b'.');
     let entries = std::fs::read_dir(dir).map_err(|e| SinkError::io("list", dir, e))?;
     let mut last = 0;
     for entry in entries.flatten() {
-        if let Some(n) = entry
-            .file_name()
-            .to_str()
-            .and_then(|f| f.strip_prefix(&prefix))
+        let file_name = entry.file_name();
+        if let Some(n) = file_name
+            .as_encoded_bytes()
+            .strip_prefix(prefix.as_slice())
+            .and_then(|n| std::str::from_utf8(n).ok())
             .and_then(|n| n.parse::<u64>().ok())
         {
             last = last.max(n);
@@ -261,7 +277,13 @@ impl FileState {
         // taken on the file itself; opening cuts nothing.
         let mut file = open_active(path)?;
         let lock = if regular {
-            Some(lock_output(path, &file)?)
+            let (lock, canonical) = lock_output(path, &file)?;
+            // Opening may have created the file: its name is durable only
+            // once its directory (the target's, through a symlink) is
+            // fsynced, and every record reported durable in it depends on
+            // it.
+            sync_dir(parent_dir(&canonical))?;
+            Some(lock)
         } else {
             None
         };
@@ -272,7 +294,15 @@ impl FileState {
             && let Some(side) = read_stored(path)?
         {
             stored = side.progress;
-            if segments == side.segments + 1 {
+            // A recorded count at the limit has no next: it cannot come
+            // from a rotation, and must not wrap.
+            let Some(after) = side.segments.checked_add(1) else {
+                return Err(SinkError::CorruptProgress {
+                    path: path.to_owned(),
+                    reason: format!("records {} finished segments", side.segments),
+                });
+            };
+            if segments == after {
                 // A crash after a rotation renamed the active file but
                 // before it was recorded: that segment holds the recorded
                 // length, and the active file starts empty.
@@ -335,6 +365,7 @@ impl FileState {
             active,
             lost: None,
             len,
+            fsynced_len: len,
             written: 0,
             synced: 0,
             last_sync: now,
@@ -371,7 +402,16 @@ impl FileState {
                 length: self.len,
                 progress: self.appended.clone(),
             },
-        )
+        )?;
+        #[cfg(test)]
+        if std::mem::take(&mut self.faults.store_after_rename) {
+            return Err(SinkError::io(
+                "fsync directory",
+                parent_dir(&self.path),
+                io::Error::from_raw_os_error(5),
+            ));
+        }
+        Ok(())
     }
 
     /// Append a batch's bytes (in exactly-once mode only the records not
@@ -466,6 +506,7 @@ impl FileState {
             // succeed without the bytes.
             return Err(self.failed("fsync", e));
         }
+        self.fsynced_len = self.len;
         // Data is durable output only in a file its path still names, at
         // the length written: check after the fsync, the last moment
         // before it is reported.
@@ -536,9 +577,39 @@ impl FileState {
         let err = self.lost_error(&lost);
         if self.lost.is_none() {
             tracing::error!(error = %err, "the file sink's output cannot be trusted; no further write can succeed");
+            if matches!(lost, Lost::Failed { .. }) {
+                self.cut_to_durable();
+            }
             self.lost = Some(lost);
         }
         err
+    }
+
+    /// After a failed write or `fsync`, cut the active file back to what
+    /// the last good `fsync` of it covered. Writeback fails page by page:
+    /// the bytes after it may hold lost pages (zeros) between lines that
+    /// reached the disk whole, and a next run that keeps every complete
+    /// line (without recorded progress) would keep them as output. Bytes
+    /// an `fsync` covered stay, reported durable or not: a progress store
+    /// that failed after its rename may record them. Best effort: the
+    /// file is lost whatever happens here.
+    fn cut_to_durable(&mut self) {
+        if !self.regular {
+            return;
+        }
+        let durable = self.fsynced_len;
+        // Never lengthen a file: a rotation cut short may have left a new,
+        // shorter active file.
+        if !self.file.metadata().is_ok_and(|m| m.len() > durable) {
+            return;
+        }
+        if let Err(e) = self
+            .file
+            .set_len(durable)
+            .and_then(|()| self.file.sync_all())
+        {
+            tracing::warn!(path = %self.path.display(), durable, error = %e, "cannot cut the lost output back to its durable length; the next run cuts back to its last complete line");
+        }
     }
 
     /// Mark the file lost after `op` on it failed with `e`.
@@ -645,7 +716,12 @@ impl FileState {
     fn drop_unsynced_pages(&mut self) {
         let unsynced = self.written - self.synced;
         let start = self.len.saturating_sub(unsynced);
-        let zeros = vec![0u8; usize::try_from(unsynced).unwrap_or(0)];
+        let lost = if self.faults.sync_keeps_tail {
+            unsynced / 2
+        } else {
+            unsynced
+        };
+        let zeros = vec![0u8; usize::try_from(lost).unwrap_or(0)];
         let mut f = OpenOptions::new().write(true).open(&self.path).unwrap();
         f.seek(SeekFrom::Start(start)).unwrap();
         f.write_all(&zeros).unwrap();
@@ -674,8 +750,31 @@ impl FileState {
     }
 
     fn rotate(&mut self) -> Result<(), SinkError> {
-        let next = self.segments + 1;
+        // Without a next number the rename would wrap to `<path>.0`.
+        let Some(next) = self.segments.checked_add(1) else {
+            return Err(SinkError::io(
+                "rename",
+                &self.path,
+                io::Error::other(format!(
+                    "no segment number follows {}, the highest there is",
+                    self.segments
+                )),
+            ));
+        };
         let seg = suffixed(&self.path, &next.to_string());
+        // A rename replaces its target: a file already there (a segment
+        // this sink failed to count, or one another program put there)
+        // would be gone, records and all.
+        if std::fs::symlink_metadata(&seg).is_ok() {
+            return Err(SinkError::io(
+                "rename",
+                &self.path,
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("the next segment {} already exists", seg.display()),
+                ),
+            ));
+        }
         std::fs::rename(&self.path, &seg).map_err(|e| SinkError::io("rename", &self.path, e))?;
         sync_dir(parent_dir(&self.path))?;
         let file = open_active(&self.path)?;
@@ -689,6 +788,7 @@ impl FileState {
         );
         self.segments = next;
         self.len = 0;
+        self.fsynced_len = 0;
         self.opened_at = Instant::now();
         sync_dir(parent_dir(&self.path))?;
         if self.config.exactly_once {
@@ -768,6 +868,63 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n");
         append(&mut state, 1).unwrap();
         state.sync().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_created_output_is_durable_in_its_directory_before_its_data_is() {
+        // An fsync of a new file does not make its name durable: after a
+        // power loss the file, and every record acknowledged in it, may
+        // be gone. Through a symlink the file is created in the target's
+        // directory, not the link's.
+        for exactly_once in [false, true] {
+            let links = tempfile::tempdir().unwrap();
+            let plain = tempfile::tempdir().unwrap();
+            let target = tempfile::tempdir().unwrap();
+            let link = links.path().join("out.ndjson");
+            std::os::unix::fs::symlink(target.path().join("out.ndjson"), &link).unwrap();
+            for (path, dir) in [
+                (plain.path().join("out.ndjson"), plain.path()),
+                (link, target.path()),
+            ] {
+                let config = FileSinkConfig {
+                    exactly_once,
+                    ..FileSinkConfig::default()
+                };
+                let mut state = FileState::open(&path, config).unwrap();
+                append(&mut state, 0).unwrap();
+                state.sync().unwrap();
+                assert!(
+                    crate::file_progress::synced_dirs::contains(dir),
+                    "exactly_once {exactly_once}: {} was reported durable, its directory \
+                     {} never fsynced",
+                    path.display(),
+                    dir.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_progress_store_failing_after_its_rename_leaves_the_data_it_records() {
+        // The directory's fsync fails after the new progress took the old
+        // one's place: the next run finds it, and the data it records
+        // (fsynced before it) must still be there.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, mut state) = open(&dir, true);
+        append(&mut state, 0).unwrap();
+        state.sync().unwrap();
+        append(&mut state, 1).unwrap();
+        state.faults.store_after_rename = true;
+        assert_lost(&state.sync().unwrap_err(), "the failed store");
+        drop(state);
+        let config = FileSinkConfig {
+            exactly_once: true,
+            ..FileSinkConfig::default()
+        };
+        let state = FileState::open(&path, config).unwrap();
+        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(2)));
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
     }
 

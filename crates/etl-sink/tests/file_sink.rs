@@ -672,3 +672,104 @@ async fn two_sinks_on_a_device_are_not_refused_and_leave_no_lock_beside_it() {
     assert!(!std::path::Path::new("/dev/null.lock").exists());
     drop((first, second));
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn an_output_whose_name_is_not_utf8_never_rotates_over_a_finished_segment() {
+    // A file name need not be UTF-8. The next run must still find the
+    // finished segments, or its first rotation renames the active file
+    // over `<path>.1` and the records acknowledged in it are gone.
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"out-\xff.ndjson"));
+    let config = FileSinkConfig {
+        rotate_bytes: Some(40),
+        ..FileSinkConfig::default()
+    };
+    for run in 0..2 {
+        let sink = FileSink::open(&path, config).await.unwrap();
+        for i in 0..2 {
+            let start = run * 4 + i * 2;
+            sink.write(&batch(0, start..start + 2)).await.unwrap();
+        }
+    }
+    let segment = |n: u32| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        std::path::PathBuf::from(name)
+    };
+    let files: Vec<_> = [segment(1), segment(2), segment(3), path.clone()]
+        .into_iter()
+        .filter(|f| f.exists())
+        .collect();
+    assert_eq!(
+        positions(&files),
+        (0..8).map(|o| (0, o)).collect::<Vec<_>>(),
+        "every acknowledged record is in the output"
+    );
+    let sink = FileSink::open(&path, config).await.unwrap();
+    assert_eq!(sink.segments(), 3, "the finished segments are found again");
+}
+
+#[tokio::test]
+async fn rotation_never_renames_the_output_over_an_existing_file() {
+    // A rename replaces its target: a file that took the next segment's
+    // name after the sink opened would be gone, with whatever it held.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    let config = FileSinkConfig {
+        rotate_bytes: Some(40),
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    sink.write(&batch(0, 0..2)).await.unwrap();
+    let foreign = dir.path().join("out.ndjson.1");
+    std::fs::write(&foreign, b"kept\n").unwrap();
+    let err = sink.write(&batch(0, 2..4)).await.unwrap_err();
+    assert!(matches!(err, SinkError::NotDurable { .. }), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"kept\n");
+    assert_eq!(positions(&[path]), vec![(0, 0), (0, 1)]);
+}
+
+#[tokio::test]
+async fn a_segment_number_at_the_limit_halts_the_sink_without_a_panic() {
+    // Numbers come from the names in the folder and from the progress
+    // file: the last one has no next, and must not wrap to `<path>.0`.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    std::fs::write(dir.path().join(format!("out.ndjson.{}", u64::MAX)), b"").unwrap();
+    let config = FileSinkConfig {
+        rotate_bytes: Some(40),
+        ..FileSinkConfig::default()
+    };
+    let sink = FileSink::open(&path, config).await.unwrap();
+    sink.write(&batch(0, 0..2)).await.unwrap();
+    let err = sink.write(&batch(0, 2..4)).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(!err.to_string().contains("panicked"), "{err}");
+    assert!(!dir.path().join("out.ndjson.0").exists());
+    assert_eq!(positions(&[path.clone()]), vec![(0, 0), (0, 1)]);
+    drop(sink);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.ndjson");
+    std::fs::write(&path, b"").unwrap();
+    std::fs::write(
+        dir.path().join("out.ndjson.progress"),
+        format!(
+            "{{\"version\":1,\"segments\":{},\"length\":0,\"offsets\":[]}}",
+            u64::MAX
+        ),
+    )
+    .unwrap();
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let err = FileSink::open(&path, config).await.unwrap_err();
+    assert!(matches!(err, SinkError::CorruptProgress { .. }), "{err:?}");
+}
