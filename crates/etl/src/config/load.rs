@@ -7,13 +7,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml_edit::ImDocument;
 
-use super::interpolate::{Interpolated, interpolate};
+use super::interpolate::{Interpolated, Secrets, interpolate};
 use super::schema::*;
 use crate::registry::{Custom, Factory, Registry};
 
@@ -144,6 +143,9 @@ pub(super) struct Checker<'a> {
         allow(dead_code, reason = "for connector problems")
     )]
     doc: Option<ImDocument<&'a str>>,
+    /// Every secret of the whole configuration, for what registered
+    /// components print.
+    secrets: Secrets,
 }
 
 impl Checker<'_> {
@@ -284,12 +286,6 @@ impl Checker<'_> {
             Some(toml::Value::String(t)) => t,
             _ => unreachable!("checked above"),
         };
-        let secrets: Vec<String> = table
-            .iter()
-            .filter(|(k, _)| super::interpolate::is_secret_key(k))
-            .filter_map(|(_, v)| v.as_str().map(str::to_owned))
-            .filter(|v| !v.is_empty())
-            .collect();
         let before = self.problems.len();
         let check = factory.check.clone();
         let fits = self
@@ -298,13 +294,17 @@ impl Checker<'_> {
             })
             .is_some();
         for problem in &mut self.problems[before..] {
-            for secret in &secrets {
-                problem.message = problem.message.replace(secret.as_str(), "***");
-            }
+            problem.message = self.secrets.redact(&problem.message);
         }
         Ok(fits.then(|| {
             (
-                Custom::new(type_name, table, base.to_owned(), factory),
+                Custom::new(
+                    type_name,
+                    table,
+                    base.to_owned(),
+                    factory,
+                    self.secrets.clone(),
+                ),
                 span,
             )
         }))
@@ -507,27 +507,38 @@ fn parse_interpolated(
             text,
             problems: Vec::new(),
             doc: None,
+            secrets: Secrets::default(),
         };
         for u in unresolved {
             ck.problem(u.span, &u.section, u.message);
         }
         ck.problems
     })?;
-    parse_text(registry, &interpolated, base).map_err(|mut problems| {
+    // Every value a key anywhere names as secret, with what variables gave
+    // to secrets, is kept out of every problem, whichever table it is in.
+    let secrets = match toml::from_str::<toml::Table>(&interpolated) {
+        Ok(doc) => Secrets::of_document(&doc, &secrets),
+        Err(_) => Secrets::of_document(&toml::Table::new(), &secrets),
+    };
+    parse_text(registry, &interpolated, base, &secrets).map_err(|mut problems| {
         for p in &mut problems {
-            for secret in &secrets {
-                p.message = p.message.replace(secret.expose_secret(), "***");
-            }
+            p.message = secrets.redact(&p.message);
         }
         problems
     })
 }
 
-fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+fn parse_text(
+    registry: &Registry,
+    text: &str,
+    base: &Path,
+    secrets: &Secrets,
+) -> Result<Config, Vec<ConfigProblem>> {
     let mut ck = Checker {
         text,
         problems: Vec::new(),
         doc: ImDocument::parse(text).ok(),
+        secrets: secrets.clone(),
     };
     let raw: RawDoc = match toml::from_str(text) {
         Ok(raw) => raw,
