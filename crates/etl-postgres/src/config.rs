@@ -410,7 +410,7 @@ mod tests {
             ),
             (
                 "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/such/ca.pem",
-                "/no/such/ca.pem",
+                "url: option `sslrootcert`: cannot read the file it names",
             ),
             (
                 "postgres://etl@h/db?sslkey=/k.pem",
@@ -422,6 +422,23 @@ mod tests {
             let err = PostgresSinkConfig::new(url, "t").validate().unwrap_err();
             assert!(err.to_string().contains(expected), "{url}: {err}");
         }
+        // A file named in the TOML is named in the message; one the URL
+        // names is not (it is the URL's text).
+        let mut field = PostgresSinkConfig::new("postgres://etl@h/db?sslmode=verify-ca", "t");
+        field.sslrootcert = Some("/no/such/ca.pem".into());
+        let err = field.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("sslrootcert: cannot read /no/such/ca.pem"),
+            "{err}"
+        );
+        let err = PostgresSinkConfig::new(
+            "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/Zq9SecretPw.pem",
+            "t",
+        )
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("Zq9"), "{err}");
         // A TOML field wins over the URL's.
         let mut fixed = PostgresSinkConfig::new("postgres://etl@h/db?sslmode=verify-full", "t");
         fixed.sslmode = Some(SslMode::Require);

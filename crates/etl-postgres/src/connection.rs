@@ -46,6 +46,23 @@ impl fmt::Debug for Connector {
     }
 }
 
+/// `e` with a certificate path the URL gave replaced by the option's
+/// name: the path is the URL's text.
+fn hide_url_paths(e: PostgresError, from_url: &[(&str, String)]) -> PostgresError {
+    match e {
+        PostgresError::Config { field, reason } => {
+            match from_url.iter().find(|(key, _)| *key == field) {
+                Some((key, path)) => url_error(format!(
+                    "option `{key}`: {}",
+                    reason.replace(path.as_str(), "the file it names")
+                )),
+                None => PostgresError::Config { field, reason },
+            }
+        }
+        e => e,
+    }
+}
+
 fn url_error(reason: String) -> PostgresError {
     PostgresError::Config {
         field: "url".into(),
@@ -71,7 +88,14 @@ impl Connector {
             ));
         }
         let url_mode = info.take("sslmode");
-        let url_tls = |key: &str, info: &mut conninfo::ConnInfo| info.take(key).map(PathBuf::from);
+        // Certificate files the URL names, by option: a problem with one
+        // names the option, not the URL's text.
+        let mut from_url: Vec<(&'static str, String)> = Vec::new();
+        let mut url_tls = |key: &'static str, info: &mut conninfo::ConnInfo| {
+            let path = info.take(key)?;
+            from_url.push((key, path.clone()));
+            Some(PathBuf::from(path))
+        };
         let settings = TlsSettings {
             mode: match (config.sslmode, url_mode) {
                 (Some(mode), _) => mode,
@@ -131,7 +155,9 @@ impl Connector {
             SslMode::Prefer => PgSslMode::Prefer,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
         });
-        let tls = tls::connector(&settings)?.map(Tracked::new);
+        let tls = tls::connector(&settings)
+            .map_err(|e| hide_url_paths(e, &from_url))?
+            .map(Tracked::new);
         let target = target(&pg);
         Ok(Connector {
             config: pg,
