@@ -4,7 +4,12 @@
 //! floor (its last commit, or where it started), so a commit never
 //! regresses. A failed commit is logged, counted in the metrics and
 //! returned to whoever asked; the previous commit stands and the next
-//! commit retries.
+//! commit retries, except after an I/O failure of the store
+//! ([`CheckpointError::Io`]): that store is lost (every later commit
+//! fails too), so the handles are told ([`CheckpointHandle::store_lost`])
+//! and the run stops.
+//!
+//! [`CheckpointHandle::store_lost`]: crate::CheckpointHandle::store_lost
 
 use std::time::Instant;
 
@@ -111,7 +116,13 @@ impl Worker {
         if moved.is_empty() {
             return Ok(moved);
         }
-        match self.store.commit(&moved) {
+        // A lost store is not asked again: a failed write or fsync
+        // retried can report success for data that never reached the disk.
+        let result = match self.lost_error("an earlier commit failed") {
+            Some(lost) => Err(lost),
+            None => self.store.commit(&moved),
+        };
+        match result {
             Ok(()) => {
                 for (p, o) in &moved {
                     if let Some(state) = self.partitions.get_mut(p) {
@@ -128,12 +139,31 @@ impl Worker {
                 tracing::error!(offsets = ?moved, error = %e, "commit failed; the previous commit stands");
                 self.commit_errors += 1;
                 self.last_commit_error = Some(e.to_string());
+                if let CheckpointError::Io { path, op, source } = &e
+                    && self.lost.is_none()
+                {
+                    self.lost = Some((path.clone(), *op, source.kind(), source.to_string()));
+                    self.lost_tx.send_replace(true);
+                }
                 Err(CheckpointError::Commit {
                     partitions: moved.keys().copied().collect(),
                     source: Box::new(e),
                 })
             }
         }
+    }
+
+    /// The error of a lost store (see [`Worker::lost`]), saying `what`.
+    fn lost_error(&self, what: &str) -> Option<CheckpointError> {
+        let (path, op, kind, reason) = self.lost.as_ref()?;
+        Some(CheckpointError::Io {
+            path: path.clone(),
+            op,
+            source: std::io::Error::new(
+                *kind,
+                format!("{what}, and the store is lost since: {reason}"),
+            ),
+        })
     }
 
     /// Commit every assigned partition's moved watermark.
@@ -170,6 +200,10 @@ impl Worker {
         // were.
         let result = self.commit_moved().and_then(|moved| {
             match (&self.last_commit_error, moved.is_empty()) {
+                // A lost store's failure stays an I/O error to the end.
+                (Some(_), true) if self.lost.is_some() => Err(self
+                    .lost_error("the last commit failed and nothing committed since")
+                    .unwrap_or(CheckpointError::Stopped)),
                 (Some(e), true) => Err(CheckpointError::Store(
                     format!("the last commit failed and nothing committed since: {e}").into(),
                 )),

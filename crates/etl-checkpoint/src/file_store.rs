@@ -18,6 +18,15 @@
 //! a warning. Files that exist but none valid is an error naming the
 //! folder: the store never silently restarts from zero.
 //!
+//! Any failed write, rename or fsync makes the store lost for good
+//! ([`Disk`]): the commit fails with [`CheckpointError::Io`], and so does
+//! every later commit and load of this store, without touching the disk.
+//! A failed fsync is never retried and later trusted: Linux marks the
+//! pages it could not write clean, and a second fsync reports success
+//! though the data never reached the disk (PostgreSQL stops on any fsync
+//! failure for the same reason). The files keep the last durable commit,
+//! which a restart reads.
+//!
 //! One store at a time owns a folder: opening takes an exclusive advisory
 //! lock on `lock` in it (see [`OwnerLock`]) and holds it until the store is
 //! dropped, so a second pipeline on the same folder, in this process or
@@ -25,7 +34,7 @@
 //! committing over the first one's offsets.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use etl_record::{Offset, OwnerLock, PartitionId};
@@ -46,6 +55,73 @@ pub struct FileStore {
     offsets: PartitionOffsets,
     /// Held for the store's life: this store is the folder's only writer.
     lock: OwnerLock,
+    /// Every write and sync goes through it.
+    disk: Disk,
+}
+
+/// The one way the store writes and syncs: a step that fails makes the
+/// store lost, and a lost store runs no step again.
+#[derive(Debug, Default)]
+struct Disk {
+    /// The first failure: the file or folder, the step, and the error.
+    lost: Option<(PathBuf, &'static str, io::ErrorKind, String)>,
+    /// The step that fails next with EIO, instead of running: the private
+    /// seam through which tests inject a failed write or fsync.
+    #[cfg(test)]
+    fail: Option<&'static str>,
+}
+
+impl Disk {
+    /// Run `step` (`op` on `path`), unless the store is lost; a failure
+    /// makes it lost.
+    fn run<T>(
+        &mut self,
+        path: &Path,
+        op: &'static str,
+        step: impl FnOnce() -> io::Result<T>,
+    ) -> Result<T, CheckpointError> {
+        self.check()?;
+        #[cfg(test)]
+        let step = {
+            let inject = self.fail.take_if(|f| *f == op).is_some();
+            move || {
+                if inject {
+                    Err(io::Error::from_raw_os_error(5))
+                } else {
+                    step()
+                }
+            }
+        };
+        step().map_err(|source| {
+            self.lost = Some((path.to_owned(), op, source.kind(), source.to_string()));
+            CheckpointError::Io {
+                path: path.to_owned(),
+                op,
+                source,
+            }
+        })
+    }
+
+    /// `Err` once a step failed: what failed first, and why nothing is
+    /// written any more.
+    fn check(&self) -> Result<(), CheckpointError> {
+        match &self.lost {
+            None => Ok(()),
+            Some((path, op, kind, reason)) => Err(CheckpointError::Io {
+                path: path.clone(),
+                op: "commit",
+                source: io::Error::new(
+                    *kind,
+                    format!(
+                        "the store is lost since an earlier {op} failed ({reason}); a failed \
+                         write or fsync is never retried (the kernel may have dropped the data \
+                         and report the next fsync as a success), so nothing is committed \
+                         until a restart resumes from the last durable commit"
+                    ),
+                ),
+            }),
+        }
+    }
 }
 
 fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> CheckpointError + 'a {
@@ -98,6 +174,7 @@ impl FileStore {
             generation: 0,
             offsets: PartitionOffsets::new(),
             lock,
+            disk: Disk::default(),
         })
     }
 
@@ -134,6 +211,8 @@ impl FileStore {
     }
 
     fn reload(&mut self) -> Result<(), CheckpointError> {
+        // A lost store's files may hold what was never made durable.
+        self.disk.check()?;
         if let Some((generation, offsets)) = read_newest(&self.dir)? {
             self.generation = generation;
             self.offsets = offsets;
@@ -149,20 +228,22 @@ impl FileStore {
         let text = render(generation, offsets);
         let temp = self.dir.join(TEMP);
         let target = self.dir.join(SLOTS[(generation % 2) as usize]);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)
-            .map_err(io(&temp, "create"))?;
-        file.write_all(text.as_bytes())
-            .map_err(io(&temp, "write"))?;
-        file.sync_all().map_err(io(&temp, "fsync"))?;
+        let disk = &mut self.disk;
+        let mut file = disk.run(&temp, "create", || {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&temp)
+        })?;
+        disk.run(&temp, "write", || file.write_all(text.as_bytes()))?;
+        disk.run(&temp, "fsync", || file.sync_all())?;
         drop(file);
-        fs::rename(&temp, &target).map_err(io(&target, "rename"))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&self.dir, "fsync folder"))?;
+        disk.run(&target, "rename", || fs::rename(&temp, &target))?;
+        // The rename is durable only once the folder is synced.
+        disk.run(&self.dir, "fsync folder", || {
+            File::open(&self.dir).and_then(|d| d.sync_all())
+        })?;
         Ok(())
     }
 }
@@ -334,5 +415,75 @@ mod tests {
         assert_eq!(parse(body.as_bytes()).unwrap(), (3, offsets(&[(0, 100)])));
         let flipped = body.replace("0 100", "0 900");
         assert_eq!(parse(flipped.as_bytes()).unwrap_err(), "checksum mismatch");
+    }
+
+    /// Every step a commit takes, each failed once in its own store.
+    const STEPS: [&str; 5] = ["create", "write", "fsync", "rename", "fsync folder"];
+
+    #[test]
+    fn a_failed_write_or_fsync_makes_the_store_lost_and_every_later_commit_fail() {
+        for step in STEPS {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = FileStore::open(dir.path()).unwrap();
+            s.commit(&offsets(&[(0, 1)])).unwrap();
+            s.disk.fail = Some(step);
+            let err = s.commit(&offsets(&[(0, 2)])).unwrap_err();
+            assert!(
+                matches!(&err, CheckpointError::Io { op, .. } if *op == step),
+                "{step}: {err}"
+            );
+            // Retrying would succeed on this disk: a lost store does not
+            // retry, and what it reports says why.
+            for _ in 0..2 {
+                let later = s.commit(&offsets(&[(0, 3)])).unwrap_err();
+                let text = later.to_string();
+                assert!(
+                    matches!(later, CheckpointError::Io { .. }),
+                    "{step}: {text}"
+                );
+                assert!(
+                    text.contains("lost") && text.contains(step),
+                    "{step}: {text}"
+                );
+                assert!(s.load().is_err(), "{step}: a lost store is not read either");
+            }
+            assert_eq!(s.generation(), 1, "{step}");
+            drop(s);
+            // A restart reads the last durable commit (or, when only the
+            // folder's fsync failed, the one whose data was synced).
+            let mut again = FileStore::open(dir.path()).unwrap();
+            let expected = if step == "fsync folder" { 2 } else { 1 };
+            assert_eq!(again.load().unwrap(), offsets(&[(0, expected)]), "{step}");
+            again.commit(&offsets(&[(0, 4)])).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_second_store_reaching_the_folder_by_another_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("store");
+        let mut first = FileStore::open(&folder).unwrap();
+        std::os::unix::fs::symlink(&folder, dir.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("parent-link")).unwrap();
+        fs::create_dir(dir.path().join("a")).unwrap();
+        for other in [
+            dir.path().join("link"),
+            dir.path().join("a/../store"),
+            dir.path().join("./store/"),
+            dir.path().join("parent-link/store"),
+            dir.path().join("parent-link/a/../link"),
+        ] {
+            let err = FileStore::open(&other).unwrap_err();
+            assert!(
+                matches!(&err, CheckpointError::Lock(e) if e.is_in_use()),
+                "{}: {err}",
+                other.display()
+            );
+        }
+        first.commit(&offsets(&[(0, 1)])).unwrap();
+        drop(first);
+        let mut by_link = FileStore::open(dir.path().join("link")).unwrap();
+        assert_eq!(by_link.load().unwrap(), offsets(&[(0, 1)]));
+        assert!(FileStore::open(&folder).is_err(), "and the other way round");
     }
 }

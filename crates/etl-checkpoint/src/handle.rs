@@ -6,7 +6,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use etl_ack::AckReceiver;
 use etl_record::{Offset, PartitionId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::CheckpointError;
 use crate::budget::{InFlightBudget, InFlightLimits};
@@ -118,6 +118,7 @@ impl Checkpointer {
             budget.clone(),
             metrics.clone(),
         );
+        let lost = worker.lost_tx.subscribe();
         std::thread::Builder::new()
             .name("etl-checkpointer".to_owned())
             .spawn(move || worker.run())
@@ -127,6 +128,7 @@ impl Checkpointer {
                 control: control_tx,
                 budget,
                 metrics,
+                lost,
             },
             replay_rx,
         ))
@@ -140,6 +142,8 @@ pub struct CheckpointHandle {
     control: Sender<Control>,
     budget: InFlightBudget,
     metrics: Arc<Mutex<CheckpointMetrics>>,
+    /// Whether the store is lost.
+    lost: watch::Receiver<bool>,
 }
 
 type Pending<T> = oneshot::Receiver<Result<T, CheckpointError>>;
@@ -256,6 +260,19 @@ impl CheckpointHandle {
     #[must_use]
     pub fn metrics(&self) -> CheckpointMetrics {
         lock(&self.metrics).clone()
+    }
+
+    /// Resolves once the store is lost: a commit failed with an I/O error
+    /// ([`CheckpointError::Io`]: a failed write or fsync of a local
+    /// store), after which every commit fails too, so the run should stop
+    /// (its final commit then fails with that error). Never resolves
+    /// otherwise.
+    pub async fn store_lost(&self) {
+        let mut lost = self.lost.clone();
+        if lost.wait_for(|lost| *lost).await.is_err() {
+            // The checkpointer ended with its store intact.
+            std::future::pending::<()>().await;
+        }
     }
 
     /// The in-flight budget the source side reserves credit from.

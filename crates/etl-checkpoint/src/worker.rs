@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use etl_ack::{AckEvent, AckReceiver};
 use etl_record::{Offset, PartitionId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::CheckpointError;
 use crate::budget::InFlightBudget;
@@ -73,6 +73,12 @@ pub(crate) struct Worker {
     pub(crate) commits: u64,
     pub(crate) commit_errors: u64,
     pub(crate) last_commit_error: Option<String>,
+    /// The store's I/O failed ([`CheckpointError::Io`]): it is lost, every
+    /// later commit fails too. The first such failure (path, step, kind,
+    /// text), kept for the final answer.
+    pub(crate) lost: Option<(std::path::PathBuf, &'static str, std::io::ErrorKind, String)>,
+    /// Tells the handles the store is lost, so the run stops.
+    pub(crate) lost_tx: watch::Sender<bool>,
 }
 
 impl Worker {
@@ -104,6 +110,8 @@ impl Worker {
             commits: 0,
             commit_errors: 0,
             last_commit_error: None,
+            lost: None,
+            lost_tx: watch::Sender::new(false),
         }
     }
 

@@ -491,6 +491,75 @@ async fn a_failed_commit_is_surfaced_and_retried_never_skipped() {
     assert_eq!(f.handle.metrics().last_commit_error, None);
 }
 
+/// A store whose first commit fails with an I/O error (a failed fsync)
+/// and whose later ones would succeed, as a retried fsync reports success
+/// for pages the kernel dropped.
+#[derive(Debug)]
+struct FsyncFailsOnce {
+    inner: MemoryStore,
+    failed: bool,
+}
+
+impl OffsetStore for FsyncFailsOnce {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
+        self.inner.load()
+    }
+
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
+        if !self.failed {
+            self.failed = true;
+            return Err(CheckpointError::Io {
+                path: "state/offsets.tmp".into(),
+                op: "fsync",
+                source: std::io::Error::from_raw_os_error(5),
+            });
+        }
+        self.inner.commit(offsets)
+    }
+}
+
+#[tokio::test]
+async fn an_io_failure_makes_the_store_lost_and_the_run_is_told_to_stop() {
+    let inner = MemoryStore::new();
+    let store = FsyncFailsOnce {
+        inner: inner.clone(),
+        failed: false,
+    };
+    let (acker, acks) = etl_ack::channel();
+    let (handle, _replays) = Checkpointer::spawn(config(), Box::new(store), acks).unwrap();
+    let f = Fixture {
+        acker,
+        handle,
+        replays: tokio::sync::mpsc::unbounded_channel().1,
+        store: inner,
+    };
+    let e = f.epoch(P0).await;
+    drop(f.open(P0, e, 0, 0).await);
+    let err = f.handle.commit().await.unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::Commit { source, .. } if matches!(**source, CheckpointError::Io { .. })),
+        "{err}"
+    );
+    tokio::time::timeout(GUARD, f.handle.store_lost())
+        .await
+        .expect("the run is told the store is lost");
+    // The store would accept the next commit; a lost one is not asked.
+    drop(f.open(P0, e, 1, 10).await);
+    let later = f.handle.commit().await.unwrap_err();
+    assert!(
+        matches!(&later, CheckpointError::Commit { source, .. } if matches!(**source, CheckpointError::Io { .. })),
+        "{later}"
+    );
+    assert!(later.to_string().contains("lost"), "{later}");
+    assert_eq!(f.store.commits(), 0, "never retried");
+    let end = f.handle.shutdown().await.unwrap_err();
+    assert!(
+        matches!(&end, CheckpointError::Commit { source, .. } if matches!(**source, CheckpointError::Io { .. })),
+        "{end}"
+    );
+    assert!(f.store.offsets().is_empty());
+}
+
 #[test]
 fn blocking_calls_work_outside_a_runtime() {
     let store = MemoryStore::new();

@@ -85,8 +85,8 @@ impl ColumnConfig {
 /// The password comes from, in order: [`password`](Self::password), the
 /// URL, the `PGPASSWORD` environment variable. The URL and the password are
 /// held as secrets ([`SecretString`]): neither `Debug` output, logs nor
-/// error messages show them, only the URL with its passwords replaced by
-/// `***`.
+/// error messages show them or any part of the URL; a problem in the URL
+/// is named by its option and position.
 ///
 /// TLS follows libpq: [`sslmode`](Self::sslmode),
 /// [`sslrootcert`](Self::sslrootcert), [`sslcert`](Self::sslcert) and
@@ -278,7 +278,9 @@ impl PostgresSinkConfig {
     /// # Errors
     ///
     /// [`PostgresError::Config`] naming the offending field; a message
-    /// about the URL shows it with its passwords replaced by `***`.
+    /// about the URL names the option and its position in the URL, never
+    /// any of the URL's text (any part of it may be a secret, whatever its
+    /// key is called).
     pub fn validate(&self) -> Result<(), PostgresError> {
         self.validate_names()?;
         crate::connection::Connector::new(self).map(drop)
@@ -330,12 +332,12 @@ fn check_type(ty: &str) -> Result<(), String> {
     }
 }
 
-use secrecy::ExposeSecret;
-
 impl fmt::Debug for PostgresSinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresSinkConfig")
-            .field("url", &crate::conninfo::redact(self.url.expose_secret()))
+            // Any part of the URL may be a secret, whatever its key is
+            // called, so none of it is shown.
+            .field("url", &"***")
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("sslmode", &self.sslmode)
             .field("sslrootcert", &self.sslrootcert)
@@ -408,7 +410,7 @@ mod tests {
             ),
             (
                 "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/such/ca.pem",
-                "/no/such/ca.pem",
+                "url: option `sslrootcert`: cannot read the file it names",
             ),
             (
                 "postgres://etl@h/db?sslkey=/k.pem",
@@ -420,6 +422,23 @@ mod tests {
             let err = PostgresSinkConfig::new(url, "t").validate().unwrap_err();
             assert!(err.to_string().contains(expected), "{url}: {err}");
         }
+        // A file named in the TOML is named in the message; one the URL
+        // names is not (it is the URL's text).
+        let mut field = PostgresSinkConfig::new("postgres://etl@h/db?sslmode=verify-ca", "t");
+        field.sslrootcert = Some("/no/such/ca.pem".into());
+        let err = field.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("sslrootcert: cannot read /no/such/ca.pem"),
+            "{err}"
+        );
+        let err = PostgresSinkConfig::new(
+            "postgres://etl@h/db?sslmode=verify-ca&sslrootcert=/no/Zq9SecretPw.pem",
+            "t",
+        )
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("Zq9"), "{err}");
         // A TOML field wins over the URL's.
         let mut fixed = PostgresSinkConfig::new("postgres://etl@h/db?sslmode=verify-full", "t");
         fixed.sslmode = Some(SslMode::Require);

@@ -46,6 +46,23 @@ impl fmt::Debug for Connector {
     }
 }
 
+/// `e` with a certificate path the URL gave replaced by the option's
+/// name: the path is the URL's text.
+fn hide_url_paths(e: PostgresError, from_url: &[(&str, String)]) -> PostgresError {
+    match e {
+        PostgresError::Config { field, reason } => {
+            match from_url.iter().find(|(key, _)| *key == field) {
+                Some((key, path)) => url_error(format!(
+                    "option `{key}`: {}",
+                    reason.replace(path.as_str(), "the file it names")
+                )),
+                None => PostgresError::Config { field, reason },
+            }
+        }
+        e => e,
+    }
+}
+
 fn url_error(reason: String) -> PostgresError {
     PostgresError::Config {
         field: "url".into(),
@@ -58,22 +75,41 @@ impl Connector {
     /// URL's, then `PGPASSWORD`) and the TLS settings (the config's fields,
     /// then the URL's), and load the certificate files. Connects nowhere.
     pub(crate) fn new(config: &PostgresSinkConfig) -> Result<Connector, PostgresError> {
-        let mut info = conninfo::parse(config.url.expose_secret()).map_err(url_error)?;
+        // The parser's errors and the checks below name options and
+        // positions only: any part of the URL may be a secret, whatever its
+        // key is called.
+        let mut info =
+            conninfo::parse(config.url.expose_secret()).map_err(|e| url_error(e.to_string()))?;
+        info.check_options().map_err(|e| url_error(e.to_string()))?;
         let url_password = info.take("password").map(SecretString::from);
         if info.take("sslpassword").is_some() {
-            return Err(url_error(format!(
-                "sslpassword (an encrypted sslkey) is not supported; decrypt the key \
-                 (in {})",
-                info.redacted
-            )));
+            return Err(url_error(
+                "sslpassword (an encrypted sslkey) is not supported; decrypt the key".to_owned(),
+            ));
         }
         let url_mode = info.take("sslmode");
-        let url_tls = |key: &str, info: &mut conninfo::ConnInfo| info.take(key).map(PathBuf::from);
+        // Certificate files the URL names, by option: a problem with one
+        // names the option, not the URL's text.
+        let mut from_url: Vec<(&'static str, String)> = Vec::new();
+        let mut url_tls = |key: &'static str, info: &mut conninfo::ConnInfo| {
+            let path = info.take(key)?;
+            from_url.push((key, path.clone()));
+            Some(PathBuf::from(path))
+        };
         let settings = TlsSettings {
             mode: match (config.sslmode, url_mode) {
                 (Some(mode), _) => mode,
-                (None, Some(text)) => SslMode::parse(&text)
-                    .map_err(|e| url_error(format!("sslmode: {e} (in {})", info.redacted)))?,
+                // The value is the URL's text, so it is not quoted back.
+                (None, Some(text)) => SslMode::parse(&text).map_err(|_| {
+                    url_error(if text == "allow" {
+                        "option `sslmode`: `allow` is not supported; use `prefer` or `disable`"
+                            .to_owned()
+                    } else {
+                        "option `sslmode` is not one of disable, prefer, require, verify-ca, \
+                         verify-full"
+                            .to_owned()
+                    })
+                })?,
                 (None, None) => SslMode::default(),
             },
             rootcert: config
@@ -92,9 +128,10 @@ impl Connector {
         for key in ["sslrootcert", "sslcert", "sslkey"] {
             info.take(key);
         }
-        // No password in this string: the parser's messages cannot show it.
+        // No password in this string, and only options tokio-postgres
+        // knows (checked above): its messages name an option at most.
         let mut pg = tokio_postgres::Config::from_str(&info.to_key_value())
-            .map_err(|e| url_error(format!("{} (in {})", describe(&e), info.redacted)))?;
+            .map_err(|e| url_error(describe(&e)))?;
         let password = config
             .password
             .clone()
@@ -118,7 +155,9 @@ impl Connector {
             SslMode::Prefer => PgSslMode::Prefer,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
         });
-        let tls = tls::connector(&settings)?.map(Tracked::new);
+        let tls = tls::connector(&settings)
+            .map_err(|e| hide_url_paths(e, &from_url))?
+            .map(Tracked::new);
         let target = target(&pg);
         Ok(Connector {
             config: pg,

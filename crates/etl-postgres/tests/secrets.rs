@@ -44,6 +44,17 @@ fn failing(port: u16) -> Vec<(String, Option<&'static str>)> {
         "postgres://etl:Zq9SecretPw@127.0.0.1:1/db?sslmode=verify-full".to_owned(),
         "postgres://etl:Zq9SecretPw@127.0.0.1:1/db?sslmode=verify-ca&sslrootcert=/no/ca.pem"
             .to_owned(),
+        // Misspelled and unknown options holding the password, in both
+        // forms, and an option name that is the password itself.
+        "host=127.0.0.1 port=1 user=etl passwd=Zq9SecretPw".to_owned(),
+        "host=127.0.0.1 port=1 user=etl PASSWORD=Zq9SecretPw".to_owned(),
+        "host=127.0.0.1 port=1 user=etl Password = 'Zq9 SecretPw'".to_owned(),
+        "host=127.0.0.1 port=1 user=etl bogus=Zq9SecretPw".to_owned(),
+        "postgres://etl@127.0.0.1:1/db?passwd=Zq9SecretPw".to_owned(),
+        "postgres://etl@127.0.0.1:1/db?Password=Zq9SecretPw".to_owned(),
+        "postgres://etl@127.0.0.1:1/db?sslmode=require&bogus=Zq9SecretPw".to_owned(),
+        "postgres://etl@127.0.0.1:1/db?Zq9SecretPw=1".to_owned(),
+        "postgres://etl@127.0.0.1:1/db?sslmode=Zq9SecretPw".to_owned(),
         // Not a PostgreSQL URL; a word without `=`.
         "mysql://etl:Zq9SecretPw@127.0.0.1:1/db".to_owned(),
         "host=127.0.0.1 Zq9SecretPw".to_owned(),
@@ -113,9 +124,7 @@ fn the_config_holds_the_url_and_password_as_secrets() {
     .unwrap();
     let debug = format!("{config:?}");
     assert_hidden("config Debug", &debug);
-    assert!(
-        debug.contains("postgres://etl:***@h/db?password=***"),
-        "the rest of the URL still shows: {debug}"
-    );
+    // Any part of the URL may be a secret, whatever its key is called.
+    assert!(debug.contains("url: \"***\""), "{debug}");
     assert!(debug.contains("VerifyFull"), "{debug}");
 }

@@ -25,7 +25,7 @@ use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
 
 use crate::Transform;
-use crate::config::{Config, ConfigError, ConfigProblem, ConnectorTable};
+use crate::config::{Config, ConfigError, ConfigProblem, ConnectorTable, Secrets};
 
 /// An error a factory returns, for any cause.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -106,6 +106,9 @@ pub struct Custom<T> {
     table: ConnectorTable,
     base: PathBuf,
     factory: Factory<T>,
+    /// Every secret of the configuration it came from (of its own table
+    /// and of every other), kept out of its factory's errors.
+    secrets: Secrets,
 }
 
 impl<T> Custom<T> {
@@ -114,12 +117,14 @@ impl<T> Custom<T> {
         table: toml::Table,
         base: PathBuf,
         factory: Factory<T>,
+        secrets: Secrets,
     ) -> Self {
         Custom {
             type_name,
             table: ConnectorTable::new(table),
             base,
             factory,
+            secrets,
         }
     }
 
@@ -139,7 +144,12 @@ impl<T> Custom<T> {
             toml::Value::Table(self.table.expose_secret().clone()),
             &context,
         )
-        .map_err(|e| format!("{} {name:?}: {e}", self.type_name))
+        // A factory may quote its configuration in its error: any secret
+        // of the configuration, in this table or another, is taken out.
+        .map_err(|e| {
+            self.secrets
+                .redact(&format!("{} {name:?}: {e}", self.type_name))
+        })
     }
 }
 
@@ -150,6 +160,7 @@ impl<T> Clone for Custom<T> {
             table: self.table.clone(),
             base: self.base.clone(),
             factory: self.factory.clone(),
+            secrets: self.secrets.clone(),
         }
     }
 }

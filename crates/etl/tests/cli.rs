@@ -553,6 +553,30 @@ fn a_second_run_on_the_same_state_exits_75_naming_the_holders_pid() {
 }
 
 #[test]
+fn an_offset_store_that_cannot_be_opened_exits_74_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // These fail for root too: a folder under a regular file (ENOTDIR), a
+    // folder /proc refuses, and a lock file that is a folder (EISDIR).
+    std::fs::write(dir.path().join("a-file"), "").unwrap();
+    std::fs::create_dir_all(dir.path().join("locked-by-a-folder/lock")).unwrap();
+    for (state, named) in [
+        ("a-file/state", "a-file/state"),
+        ("/proc/etl-state", "/proc/etl-state"),
+        ("locked-by-a-folder", "locked-by-a-folder/lock"),
+    ] {
+        let config = slow_config(dir.path(), "gen.toml", state, "");
+        let out = run(&config);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(74), "{state}: {stderr}");
+        assert!(
+            stderr.contains("offset store") && stderr.contains(named),
+            "{state}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
 fn a_deleted_output_file_stops_the_run_instead_of_exiting_0() {
     let dir = tempfile::tempdir().unwrap();
     // The default retry budget: a lost output is not retried at all, so

@@ -623,3 +623,77 @@ async fn a_stop_with_a_dead_letter_sink_that_never_finishes_ends_within_the_shut
     let err = result.expect_err("the dead letters were never written");
     assert!(err.to_string().contains("dead_letter"), "{err}");
 }
+
+/// A local store whose first commit's fsync fails and whose later ones
+/// would succeed (as a retried fsync reports success for pages the kernel
+/// dropped).
+#[derive(Debug, Clone, Default)]
+struct FsyncFailsOnce {
+    failed: Arc<std::sync::atomic::AtomicBool>,
+    committed: Arc<std::sync::Mutex<PartitionOffsets>>,
+}
+
+impl OffsetStore for FsyncFailsOnce {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
+        Ok(self.committed.lock().expect("lock").clone())
+    }
+
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(CheckpointError::Io {
+                path: "state/offsets.tmp".into(),
+                op: "fsync",
+                source: std::io::Error::from_raw_os_error(5),
+            });
+        }
+        self.committed.lock().expect("lock").extend(offsets.clone());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_of_the_offset_store_halts_an_endless_run_and_commits_nothing_after_it() {
+    let store = FsyncFailsOnce::default();
+    let source = GeneratorSource::new(GeneratorConfig {
+        partitions: 2,
+        records_per_partition: None,
+        max_batch_records: 10,
+        rate: Some(2_000.0),
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .sink(
+            "nowhere",
+            SinkDriver::new(BlackholeSink::new(), RawLinesEncoder::new()),
+        )
+        .checkpoint(CheckpointConfig {
+            commit_interval: Duration::from_millis(20),
+            ..CheckpointConfig::default()
+        })
+        .offset_store(store.clone())
+        .build()
+        .unwrap();
+    // Nothing cancels the run: the lost store must stop it. The timeout
+    // only keeps a regression from hanging the suite.
+    let err = tokio::time::timeout(
+        Duration::from_secs(120),
+        pipeline.run(CancellationToken::new()),
+    )
+    .await
+    .expect("the run stops by itself once its store is lost")
+    .expect_err("a run whose store is lost is no success");
+    assert!(
+        matches!(
+            &err,
+            PipelineError::Checkpoint(CheckpointError::Io { .. } | CheckpointError::Commit { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("state/offsets.tmp"), "{err}");
+    assert!(
+        store.committed.lock().expect("lock").is_empty(),
+        "no commit after the failed fsync is trusted"
+    );
+}

@@ -329,6 +329,75 @@ fn cases() -> Vec<Case> {
             validate: None,
             ..case("a URL from a variable", postgres("url = \"${PG_URL}\""))
         },
+        // Misspelled and unknown options: the parser's messages name the
+        // option, never its value, however the key is spelled.
+        case(
+            "a connection string with passwd=",
+            postgres(&format!(
+                "url = \"host=127.0.0.1 port=1 user=etl passwd={SECRET}\""
+            )),
+        ),
+        case(
+            "a connection string with PASSWORD=",
+            postgres(&format!(
+                "url = \"host=127.0.0.1 port=1 user=etl PASSWORD={SECRET}\""
+            )),
+        ),
+        case(
+            "a connection string with Password=",
+            postgres(&format!(
+                "url = \"host=127.0.0.1 port=1 user=etl Password = '{SECRET}'\""
+            )),
+        ),
+        case(
+            "a connection string with bogus=",
+            postgres(&format!(
+                "url = \"host=127.0.0.1 port=1 user=etl bogus={SECRET}\""
+            )),
+        ),
+        case(
+            "a URL with ?passwd=",
+            postgres(&format!(
+                "url = \"postgres://etl@127.0.0.1:1/db?passwd={SECRET}\""
+            )),
+        ),
+        case(
+            "a URL with ?PASSWORD= and ?bogus=",
+            postgres(&format!(
+                "url = \"postgres://etl@127.0.0.1:1/db?PASSWORD={SECRET}&bogus={SECRET}\""
+            )),
+        ),
+        case(
+            "a URL whose option name is the secret",
+            postgres(&format!(
+                "url = \"postgres://etl@127.0.0.1:1/db?{SECRET}=1\""
+            )),
+        ),
+        case(
+            "a connection string whose option name is the secret",
+            postgres(&format!("url = \"host=127.0.0.1 {SECRET}='x\"")),
+        ),
+        Case {
+            env: vec![("PG_PASSWORD", SECRET)],
+            ..case(
+                "a URL with ?passwd=${PG_PASSWORD}",
+                postgres("url = \"postgres://etl@127.0.0.1:1/db?passwd=${PG_PASSWORD}\""),
+            )
+        },
+        Case {
+            env: vec![("PG_PASSWORD", SECRET)],
+            ..case(
+                "a connection string with Password=${PG_PASSWORD}",
+                postgres("url = \"host=127.0.0.1 port=1 user=etl Password=${PG_PASSWORD}\""),
+            )
+        },
+        Case {
+            env: vec![(
+                "DATABASE_URL",
+                "postgres://etl@127.0.0.1:1/db?passwd=Zq9SecretPw",
+            )],
+            ..case("DATABASE_URL with ?passwd=", postgres(""))
+        },
         case(
             "an unset variable beside a URL with a password",
             postgres(&format!(
@@ -599,4 +668,171 @@ fn debug_of_the_postgres_sink_config_leaves_secrets_out() {
         let shown = format!("{pg:?}");
         assert!(!shown.contains(SECRET), "{shown}");
     }
+}
+
+/// A registered transform whose table holds a nested secret.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Vault {
+    #[serde(default)]
+    auth: Option<VaultAuth>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    mode: VaultMode,
+    /// Fail to build, quoting the nested password (as a careless factory
+    /// might).
+    #[serde(default)]
+    refuse: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VaultAuth {
+    user: String,
+    password: String,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum VaultMode {
+    #[default]
+    Plain,
+    Sealed,
+}
+
+fn vault_registry() -> etl::Registry {
+    etl::Registry::new().transform("vault", |config: Vault, context| {
+        let _ = (config.password, matches!(config.mode, VaultMode::Sealed));
+        match config.auth {
+            Some(auth) if config.refuse => Err(format!(
+                "vault refused {}:{} for {}",
+                auth.user,
+                auth.password,
+                context.name()
+            )
+            .into()),
+            _ => Ok(Box::new(etl::map(context.name(), Ok))),
+        }
+    })
+}
+
+fn vault_config(transforms: &str) -> String {
+    format!(
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n{transforms}\n\
+         [[sinks]]\ntype = \"blackhole\"\n\n[checkpoint]\nstore = {{ type = \"memory\" }}\n"
+    )
+}
+
+#[tokio::test]
+async fn no_registered_component_prints_a_secret_from_any_table_or_depth() {
+    let env = |name: &str| (name == "PG_PASSWORD").then(|| SECRET.to_owned());
+    let nested = format!(
+        "[[transforms]]\ntype = \"vault\"\nauth = {{ user = \"etl\", password = \"{SECRET}\" }}\n"
+    );
+    let nested_var = "[[transforms]]\ntype = \"vault\"\n\
+                      auth = { user = \"etl\", password = \"${PG_PASSWORD}\" }\n";
+    let problems = [
+        (
+            "a nested secret, echoed by a mistyped field of its table",
+            format!("{nested}mode = \"{SECRET}\"\n"),
+        ),
+        (
+            "a nested secret under a [table], echoed by a mistyped field",
+            format!(
+                "[[transforms]]\ntype = \"vault\"\nmode = \"{SECRET}\"\n\
+                 [transforms.auth]\nuser = \"etl\"\npassword = \"{SECRET}\"\n"
+            ),
+        ),
+        (
+            "a secret of another registered table, echoed by a mistyped field",
+            format!(
+                "{nested}[[transforms]]\ntype = \"vault\"\nmode = \"{SECRET}\"\n\
+                 [[transforms]]\ntype = \"vault\"\npassword = \"{SECRET}\"\n"
+            ),
+        ),
+        (
+            "a secret of a built-in table, echoed by a registered table",
+            format!(
+                "[[transforms]]\ntype = \"vault\"\nmode = \"{SECRET}\"\n\
+                 [[sinks]]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ntopic = \"t\"\n\
+                 properties = {{ \"sasl.password\" = \"{SECRET}\" }}\n"
+            ),
+        ),
+        (
+            "a nested ${PG_PASSWORD}, echoed by a mistyped field",
+            format!("{nested_var}mode = \"${{PG_PASSWORD}}\"\n"),
+        ),
+        (
+            "a nested secret in an array of tables, echoed by a mistyped field",
+            format!(
+                "[[transforms]]\ntype = \"vault\"\nmode = \"{SECRET}\"\n\
+                 [[transforms]]\ntype = \"vault\"\nauth = [{{ user = \"etl\", \
+                 password = \"{SECRET}\" }}]\n"
+            ),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, transforms) in &problems {
+        let text = vault_config(transforms);
+        match vault_registry().parse_config_with_env(&text, Path::new("."), env) {
+            Ok(config) => failures.push(format!("{name}: parsed: {config:?}")),
+            Err(problems) => {
+                let shown = format!("{problems:?}");
+                if shown.contains(SECRET) {
+                    failures.push(format!("{name}: {shown}"));
+                }
+            }
+        }
+    }
+    // A factory that quotes its secret when it fails: the pipeline's error
+    // leaves it out too, whether the secret was written in the file or
+    // came from a variable, in this table or another one.
+    let builds = [
+        (
+            "a factory quoting its nested secret",
+            format!("{nested}refuse = true\n"),
+        ),
+        (
+            "a factory quoting its nested ${PG_PASSWORD}",
+            format!("{nested_var}refuse = true\n"),
+        ),
+        (
+            "a factory quoting a secret written in another table",
+            format!(
+                "[[transforms]]\ntype = \"vault\"\nauth = {{ user = \"etl\", \
+                 password = \"{SECRET}\" }}\nrefuse = true\n\
+                 [[transforms]]\ntype = \"vault\"\npassword = \"{SECRET}\"\n"
+            )
+            .replace(
+                &format!("password = \"{SECRET}\" }}"),
+                "password = \"xpw1\" }",
+            )
+            .replace("user = \"etl\"", &format!("user = \"{SECRET}\"")),
+        ),
+    ];
+    for (name, transforms) in &builds {
+        let text = vault_config(transforms);
+        let config = match vault_registry().parse_config_with_env(&text, Path::new("."), env) {
+            Ok(config) => config,
+            Err(problems) => {
+                failures.push(format!("{name}: does not parse: {problems:?}"));
+                continue;
+            }
+        };
+        let shown = format!("{config:?}");
+        if shown.contains(SECRET) {
+            failures.push(format!("{name}: Debug: {shown}"));
+        }
+        match etl::pipeline_from_config(&config).await {
+            Ok(_) => failures.push(format!("{name}: built")),
+            Err(e) => {
+                let shown = format!("{e} / {e:?}");
+                if shown.contains(SECRET) {
+                    failures.push(format!("{name}: {shown}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

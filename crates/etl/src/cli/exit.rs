@@ -55,11 +55,15 @@ impl Exit {
             | P::NoDeadLetterSink { .. }
             | P::TransformHalted { .. } => code::DATA,
             P::Source(S::Config(_)) => code::CONFIG,
+            // A lock the store cannot take for a reason other than another
+            // run (the lock file cannot be created or written: a folder
+            // that is not writable, a full disk) is the store's I/O too;
+            // a lock held by another run was answered above (75).
             P::FinalCommit(_)
-            | P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })
-            | P::Source(S::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. })) => {
-                code::IO
-            }
+            | P::Checkpoint(C::Io { .. } | C::Corrupt { .. } | C::Commit { .. } | C::Lock(_))
+            | P::Source(S::Checkpoint(
+                C::Io { .. } | C::Corrupt { .. } | C::Commit { .. } | C::Lock(_),
+            )) => code::IO,
             // The output cannot be written (a broken pipe, a read-only or
             // full disk): the sink halted the pipeline.
             P::Sink { source, .. } if source.is_io() => code::IO,

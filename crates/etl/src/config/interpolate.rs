@@ -17,10 +17,12 @@
 //! string on the same lines, so every later line and column of a problem
 //! still points into the file as written.
 
+use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
-use secrecy::SecretString;
 use secrecy::zeroize::Zeroizing;
+use secrecy::{ExposeSecret, SecretString};
 use toml_edit::{ImDocument, Item, Table, Value};
 
 /// A string value that cannot be interpolated.
@@ -189,6 +191,75 @@ impl Walk<'_> {
     }
 }
 
+/// Every value that must appear in no output of a configuration: what
+/// its keys name as secret, at any depth and in any table, and what a
+/// variable gave to a secret. Shared by every component of the
+/// configuration, so a secret written in one table is also kept out of
+/// what another prints. `Debug` shows how many there are.
+#[derive(Clone, Default)]
+pub(crate) struct Secrets(Arc<Vec<SecretString>>);
+
+impl Secrets {
+    /// The values under secret-named keys anywhere in `doc` (every string
+    /// and number below such a key, in nested tables and arrays too),
+    /// with `also` (what variables gave to secrets).
+    pub(crate) fn of_document(doc: &toml::Table, also: &[SecretString]) -> Self {
+        let mut values: Vec<String> = also.iter().map(|s| s.expose_secret().to_owned()).collect();
+        collect_table(doc, false, &mut values);
+        values.retain(|v| !v.is_empty());
+        // The longest first, so a secret holding another is replaced whole.
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        Secrets(Arc::new(
+            values.into_iter().map(SecretString::from).collect(),
+        ))
+    }
+
+    /// `text` with every secret replaced by `***`.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in self.0.iter() {
+            let secret = secret.expose_secret();
+            if out.contains(secret) {
+                out = out.replace(secret, "***");
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secrets({})", self.0.len())
+    }
+}
+
+/// Built-in options whose names hold a secret's mark (`key`) but whose
+/// values name columns and fields: redacting those would garble messages
+/// (`id` in `invalid`), and they are never secrets.
+const NOT_SECRET: &[&str] = &["key_column", "key_field"];
+
+fn collect_table(table: &toml::Table, secret: bool, out: &mut Vec<String>) {
+    for (key, value) in table {
+        let secret = secret || (is_secret_key(key) && !NOT_SECRET.contains(&key.as_str()));
+        collect_value(value, secret, out);
+    }
+}
+
+fn collect_value(value: &toml::Value, secret: bool, out: &mut Vec<String>) {
+    match value {
+        toml::Value::Table(t) => collect_table(t, secret, out),
+        toml::Value::Array(a) => {
+            for v in a {
+                collect_value(v, secret, out);
+            }
+        }
+        toml::Value::String(s) if secret => out.push(s.clone()),
+        toml::Value::Integer(_) | toml::Value::Float(_) if secret => out.push(value.to_string()),
+        _ => {}
+    }
+}
+
 /// Whether a key or variable name says its value may be a secret.
 pub(super) fn is_secret_key(name: &str) -> bool {
     const MARKS: &[&str] = &[
@@ -326,8 +397,6 @@ fn basic_string(value: &str, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-
-    use secrecy::ExposeSecret;
 
     use super::*;
 
@@ -469,5 +538,22 @@ mod tests {
             .unwrap();
         let secrets: Vec<&str> = out.secrets.iter().map(|s| s.expose_secret()).collect();
         assert_eq!(secrets, ["hunter2", "Zq9SecretPw"]);
+    }
+
+    #[test]
+    fn secrets_are_found_at_any_depth_and_in_every_table() {
+        let doc: toml::Table = toml::from_str(
+            "[a]\nauth = { user = \"u\", password = \"nested\" }\n\
+             [b]\nv = \"plain\"\n[b.credentials]\nname = \"under-a-secret-table\"\n\
+             [[c]]\nlist = [{ token = \"in-array\" }, { token = 1234567 }]\n\
+             key_column = \"id\"\n",
+        )
+        .unwrap();
+        let secrets = Secrets::of_document(&doc, &[SecretString::from("from-var")]);
+        assert_eq!(
+            secrets
+                .redact("nested under-a-secret-table in-array 1234567 from-var plain u invalid id"),
+            "*** *** *** *** *** plain u invalid id"
+        );
     }
 }

@@ -7,13 +7,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml_edit::ImDocument;
 
-use super::interpolate::{Interpolated, interpolate};
+use super::interpolate::{Interpolated, Secrets, interpolate};
 use super::schema::*;
 use crate::registry::{Custom, Factory, Registry};
 
@@ -149,6 +148,9 @@ pub(super) struct Checker<'a> {
         allow(dead_code, reason = "for connector problems")
     )]
     doc: Option<ImDocument<&'a str>>,
+    /// Every secret of the whole configuration, for what registered
+    /// components print.
+    secrets: Secrets,
 }
 
 impl Checker<'_> {
@@ -309,12 +311,6 @@ impl Checker<'_> {
             Some(toml::Value::String(t)) => t,
             _ => unreachable!("checked above"),
         };
-        let secrets: Vec<String> = table
-            .iter()
-            .filter(|(k, _)| super::interpolate::is_secret_key(k))
-            .filter_map(|(_, v)| v.as_str().map(str::to_owned))
-            .filter(|v| !v.is_empty())
-            .collect();
         let before = self.problems.len();
         let check = factory.check.clone();
         let fits = self
@@ -323,13 +319,17 @@ impl Checker<'_> {
             })
             .is_some();
         for problem in &mut self.problems[before..] {
-            for secret in &secrets {
-                problem.message = problem.message.replace(secret.as_str(), "***");
-            }
+            problem.message = self.secrets.redact(&problem.message);
         }
         Ok(fits.then(|| {
             (
-                Custom::new(type_name, table, base.to_owned(), factory),
+                Custom::new(
+                    type_name,
+                    table,
+                    base.to_owned(),
+                    factory,
+                    self.secrets.clone(),
+                ),
                 span,
             )
         }))
@@ -533,20 +533,26 @@ fn parse_interpolated(
             problems: Vec::new(),
             warnings: Vec::new(),
             doc: None,
+            secrets: Secrets::default(),
         };
         for u in unresolved {
             ck.problem(u.span, &u.section, u.message);
         }
         ck.problems
     })?;
-    let redact = |problems: &mut Vec<ConfigProblem>| {
-        for p in problems {
-            for secret in &secrets {
-                p.message = p.message.replace(secret.expose_secret(), "***");
-            }
+    // Every value a key anywhere names as secret, with what variables gave
+    // to secrets, is kept out of every problem and warning, whichever table
+    // it is in.
+    let secrets = match toml::from_str::<toml::Table>(&interpolated) {
+        Ok(doc) => Secrets::of_document(&doc, &secrets),
+        Err(_) => Secrets::of_document(&toml::Table::new(), &secrets),
+    };
+    let redact = |items: &mut Vec<ConfigProblem>| {
+        for p in items {
+            p.message = secrets.redact(&p.message);
         }
     };
-    match parse_text(registry, &interpolated, base) {
+    match parse_text(registry, &interpolated, base, &secrets) {
         Ok(mut config) => {
             // A warning quotes the program, which a variable may have
             // filled in.
@@ -560,12 +566,18 @@ fn parse_interpolated(
     }
 }
 
-fn parse_text(registry: &Registry, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+fn parse_text(
+    registry: &Registry,
+    text: &str,
+    base: &Path,
+    secrets: &Secrets,
+) -> Result<Config, Vec<ConfigProblem>> {
     let mut ck = Checker {
         text,
         problems: Vec::new(),
         warnings: Vec::new(),
         doc: ImDocument::parse(text).ok(),
+        secrets: secrets.clone(),
     };
     let raw: RawDoc = match toml::from_str(text) {
         Ok(raw) => raw,

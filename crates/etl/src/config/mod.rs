@@ -16,6 +16,7 @@ mod programs;
 mod schema;
 mod units;
 
+pub(crate) use interpolate::Secrets;
 pub use load::{ConfigError, ConfigProblem, load_config, parse_config, parse_config_with_env};
 pub(crate) use load::{load_config_in, parse_config_in, parse_config_with_env_in};
 pub use schema::*;

@@ -114,7 +114,7 @@ fn connector_error(name: &str, e: PostgresError) -> PipelineError {
 }
 
 /// `message` with every password the table holds (the `password` field, or
-/// one in `url`) replaced by `***`.
+/// one in `url`) and the whole `url` replaced by `***`.
 fn redact(message: &str, table: &toml::Table) -> String {
     let mut secrets: Vec<String> = Vec::new();
     if let Some(password) = table.get("password") {
@@ -124,6 +124,9 @@ fn redact(message: &str, table: &toml::Table) -> String {
         });
     }
     if let Some(url) = table.get("url").and_then(toml::Value::as_str) {
+        // The whole URL too: any part of it may be a secret, whatever its
+        // key is called (`passwd=`, `Password=`).
+        secrets.push(url.to_owned());
         secrets.extend(url_password(url));
     }
     let mut out = message.to_owned();

@@ -518,7 +518,8 @@ struct Running {
 
 impl Running {
     /// The run phase: until the driver ends, a replay is refused by
-    /// `on_failure = "halt"` (returned), or `shutdown` is cancelled. Once
+    /// `on_failure = "halt"` (returned), the offset store is lost, or
+    /// `shutdown` is cancelled. Once
     /// the source has read all its input, the sinks write their last
     /// partial batches at once: a bounded run does not end a linger late.
     async fn until_stop(
@@ -535,6 +536,14 @@ impl Running {
                 Some(request) = self.halt_rx.recv() => {
                     self.cancel.cancel();
                     return Some(request);
+                }
+                // A failed write or fsync of the offset store: nothing can
+                // be committed any more, so the run stops, and its final
+                // commit reports the store's error.
+                () = self.checkpointer.store_lost() => {
+                    tracing::error!("the offset store is lost; stopping the run");
+                    self.cancel.cancel();
+                    return None;
                 }
                 Ok(_) = self.input_ended.wait_for(|ended| *ended), if !told_sinks => {
                     told_sinks = true;
