@@ -68,6 +68,7 @@ mod native;
 mod offsets;
 mod outage;
 mod poll_thread;
+mod refusal;
 mod sink;
 mod source;
 
@@ -77,5 +78,6 @@ pub use context::RevokeHandler;
 pub use error::KafkaError;
 pub use mapping::PartitionMap;
 pub use offsets::GroupOffsetStore;
+pub use refusal::Refusal;
 pub use sink::KafkaSink;
 pub use source::KafkaSource;

@@ -184,7 +184,13 @@ impl PollThread {
                     self.take(&message);
                 }
                 Some(Err(err)) if crate::outage::is_transport(&err) => {
-                    self.context().outage.failure(&err.to_string());
+                    self.context()
+                        .outage
+                        .transport_failure(&err, &err.to_string());
+                }
+                // Said by the error callback, with librdkafka's reason.
+                Some(Err(err)) if crate::outage::is_refusal(&err) => {
+                    tracing::debug!(%err, "kafka consumer error");
                 }
                 // Said by the error callback, which has the topic's name.
                 Some(Err(err)) if crate::outage::is_unknown_topic(&err) => {
