@@ -322,14 +322,23 @@ fn mtls_without_a_client_certificate_is_refused() {
         .into_iter()
         .filter(|(k, _)| !k.starts_with("ssl.certificate") && !k.starts_with("ssl.key"))
         .collect();
-    // TLS 1.3: the server's alert arrives with the first response.
+    // TLS 1.3: the server's alert arrives with the first response. It
+    // refuses the settings, as a wrong CA does: a configuration error.
     let needle = "alert certificate required";
-    let (_, stderr) = run_until_logged(broker.addr(), properties, needle);
-    assert!(
-        stderr.contains(needle),
-        "a client without a certificate was not refused within {FAILURE_WAIT:?}:\n{stderr}\n{}",
+    let (code, _, stderr) = run_to_exit("run", &source_pipeline(broker.addr(), properties));
+    let said = format!("broker {} failed the TLS handshake", broker.addr());
+    assert_eq!(
+        code,
+        Some(78),
+        "exit code; stderr:\n{stderr}\n{}",
         broker.logs()
     );
+    assert!(
+        stderr.contains(needle) && lines_with(&stderr, &said) == 1,
+        "a client without a certificate is refused, said once:\n{stderr}\n{}",
+        broker.logs()
+    );
+    assert_eq!(lines_with(&stderr, "brokers unreachable"), 0, "{stderr}");
 }
 
 /// `examples/kafka/secured.toml` as shipped (TLS + SCRAM-SHA-512, secrets

@@ -120,9 +120,8 @@ impl Outage {
         self.refusals.load(Ordering::Acquire) > 0
     }
 
-    /// A failure to reach the brokers, from the error callback or a
-    /// consumer poll.
-    pub(crate) fn transport_failure(&self, error: &ClientError, reason: &str) {
+    /// A failure to reach the brokers, from the error callback.
+    fn transport_failure(&self, error: &ClientError, reason: &str) {
         let all_down = matches!(
             error,
             ClientError::Global(RDKafkaErrorCode::AllBrokersDown)

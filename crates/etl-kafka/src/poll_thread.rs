@@ -183,13 +183,13 @@ impl PollThread {
                     self.read.1 += 1;
                     self.take(&message);
                 }
-                Some(Err(err)) if crate::outage::is_transport(&err) => {
-                    self.context()
-                        .outage
-                        .transport_failure(&err, &err.to_string());
-                }
-                // Said by the error callback, with librdkafka's reason.
-                Some(Err(err)) if crate::outage::is_refusal(&err) => {
+                // The error callback saw the same event first, with
+                // librdkafka's reason, and fed the outage (or the refusal)
+                // with it: counted again here, a failure that follows a
+                // refusal would read as an outage.
+                Some(Err(err))
+                    if crate::outage::is_transport(&err) || crate::outage::is_refusal(&err) =>
+                {
                     tracing::debug!(%err, "kafka consumer error");
                 }
                 // Said by the error callback, which has the topic's name.

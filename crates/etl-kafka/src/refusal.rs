@@ -122,6 +122,10 @@ impl Security {
                 mechanism: self.mechanism.clone().unwrap_or_else(|| "none".to_owned()),
             },
             C::SSL => Refusal::Tls,
+            // The broker's TLS stack refused the client's certificate (or
+            // its absence) with a fatal alert; librdkafka sees the
+            // connection close and calls it a transport failure.
+            C::BrokerTransportFailure if is_certificate_alert(reason) => Refusal::Tls,
             _ => return None,
         };
         let (broker, reason) = split_broker(reason);
@@ -132,6 +136,24 @@ impl Security {
             reason: self.properties.redact(&without_timing(reason)),
         })
     }
+}
+
+/// Whether `reason` is a fatal TLS alert by which a broker refuses the
+/// client's certificate: OpenSSL's `SSL routines::tlsv13 alert
+/// certificate required` and its kin (RFC 8446, section 6.2). A
+/// connection merely closed during the handshake is no such alert.
+fn is_certificate_alert(reason: &str) -> bool {
+    const ALERTS: &[&str] = &[
+        "alert certificate required",
+        "alert bad certificate",
+        "alert unknown ca",
+        "alert certificate unknown",
+        "alert certificate expired",
+        "alert certificate revoked",
+        "alert unsupported certificate",
+        "alert access denied",
+    ];
+    reason.contains("SSL routines") && ALERTS.iter().any(|a| reason.contains(a))
 }
 
 /// librdkafka's reason is `proto://host:port/id: text`; the broker's
@@ -209,5 +231,20 @@ mod tests {
         for code in [C::AllBrokersDown, C::BrokerTransportFailure, C::Resolve] {
             assert!(security.refusal(code, "down").is_none(), "{code:?}");
         }
+        let alert = "ssl://h:9/bootstrap: Receive failed: error:0A00045C:SSL routines::tlsv13 \
+                     alert certificate required: SSL alert number 116";
+        assert!(
+            security
+                .refusal(C::BrokerTransportFailure, alert)
+                .is_some_and(|e| e.to_string().contains("failed the TLS handshake")),
+            "a refused client certificate"
+        );
+        let closed = "ssl://h:9/bootstrap: SSL handshake failed: Disconnected: connecting to a \
+                      PLAINTEXT broker listener?";
+        assert!(
+            security
+                .refusal(C::BrokerTransportFailure, closed)
+                .is_none()
+        );
     }
 }
