@@ -322,14 +322,23 @@ fn mtls_without_a_client_certificate_is_refused() {
         .into_iter()
         .filter(|(k, _)| !k.starts_with("ssl.certificate") && !k.starts_with("ssl.key"))
         .collect();
-    // TLS 1.3: the server's alert arrives with the first response.
+    // TLS 1.3: the server's alert arrives with the first response. It
+    // refuses the settings, as a wrong CA does: a configuration error.
     let needle = "alert certificate required";
-    let (_, stderr) = run_until_logged(broker.addr(), properties, needle);
-    assert!(
-        stderr.contains(needle),
-        "a client without a certificate was not refused within {FAILURE_WAIT:?}:\n{stderr}\n{}",
+    let (code, _, stderr) = run_to_exit("run", &source_pipeline(broker.addr(), properties));
+    let said = format!("broker {} failed the TLS handshake", broker.addr());
+    assert_eq!(
+        code,
+        Some(78),
+        "exit code; stderr:\n{stderr}\n{}",
         broker.logs()
     );
+    assert!(
+        stderr.contains(needle) && lines_with(&stderr, &said) == 1,
+        "a client without a certificate is refused, said once:\n{stderr}\n{}",
+        broker.logs()
+    );
+    assert_eq!(lines_with(&stderr, "brokers unreachable"), 0, "{stderr}");
 }
 
 /// `examples/kafka/secured.toml` as shipped (TLS + SCRAM-SHA-512, secrets
@@ -406,4 +415,211 @@ async fn the_secured_example_runs_against_a_tls_and_scram_broker() {
         !read(&log).contains(&credentials.password),
         "the password reached the log"
     );
+}
+
+/// `etl` with these arguments and the configuration `config`, until it
+/// exits on its own: its exit code, stdout and stderr. A run still going
+/// after [`FAILURE_WAIT`] is stopped and fails the test: it was meant to
+/// give up by itself.
+fn run_to_exit(command: &str, config: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("pipeline.toml");
+    std::fs::write(&path, config).expect("write config");
+    let stdout = dir.path().join("stdout");
+    let stderr = dir.path().join("stderr");
+    let mut child = Command::new(etl_tests::etl_binary())
+        .args(["--log-format", "json", command])
+        .arg(&path)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+        .spawn()
+        .expect("start etl");
+    let deadline = Instant::now() + FAILURE_WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            stop(&mut child);
+            panic!(
+                "`etl {command}` was still running after {FAILURE_WAIT:?}: it keeps retrying \
+                 instead of giving up\n{}",
+                read(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = read(&stderr);
+    // Shown when the test fails.
+    println!("`etl {command}` exited with {status}; stderr:\n{stderr}");
+    (status.code(), read(&stdout), stderr)
+}
+
+/// A Kafka source with these client properties into a file sink.
+fn source_pipeline(broker_addr: &str, properties: Vec<(String, String)>) -> String {
+    let mut config = MemberConfig::with_brokers(broker_addr, &unique("tls-bad"), "tls-unused");
+    config.properties = properties;
+    config.render("type = \"file\"\npath = \"out.ndjson\"")
+}
+
+/// A generator into a Kafka sink with these client properties.
+fn sink_pipeline(broker_addr: &str, properties: &[(String, String)]) -> String {
+    format!(
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 20\n\n\
+         [[sinks]]\nname = \"copy\"\ntype = \"kafka\"\nbrokers = {broker_addr:?}\n\
+         topic = {:?}\nproperties = {}\n\n\
+         [checkpoint]\nstore = {{ type = \"memory\" }}\nshutdown_timeout = \"5s\"\n",
+        unique("tls-sink"),
+        toml_inline_table(properties)
+    )
+}
+
+fn lines_with(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+fn no_secret_in(outputs: &[(&str, &str)], secrets: &[&str]) {
+    for (name, output) in outputs {
+        for secret in secrets {
+            assert!(!output.contains(secret), "a secret reached {name}");
+        }
+    }
+}
+
+/// A wrong password is not an outage: the source says that the broker
+/// refused the login (which broker, which mechanism), once, and the run
+/// ends with the configuration's exit code instead of retrying forever.
+#[test]
+fn a_source_refused_its_scram_login_exits_78_naming_the_broker_and_mechanism() {
+    let broker = SecureBroker::start(sasl("SCRAM-SHA-256"));
+    let wrong = "Wr0ng-Zq9-password";
+    let properties = with(broker.properties(), "sasl.password", wrong);
+    let (code, stdout, stderr) = run_to_exit("run", &source_pipeline(broker.addr(), properties));
+    let said = format!(
+        "broker {} refused the SASL login (mechanism SCRAM-SHA-256)",
+        broker.addr()
+    );
+    assert_eq!(
+        code,
+        Some(78),
+        "exit code; stderr:\n{stderr}\n{}",
+        broker.logs()
+    );
+    assert_eq!(lines_with(&stderr, &said), 1, "said once:\n{stderr}");
+    assert!(
+        stderr.contains("Authentication failed") && stderr.contains("configuration error"),
+        "{stderr}"
+    );
+    assert_eq!(
+        lines_with(&stderr, "brokers unreachable"),
+        0,
+        "a refusal is no outage:\n{stderr}"
+    );
+    no_secret_in(
+        &[("stdout", &stdout), ("stderr", &stderr)],
+        &[wrong, "Zq9Sec-ret%pw"],
+    );
+}
+
+/// The TLS handshake fails (a CA that did not sign the broker's
+/// certificate): a configuration error naming the broker and the TLS
+/// problem, not "brokers unreachable" forever.
+#[test]
+fn a_source_whose_tls_handshake_fails_exits_78_naming_the_broker_and_the_certificate_problem() {
+    let broker = SecureBroker::start(sasl("SCRAM-SHA-512"));
+    let other = broker.write("other-ca.pem", &Ca::new("some other CA").pem());
+    let properties = with(
+        broker.properties(),
+        "ssl.ca.location",
+        &other.display().to_string(),
+    );
+    let (code, _, stderr) = run_to_exit("run", &source_pipeline(broker.addr(), properties));
+    let said = format!("broker {} failed the TLS handshake", broker.addr());
+    assert_eq!(
+        code,
+        Some(78),
+        "exit code; stderr:\n{stderr}\n{}",
+        broker.logs()
+    );
+    assert_eq!(lines_with(&stderr, &said), 1, "said once:\n{stderr}");
+    assert!(stderr.contains("certificate verify failed"), "{stderr}");
+    assert_eq!(
+        lines_with(&stderr, "brokers unreachable"),
+        0,
+        "a refusal is no outage:\n{stderr}"
+    );
+}
+
+/// A sink whose login is refused fails its first write at once with the
+/// refusal (not `sink write timed out` after retrying for a minute), and
+/// the run ends.
+#[test]
+fn a_sink_refused_its_scram_login_halts_at_once_with_the_refusal() {
+    let broker = SecureBroker::start(sasl("SCRAM-SHA-512"));
+    let wrong = "Wr0ng-Zq9-password";
+    let properties = with(broker.properties(), "sasl.password", wrong);
+    let (code, stdout, stderr) = run_to_exit("run", &sink_pipeline(broker.addr(), &properties));
+    let said = format!(
+        "broker {} refused the SASL login (mechanism SCRAM-SHA-512)",
+        broker.addr()
+    );
+    assert_eq!(
+        code,
+        Some(1),
+        "exit code; stderr:\n{stderr}\n{}",
+        broker.logs()
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("sink \"copy\"")
+            && last.contains(&said)
+            && last.contains("configuration error"),
+        "the run's error names the sink and the refusal:\n{stderr}"
+    );
+    assert_eq!(lines_with(&stderr, "timed out"), 0, "{stderr}");
+    no_secret_in(
+        &[("stdout", &stdout), ("stderr", &stderr)],
+        &[wrong, "Zq9Sec-ret%pw"],
+    );
+}
+
+/// An encrypted client key with the wrong `ssl.key.password` is said as
+/// that (not OpenSSL's `PEM lib` against `ssl.key.location`), exit 78;
+/// with the right password the same configuration is valid.
+#[test]
+fn a_wrong_key_password_is_named_as_the_problem_of_ssl_key_password() {
+    let broker = SecureBroker::start(Security {
+        client_certificates: true,
+        ..Security::tls()
+    });
+    let right = "Zq9-key-pass";
+    let key = broker.encrypted_client_key(right);
+    let properties = |password: &str| {
+        let p = with(
+            broker.properties(),
+            "ssl.key.location",
+            &key.display().to_string(),
+        );
+        with(p, "ssl.key.password", password)
+    };
+    let wrong = "Wr0ng-key-pass";
+    for command in ["validate", "run"] {
+        let (code, stdout, stderr) =
+            run_to_exit(command, &source_pipeline(broker.addr(), properties(wrong)));
+        let all = format!("{stdout}{stderr}");
+        assert_eq!(code, Some(78), "`etl {command}`:\n{all}");
+        assert!(
+            all.contains("properties.\"ssl.key.password\"")
+                && all.contains("does not decrypt the private key of ssl.key.location"),
+            "`etl {command}` names the password as the problem:\n{all}"
+        );
+        no_secret_in(&[("output", &all)], &[wrong, right]);
+    }
+    let (code, stdout, stderr) = run_to_exit(
+        "validate",
+        &source_pipeline(broker.addr(), properties(right)),
+    );
+    assert_eq!(code, Some(0), "with the right password:\n{stdout}{stderr}");
 }

@@ -83,3 +83,45 @@ async fn every_record_arrives_at_least_once() {
         arrived.len()
     );
 }
+
+/// A Kafka source's offsets live in its consumer group, so a file store
+/// under `[checkpoint]` would stay empty: `etl offsets show` printed "no
+/// committed offsets" (exit 0) while the group held them. Every command
+/// refuses it as a configuration error that says where the offsets are.
+#[test]
+fn a_kafka_source_refuses_a_store_other_than_its_group() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = MemberConfig::with_brokers("127.0.0.1:9", "orders-group", "orders")
+        .render("type = \"file\"\npath = \"out.ndjson\"");
+    let source_store = "store = { type = \"source\" }";
+    assert!(config.contains(source_store), "{config}");
+    let path = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &path,
+        config.replace(
+            source_store,
+            "store = { type = \"file\", path = \"state\" }",
+        ),
+    )
+    .expect("write config");
+    for command in [&["validate"][..], &["offsets", "show"], &["run"]] {
+        let out = std::process::Command::new(etl_tests::etl_binary())
+            .args(command)
+            .arg(&path)
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run etl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(78), "etl {command:?}:\n{text}");
+        assert!(
+            text.contains("consumer group `orders-group`") && text.contains("type = \"source\""),
+            "etl {command:?} says where the offsets are:\n{text}"
+        );
+        assert!(!text.contains("no committed offsets"), "{text}");
+    }
+}

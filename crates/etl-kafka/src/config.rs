@@ -664,6 +664,9 @@ impl KafkaProperties {
             other => other.to_string(),
         };
         let reason = self.redact(&reason);
+        if let Some(problem) = self.key_problem(&reason) {
+            return problem;
+        }
         // The property the reason names, in full or by a shorter alias in
         // backquotes (`max.in.flight` for
         // `max.in.flight.requests.per.connection`).
@@ -683,6 +686,44 @@ impl KafkaProperties {
             key,
             format!("librdkafka refuses the configuration: {reason}"),
         )
+    }
+
+    /// A private key librdkafka could not load, said for what it is when
+    /// the key is encrypted. librdkafka reports OpenSSL's last error
+    /// against `ssl.key.location` (`PEM lib`) whatever the cause, and for
+    /// an encrypted key the cause is nearly always its password.
+    fn key_problem(&self, reason: &str) -> Option<KafkaError> {
+        let (name, text) = if reason.contains("ssl.key.pem") {
+            ("ssl.key.pem", self.expose_value("ssl.key.pem")?.to_owned())
+        } else if reason.contains("ssl.key.location") {
+            let path = self.expose_value("ssl.key.location")?;
+            ("ssl.key.location", std::fs::read_to_string(path).ok()?)
+        } else {
+            return None;
+        };
+        let encrypted = text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+            || text.contains("Proc-Type: 4,ENCRYPTED");
+        if !encrypted {
+            return None;
+        }
+        // Not the path itself: `ssl.key.location` is held as a secret.
+        let key = format!("the private key of {name}");
+        Some(match self.expose_value("ssl.key.password") {
+            Some(password) if !password.is_empty() => KafkaError::config(
+                property_key("ssl.key.password"),
+                format!(
+                    "does not decrypt {key}: the key is encrypted and this password is not \
+                     its password (OpenSSL: {reason})"
+                ),
+            ),
+            _ => KafkaError::config(
+                property_key(name),
+                format!(
+                    "{key} is encrypted and ssl.key.password is not set: set it to the key's \
+                     password (OpenSSL: {reason})"
+                ),
+            ),
+        })
     }
 
     /// `text` with the value of every secret property replaced by `***`.

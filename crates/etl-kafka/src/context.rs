@@ -35,6 +35,9 @@ pub(crate) enum Event {
     },
     /// The consumer hit an error it cannot recover from.
     Fatal(String),
+    /// A broker refused the consumer's security settings, and the
+    /// consumer gave up on them (see [`crate::refusal`]).
+    Refused(crate::KafkaError),
 }
 
 /// Ends partitions' epochs when the group takes them away: waits until
@@ -142,6 +145,7 @@ impl GroupContext {
         group: String,
         events: UnboundedSender<Event>,
         handover_wait: Duration,
+        security: crate::refusal::Security,
     ) -> Self {
         GroupContext {
             map,
@@ -155,7 +159,7 @@ impl GroupContext {
             paused: Mutex::new(BTreeSet::new()),
             fetch: Mutex::new(None),
             revocations: Mutex::new(BTreeMap::new()),
-            outage: crate::outage::Outage::new("consumer"),
+            outage: crate::outage::Outage::new(security),
         }
     }
 
@@ -226,7 +230,11 @@ impl ClientContext for GroupContext {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        self.outage.client_error(&error, reason);
+        if let Some(refused) = self.outage.client_error(&error, reason) {
+            // The source ends the run with it: an error of the
+            // configuration, said once.
+            self.send(Event::Refused(refused));
+        }
     }
 }
 

@@ -102,6 +102,24 @@ pub enum KafkaError {
     /// The background thread that polls the consumer has stopped.
     #[error("kafka: the consumer's poll thread has stopped")]
     PollThreadStopped,
+    /// A broker refused the client's security settings: its SASL login
+    /// or its TLS handshake. No retry fixes that; it is an error of the
+    /// configuration. The reason is librdkafka's, without secrets.
+    #[error(
+        "kafka {client}: broker {broker} {refusal}: {reason}; {}. This is a configuration \
+         error: the {client} does not retry it",
+        refusal.settings()
+    )]
+    Refused {
+        /// `consumer` or `producer`.
+        client: &'static str,
+        /// The broker's `host:port`.
+        broker: String,
+        /// What it refused.
+        refusal: crate::Refusal,
+        /// librdkafka's reason.
+        reason: String,
+    },
 }
 
 impl KafkaError {
@@ -130,16 +148,36 @@ impl KafkaError {
     }
 
     /// Whether the error is the configuration's: a setting out of range,
-    /// or one librdkafka refuses, alone or when creating the client.
+    /// one librdkafka refuses, alone or when creating the client, or
+    /// credentials or TLS settings a broker refuses.
     #[must_use]
     pub fn is_configuration(&self) -> bool {
         match self {
-            KafkaError::Config { .. } => true,
+            KafkaError::Config { .. } | KafkaError::Refused { .. } => true,
             KafkaError::Client { source, .. } => matches!(
                 **source,
                 ClientError::ClientCreation(_) | ClientError::ClientConfig(..)
             ),
             _ => false,
+        }
+    }
+
+    /// A copy of a [`KafkaError::Refused`] (kept once, handed to every
+    /// write that meets it); `None` for any other error.
+    pub(crate) fn again(&self) -> Option<Self> {
+        match self {
+            KafkaError::Refused {
+                client,
+                broker,
+                refusal,
+                reason,
+            } => Some(KafkaError::Refused {
+                client,
+                broker: broker.clone(),
+                refusal: refusal.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
         }
     }
 

@@ -15,6 +15,13 @@
 //!   the record's fault (a dead letter) or the environment's (the pipeline
 //!   halts); keys and headers are carried over and each message gets
 //!   the record's idempotency key as the `etl-idempotency-key` header.
+//! * A broker that refuses a client's SASL login or TLS handshake is no
+//!   outage: the client gives up with [`KafkaError::Refused`] (a
+//!   configuration error naming the broker and the mechanism or TLS
+//!   problem) instead of reconnecting forever; the source's
+//!   [`next`](etl_source::Source::next) returns it as
+//!   [`SourceError::Config`](etl_source::SourceError::Config), the sink's
+//!   writes as a permanent error.
 //! * [`PartitionMap`] maps `(topic, partition)` to
 //!   [`PartitionId`](etl_record::PartitionId) by the topic's name and the
 //!   partition number alone (a hash of the name above bit 16, the Kafka
@@ -68,6 +75,7 @@ mod native;
 mod offsets;
 mod outage;
 mod poll_thread;
+mod refusal;
 mod sink;
 mod source;
 
@@ -77,5 +85,6 @@ pub use context::RevokeHandler;
 pub use error::KafkaError;
 pub use mapping::PartitionMap;
 pub use offsets::GroupOffsetStore;
+pub use refusal::Refusal;
 pub use sink::KafkaSink;
 pub use source::KafkaSource;

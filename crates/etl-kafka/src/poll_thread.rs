@@ -183,8 +183,14 @@ impl PollThread {
                     self.read.1 += 1;
                     self.take(&message);
                 }
-                Some(Err(err)) if crate::outage::is_transport(&err) => {
-                    self.context().outage.failure(&err.to_string());
+                // The error callback saw the same event first, with
+                // librdkafka's reason, and fed the outage (or the refusal)
+                // with it: counted again here, a failure that follows a
+                // refusal would read as an outage.
+                Some(Err(err))
+                    if crate::outage::is_transport(&err) || crate::outage::is_refusal(&err) =>
+                {
+                    tracing::debug!(%err, "kafka consumer error");
                 }
                 // Said by the error callback, which has the topic's name.
                 Some(Err(err)) if crate::outage::is_unknown_topic(&err) => {

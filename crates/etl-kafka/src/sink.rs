@@ -16,6 +16,7 @@ use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 
 use crate::outage::{Outage, OutageContext};
+use crate::refusal::Security;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::{ErrorClass, KafkaError, KafkaSinkConfig, classify};
@@ -70,7 +71,11 @@ impl KafkaSink {
     /// A sink writing to `config.topic`. Connects lazily: a broker that is
     /// down shows up as retryable write errors, not here.
     pub fn new(config: KafkaSinkConfig) -> Result<Self, KafkaError> {
-        let outage = Arc::new(Outage::new("producer"));
+        let outage = Arc::new(Outage::new(Security::new(
+            "producer",
+            &config.brokers,
+            &config.properties,
+        )));
         let producer = config
             .client_config()?
             .create_with_context(OutageContext(Arc::clone(&outage)))
@@ -138,7 +143,26 @@ impl KafkaSink {
 
 #[async_trait]
 impl Sink for KafkaSink {
+    /// Write the batch; see [`KafkaSink`]. A broker that refused the
+    /// producer's security settings (see [`KafkaError::Refused`]) fails
+    /// the write at once, and every write after it, as a permanent error:
+    /// waiting for delivery reports that cannot come would only time out.
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        if let Some(refused) = self.outage.refused() {
+            return Err(SinkError::permanent(refused));
+        }
+        let write = self.write_batch(batch);
+        let refused = self.outage.wait_refused();
+        futures::pin_mut!(write, refused);
+        match futures::future::select(write, refused).await {
+            futures::future::Either::Left((written, _)) => written,
+            futures::future::Either::Right((refused, _)) => Err(SinkError::permanent(refused)),
+        }
+    }
+}
+
+impl KafkaSink {
+    async fn write_batch(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let records = batch.records();
         let mut reports: Vec<Option<Result<(), ClientError>>> = Vec::new();
         reports.resize_with(records.len(), || None);

@@ -83,6 +83,7 @@ impl KafkaSource {
             config.group_id.clone(),
             tx,
             config.max_revoke_deadline(),
+            crate::refusal::Security::new("consumer", &config.brokers, &config.properties),
         );
         let consumer: BaseConsumer<GroupContext> = client_config
             .create_with_context(context)
@@ -248,6 +249,9 @@ impl Source for KafkaSource {
                     return Ok(SourceEvent::Revoked(ids));
                 }
                 Event::Fatal(reason) => return Err(SourceError::custom(reason)),
+                // The settings are wrong, not the network: a configuration
+                // error, not a reason to keep retrying.
+                Event::Refused(refused) => return Err(SourceError::Config(refused.to_string())),
             }
         }
     }

@@ -344,6 +344,24 @@ impl SecureBroker {
         values
     }
 
+    /// The client key (`client.key`) encrypted with `password` (PKCS#8,
+    /// OpenSSL's default cipher), as `client-encrypted.key`; its path.
+    pub(crate) fn encrypted_client_key(&self, password: &str) -> PathBuf {
+        let out = self.path("client-encrypted.key");
+        let status = Command::new(openssl())
+            .args(["pkcs8", "-topk8", "-in"])
+            .arg(self.path("client.key"))
+            .arg("-out")
+            .arg(&out)
+            .args(["-passout", "env:ETL_TEST_KEY_PASSWORD"])
+            .env("ETL_TEST_KEY_PASSWORD", password)
+            .stdin(Stdio::null())
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl pkcs8 -topk8: {status}");
+        out
+    }
+
     /// The terminators' and the broker's logs, for failure messages.
     pub(crate) fn logs(&self) -> String {
         let mut out = String::new();
@@ -410,16 +428,26 @@ fn free_port() -> u16 {
 
 /// `stunnel4`, installed from Debian's packages when missing (as root).
 fn stunnel() -> PathBuf {
-    let find = || {
-        [
+    installed(
+        "stunnel4",
+        &[
             "/usr/bin/stunnel4",
             "/usr/bin/stunnel",
             "/usr/local/bin/stunnel",
-        ]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-    };
+        ],
+    )
+}
+
+/// The `openssl` command, installed from Debian's packages when missing
+/// (as root).
+fn openssl() -> PathBuf {
+    installed("openssl", &["/usr/bin/openssl", "/usr/local/bin/openssl"])
+}
+
+/// The first of `candidates` that exists, after installing Debian's
+/// `package` if none does.
+fn installed(package: &str, candidates: &[&str]) -> PathBuf {
+    let find = || candidates.iter().map(PathBuf::from).find(|p| p.is_file());
     if let Some(path) = find() {
         return path;
     }
@@ -430,7 +458,7 @@ fn stunnel() -> PathBuf {
     if let Some(path) = find() {
         return path;
     }
-    eprintln!("stunnel4 is not installed; installing Debian's `stunnel4` for the TLS suite");
+    eprintln!("{package} is not installed; installing Debian's `{package}` for the TLS suite");
     let apt = |args: &[&str]| {
         Command::new("apt-get")
             .args(args)
@@ -439,17 +467,17 @@ fn stunnel() -> PathBuf {
             .status()
             .is_ok_and(|s| s.success())
     };
-    let install = ["install", "-y", "--no-install-recommends", "stunnel4"];
+    let install = ["install", "-y", "--no-install-recommends", package];
     // Another test process may hold apt's lock and install it meanwhile.
     if !apt(&install) && find().is_none() {
         assert!(
             apt(&["update"]) || find().is_some(),
-            "apt-get update failed (needed to install stunnel4)"
+            "apt-get update failed (needed to install {package})"
         );
         assert!(
             find().is_some() || apt(&install),
-            "apt-get install stunnel4 failed: the TLS suite needs stunnel4 (install it, e.g. `apt-get install stunnel4`)"
+            "apt-get install {package} failed: the TLS suite needs {package} (install it, e.g. `apt-get install {package}`)"
         );
     }
-    find().expect("apt-get installed stunnel4 but no stunnel binary was found")
+    find().unwrap_or_else(|| panic!("apt-get installed {package} but no binary was found"))
 }

@@ -2,8 +2,9 @@
 //! consumer-group source and the producer sink of `etl-kafka`, opened from
 //! their TOML tables.
 //!
-//! The source's offsets live in its consumer group, whatever
-//! `[checkpoint] store` says: the group is the checkpointer's offset store,
+//! The source's offsets live in its consumer group (`[checkpoint] store`
+//! is `source` or left out; another store is refused, as it would stay
+//! empty): the group is the checkpointer's offset store,
 //! and the checkpointer's handle drains and commits partitions the group
 //! revokes, inside the rebalance callback. So the source is created by a
 //! factory, once the checkpointer runs. The revoke deadline must leave the
@@ -25,7 +26,7 @@ use etl_sink::Sink;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 
-use crate::config::{CheckpointOptions, ConnectorTable};
+use crate::config::{CheckpointOptions, ConnectorTable, StoreConfig};
 use crate::{PipelineBuilder, PipelineError};
 
 /// One problem of a Kafka table, for the configuration loader to place.
@@ -87,7 +88,37 @@ pub(crate) fn check_source(table: &ConnectorTable, checkpoint: &CheckpointOption
             message,
         });
     }
+    if let Some(message) = store_problem(&config, checkpoint) {
+        problems.push(Problem {
+            key: Some("store".to_owned()),
+            message,
+        });
+    }
     problems
+}
+
+/// A `[checkpoint] store` other than the group, set explicitly: it would
+/// be ignored (the group keeps the offsets), and `etl offsets` would read
+/// the empty store and show no offsets while the group holds them. The
+/// default store (`store` left out) is not refused: it is never opened.
+fn store_problem(config: &KafkaSourceConfig, checkpoint: &CheckpointOptions) -> Option<String> {
+    let store = &checkpoint.store;
+    if matches!(store, StoreConfig::Source) || *store == CheckpointOptions::default().store {
+        return None;
+    }
+    let kind = match store {
+        StoreConfig::File { .. } => "file",
+        StoreConfig::Memory => "memory",
+        StoreConfig::Source => "source",
+    };
+    Some(format!(
+        "kafka: [checkpoint] store = {{ type = \"{kind}\" }} cannot hold a Kafka source's offsets: \
+         they live in the consumer group `{}` (the checkpointer commits to it), so this store \
+         would stay empty and `etl offsets` would show nothing; write \
+         store = {{ type = \"source\" }} (or leave store out) and read the group's offsets \
+         with the broker's tools (kafka-consumer-groups --describe --group {})",
+        config.group_id, config.group_id
+    ))
 }
 
 /// Every problem of a `[[sinks]] type = "kafka"` table that `etl run`
@@ -327,6 +358,35 @@ mod tests {
             &CheckpointOptions::default(),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_store_other_than_the_group_is_refused_for_a_kafka_source() {
+        let with_store = |store: StoreConfig| CheckpointOptions {
+            store,
+            ..checkpoint(Duration::from_secs(1))
+        };
+        let file = check_source(
+            &table(SOURCE),
+            &with_store(StoreConfig::File {
+                path: "state".into(),
+            }),
+        );
+        assert_eq!(file.len(), 1, "{file:?}");
+        assert_eq!(file[0].key.as_deref(), Some("store"));
+        assert!(
+            file[0].message.contains("consumer group `g`")
+                && file[0].message.contains("type = \"source\""),
+            "{}",
+            file[0].message
+        );
+        assert_eq!(
+            check_source(&table(SOURCE), &with_store(StoreConfig::Memory)).len(),
+            1
+        );
+        assert!(check_source(&table(SOURCE), &with_store(StoreConfig::Source)).is_empty());
+        // Left out: the default, never opened.
+        assert!(check_source(&table(SOURCE), &checkpoint(Duration::from_secs(1))).is_empty());
     }
 
     #[test]
