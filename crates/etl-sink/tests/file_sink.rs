@@ -752,7 +752,7 @@ async fn a_segment_number_at_the_limit_halts_the_sink_without_a_panic() {
     assert!(!err.is_retryable(), "{err:?}");
     assert!(!err.to_string().contains("panicked"), "{err}");
     assert!(!dir.path().join("out.ndjson.0").exists());
-    assert_eq!(positions(&[path.clone()]), vec![(0, 0), (0, 1)]);
+    assert_eq!(positions(std::slice::from_ref(&path)), vec![(0, 0), (0, 1)]);
     drop(sink);
 
     let dir = tempfile::tempdir().unwrap();
