@@ -554,7 +554,7 @@ fn a_source_whose_tls_handshake_fails_exits_78_naming_the_broker_and_the_certifi
 
 /// A sink whose login is refused fails its first write at once with the
 /// refusal (not `sink write timed out` after retrying for a minute), and
-/// the run ends.
+/// the run ends with the configuration's exit code.
 #[test]
 fn a_sink_refused_its_scram_login_halts_at_once_with_the_refusal() {
     let broker = SecureBroker::start(sasl("SCRAM-SHA-512"));
@@ -567,7 +567,7 @@ fn a_sink_refused_its_scram_login_halts_at_once_with_the_refusal() {
     );
     assert_eq!(
         code,
-        Some(1),
+        Some(78),
         "exit code; stderr:\n{stderr}\n{}",
         broker.logs()
     );

@@ -47,6 +47,12 @@ impl Exit {
         if held_by_another_run(&e) {
             return Exit::new(code::IN_USE, e.to_string());
         }
+        // A broker that refused the login or the TLS handshake, whichever
+        // side met it (the source when it connects, a sink at its first
+        // write): the configuration's error, not an outage.
+        if refused_by_a_broker(&e) {
+            return Exit::new(code::CONFIG, e.to_string());
+        }
         let code = match &e {
             P::Source(
                 S::Io { .. } | S::NoMatch { .. } | S::Pattern { .. } | S::NotAFile { .. },
@@ -138,6 +144,22 @@ fn held_by_another_run(e: &(dyn std::error::Error + 'static)) -> bool {
             || e.downcast_ref::<etl_record::LockError>()
                 .is_some_and(etl_record::LockError::is_in_use)
     })
+}
+
+/// Whether `e`, or any error under it, is a Kafka client's error of the
+/// configuration (refused credentials, a failed TLS handshake, a setting
+/// librdkafka refuses).
+fn refused_by_a_broker(e: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "kafka")]
+    return std::iter::successors(Some(e), |e| e.source()).any(|e| {
+        e.downcast_ref::<etl_kafka::KafkaError>()
+            .is_some_and(etl_kafka::KafkaError::is_configuration)
+    });
+    #[cfg(not(feature = "kafka"))]
+    {
+        let _ = e;
+        false
+    }
 }
 
 /// Whether `e` is a PostgreSQL sink's progress held by another sink.
