@@ -124,4 +124,22 @@ fn a_kafka_source_refuses_a_store_other_than_its_group() {
         );
         assert!(!text.contains("no committed offsets"), "{text}");
     }
+    // Without any store named, the default folder under `[checkpoint]` is
+    // not the source's either: `offsets show` says where the offsets are.
+    std::fs::write(&path, config.replace(source_store, "")).expect("write config");
+    let out = std::process::Command::new(etl_tests::etl_binary())
+        .args(["offsets", "show"])
+        .arg(&path)
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run etl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(78), "etl offsets show:\n{text}");
+    assert!(text.contains("kafka-consumer-groups"), "{text}");
+    assert!(!text.contains("no committed offsets"), "{text}");
 }

@@ -30,7 +30,12 @@ impl View {
         let config = registry
             .load_config(config_path)
             .map_err(Exit::from_config)?;
+        // A Kafka source's offsets live in its consumer group whatever
+        // `[checkpoint]` says (a store other than the group is refused at
+        // load): the default folder would read as "no committed offsets".
+        let kafka = matches!(config.source, crate::config::SourceConfig::Kafka(_));
         let dir = match &config.checkpoint.store {
+            _ if kafka => return Err(keeps_its_own_offsets()),
             crate::config::StoreConfig::File { path } => path.clone(),
             crate::config::StoreConfig::Memory => {
                 return Err(Exit::new(
@@ -38,14 +43,7 @@ impl View {
                     "the offset store is in memory: there is nothing to show or reset".to_owned(),
                 ));
             }
-            crate::config::StoreConfig::Source => {
-                return Err(Exit::new(
-                    code::CONFIG,
-                    "the source keeps the offsets (a Kafka consumer group): use the broker's \
-                     tools (kafka-consumer-groups) to show or reset them"
-                        .to_owned(),
-                ));
-            }
+            crate::config::StoreConfig::Source => return Err(keeps_its_own_offsets()),
         };
         let mut view = View {
             dir,
@@ -74,15 +72,8 @@ impl View {
             crate::config::SourceConfig::Custom(_) => {
                 view.unit = "the offset of the next record to read, as the source counts";
             }
-            crate::config::SourceConfig::Kafka(table) => {
-                view.unit = "the Kafka offset of the next message to read";
-                if let Ok(offsets) = FileStore::peek(&view.dir) {
-                    view.names = kafka_names(
-                        secrecy::ExposeSecret::expose_secret(table),
-                        offsets.keys().copied(),
-                    );
-                }
-            }
+            // Answered above: the group keeps a Kafka source's offsets.
+            crate::config::SourceConfig::Kafka(_) => {}
         }
         for sink in &config.sinks {
             if let crate::config::SinkKind::File(file) = &sink.kind
@@ -103,39 +94,15 @@ impl View {
     }
 }
 
-/// Topic and partition of each of `ids` that a Kafka source reading the
-/// topics the configuration names hands out.
-#[cfg(feature = "kafka")]
-fn kafka_names(
-    table: &toml::Table,
-    ids: impl Iterator<Item = PartitionId>,
-) -> BTreeMap<PartitionId, String> {
-    let topics: Vec<String> = table
-        .get("topics")
-        .and_then(toml::Value::as_array)
-        .map(|topics| {
-            topics
-                .iter()
-                .filter_map(|t| t.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let Ok(map) = etl_kafka::PartitionMap::new(topics) else {
-        return BTreeMap::new();
-    };
-    ids.filter_map(|id| {
-        let (topic, partition) = map.topic_partition(id).ok()?;
-        Some((id, format!("{topic}/{partition}")))
-    })
-    .collect()
-}
-
-#[cfg(not(feature = "kafka"))]
-fn kafka_names(
-    _: &toml::Table,
-    _: impl Iterator<Item = PartitionId>,
-) -> BTreeMap<PartitionId, String> {
-    BTreeMap::new()
+/// The answer for a source that keeps its own offsets (a Kafka consumer
+/// group): this command has nothing of them to show or reset.
+fn keeps_its_own_offsets() -> Exit {
+    Exit::new(
+        code::CONFIG,
+        "the source keeps the offsets (a Kafka consumer group): use the broker's \
+         tools (kafka-consumer-groups) to show or reset them"
+            .to_owned(),
+    )
 }
 
 pub(crate) fn offsets(command: &OffsetsCommand, registry: &Registry) -> Result<(), Exit> {
