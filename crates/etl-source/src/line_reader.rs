@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 
-use crate::file_identity::{dev_ino, regular_file_metadata};
+use crate::file_identity::{Tail, dev_ino, regular_file_metadata};
 use crate::read_buf::{ChunkPool, ReadBuf};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
@@ -32,6 +32,9 @@ pub(crate) struct LineReader {
     file: Option<File>,
     /// Device and inode of the file this reader's offsets belong to.
     dev_ino: (u64, u64),
+    /// The bytes before the furthest position the file was seen to reach:
+    /// a file that no longer holds them was rewritten.
+    tail: Tail,
     source: SourceId,
     partition: PartitionId,
     /// Bytes read but not yet turned into records; `buf[0]` is at file
@@ -57,6 +60,16 @@ pub(crate) struct LineReader {
     after_cut: bool,
 }
 
+/// Why the path no longer names the file being read, found at its end.
+#[derive(Debug)]
+pub(crate) struct Change {
+    pub(crate) reason: String,
+    /// The file read is still whole, under another name or none (rotated
+    /// or removed): what was appended to it can still be read from its
+    /// descriptor. Otherwise it was truncated or rewritten.
+    pub(crate) moved_away: bool,
+}
+
 /// What one call to [`LineReader::read_batch`] found.
 #[derive(Debug)]
 pub(crate) struct ReadOutcome {
@@ -69,11 +82,12 @@ pub(crate) struct ReadOutcome {
 }
 
 impl LineReader {
-    /// A reader of the file at `path` (device and inode `dev_ino`),
-    /// positioned at its start. Nothing is opened yet.
+    /// A reader of the file at `path` (device and inode `dev_ino`, seen
+    /// to hold `tail`), positioned at its start. Nothing is opened yet.
     pub(crate) fn new(
         path: &Path,
         dev_ino: (u64, u64),
+        tail: Tail,
         source: SourceId,
         partition: PartitionId,
         cut: Option<(u64, u64)>,
@@ -83,6 +97,7 @@ impl LineReader {
             path: path.to_path_buf(),
             file: None,
             dev_ino,
+            tail,
             source,
             partition,
             buf: ReadBuf::new(chunks),
@@ -108,6 +123,11 @@ impl LineReader {
     /// buffered: the reader is idle.
     pub(crate) fn is_idle(&self) -> bool {
         self.at_eof && self.buf.is_empty()
+    }
+
+    /// Whether the last read found the end of the file.
+    pub(crate) fn at_eof(&self) -> bool {
+        self.at_eof
     }
 
     pub(crate) fn set_cut(&mut self, cut: (u64, u64)) {
@@ -148,6 +168,13 @@ impl LineReader {
                 self.buf_pos
             )));
         }
+        if let Some(reason) = self
+            .tail
+            .differs(&file, meta.len())
+            .map_err(|e| SourceError::io(&self.path, e))?
+        {
+            return Ok(Some(reason));
+        }
         file.seek(SeekFrom::Start(self.buf_pos))
             .map_err(|e| SourceError::io(&self.path, e))?;
         self.file = Some(file);
@@ -165,26 +192,86 @@ impl LineReader {
     }
 
     /// Why the path no longer names the file being read, or why that file
-    /// cannot hold the position read so far (it was truncated), if so.
-    pub(crate) fn changed_on_disk(&self) -> Result<Option<String>, SourceError> {
+    /// cannot hold the position read so far (it was truncated or
+    /// rewritten in place), if so.
+    pub(crate) fn changed_on_disk(&self) -> Result<Option<Change>, SourceError> {
+        let moved = |reason: &str| {
+            Ok(Some(Change {
+                reason: reason.to_owned(),
+                moved_away: true,
+            }))
+        };
         let meta = match std::fs::metadata(&self.path) {
             Ok(meta) => meta,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Ok(Some("the file was removed".to_owned()));
-            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return moved("the file was removed"),
             Err(e) => return Err(SourceError::io(&self.path, e)),
         };
         if dev_ino(&meta) != self.dev_ino {
-            return Ok(Some("another file now has this name (rotated?)".to_owned()));
+            return moved("another file now has this name (rotated?)");
         }
-        let read_to = self.buf_pos + self.buf.len() as u64;
+        let rewritten = |reason: String| {
+            Ok(Some(Change {
+                reason,
+                moved_away: false,
+            }))
+        };
+        let read_to = self.read_to();
         if meta.len() < read_to {
-            return Ok(Some(format!(
+            return rewritten(format!(
                 "the file is {} bytes long, shorter than the {read_to} bytes read (truncated)",
                 meta.len()
-            )));
+            ));
         }
-        Ok(None)
+        // The same inode at least as long: written over in place (`cat
+        // new > file`) unless the bytes before the tail are still there.
+        let differs = match &self.file {
+            Some(file) => self.tail.differs(file, meta.len()),
+            None => File::open(&self.path).and_then(|f| self.tail.differs(&f, meta.len())),
+        };
+        match differs.map_err(|e| SourceError::io(&self.path, e))? {
+            Some(reason) => rewritten(reason),
+            None => Ok(None),
+        }
+    }
+
+    /// The position up to which the file was read (buffered bytes
+    /// included).
+    fn read_to(&self) -> u64 {
+        self.buf_pos + self.buf.len() as u64
+    }
+
+    /// Whether the open descriptor holds bytes not read yet (the file grew
+    /// after the last read found its end).
+    pub(crate) fn unread_on_descriptor(&self) -> Result<bool, SourceError> {
+        let Some(file) = &self.file else {
+            return Ok(false);
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| SourceError::io(&self.path, e))?
+            .len();
+        Ok(len > self.read_to())
+    }
+
+    /// Move the tail to the position read up to, if that is further, from
+    /// the open descriptor; the new tail, to be recorded.
+    pub(crate) fn advance_tail(&mut self) -> Result<Option<Tail>, SourceError> {
+        let read_to = self.read_to();
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        if read_to <= self.tail.end {
+            return Ok(None);
+        }
+        match Tail::of(file, read_to) {
+            Ok(tail) => {
+                self.tail = tail;
+                Ok(Some(tail))
+            }
+            // Truncated since it was read: the next check finds it so.
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(SourceError::io(&self.path, e)),
+        }
     }
 
     /// The file's length now.
