@@ -240,7 +240,6 @@ impl FileSource {
                     config.name.clone(),
                     partition,
                     cut,
-                    Arc::clone(&chunks),
                 ),
                 done: false,
                 paused: false,
@@ -392,7 +391,6 @@ impl FileSource {
             self.config.name.clone(),
             new,
             None,
-            Arc::clone(&self.chunks),
         );
         file.done = false;
         file.paused = false;
@@ -423,7 +421,7 @@ impl FileSource {
                     can_open = false;
                     continue;
                 }
-                if let Some(reason) = self.files[index].reader.open()? {
+                if let Some(reason) = self.files[index].reader.open(&self.chunks)? {
                     if self.replace(index, reason)? {
                         return Ok(self.events.pop_front());
                     }
