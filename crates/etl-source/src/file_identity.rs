@@ -1,50 +1,69 @@
 //! Which file a partition reads: identities (device, inode, fingerprint of
-//! the first bytes) and the registry that gives each identity of a path its
-//! own partition id.
+//! the first bytes, checksum of the bytes before the last position seen)
+//! and the registry that gives each identity of a path its own partition
+//! id.
 //!
 //! A committed offset is a byte position in one particular file. When the
 //! file at a path is replaced (a new inode) or rewritten (the same inode
-//! with other first bytes), the offset means nothing for the new content,
-//! so the new content gets a new partition id: it has no committed offset
-//! and is read from its start. Ids are allocated, not hashed, so two files
-//! never share one however many there are: the first candidate is
+//! with other bytes), the offset means nothing for the new content, so the
+//! new content gets a new partition id: it has no committed offset and is
+//! read from its start. Ids are allocated, not hashed, so two files never
+//! share one however many there are: the first candidate is
 //! [`file_partition_id`] of the path (what every version before the
 //! registry used, so old offsets stay readable), then hashes of the path
 //! with a counter, skipping every id the registry has ever handed out.
+//!
+//! A rewrite in place can keep the first bytes (an export regenerated
+//! with the same first lines), so each entry also holds a [`Tail`]: a
+//! checksum of the KiB before a position the source has seen the file
+//! reach, which appending to the file never changes. It is taken at the
+//! file's length when a run starts and moved forward as the file is read;
+//! a file that no longer holds those bytes was rewritten.
 //!
 //! The registry lives in the state folder as `file-inputs`, written like
 //! the offset store (temporary file, fsync, rename, fsync of the folder)
 //! and checksummed. It is written before any record of a new id is
 //! emitted, so an id can only have a committed offset once its identity is
-//! on disk. Without a state folder it is kept in memory for the run.
+//! on disk. Without a state folder it is kept in memory for the run. Every
+//! write goes through one function, and the first error of any write or
+//! fsync makes the registry lost: Linux drops the pages of a failed
+//! write-back, so a later fsync that succeeds proves nothing, and every
+//! later write (and so the source) fails.
 //!
 //! ```text
-//! etl-file-inputs 1
-//! file 3735928559 2049 1311 1024 8a3f01c2 - - /data/in.ndjson
-//! file 17 2049 1377 210 0b1c2d3e 6300 6342 /data/tail.ndjson
+//! etl-file-inputs 2
+//! file 3735928559 2049 1311 1024 8a3f01c2 - - 52311 5c1e09aa /data/in.ndjson
+//! file 17 2049 1377 210 0b1c2d3e 6300 6342 - - /data/tail.ndjson
 //! retired 3021
 //! crc32 0a1b2c3d
 //! ```
 //!
 //! A `file` line holds the id, device, inode, fingerprint length and
 //! checksum, the cut of a last line emitted without its newline (start and
-//! end, or `-`), and the path (with `\` and newlines escaped) to the end
-//! of the line.
+//! end, or `-`), the tail (its end and checksum, or `-`), and the path
+//! (with `\` and newlines escaped) to the end of the line. Version 1 files
+//! (written before tails existed) have no tail fields and are read as
+//! entries without a tail: such a file is checked by its inode and first
+//! bytes only, and gets its tail on the first run that reads it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 
+use etl_checkpoint::CheckpointError;
 use etl_record::PartitionId;
 
 use crate::SourceError;
 use crate::file_config::file_partition_id;
+pub(crate) use crate::file_tail::Tail;
 
 /// Bytes of a file's start covered by its fingerprint.
 pub(crate) const FINGERPRINT_BYTES: u64 = 1024;
 
-const MAGIC: &str = "etl-file-inputs 1";
+const MAGIC: &str = "etl-file-inputs 2";
+/// The format before tails: the same lines without the two tail fields.
+const MAGIC_V1: &str = "etl-file-inputs 1";
 const NAME: &str = "file-inputs";
 const TEMP: &str = "file-inputs.tmp";
 
@@ -114,19 +133,27 @@ fn special_kind(_: &fs::Metadata) -> &'static str {
 }
 
 impl FileIdentity {
-    /// Take the identity of the regular file at `path`.
-    pub(crate) fn of_path(path: &Path) -> Result<Self, SourceError> {
-        let meta = regular_file_metadata(path)?;
-        let (dev, ino) = dev_ino(&meta);
+    /// Take the identity of the regular file at `path`, and its tail at
+    /// its length now.
+    pub(crate) fn of_path(path: &Path) -> Result<(Self, Tail), SourceError> {
+        regular_file_metadata(path)?;
         let mut file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+        // The metadata of what was opened, not of what the path named a
+        // moment before.
+        let meta = file.metadata().map_err(|e| SourceError::io(path, e))?;
+        let (dev, ino) = dev_ino(&meta);
+        let tail = Tail::of(&file, meta.len()).map_err(|e| SourceError::io(path, e))?;
         let (fp_len, fp_crc) =
             checksum_prefix(&mut file, FINGERPRINT_BYTES).map_err(|e| SourceError::io(path, e))?;
-        Ok(FileIdentity {
-            dev,
-            ino,
-            fp_len,
-            fp_crc,
-        })
+        Ok((
+            FileIdentity {
+                dev,
+                ino,
+                fp_len,
+                fp_crc,
+            },
+            tail,
+        ))
     }
 
     /// Why `now` is not the file `self` was taken from, if it is not.
@@ -187,6 +214,58 @@ pub(crate) struct Entry {
     /// started at `.0` and ended at `.1`. Read again, that line is cut at
     /// the same place, and what was appended to it is a line of its own.
     pub(crate) cut: Option<(u64, u64)>,
+    /// The furthest tail recorded; `None` in an entry of a version 1
+    /// registry until it is taken.
+    pub(crate) tail: Option<Tail>,
+}
+
+impl Entry {
+    /// Why the file at `path` (identity `now`) is not the one this entry
+    /// stands for, if it is not: another inode, other first bytes, or
+    /// other bytes before the recorded tail.
+    pub(crate) fn differs(
+        &self,
+        now: &FileIdentity,
+        path: &Path,
+    ) -> Result<Option<String>, SourceError> {
+        if let Some(reason) = self.identity.differs(now, path)? {
+            return Ok(Some(reason));
+        }
+        let Some(tail) = self.tail else {
+            return Ok(None);
+        };
+        let file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+        let len = file.metadata().map_err(|e| SourceError::io(path, e))?.len();
+        tail.differs(&file, len)
+            .map_err(|e| SourceError::io(path, e))
+    }
+}
+
+/// Why the registry is lost: the first write or fsync that failed.
+#[derive(Debug)]
+struct Lost {
+    path: PathBuf,
+    op: &'static str,
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Lost {
+    /// The error every write after the failed one returns.
+    fn error(&self) -> SourceError {
+        SourceError::Checkpoint(CheckpointError::Io {
+            path: self.path.clone(),
+            op: self.op,
+            source: io::Error::new(
+                self.kind,
+                format!(
+                    "{}; the record of the input files is lost since, and nothing more is \
+                     read until a restart",
+                    self.message
+                ),
+            ),
+        })
+    }
 }
 
 /// Partition ids by path, each with its identity; ids handed out before
@@ -203,6 +282,13 @@ pub(crate) struct Registry {
     /// kept no identities.
     fresh: bool,
     dirty: bool,
+    /// A write or fsync failed: nothing is written again (see the module
+    /// docs).
+    lost: Option<Lost>,
+    /// For the tests of a failed fsync: the sync after this many more
+    /// fails with this error.
+    #[cfg(test)]
+    pub(crate) fail_sync: Option<(u32, ErrorKind)>,
 }
 
 /// The file each partition id stands for, from the registry in the state
@@ -233,6 +319,9 @@ impl Registry {
             used: BTreeSet::new(),
             fresh: true,
             dirty: false,
+            lost: None,
+            #[cfg(test)]
+            fail_sync: None,
         };
         let Some(dir) = dir else {
             return Ok(registry);
@@ -269,7 +358,12 @@ impl Registry {
 
     /// Register `path` with a new id for `identity`, retiring the id it
     /// had. The first id of a path is [`file_partition_id`] when free.
-    pub(crate) fn assign_new(&mut self, path: &Path, identity: FileIdentity) -> PartitionId {
+    pub(crate) fn assign_new(
+        &mut self,
+        path: &Path,
+        identity: FileIdentity,
+        tail: Tail,
+    ) -> PartitionId {
         if let Some(old) = self.entries.get(path) {
             self.retired.insert(old.id.0);
         }
@@ -281,6 +375,7 @@ impl Registry {
                 id,
                 identity,
                 cut: None,
+                tail: Some(tail),
             },
         );
         self.dirty = true;
@@ -303,7 +398,7 @@ impl Registry {
             if other != path
                 && !kept.contains(other)
                 && (entry.identity.dev, entry.identity.ino) == (identity.dev, identity.ino)
-                && entry.identity.differs(identity, path)?.is_none()
+                && entry.differs(identity, path)?.is_none()
             {
                 candidate = Some(other.clone());
                 break;
@@ -336,6 +431,28 @@ impl Registry {
         }
     }
 
+    /// Record a tail of `path` further on than the one recorded (the file
+    /// was seen to reach `tail.end`). It is written with the next save.
+    pub(crate) fn set_tail(&mut self, path: &Path, tail: Tail) {
+        if let Some(entry) = self.entries.get_mut(path)
+            && entry.tail.is_none_or(|t| t.end < tail.end)
+        {
+            entry.tail = Some(tail);
+            self.dirty = true;
+        }
+    }
+
+    /// Whether something changed since the last save.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Whether a write failed: the registry is lost, and
+    /// [`save`](Self::save) fails from now on.
+    pub(crate) fn lost(&self) -> Option<SourceError> {
+        self.lost.as_ref().map(Lost::error)
+    }
+
     /// Record that the last line of `path` was emitted unterminated.
     pub(crate) fn set_cut(&mut self, path: &Path, cut: (u64, u64)) {
         if let Some(entry) = self.entries.get_mut(path)
@@ -365,34 +482,80 @@ impl Registry {
         unreachable!("fewer than 2^32 ids are in use")
     }
 
-    /// Write the registry if it changed (see the module docs).
+    /// Write the registry if it changed (see the module docs). Once a
+    /// write failed, fails every time.
     pub(crate) fn save(&mut self) -> Result<(), SourceError> {
+        if let Some(lost) = &self.lost {
+            return Err(lost.error());
+        }
         if !self.dirty {
             return Ok(());
         }
-        if let Some(dir) = &self.dir {
-            fs::create_dir_all(dir).map_err(|e| SourceError::io(dir, e))?;
-            let temp = dir.join(TEMP);
-            let target = dir.join(NAME);
+        if let Some(dir) = self.dir.clone() {
             let text = render(&self.entries, &self.retired);
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&temp)
-                .map_err(|e| SourceError::io(&temp, e))?;
-            file.write_all(text.as_bytes())
-                .and_then(|()| file.sync_all())
-                .map_err(|e| SourceError::io(&temp, e))?;
-            drop(file);
-            fs::rename(&temp, &target).map_err(|e| SourceError::io(&target, e))?;
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| SourceError::io(dir, e))?;
+            if let Err((path, op, e)) = self.write_durably(&dir, text.as_bytes()) {
+                let lost = Lost {
+                    path: path.clone(),
+                    op,
+                    kind: e.kind(),
+                    message: e.to_string(),
+                };
+                tracing::error!(
+                    path = %path.display(),
+                    op,
+                    error = %e,
+                    "the record of the input files could not be written; it is lost, and the \
+                     source stops"
+                );
+                self.lost = Some(lost);
+                return Err(SourceError::Checkpoint(CheckpointError::Io {
+                    path,
+                    op,
+                    source: e,
+                }));
+            }
         }
         self.fresh = false;
         self.dirty = false;
         Ok(())
+    }
+
+    /// The one place the registry reaches the disk: temporary file,
+    /// fsync, rename, fsync of the folder. An error names the file and
+    /// the step; the caller makes the registry lost.
+    fn write_durably(
+        &mut self,
+        dir: &Path,
+        text: &[u8],
+    ) -> Result<(), (PathBuf, &'static str, io::Error)> {
+        fs::create_dir_all(dir).map_err(|e| (dir.to_owned(), "create the folder", e))?;
+        let temp = dir.join(TEMP);
+        let target = dir.join(NAME);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)
+            .map_err(|e| (temp.clone(), "create", e))?;
+        file.write_all(text)
+            .map_err(|e| (temp.clone(), "write", e))?;
+        self.sync(&file).map_err(|e| (temp.clone(), "fsync", e))?;
+        drop(file);
+        fs::rename(&temp, &target).map_err(|e| (target.clone(), "rename", e))?;
+        File::open(dir)
+            .and_then(|d| self.sync(&d))
+            .map_err(|e| (dir.to_owned(), "fsync the folder", e))
+    }
+
+    fn sync(&mut self, file: &File) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some((skip, kind)) = self.fail_sync.take() {
+            if skip == 0 {
+                return Err(io::Error::new(kind, "injected fsync failure"));
+            }
+            self.fail_sync = Some((skip - 1, kind));
+        }
+        file.sync_all()
     }
 }
 
@@ -445,8 +608,12 @@ fn render(entries: &BTreeMap<PathBuf, Entry>, retired: &BTreeSet<u32>) -> String
             Some((s, end)) => (s.to_string(), end.to_string()),
             None => ("-".to_owned(), "-".to_owned()),
         };
+        let (te, tc) = match e.tail {
+            Some(t) => (t.end.to_string(), format!("{:08x}", t.crc)),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         body.push_str(&format!(
-            "file {} {} {} {} {:08x} {cs} {ce} {}\n",
+            "file {} {} {} {} {:08x} {cs} {ce} {te} {tc} {}\n",
             e.id.0,
             i.dev,
             i.ino,
@@ -467,9 +634,11 @@ type Parsed = (BTreeMap<PathBuf, Entry>, BTreeSet<u32>);
 fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     let body = etl_checkpoint::unseal(bytes)?;
     let mut lines = body.lines();
-    if lines.next() != Some(MAGIC) {
-        return Err(format!("not a file-input registry (expected {MAGIC:?})"));
-    }
+    let with_tails = match lines.next() {
+        Some(MAGIC) => true,
+        Some(MAGIC_V1) => false,
+        _ => return Err(format!("not a file-input registry (expected {MAGIC:?})")),
+    };
     let mut entries = BTreeMap::new();
     let mut retired = BTreeSet::new();
     for line in lines {
@@ -480,7 +649,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         let rest = line
             .strip_prefix("file ")
             .ok_or_else(|| format!("malformed line {line:?}"))?;
-        let mut fields = rest.splitn(8, ' ');
+        let mut fields = rest.splitn(if with_tails { 10 } else { 8 }, ' ');
         let mut next = |what: &str| {
             fields
                 .next()
@@ -498,6 +667,17 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
             ("-", "-") => None,
             (s, e) => Some((num(s)?, num(e)?)),
         };
+        let tail = if with_tails {
+            match (next("tail end")?, next("tail")?) {
+                ("-", "-") => None,
+                (end, crc) => Some(Tail {
+                    end: num(end)?,
+                    crc: u32::from_str_radix(crc, 16).map_err(|_| "bad tail".to_owned())?,
+                }),
+            }
+        } else {
+            None
+        };
         let path = unescape(next("path")?)?;
         entries.insert(
             path,
@@ -510,6 +690,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
                     fp_crc,
                 },
                 cut,
+                tail,
             },
         );
     }
@@ -529,18 +710,25 @@ mod tests {
         }
     }
 
+    fn tail() -> Tail {
+        Tail {
+            end: 4000,
+            crc: 0x0123_4567,
+        }
+    }
+
     #[test]
     fn the_registry_survives_a_reload_byte_for_byte() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = Registry::load(Some(dir.path())).unwrap();
         assert!(r.is_fresh());
         let a = Path::new("/data/with space/a\\b\nc.ndjson");
-        let id = r.assign_new(a, identity(5));
+        let id = r.assign_new(a, identity(5), tail());
         assert_eq!(id, file_partition_id(a));
         r.set_cut(a, (10, 15));
         let b = Path::new("/data/b");
-        let first_b = r.assign_new(b, identity(6));
-        let second_b = r.assign_new(b, identity(7));
+        let first_b = r.assign_new(b, identity(6), tail());
+        let second_b = r.assign_new(b, identity(7), tail());
         assert_ne!(first_b, second_b);
         r.save().unwrap();
         let again = Registry::load(Some(dir.path())).unwrap();
@@ -556,7 +744,7 @@ mod tests {
         let p = Path::new("/x");
         let mut seen = BTreeSet::new();
         for ino in 0..50 {
-            assert!(seen.insert(r.assign_new(p, identity(ino))));
+            assert!(seen.insert(r.assign_new(p, identity(ino), tail())));
         }
     }
 
@@ -570,5 +758,80 @@ mod tests {
         .unwrap();
         let err = Registry::load(Some(dir.path())).unwrap_err();
         assert!(err.to_string().contains("file-inputs"), "{err}");
+    }
+
+    #[test]
+    fn a_version_1_registry_is_read_with_no_tails_and_written_as_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v1 =
+            String::from("etl-file-inputs 1\nfile 7 1 5 10 deadbeef 3 9 /data/a b\nretired 4\n");
+        etl_checkpoint::seal(&mut v1);
+        fs::write(dir.path().join(NAME), v1).unwrap();
+        let mut r = Registry::load(Some(dir.path())).unwrap();
+        let a = Path::new("/data/a b");
+        let entry = r.get(a).unwrap().clone();
+        assert_eq!(entry.id, PartitionId(7));
+        assert_eq!(entry.cut, Some((3, 9)));
+        assert_eq!(entry.tail, None);
+        r.set_tail(a, tail());
+        r.save().unwrap();
+        let text = fs::read_to_string(dir.path().join(NAME)).unwrap();
+        assert!(text.starts_with("etl-file-inputs 2\n"), "{text}");
+        let again = Registry::load(Some(dir.path())).unwrap();
+        assert_eq!(again.get(a).unwrap().tail, Some(tail()));
+        assert_eq!(again.retired, BTreeSet::from([4]));
+    }
+
+    #[test]
+    fn a_failed_fsync_makes_the_registry_lost_and_later_saves_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Registry::load(Some(dir.path())).unwrap();
+        r.assign_new(Path::new("/data/a"), identity(1), tail());
+        r.save().unwrap();
+        let before = fs::read(dir.path().join(NAME)).unwrap();
+
+        r.assign_new(Path::new("/data/b"), identity(2), tail());
+        r.fail_sync = Some((0, ErrorKind::Other));
+        let err = r.save().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SourceError::Checkpoint(CheckpointError::Io { op: "fsync", .. })
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("file-inputs.tmp"), "{err}");
+        assert!(r.lost().is_some());
+        // The next fsync would succeed; the registry is not trusted again,
+        // whatever changes.
+        r.set_cut(Path::new("/data/a"), (1, 2));
+        let again = r.save().unwrap_err();
+        assert!(
+            matches!(again, SourceError::Checkpoint(CheckpointError::Io { .. })),
+            "{again}"
+        );
+        assert!(again.to_string().contains("lost"), "{again}");
+        assert_eq!(fs::read(dir.path().join(NAME)).unwrap(), before);
+    }
+
+    #[test]
+    fn a_failed_fsync_of_the_folder_makes_the_registry_lost_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Registry::load(Some(dir.path())).unwrap();
+        r.assign_new(Path::new("/data/a"), identity(1), tail());
+        // The file's fsync passes, the folder's fails.
+        r.fail_sync = Some((1, ErrorKind::Other));
+        let err = r.save().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SourceError::Checkpoint(CheckpointError::Io {
+                    op: "fsync the folder",
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        assert!(r.save().is_err(), "a retried fsync is never trusted");
     }
 }

@@ -3,9 +3,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use etl_record::{Offset, PartitionId};
+use tokio::time::Instant;
 
 use crate::file_config::resolve_inputs;
 use crate::file_identity::{FileIdentity, Registry};
@@ -20,11 +22,15 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 ///   [`file_partition_id`](crate::file_partition_id) of its canonical path
 ///   the first time the path is read, and stays the same across restarts
 ///   while the same file is found there. The source records each id with
-///   the file's identity (device, inode, and a checksum of its first
-///   KiB) in the state folder ([`state_dir`](FileSourceConfig::state_dir)).
+///   the file's identity (device, inode, a checksum of its first KiB, and
+///   one of the KiB before the furthest position it was seen to reach) in
+///   the state folder ([`state_dir`](FileSourceConfig::state_dir)). A
+///   failed write of that record fails the source for good with an I/O
+///   error ([`SourceError::Checkpoint`]).
 /// * **Replaced inputs.** A file whose identity changed since its id was
-///   recorded (another inode under the name, other first bytes), or that
-///   is shorter than its committed offset, is never resumed at that
+///   recorded (another inode under the name, other first bytes, other
+///   bytes before the recorded position), or that is shorter than that
+///   position or its committed offset, is never resumed at that
 ///   offset: by [`on_replaced`](FileSourceConfig::on_replaced) it is read
 ///   from its start under a new id (the old id is revoked) or the source
 ///   fails with [`SourceError::InputReplaced`]. An id is never handed out
@@ -58,8 +64,9 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 /// * **End.** Without [`follow`](FileSourceConfig::follow), the source
 ///   returns [`SourceEvent::End`] once every file is read to its end; with
 ///   it, it keeps polling for appended lines, and a file that was rotated
-///   (renamed away, another file created under its name) or truncated
-///   in place, once read to its end, continues as a new partition.
+///   (renamed away, another file created under its name), truncated or
+///   written over in place, once read to its end (a rotated file through
+///   its open descriptor), continues as a new partition.
 #[derive(Debug)]
 pub struct FileSource {
     config: FileSourceConfig,
@@ -79,7 +86,19 @@ pub struct FileSource {
     retired: BTreeSet<PartitionId>,
     /// Read chunks given back by records already written, read into next.
     chunks: Arc<ChunkPool>,
+    /// When the registry was last written: tails that moved are written
+    /// at most every [`TAIL_SAVE_INTERVAL`].
+    saved_at: Instant,
+    /// For the tests of a rotation: runs once, between a followed file's
+    /// end and the check of its path.
+    #[cfg(test)]
+    after_eof: Option<fn(&Path)>,
 }
+
+/// How often at most the registry is written only because files were
+/// read further (their tails moved). A tail recorded late is only older:
+/// the file is then checked against the bytes before an earlier position.
+const TAIL_SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Where a last line emitted without its newline was cut: its start and
 /// end.
@@ -126,9 +145,11 @@ impl FileSource {
             );
         }
         let mut found = Vec::new();
+        let mut tails = Vec::new();
         for path in resolve_inputs(&config.paths)? {
-            let identity = FileIdentity::of_path(&path)?;
+            let (identity, tail) = FileIdentity::of_path(&path)?;
             found.push((path, identity));
+            tails.push(tail);
         }
         // Three passes, so an id follows its file: paths that still hold
         // their recorded file keep their id; a file found under another
@@ -137,14 +158,14 @@ impl FileSource {
         let mut ids: Vec<Option<(PartitionId, Option<Cut>)>> = vec![None; found.len()];
         let mut changed: Vec<Option<(PartitionId, String)>> = vec![None; found.len()];
         for (i, (path, identity)) in found.iter().enumerate() {
-            let known = registry.get(path).map(|e| (e.id, e.identity, e.cut));
-            if let Some((id, recorded, cut)) = known {
-                match recorded.differs(identity, path)? {
+            if let Some(entry) = registry.get(path).cloned() {
+                match entry.differs(identity, path)? {
                     None => {
                         registry.refresh(path, *identity);
-                        ids[i] = Some((id, cut));
+                        registry.set_tail(path, tails[i]);
+                        ids[i] = Some((entry.id, entry.cut));
                     }
-                    Some(reason) => changed[i] = Some((id, reason)),
+                    Some(reason) => changed[i] = Some((entry.id, reason)),
                 }
             }
         }
@@ -163,6 +184,7 @@ impl FileSource {
                     partition = entry.id.0,
                     "input file was renamed; it keeps its partition and offsets"
                 );
+                registry.set_tail(path, tails[i]);
                 ids[i] = Some((entry.id, entry.cut));
                 changed[i] = None;
             }
@@ -170,6 +192,7 @@ impl FileSource {
         let chunks = ChunkPool::new(config.read_chunk_bytes);
         let mut files = Vec::new();
         for (i, (path, identity)) in found.into_iter().enumerate() {
+            let tail = tails[i];
             let (partition, cut) = match ids[i] {
                 Some(known) => known,
                 None => {
@@ -185,7 +208,7 @@ impl FileSource {
                                 reason,
                             });
                         }
-                        let new = registry.assign_new(&path, identity);
+                        let new = registry.assign_new(&path, identity, tail);
                         tracing::warn!(
                             path = %path.display(),
                             old_partition = id.0,
@@ -196,7 +219,7 @@ impl FileSource {
                         );
                         (new, None)
                     } else {
-                        (registry.assign_new(&path, identity), None)
+                        (registry.assign_new(&path, identity, tail), None)
                     }
                 }
             };
@@ -213,10 +236,10 @@ impl FileSource {
                 reader: LineReader::new(
                     &path,
                     (identity.dev, identity.ino),
+                    tail,
                     config.name.clone(),
                     partition,
                     cut,
-                    Arc::clone(&chunks),
                 ),
                 done: false,
                 paused: false,
@@ -241,7 +264,16 @@ impl FileSource {
             events: VecDeque::new(),
             retired: BTreeSet::new(),
             chunks,
+            saved_at: Instant::now(),
+            #[cfg(test)]
+            after_eof: None,
         })
+    }
+
+    fn save_registry(&mut self) -> Result<(), SourceError> {
+        self.registry.save()?;
+        self.saved_at = Instant::now();
+        Ok(())
     }
 
     /// Each partition with the file it reads, in partition order.
@@ -318,8 +350,8 @@ impl FileSource {
             });
         }
         self.close(index);
-        let identity = match FileIdentity::of_path(&path) {
-            Ok(identity) => identity,
+        let (identity, tail) = match FileIdentity::of_path(&path) {
+            Ok(found) => found,
             Err(SourceError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
@@ -338,9 +370,9 @@ impl FileSource {
             }
             Err(e) => return Err(e),
         };
-        let new = self.registry.assign_new(&path, identity);
+        let new = self.registry.assign_new(&path, identity, tail);
         // On disk before any record of the new partition can be committed.
-        self.registry.save()?;
+        self.save_registry()?;
         tracing::warn!(
             path = %path.display(),
             old_partition = old.0,
@@ -355,10 +387,10 @@ impl FileSource {
         file.reader = LineReader::new(
             &path,
             (identity.dev, identity.ino),
+            tail,
             self.config.name.clone(),
             new,
             None,
-            Arc::clone(&self.chunks),
         );
         file.done = false;
         file.paused = false;
@@ -389,7 +421,7 @@ impl FileSource {
                     can_open = false;
                     continue;
                 }
-                if let Some(reason) = self.files[index].reader.open()? {
+                if let Some(reason) = self.files[index].reader.open(&self.chunks)? {
                     if self.replace(index, reason)? {
                         return Ok(self.events.pop_front());
                     }
@@ -414,6 +446,11 @@ impl FileSource {
     /// Read a batch of the open file at `index`, if it has one.
     fn read(&mut self, index: usize) -> Result<Option<SourceEvent>, SourceError> {
         let follow = self.config.follow;
+        // The last read found the end: what follows it is only read on
+        // once the file is known to be the one read so far.
+        if follow && self.files[index].reader.at_eof() && self.check_at_end(index)? {
+            return Ok(None);
+        }
         let file = &mut self.files[index];
         let mut outcome = file.reader.read_batch(&self.config)?;
         if let Some(cut) = outcome.pending_tail
@@ -433,7 +470,7 @@ impl FileSource {
                 // so a later run reads the rest as a line of its own.
                 let path = file.reader.path().to_path_buf();
                 self.registry.set_cut(&path, cut);
-                self.registry.save()?;
+                self.save_registry()?;
                 let file = &mut self.files[index];
                 file.reader.set_cut(cut);
                 if !outcome.batch.is_empty() {
@@ -445,25 +482,64 @@ impl FileSource {
         if !outcome.batch.is_empty() {
             return Ok(Some(SourceEvent::Batch(outcome.batch)));
         }
-        if outcome.at_eof {
-            if !follow {
-                self.files[index].done = true;
-                self.close(index);
-            } else if let Some(reason) = self.files[index].reader.changed_on_disk()? {
-                self.replace(index, reason)?;
-            }
+        if outcome.at_eof && !follow {
+            self.record_tail(index)?;
+            self.files[index].done = true;
+            self.close(index);
         }
         Ok(None)
+    }
+
+    /// In follow mode, before reading on from the end of the file at
+    /// `index`: whether its path still names it and it still holds what
+    /// was read. A rotated or removed file is read to the end of its
+    /// descriptor first (what was appended before the rotation is still
+    /// there), then it continues as a new partition; so does one
+    /// truncated or written over in place, at once. Whether it was
+    /// replaced (its events are queued): then nothing is read now.
+    fn check_at_end(&mut self, index: usize) -> Result<bool, SourceError> {
+        #[cfg(test)]
+        if let Some(hook) = self.after_eof.take() {
+            hook(self.files[index].reader.path());
+        }
+        let reader = &self.files[index].reader;
+        match reader.changed_on_disk()? {
+            Some(change) if change.moved_away && reader.unread_on_descriptor()? => Ok(false),
+            Some(change) => self.replace(index, change.reason),
+            None => {
+                self.record_tail(index)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Note how far the file at `index` was seen to reach, for the next
+    /// save of the registry.
+    fn record_tail(&mut self, index: usize) -> Result<(), SourceError> {
+        let reader = &mut self.files[index].reader;
+        if let Some(tail) = reader.advance_tail()? {
+            let path = reader.path().to_path_buf();
+            self.registry.set_tail(&path, tail);
+        }
+        Ok(())
     }
 }
 
 #[async_trait]
 impl Source for FileSource {
     async fn next(&mut self) -> Result<SourceEvent, SourceError> {
+        // A registry that could not be written stays lost: nothing more
+        // is read, whatever the caller does after the error.
+        if let Some(lost) = self.registry.lost() {
+            return Err(lost);
+        }
+        if self.registry.is_dirty() && self.saved_at.elapsed() >= TAIL_SAVE_INTERVAL {
+            self.save_registry()?;
+        }
         if !self.announced {
             // The record of which file each id stands for is on disk
             // before anything of them is read.
-            self.registry.save()?;
+            self.save_registry()?;
             self.announced = true;
             return Ok(SourceEvent::Assigned(
                 self.files.iter().map(|f| f.partition).collect(),
@@ -473,6 +549,10 @@ impl Source for FileSource {
             return Ok(event);
         }
         if let Some(event) = self.poll_files()? {
+            if matches!(event, SourceEvent::End) {
+                // How far each file was read, for the next run's check.
+                self.save_registry()?;
+            }
             return Ok(event);
         }
         if self.config.follow {
@@ -521,5 +601,113 @@ impl Source for FileSource {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::LineFormat;
+
+    fn config(path: &Path) -> FileSourceConfig {
+        FileSourceConfig {
+            paths: vec![path.display().to_string()],
+            format: LineFormat::Lines,
+            read_chunk_bytes: 4096,
+            ..FileSourceConfig::default()
+        }
+    }
+
+    /// Values read until the source is idle or ends.
+    async fn drain(source: &mut FileSource) -> Vec<String> {
+        let mut values = Vec::new();
+        loop {
+            match source.next().await.unwrap() {
+                SourceEvent::Batch(b) => values.extend(
+                    b.records
+                        .iter()
+                        .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+                ),
+                SourceEvent::Idle | SourceEvent::End => return values,
+                SourceEvent::Assigned(_) | SourceEvent::Revoked(_) => {}
+            }
+        }
+    }
+
+    /// The writer appends to the file after the source found its end, and
+    /// the file is rotated before the source looks at its path.
+    fn append_then_rotate(path: &Path) {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .unwrap()
+            .write_all(b"3\n4\n")
+            .unwrap();
+        std::fs::rename(path, path.with_extension("log.1")).unwrap();
+        std::fs::write(path, b"5\n").unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_appended_to_a_followed_file_just_before_its_rotation_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.log");
+        std::fs::write(&path, b"1\n2\n").unwrap();
+        let mut source = FileSource::open(FileSourceConfig {
+            follow: true,
+            ..config(&path)
+        })
+        .unwrap();
+        let mut got = drain(&mut source).await;
+        assert_eq!(got, ["1", "2"]);
+        source.after_eof = Some(append_then_rotate);
+        // The source finds the end, the writer appends, the file is
+        // rotated; then the source checks the path.
+        let mut new = None;
+        for _ in 0..20 {
+            match source.next().await.unwrap() {
+                SourceEvent::Batch(b) => got.extend(
+                    b.records
+                        .iter()
+                        .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+                ),
+                SourceEvent::Assigned(p) => {
+                    new = Some(p[0]);
+                    source.seek(p[0], Offset(0)).await.unwrap();
+                }
+                _ => {}
+            }
+        }
+        assert!(new.is_some(), "the new file is a new partition");
+        assert_eq!(got, ["1", "2", "3", "4", "5"]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_of_the_record_of_inputs_fails_the_source_for_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.log");
+        std::fs::write(&path, b"1\n2\n").unwrap();
+        let mut source = FileSource::open(FileSourceConfig {
+            state_dir: Some(dir.path().join("state")),
+            ..config(&path)
+        })
+        .unwrap();
+        source.registry.fail_sync = Some((0, std::io::ErrorKind::Other));
+        let err = source.next().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SourceError::Checkpoint(etl_checkpoint::CheckpointError::Io { .. })
+            ),
+            "an I/O error of the state: {err}"
+        );
+        // Nothing is read after it, however often the source is asked:
+        // the next fsync would succeed, and must not be trusted.
+        for _ in 0..3 {
+            let again = source.next().await.unwrap_err();
+            assert!(again.to_string().contains("lost"), "{again}");
+        }
+        assert!(!dir.path().join("state").join("file-inputs").exists());
     }
 }

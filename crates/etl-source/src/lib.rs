@@ -43,6 +43,7 @@ mod error;
 mod file_config;
 mod file_identity;
 mod file_source;
+mod file_tail;
 mod generator;
 mod line_reader;
 mod metrics;

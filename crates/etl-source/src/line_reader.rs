@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 
-use crate::file_identity::{dev_ino, regular_file_metadata};
+use crate::file_identity::{Tail, dev_ino, regular_file_metadata};
 use crate::read_buf::{ChunkPool, ReadBuf};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
@@ -25,29 +25,27 @@ const PREVIEW_BYTES: usize = 1024;
 /// The file is open only while it is read: [`close`](LineReader::close)
 /// gives back its descriptor and its read buffer, and the next
 /// [`open`](LineReader::open) resumes at the same position after checking
-/// that the path still names the same file.
+/// that the path still names the same file. What only an open file needs
+/// is boxed apart ([`OpenFile`]), so a closed file, of which a source may
+/// hold a great many, keeps its position and identity and nothing else.
 #[derive(Debug)]
 pub(crate) struct LineReader {
     path: PathBuf,
-    file: Option<File>,
+    /// The descriptor and read buffer, while open.
+    open: Option<Box<OpenFile>>,
     /// Device and inode of the file this reader's offsets belong to.
     dev_ino: (u64, u64),
+    /// The bytes before the furthest position the file was seen to reach:
+    /// a file that no longer holds them was rewritten.
+    tail: Tail,
     source: SourceId,
     partition: PartitionId,
-    /// Bytes read but not yet turned into records; `buf[0]` is at file
-    /// position `buf_pos`. Records are slices of the chunks it reads into.
-    buf: ReadBuf,
+    /// The first byte not turned into a record yet: where the read buffer
+    /// starts, and where a reopened file is read from.
     buf_pos: u64,
-    /// How far `buf` is known to hold no newline, so a long line is not
-    /// rescanned after every read.
-    scanned: usize,
     /// Discarding up to and including the next newline: after an
     /// oversized line, or to align a seek to a line start.
     skipping: bool,
-    /// The last read found the end of the file.
-    at_eof: bool,
-    /// Records in the last batch read, to size the next one's vector.
-    last_batch_records: usize,
     /// A last line that was emitted without its newline: it started at
     /// `.0` and ended at `.1`, and is cut there whenever it is read, so
     /// what was appended to it later is read as a line of its own.
@@ -55,6 +53,32 @@ pub(crate) struct LineReader {
     /// Just past a cut: a newline here only ends the cut line (it was its
     /// missing terminator), so it is not read as an empty line.
     after_cut: bool,
+}
+
+/// What a reader holds while its file is open.
+#[derive(Debug)]
+struct OpenFile {
+    file: File,
+    /// Bytes read but not yet turned into records; `buf[0]` is at file
+    /// position `buf_pos`. Records are slices of the chunks it reads into.
+    buf: ReadBuf,
+    /// How far `buf` is known to hold no newline, so a long line is not
+    /// rescanned after every read.
+    scanned: usize,
+    /// The last read found the end of the file.
+    at_eof: bool,
+    /// Records in the last batch read, to size the next one's vector.
+    last_batch_records: usize,
+}
+
+/// Why the path no longer names the file being read, found at its end.
+#[derive(Debug)]
+pub(crate) struct Change {
+    pub(crate) reason: String,
+    /// The file read is still whole, under another name or none (rotated
+    /// or removed): what was appended to it can still be read from its
+    /// descriptor. Otherwise it was truncated or rewritten.
+    pub(crate) moved_away: bool,
 }
 
 /// What one call to [`LineReader::read_batch`] found.
@@ -69,28 +93,25 @@ pub(crate) struct ReadOutcome {
 }
 
 impl LineReader {
-    /// A reader of the file at `path` (device and inode `dev_ino`),
-    /// positioned at its start. Nothing is opened yet.
+    /// A reader of the file at `path` (device and inode `dev_ino`, seen
+    /// to hold `tail`), positioned at its start. Nothing is opened yet.
     pub(crate) fn new(
         path: &Path,
         dev_ino: (u64, u64),
+        tail: Tail,
         source: SourceId,
         partition: PartitionId,
         cut: Option<(u64, u64)>,
-        chunks: Arc<ChunkPool>,
     ) -> Self {
         LineReader {
             path: path.to_path_buf(),
-            file: None,
+            open: None,
             dev_ino,
+            tail,
             source,
             partition,
-            buf: ReadBuf::new(chunks),
             buf_pos: 0,
-            scanned: 0,
             skipping: false,
-            at_eof: false,
-            last_batch_records: 0,
             cut,
             after_cut: false,
         }
@@ -101,13 +122,20 @@ impl LineReader {
     }
 
     pub(crate) fn is_open(&self) -> bool {
-        self.file.is_some()
+        self.open.is_some()
     }
 
     /// Whether the last read reached the end of the file with nothing
     /// buffered: the reader is idle.
     pub(crate) fn is_idle(&self) -> bool {
-        self.at_eof && self.buf.is_empty()
+        self.open
+            .as_ref()
+            .is_some_and(|o| o.at_eof && o.buf.is_empty())
+    }
+
+    /// Whether the last read found the end of the file.
+    pub(crate) fn at_eof(&self) -> bool {
+        self.open.as_ref().is_some_and(|o| o.at_eof)
     }
 
     pub(crate) fn set_cut(&mut self, cut: (u64, u64)) {
@@ -117,8 +145,8 @@ impl LineReader {
     /// Open the file at the reader's position. `Ok(Some(reason))` when
     /// the path no longer names the file this reader's offsets belong to
     /// (then nothing is opened).
-    pub(crate) fn open(&mut self) -> Result<Option<String>, SourceError> {
-        if self.file.is_some() {
+    pub(crate) fn open(&mut self, chunks: &Arc<ChunkPool>) -> Result<Option<String>, SourceError> {
+        if self.open.is_some() {
             return Ok(None);
         }
         let meta = match regular_file_metadata(&self.path) {
@@ -148,9 +176,22 @@ impl LineReader {
                 self.buf_pos
             )));
         }
+        if let Some(reason) = self
+            .tail
+            .differs(&file, meta.len())
+            .map_err(|e| SourceError::io(&self.path, e))?
+        {
+            return Ok(Some(reason));
+        }
         file.seek(SeekFrom::Start(self.buf_pos))
             .map_err(|e| SourceError::io(&self.path, e))?;
-        self.file = Some(file);
+        self.open = Some(Box::new(OpenFile {
+            file,
+            buf: ReadBuf::new(Arc::clone(chunks)),
+            scanned: 0,
+            at_eof: false,
+            last_batch_records: 0,
+        }));
         Ok(None)
     }
 
@@ -158,39 +199,98 @@ impl LineReader {
     /// [`open`](Self::open) resumes at the first byte not turned into a
     /// record yet.
     pub(crate) fn close(&mut self) {
-        self.file = None;
-        self.buf.release();
-        self.scanned = 0;
-        self.at_eof = false;
+        // Dropping the buffer gives its chunk back to the pool.
+        self.open = None;
     }
 
     /// Why the path no longer names the file being read, or why that file
-    /// cannot hold the position read so far (it was truncated), if so.
-    pub(crate) fn changed_on_disk(&self) -> Result<Option<String>, SourceError> {
+    /// cannot hold the position read so far (it was truncated or
+    /// rewritten in place), if so.
+    pub(crate) fn changed_on_disk(&self) -> Result<Option<Change>, SourceError> {
+        let moved = |reason: &str| {
+            Ok(Some(Change {
+                reason: reason.to_owned(),
+                moved_away: true,
+            }))
+        };
         let meta = match std::fs::metadata(&self.path) {
             Ok(meta) => meta,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Ok(Some("the file was removed".to_owned()));
-            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return moved("the file was removed"),
             Err(e) => return Err(SourceError::io(&self.path, e)),
         };
         if dev_ino(&meta) != self.dev_ino {
-            return Ok(Some("another file now has this name (rotated?)".to_owned()));
+            return moved("another file now has this name (rotated?)");
         }
-        let read_to = self.buf_pos + self.buf.len() as u64;
+        let rewritten = |reason: String| {
+            Ok(Some(Change {
+                reason,
+                moved_away: false,
+            }))
+        };
+        let read_to = self.read_to();
         if meta.len() < read_to {
-            return Ok(Some(format!(
+            return rewritten(format!(
                 "the file is {} bytes long, shorter than the {read_to} bytes read (truncated)",
                 meta.len()
-            )));
+            ));
         }
-        Ok(None)
+        // The same inode at least as long: written over in place (`cat
+        // new > file`) unless the bytes before the tail are still there.
+        let differs = match &self.open {
+            Some(o) => self.tail.differs(&o.file, meta.len()),
+            None => File::open(&self.path).and_then(|f| self.tail.differs(&f, meta.len())),
+        };
+        match differs.map_err(|e| SourceError::io(&self.path, e))? {
+            Some(reason) => rewritten(reason),
+            None => Ok(None),
+        }
+    }
+
+    /// The position up to which the file was read (buffered bytes
+    /// included).
+    fn read_to(&self) -> u64 {
+        self.buf_pos + self.open.as_ref().map_or(0, |o| o.buf.len() as u64)
+    }
+
+    /// Whether the open descriptor holds bytes not read yet (the file grew
+    /// after the last read found its end).
+    pub(crate) fn unread_on_descriptor(&self) -> Result<bool, SourceError> {
+        let Some(o) = &self.open else {
+            return Ok(false);
+        };
+        let len = o
+            .file
+            .metadata()
+            .map_err(|e| SourceError::io(&self.path, e))?
+            .len();
+        Ok(len > self.read_to())
+    }
+
+    /// Move the tail to the position read up to, if that is further, from
+    /// the open descriptor; the new tail, to be recorded.
+    pub(crate) fn advance_tail(&mut self) -> Result<Option<Tail>, SourceError> {
+        let read_to = self.read_to();
+        let Some(o) = &self.open else {
+            return Ok(None);
+        };
+        if read_to <= self.tail.end {
+            return Ok(None);
+        }
+        match Tail::of(&o.file, read_to) {
+            Ok(tail) => {
+                self.tail = tail;
+                Ok(Some(tail))
+            }
+            // Truncated since it was read: the next check finds it so.
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(None),
+            Err(e) => Err(SourceError::io(&self.path, e)),
+        }
     }
 
     /// The file's length now.
     pub(crate) fn len(&self) -> Result<u64, SourceError> {
-        let meta = match &self.file {
-            Some(file) => file.metadata(),
+        let meta = match &self.open {
+            Some(o) => o.file.metadata(),
             None => std::fs::metadata(&self.path),
         };
         meta.map(|m| m.len())
@@ -209,15 +309,16 @@ impl LineReader {
             _ => (offset.0 as u64 - 1, true),
         };
         self.after_cut = self.cut.is_some_and(|(_, end)| end == pos);
-        if let Some(file) = &mut self.file {
-            file.seek(SeekFrom::Start(pos))
+        if let Some(o) = &mut self.open {
+            o.file
+                .seek(SeekFrom::Start(pos))
                 .map_err(|e| SourceError::io(&self.path, e))?;
+            o.buf.clear();
+            o.scanned = 0;
+            o.at_eof = false;
         }
-        self.buf.clear();
         self.buf_pos = pos;
-        self.scanned = 0;
         self.skipping = skipping;
-        self.at_eof = false;
         Ok(())
     }
 
@@ -228,24 +329,43 @@ impl LineReader {
         &mut self,
         config: &FileSourceConfig,
     ) -> Result<ReadOutcome, SourceError> {
+        // Taken out while reading, so the buffer and the position can be
+        // borrowed apart.
+        let Some(mut open) = self.open.take() else {
+            // Closed readers are opened by the source before reading.
+            return Ok(ReadOutcome {
+                batch: PollBatch::new(self.partition),
+                at_eof: false,
+                pending_tail: None,
+            });
+        };
+        let outcome = self.read_open(&mut open, config);
+        self.open = Some(open);
+        outcome
+    }
+
+    fn read_open(
+        &mut self,
+        o: &mut OpenFile,
+        config: &FileSourceConfig,
+    ) -> Result<ReadOutcome, SourceError> {
         let mut batch = PollBatch::new(self.partition);
         // A batch is mostly as long as the one before: size the vector
         // once rather than growing it (and moving the records) step by
         // step, reusing one a sink gave back.
         batch.records =
-            etl_record::reuse::records(self.last_batch_records.min(config.max_batch_records));
+            etl_record::reuse::records(o.last_batch_records.min(config.max_batch_records));
         let mut bytes = 0usize;
-        self.at_eof = false;
+        o.at_eof = false;
         while batch.len() < config.max_batch_records && bytes < config.max_batch_bytes {
-            if self.after_cut && !self.buf.is_empty() {
+            if self.after_cut && !o.buf.is_empty() {
                 self.after_cut = false;
-                if self.buf.bytes()[0] == b'\n' {
-                    self.consume(1);
+                if o.buf.bytes()[0] == b'\n' {
+                    self.consume(o, 1);
                     continue;
                 }
             }
-            let newline =
-                memchr::memchr(b'\n', &self.buf.bytes()[self.scanned..]).map(|i| self.scanned + i);
+            let newline = memchr::memchr(b'\n', &o.buf.bytes()[o.scanned..]).map(|i| o.scanned + i);
             // Bytes to the cut, when a cut line starts here.
             let cut = self
                 .cut
@@ -253,34 +373,33 @@ impl LineReader {
                 .map(|(start, end)| (end - start) as usize);
             match (newline, cut) {
                 (Some(end), Some(n)) if end >= n => {
-                    bytes += self.push_cut(&mut batch, n, config);
+                    bytes += self.push_cut(o, &mut batch, n, config);
                 }
-                (None, Some(n)) if self.buf.len() >= n => {
-                    bytes += self.push_cut(&mut batch, n, config);
+                (None, Some(n)) if o.buf.len() >= n => {
+                    bytes += self.push_cut(o, &mut batch, n, config);
                 }
                 (Some(end), _) if self.skipping => {
-                    self.consume(end + 1);
+                    self.consume(o, end + 1);
                     self.skipping = false;
                 }
                 (Some(end), _) => {
                     let start = self.buf_pos;
-                    let mut line = self.take(end + 1);
+                    let mut line = self.take(o, end + 1);
                     bytes += line.len();
                     // In place: a slice would cost a reference count.
                     line.truncate(end);
                     self.push_line(&mut batch, start, line, config);
                 }
-                (None, _) if self.skipping && !self.buf.is_empty() => {
-                    let all = self.buf.len();
-                    self.consume(all);
+                (None, _) if self.skipping && !o.buf.is_empty() => {
+                    let all = o.buf.len();
+                    self.consume(o, all);
                 }
-                (None, _) if self.buf.len() > config.max_line_bytes => {
+                (None, _) if o.buf.len() > config.max_line_bytes => {
                     let start = self.buf_pos;
-                    let len = self.buf.len();
+                    let len = o.buf.len();
                     // A copy, so the dead letter does not pin the whole buffer.
-                    let preview =
-                        Bytes::copy_from_slice(&self.buf.bytes()[..PREVIEW_BYTES.min(len)]);
-                    self.consume(len);
+                    let preview = Bytes::copy_from_slice(&o.buf.bytes()[..PREVIEW_BYTES.min(len)]);
+                    self.consume(o, len);
                     bytes += preview.len();
                     let reason = format!(
                         "line longer than the maximum of {} bytes (skipped to its newline)",
@@ -292,35 +411,41 @@ impl LineReader {
                     self.skipping = true;
                 }
                 (None, _) => {
-                    self.scanned = self.buf.len();
-                    if self.fill()? == 0 {
-                        self.at_eof = true;
+                    o.scanned = o.buf.len();
+                    if self.fill(o)? == 0 {
+                        o.at_eof = true;
                         break;
                     }
                 }
             }
         }
-        let pending_tail = (self.at_eof && !self.skipping && !self.buf.is_empty())
-            .then(|| (self.buf_pos, self.buf_pos + self.buf.len() as u64));
-        if self.at_eof && self.buf.is_empty() {
+        let pending_tail = (o.at_eof && !self.skipping && !o.buf.is_empty())
+            .then(|| (self.buf_pos, self.buf_pos + o.buf.len() as u64));
+        if o.at_eof && o.buf.is_empty() {
             // Nothing to keep: give the read buffer back rather than hold
             // it for every idle file.
-            self.buf.release();
-            self.scanned = 0;
+            o.buf.release();
+            o.scanned = 0;
         }
-        self.last_batch_records = batch.records.len();
+        o.last_batch_records = batch.records.len();
         Ok(ReadOutcome {
             batch,
-            at_eof: self.at_eof,
+            at_eof: o.at_eof,
             pending_tail,
         })
     }
 
     /// Add the first `n` buffered bytes, a line cut at the end of the file
     /// where it once had no newline, to the batch. Returns its size.
-    fn push_cut(&mut self, batch: &mut PollBatch, n: usize, config: &FileSourceConfig) -> usize {
+    fn push_cut(
+        &mut self,
+        o: &mut OpenFile,
+        batch: &mut PollBatch,
+        n: usize,
+        config: &FileSourceConfig,
+    ) -> usize {
         let start = self.buf_pos;
-        let line = self.take(n);
+        let line = self.take(o, n);
         self.after_cut = true;
         if config.eof == EofPolicy::DeadLetter {
             let preview = line.slice(..PREVIEW_BYTES.min(n));
@@ -392,26 +517,22 @@ impl LineReader {
     }
 
     /// Split the first `n` buffered bytes off as a shared, frozen slice.
-    fn take(&mut self, n: usize) -> Bytes {
+    fn take(&mut self, o: &mut OpenFile, n: usize) -> Bytes {
         self.buf_pos += n as u64;
-        self.scanned = 0;
-        self.buf.take(n)
+        o.scanned = 0;
+        o.buf.take(n)
     }
 
-    fn consume(&mut self, n: usize) {
+    fn consume(&mut self, o: &mut OpenFile, n: usize) {
         self.buf_pos += n as u64;
-        self.scanned = 0;
-        self.buf.advance(n);
+        o.scanned = 0;
+        o.buf.advance(n);
     }
 
     /// One read appended to the buffer; 0 at the end of the file.
-    fn fill(&mut self) -> Result<usize, SourceError> {
-        let Some(file) = &mut self.file else {
-            // Closed readers are opened by the source before reading.
-            return Ok(0);
-        };
-        self.buf
-            .fill(file)
+    fn fill(&self, o: &mut OpenFile) -> Result<usize, SourceError> {
+        o.buf
+            .fill(&mut o.file)
             .map_err(|e| SourceError::io(&self.path, e))
     }
 }

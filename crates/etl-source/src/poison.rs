@@ -21,8 +21,10 @@ pub enum PoisonPolicy {
     Halt,
 }
 
-/// Batches remembered per partition to map a failed batch back to its
-/// offsets. Far more than can be in flight under any sane limit.
+/// Batches remembered, over all partitions, to map a failed batch back to
+/// its offsets. Far more than can be in flight under any sane limit
+/// (`max_in_flight_batches` bounds the batches of every partition
+/// together); a batch forgotten all the same is handled as unknown.
 const RECENT_BATCHES: usize = 4096;
 
 /// The verdict on a failed batch.
@@ -34,10 +36,20 @@ pub(crate) enum Verdict {
     Poison { offset: Offset, replays: u32 },
 }
 
+/// What a batch opened lately covered.
+#[derive(Clone, Copy, Debug)]
+struct Opened {
+    id: BatchId,
+    first: Offset,
+    last: Offset,
+    items: usize,
+}
+
+/// The failures of one partition; only a partition that failed has one,
+/// so a source of many partitions (many files) pays nothing for those
+/// that never fail.
 #[derive(Debug, Default)]
 struct PartitionPoison {
-    /// `(epoch, seq, first, last, items)` of batches opened lately.
-    recent: VecDeque<(u32, u64, Offset, Offset, usize)>,
     /// The range that failed lately, narrowed to the overlap of every
     /// failure since, and how often it failed.
     suspect: Option<(Offset, Offset, u32)>,
@@ -53,6 +65,8 @@ struct PartitionPoison {
 #[derive(Debug)]
 pub(crate) struct PoisonTracker {
     max_replays: u32,
+    /// Batches opened lately, of every partition, oldest first.
+    recent: VecDeque<Opened>,
     partitions: HashMap<PartitionId, PartitionPoison>,
 }
 
@@ -60,6 +74,7 @@ impl PoisonTracker {
     pub(crate) fn new(max_replays: u32) -> Self {
         PoisonTracker {
             max_replays: max_replays.max(1),
+            recent: VecDeque::new(),
             partitions: HashMap::new(),
         }
     }
@@ -67,28 +82,33 @@ impl PoisonTracker {
     /// Forget a partition (assigned afresh or revoked).
     pub(crate) fn reset(&mut self, partition: PartitionId) {
         self.partitions.remove(&partition);
+        self.recent.retain(|o| o.id.partition != partition);
     }
 
     /// A batch was opened.
     pub(crate) fn opened(&mut self, id: BatchId, first: Offset, last: Offset, items: usize) {
-        let p = self.partitions.entry(id.partition).or_default();
-        if p.recent.len() == RECENT_BATCHES {
-            p.recent.pop_front();
+        if self.recent.len() == RECENT_BATCHES {
+            self.recent.pop_front();
         }
-        p.recent.push_back((id.epoch, id.seq, first, last, items));
+        self.recent.push_back(Opened {
+            id,
+            first,
+            last,
+            items,
+        });
     }
 
     /// A batch failed and its partition replays from `from`.
     pub(crate) fn failed(&mut self, failed: BatchId, from: Offset) -> Verdict {
         let max = self.max_replays;
-        let p = self.partitions.entry(failed.partition).or_default();
-        let found = p
+        let found = self
             .recent
             .iter()
-            .find(|(e, s, ..)| *e == failed.epoch && *s == failed.seq)
-            .map(|&(_, _, first, last, items)| (first, last, items));
+            .find(|o| o.id == failed)
+            .map(|o| (o.first, o.last, o.items));
         // The failed batch's epoch is over: nothing else of it can fail.
-        p.recent.clear();
+        self.recent.retain(|o| o.id.partition != failed.partition);
+        let p = self.partitions.entry(failed.partition).or_default();
         // Unknown batch (never expected): suspect everything from the
         // watermark on; narrowing then still finds the record.
         let (first, last, items) = found.unwrap_or((from, Offset(i64::MAX), usize::MAX));
@@ -209,6 +229,31 @@ mod tests {
         t.failed(id(5, 0), Offset(22));
         assert!(t.isolate(P, Offset(22)) && t.isolate(P, Offset(29)));
         assert!(!t.isolate(P, Offset(21)) && !t.isolate(P, Offset(30)));
+    }
+
+    #[test]
+    fn partitions_that_never_failed_hold_nothing_and_the_recent_batches_are_bounded() {
+        let mut t = PoisonTracker::new(2);
+        for p in 0..10_000 {
+            let id = BatchId {
+                partition: PartitionId(p),
+                epoch: 1,
+                seq: 0,
+            };
+            t.opened(id, Offset(0), Offset(9), 10);
+        }
+        assert!(t.partitions.is_empty());
+        assert_eq!(t.recent.len(), RECENT_BATCHES);
+        // A recent batch of another partition is still found.
+        let last = BatchId {
+            partition: PartitionId(9_999),
+            epoch: 1,
+            seq: 0,
+        };
+        t.opened(id(1, 0), Offset(0), Offset(9), 10);
+        assert_eq!(t.failed(last, Offset(0)), Verdict::Replay);
+        assert!(!t.isolate(PartitionId(9_999), Offset(10)), "known: 0..=9");
+        assert_eq!(t.partitions.len(), 1);
     }
 
     #[test]

@@ -766,3 +766,137 @@ async fn a_utf8_bom_at_the_start_of_a_file_is_not_part_of_the_first_record() {
     let (records, _, _) = drain(&mut source).await;
     assert_eq!(records[0].value, &b"{\"a\":1}"[..]);
 }
+
+/// `n` NDJSON lines numbered from `from`, each about 40 bytes.
+fn export(from: usize, n: usize) -> Vec<u8> {
+    (from..from + n)
+        .flat_map(|i| format!("{{\"id\":{i},\"pad\":\"{:0>20}\"}}\n", i).into_bytes())
+        .collect()
+}
+
+#[cfg(unix)]
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn an_input_rewritten_in_place_with_the_same_first_kib_is_read_from_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "export.ndjson", &export(0, 200));
+    let cfg = FileSourceConfig {
+        state_dir: Some(dir.path().join("state")),
+        ..config(&[&path])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let old = source.partitions()[0].0;
+    let (records, _, ended) = drain(&mut source).await;
+    assert!(ended && records.len() == 200);
+    // What the checkpointer commits once every record is delivered.
+    let committed = Offset(records.last().unwrap().position.offset.0 + 1);
+    drop(source);
+
+    // Regenerated in place (`cat next > export.ndjson`): the same inode,
+    // the same first 100 lines (4 KiB), then other records, and longer.
+    let ino = inode(&path);
+    let mut next = export(0, 100);
+    next.extend(export(1000, 300));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&next)
+        .unwrap();
+    assert_eq!(inode(&path), ino);
+    assert!(next.len() as i64 >= committed.0);
+
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let new = source.partitions()[0].0;
+    assert_ne!(new, old, "the rewritten file is a new partition");
+    // The driver seeks each partition to its committed offset; the new
+    // one has none.
+    source.next().await.unwrap();
+    let start = if new == old { committed } else { Offset(0) };
+    source.seek(new, start).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 400, "every record of the new export is read");
+    drop(source);
+
+    let err = FileSource::open(FileSourceConfig {
+        on_replaced: ReplacedPolicy::Fail,
+        ..cfg.clone()
+    });
+    assert!(err.is_ok(), "the new export is the recorded file now");
+    std::fs::write(&path, export(0, 400)).unwrap();
+    let err = FileSource::open(FileSourceConfig {
+        on_replaced: ReplacedPolicy::Fail,
+        ..cfg
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, SourceError::InputReplaced { ref reason, .. } if reason.contains("rewritten")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_input_that_only_grew_keeps_its_partition_and_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "app.ndjson", &export(0, 200));
+    let cfg = FileSourceConfig {
+        state_dir: Some(dir.path().join("state")),
+        ..config(&[&path])
+    };
+    let mut source = FileSource::open(cfg.clone()).unwrap();
+    let old = source.partitions()[0].0;
+    let (records, _, _) = drain(&mut source).await;
+    let committed = Offset(records.last().unwrap().position.offset.0 + 1);
+    drop(source);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&export(200, 50))
+        .unwrap();
+    for _ in 0..2 {
+        let mut source = FileSource::open(cfg.clone()).unwrap();
+        assert_eq!(source.partitions()[0].0, old);
+        source.next().await.unwrap();
+        source.seek(old, committed).await.unwrap();
+        let (records, _, _) = drain(&mut source).await;
+        assert_eq!(records.len(), 50);
+        assert_eq!(
+            &records[0].value[..],
+            &export(200, 1)[..export(200, 1).len() - 1]
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_followed_file_rewritten_in_place_continues_as_a_new_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "f.ndjson", &export(0, 100));
+    let mut source = FileSource::open(FileSourceConfig {
+        follow: true,
+        ..config(&[&path])
+    })
+    .unwrap();
+    let first = source.partitions()[0].0;
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 100);
+
+    // Written over in place between two looks, longer than before, with
+    // the same first lines.
+    let mut next = export(0, 50);
+    next.extend(export(1000, 100));
+    std::fs::write(&path, &next).unwrap();
+    assert!(matches!(next_event(&mut source).await, SourceEvent::Revoked(p) if p == vec![first]));
+    let SourceEvent::Assigned(second) = next_event(&mut source).await else {
+        panic!("the rewritten file is a new partition")
+    };
+    source.seek(second[0], Offset(0)).await.unwrap();
+    let (records, _, _) = drain(&mut source).await;
+    assert_eq!(records.len(), 150);
+}
