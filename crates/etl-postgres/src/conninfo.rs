@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::ops::Range;
 
 /// Keys whose values are secrets.
-const SECRET_KEYS: [&str; 2] = ["password", "sslpassword"];
+pub(crate) const SECRET_KEYS: [&str; 2] = ["password", "sslpassword"];
 
 /// A parsed connection string.
 #[derive(Clone, Debug, PartialEq, Eq)]
