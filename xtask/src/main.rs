@@ -6,6 +6,7 @@
 
 mod bench;
 mod cmd;
+mod fuzz;
 mod kafka;
 mod postgres;
 mod sim;
@@ -27,7 +28,13 @@ Tasks:
   test             unit, integration and end-to-end tests, then doc tests
   doc              cargo doc with warnings denied (broken links fail)
   loom             loom models (--cfg etl_loom, release, own target dir)
-  prop [--cases N] property tests with N cases each (default 1024)
+  prop [--cases N] every property test (functions named prop_*, release, with
+                   the remap language) with N cases each (default 1024; ci
+                   runs 10000)
+  fuzz [--seconds N] [--target NAME]
+                   build the fuzz targets in fuzz/ (cargo-fuzz, installed
+                   under the target directory when missing) and run each for
+                   N seconds (default 60; ci runs 15)
   sim [--cases N] [--seed S] [--enable SWITCH,...|all] [--keep-going]
                    the whole-pipeline simulation: N generated pipelines
                    (default 1000; ci runs 2000 from a fixed seed), or one
@@ -57,6 +64,7 @@ fn main() -> ExitCode {
         Some("doc") => doc(),
         Some("loom") => loom(),
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
+        Some("fuzz") => fuzz::Options::parse(&args[1..]).and_then(|o| fuzz::run(&o)),
         Some("sim") => sim::Options::parse(&args[1..]).and_then(|o| sim::run(&o)),
         Some("tidy") => tidy::run(&root()),
         Some("bench") => bench::run(&args[1..]),
@@ -88,6 +96,7 @@ fn ci() -> Result {
     doc()?;
     loom()?;
     prop(CI_PROP_CASES)?;
+    fuzz::run(&fuzz::Options::ci())?;
     sim::run(&sim::Options::ci())?;
     tidy::run(&root())?;
     eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
@@ -200,13 +209,16 @@ fn prop(cases: u32) -> Result {
     if packages.is_empty() {
         return Err("no property tests found (functions named prop_*)".to_owned());
     }
-    // Without default features: no property test needs a connector or
-    // the remap language, and building those in release mode would cost
-    // CI minutes (this also builds `etl` without its default features).
+    // Without the connectors (no property test needs one, and building
+    // librdkafka in release mode would cost CI minutes), with the remap
+    // language: the fast path's differential properties hold it to VRL's
+    // runtime. This also builds `etl` without its connectors.
     let mut args = vec![
         "test",
         "--release",
         "--no-default-features",
+        "--features",
+        "etl/remap",
         "--locked",
         "--tests",
     ];
