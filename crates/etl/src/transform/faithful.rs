@@ -482,7 +482,12 @@ mod round_trip {
             write(&raw, &old, &new, &mut out).unwrap();
             let out = String::from_utf8(out).unwrap();
             let read: Value = serde_json::from_str(&out).unwrap();
-            prop_assert_eq!(&read, &new, "{} written as {}", raw, out);
+            // New values are written by serde_json, whose reading (without
+            // its `float_roundtrip` feature) may give a float back one
+            // unit in the last place away: the same drift as new's own
+            // text read back.
+            let expected: Value = serde_json::from_str(&new.to_string()).unwrap();
+            prop_assert_eq!(&read, &expected, "{} written as {}", raw, out);
             if let Err(why) = untouched_spans_are_kept(&raw, &out, &old, &new) {
                 prop_assert!(false, "{} written as {}: {}", raw, out, why);
             }
