@@ -6,10 +6,11 @@
 //! The targets are built without a sanitizer: the project has no unsafe
 //! code of its own to watch and the instrumented build of VRL is the
 //! step's main cost, which AddressSanitizer would about double; the
-//! targets' assertions and panics are what is looked for. libFuzzer's
-//! coverage instrumentation uses flags that stable rustc keeps behind
-//! `RUSTC_BOOTSTRAP=1` (cargo-fuzz passes `-Z` options), set for its
-//! commands alone.
+//! targets' assertions and panics are what is looked for. Without a
+//! sanitizer cargo-fuzz passes only stable `-C` flags for libFuzzer's
+//! coverage instrumentation; `RUSTC_BOOTSTRAP=1` is set for its commands
+//! alone all the same, so that a sanitizer or another `-Z` option it
+//! adds works on the stable toolchain.
 //!
 //! The corpus each run grows is kept under the target directory and
 //! starts from the seeds in `fuzz/seeds/<target>/`; an input that fails
