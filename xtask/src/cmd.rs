@@ -32,6 +32,15 @@ impl Cmd {
         }
     }
 
+    /// `program` with arguments.
+    pub(crate) fn new(program: &str, args: &[&str]) -> Self {
+        Cmd {
+            program: program.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            envs: Vec::new(),
+        }
+    }
+
     /// Append arguments.
     pub(crate) fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|a| (*a).to_owned()));

@@ -6,6 +6,7 @@
 
 mod bench;
 mod cmd;
+mod fuzz;
 mod kafka;
 mod postgres;
 mod sim;
@@ -27,7 +28,13 @@ Tasks:
   test             unit, integration and end-to-end tests, then doc tests
   doc              cargo doc with warnings denied (broken links fail)
   loom             loom models (--cfg etl_loom, release, own target dir)
-  prop [--cases N] property tests with N cases each (default 1024)
+  prop [--cases N] every property test (functions named prop_*, release, with
+                   the remap language) with N cases each (default 1024; ci
+                   runs 10000)
+  fuzz [--seconds N] [--target NAME]
+                   build the fuzz targets in fuzz/ (cargo-fuzz, installed
+                   under the target directory when missing) and run each for
+                   N seconds (default 60; ci runs 15)
   sim [--cases N] [--seed S] [--enable SWITCH,...|all] [--keep-going]
                    the whole-pipeline simulation: N generated pipelines
                    (default 1000; ci runs 2000 from a fixed seed), or one
@@ -57,6 +64,7 @@ fn main() -> ExitCode {
         Some("doc") => doc(),
         Some("loom") => loom(),
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
+        Some("fuzz") => fuzz::Options::parse(&args[1..]).and_then(|o| fuzz::run(&o)),
         Some("sim") => sim::Options::parse(&args[1..]).and_then(|o| sim::run(&o)),
         Some("tidy") => tidy::run(&root()),
         Some("bench") => bench::run(&args[1..]),
@@ -88,6 +96,7 @@ fn ci() -> Result {
     doc()?;
     loom()?;
     prop(CI_PROP_CASES)?;
+    fuzz::run(&fuzz::Options::ci())?;
     sim::run(&sim::Options::ci())?;
     tidy::run(&root())?;
     eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
@@ -194,24 +203,29 @@ fn prop_cases(args: &[String]) -> Result<u32> {
 }
 
 fn prop(cases: u32) -> Result {
-    // Only the packages that have property tests: building the whole
-    // workspace in release mode (connectors included) would cost minutes.
-    let packages = packages_with_prop_tests()?;
-    if packages.is_empty() {
+    // Only the targets that have property tests: building the whole
+    // workspace in release mode (connectors and every integration test
+    // of `etl`, each linking VRL, included) would cost minutes.
+    let found = targets_with_prop_tests()?;
+    if found.packages.is_empty() {
         return Err("no property tests found (functions named prop_*)".to_owned());
     }
-    // Without default features: no property test needs a connector or
-    // the remap language, and building those in release mode would cost
-    // CI minutes (this also builds `etl` without its default features).
-    let mut args = vec![
-        "test",
-        "--release",
-        "--no-default-features",
-        "--locked",
-        "--tests",
-    ];
-    for p in &packages {
+    // Without the connectors (no property test needs one, and building
+    // librdkafka in release mode would cost CI minutes), with the remap
+    // language: the fast path's differential properties hold it to VRL's
+    // runtime. This also builds `etl` without its connectors.
+    let mut args = vec!["test", "--release", "--no-default-features", "--locked"];
+    if found.packages.iter().any(|p| p == "etl") {
+        args.extend(["--features", "etl/remap"]);
+    }
+    for p in &found.packages {
         args.extend(["-p", p.as_str()]);
+    }
+    if found.lib {
+        args.push("--lib");
+    }
+    for t in &found.tests {
+        args.extend(["--test", t.as_str()]);
     }
     args.extend(["--", "prop_"]);
     Cmd::cargo(&args)
@@ -219,36 +233,65 @@ fn prop(cases: u32) -> Result {
         .run()
 }
 
-/// Crates under `crates/` with a function named `prop_*` in their sources
-/// or tests.
-fn packages_with_prop_tests() -> Result<Vec<String>> {
-    fn has_prop(dir: &std::path::Path) -> bool {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return false;
-        };
-        entries.flatten().any(|e| {
-            let path = e.path();
-            if path.is_dir() {
-                has_prop(&path)
-            } else {
-                path.extension().is_some_and(|x| x == "rs")
-                    && std::fs::read_to_string(&path).is_ok_and(|t| t.contains("fn prop_"))
-            }
-        })
+/// Where the property tests are.
+#[derive(Debug, Default)]
+struct PropTargets {
+    /// Crates under `crates/` with a function named `prop_*`.
+    packages: Vec<String>,
+    /// Whether one of them has one in its library.
+    lib: bool,
+    /// The integration tests (`tests/NAME.rs` or `tests/NAME/main.rs`
+    /// and its modules) that have one.
+    tests: Vec<String>,
+}
+
+/// The crates and test targets with a function named `prop_*`.
+fn targets_with_prop_tests() -> Result<PropTargets> {
+    fn has_prop(path: &std::path::Path) -> bool {
+        if path.is_dir() {
+            return std::fs::read_dir(path)
+                .map(|entries| entries.flatten().any(|e| has_prop(&e.path())))
+                .unwrap_or(false);
+        }
+        path.extension().is_some_and(|x| x == "rs")
+            && std::fs::read_to_string(path).is_ok_and(|t| t.contains("fn prop_"))
     }
     let crates = root().join("crates");
-    let mut found = Vec::new();
+    let mut found = PropTargets::default();
     for entry in std::fs::read_dir(&crates)
         .map_err(|e| format!("cannot list {}: {e}", crates.display()))?
         .flatten()
     {
         let dir = entry.path();
-        if (has_prop(&dir.join("src")) || has_prop(&dir.join("tests")))
-            && let Some(name) = dir.file_name().and_then(|n| n.to_str())
-        {
-            found.push(name.to_owned());
+        let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let lib = has_prop(&dir.join("src"));
+        let mut tests = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(dir.join("tests")) {
+            for test in entries.flatten() {
+                let path = test.path();
+                let target = if path.is_dir() && path.join("main.rs").is_file() {
+                    path.file_name().and_then(|n| n.to_str()).map(str::to_owned)
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    path.file_stem().and_then(|n| n.to_str()).map(str::to_owned)
+                } else {
+                    None
+                };
+                if let Some(target) = target
+                    && has_prop(&path)
+                {
+                    tests.push(target);
+                }
+            }
+        }
+        if lib || !tests.is_empty() {
+            found.packages.push(name.to_owned());
+            found.lib |= lib;
+            found.tests.extend(tests);
         }
     }
-    found.sort();
+    found.packages.sort();
+    found.tests.sort();
     Ok(found)
 }

@@ -297,6 +297,15 @@ impl ConnInfo {
         last
     }
 
+    /// The parameters as `(key, value)` pairs, in the order given.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn pairs(&self) -> Vec<(String, String)> {
+        self.params
+            .iter()
+            .map(|p| (p.key.clone(), p.value.clone()))
+            .collect()
+    }
+
     /// The parameters as a libpq `key='value'` string.
     pub(crate) fn to_key_value(&self) -> String {
         let mut out = String::new();

@@ -63,6 +63,10 @@ mod sql;
 mod tls;
 mod write;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use config::{ColumnConfig, PostgresSinkConfig, ProgressLock, WriteMethod};
 pub use error::PostgresError;
 pub use sink::PostgresSink;

@@ -128,6 +128,11 @@ pub use runtime::{
     pipeline_from_config,
 };
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
+/// The engine's inner readers for the fuzz targets in `fuzz/` (feature
+/// `fuzzing`; not a stable interface).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use transform::fuzzing;
 pub use transform::{
     ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Refused, Transform,
     TransformChain, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,

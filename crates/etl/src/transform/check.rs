@@ -15,15 +15,14 @@
 //! text, a `\u` escape of a UTF-16 surrogate, a number with an exponent of
 //! three digits or more, a run of 309 digits, or 10^308 and more (near or
 //! past an `f64`, which serde_json's and VRL's readings refuse), and
-//! nesting deeper than serde_json's limit of 128.
+//! nesting as deep as serde_json's limit of 128 (see [`MAX_DEPTH`]).
 
 use std::borrow::Cow;
 use std::ops::Range;
 
 use super::scan::{self, Entries};
 
-/// serde_json's nesting limit.
-const MAX_DEPTH: usize = 128;
+use scan::MAX_DEPTH;
 
 /// Digits in a row from which a number may be past an `f64`.
 const LONG_DIGITS: usize = 309;
@@ -570,6 +569,35 @@ mod tests {
     }
 
     #[test]
+    fn nesting_is_read_exactly_as_deep_as_serde_json_reads_it() {
+        // `levels` containers, the record's object the first: objects
+        // inside objects, or arrays inside the record.
+        let objects =
+            |levels: usize| format!("{}1{}", "{\"a\":".repeat(levels), "}".repeat(levels));
+        let arrays = |levels: usize| {
+            let inner = levels - 1;
+            format!("{{\"a\":{}1{}}}", "[".repeat(inner), "]".repeat(inner))
+        };
+        for levels in [126, 127, 128, 129] {
+            for text in [objects(levels), arrays(levels)] {
+                assert_eq!(
+                    serde_accepts(&text),
+                    levels <= 127,
+                    "{levels}: the limit moved"
+                );
+                assert_eq!(read(&text).is_some(), levels <= 127, "{levels} levels");
+                // The scanner, for text known to be valid JSON, refuses
+                // it too.
+                assert_eq!(
+                    scan::entries(&text).is_some(),
+                    levels <= 127,
+                    "{levels} levels"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_kept_objects_stay_within_their_bound() {
         let inner: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{{\"v\":{i}}}")).collect();
         let doc = format!("{{\"x\":{{{}}}}}", inner.join(","));
@@ -673,9 +701,9 @@ mod tests {
         })
     }
 
+    // The case count is the run's (`PROPTEST_CASES`, which `cargo xtask
+    // prop` sets), like every other property's.
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-
         #[test]
         fn prop_accepts_only_what_serde_json_accepts(text in almost_json(), cut in 0usize..64) {
             let object = format!("{{\"x\":{text}}}");

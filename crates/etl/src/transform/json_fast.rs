@@ -758,6 +758,34 @@ mod tests {
     }
 
     #[test]
+    fn a_record_nested_128_deep_is_left_to_the_tree_path_which_refuses_it() {
+        // The record is `levels` containers deep, itself the first.
+        let nested = |levels: usize| {
+            format!(
+                "{}1{}",
+                "{\"amount\":12,\"a\":".repeat(levels),
+                "}".repeat(levels)
+            )
+        };
+        for levels in [127, 128, 129] {
+            let input = nested(levels);
+            let mut stage = JsonStage::new("json", ops());
+            stage.fast = None;
+            let refused = match stage.apply(Record::new(Position::default(), input.clone())) {
+                Outcome::Reject(_, why) => why.contains("recursion limit exceeded"),
+                _ => false,
+            };
+            // serde_json refuses the 128th container.
+            assert_eq!(refused, levels >= 128, "{levels} levels");
+            let fast = fast(&ops(), &input);
+            assert_eq!(fast == Fast::Fallback, levels >= 128, "{levels} levels");
+            if levels < 128 {
+                assert_eq!(fast, tree(&ops(), &input), "{levels} levels");
+            }
+        }
+    }
+
+    #[test]
     fn writes_what_the_tree_path_writes() {
         for input in [
             r#"{"user":"u1","amount":12.50,"gone":1,"b":[1, 2.0e1,"\u00e9\n"],"a":{"y":1,"x":2}}"#,

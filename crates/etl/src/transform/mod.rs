@@ -11,6 +11,8 @@ mod closures;
 mod faithful;
 #[cfg(feature = "remap")]
 mod fused;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod json;
 mod json_fast;
 #[cfg(feature = "remap")]

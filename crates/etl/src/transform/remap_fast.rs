@@ -142,6 +142,8 @@ impl Translate {
         use ast::Expr as E;
         Some(match e {
             E::Literal(l) => Expr::Lit(match l.inner() {
+                // `""` is a template of no segments, not one literal.
+                ast::Literal::String(t) if t.0.is_empty() => Value::from(""),
                 ast::Literal::String(t) => Value::from(t.as_literal_string()?),
                 ast::Literal::RawString(s) => Value::from(s.as_str()),
                 ast::Literal::Integer(i) => Value::Integer(*i),
@@ -1392,6 +1394,8 @@ mod tests {
 
     use super::*;
 
+    mod grammar;
+
     fn run(program: &str, input: &str) -> Lite {
         LiteProgram::new(program).expect("in the fast subset").run(
             input.as_bytes(),
@@ -1671,6 +1675,93 @@ mod tests {
                 // An error here is VRL's error there (a NaN result).
                 (Err(_), theirs) => prop_assert!(theirs.is_err(), "{:?} {:?} {:?}", l, op, r),
                 (Ok(Some(ours)), Err(e)) => prop_assert!(false, "{:?} where VRL fails: {}", ours, e),
+            }
+        }
+    }
+
+    /// A record `levels` containers deep, itself the first: objects
+    /// `{"a":{"a":...}}`, or an object around arrays `{"a":[[...]]}`.
+    fn nested(levels: usize, arrays: bool) -> String {
+        if arrays {
+            let inner = levels - 1;
+            format!(
+                "{{\"b\":1,\"a\":{}1{}}}",
+                "[".repeat(inner),
+                "]".repeat(inner)
+            )
+        } else {
+            format!(
+                "{}1{}",
+                "{\"b\":1,\"a\":".repeat(levels),
+                "}".repeat(levels)
+            )
+        }
+    }
+
+    /// An outcome as text, to compare the fast path's with the runtime's.
+    fn shown(outcome: crate::transform::Outcome) -> String {
+        use crate::transform::Outcome;
+        match outcome {
+            Outcome::Keep(r) => format!("keep {}", String::from_utf8_lossy(&r.value)),
+            Outcome::Filtered => "filtered".to_owned(),
+            Outcome::Many(rs) => format!("many {}", rs.len()),
+            Outcome::Reject(r, why) | Outcome::Halt(r, why) => {
+                format!("reject {} {why}", String::from_utf8_lossy(&r.value))
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_nested_128_deep_is_refused_as_vrl_refuses_it() {
+        use etl_record::{Position, Record};
+
+        use crate::transform::{Remap, Transform, VrlFilter, VrlProgram};
+        let remap = VrlProgram::remap(".t = int!(.b) + 1").unwrap();
+        let condition = VrlProgram::condition(".b == 1").unwrap();
+        assert!(remap.is_fast() && condition.is_fast());
+        for levels in [127, 128, 129] {
+            for arrays in [false, true] {
+                let input = nested(levels, arrays);
+                let record = || Record::new(Position::default(), input.clone());
+                let vrl = shown(Remap::new("r", remap.clone().runtime_only()).apply(record()));
+                // VRL reads the record with serde_json, which refuses the
+                // 128th container.
+                assert_eq!(
+                    vrl.contains("recursion limit exceeded"),
+                    levels >= 128,
+                    "{levels} levels: {vrl}"
+                );
+                let kept =
+                    shown(VrlFilter::new("f", condition.clone().runtime_only()).apply(record()));
+                for checked in [false, true] {
+                    let fast = shown(
+                        Remap::new("r", remap.clone())
+                            .checked_input(checked)
+                            .apply(record()),
+                    );
+                    assert_eq!(
+                        fast, vrl,
+                        "{levels} levels, arrays {arrays}, checked {checked}"
+                    );
+                    let mut filter = VrlFilter::new("f", condition.clone()).checked_input(checked);
+                    let fast = shown(filter.apply(record()));
+                    assert_eq!(
+                        fast, kept,
+                        "{levels} levels, arrays {arrays}, checked {checked}"
+                    );
+                    // A run of steps read once decides nothing of it
+                    // either.
+                    let steps = [
+                        Step::Condition(condition.lite().unwrap()),
+                        Step::Remap(remap.lite().unwrap()),
+                    ];
+                    let ran = run_steps(&steps, input.as_bytes(), &mut Arena::default(), checked);
+                    assert_eq!(
+                        ran == Steps::Fallback,
+                        levels >= 128,
+                        "{levels} levels, arrays {arrays}, checked {checked}: {ran:?}"
+                    );
+                }
             }
         }
     }

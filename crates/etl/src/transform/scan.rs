@@ -13,6 +13,14 @@ use std::borrow::Cow;
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
 pub(super) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
 
+/// The deepest nesting the fast paths read, the record's own object
+/// counting as 1: serde_json (and so VRL, and the JSON stage's general
+/// path) refuses a value whose 128th container opens inside 127 others
+/// with "recursion limit exceeded", so 127 is the most it reads. The
+/// checking pass refuses deeper text and so does [`skip_value`], for text
+/// known to be valid JSON that serde_json cannot read all the same.
+pub(super) const MAX_DEPTH: usize = 127;
+
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
@@ -55,7 +63,9 @@ pub(super) fn quote_or_backslash(word: u64) -> u64 {
     zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\')))
 }
 
-/// The index just past the value starting at `i`.
+/// The index just past the value starting at `i`; `None` for a
+/// container nested [`MAX_DEPTH`] deep inside it (a value of an object is
+/// at least one container deep: the one it is in).
 fn skip_value(b: &[u8], i: usize) -> Option<usize> {
     match *b.get(i)? {
         b'"' => skip_string(b, i),
@@ -68,7 +78,12 @@ fn skip_value(b: &[u8], i: usize) -> Option<usize> {
                         j = skip_string(b, j)?;
                         continue;
                     }
-                    b'{' | b'[' => depth += 1,
+                    b'{' | b'[' => {
+                        depth += 1;
+                        if depth >= MAX_DEPTH {
+                            return None;
+                        }
+                    }
                     b'}' | b']' => {
                         depth = depth.checked_sub(1)?;
                         if depth == 0 {

@@ -1,0 +1,173 @@
+//! `cargo xtask fuzz`: the fuzz targets in `fuzz/` (cargo-fuzz and
+//! libFuzzer), built once and each run for a while.
+//!
+//! cargo-fuzz is installed under the target directory, at a pinned
+//! version, when it is not there: a fresh machine needs nothing else.
+//! The targets are built without a sanitizer: the project has no unsafe
+//! code of its own to watch and the instrumented build of VRL is the
+//! step's main cost, which AddressSanitizer would about double; the
+//! targets' assertions and panics are what is looked for. Without a
+//! sanitizer cargo-fuzz passes only stable `-C` flags for libFuzzer's
+//! coverage instrumentation; `RUSTC_BOOTSTRAP=1` is set for its commands
+//! alone all the same, so that a sanitizer or another `-Z` option it
+//! adds works on the stable toolchain.
+//!
+//! The corpus each run grows is kept under the target directory and
+//! starts from the seeds in `fuzz/seeds/<target>/`; an input that fails
+//! is written to `fuzz/artifacts/<target>/` and named in the output (add
+//! it as a test where the failing code lives).
+
+use std::path::{Path, PathBuf};
+
+use crate::Result;
+use crate::cmd::{Cmd, root};
+
+/// The cargo-fuzz release installed and used.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// Every target in `fuzz/fuzz_targets/`.
+const TARGETS: &[&str] = &["json_check", "fast_paths", "toml_config", "conninfo"];
+
+/// Seconds per target in `cargo xtask ci`.
+const CI_SECONDS: u32 = 15;
+const DEFAULT_SECONDS: u32 = 60;
+
+/// What `cargo xtask fuzz` runs.
+#[derive(Debug)]
+pub(crate) struct Options {
+    seconds: u32,
+    only: Option<String>,
+}
+
+impl Options {
+    /// What CI runs: every target, briefly.
+    pub(crate) fn ci() -> Self {
+        Options {
+            seconds: CI_SECONDS,
+            only: None,
+        }
+    }
+
+    /// `[--seconds N] [--target NAME]`.
+    pub(crate) fn parse(args: &[String]) -> Result<Self> {
+        let mut options = Options {
+            seconds: DEFAULT_SECONDS,
+            only: None,
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(usage)?;
+            match flag.as_str() {
+                "--seconds" => {
+                    options.seconds = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--seconds takes a positive integer, got `{value}`")
+                    })?;
+                }
+                "--target" if TARGETS.contains(&value.as_str()) => {
+                    options.only = Some(value.clone());
+                }
+                "--target" => {
+                    return Err(format!(
+                        "no fuzz target `{value}`; the targets are {}",
+                        TARGETS.join(", ")
+                    ));
+                }
+                _ => return Err(usage()),
+            }
+        }
+        Ok(options)
+    }
+}
+
+fn usage() -> String {
+    format!(
+        "usage: cargo xtask fuzz [--seconds N] [--target {}]",
+        TARGETS.join("|")
+    )
+}
+
+/// The target directory cargo uses for the workspace.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// Build every target, then run each (or the one chosen) for the
+/// options' seconds.
+pub(crate) fn run(options: &Options) -> Result {
+    let target = target_dir().join("fuzz");
+    let cargo_fuzz = install(&target.join("tools"))?;
+    let fuzz = |args: &[&str]| {
+        let mut all = vec!["fuzz"];
+        all.extend_from_slice(args);
+        Cmd::new(&cargo_fuzz.to_string_lossy(), &all).env("RUSTC_BOOTSTRAP", "1")
+    };
+    let build_dir = target.join("build");
+    let build_dir = build_dir.to_string_lossy();
+    let common = [
+        "--fuzz-dir",
+        "fuzz",
+        "--sanitizer",
+        "none",
+        "--target-dir",
+        &build_dir,
+    ];
+    // One build for all the targets: they share every dependency.
+    let mut build = vec!["build"];
+    build.extend_from_slice(&common);
+    fuzz(&build).run()?;
+    let max_time = format!("-max_total_time={}", options.seconds);
+    for name in TARGETS {
+        if options.only.as_deref().is_some_and(|only| only != *name) {
+            continue;
+        }
+        let corpus = target.join("corpus").join(name);
+        std::fs::create_dir_all(&corpus)
+            .map_err(|e| format!("cannot create {}: {e}", corpus.display()))?;
+        let corpus = corpus.to_string_lossy().into_owned();
+        let seeds = root().join("fuzz").join("seeds").join(name);
+        let seeds = seeds.to_string_lossy().into_owned();
+        let mut args = vec!["run"];
+        args.extend_from_slice(&common);
+        args.extend([*name, corpus.as_str()]);
+        if Path::new(&seeds).is_dir() {
+            args.push(&seeds);
+        }
+        // A slow input (10 s) or a large heap (2 GiB) is a failure too.
+        args.extend(["--", &max_time, "-timeout=10", "-rss_limit_mb=2048"]);
+        fuzz(&args).run()?;
+    }
+    Ok(())
+}
+
+/// The path of `cargo-fuzz` at the pinned version under `root`,
+/// installed there first when it is missing or another version.
+fn install(root_dir: &Path) -> Result<PathBuf> {
+    let binary = root_dir.join("bin").join("cargo-fuzz");
+    let installed = std::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .trim_end()
+                    .ends_with(CARGO_FUZZ_VERSION)
+        });
+    if installed {
+        return Ok(binary);
+    }
+    let root_arg = root_dir.to_string_lossy();
+    let build = root_dir.join("build");
+    Cmd::cargo(&[
+        "install",
+        "cargo-fuzz",
+        "--version",
+        CARGO_FUZZ_VERSION,
+        "--locked",
+        "--root",
+        &root_arg,
+        "--target-dir",
+        &build.to_string_lossy(),
+    ])
+    .run()?;
+    Ok(binary)
+}
