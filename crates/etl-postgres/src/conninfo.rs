@@ -343,12 +343,23 @@ pub(crate) fn parse(input: &str) -> Result<ConnInfo, ConnInfoError> {
         .find_map(|scheme| input.strip_prefix(scheme))
     {
         parse_url(input, input.len() - rest.len())?
-    } else if input.contains("://") {
+    } else if has_scheme(input) {
         return Err(ConnInfoError::Scheme);
     } else {
         parse_key_value(input)?
     };
     Ok(ConnInfo { params })
+}
+
+/// Whether `input` opens with a URL scheme (`letter *(letter / digit /
+/// "+" / "-" / ".") "://"`, RFC 3986): a `key=value` string whose value
+/// holds `://` is not a URL.
+fn has_scheme(input: &str) -> bool {
+    input.split_once("://").is_some_and(|(scheme, _)| {
+        let mut chars = scheme.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
 }
 
 fn parse_url(input: &str, start: usize) -> Result<Vec<Param>, ConnInfoError> {
@@ -589,6 +600,23 @@ mod tests {
         assert_eq!(info.get("port"), Some("5433,"));
         assert_eq!(info.get("dbname"), Some("d b"));
         assert_eq!(info.get("sslmode"), Some("verify-full"));
+    }
+
+    #[test]
+    fn a_key_value_string_whose_value_holds_a_url_reads_as_key_value() {
+        // What the sink hands tokio-postgres must read back the same,
+        // whatever a value holds; only a leading scheme makes a URL.
+        let info = parse("host='h' dbname='/u:p@db:gres://x' application_name=a://b").unwrap();
+        assert_eq!(info.get("host"), Some("h"));
+        assert_eq!(info.get("dbname"), Some("/u:p@db:gres://x"));
+        assert_eq!(info.get("application_name"), Some("a://b"));
+        assert_eq!(parse(&info.to_key_value()).unwrap(), info);
+        for url in ["mysql://h/db", "pg+ssl://h/db", "HTTP://h"] {
+            assert!(
+                matches!(parse(url), Err(ConnInfoError::Scheme)),
+                "{url} is a URL of another scheme"
+            );
+        }
     }
 
     #[test]
