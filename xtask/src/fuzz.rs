@@ -28,8 +28,14 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Every target in `fuzz/fuzz_targets/`.
 const TARGETS: &[&str] = &["json_check", "fast_paths", "toml_config", "conninfo"];
 
-/// Seconds per target in `cargo xtask ci`.
-const CI_SECONDS: u32 = 15;
+/// Seconds per target in `cargo xtask ci`, at most.
+const CI_SECONDS: u32 = 30;
+/// Inputs per target in `cargo xtask ci`, from a fixed seed and a fresh
+/// corpus: the same inputs on every run, so a run that passed here
+/// passes in CI, and a fuzz finding is a test that fails, not a coin
+/// CI tosses. Longer, random runs are `cargo xtask fuzz`'s own.
+const CI_RUNS: u32 = 20_000;
+const CI_SEED: u32 = 1;
 const DEFAULT_SECONDS: u32 = 60;
 
 /// What `cargo xtask fuzz` runs.
@@ -37,6 +43,9 @@ const DEFAULT_SECONDS: u32 = 60;
 pub(crate) struct Options {
     seconds: u32,
     only: Option<String>,
+    /// A fixed number of inputs from a fixed seed, with a fresh corpus
+    /// (ci); otherwise random, growing the kept corpus, for `seconds`.
+    repeatable: Option<(u32, u32)>,
 }
 
 impl Options {
@@ -45,14 +54,21 @@ impl Options {
         Options {
             seconds: CI_SECONDS,
             only: None,
+            repeatable: Some((CI_RUNS, CI_SEED)),
         }
     }
 
-    /// `[--seconds N] [--target NAME]`.
+    /// `--ci` (what CI runs), or `[--seconds N] [--target NAME]`.
     pub(crate) fn parse(args: &[String]) -> Result<Self> {
+        if let [flag] = args
+            && flag == "--ci"
+        {
+            return Ok(Options::ci());
+        }
         let mut options = Options {
             seconds: DEFAULT_SECONDS,
             only: None,
+            repeatable: None,
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -81,7 +97,7 @@ impl Options {
 
 fn usage() -> String {
     format!(
-        "usage: cargo xtask fuzz [--seconds N] [--target {}]",
+        "usage: cargo xtask fuzz --ci | [--seconds N] [--target {}]",
         TARGETS.join("|")
     )
 }
@@ -121,6 +137,10 @@ pub(crate) fn run(options: &Options) -> Result {
             continue;
         }
         let corpus = target.join("corpus").join(name);
+        if options.repeatable.is_some() && corpus.exists() {
+            std::fs::remove_dir_all(&corpus)
+                .map_err(|e| format!("cannot empty {}: {e}", corpus.display()))?;
+        }
         std::fs::create_dir_all(&corpus)
             .map_err(|e| format!("cannot create {}: {e}", corpus.display()))?;
         let corpus = corpus.to_string_lossy().into_owned();
@@ -134,6 +154,12 @@ pub(crate) fn run(options: &Options) -> Result {
         }
         // A slow input (10 s) or a large heap (2 GiB) is a failure too.
         args.extend(["--", &max_time, "-timeout=10", "-rss_limit_mb=2048"]);
+        let repeatable = options
+            .repeatable
+            .map(|(runs, seed)| [format!("-runs={runs}"), format!("-seed={seed}")]);
+        if let Some(flags) = &repeatable {
+            args.extend(flags.iter().map(String::as_str));
+        }
         fuzz(&args).run()?;
     }
     Ok(())

@@ -31,10 +31,12 @@ Tasks:
   prop [--cases N] every property test (functions named prop_*, release, with
                    the remap language) with N cases each (default 1024; ci
                    runs 10000)
-  fuzz [--seconds N] [--target NAME]
+  fuzz --ci | [--seconds N] [--target NAME]
                    build the fuzz targets in fuzz/ (cargo-fuzz, installed
                    under the target directory when missing) and run each for
-                   N seconds (default 60; ci runs 15)
+                   N seconds (default 60), growing a kept corpus; --ci (what
+                   ci runs) runs 20000 inputs each from a fixed seed and a
+                   fresh corpus, so it passes or fails the same every time
   sim [--cases N] [--seed S] [--enable SWITCH,...|all] [--keep-going]
                    the whole-pipeline simulation: N generated pipelines
                    (default 1000; ci runs 2000 from a fixed seed), or one

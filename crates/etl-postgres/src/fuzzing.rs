@@ -16,13 +16,17 @@ pub struct Parsed {
     pub key_value: String,
 }
 
-/// Parse a URL or a `key=value` string as the sink does.
+/// Parse a URL or a `key=value` string and check its options, as the
+/// sink does.
 ///
 /// # Errors
 ///
 /// Why it cannot be read (never quoting the input).
 pub fn parse_conninfo(input: &str) -> Result<Parsed, String> {
+    // As the sink reads it: unknown options are refused before anything
+    // is handed to tokio-postgres.
     let info = conninfo::parse(input).map_err(|e| e.to_string())?;
+    info.check_options().map_err(|e| e.to_string())?;
     Ok(Parsed {
         key_value: info.to_key_value(),
         debug: format!("{info:?}"),
