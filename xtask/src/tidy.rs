@@ -6,6 +6,12 @@
 //!   etl-source`; `etl-sink` sees only `etl-record` and `etl-ack`;
 //!   connectors and the runtime sit on top.
 //! * Every `.rs` file opens with a `//!` module doc.
+//! * No unused dependency: every dependency a crate declares is named
+//!   in its code (`name::`, `use name`, `name!`); a dev-dependency in its
+//!   sources, tests, benches or examples. A dependency declared only to
+//!   turn on features, or a normal one used only by tests, is reported:
+//!   the first is listed in [`FEATURE_ONLY`] with its reason, the second
+//!   becomes a dev-dependency.
 
 use std::path::Path;
 use std::process::Command;
@@ -105,6 +111,11 @@ const TEST_SUPPORT_FOR_REAL: &[&str] = &["xtask", "etl-tests"];
 /// `remap` feature, never to the lower layers.
 const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl"])];
 
+/// Dependencies declared for their features alone, never named in code:
+/// (crate, dependency, why). Everything else a crate declares must be
+/// used, or tidy reports it.
+const FEATURE_ONLY: &[(&str, &str, &str)] = &[];
+
 /// Run every check against the workspace at `root`.
 pub(crate) fn run(root: &Path) -> crate::Result {
     eprintln!("$ cargo metadata --format-version 1 --no-deps (tidy: layer order)");
@@ -122,6 +133,8 @@ pub(crate) fn run(root: &Path) -> crate::Result {
     let metadata: Value = serde_json::from_slice(&output.stdout)
         .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
     let mut problems = layer_violations(&metadata);
+    eprintln!("tidy: unused dependencies");
+    problems.extend(unused_dependencies(&metadata));
     eprintln!("tidy: module docs of every .rs file");
     for dir in ["crates", "xtask", "tests", "examples"] {
         missing_module_docs(&root.join(dir), root, &mut problems);
@@ -186,6 +199,112 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Every declared dependency no code of its crate names, as readable
+/// sentences. A normal or build dependency must be named in `src/` or
+/// `build.rs`; a dev-dependency anywhere in the crate (`src/`, `tests/`,
+/// `benches/`, `examples/`), unless it only adds features to a normal
+/// dependency of the same name or to the crate itself.
+pub(crate) fn unused_dependencies(metadata: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        let (Some(name), Some(manifest)) =
+            (package["name"].as_str(), package["manifest_path"].as_str())
+        else {
+            continue;
+        };
+        let dir = Path::new(manifest).parent().unwrap_or(Path::new("."));
+        let mut main_code = String::new();
+        rust_text(&dir.join("src"), &mut main_code);
+        rust_text(&dir.join("build.rs"), &mut main_code);
+        let mut all_code = main_code.clone();
+        for extra in ["tests", "benches", "examples"] {
+            rust_text(&dir.join(extra), &mut all_code);
+        }
+        let deps: Vec<&Value> = package["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .collect();
+        let normal = |dep: &str| {
+            deps.iter().any(|d| {
+                d["name"].as_str() == Some(dep) && d["kind"].as_str().is_none_or(|k| k != "dev")
+            })
+        };
+        for dep in &deps {
+            let Some(dep_name) = dep["name"].as_str() else {
+                continue;
+            };
+            let kind = dep["kind"].as_str().unwrap_or("normal");
+            if FEATURE_ONLY
+                .iter()
+                .any(|(c, d, _)| *c == name && *d == dep_name)
+            {
+                continue;
+            }
+            let ident = dep["rename"].as_str().unwrap_or(dep_name).replace('-', "_");
+            if kind == "dev" {
+                if dep_name == name || normal(dep_name) || names_crate(&all_code, &ident) {
+                    continue;
+                }
+                problems.push(format!(
+                    "`{name}` declares the dev-dependency `{dep_name}`, which none of its code uses"
+                ));
+            } else if !names_crate(&main_code, &ident) {
+                let hint = if names_crate(&all_code, &ident) {
+                    ": only its tests use it, so make it a dev-dependency"
+                } else {
+                    ""
+                };
+                problems.push(format!(
+                    "`{name}` declares the {kind} dependency `{dep_name}`, which its code does not use{hint}"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Whether `code` names the crate `ident` as a path (`ident::`), an
+/// import (`use ident;`, `ident as`), a macro (`ident!`) or an `extern
+/// crate`.
+fn names_crate(code: &str, ident: &str) -> bool {
+    let bytes = code.as_bytes();
+    code.match_indices(ident).any(|(at, _)| {
+        let before = at.checked_sub(1).map(|i| bytes[i]);
+        if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return false;
+        }
+        let rest = &code[at + ident.len()..];
+        rest.starts_with("::")
+            || rest.starts_with('!')
+            || rest.trim_start().starts_with(';')
+            || rest.starts_with(" as ")
+            || code[..at].ends_with("extern crate ")
+    })
+}
+
+/// Append the text of every `.rs` file at or under `path` to `out`.
+fn rust_text(path: &Path, out: &mut String) {
+    if path.is_file() {
+        if path.extension().is_some_and(|e| e == "rs") {
+            out.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+            out.push('\n');
+        }
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for entry in entries {
+        let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name != "target" && !name.starts_with('.') {
+            rust_text(&entry, out);
+        }
+    }
 }
 
 fn missing_module_docs(dir: &Path, root: &Path, problems: &mut Vec<String>) {
@@ -296,6 +415,65 @@ mod tests {
     fn an_unknown_crate_must_be_given_a_layer() {
         let metadata = json!({ "packages": [package("etl-new", &[])] });
         assert!(layer_violations(&metadata)[0].contains("has no layer"));
+    }
+
+    fn manifest(name: &str, deps: Value) -> Value {
+        let dir =
+            std::env::temp_dir().join(format!("xtask-tidy-deps-{}-{name}", std::process::id()));
+        json!({
+            "name": name,
+            "manifest_path": dir.join("Cargo.toml").to_string_lossy(),
+            "dependencies": deps,
+        })
+    }
+
+    #[test]
+    fn a_dependency_no_code_names_is_reported_and_a_test_only_one_is_told_to_move() {
+        let package = manifest(
+            "etl-demo",
+            json!([
+                { "name": "serde_json", "kind": null },
+                { "name": "etl-ack", "kind": null },
+                { "name": "memchr", "kind": null },
+                { "name": "tokio", "kind": "dev" },
+                { "name": "proptest", "kind": "dev" },
+                { "name": "memchr", "kind": "dev" },
+                { "name": "etl-demo", "kind": "dev" },
+            ]),
+        );
+        let dir = std::path::PathBuf::from(package["manifest_path"].as_str().unwrap());
+        let dir = dir.parent().unwrap();
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        std::fs::create_dir_all(dir.join("tests")).unwrap();
+        std::fs::write(
+            dir.join("src/lib.rs"),
+            "//! Demo.\nuse serde_json::Value;\npub fn f() { let _ = memchr::memchr; }\n// not etl_ack_like::x\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("tests/it.rs"),
+            "//! It.\n#[tokio::test]\nasync fn t() { etl_ack::channel(); }\n",
+        )
+        .unwrap();
+        let problems = unused_dependencies(&json!({ "packages": [package] }));
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("`etl-ack`") && problems[0].contains("make it a dev-dependency")
+        );
+        assert!(problems[1].contains("dev-dependency `proptest`"));
+    }
+
+    #[test]
+    fn a_crate_is_named_only_as_a_whole_word_followed_by_a_path_import_or_macro() {
+        assert!(names_crate("use tokio::sync;", "tokio"));
+        assert!(names_crate("extern crate libc;", "libc"));
+        assert!(names_crate("use rand;", "rand"));
+        assert!(names_crate("tracing::warn!()", "tracing"));
+        assert!(names_crate("anyhow!(\"x\")", "anyhow"));
+        assert!(!names_crate("my_tokio::x", "tokio"));
+        assert!(!names_crate("tokio_util::sync", "tokio"));
+        assert!(!names_crate("// talks about tokio here", "tokio"));
     }
 
     #[test]
