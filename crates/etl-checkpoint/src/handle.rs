@@ -146,6 +146,14 @@ pub struct CheckpointHandle {
     lost: watch::Receiver<bool>,
 }
 
+// Compile-time check: a handle is shared by the source driver, the sink
+// drivers and the runtime's tasks, so it must move and be shared between
+// threads.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CheckpointHandle>();
+};
+
 type Pending<T> = oneshot::Receiver<Result<T, CheckpointError>>;
 
 impl CheckpointHandle {

@@ -39,6 +39,12 @@ pub struct SinkDriver {
     progress: Option<Arc<dyn ProgressSink>>,
 }
 
+// Compile-time check: a driver moves into the task `spawn` starts.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<SinkDriver>();
+};
+
 impl SinkDriver {
     /// A driver writing to `sink`, encoding with `encoder`, with the
     /// default configuration and no dead-letter sink.

@@ -57,6 +57,17 @@ pub struct SourceDriver {
     input_ended: watch::Sender<bool>,
 }
 
+// Compile-time check: the driver and the future of its run move into a
+// spawned task.
+const _: fn() = || {
+    fn assert_send<T: Send>(_: &T) {}
+    fn run_is_send(driver: SourceDriver) {
+        assert_send(&driver);
+        assert_send(&driver.run(CancellationToken::new()));
+    }
+    let _ = run_is_send;
+};
+
 impl std::fmt::Debug for SourceDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SourceDriver")

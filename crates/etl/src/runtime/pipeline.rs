@@ -292,6 +292,17 @@ impl Summary {
     }
 }
 
+// Compile-time check: a pipeline and the future of its run may be spawned
+// on a multi-threaded runtime (`tokio::spawn(pipeline.run(token))`).
+const _: fn() = || {
+    fn assert_send<T: Send>(_: &T) {}
+    fn run_is_send(pipeline: Pipeline) {
+        assert_send(&pipeline);
+        assert_send(&pipeline.run(CancellationToken::new()));
+    }
+    let _ = run_is_send;
+};
+
 /// A pipeline ready to run. See [`Pipeline::builder`].
 pub struct Pipeline {
     source: SourceSpec,
