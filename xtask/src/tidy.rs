@@ -4,7 +4,12 @@
 //! * Layer order: a crate depends only on the crates below it (read from
 //!   `cargo metadata`). `etl-record <- etl-ack <- etl-checkpoint <-
 //!   etl-source`; `etl-sink` sees only `etl-record` and `etl-ack`;
-//!   connectors and the runtime sit on top.
+//!   connectors and the runtime sit on top, and the command line
+//!   (`etl-cli`) above the runtime.
+//! * Heavy third-party crates stay where they belong: the VRL interpreter
+//!   in the crate of the remap language, the command line's own crates
+//!   (argument parsing, HTTP server, status line, log formatter) in
+//!   `etl-cli`, so that a library user does not build them.
 //! * Every `.rs` file opens with a `//!` module doc.
 
 use std::path::Path;
@@ -53,7 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "etl-tests",
+        "etl-cli",
         &[
             "etl-record",
             "etl-ack",
@@ -66,6 +71,20 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "etl-tests",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-kafka",
+            "etl-postgres",
+            "etl",
+            "etl-cli",
+        ],
+    ),
+    (
         "etl-example-custom",
         &[
             "etl-record",
@@ -74,6 +93,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-source",
             "etl-sink",
             "etl",
+            "etl-cli",
         ],
     ),
     (
@@ -94,6 +114,7 @@ const TEST_SUPPORT_IN_TESTS: &[&str] = &[
     "etl-kafka",
     "etl-postgres",
     "etl",
+    "etl-cli",
     "etl-tests",
     "etl-example-custom",
 ];
@@ -104,6 +125,17 @@ const TEST_SUPPORT_FOR_REAL: &[&str] = &["xtask", "etl-tests"];
 /// VRL interpreter (and its ~200 crates) belongs to the `etl` crate's
 /// `remap` feature, never to the lower layers.
 const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl"])];
+
+/// Third-party crates of the command line (argument parsing, the metrics
+/// endpoint's HTTP server, the status line, the log formatter): only
+/// [`CLI_CRATES`] may depend on them for real, so that a library user of
+/// `Pipeline::builder()` does not build them. Tests of any crate may use
+/// them (`tracing-subscriber`, to see a test's logs).
+const CLI_ONLY: &[&str] = &["clap", "axum", "indicatif", "tracing-subscriber"];
+/// The command line, and the test programs of `etl-tests` (`etl-faulty`
+/// and `etl-soak` log through `tracing-subscriber`; nothing depends on
+/// that crate).
+const CLI_CRATES: &[&str] = &["etl-cli", "etl-tests"];
 
 /// Run every check against the workspace at `root`.
 pub(crate) fn run(root: &Path) -> crate::Result {
@@ -181,6 +213,12 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}`, which only {owners:?} may use"
+                ));
+            }
+            if CLI_ONLY.contains(&dep_name) && kind != "dev" && !CLI_CRATES.contains(&name) {
+                problems.push(format!(
+                    "`{name}` depends on `{dep_name}` ({kind}), a crate of the command line \
+                     that only {CLI_CRATES:?} may depend on outside their tests"
                 ));
             }
         }
@@ -266,6 +304,25 @@ mod tests {
         let problems = layer_violations(&metadata);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("`etl-source` depends on `vrl`"));
+    }
+
+    #[test]
+    fn command_line_crates_only_in_the_cli_except_in_tests() {
+        let with = |name: &str, dep: &str, kind: Option<&str>| json!({ "name": name, "dependencies": [{ "name": dep, "kind": kind }] });
+        let metadata = json!({
+            "packages": [
+                with("etl-cli", "clap", None),
+                with("etl", "clap", None),
+                with("etl", "axum", Some("build")),
+                with("etl-sink", "indicatif", None),
+                with("etl-source", "tracing-subscriber", Some("dev")),
+            ]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("`etl` depends on `clap` (normal)"));
+        assert!(problems[1].contains("`etl` depends on `axum` (build)"));
+        assert!(problems[2].contains("`etl-sink` depends on `indicatif` (normal)"));
     }
 
     #[test]
