@@ -86,7 +86,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 fn main() {
     // The allocator setting the `etl` binary runs with (its memory use is
     // part of what the rows measure).
-    etl::keep_large_buffers_out_of_the_heap();
+    etl_cli::keep_large_buffers_out_of_the_heap();
     // `cargo bench` passes `--bench`; flags of our own come in pairs.
     let args: Vec<String> = std::env::args()
         .skip(1)

@@ -54,6 +54,7 @@ fn newest_source() -> Option<SystemTime> {
     let mut newest = None;
     let crates = workspace_root().join("crates");
     for name in [
+        "etl-cli",
         "etl",
         "etl-record",
         "etl-ack",
@@ -73,7 +74,7 @@ fn newest_source() -> Option<SystemTime> {
 ///
 /// `cargo test --workspace` builds it already. When it is missing, or older
 /// than the sources of the crates it is built from (a run of only this
-/// package), it is built first with `cargo build -p etl` (`$CARGO` if set).
+/// package), it is built first with `cargo build -p etl-cli` (`$CARGO` if set).
 ///
 /// # Panics
 ///
@@ -94,7 +95,7 @@ pub fn etl_binary() -> PathBuf {
             if stale {
                 let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
                 let mut cmd = Command::new(cargo);
-                cmd.args(["build", "-p", "etl", "--bin", "etl"])
+                cmd.args(["build", "-p", "etl-cli", "--bin", "etl"])
                     .current_dir(workspace_root());
                 if release {
                     cmd.arg("--release");

@@ -78,7 +78,7 @@ pub(crate) fn run(args: &[String]) -> Result {
     let work = root().join("target").join("bench");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
 
-    Cmd::cargo(&["build", "--release", "-p", "etl"]).run()?;
+    Cmd::cargo(&["build", "--release", "-p", "etl-cli", "--bin", "etl"]).run()?;
     // Where `cargo build` put it: `CARGO_TARGET_DIR` when it is set.
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
@@ -86,13 +86,13 @@ pub(crate) fn run(args: &[String]) -> Result {
     if let Some(only) = only {
         let rows = match only {
             "transform" => transform_rows(&etl, &work)?,
-            _ => many_files(&etl, &build_harness("etl", "pipeline")?, &work)?,
+            _ => many_files(&etl, &build_harness("etl-cli", "pipeline")?, &work)?,
         };
         print!("{}", table(&rows));
         eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
         return Ok(());
     }
-    let harness = build_harness("etl", "pipeline")?;
+    let harness = build_harness("etl-cli", "pipeline")?;
     let kafka_harness = build_harness("etl-tests", "kafka")?;
     let mut rows = Vec::new();
 

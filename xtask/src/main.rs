@@ -125,13 +125,15 @@ fn lint() -> Result {
         "warnings",
     ])
     .run()?;
-    // `etl` without its connectors and the remap language, as a user with
-    // `default-features = false` builds it: that code is compiled nowhere
-    // else.
+    // `etl` and the `etl` command without the connectors and the remap
+    // language, as a user with `default-features = false` builds them:
+    // that code is compiled nowhere else.
     Cmd::cargo(&[
         "clippy",
         "-p",
         "etl",
+        "-p",
+        "etl-cli",
         "--no-default-features",
         "--all-targets",
         "--locked",

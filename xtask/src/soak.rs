@@ -34,7 +34,7 @@ pub(crate) fn run(args: &[String]) -> crate::Result {
             }
         }
     }
-    Cmd::cargo(&["build", "--locked", "-p", "etl", "--bin", "etl"]).run()?;
+    Cmd::cargo(&["build", "--locked", "-p", "etl-cli", "--bin", "etl"]).run()?;
     Cmd::cargo(&["build", "--locked", "-p", "etl-tests", "--bins"]).run()?;
     let soak = root().join("target").join("debug").join("etl-soak");
     eprintln!("$ {} --minutes {minutes} --seed {seed}", soak.display());

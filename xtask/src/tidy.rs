@@ -4,7 +4,12 @@
 //! * Layer order: a crate depends only on the crates below it (read from
 //!   `cargo metadata`). `etl-record <- etl-ack <- etl-checkpoint <-
 //!   etl-source`; `etl-sink` sees only `etl-record` and `etl-ack`;
-//!   connectors and the runtime sit on top.
+//!   connectors and the runtime sit on top, and the command line
+//!   (`etl-cli`) above the runtime.
+//! * Heavy third-party crates stay where they belong: the VRL interpreter
+//!   in the crate of the remap language, the command line's own crates
+//!   (argument parsing, HTTP server, status line, log formatter) in
+//!   `etl-cli`, so that a library user does not build them.
 //! * Every `.rs` file opens with a `//!` module doc.
 //! * No unused dependency: every dependency a crate declares is named
 //!   in its code (`name::`, `use name`, `name!`); a dev-dependency in its
@@ -59,7 +64,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "etl-tests",
+        "etl-cli",
         &[
             "etl-record",
             "etl-ack",
@@ -72,6 +77,20 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "etl-tests",
+        &[
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-kafka",
+            "etl-postgres",
+            "etl",
+            "etl-cli",
+        ],
+    ),
+    (
         "etl-example-custom",
         &[
             "etl-record",
@@ -80,6 +99,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-source",
             "etl-sink",
             "etl",
+            "etl-cli",
         ],
     ),
     (
@@ -100,6 +120,7 @@ const TEST_SUPPORT_IN_TESTS: &[&str] = &[
     "etl-kafka",
     "etl-postgres",
     "etl",
+    "etl-cli",
     "etl-tests",
     "etl-example-custom",
 ];
@@ -115,6 +136,17 @@ const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl"])];
 /// (crate, dependency, why). Everything else a crate declares must be
 /// used, or tidy reports it.
 const FEATURE_ONLY: &[(&str, &str, &str)] = &[];
+
+/// Third-party crates of the command line (argument parsing, the metrics
+/// endpoint's HTTP server, the status line, the log formatter): only
+/// [`CLI_CRATES`] may depend on them for real, so that a library user of
+/// `Pipeline::builder()` does not build them. Tests of any crate may use
+/// them (`tracing-subscriber`, to see a test's logs).
+const CLI_ONLY: &[&str] = &["clap", "axum", "indicatif", "tracing-subscriber"];
+/// The command line, and the test programs of `etl-tests` (`etl-faulty`
+/// and `etl-soak` log through `tracing-subscriber`; nothing depends on
+/// that crate).
+const CLI_CRATES: &[&str] = &["etl-cli", "etl-tests"];
 
 /// Run every check against the workspace at `root`.
 pub(crate) fn run(root: &Path) -> crate::Result {
@@ -194,6 +226,12 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}`, which only {owners:?} may use"
+                ));
+            }
+            if CLI_ONLY.contains(&dep_name) && kind != "dev" && !CLI_CRATES.contains(&name) {
+                problems.push(format!(
+                    "`{name}` depends on `{dep_name}` ({kind}), a crate of the command line \
+                     that only {CLI_CRATES:?} may depend on outside their tests"
                 ));
             }
         }
@@ -385,6 +423,25 @@ mod tests {
         let problems = layer_violations(&metadata);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("`etl-source` depends on `vrl`"));
+    }
+
+    #[test]
+    fn command_line_crates_only_in_the_cli_except_in_tests() {
+        let with = |name: &str, dep: &str, kind: Option<&str>| json!({ "name": name, "dependencies": [{ "name": dep, "kind": kind }] });
+        let metadata = json!({
+            "packages": [
+                with("etl-cli", "clap", None),
+                with("etl", "clap", None),
+                with("etl", "axum", Some("build")),
+                with("etl-sink", "indicatif", None),
+                with("etl-source", "tracing-subscriber", Some("dev")),
+            ]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("`etl` depends on `clap` (normal)"));
+        assert!(problems[1].contains("`etl` depends on `axum` (build)"));
+        assert!(problems[2].contains("`etl-sink` depends on `indicatif` (normal)"));
     }
 
     #[test]

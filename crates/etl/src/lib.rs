@@ -1,7 +1,8 @@
-//! The pipeline runtime and the `etl` command line: a source, a chain of
-//! transforms and one or more sinks, with one checkpointer committing only
-//! what every sink has made durable (at-least-once; exactly-once with a
-//! single [`ProgressSink`](etl_sink::ProgressSink)).
+//! The pipeline runtime: a source, a chain of transforms and one or more
+//! sinks, with one checkpointer committing only what every sink has made
+//! durable (at-least-once; exactly-once with a single
+//! [`ProgressSink`](etl_sink::ProgressSink)). The `etl` command that runs
+//! it from a TOML file is the `etl-cli` crate.
 //!
 //! * [`Pipeline::builder`] gives a [`PipelineBuilder`]: a
 //!   [`Source`](etl_source::Source) (or a [`SourceFactory`] for a source
@@ -103,8 +104,6 @@
 //! With `default-features = false` the crate builds without librdkafka
 //! and VRL; everything above the Features heading works without them.
 
-mod alloc;
-pub mod cli;
 pub mod config;
 mod connectors;
 mod metrics;
@@ -115,7 +114,6 @@ mod transform;
 
 // The configuration file's entry points; its sections and options are in
 // [`config`], named apart from the library types they become.
-pub use alloc::keep_large_buffers_out_of_the_heap;
 pub use config::{
     CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, load_config, parse_config,
     parse_config_with_env,

@@ -7,12 +7,11 @@
 //! a `[source]`, `[[transforms]]`, `[[sinks]]` or `[dead_letter]` table
 //! whose `type` the registry knows into that struct, with every problem
 //! reported at its line like a built-in's; [`pipeline_from_config`] then
-//! builds the component with its factory. [`cli::main_with`] is the `etl`
-//! command with a registry, so `etl validate` and `etl run` know your
+//! builds the component with its factory. `etl_cli::main_with` (crate
+//! `etl-cli`) is the `etl` command with a registry, so `etl validate` and `etl run` know your
 //! components.
 //!
 //! [`pipeline_from_config`]: crate::pipeline_from_config
-//! [`cli::main_with`]: crate::cli::main_with
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,12 +1,11 @@
 //! `${VAR}` in the configuration: values from the environment, defaults,
 //! `$$`, comments left alone, unset variables as problems at their line
-//! (exit 78 from `etl validate` and `etl run`, no `${VAR}` folder made).
+//! (the `etl` command's exit 78 on them is tested in `etl-cli`).
 
 // Helpers outside `#[test]` functions unwrap too.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use etl::config::SinkKind;
 use etl::{ConfigProblem, parse_config_with_env};
@@ -115,54 +114,4 @@ fn a_secret_from_a_variable_is_in_no_problem_and_stays_a_secret() {
         );
         assert!(!format!("{config:?}").contains("Zq9SecretPw"));
     }
-}
-
-fn etl(command: &str, config: &Path, env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
-    cmd.arg(command).arg(config).env_remove("EDIR");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
-#[test]
-fn validate_and_run_exit_78_on_an_unset_variable_and_create_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("pipeline.toml");
-    std::fs::write(
-        &config,
-        "[source]\ntype = \"generator\"\nrecords_per_partition = 2\n\n\
-         [[sinks]]\ntype = \"file\"\npath = \"${EDIR}/out.ndjson\"\n\n\
-         [checkpoint]\nstore = { type = \"memory\" }\n",
-    )
-    .unwrap();
-    for command in ["validate", "run"] {
-        let out = etl(command, &config, &[]);
-        assert_eq!(out.status.code(), Some(78), "{command}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains(
-                "pipeline.toml:7:8: [[sinks]] #1: path: environment variable EDIR is not set"
-            ),
-            "{command}: {stderr}"
-        );
-    }
-    let made: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(made, ["pipeline.toml"], "nothing but the configuration");
-
-    // Set, the same file runs and writes where the variable says.
-    let out_dir = dir.path().join("given");
-    let out = etl("run", &config, &[("EDIR", out_dir.to_str().unwrap())]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let written = std::fs::read_to_string(out_dir.join("out.ndjson")).unwrap();
-    assert_eq!(written.lines().count(), 2);
 }

@@ -147,26 +147,3 @@ fn array_paths_are_written_with_dots() {
     );
     assert!(ok.is_ok(), "{ok:?}");
 }
-
-#[cfg(feature = "remap")]
-#[test]
-fn etl_validate_reports_a_vrl_error_with_its_place_and_exits_78() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("pipeline.toml");
-    std::fs::write(
-        &config,
-        with_transforms(
-            "[[transforms]]\ntype = \"remap\"\nsource = '''\n.a = 1\n.b = upcasee(.a)\n'''\n",
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
-        .arg("validate")
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(stderr.contains("pipeline.toml:9:6"), "{stderr}");
-    assert!(stderr.contains("call to undefined function"), "{stderr}");
-}

@@ -9,7 +9,7 @@
 //! * `type = "csv"`, a sink: appends the `columns` of each record to a CSV
 //!   file, fsync'd before the write returns.
 //!
-//! `src/main.rs` is the whole program: `etl::cli::main_with(registry())`.
+//! `src/main.rs` is the whole program: `etl_cli::main_with(registry())`.
 //! `pipeline.toml` beside this crate uses all three; run it with
 //! `cargo run -p etl-example-custom -- run examples/custom_components/pipeline.toml`.
 

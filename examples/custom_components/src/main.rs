@@ -3,5 +3,5 @@
 //! `offsets`), and configuration files may use the three types.
 
 fn main() -> std::process::ExitCode {
-    etl::cli::main_with(etl_example_custom::registry())
+    etl_cli::main_with(etl_example_custom::registry())
 }

@@ -173,7 +173,7 @@ pub fn etl_binary() -> PathBuf {
                 let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
                 let mut build = Command::new(cargo);
                 build
-                    .args(["build", "-p", "etl", "--bin", "etl"])
+                    .args(["build", "-p", "etl-cli", "--bin", "etl"])
                     .current_dir(root);
                 if profile.file_name() == Some("release".as_ref()) {
                     build.arg("--release");
@@ -204,6 +204,7 @@ fn newest_source() -> Option<SystemTime> {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
     let mut newest = None;
     for name in [
+        "etl-cli",
         "etl",
         "etl-record",
         "etl-ack",

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::args::LogFormat;
+use crate::args::LogFormat;
 
 /// Install the global subscriber. Returns whether output is human text on
 /// a terminal (then a live status line may be drawn).

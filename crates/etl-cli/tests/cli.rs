@@ -1287,3 +1287,95 @@ fn validate_into_a_read_only_standard_output_exits_74() {
     assert_eq!(out.status.code(), Some(74), "{stderr}");
     assert!(stderr.contains("standard output"), "{stderr}");
 }
+
+/// `${VAR}` in the configuration: an unset variable fails `etl validate`
+/// and `etl run` with 78 and creates nothing (moved from the `etl` crate's
+/// `config_env` test, where the rest of the interpolation is tested).
+mod config_env {
+    use std::path::Path;
+    use std::process::{Command, Output};
+
+    fn etl(command: &str, config: &Path, env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+        cmd.arg(command).arg(config).env_remove("EDIR");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    #[test]
+    fn validate_and_run_exit_78_on_an_unset_variable_and_create_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("pipeline.toml");
+        std::fs::write(
+            &config,
+            "[source]\ntype = \"generator\"\nrecords_per_partition = 2\n\n\
+             [[sinks]]\ntype = \"file\"\npath = \"${EDIR}/out.ndjson\"\n\n\
+             [checkpoint]\nstore = { type = \"memory\" }\n",
+        )
+        .unwrap();
+        for command in ["validate", "run"] {
+            let out = etl(command, &config, &[]);
+            assert_eq!(out.status.code(), Some(78), "{command}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(
+                    "pipeline.toml:7:8: [[sinks]] #1: path: environment variable EDIR is not set"
+                ),
+                "{command}: {stderr}"
+            );
+        }
+        let made: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(made, ["pipeline.toml"], "nothing but the configuration");
+
+        // Set, the same file runs and writes where the variable says.
+        let out_dir = dir.path().join("given");
+        let out = etl("run", &config, &[("EDIR", out_dir.to_str().unwrap())]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written = std::fs::read_to_string(out_dir.join("out.ndjson")).unwrap();
+        assert_eq!(written.lines().count(), 2);
+    }
+}
+
+/// `etl validate` on a VRL program that does not compile (moved from the
+/// `etl` crate's `remap_config` test, where the rest of the VRL
+/// configuration is tested).
+#[cfg(feature = "remap")]
+mod remap_config {
+    fn with_transforms(transforms: &str) -> String {
+        format!(
+            "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n{transforms}\n[[sinks]]\ntype = \"blackhole\"\n"
+        )
+    }
+
+    #[test]
+    fn etl_validate_reports_a_vrl_error_with_its_place_and_exits_78() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("pipeline.toml");
+        std::fs::write(
+            &config,
+            with_transforms(
+                "[[transforms]]\ntype = \"remap\"\nsource = '''\n.a = 1\n.b = upcasee(.a)\n'''\n",
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+            .arg("validate")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{stderr}");
+        assert!(stderr.contains("pipeline.toml:9:6"), "{stderr}");
+        assert!(stderr.contains("call to undefined function"), "{stderr}");
+    }
+}

@@ -18,7 +18,7 @@
 ///
 /// ```
 /// // First in `main`, then build and run pipelines.
-/// etl::keep_large_buffers_out_of_the_heap();
+/// etl_cli::keep_large_buffers_out_of_the_heap();
 /// ```
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)] // mallopt: the measured need above.

@@ -3,11 +3,11 @@
 
 use std::net::SocketAddr;
 
-use crate::MetricsHub;
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use etl::MetricsHub;
 
 /// The OpenMetrics text format's media type.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

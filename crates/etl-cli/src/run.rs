@@ -1,10 +1,10 @@
 //! `etl run`: build the pipeline, run it with signals, progress and
 //! metrics, report the summary.
 
-use crate::Registry;
-use crate::cli::args::RunArgs;
-use crate::cli::exit::{Exit, code};
-use crate::cli::{metrics_server, progress};
+use crate::args::RunArgs;
+use crate::exit::{Exit, code};
+use crate::{metrics_server, progress};
+use etl::Registry;
 
 pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Result<(), Exit> {
     let config = registry
@@ -26,14 +26,14 @@ pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Res
     result
 }
 
-async fn run_async(args: &RunArgs, config: &crate::Config, status_line: bool) -> Result<(), Exit> {
-    let pipeline = crate::pipeline_from_config(config)
+async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> Result<(), Exit> {
+    let pipeline = etl::pipeline_from_config(config)
         .await
         .map_err(Exit::from_pipeline)?;
     let hub = pipeline.metrics();
     // First SIGINT/SIGTERM/SIGHUP: graceful stop. Second: exit at once (130); by
     // the delivery contract nothing is lost, uncommitted work replays.
-    let shutdown = crate::shutdown_signal()
+    let shutdown = etl::shutdown_signal()
         .map_err(|e| Exit::failure(format!("cannot watch for signals: {e}")))?;
 
     let metrics_task = match args.metrics_addr {
@@ -94,9 +94,9 @@ async fn run_async(args: &RunArgs, config: &crate::Config, status_line: bool) ->
 /// What the progress report can know of the input before the run: a
 /// file source's offsets are bytes, and files read to their end (not
 /// followed) have a known total size.
-fn input_shape(config: &crate::Config) -> progress::InputShape {
+fn input_shape(config: &etl::Config) -> progress::InputShape {
     match &config.source {
-        crate::config::SourceConfig::File(file) => {
+        etl::config::SourceConfig::File(file) => {
             let total = (!file.follow)
                 .then(|| etl_source::resolve_inputs(&file.paths).ok())
                 .flatten()

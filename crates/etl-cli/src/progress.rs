@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::ProgressTotals;
+use etl::ProgressTotals;
 use etl_record::PartitionOffsets;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 

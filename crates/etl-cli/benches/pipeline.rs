@@ -26,13 +26,15 @@
 //!   second ([`etl_sink::testing::Slow`]), with `M` MiB of payload in
 //!   flight at most (default 8); reports peak RSS.
 //!
-//! Run by hand with `cargo bench -p etl --bench pipeline -- ack`.
+//! Run by hand with `cargo bench -p etl-cli --bench pipeline -- ack`.
 
 // A bench binary: failures end the run with a message, like a test.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 
+// The bench records, shared with the `etl` crate's `hot_path` bench.
+#[path = "../../etl/benches/common/mod.rs"]
 mod common;
 
 use etl::{CompareOp, JsonOp, JsonStage, Pipeline, TransformChain};
@@ -52,7 +54,7 @@ const SINK_RECORDS: usize = 8192;
 fn main() {
     // The allocator setting the `etl` binary runs with (its memory use is
     // part of what the rows measure).
-    etl::keep_large_buffers_out_of_the_heap();
+    etl_cli::keep_large_buffers_out_of_the_heap();
     // `cargo bench` passes `--bench`; flags of our own come in pairs.
     let args: Vec<String> = std::env::args()
         .skip(1)

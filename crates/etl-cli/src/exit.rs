@@ -32,16 +32,16 @@ impl Exit {
         Exit::new(code::FAILURE, message)
     }
 
-    pub(crate) fn from_config(e: crate::ConfigError) -> Self {
+    pub(crate) fn from_config(e: etl::ConfigError) -> Self {
         let code = match &e {
-            crate::ConfigError::Read { .. } => code::NO_INPUT,
-            crate::ConfigError::Invalid { .. } => code::CONFIG,
+            etl::ConfigError::Read { .. } => code::NO_INPUT,
+            etl::ConfigError::Invalid { .. } => code::CONFIG,
         };
         Exit::new(code, e.to_string())
     }
 
-    pub(crate) fn from_pipeline(e: crate::PipelineError) -> Self {
-        use crate::PipelineError as P;
+    pub(crate) fn from_pipeline(e: etl::PipelineError) -> Self {
+        use etl::PipelineError as P;
         use etl_checkpoint::CheckpointError as C;
         use etl_source::SourceError as S;
         if held_by_another_run(&e) {
@@ -181,11 +181,11 @@ mod tests {
 
     #[test]
     fn a_failed_final_commit_is_an_io_error_and_a_forced_stop_a_failure() {
-        let commit = Exit::from_pipeline(crate::PipelineError::FinalCommit(
+        let commit = Exit::from_pipeline(etl::PipelineError::FinalCommit(
             "the offset store did not answer".to_owned(),
         ));
         assert_eq!(commit.code, code::IO);
-        let forced = Exit::from_pipeline(crate::PipelineError::ShutdownTimeout {
+        let forced = Exit::from_pipeline(etl::PipelineError::ShutdownTimeout {
             parts: "the transform stage".to_owned(),
             timeout: std::time::Duration::from_secs(30),
         });

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use etl_checkpoint::{FileStore, OffsetStore, PartitionOffsets};
 use etl_record::{Offset, PartitionId};
 
-use crate::Registry;
-use crate::cli::args::OffsetsCommand;
-use crate::cli::exit::{Exit, code, say};
+use crate::args::OffsetsCommand;
+use crate::exit::{Exit, code, say};
+use etl::Registry;
 
 /// What a pipeline's state says about each partition.
 struct View {
@@ -33,17 +33,17 @@ impl View {
         // A Kafka source's offsets live in its consumer group whatever
         // `[checkpoint]` says (a store other than the group is refused at
         // load): the default folder would read as "no committed offsets".
-        let kafka = matches!(config.source, crate::config::SourceConfig::Kafka(_));
+        let kafka = matches!(config.source, etl::config::SourceConfig::Kafka(_));
         let dir = match &config.checkpoint.store {
             _ if kafka => return Err(keeps_its_own_offsets()),
-            crate::config::StoreConfig::File { path } => path.clone(),
-            crate::config::StoreConfig::Memory => {
+            etl::config::StoreConfig::File { path } => path.clone(),
+            etl::config::StoreConfig::Memory => {
                 return Err(Exit::new(
                     code::CONFIG,
                     "the offset store is in memory: there is nothing to show or reset".to_owned(),
                 ));
             }
-            crate::config::StoreConfig::Source => return Err(keeps_its_own_offsets()),
+            etl::config::StoreConfig::Source => return Err(keeps_its_own_offsets()),
         };
         let mut view = View {
             dir,
@@ -53,7 +53,7 @@ impl View {
             delivered: Vec::new(),
         };
         match &config.source {
-            crate::config::SourceConfig::File(_) => {
+            etl::config::SourceConfig::File(_) => {
                 view.unit = "a byte position in the file: the next run reads the lines that start at or after it";
                 if view.dir.is_dir() {
                     view.files = etl_source::registered_inputs(&view.dir).map_err(|e| {
@@ -66,17 +66,17 @@ impl View {
                     .map(|(p, path)| (*p, path.display().to_string()))
                     .collect();
             }
-            crate::config::SourceConfig::Generator(_) => {
+            etl::config::SourceConfig::Generator(_) => {
                 view.unit = "the number of the next record to generate";
             }
-            crate::config::SourceConfig::Custom(_) => {
+            etl::config::SourceConfig::Custom(_) => {
                 view.unit = "the offset of the next record to read, as the source counts";
             }
             // Answered above: the group keeps a Kafka source's offsets.
-            crate::config::SourceConfig::Kafka(_) => {}
+            etl::config::SourceConfig::Kafka(_) => {}
         }
         for sink in &config.sinks {
-            if let crate::config::SinkKind::File(file) = &sink.kind
+            if let etl::config::SinkKind::File(file) = &sink.kind
                 && file.exactly_once
             {
                 let progress = etl_sink::FileSink::stored_progress(&file.path)

@@ -1,8 +1,27 @@
-//! The `etl` command line (run, validate and inspect pipelines), as a
-//! library: [`main`] is the `etl` binary, and [`main_with`] is the same
-//! command with your own sources, sinks and transforms, configured from
-//! the TOML file like the built-ins and checked by `etl validate` with
-//! your own config structs.
+//! The `etl` command line: run, validate and inspect pipelines described
+//! in a TOML file. This crate is the `etl` binary and the command as a
+//! library, so that the library crates below it (`etl` and its parts)
+//! build without the command line's own dependencies (argument parsing,
+//! the metrics endpoint's HTTP server, the status line, the log
+//! formatter).
+//!
+//! * [`main`] is the `etl` binary: its arguments from the process, the
+//!   built-in components only.
+//! * [`main_with`] is the same command with your own sources, sinks and
+//!   transforms from an [`etl::Registry`], configured from the TOML file
+//!   like the built-ins and checked by `etl validate` with your own config
+//!   structs.
+//! * [`keep_large_buffers_out_of_the_heap`] is the allocator setting the
+//!   binary starts with; call it first in your own `main` for the same
+//!   memory use.
+//!
+//! Run the binary with `cargo run --release -p etl-cli -- run
+//! pipeline.toml`; `etl --help` lists the commands and the exit codes.
+//!
+//! # Example
+//!
+//! The `etl` command with one transform of your own, `type = "upper"` in
+//! the file:
 //!
 //! ```no_run
 //! use std::process::ExitCode;
@@ -16,6 +35,7 @@
 //! }
 //!
 //! fn main() -> ExitCode {
+//!     etl_cli::keep_large_buffers_out_of_the_heap();
 //!     let registry = Registry::new().transform("upper", |config: Upper, _context| {
 //!         let field = config.field;
 //!         Ok(Box::new(etl::map("upper", move |mut record: etl_record::Record| {
@@ -24,10 +44,17 @@
 //!             Ok(record)
 //!         })))
 //!     });
-//!     etl::cli::main_with(registry)
+//!     etl_cli::main_with(registry)
 //! }
 //! ```
+//!
+//! # Features
+//!
+//! `kafka`, `postgres` and `remap` (all default) are the `etl` crate's
+//! features of the same names, forwarded: the binary built without one
+//! refuses that `type` in the file.
 
+mod alloc;
 mod args;
 mod exit;
 mod logging;
@@ -39,11 +66,12 @@ mod run;
 use std::process::ExitCode;
 
 use clap::Parser;
+use etl::Registry;
 
 use args::{Cli, Command};
 use exit::Exit;
 
-use crate::Registry;
+pub use alloc::keep_large_buffers_out_of_the_heap;
 
 /// The `etl` command: its arguments from the process, the built-in
 /// components only.
@@ -72,7 +100,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
 
 fn validate(path: &std::path::Path, registry: &Registry) -> Result<(), Exit> {
     let config = registry.load_config(path).map_err(Exit::from_config)?;
-    let problems = crate::check_connectors(&config);
+    let problems = etl::check_connectors(&config);
     if !problems.is_empty() {
         return Err(Exit::new(
             exit::code::CONFIG,
