@@ -15,14 +15,16 @@ use serde_json::Value;
 /// Which workspace crates each crate may depend on (any dependency kind).
 /// A crate missing from this table is an error: add it with its layer.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("etl-record", &[]),
+    ("etl-fs", &[]),
+    ("etl-record", &["etl-fs"]),
     ("etl-ack", &["etl-record"]),
-    ("etl-checkpoint", &["etl-record", "etl-ack"]),
-    ("etl-source", &["etl-record", "etl-ack", "etl-checkpoint"]),
-    ("etl-sink", &["etl-record", "etl-ack"]),
+    ("etl-checkpoint", &["etl-fs", "etl-record", "etl-ack"]),
+    ("etl-source", &["etl-fs", "etl-record", "etl-ack", "etl-checkpoint"]),
+    ("etl-sink", &["etl-fs", "etl-record", "etl-ack"]),
     (
         "etl-kafka",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -33,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-postgres",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -43,6 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -55,6 +59,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-tests",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -68,6 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-example-custom",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
