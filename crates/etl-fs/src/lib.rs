@@ -167,6 +167,7 @@ impl OpenOptions {
         self
     }
 
+    #[cfg(feature = "sim")]
     fn writes(&self) -> bool {
         self.write || self.append
     }
