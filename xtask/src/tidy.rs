@@ -19,7 +19,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("etl-record", &["etl-fs"]),
     ("etl-ack", &["etl-record"]),
     ("etl-checkpoint", &["etl-fs", "etl-record", "etl-ack"]),
-    ("etl-source", &["etl-fs", "etl-record", "etl-ack", "etl-checkpoint"]),
+    (
+        "etl-source",
+        &["etl-fs", "etl-record", "etl-ack", "etl-checkpoint"],
+    ),
     ("etl-sink", &["etl-fs", "etl-record", "etl-ack"]),
     (
         "etl-kafka",

@@ -1,3 +1,5 @@
+//! The simulated file system's own semantics: durability, fsyncgate, names, links, locks, crashes.
+
 #![allow(clippy::unwrap_used)]
 
 use super::*;
