@@ -26,14 +26,19 @@ use serde_json::Value;
 /// Which workspace crates each crate may depend on (any dependency kind).
 /// A crate missing from this table is an error: add it with its layer.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("etl-record", &[]),
+    ("etl-fs", &[]),
+    ("etl-record", &["etl-fs"]),
     ("etl-ack", &["etl-record"]),
-    ("etl-checkpoint", &["etl-record", "etl-ack"]),
-    ("etl-source", &["etl-record", "etl-ack", "etl-checkpoint"]),
-    ("etl-sink", &["etl-record", "etl-ack"]),
+    ("etl-checkpoint", &["etl-fs", "etl-record", "etl-ack"]),
+    (
+        "etl-source",
+        &["etl-fs", "etl-record", "etl-ack", "etl-checkpoint"],
+    ),
+    ("etl-sink", &["etl-fs", "etl-record", "etl-ack"]),
     (
         "etl-kafka",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -44,6 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-postgres",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -54,6 +60,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -66,6 +73,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-cli",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",
@@ -93,6 +101,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-example-custom",
         &[
+            "etl-fs",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",

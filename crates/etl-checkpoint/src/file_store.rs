@@ -32,11 +32,16 @@
 //! dropped, so a second pipeline on the same folder, in this process or
 //! another, is refused with [`CheckpointError::Lock`] instead of
 //! committing over the first one's offsets.
+//!
+//! Every file operation goes through an [`etl_fs::Fs`]: the real file
+//! system with [`FileStore::open`], any other (a simulated one that loses
+//! what was not synced in a crash) with [`FileStore::open_in`].
 
-use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use etl_fs::{Fs, OpenOptions};
 use etl_record::{Offset, OwnerLock, PartitionId};
 
 use crate::CheckpointError;
@@ -57,6 +62,8 @@ pub struct FileStore {
     lock: OwnerLock,
     /// Every write and sync goes through it.
     disk: Disk,
+    /// The file system the folder is on.
+    fs: Arc<dyn Fs>,
 }
 
 /// The one way the store writes and syncs: a step that fails makes the
@@ -142,7 +149,17 @@ impl FileStore {
     /// this process or another) holds the folder; the folder cannot be
     /// created or read, or files exist and none is a valid generation.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        let mut store = Self::lock(dir.as_ref())?;
+        Self::open_in(etl_fs::real(), dir)
+    }
+
+    /// Open the store in `dir` on the file system `fs`, as
+    /// [`open`](Self::open) does on the real one.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub fn open_in(fs: Arc<dyn Fs>, dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let mut store = Self::lock(fs, dir.as_ref())?;
         store.reload()?;
         Ok(store)
     }
@@ -158,7 +175,7 @@ impl FileStore {
     ///
     /// As [`open`](Self::open), except [`CheckpointError::Corrupt`].
     pub fn open_discarding_corrupt(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        let mut store = Self::lock(dir.as_ref())?;
+        let mut store = Self::lock(etl_fs::real(), dir.as_ref())?;
         match store.reload() {
             Ok(()) | Err(CheckpointError::Corrupt { .. }) => Ok(store),
             Err(e) => Err(e),
@@ -166,15 +183,16 @@ impl FileStore {
     }
 
     /// Create the folder if needed and take its lock; nothing loaded yet.
-    fn lock(dir: &Path) -> Result<Self, CheckpointError> {
-        fs::create_dir_all(dir).map_err(io(dir, "create folder"))?;
-        let lock = OwnerLock::acquire(dir.join(LOCK))?;
+    fn lock(fs: Arc<dyn Fs>, dir: &Path) -> Result<Self, CheckpointError> {
+        fs.create_dir_all(dir).map_err(io(dir, "create folder"))?;
+        let lock = OwnerLock::acquire_in(&*fs, dir.join(LOCK))?;
         Ok(FileStore {
             dir: dir.to_owned(),
             generation: 0,
             offsets: PartitionOffsets::new(),
             lock,
             disk: Disk::default(),
+            fs,
         })
     }
 
@@ -205,7 +223,7 @@ impl FileStore {
     /// The folder cannot be read, or files exist and none is a valid
     /// generation.
     pub fn peek(dir: impl AsRef<Path>) -> Result<PartitionOffsets, CheckpointError> {
-        Ok(read_newest(dir.as_ref())?
+        Ok(read_newest(&etl_fs::RealFs, dir.as_ref())?
             .map(|(_, o)| o)
             .unwrap_or_default())
     }
@@ -213,7 +231,7 @@ impl FileStore {
     fn reload(&mut self) -> Result<(), CheckpointError> {
         // A lost store's files may hold what was never made durable.
         self.disk.check()?;
-        if let Some((generation, offsets)) = read_newest(&self.dir)? {
+        if let Some((generation, offsets)) = read_newest(&*self.fs, &self.dir)? {
             self.generation = generation;
             self.offsets = offsets;
         }
@@ -229,21 +247,19 @@ impl FileStore {
         let temp = self.dir.join(TEMP);
         let target = self.dir.join(SLOTS[(generation % 2) as usize]);
         let disk = &mut self.disk;
+        let fs = &*self.fs;
         let mut file = disk.run(&temp, "create", || {
-            OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&temp)
+            fs.open(
+                &temp,
+                &OpenOptions::new().write(true).create(true).truncate(true),
+            )
         })?;
         disk.run(&temp, "write", || file.write_all(text.as_bytes()))?;
         disk.run(&temp, "fsync", || file.sync_all())?;
         drop(file);
-        disk.run(&target, "rename", || fs::rename(&temp, &target))?;
+        disk.run(&target, "rename", || fs.rename(&temp, &target))?;
         // The rename is durable only once the folder is synced.
-        disk.run(&self.dir, "fsync folder", || {
-            File::open(&self.dir).and_then(|d| d.sync_all())
-        })?;
+        disk.run(&self.dir, "fsync folder", || fs.sync_dir(&self.dir))?;
         Ok(())
     }
 }
@@ -266,13 +282,16 @@ impl OffsetStore for FileStore {
 }
 
 /// The newest valid generation in `dir`, if any file exists.
-fn read_newest(dir: &Path) -> Result<Option<(u64, PartitionOffsets)>, CheckpointError> {
+fn read_newest(
+    fs: &dyn Fs,
+    dir: &Path,
+) -> Result<Option<(u64, PartitionOffsets)>, CheckpointError> {
     let mut best: Option<(u64, PartitionOffsets)> = None;
     let mut problems = Vec::new();
     let mut present = 0;
     for slot in SLOTS {
         let path = dir.join(slot);
-        let bytes = match fs::read(&path) {
+        let bytes = match fs.read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io(&path, "read")(e)),
@@ -335,6 +354,7 @@ fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn offsets(pairs: &[(u32, i64)]) -> PartitionOffsets {
         pairs
@@ -485,5 +505,27 @@ mod tests {
         let mut by_link = FileStore::open(dir.path().join("link")).unwrap();
         assert_eq!(by_link.load().unwrap(), offsets(&[(0, 1)]));
         assert!(FileStore::open(&folder).is_err(), "and the other way round");
+    }
+
+    #[test]
+    fn a_crash_that_loses_the_page_cache_keeps_the_last_commit_and_a_failed_fsync_loses_the_store()
+    {
+        use etl_fs::{SimFs, SimOp};
+        let sim = SimFs::new(9);
+        let dir = Path::new("/state/offsets");
+        sim.create_dir_all(dir).unwrap();
+        sim.sync_dir(Path::new("/")).unwrap();
+        sim.sync_dir(Path::new("/state")).unwrap();
+        let mut s = FileStore::open_in(Arc::new(sim.process()), dir).unwrap();
+        s.commit(&offsets(&[(0, 1)])).unwrap();
+        s.commit(&offsets(&[(0, 2)])).unwrap();
+        // Linux reports a failed fsync once; the next one would succeed.
+        sim.fail_next(SimOp::Sync, 5);
+        assert!(s.commit(&offsets(&[(0, 3)])).is_err());
+        assert!(s.commit(&offsets(&[(0, 4)])).is_err(), "never retried");
+        sim.crash();
+        drop(s);
+        let mut again = FileStore::open_in(Arc::new(sim.process()), dir).unwrap();
+        assert_eq!(again.load().unwrap(), offsets(&[(0, 2)]));
     }
 }

@@ -1,7 +1,8 @@
 //! Identity and data of the records an ETL pipeline moves.
 //!
-//! This is the lowest layer of the workspace: no async, no channels, two
-//! small dependencies (`bytes`, and `serde` behind the `serde` feature).
+//! This is the lowest layer of the workspace but one: no async, no
+//! channels, small dependencies (`bytes`, `etl-fs` for the lock file, and
+//! `serde` behind the `serde` feature).
 //!
 //! * [`PartitionId`] and [`Offset`] name a position in a partitioned,
 //!   replayable source. Offsets are ordered within a partition; the

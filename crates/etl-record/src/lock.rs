@@ -14,11 +14,16 @@
 //! Advisory locks bind only the programs that take them, and network file
 //! systems may not honour them: the guard is for pipelines, against each
 //! other, on local disks.
+//!
+//! The lock file is opened through an [`etl_fs::Fs`]: the real file
+//! system with [`OwnerLock::acquire`], any other (a simulated one) with
+//! [`OwnerLock::acquire_in`].
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use etl_fs::{FileHandle, Fs, OpenOptions, RealFs, TryLockError};
 
 /// An exclusive lock on a lock file; released when dropped (or when the
 /// process ends).
@@ -26,7 +31,7 @@ use std::path::{Path, PathBuf};
 pub struct OwnerLock {
     path: PathBuf,
     // Held for its lock; closing the file releases it.
-    _file: File,
+    _file: Box<dyn FileHandle>,
 }
 
 impl OwnerLock {
@@ -39,25 +44,38 @@ impl OwnerLock {
     /// another owner in this one) holds it; [`LockError::Io`] when the
     /// file cannot be opened, locked or written.
     pub fn acquire(path: impl Into<PathBuf>) -> Result<OwnerLock, LockError> {
+        OwnerLock::acquire_in(&RealFs, path)
+    }
+
+    /// Take the lock at `path` on the file system `fs`, as
+    /// [`acquire`](Self::acquire) does on the real one.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_in(fs: &dyn Fs, path: impl Into<PathBuf>) -> Result<OwnerLock, LockError> {
         let path = path.into();
         let io = |op: &'static str| {
             let path = path.clone();
             move |source| LockError::Io { path, op, source }
         };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let mut file = fs
+            .open(
+                &path,
+                &OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false),
+            )
             .map_err(io("open"))?;
         match file.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let pid = read_pid(&mut file);
+            Err(TryLockError::WouldBlock) => {
+                let pid = read_pid(&mut *file);
                 return Err(LockError::InUse { path, pid });
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io("lock")(e)),
+            Err(TryLockError::Error(e)) => return Err(io("lock")(e)),
         }
         // The process id is for people and for a refused owner's message;
         // nothing depends on it being durable.
@@ -75,7 +93,7 @@ impl OwnerLock {
 }
 
 /// The holder's process id, if it has written one yet.
-fn read_pid(file: &mut File) -> Option<u32> {
+fn read_pid(file: &mut dyn FileHandle) -> Option<u32> {
     let mut text = String::new();
     file.read_to_string(&mut text).ok()?;
     text.trim().parse().ok()
@@ -170,5 +188,22 @@ mod tests {
         drop(first);
         let again = OwnerLock::acquire(&path).unwrap();
         assert_eq!(again.path(), path);
+    }
+
+    #[test]
+    fn a_lock_in_another_file_system_refuses_a_second_owner_until_a_crash() {
+        use etl_fs::SimFs;
+        let fs = SimFs::new(0);
+        fs.create_dir_all(Path::new("/state")).unwrap();
+        let path = Path::new("/state/lock");
+        let first = OwnerLock::acquire_in(&fs, path).unwrap();
+        fs.sync_dir(Path::new("/")).unwrap();
+        fs.sync_dir(Path::new("/state")).unwrap();
+        let err = OwnerLock::acquire_in(&fs, path).unwrap_err();
+        assert!(err.is_in_use(), "{err}");
+        fs.crash();
+        // The holder died with the machine, and its lock with it.
+        OwnerLock::acquire_in(&fs.process(), path).unwrap();
+        drop(first);
     }
 }
