@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use etl_fs::{Fs, RealFs};
 use tokio::sync::Notify;
 
 use crate::file_state::{FileState, Placed};
@@ -96,6 +97,9 @@ impl Default for FileSinkConfig {
 pub struct FileSink {
     path: PathBuf,
     config: FileSinkConfig,
+    /// Whether calls on the file system may block ([`Fs::blocks`]): then
+    /// they run on blocking threads, else inline.
+    blocks: bool,
     state: Arc<Mutex<FileState>>,
     /// Writes still appending, for group commit.
     appending: Appending,
@@ -145,10 +149,16 @@ fn lock(state: &Mutex<FileState>) -> MutexGuard<'_, FileState> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Run blocking file work off the async threads.
+/// Run file work off the async threads when it may block (`blocks`, a
+/// real disk); inline otherwise (an in-memory file system, whose calls
+/// return at once: a simulation stays deterministic).
 async fn blocking<T: Send + 'static>(
+    blocks: bool,
     f: impl FnOnce() -> Result<T, SinkError> + Send + 'static,
 ) -> Result<T, SinkError> {
+    if !blocks {
+        return f();
+    }
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| SinkError::permanent(format!("file sink I/O task failed: {e}")))?
@@ -168,12 +178,29 @@ impl FileSink {
     /// progress records; or [`SinkError::CorruptProgress`] when the
     /// progress file cannot be trusted.
     pub async fn open(path: impl AsRef<Path>, config: FileSinkConfig) -> Result<Self, SinkError> {
+        Self::open_in(etl_fs::real(), path, config).await
+    }
+
+    /// Open the file at `path` on the file system `fs` like
+    /// [`open`](Self::open): every read, write, `fsync`, lock, rename and
+    /// listing of the sink goes through `fs` (a simulated one in tests).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub async fn open_in(
+        fs: Arc<dyn Fs>,
+        path: impl AsRef<Path>,
+        config: FileSinkConfig,
+    ) -> Result<Self, SinkError> {
         let path = path.as_ref().to_owned();
         let p = path.clone();
-        let state = blocking(move || FileState::open(&p, config)).await?;
+        let blocks = fs.blocks();
+        let state = blocking(blocks, move || FileState::open(fs, &p, config)).await?;
         Ok(FileSink {
             path,
             config,
+            blocks,
             state: Arc::new(Mutex::new(state)),
             appending: Appending::default(),
         })
@@ -189,7 +216,19 @@ impl FileSink {
     /// The progress file cannot be read, or cannot be trusted
     /// ([`SinkError::CorruptProgress`]).
     pub fn stored_progress(path: impl AsRef<Path>) -> Result<Option<Progress>, SinkError> {
-        Ok(crate::file_progress::read_stored(path.as_ref())?.map(|stored| stored.progress))
+        Self::stored_progress_in(&RealFs, path)
+    }
+
+    /// [`stored_progress`](Self::stored_progress) on the file system `fs`.
+    ///
+    /// # Errors
+    ///
+    /// As [`stored_progress`](Self::stored_progress).
+    pub fn stored_progress_in(
+        fs: &dyn Fs,
+        path: impl AsRef<Path>,
+    ) -> Result<Option<Progress>, SinkError> {
+        Ok(crate::file_progress::read_stored(fs, path.as_ref())?.map(|stored| stored.progress))
     }
 
     /// The active file's path.
@@ -208,9 +247,13 @@ impl FileSink {
     /// (but those moved away), then the active file.
     #[must_use]
     pub fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = (1..=self.segments())
+        let (segments, fs) = {
+            let state = lock(&self.state);
+            (state.segments(), Arc::clone(state.fs()))
+        };
+        let mut files: Vec<PathBuf> = (1..=segments)
             .map(|n| crate::file_progress::suffixed(&self.path, &n.to_string()))
-            .filter(|seg| seg.exists())
+            .filter(|seg| fs.exists(seg))
             .collect();
         files.push(self.path.clone());
         files
@@ -250,7 +293,7 @@ impl FileSink {
                 }
             }
             let state = self.state.clone();
-            blocking(move || {
+            blocking(self.blocks, move || {
                 let mut s = lock(&state);
                 if s.synced < end {
                     s.sync()?;
@@ -282,7 +325,7 @@ impl Sink for FileSink {
         });
         let state = self.state.clone();
         let every_batch = self.config.fsync == FsyncPolicy::EveryBatch;
-        let end = blocking(move || {
+        let end = blocking(self.blocks, move || {
             let mut s = lock(&state);
             let end = s.append(&bytes, placed.as_deref())?;
             if every_batch {
@@ -297,7 +340,7 @@ impl Sink for FileSink {
 
     async fn flush(&self) -> Result<(), SinkError> {
         let state = self.state.clone();
-        blocking(move || lock(&state).sync()).await
+        blocking(self.blocks, move || lock(&state).sync()).await
     }
 }
 
