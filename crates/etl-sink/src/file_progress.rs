@@ -185,7 +185,11 @@ mod tests {
             sim.crash();
             let found = read_stored(&sim.process(), path).unwrap();
             match failing {
-                None => assert_eq!(found, Some(new.clone()), "seed {seed}: a store that returned"),
+                None => assert_eq!(
+                    found,
+                    Some(new.clone()),
+                    "seed {seed}: a store that returned"
+                ),
                 Some(op) => assert!(
                     found == Some(old.clone()) || found == Some(new.clone()),
                     "seed {seed}: {found:?} after a failed {op:?}"

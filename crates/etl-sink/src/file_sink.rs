@@ -353,6 +353,8 @@ impl ProgressSink for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FsyncPolicy;
+    use etl_fs::{SimFaults, SimFs, SimOp};
     use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 
     fn batch(n: i64) -> EncodedBatch {
@@ -438,10 +440,29 @@ mod tests {
         );
     }
 
-    /// The offsets of the lines of `path`; panics on a line that is not
-    /// a record (a run of NUL bytes left by lost pages).
-    fn offsets_in(path: &Path) -> Vec<i64> {
-        let text = std::fs::read_to_string(path).unwrap();
+    const EIO: i32 = 5;
+
+    /// A simulated disk with the folder `/out`, durable.
+    fn disk(seed: u64) -> SimFs {
+        let sim = SimFs::new(seed);
+        sim.create_dir_all(Path::new("/out")).unwrap();
+        sim.sync_dir(Path::new("/")).unwrap();
+        sim
+    }
+
+    const PATH: &str = "/out/out.ndjson";
+
+    async fn open_on(fs: &SimFs, config: FileSinkConfig) -> FileSink {
+        FileSink::open_in(Arc::new(fs.clone()), PATH, config)
+            .await
+            .unwrap()
+    }
+
+    /// The offsets of the lines of the output on `fs`; panics on a line
+    /// that is not a record (a run of NUL bytes left by lost pages).
+    fn offsets_in(fs: &SimFs) -> Vec<i64> {
+        let bytes = fs.read(Path::new(PATH)).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
         text.lines()
             .map(|line| {
                 let v: serde_json::Value =
@@ -467,15 +488,14 @@ mod tests {
         // next fsync a success: a retried write must not be trusted.
         for exactly_once in [false, true] {
             let case = format!("exactly_once {exactly_once}");
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("out");
+            let sim = disk(1);
             let config = FileSinkConfig {
                 exactly_once,
                 ..FileSinkConfig::default()
             };
-            let sink = FileSink::open(&path, config).await.unwrap();
+            let sink = open_on(&sim, config).await;
             sink.write(&batch_of(0..4)).await.unwrap();
-            lock(&sink.state).faults.sync = Some(1);
+            sim.fail_next(SimOp::Sync, EIO);
             let err = sink.write(&batch_of(4..8)).await.unwrap_err();
             // Nothing is reported durable again, retried or not.
             let retried = sink
@@ -495,11 +515,10 @@ mod tests {
                 );
             }
             drop(sink);
-            // The next run drops what the failed fsync lost (cut back to
-            // the recorded length, or to the last complete line) and
-            // writes it again.
-            let sink = FileSink::open(&path, config).await.unwrap();
-            assert_eq!(offsets_in(&path), (0..4).collect::<Vec<_>>(), "{case}");
+            // The next run finds only what the last good fsync covered
+            // and writes the rest again.
+            let sink = open_on(&sim, config).await;
+            assert_eq!(offsets_in(&sim), (0..4).collect::<Vec<_>>(), "{case}");
             if exactly_once {
                 assert_eq!(
                     sink.progress().get(PartitionId(0)),
@@ -508,41 +527,48 @@ mod tests {
                 );
             }
             sink.write(&batch_of(4..8)).await.unwrap();
-            assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
+            assert_eq!(offsets_in(&sim), (0..8).collect::<Vec<_>>(), "{case}");
         }
     }
 
     #[tokio::test]
     async fn a_failed_fsync_leaves_none_of_its_lost_bytes_for_the_next_run() {
-        // Writeback fails page by page: lines written after the lost
-        // bytes may reach the disk whole. A next run that keeps every
-        // complete line would keep the lost bytes (zeros) between them.
+        // The pages of a failed writeback read back as zeros, at once or
+        // after a crash; a next run that kept every byte of the file (or
+        // every complete line) would keep them as output.
         for exactly_once in [false, true] {
-            let case = format!("exactly_once {exactly_once}");
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("out");
-            let config = FileSinkConfig {
-                exactly_once,
-                ..FileSinkConfig::default()
-            };
-            let sink = FileSink::open(&path, config).await.unwrap();
-            sink.write(&batch_of(0..4)).await.unwrap();
-            {
-                let mut s = lock(&sink.state);
-                s.faults.sync = Some(1);
-                s.faults.sync_keeps_tail = true;
+            for crash in [false, true] {
+                let case = format!("exactly_once {exactly_once}, crash {crash}");
+                let sim = disk(2);
+                sim.set_faults(SimFaults {
+                    zero_lost: 1000,
+                    ..SimFaults::default()
+                });
+                let config = FileSinkConfig {
+                    exactly_once,
+                    ..FileSinkConfig::default()
+                };
+                let sink = open_on(&sim, config).await;
+                sink.write(&batch_of(0..4)).await.unwrap();
+                sim.fail_next(SimOp::Sync, EIO);
+                assert_not_durable(&sink.write(&batch_of(4..8)).await.unwrap_err(), &case);
+                drop(sink);
+                let sim = if crash {
+                    sim.crash();
+                    sim.process()
+                } else {
+                    sim
+                };
+                let sink = open_on(&sim, config).await;
+                let bytes = sim.read(Path::new(PATH)).unwrap();
+                assert!(
+                    !bytes.contains(&0),
+                    "{case}: the next run kept lost bytes: {bytes:?}"
+                );
+                assert_eq!(offsets_in(&sim), (0..4).collect::<Vec<_>>(), "{case}");
+                sink.write(&batch_of(4..8)).await.unwrap();
+                assert_eq!(offsets_in(&sim), (0..8).collect::<Vec<_>>(), "{case}");
             }
-            assert_not_durable(&sink.write(&batch_of(4..8)).await.unwrap_err(), &case);
-            drop(sink);
-            let sink = FileSink::open(&path, config).await.unwrap();
-            let bytes = std::fs::read(&path).unwrap();
-            assert!(
-                !bytes.contains(&0),
-                "{case}: the next run kept lost bytes: {bytes:?}"
-            );
-            assert_eq!(offsets_in(&path), (0..4).collect::<Vec<_>>(), "{case}");
-            sink.write(&batch_of(4..8)).await.unwrap();
-            assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
         }
     }
 
@@ -551,10 +577,16 @@ mod tests {
     #[allow(clippy::await_holding_lock)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_group_fsync_fails_every_write_waiting_on_it() {
-        let (_dir, sink) = hourly_sink().await;
-        let sink = Arc::new(sink);
-        let mut held = lock(&sink.state);
-        held.faults.sync = Some(1);
+        // Calls on blocking threads, as on a real disk: the writes wait
+        // for one another while the file's lock is held.
+        let sim = disk(3).blocking();
+        let config = FileSinkConfig {
+            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
+            ..FileSinkConfig::default()
+        };
+        let sink = Arc::new(open_on(&sim, config).await);
+        let held = lock(&sink.state);
+        sim.fail_next(SimOp::Sync, EIO);
         let writes: Vec<_> = [2, 3, 4]
             .into_iter()
             .map(|n| {
