@@ -405,6 +405,16 @@ pub trait Fs: Send + Sync + fmt::Debug {
     fn exists(&self, path: &Path) -> bool {
         self.metadata(path).is_ok()
     }
+
+    /// Whether a call may hold the calling thread for long, as a real
+    /// disk's may (an `fsync` can take seconds). A component on an async
+    /// runtime moves such calls to a blocking thread; calls of a file
+    /// system that answers at once (an in-memory one) are made inline,
+    /// which also keeps a simulation deterministic. `true` unless the
+    /// implementation says otherwise.
+    fn blocks(&self) -> bool {
+        true
+    }
 }
 
 /// The shared real file system, for components built without one.

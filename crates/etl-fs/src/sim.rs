@@ -552,6 +552,8 @@ impl Inner {
 pub struct SimFs {
     inner: Arc<Mutex<Inner>>,
     epoch: u64,
+    /// What [`Fs::blocks`] says (see [`SimFs::blocking`]).
+    blocks: bool,
 }
 
 impl SimFs {
@@ -575,7 +577,18 @@ impl SimFs {
                 stats: SimStats::default(),
             })),
             epoch: 0,
+            blocks: false,
         }
+    }
+
+    /// This view, but saying its calls block ([`Fs::blocks`]), as a real
+    /// disk's do: components then run them on blocking threads. For tests
+    /// of what happens while a call is under way on another thread; a
+    /// simulation keeps the default (inline, deterministic).
+    #[must_use]
+    pub fn blocking(mut self) -> SimFs {
+        self.blocks = true;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -622,6 +635,7 @@ impl SimFs {
         SimFs {
             inner: Arc::clone(&self.inner),
             epoch: self.lock().epoch,
+            blocks: self.blocks,
         }
     }
 
@@ -873,6 +887,10 @@ impl Fs for SimFs {
         }
         inner.sync_dir(&canonical);
         Ok(())
+    }
+
+    fn blocks(&self) -> bool {
+        self.blocks
     }
 }
 

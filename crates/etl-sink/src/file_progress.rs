@@ -1,9 +1,9 @@
 //! The file sink's progress file: written atomically, read on open.
 
-use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use etl_fs::{Fs, OpenOptions};
 use etl_record::{Offset, PartitionId};
 
 use crate::{Progress, SinkError};
@@ -39,41 +39,15 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
 }
 
 /// Make renames and creations in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| SinkError::io("fsync directory", dir, e))?;
-    #[cfg(test)]
-    synced_dirs::record(dir);
-    Ok(())
-}
-
-/// The directories `fsync`ed so far (resolved), for tests.
-#[cfg(test)]
-pub(crate) mod synced_dirs {
-    use std::path::{Path, PathBuf};
-    use std::sync::Mutex;
-
-    static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-    pub(crate) fn record(dir: &Path) {
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-        DIRS.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
-    }
-
-    /// Whether `dir` was `fsync`ed.
-    pub(crate) fn contains(dir: &Path) -> bool {
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned());
-        DIRS.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&dir)
-    }
+pub(crate) fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), SinkError> {
+    fs.sync_dir(dir)
+        .map_err(|e| SinkError::io("fsync directory", dir, e))
 }
 
 /// Replace the progress file atomically: write a temporary file, fsync
 /// it, rename it over the old one, fsync the directory. A crash leaves the
 /// old or the new content, never a torn one.
-pub(crate) fn write_stored(path: &Path, stored: &Stored) -> Result<(), SinkError> {
+pub(crate) fn write_stored(fs: &dyn Fs, path: &Path, stored: &Stored) -> Result<(), SinkError> {
     let target = progress_path(path);
     let tmp = suffixed(path, "progress.tmp");
     let offsets: Vec<serde_json::Value> = stored
@@ -87,19 +61,26 @@ pub(crate) fn write_stored(path: &Path, stored: &Stored) -> Result<(), SinkError
         "length": stored.length,
         "offsets": offsets,
     });
-    let mut file = File::create(&tmp).map_err(|e| SinkError::io("create", &tmp, e))?;
+    let mut file = fs
+        .open(
+            &tmp,
+            &OpenOptions::new().write(true).create(true).truncate(true),
+        )
+        .map_err(|e| SinkError::io("create", &tmp, e))?;
     file.write_all(doc.to_string().as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|e| SinkError::io("write", &tmp, e))?;
-    fs::rename(&tmp, &target).map_err(|e| SinkError::io("rename", &tmp, e))?;
-    sync_dir(parent_dir(path))
+    drop(file);
+    fs.rename(&tmp, &target)
+        .map_err(|e| SinkError::io("rename", &tmp, e))?;
+    sync_dir(fs, parent_dir(path))
 }
 
 /// Read the progress file of `path`, if there is one.
-pub(crate) fn read_stored(path: &Path) -> Result<Option<Stored>, SinkError> {
+pub(crate) fn read_stored(fs: &dyn Fs, path: &Path) -> Result<Option<Stored>, SinkError> {
     let target = progress_path(path);
-    let text = match fs::read_to_string(&target) {
-        Ok(text) => text,
+    let text = match fs.read(&target) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(SinkError::io("read", &target, e)),
     };
@@ -108,7 +89,7 @@ pub(crate) fn read_stored(path: &Path) -> Result<Option<Stored>, SinkError> {
         reason: reason.to_owned(),
     };
     let doc: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| corrupt(&format!("not JSON: {e}")))?;
+        serde_json::from_slice(&text).map_err(|e| corrupt(&format!("not JSON: {e}")))?;
     if doc["version"] != 1 {
         return Err(corrupt("unknown version"));
     }
@@ -144,8 +125,9 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_garbage() {
         let dir = tempfile::tempdir().unwrap();
+        let fs = etl_fs::RealFs;
         let path = dir.path().join("out.ndjson");
-        assert_eq!(read_stored(&path).unwrap(), None);
+        assert_eq!(read_stored(&fs, &path).unwrap(), None);
         let stored = Stored {
             segments: 2,
             length: 99,
@@ -153,10 +135,66 @@ mod tests {
                 .into_iter()
                 .collect(),
         };
-        write_stored(&path, &stored).unwrap();
-        assert_eq!(read_stored(&path).unwrap(), Some(stored));
-        fs::write(progress_path(&path), "{\"version\":1,\"segm").unwrap();
-        let err = read_stored(&path).unwrap_err();
+        write_stored(&fs, &path, &stored).unwrap();
+        assert_eq!(read_stored(&fs, &path).unwrap(), Some(stored));
+        std::fs::write(progress_path(&path), "{\"version\":1,\"segm").unwrap();
+        let err = read_stored(&fs, &path).unwrap_err();
         assert!(matches!(err, SinkError::CorruptProgress { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_crash_at_any_point_of_a_store_leaves_the_old_progress_or_the_new() {
+        // Temporary file, fsync, rename, fsync of the folder: a crash
+        // after any step finds one whole progress file, never a torn one
+        // nor none.
+        let old = Stored {
+            segments: 0,
+            length: 8,
+            progress: [(PartitionId(0), Offset(1))].into_iter().collect(),
+        };
+        let new = Stored {
+            length: 16,
+            progress: [(PartitionId(0), Offset(2))].into_iter().collect(),
+            ..old.clone()
+        };
+        let ops = [
+            None,
+            Some(etl_fs::SimOp::Write),
+            Some(etl_fs::SimOp::Sync),
+            Some(etl_fs::SimOp::Rename),
+            Some(etl_fs::SimOp::SyncDir),
+        ];
+        for seed in 0..40 {
+            let failing = ops[usize::try_from(seed).unwrap() % ops.len()];
+            let sim = etl_fs::SimFs::new(seed);
+            let path = Path::new("/out.ndjson");
+            write_stored(&sim, path, &old).unwrap();
+            sim.set_faults(etl_fs::SimFaults {
+                torn: 500,
+                kept: 300,
+                dirs_kept: 500,
+                ..etl_fs::SimFaults::default()
+            });
+            // The store stops after the failing call: the crash finds
+            // what the steps before it left.
+            if let Some(op) = failing {
+                sim.fail_next(op, 5);
+            }
+            let stored = write_stored(&sim, path, &new);
+            assert_eq!(stored.is_ok(), failing.is_none(), "seed {seed}");
+            sim.crash();
+            let found = read_stored(&sim.process(), path).unwrap();
+            match failing {
+                None => assert_eq!(
+                    found,
+                    Some(new.clone()),
+                    "seed {seed}: a store that returned"
+                ),
+                Some(op) => assert!(
+                    found == Some(old.clone()) || found == Some(new.clone()),
+                    "seed {seed}: {found:?} after a failed {op:?}"
+                ),
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use etl_fs::{Fs, RealFs};
 use tokio::sync::Notify;
 
 use crate::file_state::{FileState, Placed};
@@ -96,6 +97,9 @@ impl Default for FileSinkConfig {
 pub struct FileSink {
     path: PathBuf,
     config: FileSinkConfig,
+    /// Whether calls on the file system may block ([`Fs::blocks`]): then
+    /// they run on blocking threads, else inline.
+    blocks: bool,
     state: Arc<Mutex<FileState>>,
     /// Writes still appending, for group commit.
     appending: Appending,
@@ -145,10 +149,16 @@ fn lock(state: &Mutex<FileState>) -> MutexGuard<'_, FileState> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Run blocking file work off the async threads.
+/// Run file work off the async threads when it may block (`blocks`, a
+/// real disk); inline otherwise (an in-memory file system, whose calls
+/// return at once: a simulation stays deterministic).
 async fn blocking<T: Send + 'static>(
+    blocks: bool,
     f: impl FnOnce() -> Result<T, SinkError> + Send + 'static,
 ) -> Result<T, SinkError> {
+    if !blocks {
+        return f();
+    }
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| SinkError::permanent(format!("file sink I/O task failed: {e}")))?
@@ -168,12 +178,29 @@ impl FileSink {
     /// progress records; or [`SinkError::CorruptProgress`] when the
     /// progress file cannot be trusted.
     pub async fn open(path: impl AsRef<Path>, config: FileSinkConfig) -> Result<Self, SinkError> {
+        Self::open_in(etl_fs::real(), path, config).await
+    }
+
+    /// Open the file at `path` on the file system `fs` like
+    /// [`open`](Self::open): every read, write, `fsync`, lock, rename and
+    /// listing of the sink goes through `fs` (a simulated one in tests).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub async fn open_in(
+        fs: Arc<dyn Fs>,
+        path: impl AsRef<Path>,
+        config: FileSinkConfig,
+    ) -> Result<Self, SinkError> {
         let path = path.as_ref().to_owned();
         let p = path.clone();
-        let state = blocking(move || FileState::open(&p, config)).await?;
+        let blocks = fs.blocks();
+        let state = blocking(blocks, move || FileState::open(fs, &p, config)).await?;
         Ok(FileSink {
             path,
             config,
+            blocks,
             state: Arc::new(Mutex::new(state)),
             appending: Appending::default(),
         })
@@ -189,7 +216,19 @@ impl FileSink {
     /// The progress file cannot be read, or cannot be trusted
     /// ([`SinkError::CorruptProgress`]).
     pub fn stored_progress(path: impl AsRef<Path>) -> Result<Option<Progress>, SinkError> {
-        Ok(crate::file_progress::read_stored(path.as_ref())?.map(|stored| stored.progress))
+        Self::stored_progress_in(&RealFs, path)
+    }
+
+    /// [`stored_progress`](Self::stored_progress) on the file system `fs`.
+    ///
+    /// # Errors
+    ///
+    /// As [`stored_progress`](Self::stored_progress).
+    pub fn stored_progress_in(
+        fs: &dyn Fs,
+        path: impl AsRef<Path>,
+    ) -> Result<Option<Progress>, SinkError> {
+        Ok(crate::file_progress::read_stored(fs, path.as_ref())?.map(|stored| stored.progress))
     }
 
     /// The active file's path.
@@ -208,9 +247,13 @@ impl FileSink {
     /// (but those moved away), then the active file.
     #[must_use]
     pub fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = (1..=self.segments())
+        let (segments, fs) = {
+            let state = lock(&self.state);
+            (state.segments(), Arc::clone(state.fs()))
+        };
+        let mut files: Vec<PathBuf> = (1..=segments)
             .map(|n| crate::file_progress::suffixed(&self.path, &n.to_string()))
-            .filter(|seg| seg.exists())
+            .filter(|seg| fs.exists(seg))
             .collect();
         files.push(self.path.clone());
         files
@@ -250,7 +293,7 @@ impl FileSink {
                 }
             }
             let state = self.state.clone();
-            blocking(move || {
+            blocking(self.blocks, move || {
                 let mut s = lock(&state);
                 if s.synced < end {
                     s.sync()?;
@@ -282,7 +325,7 @@ impl Sink for FileSink {
         });
         let state = self.state.clone();
         let every_batch = self.config.fsync == FsyncPolicy::EveryBatch;
-        let end = blocking(move || {
+        let end = blocking(self.blocks, move || {
             let mut s = lock(&state);
             let end = s.append(&bytes, placed.as_deref())?;
             if every_batch {
@@ -297,7 +340,7 @@ impl Sink for FileSink {
 
     async fn flush(&self) -> Result<(), SinkError> {
         let state = self.state.clone();
-        blocking(move || lock(&state).sync()).await
+        blocking(self.blocks, move || lock(&state).sync()).await
     }
 }
 
@@ -310,6 +353,8 @@ impl ProgressSink for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FsyncPolicy;
+    use etl_fs::{SimFaults, SimFs, SimOp};
     use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 
     fn batch(n: i64) -> EncodedBatch {
@@ -395,10 +440,29 @@ mod tests {
         );
     }
 
-    /// The offsets of the lines of `path`; panics on a line that is not
-    /// a record (a run of NUL bytes left by lost pages).
-    fn offsets_in(path: &Path) -> Vec<i64> {
-        let text = std::fs::read_to_string(path).unwrap();
+    const EIO: i32 = 5;
+
+    /// A simulated disk with the folder `/out`, durable.
+    fn disk(seed: u64) -> SimFs {
+        let sim = SimFs::new(seed);
+        sim.create_dir_all(Path::new("/out")).unwrap();
+        sim.sync_dir(Path::new("/")).unwrap();
+        sim
+    }
+
+    const PATH: &str = "/out/out.ndjson";
+
+    async fn open_on(fs: &SimFs, config: FileSinkConfig) -> FileSink {
+        FileSink::open_in(Arc::new(fs.clone()), PATH, config)
+            .await
+            .unwrap()
+    }
+
+    /// The offsets of the lines of the output on `fs`; panics on a line
+    /// that is not a record (a run of NUL bytes left by lost pages).
+    fn offsets_in(fs: &SimFs) -> Vec<i64> {
+        let bytes = fs.read(Path::new(PATH)).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
         text.lines()
             .map(|line| {
                 let v: serde_json::Value =
@@ -424,15 +488,14 @@ mod tests {
         // next fsync a success: a retried write must not be trusted.
         for exactly_once in [false, true] {
             let case = format!("exactly_once {exactly_once}");
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("out");
+            let sim = disk(1);
             let config = FileSinkConfig {
                 exactly_once,
                 ..FileSinkConfig::default()
             };
-            let sink = FileSink::open(&path, config).await.unwrap();
+            let sink = open_on(&sim, config).await;
             sink.write(&batch_of(0..4)).await.unwrap();
-            lock(&sink.state).faults.sync = Some(1);
+            sim.fail_next(SimOp::Sync, EIO);
             let err = sink.write(&batch_of(4..8)).await.unwrap_err();
             // Nothing is reported durable again, retried or not.
             let retried = sink
@@ -452,11 +515,10 @@ mod tests {
                 );
             }
             drop(sink);
-            // The next run drops what the failed fsync lost (cut back to
-            // the recorded length, or to the last complete line) and
-            // writes it again.
-            let sink = FileSink::open(&path, config).await.unwrap();
-            assert_eq!(offsets_in(&path), (0..4).collect::<Vec<_>>(), "{case}");
+            // The next run finds only what the last good fsync covered
+            // and writes the rest again.
+            let sink = open_on(&sim, config).await;
+            assert_eq!(offsets_in(&sim), (0..4).collect::<Vec<_>>(), "{case}");
             if exactly_once {
                 assert_eq!(
                     sink.progress().get(PartitionId(0)),
@@ -465,41 +527,48 @@ mod tests {
                 );
             }
             sink.write(&batch_of(4..8)).await.unwrap();
-            assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
+            assert_eq!(offsets_in(&sim), (0..8).collect::<Vec<_>>(), "{case}");
         }
     }
 
     #[tokio::test]
     async fn a_failed_fsync_leaves_none_of_its_lost_bytes_for_the_next_run() {
-        // Writeback fails page by page: lines written after the lost
-        // bytes may reach the disk whole. A next run that keeps every
-        // complete line would keep the lost bytes (zeros) between them.
+        // The pages of a failed writeback read back as zeros, at once or
+        // after a crash; a next run that kept every byte of the file (or
+        // every complete line) would keep them as output.
         for exactly_once in [false, true] {
-            let case = format!("exactly_once {exactly_once}");
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("out");
-            let config = FileSinkConfig {
-                exactly_once,
-                ..FileSinkConfig::default()
-            };
-            let sink = FileSink::open(&path, config).await.unwrap();
-            sink.write(&batch_of(0..4)).await.unwrap();
-            {
-                let mut s = lock(&sink.state);
-                s.faults.sync = Some(1);
-                s.faults.sync_keeps_tail = true;
+            for crash in [false, true] {
+                let case = format!("exactly_once {exactly_once}, crash {crash}");
+                let sim = disk(2);
+                sim.set_faults(SimFaults {
+                    zero_lost: 1000,
+                    ..SimFaults::default()
+                });
+                let config = FileSinkConfig {
+                    exactly_once,
+                    ..FileSinkConfig::default()
+                };
+                let sink = open_on(&sim, config).await;
+                sink.write(&batch_of(0..4)).await.unwrap();
+                sim.fail_next(SimOp::Sync, EIO);
+                assert_not_durable(&sink.write(&batch_of(4..8)).await.unwrap_err(), &case);
+                drop(sink);
+                let sim = if crash {
+                    sim.crash();
+                    sim.process()
+                } else {
+                    sim
+                };
+                let sink = open_on(&sim, config).await;
+                let bytes = sim.read(Path::new(PATH)).unwrap();
+                assert!(
+                    !bytes.contains(&0),
+                    "{case}: the next run kept lost bytes: {bytes:?}"
+                );
+                assert_eq!(offsets_in(&sim), (0..4).collect::<Vec<_>>(), "{case}");
+                sink.write(&batch_of(4..8)).await.unwrap();
+                assert_eq!(offsets_in(&sim), (0..8).collect::<Vec<_>>(), "{case}");
             }
-            assert_not_durable(&sink.write(&batch_of(4..8)).await.unwrap_err(), &case);
-            drop(sink);
-            let sink = FileSink::open(&path, config).await.unwrap();
-            let bytes = std::fs::read(&path).unwrap();
-            assert!(
-                !bytes.contains(&0),
-                "{case}: the next run kept lost bytes: {bytes:?}"
-            );
-            assert_eq!(offsets_in(&path), (0..4).collect::<Vec<_>>(), "{case}");
-            sink.write(&batch_of(4..8)).await.unwrap();
-            assert_eq!(offsets_in(&path), (0..8).collect::<Vec<_>>(), "{case}");
         }
     }
 
@@ -508,10 +577,16 @@ mod tests {
     #[allow(clippy::await_holding_lock)]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_group_fsync_fails_every_write_waiting_on_it() {
-        let (_dir, sink) = hourly_sink().await;
-        let sink = Arc::new(sink);
-        let mut held = lock(&sink.state);
-        held.faults.sync = Some(1);
+        // Calls on blocking threads, as on a real disk: the writes wait
+        // for one another while the file's lock is held.
+        let sim = disk(3).blocking();
+        let config = FileSinkConfig {
+            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
+            ..FileSinkConfig::default()
+        };
+        let sink = Arc::new(open_on(&sim, config).await);
+        let held = lock(&sink.state);
+        sim.fail_next(SimOp::Sync, EIO);
         let writes: Vec<_> = [2, 3, 4]
             .into_iter()
             .map(|n| {

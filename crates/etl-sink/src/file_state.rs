@@ -1,12 +1,13 @@
 //! The file sink's blocking core: open and recover, append, fsync, rotate.
 
-use std::fs::{File, Metadata, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use etl_fs::{FileHandle, Fs, Metadata, OpenOptions, TryLockError};
 use etl_record::{LockError, Offset, OwnerLock, PartitionId};
 
 use crate::file_progress::{Stored, parent_dir, read_stored, suffixed, sync_dir, write_stored};
@@ -25,18 +26,9 @@ struct FileId {
 }
 
 impl FileId {
-    #[cfg(unix)]
     fn of(meta: &Metadata) -> FileId {
-        use std::os::unix::fs::MetadataExt;
-        FileId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        }
-    }
-
-    #[cfg(not(unix))]
-    fn of(_meta: &Metadata) -> FileId {
-        FileId { dev: 0, ino: 0 }
+        let (dev, ino) = meta.dev_ino();
+        FileId { dev, ino }
     }
 }
 
@@ -80,39 +72,17 @@ struct OutputInUse {
     source: LockError,
 }
 
-/// Failures injected into the file operations, to test what the sink
-/// does when the disk fails.
-#[cfg(test)]
-#[derive(Debug, Default)]
-pub(crate) struct Faults {
-    /// Fail the `fdatasync` this many calls from now (1: the next one)
-    /// with `EIO`, after zeroing the bytes written since the last good
-    /// one: what Linux does when writeback fails (the pages are marked
-    /// clean and the next `fsync` succeeds without them).
-    pub(crate) sync: Option<u64>,
-    /// With `sync`: only the first half of those bytes is lost, the rest
-    /// reaches the disk (writeback fails page by page, so lines written
-    /// after the lost ones may survive whole).
-    pub(crate) sync_keeps_tail: bool,
-    /// Fail the next write with this error, after writing half its bytes.
-    pub(crate) write: Option<io::ErrorKind>,
-    /// Fail the next store of the progress file.
-    pub(crate) store: bool,
-    /// Fail the next store of the progress file after its rename (as a
-    /// failed `fsync` of the directory would): the new progress is in
-    /// place.
-    pub(crate) store_after_rename: bool,
-}
-
 #[derive(Debug)]
 pub(crate) struct FileState {
+    /// The file system everything goes through.
+    fs: Arc<dyn Fs>,
     path: PathBuf,
     config: FileSinkConfig,
     /// Held for the sink's life: this sink is the output's only writer
     /// (none for a device such as `/dev/full`: there is no file to own).
     /// The open data file is locked too (see [`lock_data`]).
     _lock: Option<OwnerLock>,
-    file: File,
+    file: Box<dyn FileHandle>,
     /// Whether the output is a regular file (not a device such as
     /// `/dev/null`, whose length says nothing about what was written).
     regular: bool,
@@ -135,8 +105,6 @@ pub(crate) struct FileState {
     /// `fsync`s done since open (for tests).
     #[cfg(test)]
     pub(crate) syncs: u64,
-    #[cfg(test)]
-    pub(crate) faults: Faults,
     opened_at: Instant,
     /// Finished segments: `<path>.1` ..= `<path>.<segments>`.
     segments: u64,
@@ -146,13 +114,12 @@ pub(crate) struct FileState {
     pub(crate) stored: Progress,
 }
 
-fn open_active(path: &Path) -> Result<File, SinkError> {
-    OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|e| SinkError::io("open", path, e))
+fn open_active(fs: &dyn Fs, path: &Path) -> Result<Box<dyn FileHandle>, SinkError> {
+    fs.open(
+        path,
+        &OpenOptions::new().read(true).append(true).create(true),
+    )
+    .map_err(|e| SinkError::io("open", path, e))
 }
 
 /// Take the output's locks before anything reads or cuts it: the lock
@@ -162,8 +129,14 @@ fn open_active(path: &Path) -> Result<File, SinkError> {
 /// configured name would let a second name for the same file (a symlink,
 /// a hard link) in as a second writer. `file` is the open output.
 /// Returns the lock and the canonical path.
-fn lock_output(path: &Path, file: &File) -> Result<(OwnerLock, PathBuf), SinkError> {
-    let canonical = std::fs::canonicalize(path).map_err(|e| SinkError::io("resolve", path, e))?;
+fn lock_output(
+    fs: &dyn Fs,
+    path: &Path,
+    file: &dyn FileHandle,
+) -> Result<(OwnerLock, PathBuf), SinkError> {
+    let canonical = fs
+        .canonicalize(path)
+        .map_err(|e| SinkError::io("resolve", path, e))?;
     let in_use = |source: LockError| {
         SinkError::permanent(OutputInUse {
             path: path.to_owned(),
@@ -171,7 +144,7 @@ fn lock_output(path: &Path, file: &File) -> Result<(OwnerLock, PathBuf), SinkErr
             source,
         })
     };
-    let lock = OwnerLock::acquire(suffixed(&canonical, "lock")).map_err(|e| match e {
+    let lock = OwnerLock::acquire_in(fs, suffixed(&canonical, "lock")).map_err(|e| match e {
         LockError::Io { path, op, source } => SinkError::io(op, path, source),
         e => in_use(e),
     })?;
@@ -186,14 +159,14 @@ fn lock_output(path: &Path, file: &File) -> Result<(OwnerLock, PathBuf), SinkErr
 /// belongs to the file, not to a name: a second sink reaching it through
 /// a hard link (another name, another lock file) is refused here. The
 /// kernel releases it when the file is closed.
-fn lock_data(file: &File, path: &Path) -> Result<(), LockError> {
+fn lock_data(file: &dyn FileHandle, path: &Path) -> Result<(), LockError> {
     match file.try_lock() {
         Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => Err(LockError::InUse {
+        Err(TryLockError::WouldBlock) => Err(LockError::InUse {
             path: path.to_owned(),
             pid: None,
         }),
-        Err(std::fs::TryLockError::Error(source)) => Err(LockError::Io {
+        Err(TryLockError::Error(source)) => Err(LockError::Io {
             path: path.to_owned(),
             op: "lock",
             source,
@@ -202,7 +175,7 @@ fn lock_data(file: &File, path: &Path) -> Result<(), LockError> {
 }
 
 /// Highest `n` such that `<path>.<n>` exists.
-fn last_segment(path: &Path) -> Result<u64, SinkError> {
+fn last_segment(fs: &dyn Fs, path: &Path) -> Result<u64, SinkError> {
     let dir = parent_dir(path);
     let Some(name) = path.file_name() else {
         return Ok(0);
@@ -211,10 +184,11 @@ fn last_segment(path: &Path) -> Result<u64, SinkError> {
     // here is one the next rotation would be renamed over.
     let mut prefix = name.as_encoded_bytes().to_vec();
     prefix.push(b'.');
-    let entries = std::fs::read_dir(dir).map_err(|e| SinkError::io("list", dir, e))?;
+    let entries = fs
+        .read_dir(dir)
+        .map_err(|e| SinkError::io("list", dir, e))?;
     let mut last = 0;
-    for entry in entries.flatten() {
-        let file_name = entry.file_name();
+    for file_name in entries {
         if let Some(n) = file_name
             .as_encoded_bytes()
             .strip_prefix(prefix.as_slice())
@@ -228,15 +202,13 @@ fn last_segment(path: &Path) -> Result<u64, SinkError> {
 }
 
 /// Length of the longest prefix of `file` that ends with a line break.
-fn complete_prefix(file: &mut File, len: u64, path: &Path) -> Result<u64, SinkError> {
+fn complete_prefix(file: &dyn FileHandle, len: u64, path: &Path) -> Result<u64, SinkError> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut end = len;
     while end > 0 {
         let start = end.saturating_sub(buf.len() as u64);
         let n = usize::try_from(end - start).unwrap_or(buf.len());
-        file.seek(SeekFrom::Start(start))
-            .and_then(|_| file.read_exact(&mut buf[..n]))
-            .map_err(|e| SinkError::io("read", path, e))?;
+        read_exact_at(file, &mut buf[..n], start).map_err(|e| SinkError::io("read", path, e))?;
         if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
             return Ok(start + i as u64 + 1);
         }
@@ -260,38 +232,58 @@ fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
     }
 }
 
-fn truncate(file: &File, len: u64, path: &Path) -> Result<(), SinkError> {
+/// Fill `buf` from `at`.
+fn read_exact_at(file: &dyn FileHandle, mut buf: &mut [u8], mut at: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match file.read_at(buf, at) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                at += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
     file.set_len(len)
         .and_then(|()| file.sync_all())
         .map_err(|e| SinkError::io("truncate", path, e))
 }
 
 impl FileState {
-    pub(crate) fn open(path: &Path, config: FileSinkConfig) -> Result<FileState, SinkError> {
+    pub(crate) fn open(
+        fs: Arc<dyn Fs>,
+        path: &Path,
+        config: FileSinkConfig,
+    ) -> Result<FileState, SinkError> {
         // An output that exists and is not a regular file (a device, a
         // pipe) holds no state to protect, and a lock file would land
         // beside it (in `/dev`, shared by every writer of `/dev/full`): no
         // lock.
-        let regular = !std::fs::metadata(path).is_ok_and(|m| !m.is_file());
+        let regular = !fs.metadata(path).is_ok_and(|m| !m.is_file());
         // Opened (created) before anything else, so that the locks are
         // taken on the file itself; opening cuts nothing.
-        let mut file = open_active(path)?;
+        let file = open_active(&*fs, path)?;
         let lock = if regular {
-            let (lock, canonical) = lock_output(path, &file)?;
+            let (lock, canonical) = lock_output(&*fs, path, &*file)?;
             // Opening may have created the file: its name is durable only
             // once its directory (the target's, through a symlink) is
             // fsynced, and every record reported durable in it depends on
             // it.
-            sync_dir(parent_dir(&canonical))?;
+            sync_dir(&*fs, parent_dir(&canonical))?;
             Some(lock)
         } else {
             None
         };
-        let mut segments = last_segment(path)?;
+        let mut segments = last_segment(&*fs, path)?;
         let mut keep = None;
         let mut stored = Progress::new();
         if config.exactly_once
-            && let Some(side) = read_stored(path)?
+            && let Some(side) = read_stored(&*fs, path)?
         {
             stored = side.progress;
             // A recorded count at the limit has no next: it cannot come
@@ -307,9 +299,8 @@ impl FileState {
                 // before it was recorded: that segment holds the recorded
                 // length, and the active file starts empty.
                 let seg = suffixed(path, &segments.to_string());
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&seg)
+                let f = fs
+                    .open(&seg, &OpenOptions::new().write(true))
                     .map_err(|e| SinkError::io("open", &seg, e))?;
                 let seg_len = f
                     .metadata()
@@ -318,7 +309,7 @@ impl FileState {
                 if seg_len < side.length {
                     return Err(shorter_than_recorded(&seg, seg_len, side.length));
                 }
-                truncate(&f, side.length, &seg)?;
+                truncate(&*f, side.length, &seg)?;
                 keep = Some(0);
             } else if segments <= side.segments {
                 // Finished segments are never read or cut again: shipping
@@ -349,14 +340,15 @@ impl FileState {
             Some(keep) if len < keep => return Err(shorter_than_recorded(path, len, keep)),
             Some(keep) => keep,
             // Without recorded progress, cut a partial trailing record.
-            None => complete_prefix(&mut file, len, path)?,
+            None => complete_prefix(&*file, len, path)?,
         };
         if file.metadata().map(|m| m.len()).unwrap_or(len) != len {
             tracing::warn!(path = %path.display(), len, "cutting the output back after a crash");
-            truncate(&file, len, path)?;
+            truncate(&*file, len, path)?;
         }
         let now = Instant::now();
         let mut state = FileState {
+            fs,
             path: path.to_owned(),
             config,
             _lock: lock,
@@ -371,8 +363,6 @@ impl FileState {
             last_sync: now,
             #[cfg(test)]
             syncs: 0,
-            #[cfg(test)]
-            faults: Faults::default(),
             opened_at: now,
             segments,
             appended: stored.clone(),
@@ -387,31 +377,15 @@ impl FileState {
     }
 
     fn store(&mut self) -> Result<(), SinkError> {
-        #[cfg(test)]
-        if std::mem::take(&mut self.faults.store) {
-            return Err(SinkError::io(
-                "write",
-                suffixed(&self.path, "progress.tmp"),
-                io::Error::from_raw_os_error(5),
-            ));
-        }
         write_stored(
+            &*self.fs,
             &self.path,
             &Stored {
                 segments: self.segments,
                 length: self.len,
                 progress: self.appended.clone(),
             },
-        )?;
-        #[cfg(test)]
-        if std::mem::take(&mut self.faults.store_after_rename) {
-            return Err(SinkError::io(
-                "fsync directory",
-                parent_dir(&self.path),
-                io::Error::from_raw_os_error(5),
-            ));
-        }
-        Ok(())
+        )
     }
 
     /// Append a batch's bytes (in exactly-once mode only the records not
@@ -542,7 +516,7 @@ impl FileState {
     /// was written would lose records while reporting them written.
     fn check_active(&mut self) -> Result<(), SinkError> {
         self.check_usable()?;
-        let lost = match std::fs::metadata(&self.path) {
+        let lost = match self.fs.metadata(&self.path) {
             Ok(meta) if FileId::of(&meta) != self.active => Lost::Replaced,
             Ok(meta) if self.regular && meta.len() != self.len => Lost::Resized {
                 expected: self.len,
@@ -682,49 +656,14 @@ impl FileState {
     }
 
     /// Write `bytes` to the file. The one place a data write's error
-    /// comes back (and where tests inject one).
+    /// comes back.
     fn write_file(&mut self, bytes: &[u8]) -> io::Result<()> {
-        #[cfg(test)]
-        if let Some(kind) = self.faults.write.take() {
-            let half = bytes.get(..bytes.len() / 2).unwrap_or_default();
-            self.file.write_all(half)?;
-            return Err(io::Error::from(kind));
-        }
         self.file.write_all(bytes)
     }
 
-    /// `fdatasync` the file. The one place its error comes back (and
-    /// where tests inject one).
+    /// `fdatasync` the file. The one place its error comes back.
     fn sync_file(&mut self) -> io::Result<()> {
-        #[cfg(test)]
-        if let Some(n) = self.faults.sync {
-            if n > 1 {
-                self.faults.sync = Some(n - 1);
-            } else {
-                self.faults.sync = None;
-                self.drop_unsynced_pages();
-                return Err(io::Error::from_raw_os_error(5));
-            }
-        }
         self.file.sync_data()
-    }
-
-    /// What a failed writeback leaves behind: the bytes written since the
-    /// last good `fsync` read back as zeros (the pages are gone, the
-    /// length stays).
-    #[cfg(test)]
-    fn drop_unsynced_pages(&mut self) {
-        let unsynced = self.written - self.synced;
-        let start = self.len.saturating_sub(unsynced);
-        let lost = if self.faults.sync_keeps_tail {
-            unsynced / 2
-        } else {
-            unsynced
-        };
-        let zeros = vec![0u8; usize::try_from(lost).unwrap_or(0)];
-        let mut f = OpenOptions::new().write(true).open(&self.path).unwrap();
-        f.seek(SeekFrom::Start(start)).unwrap();
-        f.write_all(&zeros).unwrap();
     }
 
     fn maybe_rotate(&mut self, incoming: u64) -> Result<(), SinkError> {
@@ -765,7 +704,7 @@ impl FileState {
         // A rename replaces its target: a file already there (a segment
         // this sink failed to count, or one another program put there)
         // would be gone, records and all.
-        if std::fs::symlink_metadata(&seg).is_ok() {
+        if self.fs.symlink_metadata(&seg).is_ok() {
             return Err(SinkError::io(
                 "rename",
                 &self.path,
@@ -775,10 +714,12 @@ impl FileState {
                 ),
             ));
         }
-        std::fs::rename(&self.path, &seg).map_err(|e| SinkError::io("rename", &self.path, e))?;
-        sync_dir(parent_dir(&self.path))?;
-        let file = open_active(&self.path)?;
-        lock_data(&file, &self.path).map_err(SinkError::permanent)?;
+        self.fs
+            .rename(&self.path, &seg)
+            .map_err(|e| SinkError::io("rename", &self.path, e))?;
+        sync_dir(&*self.fs, parent_dir(&self.path))?;
+        let file = open_active(&*self.fs, &self.path)?;
+        lock_data(&*file, &self.path).map_err(SinkError::permanent)?;
         self.file = file;
         self.active = FileId::of(
             &self
@@ -790,7 +731,7 @@ impl FileState {
         self.len = 0;
         self.fsynced_len = 0;
         self.opened_at = Instant::now();
-        sync_dir(parent_dir(&self.path))?;
+        sync_dir(&*self.fs, parent_dir(&self.path))?;
         if self.config.exactly_once {
             self.store()?;
         }
@@ -800,24 +741,45 @@ impl FileState {
     pub(crate) fn segments(&self) -> u64 {
         self.segments
     }
+
+    /// The file system the output is on.
+    pub(crate) fn fs(&self) -> &Arc<dyn Fs> {
+        &self.fs
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::FsyncPolicy;
+    use etl_fs::{SimFs, SimOp};
     use std::time::Duration;
 
-    /// A state whose writes wait for an explicit `sync`.
-    fn open(dir: &tempfile::TempDir, exactly_once: bool) -> (PathBuf, FileState) {
-        let path = dir.path().join("out.ndjson");
-        let config = FileSinkConfig {
+    const EIO: i32 = 5;
+    const ENOSPC: i32 = 28;
+
+    fn config(exactly_once: bool) -> FileSinkConfig {
+        FileSinkConfig {
+            // Writes wait for an explicit `sync`.
             fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
             exactly_once,
             ..FileSinkConfig::default()
-        };
-        let state = FileState::open(&path, config).unwrap();
-        (path, state)
+        }
+    }
+
+    /// A simulated disk with the folder `/out`, durable.
+    fn disk(seed: u64) -> SimFs {
+        let sim = SimFs::new(seed);
+        sim.create_dir_all(Path::new("/out")).unwrap();
+        sim.sync_dir(Path::new("/")).unwrap();
+        sim
+    }
+
+    const PATH: &str = "/out/out.ndjson";
+
+    /// A state on `fs` whose writes wait for an explicit `sync`.
+    fn open(fs: &SimFs, exactly_once: bool) -> FileState {
+        FileState::open(Arc::new(fs.clone()), Path::new(PATH), config(exactly_once)).unwrap()
     }
 
     /// Append the line of record `offset` of partition 0.
@@ -841,10 +803,10 @@ mod tests {
     fn a_failed_append_with_bytes_not_yet_durable_makes_the_file_lost() {
         // A write error can be the report of a failed writeback of the
         // bytes before it: the next fsync would not report it again.
-        let dir = tempfile::tempdir().unwrap();
-        let (_path, mut state) = open(&dir, false);
+        let sim = disk(1);
+        let mut state = open(&sim, false);
         append(&mut state, 0).unwrap();
-        state.faults.write = Some(io::ErrorKind::Other);
+        sim.fail_next(SimOp::Write, EIO);
         let err = append(&mut state, 1).unwrap_err();
         let retried = append(&mut state, 1).and_then(|_| state.sync());
         assert!(retried.is_err(), "the retried append was reported durable");
@@ -858,20 +820,26 @@ mod tests {
     fn a_failed_append_after_a_good_fsync_is_cut_back_and_may_be_retried() {
         // With every byte before it durable, a failed append (a full
         // disk) is cut back off and retried: the disk may get room.
-        let dir = tempfile::tempdir().unwrap();
-        let (path, mut state) = open(&dir, false);
-        append(&mut state, 0).unwrap();
-        state.sync().unwrap();
-        state.faults.write = Some(io::ErrorKind::StorageFull);
-        let err = append(&mut state, 1).unwrap_err();
-        assert!(err.is_retryable(), "{err:?}");
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n");
-        append(&mut state, 1).unwrap();
-        state.sync().unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
+        for seed in 0..8 {
+            let sim = disk(seed);
+            let mut state = open(&sim, false);
+            append(&mut state, 0).unwrap();
+            state.sync().unwrap();
+            sim.fail_next(SimOp::Write, ENOSPC);
+            let err = append(&mut state, 1).unwrap_err();
+            assert!(err.is_retryable(), "{err:?}");
+            assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"{\"o\":0}\n");
+            append(&mut state, 1).unwrap();
+            state.sync().unwrap();
+            sim.crash();
+            assert_eq!(
+                sim.process().read(Path::new(PATH)).unwrap(),
+                b"{\"o\":0}\n{\"o\":1}\n",
+                "seed {seed}"
+            );
+        }
     }
 
-    #[cfg(unix)]
     #[test]
     fn a_created_output_is_durable_in_its_directory_before_its_data_is() {
         // An fsync of a new file does not make its name durable: after a
@@ -879,28 +847,28 @@ mod tests {
         // be gone. Through a symlink the file is created in the target's
         // directory, not the link's.
         for exactly_once in [false, true] {
-            let links = tempfile::tempdir().unwrap();
-            let plain = tempfile::tempdir().unwrap();
-            let target = tempfile::tempdir().unwrap();
-            let link = links.path().join("out.ndjson");
-            std::os::unix::fs::symlink(target.path().join("out.ndjson"), &link).unwrap();
-            for (path, dir) in [
-                (plain.path().join("out.ndjson"), plain.path()),
-                (link, target.path()),
-            ] {
-                let config = FileSinkConfig {
-                    exactly_once,
-                    ..FileSinkConfig::default()
+            for via_link in [false, true] {
+                let sim = disk(3);
+                let path = if via_link {
+                    sim.create_dir_all(Path::new("/links")).unwrap();
+                    sim.symlink(Path::new(PATH), Path::new("/links/out.ndjson"))
+                        .unwrap();
+                    sim.sync_dir(Path::new("/links")).unwrap();
+                    sim.sync_dir(Path::new("/")).unwrap();
+                    PathBuf::from("/links/out.ndjson")
+                } else {
+                    PathBuf::from(PATH)
                 };
-                let mut state = FileState::open(&path, config).unwrap();
+                let mut state =
+                    FileState::open(Arc::new(sim.clone()), &path, config(exactly_once)).unwrap();
                 append(&mut state, 0).unwrap();
                 state.sync().unwrap();
-                assert!(
-                    crate::file_progress::synced_dirs::contains(dir),
-                    "exactly_once {exactly_once}: {} was reported durable, its directory \
-                     {} never fsynced",
-                    path.display(),
-                    dir.display()
+                sim.crash();
+                assert_eq!(
+                    sim.process().read(Path::new(PATH)).ok().as_deref(),
+                    Some(&b"{\"o\":0}\n"[..]),
+                    "exactly_once {exactly_once}, through a link {via_link}: a record \
+                     reported durable was gone after a crash"
                 );
             }
         }
@@ -911,31 +879,31 @@ mod tests {
         // The directory's fsync fails after the new progress took the old
         // one's place: the next run finds it, and the data it records
         // (fsynced before it) must still be there.
-        let dir = tempfile::tempdir().unwrap();
-        let (path, mut state) = open(&dir, true);
+        let sim = disk(4);
+        let mut state = open(&sim, true);
         append(&mut state, 0).unwrap();
         state.sync().unwrap();
         append(&mut state, 1).unwrap();
-        state.faults.store_after_rename = true;
+        sim.fail_next(SimOp::SyncDir, EIO);
         assert_lost(&state.sync().unwrap_err(), "the failed store");
         drop(state);
-        let config = FileSinkConfig {
-            exactly_once: true,
-            ..FileSinkConfig::default()
-        };
-        let state = FileState::open(&path, config).unwrap();
+        let state = open(&sim, true);
         assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(2)));
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n{\"o\":1}\n");
+        assert_eq!(
+            sim.read(Path::new(PATH)).unwrap(),
+            b"{\"o\":0}\n{\"o\":1}\n"
+        );
     }
 
     #[test]
     fn a_failed_progress_store_makes_the_file_lost() {
-        let dir = tempfile::tempdir().unwrap();
-        let (path, mut state) = open(&dir, true);
+        let sim = disk(5);
+        let mut state = open(&sim, true);
         append(&mut state, 0).unwrap();
         state.sync().unwrap();
         append(&mut state, 1).unwrap();
-        state.faults.store = true;
+        // The data's fsync succeeds; the progress file's write fails.
+        sim.fail_next(SimOp::Write, EIO);
         let err = state.sync().unwrap_err();
         assert!(
             state.sync().is_err(),
@@ -947,8 +915,77 @@ mod tests {
         assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(1)));
         drop(state);
         // The next run cuts back to what the last good store recorded.
-        let (_, state) = open(&dir, true);
+        let state = open(&sim, true);
         assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(1)));
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"o\":0}\n");
+        assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"{\"o\":0}\n");
+    }
+
+    #[test]
+    fn a_crash_keeps_every_record_reported_durable_and_no_partial_line() {
+        // Whatever a crash keeps of the unsynced bytes (nothing, some
+        // whole writes, a torn one), the next run finds every record a
+        // sync reported, then whole lines only; exactly-once finds each
+        // record once, in order.
+        for seed in 0..64 {
+            for exactly_once in [false, true] {
+                let case = format!("seed {seed}, exactly_once {exactly_once}");
+                let sim = disk(seed);
+                sim.set_faults(etl_fs::SimFaults {
+                    torn: 400,
+                    kept: 400,
+                    dirs_kept: 500,
+                    ..etl_fs::SimFaults::default()
+                });
+                let mut state = open(&sim, exactly_once);
+                let synced_through = 3 + seed % 5;
+                for o in 0..synced_through {
+                    append(&mut state, i64::try_from(o).unwrap()).unwrap();
+                    if o % 2 == 0 {
+                        state.sync().unwrap();
+                    }
+                }
+                state.sync().unwrap();
+                for o in synced_through..synced_through + 3 {
+                    append(&mut state, i64::try_from(o).unwrap()).unwrap();
+                }
+                sim.crash();
+                let fs = sim.process();
+                let state =
+                    FileState::open(Arc::new(fs.clone()), Path::new(PATH), config(exactly_once))
+                        .unwrap_or_else(|e| panic!("{case}: {e}"));
+                let bytes = fs.read(Path::new(PATH)).unwrap();
+                assert!(
+                    bytes.is_empty() || bytes.ends_with(b"\n"),
+                    "{case}: a partial line is left: {bytes:?}"
+                );
+                // At least once keeps the unsynced lines a crash kept,
+                // whole or torn (lost bytes read as zeros): they were
+                // never acknowledged and are written again. Exactly once
+                // keeps only what its progress records.
+                let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+                let offsets: Vec<u64> = lines
+                    .iter()
+                    .map_while(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+                    .map(|v| v["o"].as_u64().unwrap())
+                    .collect();
+                assert!(
+                    offsets.len() >= usize::try_from(synced_through).unwrap(),
+                    "{case}: {offsets:?}"
+                );
+                assert!(
+                    offsets.iter().copied().eq(0..offsets.len() as u64),
+                    "{case}: {offsets:?}"
+                );
+                if exactly_once {
+                    assert_eq!(offsets.len(), lines.len(), "{case}: a torn line is kept");
+                    let next = state.stored.get(PartitionId(0)).unwrap_or(Offset(0));
+                    assert_eq!(
+                        offsets,
+                        (0..u64::try_from(next.0).unwrap()).collect::<Vec<_>>(),
+                        "{case}: the output holds what its progress records, once"
+                    );
+                }
+            }
+        }
     }
 }
