@@ -440,17 +440,7 @@ mod tests {
         );
     }
 
-    const EIO: i32 = 5;
-
-    /// A simulated disk with the folder `/out`, durable.
-    fn disk(seed: u64) -> SimFs {
-        let sim = SimFs::new(seed);
-        sim.create_dir_all(Path::new("/out")).unwrap();
-        sim.sync_dir(Path::new("/")).unwrap();
-        sim
-    }
-
-    const PATH: &str = "/out/out.ndjson";
+    use crate::file_state::tests::{EIO, PATH, disk};
 
     async fn open_on(fs: &SimFs, config: FileSinkConfig) -> FileSink {
         FileSink::open_in(Arc::new(fs.clone()), PATH, config)

@@ -749,13 +749,13 @@ impl FileState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::FsyncPolicy;
     use etl_fs::{SimFs, SimOp};
     use std::time::Duration;
 
-    const EIO: i32 = 5;
+    pub(crate) const EIO: i32 = 5;
     const ENOSPC: i32 = 28;
 
     fn config(exactly_once: bool) -> FileSinkConfig {
@@ -768,14 +768,14 @@ mod tests {
     }
 
     /// A simulated disk with the folder `/out`, durable.
-    fn disk(seed: u64) -> SimFs {
+    pub(crate) fn disk(seed: u64) -> SimFs {
         let sim = SimFs::new(seed);
         sim.create_dir_all(Path::new("/out")).unwrap();
         sim.sync_dir(Path::new("/")).unwrap();
         sim
     }
 
-    const PATH: &str = "/out/out.ndjson";
+    pub(crate) const PATH: &str = "/out/out.ndjson";
 
     /// A state on `fs` whose writes wait for an explicit `sync`.
     fn open(fs: &SimFs, exactly_once: bool) -> FileState {
