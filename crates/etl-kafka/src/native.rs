@@ -44,7 +44,8 @@ pub(crate) type SharedConsumer = Arc<BaseConsumer<GroupContext>>;
 /// queue as the application's, so librdkafka does not forward it back to
 /// the consumer queue when the partition's fetch (re)starts; stopping the
 /// fetch (a revocation) clears the forwarding, hence the attach on every
-/// assignment.
+/// assignment, and again every second (the stop is served on librdkafka's
+/// thread and may come after the next assignment's attach).
 pub(crate) struct FetchQueue {
     queue: NonNull<rd::rd_kafka_queue_t>,
     _consumer: SharedConsumer,
@@ -104,6 +105,34 @@ impl FetchQueue {
         // released at once.
         unsafe {
             rd::rd_kafka_queue_forward(partition_queue.as_ptr(), self.queue.as_ptr());
+            rd::rd_kafka_queue_destroy(partition_queue.as_ptr());
+        }
+        true
+    }
+
+    /// Clear `topic`'s `partition` forwarding, as librdkafka does when it
+    /// stops the partition's fetch, leaving the queue marked as the
+    /// application's; `false` when librdkafka does not know the partition.
+    #[cfg(test)]
+    pub(crate) fn detach(
+        consumer: &BaseConsumer<GroupContext>,
+        topic: &str,
+        partition: i32,
+    ) -> bool {
+        let Ok(topic) = CString::new(topic) else {
+            return false;
+        };
+        // SAFETY: as in `attach`; forwarding to null clears it.
+        unsafe {
+            let partition_queue = rd::rd_kafka_queue_get_partition(
+                consumer.client().native_ptr(),
+                topic.as_ptr(),
+                partition,
+            );
+            let Some(partition_queue) = NonNull::new(partition_queue) else {
+                return false;
+            };
+            rd::rd_kafka_queue_forward(partition_queue.as_ptr(), std::ptr::null_mut());
             rd::rd_kafka_queue_destroy(partition_queue.as_ptr());
         }
         true

@@ -55,6 +55,10 @@ const CATCH_UP_SLICE: Duration = Duration::from_micros(500);
 /// positions), for an operator, or a test, looking at a partition that
 /// does not move.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How often every assigned partition is attached to the fetch queue
+/// again (see [`PollThread::reattach`]): the longest a partition whose
+/// forwarding librdkafka cleared late stays unread.
+const REATTACH_EVERY: Duration = Duration::from_secs(1);
 /// How long leaving the group may take. librdkafka's close waits for the
 /// coordinator (and for commits still waiting on it); with the broker
 /// unreachable that can be forever. Past this, the consumer is dropped
@@ -92,6 +96,8 @@ pub(crate) struct PollThread {
     pub(crate) behind_since: Option<Instant>,
     /// When the state was last logged.
     pub(crate) reported_at: Instant,
+    /// When the assigned partitions were last attached again.
+    pub(crate) attached_at: Instant,
     /// Where assigned partitions' messages arrive (see [`FetchQueue`]);
     /// `None` until [`run`](PollThread::run) creates it, or if librdkafka
     /// could not (then everything comes through the consumer queue).
@@ -131,6 +137,10 @@ impl PollThread {
             .clone_from(&self.fetch);
         let mut busy = false;
         while self.serve_commands() {
+            if self.attached_at.elapsed() >= REATTACH_EVERY {
+                self.attached_at = Instant::now();
+                self.reattach();
+            }
             if self.reported_at.elapsed() >= REPORT_EVERY {
                 self.reported_at = Instant::now();
                 self.report();
@@ -280,6 +290,38 @@ impl PollThread {
                 .filter_map(|e| self.context().map.id(e.topic(), e.partition()).ok())
                 .collect(),
             Err(_) => Vec::new(),
+        }
+    }
+
+    /// Attach every assigned partition to the fetch queue again.
+    ///
+    /// The rebalance callback attaches a partition when it is assigned,
+    /// but librdkafka clears a partition's forwarding when it stops the
+    /// partition's fetch, on its own thread and later than the revocation
+    /// that asked for it: a stop served after the next assignment attached
+    /// the partition again would leave it assigned, unpaused and read by
+    /// nobody, for good (its queue stays marked as the application's, so
+    /// librdkafka does not forward it to the consumer queue either).
+    /// Attaching is idempotent and moves whatever waited in the partition's
+    /// queue, in order, so doing it again bounds such a stall to
+    /// [`REATTACH_EVERY`]. Only partitions of the current assignment are
+    /// attached: a revoked one is never read again here (and what its queue
+    /// still holds is of an ended fetch version, which librdkafka drops).
+    fn reattach(&self) {
+        let Some(fetch) = &self.fetch else {
+            return;
+        };
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        for e in assignment.elements() {
+            if !fetch.attach(&self.consumer, e.topic(), e.partition()) {
+                tracing::debug!(
+                    topic = e.topic(),
+                    partition = e.partition(),
+                    "cannot attach the partition to the fetch queue again"
+                );
+            }
         }
     }
 

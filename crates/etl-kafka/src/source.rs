@@ -143,6 +143,7 @@ impl KafkaSource {
             seeks: BTreeMap::new(),
             behind_since: None,
             reported_at: Instant::now(),
+            attached_at: Instant::now(),
             fetch: None,
             read: (0, 0),
         };
@@ -390,5 +391,80 @@ mod tests {
             vec![false],
             "drained and committed once, after the pipeline took the revocation"
         );
+    }
+
+    /// Commits nothing: the test reads one member's partitions only.
+    struct NoCommit;
+
+    impl RevokeHandler for NoCommit {
+        fn revoke_blocking(
+            &self,
+            _partitions: Vec<PartitionId>,
+        ) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>> {
+            Ok(BTreeMap::new())
+        }
+    }
+
+    /// librdkafka clears a partition's forwarding when it stops the
+    /// partition's fetch (a revocation), and the stop is served on its own
+    /// thread, later: served after the next assignment of the partition
+    /// attached it to the poll thread's queue again, it leaves the
+    /// partition's messages in a queue nobody reads (the queue stays
+    /// marked as the application's, so librdkafka does not forward it to
+    /// the consumer queue either). The partition is assigned, not paused,
+    /// and never read. The poll thread must attach it again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partition_whose_queue_lost_its_forwarding_is_still_read() {
+        use etl_test_support::kafka::{TestBroker, unique};
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+
+        let broker = TestBroker::start();
+        let topic = unique("detached");
+        broker.create_topic(&topic, 1).await;
+        let mut config =
+            KafkaSourceConfig::new(broker.addr(), unique("detached-group"), vec![topic.clone()]);
+        config.session_timeout_ms = 6000;
+        config.heartbeat_interval_ms = 1000;
+        let mut source = KafkaSource::new(SourceId::new("k"), config).expect("source");
+        source.start(NoCommit).expect("start");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(tokio::time::Instant::now() < deadline, "never assigned");
+            if let SourceEvent::Assigned(_) = source.next().await.expect("event") {
+                break;
+            }
+        }
+        // Assigned and attached; now the late stop clears the forwarding.
+        assert!(crate::native::FetchQueue::detach(
+            &source.consumer,
+            &topic,
+            0
+        ));
+
+        const RECORDS: usize = 10;
+        let producer: FutureProducer = broker.config().create().expect("producer");
+        for i in 0..RECORDS {
+            producer
+                .send(
+                    FutureRecord::<(), _>::to(&topic)
+                        .payload(&format!("{{\"n\":{i}}}"))
+                        .partition(0),
+                    Duration::from_secs(10),
+                )
+                .await
+                .expect("delivery");
+        }
+        let mut read = 0;
+        while read < RECORDS {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{read} of {RECORDS} records read: the partition's queue is read by nobody"
+            );
+            if let SourceEvent::Batch(batch) = source.next().await.expect("event") {
+                read += batch.records.len();
+            }
+        }
+        assert_eq!(read, RECORDS);
+        source.close().await;
     }
 }
