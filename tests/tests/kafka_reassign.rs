@@ -78,7 +78,11 @@ async fn partitions_moved_back_and_forth_with_batches_in_flight_lose_nothing() {
         );
         // The partitions come back to the first member before the next
         // visit, so that every visit takes them from it again.
-        let assigned = |m: &Member| m.log(1).matches("partitions assigned").count();
+        let assigned = |m: &Member| {
+            m.log(1)
+                .matches(r#""message":"partitions assigned""#)
+                .count()
+        };
         wait(
             &format!("the first member gets its partitions back (visit {visit})"),
             &mut produced,
@@ -103,7 +107,10 @@ async fn partitions_moved_back_and_forth_with_batches_in_flight_lose_nothing() {
         "first member after SIGTERM: {status}\n{first_log}"
     );
     assert!(
-        first_log.matches("partitions revoked").count() >= usize::try_from(VISITS).expect("small"),
+        first_log
+            .matches(r#""message":"partitions revoked""#)
+            .count()
+            >= usize::try_from(VISITS).expect("small"),
         "the first member's partitions moved away at every visit:\n{}",
         first.state()
     );

@@ -244,7 +244,19 @@ impl KafkaSourceConfig {
             )
             .set("partition.assignment.strategy", &self.assignment_strategy)
             .set("auto.offset.reset", &self.auto_offset_reset);
+        with_debug_log(&mut config);
         config
+    }
+}
+
+/// Let librdkafka's debug messages through when this crate logs at debug
+/// level. rdkafka takes the client's log level from the `log` crate,
+/// which the command line does not feed: without this, librdkafka's
+/// `debug` property (`properties.debug = "cgrp,topic"`) would print
+/// nothing after the client starts.
+fn with_debug_log(config: &mut ClientConfig) {
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        config.set_log_level(RDKafkaLogLevel::Debug);
     }
 }
 
@@ -411,6 +423,7 @@ impl KafkaSinkConfig {
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("message.timeout.ms", self.message_timeout_ms.to_string());
+        with_debug_log(&mut config);
         config
     }
 }
