@@ -84,30 +84,7 @@ impl FetchQueue {
         topic: &str,
         partition: i32,
     ) -> bool {
-        let Ok(topic) = CString::new(topic) else {
-            return false;
-        };
-        // SAFETY: the client pointer is valid while `consumer` is borrowed,
-        // and `topic` is NUL-terminated and outlives the call, which
-        // returns a new reference to the partition's fetch queue, or null.
-        let partition_queue = unsafe {
-            rd::rd_kafka_queue_get_partition(
-                consumer.client().native_ptr(),
-                topic.as_ptr(),
-                partition,
-            )
-        };
-        let Some(partition_queue) = NonNull::new(partition_queue) else {
-            return false;
-        };
-        // SAFETY: both are valid queue references. The forwarding lives on
-        // the partition's queue itself, so the reference taken above is
-        // released at once.
-        unsafe {
-            rd::rd_kafka_queue_forward(partition_queue.as_ptr(), self.queue.as_ptr());
-            rd::rd_kafka_queue_destroy(partition_queue.as_ptr());
-        }
-        true
+        forward(consumer, topic, partition, self.queue.as_ptr())
     }
 
     /// Clear `topic`'s `partition` forwarding, as librdkafka does when it
@@ -119,23 +96,7 @@ impl FetchQueue {
         topic: &str,
         partition: i32,
     ) -> bool {
-        let Ok(topic) = CString::new(topic) else {
-            return false;
-        };
-        // SAFETY: as in `attach`; forwarding to null clears it.
-        unsafe {
-            let partition_queue = rd::rd_kafka_queue_get_partition(
-                consumer.client().native_ptr(),
-                topic.as_ptr(),
-                partition,
-            );
-            let Some(partition_queue) = NonNull::new(partition_queue) else {
-                return false;
-            };
-            rd::rd_kafka_queue_forward(partition_queue.as_ptr(), std::ptr::null_mut());
-            rd::rd_kafka_queue_destroy(partition_queue.as_ptr());
-        }
-        true
+        forward(consumer, topic, partition, std::ptr::null_mut())
     }
 
     /// Take up to `max` messages, waiting up to `wait` for the first.
@@ -417,4 +378,35 @@ pub(crate) fn cached_high_watermark(
         )
     };
     (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
+/// Forward `topic`'s `partition` fetch queue to `to` (null: clear the
+/// forwarding); `false` when librdkafka does not know the partition (or
+/// the topic name holds a NUL).
+fn forward(
+    consumer: &BaseConsumer<GroupContext>,
+    topic: &str,
+    partition: i32,
+    to: *mut rd::rd_kafka_queue_t,
+) -> bool {
+    let Ok(topic) = CString::new(topic) else {
+        return false;
+    };
+    // SAFETY: the client pointer is valid while `consumer` is borrowed,
+    // and `topic` is NUL-terminated and outlives the call, which returns a
+    // new reference to the partition's fetch queue, or null.
+    let partition_queue = unsafe {
+        rd::rd_kafka_queue_get_partition(consumer.client().native_ptr(), topic.as_ptr(), partition)
+    };
+    let Some(partition_queue) = NonNull::new(partition_queue) else {
+        return false;
+    };
+    // SAFETY: `partition_queue` is a valid reference and `to` a valid queue
+    // of the caller's or null. The forwarding lives on the partition's
+    // queue itself, so the reference taken above is released at once.
+    unsafe {
+        rd::rd_kafka_queue_forward(partition_queue.as_ptr(), to);
+        rd::rd_kafka_queue_destroy(partition_queue.as_ptr());
+    }
+    true
 }
