@@ -111,6 +111,15 @@ impl FileIdentity {
     /// Take the identity of the regular file at `path`, and its tail at
     /// its length now.
     pub(crate) fn of_path(fs: &dyn Fs, path: &Path) -> Result<(Self, Tail), SourceError> {
+        Self::open_path(fs, path).map(|(identity, tail, _)| (identity, tail))
+    }
+
+    /// [`of_path`](Self::of_path), and the file it was taken of, open to
+    /// read at its start.
+    pub(crate) fn open_path(
+        fs: &dyn Fs,
+        path: &Path,
+    ) -> Result<(Self, Tail, Box<dyn FileHandle>), SourceError> {
         regular_file_metadata(fs, path)?;
         let file = open_to_read(fs, path)?;
         // The metadata of what was opened, not of what the path named a
@@ -128,6 +137,7 @@ impl FileIdentity {
                 fp_crc,
             },
             tail,
+            file,
         ))
     }
 

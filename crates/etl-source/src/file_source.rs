@@ -377,7 +377,7 @@ impl FileSource {
     fn evict_one(&mut self, index: usize) -> bool {
         let victim = self.open.iter().copied().find(|&i| {
             let f = &self.files[i];
-            i != index && (f.paused || f.reader.is_idle())
+            i != index && (f.paused || f.awaiting_seek || f.reader.is_idle())
         });
         match victim {
             Some(v) => {
@@ -402,7 +402,7 @@ impl FileSource {
             });
         }
         self.close(index);
-        let (identity, tail) = match FileIdentity::of_path(&*self.fs, &path) {
+        let (identity, tail, handle) = match FileIdentity::open_path(&*self.fs, &path) {
             Ok(found) => found,
             Err(SourceError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
@@ -448,6 +448,15 @@ impl FileSource {
         file.paused = false;
         file.awaiting_seek = true;
         file.warned_tail = false;
+        // Kept open from now (its slot was just freed): renamed away again
+        // before the driver seeks the new partition, the file is still
+        // read through its descriptor.
+        if self.open.len() < self.config.max_open_files {
+            file.reader.adopt(handle, &self.chunks);
+            if file.reader.is_open() {
+                self.open.push(index);
+            }
+        }
         self.retired.insert(old);
         self.events.push_back(SourceEvent::Revoked(vec![old]));
         self.events.push_back(SourceEvent::Assigned(vec![new]));

@@ -201,6 +201,23 @@ impl LineReader {
         Ok(None)
     }
 
+    /// Take `file`, the file this reader's identity was taken of, as its
+    /// open file, read from the reader's position (its start): what is in
+    /// it stays readable whatever happens to its name.
+    pub(crate) fn adopt(&mut self, mut file: Box<dyn FileHandle>, chunks: &Arc<ChunkPool>) {
+        if file.seek_to(self.buf_pos).is_err() {
+            // Opened again by path when it is read.
+            return;
+        }
+        self.open = Some(Box::new(OpenFile {
+            file,
+            buf: ReadBuf::new(Arc::clone(chunks)),
+            scanned: 0,
+            at_eof: false,
+            last_batch_records: 0,
+        }));
+    }
+
     /// Give back the file descriptor and the read buffer; the next
     /// [`open`](Self::open) resumes at the first byte not turned into a
     /// record yet.

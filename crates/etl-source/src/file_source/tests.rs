@@ -386,11 +386,10 @@ async fn an_input_rotated_by_rename_in_follow_mode_keeps_every_line() {
                 bytes,
             })
             .unwrap();
-            // The next rotation comes once the source has the new file
-            // open: a file renamed away before it was ever opened cannot
-            // be found (as with `tail -F`).
-            let following =
-                |s: &FileSource| s.partitions()[0].0 != before && s.files[0].reader.is_open();
+            // The next rotation comes once the source has found the new
+            // file: one created and renamed away again between two looks
+            // at the path is never seen (as with `tail -F`).
+            let following = |s: &FileSource| s.partitions()[0].0 != before;
             for _ in 0..200 {
                 if following(&source) {
                     break;
@@ -407,4 +406,48 @@ async fn an_input_rotated_by_rename_in_follow_mode_keeps_every_line() {
             assert!(lines.is_sorted(), "seed {seed}: in order");
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_file_rotated_again_before_its_new_partition_is_sought_keeps_its_lines() {
+    let sim = disk(2, b"1\n");
+    let mut source = open_on(
+        &sim,
+        FileSourceConfig {
+            follow: true,
+            ..sim_config()
+        },
+    );
+    let mut read = ReadSoFar::new();
+    poll(&mut source, 3, &mut read).await;
+    let rotate = |generation: u32, bytes: &[u8]| {
+        sim.apply(&Mutation::Rename {
+            from: INPUT.into(),
+            to: format!("{INPUT}.{generation}").into(),
+        })
+        .unwrap();
+        sim.apply(&Mutation::Replace {
+            path: INPUT.into(),
+            bytes: bytes.to_vec(),
+        })
+        .unwrap();
+    };
+    rotate(1, b"2\n");
+    // The source finds the rotation and announces the new file's
+    // partition; before the driver seeks it, the file is rotated again.
+    loop {
+        if let SourceEvent::Assigned(partitions) = source.next().await.unwrap() {
+            rotate(2, b"3\n");
+            for p in partitions {
+                source.seek(p, Offset(0)).await.unwrap();
+            }
+            break;
+        }
+    }
+    poll(&mut source, 20, &mut read).await;
+    let got: Vec<&str> = read.values().flatten().map(String::as_str).collect();
+    assert_eq!(got.len(), 3, "{read:?}");
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["1", "2", "3"]);
 }
