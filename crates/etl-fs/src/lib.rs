@@ -182,7 +182,13 @@ pub enum FileKind {
     Dir,
     /// A symbolic link (only from [`Fs::symlink_metadata`]).
     Symlink,
-    /// Anything else: a device, a pipe, a socket.
+    /// A FIFO (named pipe): opening it to read waits for a writer.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A character or block device.
+    Device,
+    /// Anything else the platform has.
     Other,
 }
 

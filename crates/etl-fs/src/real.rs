@@ -20,7 +20,7 @@ fn meta(m: &fs::Metadata) -> Metadata {
     } else if m.file_type().is_symlink() {
         FileKind::Symlink
     } else {
-        FileKind::Other
+        special_kind(m)
     };
     #[cfg(unix)]
     let (dev, ino) = {
@@ -35,6 +35,26 @@ fn meta(m: &fs::Metadata) -> Metadata {
         ino,
         kind,
     }
+}
+
+#[cfg(unix)]
+fn special_kind(m: &fs::Metadata) -> FileKind {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_fifo() {
+        FileKind::Fifo
+    } else if t.is_socket() {
+        FileKind::Socket
+    } else if t.is_char_device() || t.is_block_device() {
+        FileKind::Device
+    } else {
+        FileKind::Other
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &fs::Metadata) -> FileKind {
+    FileKind::Other
 }
 
 /// An open file of the real file system.

@@ -3,9 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use etl_fs::Fs;
 use etl_record::{PartitionId, SourceId};
 
 use crate::SourceError;
+use crate::file_glob::{expand, is_pattern};
 
 /// How a line becomes a record (`format` in a configuration file:
 /// `"ndjson"` or `"lines"`).
@@ -172,23 +174,22 @@ pub fn file_partition_id(canonical_path: &Path) -> PartitionId {
 ///
 /// A bad or empty pattern, or a path that cannot be resolved.
 pub fn resolve_inputs(inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
+    resolve_inputs_in(&etl_fs::RealFs, inputs)
+}
+
+/// [`resolve_inputs`] on the file system `fs`: patterns are matched
+/// against the names its [`read_dir`](Fs::read_dir) lists, and paths made
+/// canonical by its [`canonicalize`](Fs::canonicalize).
+///
+/// # Errors
+///
+/// As [`resolve_inputs`].
+pub fn resolve_inputs_in(fs: &dyn Fs, inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
-        let paths: Vec<PathBuf> = if input.contains(['*', '?', '[']) {
-            let matches = glob::glob(input).map_err(|e| SourceError::Pattern {
-                pattern: input.clone(),
-                reason: e.to_string(),
-            })?;
-            let mut paths = Vec::new();
-            for entry in matches {
-                let path = entry.map_err(|e| {
-                    let path = e.path().to_path_buf();
-                    SourceError::io(path, e.into())
-                })?;
-                if path.is_file() {
-                    paths.push(path);
-                }
-            }
+        let paths: Vec<PathBuf> = if is_pattern(input) {
+            let mut paths = expand(fs, input)?;
+            paths.retain(|path| fs.metadata(path).is_ok_and(|m| m.is_file()));
             if paths.is_empty() {
                 return Err(SourceError::NoMatch {
                     pattern: input.clone(),
@@ -199,7 +200,9 @@ pub fn resolve_inputs(inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
             vec![PathBuf::from(input)]
         };
         for path in paths {
-            let canonical = path.canonicalize().map_err(|e| SourceError::io(&path, e))?;
+            let canonical = fs
+                .canonicalize(&path)
+                .map_err(|e| SourceError::io(&path, e))?;
             files.push(canonical);
         }
     }

@@ -21,8 +21,9 @@
 //! a file that no longer holds those bytes was rewritten.
 //!
 //! The registry lives in the state folder as `file-inputs`, written like
-//! the offset store (temporary file, fsync, rename, fsync of the folder)
-//! and checksummed. It is written before any record of a new id is
+//! the offset store (temporary file, fsync, rename, fsync of the folder;
+//! a folder it creates is fsynced into its parent) through the source's
+//! [`Fs`], and checksummed. It is written before any record of a new id is
 //! emitted, so an id can only have a committed offset once its identity is
 //! on disk. Without a state folder it is kept in memory for the run. Every
 //! write goes through one function, and the first error of any write or
@@ -47,16 +48,18 @@
 //! bytes only, and gets its tail on the first run that reads it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use etl_checkpoint::CheckpointError;
+use etl_fs::{FileHandle, FileKind, Fs, Metadata, OpenOptions};
 use etl_record::PartitionId;
 
 use crate::SourceError;
 use crate::file_config::file_partition_id;
 pub(crate) use crate::file_tail::Tail;
+use crate::file_tail::read_at_most;
 
 /// Bytes of a file's start covered by its fingerprint.
 pub(crate) const FINGERPRINT_BYTES: u64 = 1024;
@@ -79,32 +82,18 @@ pub(crate) struct FileIdentity {
     pub(crate) fp_crc: u32,
 }
 
-/// Device and inode of an open file or of a path's metadata.
-pub(crate) fn dev_ino(meta: &fs::Metadata) -> (u64, u64) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        (meta.dev(), meta.ino())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        (0, 0)
-    }
-}
-
 /// Refuse anything but a regular file: opening a FIFO blocks until a
 /// writer appears, and neither a FIFO nor a device can be read again from
 /// a committed offset.
-pub(crate) fn regular_file_metadata(path: &Path) -> Result<fs::Metadata, SourceError> {
-    let meta = fs::metadata(path).map_err(|e| SourceError::io(path, e))?;
-    if meta.is_file() {
-        return Ok(meta);
-    }
-    let kind = if meta.is_dir() {
-        "a directory"
-    } else {
-        special_kind(&meta)
+pub(crate) fn regular_file_metadata(fs: &dyn Fs, path: &Path) -> Result<Metadata, SourceError> {
+    let meta = fs.metadata(path).map_err(|e| SourceError::io(path, e))?;
+    let kind = match meta.kind {
+        FileKind::File => return Ok(meta),
+        FileKind::Dir => "a directory",
+        FileKind::Fifo => "a FIFO (named pipe)",
+        FileKind::Socket => "a socket",
+        FileKind::Device => "a device",
+        FileKind::Symlink | FileKind::Other => "not a regular file",
     };
     Err(SourceError::NotAFile {
         path: path.to_owned(),
@@ -112,39 +101,34 @@ pub(crate) fn regular_file_metadata(path: &Path) -> Result<fs::Metadata, SourceE
     })
 }
 
-#[cfg(unix)]
-fn special_kind(meta: &fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
-}
-
-#[cfg(not(unix))]
-fn special_kind(_: &fs::Metadata) -> &'static str {
-    "not a regular file"
+/// Open the file at `path` to read.
+pub(crate) fn open_to_read(fs: &dyn Fs, path: &Path) -> Result<Box<dyn FileHandle>, SourceError> {
+    fs.open(path, &OpenOptions::reading())
+        .map_err(|e| SourceError::io(path, e))
 }
 
 impl FileIdentity {
     /// Take the identity of the regular file at `path`, and its tail at
     /// its length now.
-    pub(crate) fn of_path(path: &Path) -> Result<(Self, Tail), SourceError> {
-        regular_file_metadata(path)?;
-        let mut file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+    pub(crate) fn of_path(fs: &dyn Fs, path: &Path) -> Result<(Self, Tail), SourceError> {
+        Self::open_path(fs, path).map(|(identity, tail, _)| (identity, tail))
+    }
+
+    /// [`of_path`](Self::of_path), and the file it was taken of, open to
+    /// read at its start.
+    pub(crate) fn open_path(
+        fs: &dyn Fs,
+        path: &Path,
+    ) -> Result<(Self, Tail, Box<dyn FileHandle>), SourceError> {
+        regular_file_metadata(fs, path)?;
+        let file = open_to_read(fs, path)?;
         // The metadata of what was opened, not of what the path named a
         // moment before.
         let meta = file.metadata().map_err(|e| SourceError::io(path, e))?;
-        let (dev, ino) = dev_ino(&meta);
-        let tail = Tail::of(&file, meta.len()).map_err(|e| SourceError::io(path, e))?;
+        let (dev, ino) = meta.dev_ino();
+        let tail = Tail::of(&*file, meta.len()).map_err(|e| SourceError::io(path, e))?;
         let (fp_len, fp_crc) =
-            checksum_prefix(&mut file, FINGERPRINT_BYTES).map_err(|e| SourceError::io(path, e))?;
+            checksum_prefix(&*file, FINGERPRINT_BYTES).map_err(|e| SourceError::io(path, e))?;
         Ok((
             FileIdentity {
                 dev,
@@ -153,6 +137,7 @@ impl FileIdentity {
                 fp_crc,
             },
             tail,
+            file,
         ))
     }
 
@@ -161,6 +146,7 @@ impl FileIdentity {
     /// many bytes as `self` covers, or more.
     pub(crate) fn differs(
         &self,
+        fs: &dyn Fs,
         now: &FileIdentity,
         path: &Path,
     ) -> Result<Option<String>, SourceError> {
@@ -179,9 +165,9 @@ impl FileIdentity {
         let crc = if now.fp_len == self.fp_len {
             now.fp_crc
         } else {
-            let mut file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+            let file = open_to_read(fs, path)?;
             let (len, crc) =
-                checksum_prefix(&mut file, self.fp_len).map_err(|e| SourceError::io(path, e))?;
+                checksum_prefix(&*file, self.fp_len).map_err(|e| SourceError::io(path, e))?;
             if len < self.fp_len {
                 return Ok(Some("the file was truncated".to_owned()));
             }
@@ -199,10 +185,10 @@ impl FileIdentity {
 
 /// Length and CRC-32 of the first `limit` bytes (fewer if the file is
 /// shorter).
-fn checksum_prefix(file: &mut File, limit: u64) -> std::io::Result<(u64, u32)> {
-    let mut buf = Vec::with_capacity(limit as usize);
-    file.take(limit).read_to_end(&mut buf)?;
-    Ok((buf.len() as u64, crc32fast::hash(&buf)))
+fn checksum_prefix(file: &dyn FileHandle, limit: u64) -> io::Result<(u64, u32)> {
+    let mut buf = vec![0; usize::try_from(limit).unwrap_or(usize::MAX)];
+    let n = read_at_most(file, &mut buf, 0)?;
+    Ok((n as u64, crc32fast::hash(&buf[..n])))
 }
 
 /// One path's entry: its partition id and the identity the id stands for.
@@ -225,18 +211,19 @@ impl Entry {
     /// other bytes before the recorded tail.
     pub(crate) fn differs(
         &self,
+        fs: &dyn Fs,
         now: &FileIdentity,
         path: &Path,
     ) -> Result<Option<String>, SourceError> {
-        if let Some(reason) = self.identity.differs(now, path)? {
+        if let Some(reason) = self.identity.differs(fs, now, path)? {
             return Ok(Some(reason));
         }
         let Some(tail) = self.tail else {
             return Ok(None);
         };
-        let file = File::open(path).map_err(|e| SourceError::io(path, e))?;
+        let file = open_to_read(fs, path)?;
         let len = file.metadata().map_err(|e| SourceError::io(path, e))?.len();
-        tail.differs(&file, len)
+        tail.differs(&*file, len)
             .map_err(|e| SourceError::io(path, e))
     }
 }
@@ -272,6 +259,8 @@ impl Lost {
 /// and given up (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Registry {
+    /// The file system of the state folder and of the inputs.
+    fs: Arc<dyn Fs>,
     /// Where it is kept, if anywhere.
     dir: Option<PathBuf>,
     entries: BTreeMap<PathBuf, Entry>,
@@ -285,10 +274,6 @@ pub(crate) struct Registry {
     /// A write or fsync failed: nothing is written again (see the module
     /// docs).
     lost: Option<Lost>,
-    /// For the tests of a failed fsync: the sync after this many more
-    /// fails with this error.
-    #[cfg(test)]
-    pub(crate) fail_sync: Option<(u32, ErrorKind)>,
 }
 
 /// The file each partition id stands for, from the registry in the state
@@ -300,51 +285,64 @@ pub(crate) struct Registry {
 ///
 /// The registry cannot be read, or is corrupt ([`SourceError::State`]).
 pub fn registered_inputs(dir: &Path) -> Result<BTreeMap<PartitionId, PathBuf>, SourceError> {
-    let registry = Registry::load(Some(dir))?;
-    Ok(registry
-        .entries
+    registered_inputs_in(&etl_fs::RealFs, dir)
+}
+
+/// [`registered_inputs`] of a state folder on the file system `fs`.
+///
+/// # Errors
+///
+/// As [`registered_inputs`].
+pub fn registered_inputs_in(
+    fs: &dyn Fs,
+    dir: &Path,
+) -> Result<BTreeMap<PartitionId, PathBuf>, SourceError> {
+    let (entries, _) = read_registry(fs, dir)?.unwrap_or_default();
+    Ok(entries
         .iter()
         .map(|(path, entry)| (entry.id, path.clone()))
         .collect())
 }
 
+/// The entries and retired ids of the registry in `dir`; `None` when there
+/// is no registry file.
+fn read_registry(fs: &dyn Fs, dir: &Path) -> Result<Option<Parsed>, SourceError> {
+    let path = dir.join(NAME);
+    let bytes = match fs.read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(SourceError::io(path, e)),
+    };
+    parse(&bytes)
+        .map(Some)
+        .map_err(|detail| SourceError::State { path, detail })
+}
+
 impl Registry {
-    /// Load the registry of `dir`, or start an empty one (in memory only
-    /// when `dir` is `None`).
-    pub(crate) fn load(dir: Option<&Path>) -> Result<Self, SourceError> {
-        let mut registry = Registry {
-            dir: dir.map(Path::to_owned),
-            entries: BTreeMap::new(),
-            retired: BTreeSet::new(),
-            used: BTreeSet::new(),
-            fresh: true,
-            dirty: false,
-            lost: None,
-            #[cfg(test)]
-            fail_sync: None,
+    /// Load the registry of `dir` on `fs`, or start an empty one (in
+    /// memory only when `dir` is `None`).
+    pub(crate) fn load(fs: Arc<dyn Fs>, dir: Option<&Path>) -> Result<Self, SourceError> {
+        let found = match dir {
+            Some(dir) => read_registry(&*fs, dir)?,
+            None => None,
         };
-        let Some(dir) = dir else {
-            return Ok(registry);
-        };
-        let path = dir.join(NAME);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(registry),
-            Err(e) => return Err(SourceError::io(path, e)),
-        };
-        registry.fresh = false;
-        let (entries, retired) = parse(&bytes).map_err(|detail| SourceError::State {
-            path: path.clone(),
-            detail,
-        })?;
-        registry.used = entries
+        let fresh = found.is_none();
+        let (entries, retired) = found.unwrap_or_default();
+        let used = entries
             .values()
             .map(|e| e.id.0)
             .chain(retired.iter().copied())
             .collect();
-        registry.entries = entries;
-        registry.retired = retired;
-        Ok(registry)
+        Ok(Registry {
+            fs,
+            dir: dir.map(Path::to_owned),
+            entries,
+            retired,
+            used,
+            fresh,
+            dirty: false,
+            lost: None,
+        })
     }
 
     /// Whether no registry file existed (old state, or none).
@@ -398,7 +396,7 @@ impl Registry {
             if other != path
                 && !kept.contains(other)
                 && (entry.identity.dev, entry.identity.ino) == (identity.dev, identity.ino)
-                && entry.differs(identity, path)?.is_none()
+                && entry.differs(&*self.fs, identity, path)?.is_none()
             {
                 candidate = Some(other.clone());
                 break;
@@ -524,39 +522,55 @@ impl Registry {
     /// fsync, rename, fsync of the folder. An error names the file and
     /// the step; the caller makes the registry lost.
     fn write_durably(
-        &mut self,
+        &self,
         dir: &Path,
         text: &[u8],
     ) -> Result<(), (PathBuf, &'static str, io::Error)> {
-        fs::create_dir_all(dir).map_err(|e| (dir.to_owned(), "create the folder", e))?;
+        let fs = &*self.fs;
+        create_dir_durably(fs, dir)?;
         let temp = dir.join(TEMP);
         let target = dir.join(NAME);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)
+        let mut file = fs
+            .open(
+                &temp,
+                &OpenOptions::new().write(true).create(true).truncate(true),
+            )
             .map_err(|e| (temp.clone(), "create", e))?;
         file.write_all(text)
             .map_err(|e| (temp.clone(), "write", e))?;
-        self.sync(&file).map_err(|e| (temp.clone(), "fsync", e))?;
+        file.sync_all().map_err(|e| (temp.clone(), "fsync", e))?;
         drop(file);
-        fs::rename(&temp, &target).map_err(|e| (target.clone(), "rename", e))?;
-        File::open(dir)
-            .and_then(|d| self.sync(&d))
+        fs.rename(&temp, &target)
+            .map_err(|e| (target.clone(), "rename", e))?;
+        fs.sync_dir(dir)
             .map_err(|e| (dir.to_owned(), "fsync the folder", e))
     }
+}
 
-    fn sync(&mut self, file: &File) -> io::Result<()> {
-        #[cfg(test)]
-        if let Some((skip, kind)) = self.fail_sync.take() {
-            if skip == 0 {
-                return Err(io::Error::new(kind, "injected fsync failure"));
-            }
-            self.fail_sync = Some((skip - 1, kind));
-        }
-        file.sync_all()
+/// Create `dir` and the folders above it that are missing, each made
+/// durable in its parent: a registry in a folder whose name a crash
+/// loses is lost with it.
+fn create_dir_durably(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !fs.exists(d)) {
+        missing.push(d);
+        at = d.parent();
     }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    fs.create_dir_all(dir)
+        .map_err(|e| (dir.to_owned(), "create the folder", e))?;
+    for created in missing.iter().rev() {
+        let parent = match created.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        fs.sync_dir(parent)
+            .map_err(|e| (parent.to_owned(), "fsync the folder", e))?;
+    }
+    Ok(())
 }
 
 fn fnv1a(bytes: &[u8]) -> u32 {
@@ -698,140 +712,4 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn identity(ino: u64) -> FileIdentity {
-        FileIdentity {
-            dev: 1,
-            ino,
-            fp_len: 10,
-            fp_crc: 0xdead_beef,
-        }
-    }
-
-    fn tail() -> Tail {
-        Tail {
-            end: 4000,
-            crc: 0x0123_4567,
-        }
-    }
-
-    #[test]
-    fn the_registry_survives_a_reload_byte_for_byte() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut r = Registry::load(Some(dir.path())).unwrap();
-        assert!(r.is_fresh());
-        let a = Path::new("/data/with space/a\\b\nc.ndjson");
-        let id = r.assign_new(a, identity(5), tail());
-        assert_eq!(id, file_partition_id(a));
-        r.set_cut(a, (10, 15));
-        let b = Path::new("/data/b");
-        let first_b = r.assign_new(b, identity(6), tail());
-        let second_b = r.assign_new(b, identity(7), tail());
-        assert_ne!(first_b, second_b);
-        r.save().unwrap();
-        let again = Registry::load(Some(dir.path())).unwrap();
-        assert!(!again.is_fresh());
-        assert_eq!(again.entries, r.entries);
-        assert_eq!(again.retired, BTreeSet::from([first_b.0]));
-        assert_eq!(again.get(a).unwrap().cut, Some((10, 15)));
-    }
-
-    #[test]
-    fn a_replaced_file_never_gets_an_id_handed_out_before() {
-        let mut r = Registry::load(None).unwrap();
-        let p = Path::new("/x");
-        let mut seen = BTreeSet::new();
-        for ino in 0..50 {
-            assert!(seen.insert(r.assign_new(p, identity(ino), tail())));
-        }
-    }
-
-    #[test]
-    fn a_corrupt_registry_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(
-            dir.path().join(NAME),
-            "etl-file-inputs 1\nfile 1\ncrc32 00000000\n",
-        )
-        .unwrap();
-        let err = Registry::load(Some(dir.path())).unwrap_err();
-        assert!(err.to_string().contains("file-inputs"), "{err}");
-    }
-
-    #[test]
-    fn a_version_1_registry_is_read_with_no_tails_and_written_as_version_2() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut v1 =
-            String::from("etl-file-inputs 1\nfile 7 1 5 10 deadbeef 3 9 /data/a b\nretired 4\n");
-        etl_checkpoint::seal(&mut v1);
-        fs::write(dir.path().join(NAME), v1).unwrap();
-        let mut r = Registry::load(Some(dir.path())).unwrap();
-        let a = Path::new("/data/a b");
-        let entry = r.get(a).unwrap().clone();
-        assert_eq!(entry.id, PartitionId(7));
-        assert_eq!(entry.cut, Some((3, 9)));
-        assert_eq!(entry.tail, None);
-        r.set_tail(a, tail());
-        r.save().unwrap();
-        let text = fs::read_to_string(dir.path().join(NAME)).unwrap();
-        assert!(text.starts_with("etl-file-inputs 2\n"), "{text}");
-        let again = Registry::load(Some(dir.path())).unwrap();
-        assert_eq!(again.get(a).unwrap().tail, Some(tail()));
-        assert_eq!(again.retired, BTreeSet::from([4]));
-    }
-
-    #[test]
-    fn a_failed_fsync_makes_the_registry_lost_and_later_saves_fail() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut r = Registry::load(Some(dir.path())).unwrap();
-        r.assign_new(Path::new("/data/a"), identity(1), tail());
-        r.save().unwrap();
-        let before = fs::read(dir.path().join(NAME)).unwrap();
-
-        r.assign_new(Path::new("/data/b"), identity(2), tail());
-        r.fail_sync = Some((0, ErrorKind::Other));
-        let err = r.save().unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SourceError::Checkpoint(CheckpointError::Io { op: "fsync", .. })
-            ),
-            "{err}"
-        );
-        assert!(err.to_string().contains("file-inputs.tmp"), "{err}");
-        assert!(r.lost().is_some());
-        // The next fsync would succeed; the registry is not trusted again,
-        // whatever changes.
-        r.set_cut(Path::new("/data/a"), (1, 2));
-        let again = r.save().unwrap_err();
-        assert!(
-            matches!(again, SourceError::Checkpoint(CheckpointError::Io { .. })),
-            "{again}"
-        );
-        assert!(again.to_string().contains("lost"), "{again}");
-        assert_eq!(fs::read(dir.path().join(NAME)).unwrap(), before);
-    }
-
-    #[test]
-    fn a_failed_fsync_of_the_folder_makes_the_registry_lost_too() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut r = Registry::load(Some(dir.path())).unwrap();
-        r.assign_new(Path::new("/data/a"), identity(1), tail());
-        // The file's fsync passes, the folder's fails.
-        r.fail_sync = Some((1, ErrorKind::Other));
-        let err = r.save().unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SourceError::Checkpoint(CheckpointError::Io {
-                    op: "fsync the folder",
-                    ..
-                })
-            ),
-            "{err}"
-        );
-        assert!(r.save().is_err(), "a retried fsync is never trusted");
-    }
-}
+mod tests;

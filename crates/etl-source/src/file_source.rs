@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use etl_fs::Fs;
 use etl_record::{Offset, PartitionId};
 use tokio::time::Instant;
 
-use crate::file_config::resolve_inputs;
+use crate::file_config::resolve_inputs_in;
 use crate::file_identity::{FileIdentity, Registry};
 use crate::line_reader::LineReader;
 use crate::read_buf::ChunkPool;
@@ -47,6 +48,11 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 ///   between: the source never waits on anything but the disk, and
 ///   [`next`](Source::next) is cancel safe because it cannot be
 ///   interrupted half-way.
+/// * **File system.** Every call (finding the inputs, reading them,
+///   checking their identity, the record of inputs) goes through one
+///   [`Fs`](etl_fs::Fs): the real file system with
+///   [`open`](Self::open), any other (a simulated disk) with
+///   [`open_in`](Self::open_in).
 /// * **Open files.** At most
 ///   [`max_open_files`](FileSourceConfig::max_open_files) files are open
 ///   at once, and only an open file holds a read buffer. A file is closed
@@ -70,6 +76,8 @@ use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, So
 #[derive(Debug)]
 pub struct FileSource {
     config: FileSourceConfig,
+    /// The file system of the inputs and the state folder.
+    fs: Arc<dyn Fs>,
     files: Vec<FileState>,
     /// Index in `files` of each partition.
     by_partition: BTreeMap<PartitionId, usize>,
@@ -89,10 +97,6 @@ pub struct FileSource {
     /// When the registry was last written: tails that moved are written
     /// at most every [`TAIL_SAVE_INTERVAL`].
     saved_at: Instant,
-    /// For the tests of a rotation: runs once, between a followed file's
-    /// end and the check of its path.
-    #[cfg(test)]
-    after_eof: Option<fn(&Path)>,
 }
 
 /// How often at most the registry is written only because files were
@@ -132,11 +136,60 @@ impl FileSource {
     /// in the state folder; [`SourceError::InputReplaced`] for a replaced
     /// file under [`ReplacedPolicy::Fail`].
     pub fn open(config: FileSourceConfig) -> Result<Self, SourceError> {
+        Self::open_in(etl_fs::real(), config)
+    }
+
+    /// Open the source as [`open`](Self::open) does, with every file-system
+    /// call (resolving and expanding the inputs, reading them, checking
+    /// their identity, loading and saving the record of inputs in the
+    /// state folder) made through `fs` instead of the real file system.
+    /// Glob patterns are matched against the names
+    /// [`Fs::read_dir`](etl_fs::Fs::read_dir) lists. Calls are made inline,
+    /// never on another thread, as with the real file system: over an
+    /// in-memory `Fs` a run is deterministic.
+    ///
+    /// With a simulated file system (`etl_fs::SimFs`, behind etl-fs's
+    /// `sim` feature), a test can crash the machine, fail an `fsync`, or
+    /// rotate and rewrite inputs under the source:
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use std::sync::Arc;
+    ///
+    /// use etl_fs::{Fs, SimFs};
+    /// use etl_source::{FileSource, FileSourceConfig, LineFormat, Source, SourceEvent};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let sim = SimFs::new(7);
+    /// sim.create_dir_all(Path::new("/logs")).unwrap();
+    /// sim.write(Path::new("/logs/a.log"), b"one\ntwo\n").unwrap();
+    /// let mut source = FileSource::open_in(
+    ///     Arc::new(sim.clone()),
+    ///     FileSourceConfig {
+    ///         paths: vec!["/logs/*.log".into()],
+    ///         format: LineFormat::Lines,
+    ///         state_dir: Some("/state".into()),
+    ///         ..FileSourceConfig::default()
+    ///     },
+    /// )?;
+    /// assert!(matches!(source.next().await?, SourceEvent::Assigned(_)));
+    /// let SourceEvent::Batch(batch) = source.next().await? else { unreachable!() };
+    /// assert_eq!(&batch.records[1].value[..], b"two");
+    /// // The record of which file each partition reads is on the simulated disk.
+    /// assert!(sim.exists(Path::new("/state/file-inputs")));
+    /// # Ok::<(), etl_source::SourceError>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub fn open_in(fs: Arc<dyn Fs>, config: FileSourceConfig) -> Result<Self, SourceError> {
         config.validate()?;
-        let mut registry = Registry::load(config.state_dir.as_deref())?;
+        let mut registry = Registry::load(Arc::clone(&fs), config.state_dir.as_deref())?;
         if registry.is_fresh()
             && let Some(dir) = &config.state_dir
-            && std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+            && fs.read_dir(dir).is_ok_and(|entries| !entries.is_empty())
         {
             tracing::info!(
                 state = %dir.display(),
@@ -146,8 +199,8 @@ impl FileSource {
         }
         let mut found = Vec::new();
         let mut tails = Vec::new();
-        for path in resolve_inputs(&config.paths)? {
-            let (identity, tail) = FileIdentity::of_path(&path)?;
+        for path in resolve_inputs_in(&*fs, &config.paths)? {
+            let (identity, tail) = FileIdentity::of_path(&*fs, &path)?;
             found.push((path, identity));
             tails.push(tail);
         }
@@ -159,7 +212,7 @@ impl FileSource {
         let mut changed: Vec<Option<(PartitionId, String)>> = vec![None; found.len()];
         for (i, (path, identity)) in found.iter().enumerate() {
             if let Some(entry) = registry.get(path).cloned() {
-                match entry.differs(identity, path)? {
+                match entry.differs(&*fs, identity, path)? {
                     None => {
                         registry.refresh(path, *identity);
                         registry.set_tail(path, tails[i]);
@@ -255,6 +308,7 @@ impl FileSource {
             .collect();
         Ok(FileSource {
             config,
+            fs,
             files,
             by_partition,
             open: Vec::new(),
@@ -265,8 +319,6 @@ impl FileSource {
             retired: BTreeSet::new(),
             chunks,
             saved_at: Instant::now(),
-            #[cfg(test)]
-            after_eof: None,
         })
     }
 
@@ -325,7 +377,7 @@ impl FileSource {
     fn evict_one(&mut self, index: usize) -> bool {
         let victim = self.open.iter().copied().find(|&i| {
             let f = &self.files[i];
-            i != index && (f.paused || f.reader.is_idle())
+            i != index && (f.paused || f.awaiting_seek || f.reader.is_idle())
         });
         match victim {
             Some(v) => {
@@ -350,7 +402,7 @@ impl FileSource {
             });
         }
         self.close(index);
-        let (identity, tail) = match FileIdentity::of_path(&path) {
+        let (identity, tail, handle) = match FileIdentity::open_path(&*self.fs, &path) {
             Ok(found) => found,
             Err(SourceError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
@@ -396,6 +448,15 @@ impl FileSource {
         file.paused = false;
         file.awaiting_seek = true;
         file.warned_tail = false;
+        // Kept open from now (its slot was just freed): renamed away again
+        // before the driver seeks the new partition, the file is still
+        // read through its descriptor.
+        if self.open.len() < self.config.max_open_files {
+            file.reader.adopt(handle, &self.chunks);
+            if file.reader.is_open() {
+                self.open.push(index);
+            }
+        }
         self.retired.insert(old);
         self.events.push_back(SourceEvent::Revoked(vec![old]));
         self.events.push_back(SourceEvent::Assigned(vec![new]));
@@ -421,7 +482,7 @@ impl FileSource {
                     can_open = false;
                     continue;
                 }
-                if let Some(reason) = self.files[index].reader.open(&self.chunks)? {
+                if let Some(reason) = self.files[index].reader.open(&*self.fs, &self.chunks)? {
                     if self.replace(index, reason)? {
                         return Ok(self.events.pop_front());
                     }
@@ -498,12 +559,8 @@ impl FileSource {
     /// truncated or written over in place, at once. Whether it was
     /// replaced (its events are queued): then nothing is read now.
     fn check_at_end(&mut self, index: usize) -> Result<bool, SourceError> {
-        #[cfg(test)]
-        if let Some(hook) = self.after_eof.take() {
-            hook(self.files[index].reader.path());
-        }
         let reader = &self.files[index].reader;
-        match reader.changed_on_disk()? {
+        match reader.changed_on_disk(&*self.fs)? {
             Some(change) if change.moved_away && reader.unread_on_descriptor()? => Ok(false),
             Some(change) => self.replace(index, change.reason),
             None => {
@@ -565,12 +622,13 @@ impl Source for FileSource {
     }
 
     async fn seek(&mut self, partition: PartitionId, offset: Offset) -> Result<(), SourceError> {
+        let fs = Arc::clone(&self.fs);
         let Some(file) = self.file_mut(partition)? else {
             return Ok(());
         };
         // A committed offset is at most the length of the file it was
         // committed in: beyond this file's end, it belongs to another one.
-        let len = file.reader.len()?;
+        let len = file.reader.len(&*fs)?;
         if offset.0 > 0 && offset.0 as u64 > len {
             let reason =
                 format!("the file is {len} bytes long, shorter than its committed offset {offset}");
@@ -605,109 +663,4 @@ impl Source for FileSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    use super::*;
-    use crate::LineFormat;
-
-    fn config(path: &Path) -> FileSourceConfig {
-        FileSourceConfig {
-            paths: vec![path.display().to_string()],
-            format: LineFormat::Lines,
-            read_chunk_bytes: 4096,
-            ..FileSourceConfig::default()
-        }
-    }
-
-    /// Values read until the source is idle or ends.
-    async fn drain(source: &mut FileSource) -> Vec<String> {
-        let mut values = Vec::new();
-        loop {
-            match source.next().await.unwrap() {
-                SourceEvent::Batch(b) => values.extend(
-                    b.records
-                        .iter()
-                        .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
-                ),
-                SourceEvent::Idle | SourceEvent::End => return values,
-                SourceEvent::Assigned(_) | SourceEvent::Revoked(_) => {}
-            }
-        }
-    }
-
-    /// The writer appends to the file after the source found its end, and
-    /// the file is rotated before the source looks at its path.
-    fn append_then_rotate(path: &Path) {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .unwrap()
-            .write_all(b"3\n4\n")
-            .unwrap();
-        std::fs::rename(path, path.with_extension("log.1")).unwrap();
-        std::fs::write(path, b"5\n").unwrap();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn lines_appended_to_a_followed_file_just_before_its_rotation_are_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("app.log");
-        std::fs::write(&path, b"1\n2\n").unwrap();
-        let mut source = FileSource::open(FileSourceConfig {
-            follow: true,
-            ..config(&path)
-        })
-        .unwrap();
-        let mut got = drain(&mut source).await;
-        assert_eq!(got, ["1", "2"]);
-        source.after_eof = Some(append_then_rotate);
-        // The source finds the end, the writer appends, the file is
-        // rotated; then the source checks the path.
-        let mut new = None;
-        for _ in 0..20 {
-            match source.next().await.unwrap() {
-                SourceEvent::Batch(b) => got.extend(
-                    b.records
-                        .iter()
-                        .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
-                ),
-                SourceEvent::Assigned(p) => {
-                    new = Some(p[0]);
-                    source.seek(p[0], Offset(0)).await.unwrap();
-                }
-                _ => {}
-            }
-        }
-        assert!(new.is_some(), "the new file is a new partition");
-        assert_eq!(got, ["1", "2", "3", "4", "5"]);
-    }
-
-    #[tokio::test]
-    async fn a_failed_fsync_of_the_record_of_inputs_fails_the_source_for_good() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("in.log");
-        std::fs::write(&path, b"1\n2\n").unwrap();
-        let mut source = FileSource::open(FileSourceConfig {
-            state_dir: Some(dir.path().join("state")),
-            ..config(&path)
-        })
-        .unwrap();
-        source.registry.fail_sync = Some((0, std::io::ErrorKind::Other));
-        let err = source.next().await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                SourceError::Checkpoint(etl_checkpoint::CheckpointError::Io { .. })
-            ),
-            "an I/O error of the state: {err}"
-        );
-        // Nothing is read after it, however often the source is asked:
-        // the next fsync would succeed, and must not be trusted.
-        for _ in 0..3 {
-            let again = source.next().await.unwrap_err();
-            assert!(again.to_string().contains("lost"), "{again}");
-        }
-        assert!(!dir.path().join("state").join("file-inputs").exists());
-    }
-}
+mod tests;

@@ -41,6 +41,7 @@ mod driver;
 mod driver_config;
 mod error;
 mod file_config;
+mod file_glob;
 mod file_identity;
 mod file_source;
 mod file_tail;
@@ -57,8 +58,9 @@ pub use driver_config::{DriverExit, SourceDriverConfig, SourceOutput};
 pub use error::SourceError;
 pub use file_config::{
     EofPolicy, FileSourceConfig, LineFormat, ReplacedPolicy, file_partition_id, resolve_inputs,
+    resolve_inputs_in,
 };
-pub use file_identity::registered_inputs;
+pub use file_identity::{registered_inputs, registered_inputs_in};
 pub use file_source::FileSource;
 pub use generator::{GeneratorConfig, GeneratorSource};
 pub use metrics::{PartitionSourceMetrics, SourceMetrics, SourceMetricsHandle};

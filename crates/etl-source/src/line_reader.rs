@@ -1,15 +1,15 @@
 //! Reading one file as lines: large chunked reads, records sliced out of
 //! the read buffer, bad input turned into dead letters.
 
-use std::fs::File;
-use std::io::{ErrorKind, Seek, SeekFrom};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
+use etl_fs::{FileHandle, Fs};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 
-use crate::file_identity::{Tail, dev_ino, regular_file_metadata};
+use crate::file_identity::{Tail, open_to_read, regular_file_metadata};
 use crate::read_buf::{ChunkPool, ReadBuf};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
@@ -28,6 +28,8 @@ const PREVIEW_BYTES: usize = 1024;
 /// that the path still names the same file. What only an open file needs
 /// is boxed apart ([`OpenFile`]), so a closed file, of which a source may
 /// hold a great many, keeps its position and identity and nothing else.
+/// The file system is the source's, passed to each call that needs it
+/// rather than held by every reader.
 #[derive(Debug)]
 pub(crate) struct LineReader {
     path: PathBuf,
@@ -58,7 +60,7 @@ pub(crate) struct LineReader {
 /// What a reader holds while its file is open.
 #[derive(Debug)]
 struct OpenFile {
-    file: File,
+    file: Box<dyn FileHandle>,
     /// Bytes read but not yet turned into records; `buf[0]` is at file
     /// position `buf_pos`. Records are slices of the chunks it reads into.
     buf: ReadBuf,
@@ -145,11 +147,15 @@ impl LineReader {
     /// Open the file at the reader's position. `Ok(Some(reason))` when
     /// the path no longer names the file this reader's offsets belong to
     /// (then nothing is opened).
-    pub(crate) fn open(&mut self, chunks: &Arc<ChunkPool>) -> Result<Option<String>, SourceError> {
+    pub(crate) fn open(
+        &mut self,
+        fs: &dyn Fs,
+        chunks: &Arc<ChunkPool>,
+    ) -> Result<Option<String>, SourceError> {
         if self.open.is_some() {
             return Ok(None);
         }
-        let meta = match regular_file_metadata(&self.path) {
+        let meta = match regular_file_metadata(fs, &self.path) {
             Ok(meta) => meta,
             Err(SourceError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
                 return Ok(Some("the file was removed".to_owned()));
@@ -159,14 +165,14 @@ impl LineReader {
             }
             Err(e) => return Err(e),
         };
-        if dev_ino(&meta) != self.dev_ino {
+        if meta.dev_ino() != self.dev_ino {
             return Ok(Some("another file now has this name".to_owned()));
         }
-        let mut file = File::open(&self.path).map_err(|e| SourceError::io(&self.path, e))?;
+        let mut file = open_to_read(fs, &self.path)?;
         let meta = file
             .metadata()
             .map_err(|e| SourceError::io(&self.path, e))?;
-        if dev_ino(&meta) != self.dev_ino {
+        if meta.dev_ino() != self.dev_ino {
             return Ok(Some("another file now has this name".to_owned()));
         }
         if meta.len() < self.buf_pos {
@@ -178,12 +184,12 @@ impl LineReader {
         }
         if let Some(reason) = self
             .tail
-            .differs(&file, meta.len())
+            .differs(&*file, meta.len())
             .map_err(|e| SourceError::io(&self.path, e))?
         {
             return Ok(Some(reason));
         }
-        file.seek(SeekFrom::Start(self.buf_pos))
+        file.seek_to(self.buf_pos)
             .map_err(|e| SourceError::io(&self.path, e))?;
         self.open = Some(Box::new(OpenFile {
             file,
@@ -193,6 +199,23 @@ impl LineReader {
             last_batch_records: 0,
         }));
         Ok(None)
+    }
+
+    /// Take `file`, the file this reader's identity was taken of, as its
+    /// open file, read from the reader's position (its start): what is in
+    /// it stays readable whatever happens to its name.
+    pub(crate) fn adopt(&mut self, mut file: Box<dyn FileHandle>, chunks: &Arc<ChunkPool>) {
+        if file.seek_to(self.buf_pos).is_err() {
+            // Opened again by path when it is read.
+            return;
+        }
+        self.open = Some(Box::new(OpenFile {
+            file,
+            buf: ReadBuf::new(Arc::clone(chunks)),
+            scanned: 0,
+            at_eof: false,
+            last_batch_records: 0,
+        }));
     }
 
     /// Give back the file descriptor and the read buffer; the next
@@ -206,19 +229,19 @@ impl LineReader {
     /// Why the path no longer names the file being read, or why that file
     /// cannot hold the position read so far (it was truncated or
     /// rewritten in place), if so.
-    pub(crate) fn changed_on_disk(&self) -> Result<Option<Change>, SourceError> {
+    pub(crate) fn changed_on_disk(&self, fs: &dyn Fs) -> Result<Option<Change>, SourceError> {
         let moved = |reason: &str| {
             Ok(Some(Change {
                 reason: reason.to_owned(),
                 moved_away: true,
             }))
         };
-        let meta = match std::fs::metadata(&self.path) {
+        let meta = match fs.metadata(&self.path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == ErrorKind::NotFound => return moved("the file was removed"),
             Err(e) => return Err(SourceError::io(&self.path, e)),
         };
-        if dev_ino(&meta) != self.dev_ino {
+        if meta.dev_ino() != self.dev_ino {
             return moved("another file now has this name (rotated?)");
         }
         let rewritten = |reason: String| {
@@ -237,8 +260,10 @@ impl LineReader {
         // The same inode at least as long: written over in place (`cat
         // new > file`) unless the bytes before the tail are still there.
         let differs = match &self.open {
-            Some(o) => self.tail.differs(&o.file, meta.len()),
-            None => File::open(&self.path).and_then(|f| self.tail.differs(&f, meta.len())),
+            Some(o) => self.tail.differs(&*o.file, meta.len()),
+            None => self
+                .tail
+                .differs(&*open_to_read(fs, &self.path)?, meta.len()),
         };
         match differs.map_err(|e| SourceError::io(&self.path, e))? {
             Some(reason) => rewritten(reason),
@@ -276,7 +301,7 @@ impl LineReader {
         if read_to <= self.tail.end {
             return Ok(None);
         }
-        match Tail::of(&o.file, read_to) {
+        match Tail::of(&*o.file, read_to) {
             Ok(tail) => {
                 self.tail = tail;
                 Ok(Some(tail))
@@ -288,10 +313,10 @@ impl LineReader {
     }
 
     /// The file's length now.
-    pub(crate) fn len(&self) -> Result<u64, SourceError> {
+    pub(crate) fn len(&self, fs: &dyn Fs) -> Result<u64, SourceError> {
         let meta = match &self.open {
             Some(o) => o.file.metadata(),
-            None => std::fs::metadata(&self.path),
+            None => fs.metadata(&self.path),
         };
         meta.map(|m| m.len())
             .map_err(|e| SourceError::io(&self.path, e))
@@ -311,7 +336,7 @@ impl LineReader {
         self.after_cut = self.cut.is_some_and(|(_, end)| end == pos);
         if let Some(o) = &mut self.open {
             o.file
-                .seek(SeekFrom::Start(pos))
+                .seek_to(pos)
                 .map_err(|e| SourceError::io(&self.path, e))?;
             o.buf.clear();
             o.scanned = 0;
