@@ -44,12 +44,8 @@ pub(crate) fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), SinkError> {
         .map_err(|e| SinkError::io("fsync directory", dir, e))
 }
 
-/// Replace the progress file atomically: write a temporary file, fsync
-/// it, rename it over the old one, fsync the directory. A crash leaves the
-/// old or the new content, never a torn one.
+/// Replace the progress file atomically (see [`replace_atomically`]).
 pub(crate) fn write_stored(fs: &dyn Fs, path: &Path, stored: &Stored) -> Result<(), SinkError> {
-    let target = progress_path(path);
-    let tmp = suffixed(path, "progress.tmp");
     let offsets: Vec<serde_json::Value> = stored
         .progress
         .iter()
@@ -61,19 +57,31 @@ pub(crate) fn write_stored(fs: &dyn Fs, path: &Path, stored: &Stored) -> Result<
         "length": stored.length,
         "offsets": offsets,
     });
+    replace_atomically(fs, &progress_path(path), doc.to_string().as_bytes())
+}
+
+/// Replace the file `target` with `bytes` atomically: write
+/// `<target>.tmp`, fsync it, rename it over `target`, fsync the directory.
+/// A crash leaves the old or the new content, never a torn one.
+pub(crate) fn replace_atomically(
+    fs: &dyn Fs,
+    target: &Path,
+    bytes: &[u8],
+) -> Result<(), SinkError> {
+    let tmp = suffixed(target, "tmp");
     let mut file = fs
         .open(
             &tmp,
             &OpenOptions::new().write(true).create(true).truncate(true),
         )
         .map_err(|e| SinkError::io("create", &tmp, e))?;
-    file.write_all(doc.to_string().as_bytes())
+    file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| SinkError::io("write", &tmp, e))?;
     drop(file);
-    fs.rename(&tmp, &target)
+    fs.rename(&tmp, target)
         .map_err(|e| SinkError::io("rename", &tmp, e))?;
-    sync_dir(fs, parent_dir(path))
+    sync_dir(fs, parent_dir(target))
 }
 
 /// Read the progress file of `path`, if there is one.

@@ -11,6 +11,9 @@ use etl_fs::{FileHandle, Fs, Metadata, OpenOptions, TryLockError};
 use etl_record::{LockError, Offset, OwnerLock, PartitionId};
 
 use crate::file_progress::{Stored, parent_dir, read_stored, suffixed, sync_dir, write_stored};
+use crate::file_recovery::{
+    RecoveryPoint, SCAN_LIMIT, forget_point, read_point, undamaged_prefix, write_point,
+};
 use crate::{FileSinkConfig, Progress, SinkError};
 
 /// One record of a batch as the exactly-once path sees it.
@@ -112,6 +115,13 @@ pub(crate) struct FileState {
     appended: Progress,
     /// Progress durably stored with the data.
     pub(crate) stored: Progress,
+    /// At least once, on a regular file: the active file's recovery point
+    /// (see [`crate::file_recovery`]), below which it is trusted after a
+    /// crash. `None` when there is none to keep (exactly once, a device).
+    point: Option<u64>,
+    /// Whether bytes appended past `point` hold a NUL byte: then the next
+    /// `fsync` stores the point, before the bytes are acknowledged.
+    nul_past_point: bool,
 }
 
 fn open_active(fs: &dyn Fs, path: &Path) -> Result<Box<dyn FileHandle>, SinkError> {
@@ -233,7 +243,11 @@ fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
 }
 
 /// Fill `buf` from `at`.
-fn read_exact_at(file: &dyn FileHandle, mut buf: &mut [u8], mut at: u64) -> io::Result<()> {
+pub(crate) fn read_exact_at(
+    file: &dyn FileHandle,
+    mut buf: &mut [u8],
+    mut at: u64,
+) -> io::Result<()> {
     while !buf.is_empty() {
         match file.read_at(buf, at) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -281,6 +295,23 @@ impl FileState {
         };
         let mut segments = last_segment(&*fs, path)?;
         let mut keep = None;
+        let tracks_point = regular && !config.exactly_once;
+        let recorded = if tracks_point {
+            read_point(&*fs, path)?
+        } else {
+            if regular {
+                // A point left by an at-least-once run does not describe
+                // what exactly-once runs write after it: a later
+                // at-least-once run must not find it.
+                forget_point(&*fs, path)?;
+            }
+            None
+        };
+        if let Some(point) = &recorded {
+            // Numbering goes on from the recorded count, so a new segment
+            // never takes the name of one moved away.
+            segments = segments.max(point.segments);
+        }
         let mut stored = Progress::new();
         if config.exactly_once
             && let Some(side) = read_stored(&*fs, path)?
@@ -334,18 +365,51 @@ impl FileState {
             .map_err(|e| SinkError::io("stat", path, e))?;
         let active = FileId::of(&meta);
         let len = meta.len();
+        let trusted = recorded
+            .filter(|p| (p.dev, p.ino) == (active.dev, active.ino))
+            .map(|p| p.length);
         let len = match keep {
             // Records the progress covers are gone from the file: cutting
             // back would be silent loss.
             Some(keep) if len < keep => return Err(shorter_than_recorded(path, len, keep)),
             Some(keep) => keep,
-            // Without recorded progress, cut a partial trailing record.
-            None => complete_prefix(&*file, len, path)?,
+            // Every acknowledged byte past the recovery point is whole
+            // lines free of NUL bytes: the first line that is not was
+            // never acknowledged, and neither was anything after it.
+            None => match trusted {
+                Some(point) if point <= len => undamaged_prefix(&*file, point, len, path)?,
+                other => {
+                    if let Some(point) = other {
+                        tracing::warn!(path = %path.display(), len, point, "the output is shorter than its recovery point: it was truncated since the last run; keeping its complete lines");
+                    }
+                    // Without a point (an output of an older version, or
+                    // a file replaced since), cut a partial trailing line.
+                    complete_prefix(&*file, len, path)?
+                }
+            },
         };
         if file.metadata().map(|m| m.len()).unwrap_or(len) != len {
             tracing::warn!(path = %path.display(), len, "cutting the output back after a crash");
             truncate(&*file, len, path)?;
         }
+        let point = if !tracks_point {
+            None
+        } else if trusted == Some(len) && recorded.is_some_and(|p| p.segments == segments) {
+            Some(len)
+        } else {
+            // What a crash (or a killed run) left is trusted from now on:
+            // make it durable before recording it so.
+            file.sync_all()
+                .map_err(|e| SinkError::io("fsync", path, e))?;
+            let point = RecoveryPoint {
+                dev: active.dev,
+                ino: active.ino,
+                segments,
+                length: len,
+            };
+            write_point(&*fs, path, &point)?;
+            Some(len)
+        };
         let now = Instant::now();
         let mut state = FileState {
             fs,
@@ -367,6 +431,8 @@ impl FileState {
             segments,
             appended: stored.clone(),
             stored,
+            point,
+            nul_past_point: false,
         };
         if config.exactly_once {
             // Record the starting point at once, so a crash before the
@@ -374,6 +440,27 @@ impl FileState {
             state.store()?;
         }
         Ok(state)
+    }
+
+    /// Record the active file's length as its recovery point; only once
+    /// an `fsync` covered it.
+    fn store_point(&mut self) -> Result<(), SinkError> {
+        self.store_point_counting(self.segments)
+    }
+
+    /// [`store_point`](Self::store_point), recording `segments` finished
+    /// segments.
+    fn store_point_counting(&mut self, segments: u64) -> Result<(), SinkError> {
+        let point = RecoveryPoint {
+            dev: self.active.dev,
+            ino: self.active.ino,
+            segments,
+            length: self.len,
+        };
+        write_point(&*self.fs, &self.path, &point)?;
+        self.point = Some(self.len);
+        self.nul_past_point = false;
+        Ok(())
     }
 
     fn store(&mut self) -> Result<(), SinkError> {
@@ -400,6 +487,9 @@ impl FileState {
     ) -> Result<u64, SinkError> {
         self.check_usable()?;
         self.maybe_rotate(bytes.len() as u64)?;
+        if self.point.is_some() && memchr::memchr(0, bytes).is_some() {
+            self.nul_past_point = true;
+        }
         let before = self.len;
         let result = match placed {
             None => self.write_file(bytes).map(|()| bytes.len() as u64),
@@ -490,6 +580,12 @@ impl FileState {
                 return Err(self.poison_with(e));
             }
             self.stored = self.appended.clone();
+        }
+        if let Some(point) = self.point
+            && (self.nul_past_point || self.len.saturating_sub(point) >= SCAN_LIMIT)
+            && let Err(e) = self.store_point()
+        {
+            return Err(self.poison_with(e));
         }
         // Only now is everything appended durable, progress included.
         self.synced = self.written;
@@ -714,6 +810,13 @@ impl FileState {
                 ),
             ));
         }
+        if self.point.is_some() {
+            // The new segment's number is recorded before the segment
+            // exists: after a crash between the rename and the point's
+            // store below, the next run must not give the number again
+            // once the segment was moved away.
+            self.store_point_counting(next)?;
+        }
         self.fs
             .rename(&self.path, &seg)
             .map_err(|e| SinkError::io("rename", &self.path, e))?;
@@ -734,6 +837,8 @@ impl FileState {
         sync_dir(&*self.fs, parent_dir(&self.path))?;
         if self.config.exactly_once {
             self.store()?;
+        } else if self.point.is_some() {
+            self.store_point()?;
         }
         Ok(())
     }
@@ -958,10 +1063,11 @@ pub(crate) mod tests {
                     bytes.is_empty() || bytes.ends_with(b"\n"),
                     "{case}: a partial line is left: {bytes:?}"
                 );
-                // At least once keeps the unsynced lines a crash kept,
-                // whole or torn (lost bytes read as zeros): they were
-                // never acknowledged and are written again. Exactly once
-                // keeps only what its progress records.
+                // At least once may keep unsynced lines a crash kept
+                // whole (never acknowledged, they are written again), but
+                // no torn one: not a record glued to lost bytes (zeros),
+                // nor a line of them. Exactly once keeps only what its
+                // progress records.
                 let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
                 let offsets: Vec<u64> = lines
                     .iter()
@@ -976,8 +1082,13 @@ pub(crate) mod tests {
                     offsets.iter().copied().eq(0..offsets.len() as u64),
                     "{case}: {offsets:?}"
                 );
+                assert_eq!(
+                    offsets.len(),
+                    lines.len(),
+                    "{case}: a torn line is kept: {:?}",
+                    String::from_utf8_lossy(&bytes)
+                );
                 if exactly_once {
-                    assert_eq!(offsets.len(), lines.len(), "{case}: a torn line is kept");
                     let next = state.stored.get(PartitionId(0)).unwrap_or(Offset(0));
                     assert_eq!(
                         offsets,
