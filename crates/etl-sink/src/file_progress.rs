@@ -38,6 +38,33 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// Highest `n` such that `<path>.<n>` exists.
+pub(crate) fn last_segment(fs: &dyn Fs, path: &Path) -> Result<u64, SinkError> {
+    let dir = parent_dir(path);
+    let Some(name) = path.file_name() else {
+        return Ok(0);
+    };
+    // Compared as bytes: a name need not be UTF-8, and a segment missed
+    // here is one the next rotation would be renamed over.
+    let mut prefix = name.as_encoded_bytes().to_vec();
+    prefix.push(b'.');
+    let entries = fs
+        .read_dir(dir)
+        .map_err(|e| SinkError::io("list", dir, e))?;
+    let mut last = 0;
+    for file_name in entries {
+        if let Some(n) = file_name
+            .as_encoded_bytes()
+            .strip_prefix(prefix.as_slice())
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            last = last.max(n);
+        }
+    }
+    Ok(last)
+}
+
 /// Make renames and creations in `dir` durable.
 pub(crate) fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), SinkError> {
     fs.sync_dir(dir)

@@ -21,6 +21,7 @@
 //! and every 64 MiB; an output of raw values holding NUL bytes stores it
 //! with every `fsync` that covers one.
 
+use std::io;
 use std::path::{Path, PathBuf};
 
 use etl_fs::{FileHandle, Fs};
@@ -107,7 +108,7 @@ pub(crate) fn forget_point(fs: &dyn Fs, path: &Path) -> Result<(), SinkError> {
     let point = recovery_path(path);
     match fs.remove_file(&point) {
         Ok(()) => sync_dir(fs, parent_dir(&point)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(SinkError::io("remove", &point, e)),
     }
 }
@@ -127,8 +128,7 @@ pub(crate) fn undamaged_prefix(
     while at < len {
         let n = usize::try_from(len - at).map_or(buf.len(), |left| left.min(buf.len()));
         let chunk = &mut buf[..n];
-        crate::file_state::read_exact_at(file, chunk, at)
-            .map_err(|e| SinkError::io("read", path, e))?;
+        read_exact_at(file, chunk, at).map_err(|e| SinkError::io("read", path, e))?;
         let mut i = 0;
         while let Some(j) = memchr::memchr2(0, b'\n', &chunk[i..]) {
             let k = i + j;
@@ -141,6 +141,42 @@ pub(crate) fn undamaged_prefix(
         at += n as u64;
     }
     Ok(line_start)
+}
+
+/// Length of the longest prefix of `file` that ends with a line break.
+pub(crate) fn complete_prefix(
+    file: &dyn FileHandle,
+    len: u64,
+    path: &Path,
+) -> Result<u64, SinkError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut end = len;
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = usize::try_from(end - start).unwrap_or(buf.len());
+        read_exact_at(file, &mut buf[..n], start).map_err(|e| SinkError::io("read", path, e))?;
+        if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// Fill `buf` from `at`.
+fn read_exact_at(file: &dyn FileHandle, mut buf: &mut [u8], mut at: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match file.read_at(buf, at) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                at += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
