@@ -82,8 +82,10 @@ impl Default for FileSinkConfig {
 ///   file replaced atomically: two more `fsync`s and a rename) on open
 ///   unless the file is already at it, at rotation, every 64 MiB, and,
 ///   for output holding NUL bytes (raw values), with each `fsync` that
-///   covers one, before the write returns. An output without a point (an
-///   older version's) keeps every complete line.
+///   covers one, before the write returns; and on
+///   [`flush`](Sink::flush) (a stop), so that the next open has nothing
+///   to check. An output without a point (an older version's) keeps
+///   every complete line.
 /// * One writer: the sink holds an exclusive advisory lock on
 ///   `<canonical path>.lock` (see [`etl_record::OwnerLock`]; symlinks
 ///   resolved) and on the open data file itself from open until it is
@@ -355,7 +357,7 @@ impl Sink for FileSink {
 
     async fn flush(&self) -> Result<(), SinkError> {
         let state = self.state.clone();
-        blocking(self.blocks, move || lock(&state).sync()).await
+        blocking(self.blocks, move || lock(&state).flush()).await
     }
 }
 

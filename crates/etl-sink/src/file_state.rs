@@ -537,6 +537,18 @@ impl FileState {
         Ok(())
     }
 
+    /// [`sync`](Self::sync), then record everything as the recovery
+    /// point: the next run, after a stop that flushed, opens the output
+    /// with nothing to check. A failed store of the point loses nothing:
+    /// the point before it still holds.
+    pub(crate) fn flush(&mut self) -> Result<(), SinkError> {
+        self.sync()?;
+        match self.point {
+            Some(point) if point != self.len => self.store_point(),
+            _ => Ok(()),
+        }
+    }
+
     /// Fail if the file is lost.
     fn check_usable(&self) -> Result<(), SinkError> {
         match &self.lost {

@@ -348,3 +348,41 @@ async fn a_crash_after_a_failure_or_during_recovery_leaves_whole_lines() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_flushed_output_opens_again_without_a_check_or_a_store() {
+    // A stop flushes: the next open finds the output at its recovery point
+    // and neither reads its tail back nor fsyncs anything.
+    let sim = disk(7);
+    let sink = FileSink::open_in(Arc::new(sim.clone()), PATH, FileSinkConfig::default())
+        .await
+        .unwrap();
+    for start in (0..40).step_by(4) {
+        sink.write(&batch_of(Content::Ndjson, start..start + 4))
+            .await
+            .unwrap();
+    }
+    sink.flush().await.unwrap();
+    drop(sink);
+    let syncs = sim.stats().syncs;
+    let sink = FileSink::open_in(Arc::new(sim.clone()), PATH, FileSinkConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        sim.stats().syncs,
+        syncs,
+        "the open fsynced or stored a point"
+    );
+    sink.write(&batch_of(Content::Ndjson, 40..44))
+        .await
+        .unwrap();
+    drop(sink);
+    // Unflushed, the next open checks the tail and stores a point.
+    let syncs = sim.stats().syncs;
+    drop(
+        FileSink::open_in(Arc::new(sim.clone()), PATH, FileSinkConfig::default())
+            .await
+            .unwrap(),
+    );
+    assert!(sim.stats().syncs > syncs);
+}
