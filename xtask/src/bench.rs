@@ -54,7 +54,8 @@ struct Row {
 /// Run the suite; `--full` uses the sizes for the memory run
 /// (1 and 10 million records; about half an hour at a 100x slower sink);
 /// `--only many-files` runs the many-files rows alone, `--only kafka` the
-/// Kafka rows alone, `--only transform` the transform rows.
+/// Kafka rows alone, `--only transform` the transform rows, `--only
+/// file-to-file` the file-to-file rows (rate and peak RSS).
 pub(crate) fn run(args: &[String]) -> Result {
     let full = args.iter().any(|a| a == "--full");
     let only = args
@@ -62,9 +63,11 @@ pub(crate) fn run(args: &[String]) -> Result {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
-    if let Some(other) = only.filter(|o| !["many-files", "kafka", "transform"].contains(o)) {
+    if let Some(other) =
+        only.filter(|o| !["many-files", "kafka", "transform", "file-to-file"].contains(o))
+    {
         return Err(format!(
-            "--only takes many-files, kafka or transform, not {other:?}"
+            "--only takes many-files, kafka, transform or file-to-file, not {other:?}"
         ));
     }
     let started = Instant::now();
@@ -86,6 +89,9 @@ pub(crate) fn run(args: &[String]) -> Result {
     if let Some(only) = only {
         let rows = match only {
             "transform" => transform_rows(&etl, &work)?,
+            "file-to-file" => {
+                file_to_file(&etl, &build_harness("etl-cli", "pipeline")?, &work)?.rows
+            }
             _ => many_files(&etl, &build_harness("etl-cli", "pipeline")?, &work)?,
         };
         print!("{}", table(&rows));
@@ -150,64 +156,12 @@ pub(crate) fn run(args: &[String]) -> Result {
     });
 
     // 2. File to file.
-    let f2f = work.join("file-to-file");
-    let input = f2f.join("input").join("data.ndjson");
-    let expected = field(
-        &capture(
-            Command::new(&harness)
-                .args([
-                    "write-input",
-                    "--records",
-                    &FILE_RECORDS.to_string(),
-                    "--path",
-                ])
-                .arg(&input),
-        )?,
-        "kept",
-    )? as u64;
-    let cat = best_of(3, || {
-        let t = Instant::now();
-        let status = Command::new("cat")
-            .arg(&input)
-            .stdout(std::fs::File::create(f2f.join("cat.out")).map_err(|e| e.to_string())?)
-            .status()
-            .map_err(|e| format!("cannot run cat: {e}"))?;
-        if !status.success() {
-            return Err(format!("cat failed: {status}"));
-        }
-        Ok(FILE_RECORDS as f64 / t.elapsed().as_secs_f64())
-    })?;
-    let _ = std::fs::remove_file(f2f.join("cat.out"));
-    let config = write_file_config(&f2f)?;
-    let mut rss_kib = 0;
-    let rate = best_of(3, || {
-        reset(&f2f)?;
-        let (secs, rss) = timed_run(&etl, &config)?;
-        rss_kib = rss_kib.max(rss);
-        let lines = count_lines(&f2f.join("output").join("out.ndjson"))?;
-        if lines != expected {
-            return Err(format!(
-                "file to file wrote {lines} lines, expected {expected}"
-            ));
-        }
-        Ok(FILE_RECORDS as f64 / secs)
-    })?;
-    rows.push(Row {
-        name: "file to file: 2M NDJSON, filter, add, fsync".into(),
-        figure: format!("{} rec/s", si(rate)),
-        baseline: format!("{} rec/s cat", si(cat)),
-        ratio: rate / cat,
-        budget: ">= 2M rec/s".into(),
-        met: Some(rate >= 2e6),
-    });
-    rows.push(Row {
-        name: "file to file: peak RSS".into(),
-        figure: format!("{:.1} MiB", rss_kib as f64 / 1024.0),
-        baseline: "64 MiB".into(),
-        ratio: rss_kib as f64 / 1024.0 / 64.0,
-        budget: "< 64 MiB".into(),
-        met: Some(rss_kib < 64 * 1024),
-    });
+    let FileToFile {
+        rows: f2f_rows,
+        dir: f2f,
+        config,
+    } = file_to_file(&etl, &harness, &work)?;
+    rows.extend(f2f_rows);
 
     // 2b. The same records in 10,000 files.
     rows.extend(many_files(&etl, &harness, &work)?);
@@ -327,6 +281,84 @@ pub(crate) fn run(args: &[String]) -> Result {
     print!("{}", table(&rows));
     eprintln!("xtask: bench finished in {:.0?}", started.elapsed());
     Ok(())
+}
+
+/// The file-to-file rows, with the directory and configuration the
+/// restart row reuses.
+struct FileToFile {
+    rows: Vec<Row>,
+    dir: PathBuf,
+    config: PathBuf,
+}
+
+/// 2M NDJSON records, filter, add a field, file sink with fsync per batch:
+/// the rate against `cat`, and the peak RSS.
+fn file_to_file(etl: &Path, harness: &Path, work: &Path) -> Result<FileToFile> {
+    let mut rows = Vec::new();
+    let f2f = work.join("file-to-file");
+    let input = f2f.join("input").join("data.ndjson");
+    let expected = field(
+        &capture(
+            Command::new(harness)
+                .args([
+                    "write-input",
+                    "--records",
+                    &FILE_RECORDS.to_string(),
+                    "--path",
+                ])
+                .arg(&input),
+        )?,
+        "kept",
+    )? as u64;
+    let cat = best_of(3, || {
+        let t = Instant::now();
+        let status = Command::new("cat")
+            .arg(&input)
+            .stdout(std::fs::File::create(f2f.join("cat.out")).map_err(|e| e.to_string())?)
+            .status()
+            .map_err(|e| format!("cannot run cat: {e}"))?;
+        if !status.success() {
+            return Err(format!("cat failed: {status}"));
+        }
+        Ok(FILE_RECORDS as f64 / t.elapsed().as_secs_f64())
+    })?;
+    let _ = std::fs::remove_file(f2f.join("cat.out"));
+    let config = write_file_config(&f2f)?;
+    let mut rss_kib = 0;
+    let rate = best_of(3, || {
+        reset(&f2f)?;
+        let (secs, rss) = timed_run(etl, &config)?;
+        rss_kib = rss_kib.max(rss);
+        let lines = count_lines(&f2f.join("output").join("out.ndjson"))?;
+        if lines != expected {
+            return Err(format!(
+                "file to file wrote {lines} lines, expected {expected}"
+            ));
+        }
+        Ok(FILE_RECORDS as f64 / secs)
+    })?;
+    rows.push(Row {
+        name: "file to file: 2M NDJSON, filter, add, fsync".into(),
+        figure: format!("{} rec/s", si(rate)),
+        baseline: format!("{} rec/s cat", si(cat)),
+        ratio: rate / cat,
+        budget: ">= 2M rec/s".into(),
+        met: Some(rate >= 2e6),
+    });
+    rows.push(Row {
+        name: "file to file: peak RSS".into(),
+        figure: format!("{:.1} MiB", rss_kib as f64 / 1024.0),
+        baseline: "64 MiB".into(),
+        ratio: rss_kib as f64 / 1024.0 / 64.0,
+        budget: "< 64 MiB".into(),
+        met: Some(rss_kib < 64 * 1024),
+    });
+
+    Ok(FileToFile {
+        rows,
+        dir: f2f,
+        config,
+    })
 }
 
 /// The file-to-file records split into each of [`MANY_FILES`] files,

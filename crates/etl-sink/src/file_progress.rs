@@ -38,18 +38,41 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
     }
 }
 
+/// Highest `n` such that `<path>.<n>` exists.
+pub(crate) fn last_segment(fs: &dyn Fs, path: &Path) -> Result<u64, SinkError> {
+    let dir = parent_dir(path);
+    let Some(name) = path.file_name() else {
+        return Ok(0);
+    };
+    // Compared as bytes: a name need not be UTF-8, and a segment missed
+    // here is one the next rotation would be renamed over.
+    let mut prefix = name.as_encoded_bytes().to_vec();
+    prefix.push(b'.');
+    let entries = fs
+        .read_dir(dir)
+        .map_err(|e| SinkError::io("list", dir, e))?;
+    let mut last = 0;
+    for file_name in entries {
+        if let Some(n) = file_name
+            .as_encoded_bytes()
+            .strip_prefix(prefix.as_slice())
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            last = last.max(n);
+        }
+    }
+    Ok(last)
+}
+
 /// Make renames and creations in `dir` durable.
 pub(crate) fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), SinkError> {
     fs.sync_dir(dir)
         .map_err(|e| SinkError::io("fsync directory", dir, e))
 }
 
-/// Replace the progress file atomically: write a temporary file, fsync
-/// it, rename it over the old one, fsync the directory. A crash leaves the
-/// old or the new content, never a torn one.
+/// Replace the progress file atomically (see [`replace_atomically`]).
 pub(crate) fn write_stored(fs: &dyn Fs, path: &Path, stored: &Stored) -> Result<(), SinkError> {
-    let target = progress_path(path);
-    let tmp = suffixed(path, "progress.tmp");
     let offsets: Vec<serde_json::Value> = stored
         .progress
         .iter()
@@ -61,19 +84,31 @@ pub(crate) fn write_stored(fs: &dyn Fs, path: &Path, stored: &Stored) -> Result<
         "length": stored.length,
         "offsets": offsets,
     });
+    replace_atomically(fs, &progress_path(path), doc.to_string().as_bytes())
+}
+
+/// Replace the file `target` with `bytes` atomically: write
+/// `<target>.tmp`, fsync it, rename it over `target`, fsync the directory.
+/// A crash leaves the old or the new content, never a torn one.
+pub(crate) fn replace_atomically(
+    fs: &dyn Fs,
+    target: &Path,
+    bytes: &[u8],
+) -> Result<(), SinkError> {
+    let tmp = suffixed(target, "tmp");
     let mut file = fs
         .open(
             &tmp,
             &OpenOptions::new().write(true).create(true).truncate(true),
         )
         .map_err(|e| SinkError::io("create", &tmp, e))?;
-    file.write_all(doc.to_string().as_bytes())
+    file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| SinkError::io("write", &tmp, e))?;
     drop(file);
-    fs.rename(&tmp, &target)
+    fs.rename(&tmp, target)
         .map_err(|e| SinkError::io("rename", &tmp, e))?;
-    sync_dir(fs, parent_dir(path))
+    sync_dir(fs, parent_dir(target))
 }
 
 /// Read the progress file of `path`, if there is one.

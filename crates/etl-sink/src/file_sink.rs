@@ -68,7 +68,24 @@ impl Default for FileSinkConfig {
 /// * Rotation renames the active file `<path>` to `<path>.<n>` (1, 2, ...)
 ///   and starts a new `<path>`. Finished segments are never read again:
 ///   they may be moved away or deleted.
-/// * On open, a partial trailing line (a crash mid-append) is cut off.
+/// * On open, bytes a crash left after the last `fsync` are checked and
+///   cut from the first line that is not whole (at least once; exactly
+///   once cuts back to its recorded length). A crash that loses the page
+///   cache can keep part of the unsynced appends: torn writes, and lost
+///   blocks that read back as zeros, possibly inside a line that still
+///   ends in a line break. None of it was acknowledged: its records are
+///   replayed. The sink keeps `<path>.recovery`, a length of the active
+///   file that an `fsync` covered, and the invariant that every
+///   acknowledged byte past it ends in a line break and holds no NUL
+///   byte: on open, the file is cut at the first line past it holding a
+///   NUL byte, or at a partial last line. The point is stored (a small
+///   file replaced atomically: two more `fsync`s and a rename) on open
+///   unless the file is already at it, at rotation, every 64 MiB, and,
+///   for output holding NUL bytes (raw values), with each `fsync` that
+///   covers one, before the write returns; and on
+///   [`flush`](Sink::flush) (a stop), so that the next open has nothing
+///   to check. An output without a point (an older version's) keeps
+///   every complete line.
 /// * One writer: the sink holds an exclusive advisory lock on
 ///   `<canonical path>.lock` (see [`etl_record::OwnerLock`]; symlinks
 ///   resolved) and on the open data file itself from open until it is
@@ -340,7 +357,7 @@ impl Sink for FileSink {
 
     async fn flush(&self) -> Result<(), SinkError> {
         let state = self.state.clone();
-        blocking(self.blocks, move || lock(&state).sync()).await
+        blocking(self.blocks, move || lock(&state).flush()).await
     }
 }
 
@@ -349,6 +366,9 @@ impl ProgressSink for FileSink {
         lock(&self.state).stored.clone()
     }
 }
+
+#[cfg(test)]
+mod crash_tests;
 
 #[cfg(test)]
 mod tests {

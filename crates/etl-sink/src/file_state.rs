@@ -10,7 +10,13 @@ use bytes::Bytes;
 use etl_fs::{FileHandle, Fs, Metadata, OpenOptions, TryLockError};
 use etl_record::{LockError, Offset, OwnerLock, PartitionId};
 
-use crate::file_progress::{Stored, parent_dir, read_stored, suffixed, sync_dir, write_stored};
+use crate::file_progress::{
+    Stored, last_segment, parent_dir, read_stored, suffixed, sync_dir, write_stored,
+};
+use crate::file_recovery::{
+    RecoveryPoint, SCAN_LIMIT, complete_prefix, forget_point, read_point, undamaged_prefix,
+    write_point,
+};
 use crate::{FileSinkConfig, Progress, SinkError};
 
 /// One record of a batch as the exactly-once path sees it.
@@ -112,6 +118,13 @@ pub(crate) struct FileState {
     appended: Progress,
     /// Progress durably stored with the data.
     pub(crate) stored: Progress,
+    /// At least once, on a regular file: the active file's recovery point
+    /// (see [`crate::file_recovery`]), below which it is trusted after a
+    /// crash. `None` when there is none to keep (exactly once, a device).
+    point: Option<u64>,
+    /// Whether bytes appended past `point` hold a NUL byte: then the next
+    /// `fsync` stores the point, before the bytes are acknowledged.
+    nul_past_point: bool,
 }
 
 fn open_active(fs: &dyn Fs, path: &Path) -> Result<Box<dyn FileHandle>, SinkError> {
@@ -174,49 +187,6 @@ fn lock_data(file: &dyn FileHandle, path: &Path) -> Result<(), LockError> {
     }
 }
 
-/// Highest `n` such that `<path>.<n>` exists.
-fn last_segment(fs: &dyn Fs, path: &Path) -> Result<u64, SinkError> {
-    let dir = parent_dir(path);
-    let Some(name) = path.file_name() else {
-        return Ok(0);
-    };
-    // Compared as bytes: a name need not be UTF-8, and a segment missed
-    // here is one the next rotation would be renamed over.
-    let mut prefix = name.as_encoded_bytes().to_vec();
-    prefix.push(b'.');
-    let entries = fs
-        .read_dir(dir)
-        .map_err(|e| SinkError::io("list", dir, e))?;
-    let mut last = 0;
-    for file_name in entries {
-        if let Some(n) = file_name
-            .as_encoded_bytes()
-            .strip_prefix(prefix.as_slice())
-            .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|n| n.parse::<u64>().ok())
-        {
-            last = last.max(n);
-        }
-    }
-    Ok(last)
-}
-
-/// Length of the longest prefix of `file` that ends with a line break.
-fn complete_prefix(file: &dyn FileHandle, len: u64, path: &Path) -> Result<u64, SinkError> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut end = len;
-    while end > 0 {
-        let start = end.saturating_sub(buf.len() as u64);
-        let n = usize::try_from(end - start).unwrap_or(buf.len());
-        read_exact_at(file, &mut buf[..n], start).map_err(|e| SinkError::io("read", path, e))?;
-        if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
-            return Ok(start + i as u64 + 1);
-        }
-        end = start;
-    }
-    Ok(0)
-}
-
 /// The error for an output shorter than its progress records: records
 /// stored as written are gone from it (truncated, or replaced, between
 /// runs).
@@ -230,22 +200,6 @@ fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
             crate::file_progress::progress_path(path).display()
         ),
     }
-}
-
-/// Fill `buf` from `at`.
-fn read_exact_at(file: &dyn FileHandle, mut buf: &mut [u8], mut at: u64) -> io::Result<()> {
-    while !buf.is_empty() {
-        match file.read_at(buf, at) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                buf = &mut buf[n..];
-                at += n as u64;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
@@ -281,6 +235,23 @@ impl FileState {
         };
         let mut segments = last_segment(&*fs, path)?;
         let mut keep = None;
+        let tracks_point = regular && !config.exactly_once;
+        let recorded = if tracks_point {
+            read_point(&*fs, path)?
+        } else {
+            if regular {
+                // A point left by an at-least-once run does not describe
+                // what exactly-once runs write after it: a later
+                // at-least-once run must not find it.
+                forget_point(&*fs, path)?;
+            }
+            None
+        };
+        if let Some(point) = &recorded {
+            // Numbering goes on from the recorded count, so a new segment
+            // never takes the name of one moved away.
+            segments = segments.max(point.segments);
+        }
         let mut stored = Progress::new();
         if config.exactly_once
             && let Some(side) = read_stored(&*fs, path)?
@@ -334,18 +305,51 @@ impl FileState {
             .map_err(|e| SinkError::io("stat", path, e))?;
         let active = FileId::of(&meta);
         let len = meta.len();
+        let trusted = recorded
+            .filter(|p| (p.dev, p.ino) == (active.dev, active.ino))
+            .map(|p| p.length);
         let len = match keep {
             // Records the progress covers are gone from the file: cutting
             // back would be silent loss.
             Some(keep) if len < keep => return Err(shorter_than_recorded(path, len, keep)),
             Some(keep) => keep,
-            // Without recorded progress, cut a partial trailing record.
-            None => complete_prefix(&*file, len, path)?,
+            // Every acknowledged byte past the recovery point is whole
+            // lines free of NUL bytes: the first line that is not was
+            // never acknowledged, and neither was anything after it.
+            None => match trusted {
+                Some(point) if point <= len => undamaged_prefix(&*file, point, len, path)?,
+                other => {
+                    if let Some(point) = other {
+                        tracing::warn!(path = %path.display(), len, point, "the output is shorter than its recovery point: it was truncated since the last run; keeping its complete lines");
+                    }
+                    // Without a point (an output of an older version, or
+                    // a file replaced since), cut a partial trailing line.
+                    complete_prefix(&*file, len, path)?
+                }
+            },
         };
         if file.metadata().map(|m| m.len()).unwrap_or(len) != len {
             tracing::warn!(path = %path.display(), len, "cutting the output back after a crash");
             truncate(&*file, len, path)?;
         }
+        let point = if !tracks_point {
+            None
+        } else if trusted == Some(len) && recorded.is_some_and(|p| p.segments == segments) {
+            Some(len)
+        } else {
+            // What a crash (or a killed run) left is trusted from now on:
+            // make it durable before recording it so.
+            file.sync_all()
+                .map_err(|e| SinkError::io("fsync", path, e))?;
+            let point = RecoveryPoint {
+                dev: active.dev,
+                ino: active.ino,
+                segments,
+                length: len,
+            };
+            write_point(&*fs, path, &point)?;
+            Some(len)
+        };
         let now = Instant::now();
         let mut state = FileState {
             fs,
@@ -367,6 +371,8 @@ impl FileState {
             segments,
             appended: stored.clone(),
             stored,
+            point,
+            nul_past_point: false,
         };
         if config.exactly_once {
             // Record the starting point at once, so a crash before the
@@ -374,6 +380,27 @@ impl FileState {
             state.store()?;
         }
         Ok(state)
+    }
+
+    /// Record the active file's length as its recovery point; only once
+    /// an `fsync` covered it.
+    fn store_point(&mut self) -> Result<(), SinkError> {
+        self.store_point_counting(self.segments)
+    }
+
+    /// [`store_point`](Self::store_point), recording `segments` finished
+    /// segments.
+    fn store_point_counting(&mut self, segments: u64) -> Result<(), SinkError> {
+        let point = RecoveryPoint {
+            dev: self.active.dev,
+            ino: self.active.ino,
+            segments,
+            length: self.len,
+        };
+        write_point(&*self.fs, &self.path, &point)?;
+        self.point = Some(self.len);
+        self.nul_past_point = false;
+        Ok(())
     }
 
     fn store(&mut self) -> Result<(), SinkError> {
@@ -400,6 +427,9 @@ impl FileState {
     ) -> Result<u64, SinkError> {
         self.check_usable()?;
         self.maybe_rotate(bytes.len() as u64)?;
+        if self.point.is_some() && memchr::memchr(0, bytes).is_some() {
+            self.nul_past_point = true;
+        }
         let before = self.len;
         let result = match placed {
             None => self.write_file(bytes).map(|()| bytes.len() as u64),
@@ -491,6 +521,12 @@ impl FileState {
             }
             self.stored = self.appended.clone();
         }
+        if let Some(point) = self.point
+            && (self.nul_past_point || self.len.saturating_sub(point) >= SCAN_LIMIT)
+            && let Err(e) = self.store_point()
+        {
+            return Err(self.poison_with(e));
+        }
         // Only now is everything appended durable, progress included.
         self.synced = self.written;
         self.last_sync = Instant::now();
@@ -499,6 +535,18 @@ impl FileState {
             self.syncs += 1;
         }
         Ok(())
+    }
+
+    /// [`sync`](Self::sync), then record everything as the recovery
+    /// point: the next run, after a stop that flushed, opens the output
+    /// with nothing to check. A failed store of the point loses nothing:
+    /// the point before it still holds.
+    pub(crate) fn flush(&mut self) -> Result<(), SinkError> {
+        self.sync()?;
+        match self.point {
+            Some(point) if point != self.len => self.store_point(),
+            _ => Ok(()),
+        }
     }
 
     /// Fail if the file is lost.
@@ -714,6 +762,13 @@ impl FileState {
                 ),
             ));
         }
+        if self.point.is_some() {
+            // The new segment's number is recorded before the segment
+            // exists: after a crash between the rename and the point's
+            // store below, the next run must not give the number again
+            // once the segment was moved away.
+            self.store_point_counting(next)?;
+        }
         self.fs
             .rename(&self.path, &seg)
             .map_err(|e| SinkError::io("rename", &self.path, e))?;
@@ -734,6 +789,8 @@ impl FileState {
         sync_dir(&*self.fs, parent_dir(&self.path))?;
         if self.config.exactly_once {
             self.store()?;
+        } else if self.point.is_some() {
+            self.store_point()?;
         }
         Ok(())
     }
@@ -749,243 +806,4 @@ impl FileState {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::FsyncPolicy;
-    use etl_fs::{SimFs, SimOp};
-    use std::time::Duration;
-
-    pub(crate) const EIO: i32 = 5;
-    const ENOSPC: i32 = 28;
-
-    fn config(exactly_once: bool) -> FileSinkConfig {
-        FileSinkConfig {
-            // Writes wait for an explicit `sync`.
-            fsync: FsyncPolicy::Interval(Duration::from_secs(3600)),
-            exactly_once,
-            ..FileSinkConfig::default()
-        }
-    }
-
-    /// A simulated disk with the folder `/out`, durable.
-    pub(crate) fn disk(seed: u64) -> SimFs {
-        let sim = SimFs::new(seed);
-        sim.create_dir_all(Path::new("/out")).unwrap();
-        sim.sync_dir(Path::new("/")).unwrap();
-        sim
-    }
-
-    pub(crate) const PATH: &str = "/out/out.ndjson";
-
-    /// A state on `fs` whose writes wait for an explicit `sync`.
-    fn open(fs: &SimFs, exactly_once: bool) -> FileState {
-        FileState::open(Arc::new(fs.clone()), Path::new(PATH), config(exactly_once)).unwrap()
-    }
-
-    /// Append the line of record `offset` of partition 0.
-    fn append(state: &mut FileState, offset: i64) -> Result<u64, SinkError> {
-        let line = Bytes::from(format!("{{\"o\":{offset}}}\n"));
-        let placed = [(PartitionId(0), Offset(offset), 0..line.len())];
-        let exactly_once = state.config.exactly_once;
-        state.append(&line, exactly_once.then_some(&placed[..]))
-    }
-
-    fn assert_lost(err: &SinkError, what: &str) {
-        assert!(
-            matches!(err, SinkError::NotDurable { .. }),
-            "{what}: {err:?}"
-        );
-        assert!(!err.is_retryable(), "{what}: {err:?} is retried");
-        assert!(err.is_io(), "{what}: {err:?}");
-    }
-
-    #[test]
-    fn a_failed_append_with_bytes_not_yet_durable_makes_the_file_lost() {
-        // A write error can be the report of a failed writeback of the
-        // bytes before it: the next fsync would not report it again.
-        let sim = disk(1);
-        let mut state = open(&sim, false);
-        append(&mut state, 0).unwrap();
-        sim.fail_next(SimOp::Write, EIO);
-        let err = append(&mut state, 1).unwrap_err();
-        let retried = append(&mut state, 1).and_then(|_| state.sync());
-        assert!(retried.is_err(), "the retried append was reported durable");
-        assert_lost(&err, "the failed append");
-        assert_lost(&append(&mut state, 1).unwrap_err(), "the retried append");
-        assert_lost(&state.sync().unwrap_err(), "the fsync after it");
-        assert_eq!(state.synced, 0, "nothing is reported durable");
-    }
-
-    #[test]
-    fn a_failed_append_after_a_good_fsync_is_cut_back_and_may_be_retried() {
-        // With every byte before it durable, a failed append (a full
-        // disk) is cut back off and retried: the disk may get room.
-        for seed in 0..8 {
-            let sim = disk(seed);
-            let mut state = open(&sim, false);
-            append(&mut state, 0).unwrap();
-            state.sync().unwrap();
-            sim.fail_next(SimOp::Write, ENOSPC);
-            let err = append(&mut state, 1).unwrap_err();
-            assert!(err.is_retryable(), "{err:?}");
-            assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"{\"o\":0}\n");
-            append(&mut state, 1).unwrap();
-            state.sync().unwrap();
-            sim.crash();
-            assert_eq!(
-                sim.process().read(Path::new(PATH)).unwrap(),
-                b"{\"o\":0}\n{\"o\":1}\n",
-                "seed {seed}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_created_output_is_durable_in_its_directory_before_its_data_is() {
-        // An fsync of a new file does not make its name durable: after a
-        // power loss the file, and every record acknowledged in it, may
-        // be gone. Through a symlink the file is created in the target's
-        // directory, not the link's.
-        for exactly_once in [false, true] {
-            for via_link in [false, true] {
-                let sim = disk(3);
-                let path = if via_link {
-                    sim.create_dir_all(Path::new("/links")).unwrap();
-                    sim.symlink(Path::new(PATH), Path::new("/links/out.ndjson"))
-                        .unwrap();
-                    sim.sync_dir(Path::new("/links")).unwrap();
-                    sim.sync_dir(Path::new("/")).unwrap();
-                    PathBuf::from("/links/out.ndjson")
-                } else {
-                    PathBuf::from(PATH)
-                };
-                let mut state =
-                    FileState::open(Arc::new(sim.clone()), &path, config(exactly_once)).unwrap();
-                append(&mut state, 0).unwrap();
-                state.sync().unwrap();
-                sim.crash();
-                assert_eq!(
-                    sim.process().read(Path::new(PATH)).ok().as_deref(),
-                    Some(&b"{\"o\":0}\n"[..]),
-                    "exactly_once {exactly_once}, through a link {via_link}: a record \
-                     reported durable was gone after a crash"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_progress_store_failing_after_its_rename_leaves_the_data_it_records() {
-        // The directory's fsync fails after the new progress took the old
-        // one's place: the next run finds it, and the data it records
-        // (fsynced before it) must still be there.
-        let sim = disk(4);
-        let mut state = open(&sim, true);
-        append(&mut state, 0).unwrap();
-        state.sync().unwrap();
-        append(&mut state, 1).unwrap();
-        sim.fail_next(SimOp::SyncDir, EIO);
-        assert_lost(&state.sync().unwrap_err(), "the failed store");
-        drop(state);
-        let state = open(&sim, true);
-        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(2)));
-        assert_eq!(
-            sim.read(Path::new(PATH)).unwrap(),
-            b"{\"o\":0}\n{\"o\":1}\n"
-        );
-    }
-
-    #[test]
-    fn a_failed_progress_store_makes_the_file_lost() {
-        let sim = disk(5);
-        let mut state = open(&sim, true);
-        append(&mut state, 0).unwrap();
-        state.sync().unwrap();
-        append(&mut state, 1).unwrap();
-        // The data's fsync succeeds; the progress file's write fails.
-        sim.fail_next(SimOp::Write, EIO);
-        let err = state.sync().unwrap_err();
-        assert!(
-            state.sync().is_err(),
-            "the retried store was reported durable"
-        );
-        assert_lost(&err, "the failed store");
-        assert_lost(&state.sync().unwrap_err(), "the retried store");
-        assert_lost(&append(&mut state, 2).unwrap_err(), "a later append");
-        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(1)));
-        drop(state);
-        // The next run cuts back to what the last good store recorded.
-        let state = open(&sim, true);
-        assert_eq!(state.stored.get(PartitionId(0)), Some(Offset(1)));
-        assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"{\"o\":0}\n");
-    }
-
-    #[test]
-    fn a_crash_keeps_every_record_reported_durable_and_no_partial_line() {
-        // Whatever a crash keeps of the unsynced bytes (nothing, some
-        // whole writes, a torn one), the next run finds every record a
-        // sync reported, then whole lines only; exactly-once finds each
-        // record once, in order.
-        for seed in 0..64 {
-            for exactly_once in [false, true] {
-                let case = format!("seed {seed}, exactly_once {exactly_once}");
-                let sim = disk(seed);
-                sim.set_faults(etl_fs::SimFaults {
-                    torn: 400,
-                    kept: 400,
-                    dirs_kept: 500,
-                    ..etl_fs::SimFaults::default()
-                });
-                let mut state = open(&sim, exactly_once);
-                let synced_through = 3 + seed % 5;
-                for o in 0..synced_through {
-                    append(&mut state, i64::try_from(o).unwrap()).unwrap();
-                    if o % 2 == 0 {
-                        state.sync().unwrap();
-                    }
-                }
-                state.sync().unwrap();
-                for o in synced_through..synced_through + 3 {
-                    append(&mut state, i64::try_from(o).unwrap()).unwrap();
-                }
-                sim.crash();
-                let fs = sim.process();
-                let state =
-                    FileState::open(Arc::new(fs.clone()), Path::new(PATH), config(exactly_once))
-                        .unwrap_or_else(|e| panic!("{case}: {e}"));
-                let bytes = fs.read(Path::new(PATH)).unwrap();
-                assert!(
-                    bytes.is_empty() || bytes.ends_with(b"\n"),
-                    "{case}: a partial line is left: {bytes:?}"
-                );
-                // At least once keeps the unsynced lines a crash kept,
-                // whole or torn (lost bytes read as zeros): they were
-                // never acknowledged and are written again. Exactly once
-                // keeps only what its progress records.
-                let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
-                let offsets: Vec<u64> = lines
-                    .iter()
-                    .map_while(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
-                    .map(|v| v["o"].as_u64().unwrap())
-                    .collect();
-                assert!(
-                    offsets.len() >= usize::try_from(synced_through).unwrap(),
-                    "{case}: {offsets:?}"
-                );
-                assert!(
-                    offsets.iter().copied().eq(0..offsets.len() as u64),
-                    "{case}: {offsets:?}"
-                );
-                if exactly_once {
-                    assert_eq!(offsets.len(), lines.len(), "{case}: a torn line is kept");
-                    let next = state.stored.get(PartitionId(0)).unwrap_or(Offset(0));
-                    assert_eq!(
-                        offsets,
-                        (0..u64::try_from(next.0).unwrap()).collect::<Vec<_>>(),
-                        "{case}: the output holds what its progress records, once"
-                    );
-                }
-            }
-        }
-    }
-}
+pub(crate) mod tests;

@@ -76,6 +76,7 @@ mod driver;
 mod encoder;
 mod error;
 mod file_progress;
+mod file_recovery;
 mod file_sink;
 mod file_state;
 mod handle;
