@@ -32,7 +32,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 use storage_sim::model::check;
 use storage_sim::run::{Ended, Plan, prepare, run_once};
 use storage_sim::scenario::{Features, Scenario, scenario};
-use storage_sim::world::Reads;
+use storage_sim::world::{Excused, Reads};
 
 const DEFAULT_CASES: u64 = 48;
 const DEFAULT_SEED: u64 = 0x5eed_0014;
@@ -44,6 +44,7 @@ fn simulate(s: &Scenario, seed: u64) -> Result<(), String> {
     let sim = SimFs::new(seed);
     prepare(&sim).map_err(|e| format!("cannot prepare the disk: {e}"))?;
     let reads = Reads::default();
+    let excused = Excused::default();
     let plans = s
         .runs
         .iter()
@@ -51,8 +52,8 @@ fn simulate(s: &Scenario, seed: u64) -> Result<(), String> {
         .chain(std::iter::once(Plan::Recovery));
     for (i, plan) in plans.enumerate() {
         let recovery = matches!(plan, Plan::Recovery);
-        let ended = run_once(s, &sim, &reads, plan);
-        check(s, &sim, &reads, &ended, recovery)
+        let ended = run_once(s, &sim, &reads, &excused, plan);
+        check(s, &sim, &reads, &excused, &ended, recovery)
             .map_err(|e| format!("run {i} ({plan:?}, {}): {e}", describe(&ended)))?;
     }
     Ok(())

@@ -20,8 +20,8 @@ use etl_sink::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::scenario::{Alias, DiskFaults, RunEnd, Scenario};
-use super::world::{OUT_DIR, OUTPUT, ProcessFs, Reads, STORE_DIR, ScriptedSource, Trip};
+use super::scenario::{Alias, DiskFaults, OutputChange, RunEnd, Scenario};
+use super::world::{Excused, OUT_DIR, OUTPUT, ProcessFs, Reads, STORE_DIR, ScriptedSource, Trip};
 
 const TICK: Duration = Duration::from_millis(5);
 const PAUSE: Duration = Duration::from_micros(20);
@@ -84,7 +84,13 @@ fn sink_config(s: &Scenario) -> FileSinkConfig {
 /// Open what the run holds through `alias`, a second name made for it
 /// now by another program: `Some` (what opened) when that was not
 /// refused.
-async fn second_name(sim: &SimFs, fs: &Arc<dyn Fs>, alias: Alias, s: &Scenario) -> Option<String> {
+async fn second_name(
+    sim: &SimFs,
+    fs: &Arc<dyn Fs>,
+    alias: Alias,
+    s: &Scenario,
+    sink_file: &Option<(u64, u64)>,
+) -> Option<String> {
     let (link, mutation, opened): (PathBuf, Mutation, PathBuf) = match alias {
         Alias::HardLink => {
             let link = PathBuf::from("/data/out/alias.ndjson");
@@ -131,6 +137,12 @@ async fn second_name(sim: &SimFs, fs: &Arc<dyn Fs>, alias: Alias, s: &Scenario) 
             )
         }
     };
+    // Only a second name for the file the run holds: another program may
+    // have put a new file at the output's name.
+    let held = fs.metadata(Path::new(OUTPUT)).ok()?.dev_ino();
+    if alias != Alias::StoreSymlink && Some(held) != *sink_file {
+        return None;
+    }
     sim.apply(&mutation).ok()?;
     let proceeded = if alias == Alias::StoreSymlink {
         FileStore::open_in(Arc::clone(fs), &opened)
@@ -155,6 +167,7 @@ async fn build(
     s: &Scenario,
     sim: &SimFs,
     fs: &Arc<dyn Fs>,
+    trip: &Trip,
     reads: &Reads,
 ) -> Result<Pipeline, Ended> {
     let store = FileStore::open_in(Arc::clone(fs), STORE_DIR)
@@ -162,8 +175,11 @@ async fn build(
     let sink = FileSink::open_in(Arc::clone(fs), OUTPUT, sink_config(s))
         .await
         .map_err(|e| Ended::OpenFailed(format!("file sink: {e}")))?;
-    for alias in &s.aliases {
-        if let Some(what) = second_name(sim, fs, *alias, s).await {
+    let sink_file = fs.metadata(Path::new(OUTPUT)).ok().map(|m| m.dev_ino());
+    // Once another program put a new file at the output's name, that file
+    // is not the one the run holds.
+    for alias in s.aliases.iter().filter(|_| !trip.changed_output()) {
+        if let Some(what) = second_name(sim, fs, *alias, s, &sink_file).await {
             return Err(Ended::SecondWriter(what));
         }
     }
@@ -220,7 +236,7 @@ async fn heartbeat() {
 }
 
 /// Run the scenario's pipeline once as a new process on `sim`.
-pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, plan: Plan) -> Ended {
+pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, excused: &Excused, plan: Plan) -> Ended {
     let (after, power_loss) = match plan {
         Plan::Scripted(RunEnd::Kill(n)) => (Some(n), false),
         Plan::Scripted(RunEnd::PowerLoss(n)) => (Some(n), true),
@@ -230,7 +246,11 @@ pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, plan: Plan) -> Ended {
         Plan::Recovery => SimFaults::default(),
         Plan::Scripted(_) => sim_faults(&s.faults),
     });
-    let trip = Trip::new(sim.clone(), after, power_loss);
+    let outside = match plan {
+        Plan::Recovery => None,
+        Plan::Scripted(_) => s.output_change.map(|(n, change)| (n, mutation(change))),
+    };
+    let trip = Trip::new(sim.clone(), after, power_loss, outside, excused.clone());
     let fs: Arc<dyn Fs> = Arc::new(ProcessFs {
         sim: sim.process(),
         trip: Arc::clone(&trip),
@@ -244,7 +264,7 @@ pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, plan: Plan) -> Ended {
         Err(e) => return Ended::Panicked(format!("cannot start a runtime: {e}")),
     };
     let ended = runtime.block_on(async {
-        let pipeline = match build(s, sim, &fs, reads).await {
+        let pipeline = match build(s, sim, &fs, &trip, reads).await {
             Ok(p) => p,
             Err(ended) => return ended,
         };
@@ -283,6 +303,23 @@ pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, plan: Plan) -> Ended {
     }
     drop(runtime);
     ended
+}
+
+/// Another program's change to the active output.
+fn mutation(change: OutputChange) -> Mutation {
+    let path = PathBuf::from(OUTPUT);
+    match change {
+        OutputChange::Truncate => Mutation::Truncate { path, len: 0 },
+        OutputChange::Unlink => Mutation::Unlink { path },
+        OutputChange::Replace => Mutation::Replace {
+            path,
+            bytes: Vec::new(),
+        },
+        OutputChange::RenameAway => Mutation::Rename {
+            from: path,
+            to: PathBuf::from(format!("{OUTPUT}.moved")),
+        },
+    }
 }
 
 fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {

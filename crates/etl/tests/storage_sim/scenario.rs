@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 /// Generator switches. One that finds a behaviour not fixed yet is off
 /// by default (`--enable storage_<name>` turns it on) until the fix is
-/// in; every one is on now.
+/// in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Features {
     /// A power loss keeps some unsynced writes, torn or whole (so out of
@@ -17,20 +17,35 @@ pub struct Features {
     /// recovery: after such a crash it must not keep NUL bytes or a
     /// partial line that lost unsynced pages left, and append after them.
     pub torn_writes: bool,
+    /// Another program truncates, unlinks, replaces or renames away the
+    /// active output while a run writes it. Records it destroyed are
+    /// excused; the sink must count nothing written after it delivered.
+    /// Off by default: it finds that the file sink, cutting a failed
+    /// append back (`FileState::undo_append`, `set_len` to the length it
+    /// wrote), lengthens a file another program truncated under it with
+    /// zeros, takes the cut for a success and writes on: the truncation
+    /// goes unnoticed, NUL lines become output and an exactly-once
+    /// output's progress matches a file of zeros (seeds
+    /// `0x9e87c3a64660f5e4`, `0x88b30ed4d27d5a16`).
+    pub output_changes: bool,
 }
 
 impl Features {
     /// What runs by default.
-    pub const DEFAULT: Features = Features { torn_writes: true };
+    pub const DEFAULT: Features = Features {
+        torn_writes: true,
+        output_changes: false,
+    };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.
-    pub const NAMES: [&'static str; 1] = ["storage_torn_writes"];
+    pub const NAMES: [&'static str; 2] = ["storage_torn_writes", "storage_output_changes"];
 
     /// Turn on the named switch (`all`: every one). Names of the other
     /// simulation's switches are not this binary's: `Ok(false)`.
     pub fn enable(&mut self, name: &str) -> Result<bool, String> {
         match name {
             "storage_torn_writes" => self.torn_writes = true,
+            "storage_output_changes" => self.output_changes = true,
             "all" => {
                 for n in Self::NAMES {
                     self.enable(n)?;
@@ -49,7 +64,7 @@ impl Features {
 
     /// The switches on, comma-separated.
     pub fn list(self) -> String {
-        let on = [self.torn_writes];
+        let on = [self.torn_writes, self.output_changes];
         Self::NAMES
             .iter()
             .zip(on)
@@ -95,6 +110,22 @@ pub struct Scenario {
     /// Second names for what a run writes, made while it runs: opening
     /// the output or the store through one must be refused.
     pub aliases: Vec<Alias>,
+    /// Before the disk's change number `n` of each run but the recovery
+    /// run, another program changes the active output.
+    pub output_change: Option<(u16, OutputChange)>,
+}
+
+/// What another program does to the active output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputChange {
+    /// `truncate -s 0`.
+    Truncate,
+    /// `rm`.
+    Unlink,
+    /// An empty file renamed over it.
+    Replace,
+    /// `mv` to another name.
+    RenameAway,
 }
 
 /// Fault rates, per mille of the calls concerned (see `etl_fs::SimFaults`).
@@ -207,6 +238,19 @@ fn alias() -> impl Strategy<Value = Alias> {
     ]
 }
 
+fn output_change(features: Features) -> BoxedStrategy<Option<(u16, OutputChange)>> {
+    if !features.output_changes {
+        return Just(None).boxed();
+    }
+    let change = prop_oneof![
+        Just(OutputChange::Truncate),
+        Just(OutputChange::Unlink),
+        Just(OutputChange::Replace),
+        Just(OutputChange::RenameAway),
+    ];
+    prop::option::weighted(0.2, (0u16..150, change)).boxed()
+}
+
 /// Scenarios with the given switches.
 pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     let input = (
@@ -224,7 +268,12 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
         1u8..=4,
         0u8..=3,
     );
-    let life = (faults(features), vec(run_end(), 0..=4), vec(alias(), 0..=2));
+    let life = (
+        faults(features),
+        vec(run_end(), 0..=4),
+        vec(alias(), 0..=2),
+        output_change(features),
+    );
     (input, sink, life).prop_map(|(input, sink, life)| {
         let (partitions, source_batch, pace_ms, commit_every) = input;
         let (
@@ -236,7 +285,7 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
             in_flight,
             retries,
         ) = sink;
-        let (faults, runs, aliases) = life;
+        let (faults, runs, aliases, output_change) = life;
         Scenario {
             partitions,
             source_batch,
@@ -252,6 +301,7 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
             faults,
             runs,
             aliases,
+            output_change,
         }
     })
 }

@@ -2,7 +2,7 @@
 //! it each process gets (ending the process after a scripted number of
 //! changes to the disk), the scripted source, and what the disk holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etl_checkpoint::CheckpointHandle;
-use etl_fs::{FileHandle, Fs, Metadata, OpenOptions, SimFs, TryLockError};
+use etl_fs::{FileHandle, Fs, Metadata, Mutation, OpenOptions, SimFs, TryLockError};
 use etl_record::{Offset, PartitionId, Position, Record, SourceId};
 use etl_source::{PollBatch, Source, SourceError, SourceEvent};
 use tokio::sync::Notify;
@@ -37,23 +37,88 @@ pub struct Trip {
     fired: AtomicBool,
     /// Wakes the run once fired.
     pub notify: Notify,
+    /// Changes made so far.
+    changes: AtomicU64,
+    /// Another program's change to the output, before change number `n`.
+    outside: Mutex<Option<(u64, Mutation)>>,
+    /// What the output held when another program changed it.
+    excused: Excused,
+    /// Another program changed the output in this run.
+    changed: AtomicBool,
+}
+
+/// Records in the output when another program changed it: it may have
+/// destroyed them.
+#[derive(Clone, Debug, Default)]
+pub struct Excused(Arc<Mutex<BTreeSet<(u32, i64)>>>);
+
+impl Excused {
+    pub fn contains(&self, p: u32, o: i64) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&(p, o))
+    }
+
+    pub fn any(&self) -> bool {
+        !self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
 }
 
 impl Trip {
-    pub fn new(sim: SimFs, after: Option<u16>, power_loss: bool) -> Arc<Self> {
+    pub fn new(
+        sim: SimFs,
+        after: Option<u16>,
+        power_loss: bool,
+        outside: Option<(u16, Mutation)>,
+        excused: Excused,
+    ) -> Arc<Self> {
         Arc::new(Trip {
             sim,
             left: AtomicU64::new(after.map_or(u64::MAX, |n| u64::from(n) + 1)),
             power_loss,
             fired: AtomicBool::new(false),
             notify: Notify::new(),
+            changes: AtomicU64::new(0),
+            outside: Mutex::new(outside.map(|(n, m)| (u64::from(n), m))),
+            excused,
+            changed: AtomicBool::new(false),
         })
+    }
+
+    /// Another program's change, when its time has come.
+    fn outside(&self) {
+        let n = self.changes.fetch_add(1, Ordering::SeqCst);
+        let due = {
+            let mut outside = self.outside.lock().unwrap_or_else(PoisonError::into_inner);
+            if outside.as_ref().is_some_and(|(at, _)| *at == n) {
+                outside.take()
+            } else {
+                None
+            }
+        };
+        if let Some((_, mutation)) = due {
+            self.changed.store(true, Ordering::SeqCst);
+            let held = held_now(&self.sim.process());
+            if self.sim.apply(&mutation).is_ok() {
+                self.excused
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(held);
+            }
+        }
     }
 
     /// A change to the disk is about to be made: end the process first
     /// when its time has come (the change then fails, as every later
     /// call of the process does).
     fn tick(&self) {
+        self.outside();
         if self.left.load(Ordering::SeqCst) == u64::MAX {
             return;
         }
@@ -70,6 +135,11 @@ impl Trip {
             self.fired.store(true, Ordering::SeqCst);
             self.notify.notify_one();
         }
+    }
+
+    /// Whether another program changed the output in this run.
+    pub fn changed_output(&self) -> bool {
+        self.changed.load(Ordering::SeqCst)
     }
 
     pub fn fired(&self) -> bool {
@@ -343,4 +413,22 @@ pub fn output_files(fs: &dyn Fs) -> Vec<PathBuf> {
         files.push(PathBuf::from(OUTPUT));
     }
     files
+}
+
+/// Every record a complete line of the output holds now.
+fn held_now(fs: &dyn Fs) -> BTreeSet<(u32, i64)> {
+    let mut held = BTreeSet::new();
+    for file in output_files(fs) {
+        let Ok(bytes) = fs.read(&file) else { continue };
+        for line in bytes.split(|b| *b == b'\n') {
+            if let Some((p, o)) = std::str::from_utf8(line)
+                .ok()
+                .and_then(|t| t.split_once(':'))
+                .and_then(|(p, o)| Some((p.parse().ok()?, o.parse().ok()?)))
+            {
+                held.insert((p, o));
+            }
+        }
+    }
+    held
 }
