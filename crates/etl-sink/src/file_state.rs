@@ -455,6 +455,16 @@ impl FileState {
             // A device has no length to restore and no bytes to lose.
             return SinkError::io("append to", &self.path, e);
         }
+        // Shorter than the sink wrote it: another program truncated it.
+        // Cutting "back" would lengthen it with zeros and hide that.
+        if let Ok(meta) = self.file.metadata()
+            && meta.len() < before
+        {
+            return self.poison(Lost::Resized {
+                expected: before,
+                found: meta.len(),
+            });
+        }
         let cut = self
             .file
             .set_len(before)
@@ -814,6 +824,36 @@ pub(crate) mod tests {
         assert_lost(&append(&mut state, 1).unwrap_err(), "the retried append");
         assert_lost(&state.sync().unwrap_err(), "the fsync after it");
         assert_eq!(state.synced, 0, "nothing is reported durable");
+    }
+
+    #[test]
+    fn a_failed_append_to_a_file_truncated_under_the_sink_is_lost_output_not_zeros() {
+        // Cutting the failed append back to the length the sink wrote
+        // would lengthen a file another program truncated with zeros, and
+        // the truncation would go unnoticed.
+        for exactly_once in [false, true] {
+            let sim = disk(3);
+            let mut state = open(&sim, exactly_once);
+            append(&mut state, 0).unwrap();
+            state.sync().unwrap();
+            sim.apply(&etl_fs::Mutation::Truncate {
+                path: PATH.into(),
+                len: 0,
+            })
+            .unwrap();
+            sim.fail_next(SimOp::Write, ENOSPC);
+            let err = append(&mut state, 1).unwrap_err();
+            assert!(
+                matches!(err, SinkError::OutputLost { .. }),
+                "exactly_once {exactly_once}: {err:?}"
+            );
+            assert!(append(&mut state, 1).is_err(), "the sink wrote on");
+            let bytes = sim.read(Path::new(PATH)).unwrap();
+            assert!(
+                !bytes.contains(&0),
+                "exactly_once {exactly_once}: the file was lengthened with zeros: {bytes:?}"
+            );
+        }
     }
 
     #[test]
