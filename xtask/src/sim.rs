@@ -1,11 +1,12 @@
 //! `cargo xtask sim`: the whole-pipeline simulation
-//! (`crates/etl/tests/sim.rs`) with a chosen case count, seed and
-//! generator switches.
+//! (`crates/etl/tests/sim.rs`) and the storage simulation
+//! (`crates/etl/tests/storage_sim.rs`), each with a chosen case count,
+//! seed and generator switches.
 
 use crate::Result;
 use crate::cmd::Cmd;
 
-/// Cases in `cargo xtask ci`.
+/// Cases in `cargo xtask ci`, of each simulation.
 pub(crate) const CI_CASES: u64 = 2000;
 /// The seed CI starts from, so a CI run is reproducible.
 pub(crate) const CI_SEED: u64 = 0x5eed_0014;
@@ -79,6 +80,8 @@ pub(crate) fn run(options: &Options) -> Result {
         "--locked",
         "--test",
         "sim",
+        "--test",
+        "storage_sim",
         "--",
         "--nocapture",
     ])

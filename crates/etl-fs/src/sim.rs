@@ -629,6 +629,18 @@ impl SimFs {
         self.lock().crash();
     }
 
+    /// Every process is killed (`kill -9`), the machine stays up: the
+    /// page cache is kept (unsynced bytes and names read on as they were),
+    /// every lock is released, and every view and handle opened before
+    /// fails from now on, as after [`crash`](Self::crash).
+    pub fn kill(&self) {
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        for inode in inner.inodes.values_mut() {
+            inode.lock = None;
+        }
+    }
+
     /// A view for a process started after the last crash.
     #[must_use]
     pub fn process(&self) -> SimFs {

@@ -485,6 +485,16 @@ impl FileState {
             // A device has no length to restore and no bytes to lose.
             return SinkError::io("append to", &self.path, e);
         }
+        // Shorter than the sink wrote it: another program truncated it.
+        // Cutting "back" would lengthen it with zeros and hide that.
+        if let Ok(meta) = self.file.metadata()
+            && meta.len() < before
+        {
+            return self.poison(Lost::Resized {
+                expected: before,
+                found: meta.len(),
+            });
+        }
         let cut = self
             .file
             .set_len(before)

@@ -15,7 +15,8 @@
 //!   `i` runs with the seed printed for it, so a failure replays with
 //!   `SIM_SEED=<that seed> SIM_CASES=1`;
 //! * `SIM_ENABLE`: generator switches to turn on, comma-separated (see
-//!   `Features`), or `all`;
+//!   `Features`), or `all` (`storage_*` switches are the storage
+//!   simulation's, `tests/storage_sim.rs`);
 //! * `SIM_KEEP_GOING=1`: report every failing case rather than stopping
 //!   at the first (each still shrunk).
 
@@ -129,7 +130,12 @@ fn sim_generated_pipelines_keep_the_delivery_contract() {
     let keep_going = std::env::var("SIM_KEEP_GOING").is_ok_and(|v| v == "1");
     let mut features = Features::DEFAULT;
     if let Ok(list) = std::env::var("SIM_ENABLE") {
-        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        // `storage_*` switches are the storage simulation's.
+        for name in list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && !n.starts_with("storage_"))
+        {
             features.enable(name).unwrap_or_else(|e| panic!("{e}"));
         }
     }

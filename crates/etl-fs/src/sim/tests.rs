@@ -57,6 +57,33 @@ fn a_handle_or_view_of_a_crashed_process_cannot_touch_the_next_world() {
 }
 
 #[test]
+fn a_kill_keeps_the_page_cache_but_ends_the_process_and_its_locks() {
+    let fs = fs_with_dir();
+    let mut f = append(&fs, "/d/a", b"unsynced\n");
+    f.try_lock().unwrap();
+    fs.kill();
+    assert!(
+        f.write_all(b"zombie").is_err(),
+        "the killed process wrote on"
+    );
+    let next = fs.process();
+    assert_eq!(next.read(Path::new("/d/a")).unwrap(), b"unsynced\n");
+    let g = next
+        .open(Path::new("/d/a"), &OpenOptions::reading())
+        .unwrap();
+    g.try_lock().unwrap();
+    // Dropped after the next process took the lock: it keeps it.
+    drop(f);
+    let h = next
+        .open(Path::new("/d/a"), &OpenOptions::reading())
+        .unwrap();
+    assert!(matches!(h.try_lock(), Err(TryLockError::WouldBlock)));
+    // Nothing was synced: a crash now loses it all.
+    fs.crash();
+    assert!(fs.process().metadata(Path::new("/d/a")).is_err());
+}
+
+#[test]
 fn a_failed_fsync_drops_the_dirty_bytes_and_the_next_one_succeeds() {
     // Linux's behaviour ("fsyncgate"): the error is reported once.
     let fs = fs_with_dir();

@@ -68,6 +68,36 @@ fn a_failed_append_with_bytes_not_yet_durable_makes_the_file_lost() {
 }
 
 #[test]
+fn a_failed_append_to_a_file_truncated_under_the_sink_is_lost_output_not_zeros() {
+    // Cutting the failed append back to the length the sink wrote
+    // would lengthen a file another program truncated with zeros, and
+    // the truncation would go unnoticed.
+    for exactly_once in [false, true] {
+        let sim = disk(3);
+        let mut state = open(&sim, exactly_once);
+        append(&mut state, 0).unwrap();
+        state.sync().unwrap();
+        sim.apply(&etl_fs::Mutation::Truncate {
+            path: PATH.into(),
+            len: 0,
+        })
+        .unwrap();
+        sim.fail_next(SimOp::Write, ENOSPC);
+        let err = append(&mut state, 1).unwrap_err();
+        assert!(
+            matches!(err, SinkError::OutputLost { .. }),
+            "exactly_once {exactly_once}: {err:?}"
+        );
+        assert!(append(&mut state, 1).is_err(), "the sink wrote on");
+        let bytes = sim.read(Path::new(PATH)).unwrap();
+        assert!(
+            !bytes.contains(&0),
+            "exactly_once {exactly_once}: the file was lengthened with zeros: {bytes:?}"
+        );
+    }
+}
+
+#[test]
 fn a_failed_append_after_a_good_fsync_is_cut_back_and_may_be_retried() {
     // With every byte before it durable, a failed append (a full
     // disk) is cut back off and retried: the disk may get room.
