@@ -6,7 +6,10 @@
 //! `ENOSPC` by seed with Linux's semantics; processes are killed (the
 //! page cache survives) or the power goes (it does not) before any
 //! change to the disk; second names (hard links, symlinks) are made for
-//! what a run holds, and opening through them must be refused. After
+//! what a run holds, and opening through them must be refused. The
+//! source is a scripted one or, by seed, the real file source reading
+//! input files on the same disk that another program rewrites, rotates,
+//! truncates and appends to between runs (`storage_sim/inputs.rs`). After
 //! every run the disk is read as the next process would read it and
 //! checked against the delivery contract. See docs/reliability.md, "The
 //! simulation".
