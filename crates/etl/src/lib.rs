@@ -133,7 +133,8 @@ pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
 pub use transform::fuzzing;
 pub use transform::{
     ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Refused, Transform,
-    TransformChain, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
+    TransformChain, chain_from_config, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
+    try_chain_from_config,
 };
 #[cfg(feature = "remap")]
 pub use transform::{Remap, VrlError, VrlFilter, VrlProgram};

@@ -87,8 +87,13 @@ impl JsonStage {
 }
 
 impl JsonStage {
+    /// A copy for another worker, with its own buffers.
+    pub(super) fn forked(&self) -> Self {
+        JsonStage::new(self.name.clone(), self.ops.clone())
+    }
+
     /// The stage's steps as filters for a run of stages read once
-    /// (see [`TransformChain`](super::TransformChain)), when it has only
+    /// (see [`Fuser`](super::Fuser)), when it has only
     /// filters and they take the fast path.
     #[cfg(feature = "remap")]
     pub(super) fn filters(&self) -> Option<Vec<super::remap_fast::JsonFilter>> {
@@ -113,10 +118,7 @@ impl Transform for JsonStage {
     }
 
     fn fork(&self) -> Option<Box<dyn Transform>> {
-        Some(Box::new(JsonStage::new(
-            self.name.clone(),
-            self.ops.clone(),
-        )))
+        Some(Box::new(self.forked()))
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
