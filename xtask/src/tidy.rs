@@ -40,6 +40,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("etl-sink", &["etl-fs", "etl-record", "etl-ack"]),
     // The transform interface and chain: records in, outcomes out.
     ("etl-transform", &["etl-record"]),
+    // The engine: JSON steps, the faithful writer, VRL.
+    ("etl-json", &["etl-record", "etl-transform"]),
     (
         "etl-kafka",
         &[
@@ -72,6 +74,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-source",
             "etl-sink",
             "etl-transform",
+            "etl-json",
             "etl-kafka",
             "etl-postgres",
         ],
@@ -86,6 +89,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-source",
             "etl-sink",
             "etl-transform",
+            "etl-json",
             "etl-kafka",
             "etl-postgres",
             "etl",
@@ -100,6 +104,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-source",
             "etl-sink",
             "etl-transform",
+            "etl-json",
             "etl-kafka",
             "etl-postgres",
             "etl",
@@ -116,6 +121,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-source",
             "etl-sink",
             "etl-transform",
+            "etl-json",
             "etl",
             "etl-cli",
         ],
@@ -146,9 +152,10 @@ const TEST_SUPPORT_IN_TESTS: &[&str] = &[
 const TEST_SUPPORT_FOR_REAL: &[&str] = &["xtask", "etl-tests"];
 
 /// Third-party crates that only these workspace crates may depend on: the
-/// VRL interpreter (and its ~200 crates) belongs to the `etl` crate's
-/// `remap` feature, never to the lower layers.
-const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl"])];
+/// VRL interpreter (and its ~200 crates) belongs to the engine's `remap`
+/// feature (`etl-json`), never to the interface, the runtime or the
+/// configuration.
+const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl-json"])];
 
 /// Crates whose normal dependencies outside the workspace are limited to
 /// a list: the transform interface is what every engine and every user's
@@ -449,13 +456,14 @@ mod tests {
     }
 
     #[test]
-    fn only_the_etl_crate_may_use_vrl() {
+    fn only_the_engine_may_use_vrl() {
         let metadata = json!({
-            "packages": [package("etl", &["vrl"]), package("etl-source", &["vrl"])]
+            "packages": [package("etl-json", &["vrl"]), package("etl", &["vrl"]), package("etl-source", &["vrl"])]
         });
         let problems = layer_violations(&metadata);
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("`etl-source` depends on `vrl`"));
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("`etl` depends on `vrl`"));
+        assert!(problems[1].contains("`etl-source` depends on `vrl`"));
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! A chain from a configuration's `[[transforms]]`: the built-in JSON
 //! steps, `remap` steps and conditions from the engine, registered steps
 //! from their factories, with the runs that can read each record once
-//! fused (see [`Fuser`]).
+//! fused (see `etl_json::Fuser`).
 
+use etl_json::Fuser;
 use etl_record::Record;
 
-use super::{Fuser, JsonOp, JsonStage, Outcome, Transform, TransformChain};
+use super::{JsonOp, JsonStage, Outcome, Transform, TransformChain};
 use crate::config::TransformConfig;
 
 /// The chain for a configuration's `[[transforms]]`. Consecutive built-in

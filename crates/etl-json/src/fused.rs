@@ -23,17 +23,21 @@ use std::sync::Arc;
 #[cfg(feature = "remap")]
 use etl_record::Record;
 
-use super::{JsonStage, Transform};
 #[cfg(feature = "remap")]
-use super::{
-    Outcome, Remap, VrlFilter,
+use etl_transform::Outcome;
+use etl_transform::Transform;
+
+use crate::JsonStage;
+#[cfg(feature = "remap")]
+use crate::{
+    Remap, VrlFilter,
     remap_fast::{Arena, Step, Steps, run_steps},
 };
 
 /// Stages in chain order, gathered to be put in a chain with their runs
 /// fused.
 #[derive(Debug, Default)]
-pub(crate) struct Fuser {
+pub struct Fuser {
     stages: Vec<Pending>,
 }
 
@@ -105,7 +109,7 @@ impl Pending {
 impl Fuser {
     /// No stages yet.
     #[must_use]
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Fuser::default()
     }
 
@@ -113,7 +117,7 @@ impl Fuser {
     /// be valid JSON (as `Remap::checked_input`). A stage of filters
     /// only, on fields the fast path reads, can start a run.
     #[cfg_attr(not(feature = "remap"), allow(unused_variables))]
-    pub(crate) fn json(&mut self, stage: JsonStage, checked: bool) {
+    pub fn json(&mut self, stage: JsonStage, checked: bool) {
         #[cfg(feature = "remap")]
         if let Some(filters) = stage.filters() {
             self.stages.push(Pending::Fusable(
@@ -129,7 +133,7 @@ impl Fuser {
     /// Add a filter condition; one whose program has a fast form can be
     /// part of a run.
     #[cfg(feature = "remap")]
-    pub(crate) fn condition(&mut self, stage: VrlFilter) {
+    pub fn condition(&mut self, stage: VrlFilter) {
         let checked = stage.is_checked_input();
         match stage.lite() {
             Some(lite) => self.stages.push(Pending::Fusable(
@@ -144,7 +148,7 @@ impl Fuser {
     /// Add a `remap` step; one whose program has a fast form can end a
     /// run.
     #[cfg(feature = "remap")]
-    pub(crate) fn remap(&mut self, stage: Remap) {
+    pub fn remap(&mut self, stage: Remap) {
         let checked = stage.is_checked_input();
         match stage.lite() {
             Some(lite) => self.stages.push(Pending::Fusable(
@@ -157,20 +161,20 @@ impl Fuser {
     }
 
     /// Add any other stage: it runs on its own and ends a run.
-    pub(crate) fn push(&mut self, stage: Box<dyn Transform>) {
+    pub fn push(&mut self, stage: Box<dyn Transform>) {
         self.stages.push(Pending::Alone(stage));
     }
 
     /// Whether no stage was added.
     #[must_use]
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.stages.is_empty()
     }
 
     /// The stages in order (without the `remap` feature no run forms).
     #[must_use]
     #[cfg(not(feature = "remap"))]
-    pub(crate) fn finish(self) -> Vec<Box<dyn Transform>> {
+    pub fn finish(self) -> Vec<Box<dyn Transform>> {
         self.stages.into_iter().map(Pending::boxed).collect()
     }
 
@@ -179,7 +183,7 @@ impl Fuser {
     /// or more, all with a fast form.
     #[must_use]
     #[cfg(feature = "remap")]
-    pub(crate) fn finish(self) -> Vec<Box<dyn Transform>> {
+    pub fn finish(self) -> Vec<Box<dyn Transform>> {
         let mut out: Vec<Box<dyn Transform>> = Vec::with_capacity(self.stages.len());
         let mut rest = self.stages.into_iter().peekable();
         while let Some(first) = rest.next() {
@@ -221,7 +225,7 @@ impl Fuser {
 /// without the run.
 #[cfg(feature = "remap")]
 #[derive(Debug)]
-pub(crate) struct FusedRun {
+pub struct FusedRun {
     /// The stages one by one, for the records the run does not decide.
     /// Only the last can be a `remap` step, the one kind of stage that
     /// turns a record into several.
@@ -291,10 +295,11 @@ impl Transform for FusedRun {
 #[cfg(all(test, feature = "remap"))]
 mod tests {
     use etl_record::{Offset, PartitionId, Position, SourceId};
+    use etl_transform::{ChainOutput, TransformChain};
 
     use super::*;
-    use crate::config::CompareOp;
-    use crate::transform::{ChainOutput, JsonOp, TransformChain, VrlProgram};
+    use crate::ops::CompareOp;
+    use crate::{JsonOp, VrlProgram};
 
     fn rec(offset: i64, value: &str) -> Record {
         Record::new(
