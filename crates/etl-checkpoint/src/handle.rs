@@ -270,6 +270,13 @@ impl CheckpointHandle {
         lock(&self.metrics).clone()
     }
 
+    /// Read the metrics snapshot in place: `f` sees it under its lock,
+    /// so a figure summed over many partitions needs no copy of them all.
+    /// Keep `f` short: the checkpointer waits for it to publish.
+    pub fn with_metrics<R>(&self, f: impl FnOnce(&CheckpointMetrics) -> R) -> R {
+        f(&lock(&self.metrics))
+    }
+
     /// Resolves once the store is lost: a commit failed with an I/O error
     /// ([`CheckpointError::Io`]: a failed write or fsync of a local
     /// store), after which every commit fails too, so the run should stop

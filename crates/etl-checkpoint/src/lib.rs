@@ -53,6 +53,7 @@ mod handle;
 #[cfg(all(test, etl_loom))]
 mod loom_tests;
 mod metrics;
+mod partition_map;
 mod sealed;
 mod store;
 mod sync;

@@ -326,7 +326,10 @@ impl SourceDriver {
             .iter()
             .map(|p| (*p, self.config.start_offsets.get(p).copied()))
             .collect();
-        for a in self.checkpoint.assign(request).await? {
+        let assigned = self.checkpoint.assign(request).await?;
+        self.metrics
+            .assigned(assigned.iter().map(|a| (a.partition, a.epoch)));
+        for a in assigned {
             tracing::debug!(partition = %a.partition, epoch = a.epoch, start = %a.start, "assigned");
             self.poison.reset(a.partition);
             self.partitions.insert(
@@ -337,11 +340,6 @@ impl SourceDriver {
                     last_emitted: None,
                 },
             );
-            self.metrics.update(a.partition, |m| {
-                m.assigned = true;
-                m.epoch = a.epoch;
-                m.position = None;
-            });
             self.source.seek(a.partition, a.start).await?;
         }
         Ok(())
