@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::CheckpointError;
 use crate::budget::InFlightBudget;
+use crate::halt::{Halt, Halting};
 use crate::handle::{Assigned, CheckpointConfig, CheckpointSummary, Control, Reply};
 use crate::metrics::{CheckpointMetrics, PartitionMetrics};
 use crate::partition_map::PartitionMap;
@@ -80,6 +81,8 @@ pub(crate) struct Worker {
     pub(crate) lost: Option<(std::path::PathBuf, &'static str, std::io::ErrorKind, String)>,
     /// Tells the handles the store is lost, so the run stops.
     pub(crate) lost_tx: watch::Sender<bool>,
+    /// Whether the run halts: then a failure asks for no replay.
+    pub(crate) halting: Halting,
 }
 
 impl Worker {
@@ -113,6 +116,7 @@ impl Worker {
             last_commit_error: None,
             lost: None,
             lost_tx: watch::Sender::new(false),
+            halting: Halting::new(Arc::new(Halt::new())),
         }
     }
 
@@ -242,6 +246,11 @@ impl Worker {
             // A partition being revoked is not replayed here: its next
             // owner starts from the commit, which the failure pinned.
             tracing::info!(partition = %partition, failed_seq = replay.failed.seq, "batch failed during revoke; not replaying");
+            return;
+        }
+        if self.halting.withholds(&replay) {
+            // The run halts: nobody serves a replay, and the next run
+            // starts from the commit, which the failure pinned.
             return;
         }
         tracing::warn!(

@@ -211,8 +211,20 @@ impl SourceDriver {
     ///
     /// Errors of the source, of the checkpointer, a closed downstream
     /// channel, a contract violation of the source, or a poison record
-    /// under [`PoisonPolicy::Halt`].
+    /// under [`PoisonPolicy::Halt`]. On an error the driver first tells
+    /// the checkpointer that the run halts
+    /// ([`CheckpointHandle::halt`]): nothing serves a replay any more.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<DriverExit, SourceError> {
+        let result = self.serve(shutdown).await;
+        if result.is_err() {
+            // The run ends on this error; what fails from now on (the
+            // teardown, a batch still being written) asks for no replay.
+            self.checkpoint.halt();
+        }
+        result
+    }
+
+    async fn serve(&mut self, shutdown: CancellationToken) -> Result<DriverExit, SourceError> {
         let mut ended = false;
         // Whether the watermarks were refreshed since the source ended.
         let mut refreshed = false;
