@@ -145,6 +145,18 @@ fn expect_error(log: &RunLog, code: i32, names: &[&str]) {
     }
 }
 
+/// A run that halted announces no replay anywhere in its log: a halting
+/// run replays nothing (the next run reads again from the last commit).
+/// A "not replaying" line (a revocation's) announces none.
+fn expect_no_replay_announced(log: &RunLog) {
+    let replaying: Vec<&str> = log
+        .stderr
+        .lines()
+        .filter(|line| line.contains("replaying") && !line.contains("not replaying"))
+        .collect();
+    assert!(replaying.is_empty(), "{replaying:#?}\nin:\n{}", log.stderr);
+}
+
 #[test]
 fn a_missing_input_exits_66_naming_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -267,6 +279,7 @@ fn a_full_disk_halts_with_exit_74_and_a_rerun_writes_every_record() {
         74,
         &["\"out\"", "/dev/full", "No space left on device"],
     );
+    expect_no_replay_announced(&log);
     assert!(!log.stderr.contains("poison"), "{}", log.stderr);
     let dead = etl_tests::read_dead_letter_ids(&p.dead_letter).unwrap_or_default();
     assert!(dead.is_empty(), "dead-lettered: {dead:?}");
@@ -301,4 +314,5 @@ fn a_full_disk_with_on_failure_halt_exits_74_naming_the_sink() {
         "{}",
         log.stderr
     );
+    expect_no_replay_announced(&log);
 }

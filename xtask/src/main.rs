@@ -219,8 +219,11 @@ fn prop(cases: u32) -> Result {
     // language: the fast path's differential properties hold it to VRL's
     // runtime. This also builds `etl` without its connectors.
     let mut args = vec!["test", "--release", "--no-default-features", "--locked"];
-    if found.packages.iter().any(|p| p == "etl") {
-        args.extend(["--features", "etl/remap"]);
+    // The crates whose property tests need the remap language.
+    for (package, feature) in [("etl", "etl/remap"), ("etl-json", "etl-json/remap")] {
+        if found.packages.iter().any(|p| p == package) {
+            args.extend(["--features", feature]);
+        }
     }
     for p in &found.packages {
         args.extend(["-p", p.as_str()]);

@@ -6,6 +6,9 @@
 //!   etl-source`; `etl-sink` sees only `etl-record` and `etl-ack`;
 //!   connectors and the runtime sit on top, and the command line
 //!   (`etl-cli`) above the runtime.
+//! * The transform interface (`etl-transform`) depends on `etl-record`
+//!   and on no third-party crate ([`THIRD_PARTY_ALLOWED`]): whoever writes
+//!   a transform builds nothing else.
 //! * Heavy third-party crates stay where they belong: the VRL interpreter
 //!   in the crate of the remap language, the command line's own crates
 //!   (argument parsing, HTTP server, status line, log formatter) in
@@ -35,6 +38,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["etl-fs", "etl-record", "etl-ack", "etl-checkpoint"],
     ),
     ("etl-sink", &["etl-fs", "etl-record", "etl-ack"]),
+    // The transform interface and chain: records in, outcomes out.
+    ("etl-transform", &["etl-record"]),
+    // The engine: JSON steps, the faithful writer, VRL.
+    ("etl-json", &["etl-record", "etl-transform"]),
     (
         "etl-kafka",
         &[
@@ -66,6 +73,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-checkpoint",
             "etl-source",
             "etl-sink",
+            "etl-transform",
+            "etl-json",
             "etl-kafka",
             "etl-postgres",
         ],
@@ -79,6 +88,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-checkpoint",
             "etl-source",
             "etl-sink",
+            "etl-transform",
+            "etl-json",
             "etl-kafka",
             "etl-postgres",
             "etl",
@@ -92,6 +103,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-checkpoint",
             "etl-source",
             "etl-sink",
+            "etl-transform",
+            "etl-json",
             "etl-kafka",
             "etl-postgres",
             "etl",
@@ -107,6 +120,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-checkpoint",
             "etl-source",
             "etl-sink",
+            "etl-transform",
+            "etl-json",
             "etl",
             "etl-cli",
         ],
@@ -137,9 +152,15 @@ const TEST_SUPPORT_IN_TESTS: &[&str] = &[
 const TEST_SUPPORT_FOR_REAL: &[&str] = &["xtask", "etl-tests"];
 
 /// Third-party crates that only these workspace crates may depend on: the
-/// VRL interpreter (and its ~200 crates) belongs to the `etl` crate's
-/// `remap` feature, never to the lower layers.
-const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl"])];
+/// VRL interpreter (and its ~200 crates) belongs to the engine's `remap`
+/// feature (`etl-json`), never to the interface, the runtime or the
+/// configuration.
+const ONLY_IN: &[(&str, &[&str])] = &[("vrl", &["etl-json"])];
+
+/// Crates whose normal dependencies outside the workspace are limited to
+/// a list: the transform interface is what every engine and every user's
+/// transform builds on, so it stays as light as the record itself.
+const THIRD_PARTY_ALLOWED: &[(&str, &[&str])] = &[("etl-transform", &[])];
 
 /// Dependencies declared for their features alone, never named in code:
 /// (crate, dependency, why). Everything else a crate declares must be
@@ -235,6 +256,16 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}`, which only {owners:?} may use"
+                ));
+            }
+            if let Some((_, allowed)) = THIRD_PARTY_ALLOWED.iter().find(|(c, _)| *c == name)
+                && kind != "dev"
+                && !members.contains(&dep_name)
+                && !allowed.contains(&dep_name)
+            {
+                problems.push(format!(
+                    "`{name}` depends on `{dep_name}` ({kind}); its only third-party \
+                     dependencies may be {allowed:?}"
                 ));
             }
             if CLI_ONLY.contains(&dep_name) && kind != "dev" && !CLI_CRATES.contains(&name) {
@@ -425,13 +456,28 @@ mod tests {
     }
 
     #[test]
-    fn only_the_etl_crate_may_use_vrl() {
+    fn only_the_engine_may_use_vrl() {
         let metadata = json!({
-            "packages": [package("etl", &["vrl"]), package("etl-source", &["vrl"])]
+            "packages": [package("etl-json", &["vrl"]), package("etl", &["vrl"]), package("etl-source", &["vrl"])]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("`etl` depends on `vrl`"));
+        assert!(problems[1].contains("`etl-source` depends on `vrl`"));
+    }
+
+    #[test]
+    fn the_transform_interface_takes_no_third_party_crate() {
+        let metadata = json!({
+            "packages": [
+                package("etl-transform", &["etl-record", "serde_json"]),
+                package("etl-record", &[]),
+                json!({ "name": "etl-transform", "dependencies": [{ "name": "proptest", "kind": "dev" }] }),
+            ]
         });
         let problems = layer_violations(&metadata);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("`etl-source` depends on `vrl`"));
+        assert!(problems[0].contains("`etl-transform` depends on `serde_json` (normal)"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::CheckpointError;
 use crate::budget::{InFlightBudget, InFlightLimits};
+use crate::halt::Halt;
 use crate::metrics::CheckpointMetrics;
 use crate::store::{OffsetStore, PartitionOffsets};
 use crate::sync::{Arc, Mutex, lock};
@@ -119,6 +120,7 @@ impl Checkpointer {
             metrics.clone(),
         );
         let lost = worker.lost_tx.subscribe();
+        let halt = worker.halting.shared();
         std::thread::Builder::new()
             .name("etl-checkpointer".to_owned())
             .spawn(move || worker.run())
@@ -129,6 +131,7 @@ impl Checkpointer {
                 budget,
                 metrics,
                 lost,
+                halt,
             },
             replay_rx,
         ))
@@ -144,6 +147,8 @@ pub struct CheckpointHandle {
     metrics: Arc<Mutex<CheckpointMetrics>>,
     /// Whether the store is lost.
     lost: watch::Receiver<bool>,
+    /// Whether the run halts.
+    halt: Arc<Halt>,
 }
 
 // Compile-time check: a handle is shared by the source driver, the sink
@@ -270,6 +275,13 @@ impl CheckpointHandle {
         lock(&self.metrics).clone()
     }
 
+    /// Read the metrics snapshot in place: `f` sees it under its lock,
+    /// so a figure summed over many partitions needs no copy of them all.
+    /// Keep `f` short: the checkpointer waits for it to publish.
+    pub fn with_metrics<R>(&self, f: impl FnOnce(&CheckpointMetrics) -> R) -> R {
+        f(&lock(&self.metrics))
+    }
+
     /// Resolves once the store is lost: a commit failed with an I/O error
     /// ([`CheckpointError::Io`]: a failed write or fsync of a local
     /// store), after which every commit fails too, so the run should stop
@@ -279,6 +291,39 @@ impl CheckpointHandle {
         let mut lost = self.lost.clone();
         if lost.wait_for(|lost| *lost).await.is_err() {
             // The checkpointer ended with its store intact.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Record that the run halts: a part stopped with an error the run
+    /// ends on (a sink that cannot write, a source that failed), so
+    /// nothing will serve a replay. From now on a failed batch still pins
+    /// its partition's watermark, so nothing past it is committed, but
+    /// asks for no replay; the checkpointer logs once per partition that
+    /// it is not replayed (the next run reads it again from its last
+    /// commit). Failures it took before the call replay as usual.
+    ///
+    /// The halting part MUST call it before anything it holds fails: the
+    /// checkpointer sees a failure only after its handle failed, so every
+    /// failure the halt causes then finds the halt recorded. Calling it
+    /// again changes nothing; there is no way back.
+    pub fn halt(&self) {
+        self.halt.record();
+    }
+
+    /// Whether [`halt`](Self::halt) was called (by any clone).
+    #[must_use]
+    pub fn is_halting(&self) -> bool {
+        self.halt.is_recorded()
+    }
+
+    /// Resolves once [`halt`](Self::halt) is called (by any clone); never
+    /// otherwise.
+    pub async fn halting(&self) {
+        let mut halting = self.halt.subscribe();
+        if halting.wait_for(|halting| *halting).await.is_err() {
+            // Unreachable while this handle holds the sender; wait for
+            // ever rather than report a halt that never came.
             std::future::pending::<()>().await;
         }
     }

@@ -8,6 +8,8 @@
 //! * [`Checkpointer`] runs the trackers on its own thread, the single owner
 //!   of partition state. It drains acknowledgements first, commits on an
 //!   interval, on revoke (only the revoked partitions) and on shutdown.
+//!   Once the run halts ([`CheckpointHandle::halt`]), a failed batch still
+//!   pins its partition but asks for no replay.
 //! * [`InFlightBudget`] bounds in-flight batches and bytes per partition
 //!   and in total; the checkpointer returns credit as batches resolve.
 //! * [`OffsetStore`] keeps commits: [`MemoryStore`], and [`FileStore`],
@@ -49,10 +51,12 @@ mod budget;
 mod commits;
 mod error;
 mod file_store;
+mod halt;
 mod handle;
 #[cfg(all(test, etl_loom))]
 mod loom_tests;
 mod metrics;
+mod partition_map;
 mod sealed;
 mod store;
 mod sync;

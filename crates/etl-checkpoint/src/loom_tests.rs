@@ -1,7 +1,8 @@
 //! Loom models of the checkpointer core: batches resolving concurrently
 //! from several threads, a revoke racing an in-flight acknowledgement of
 //! the revoked epoch, and credits reserved and released concurrently
-//! (never past the limits, balanced at the end).
+//! (never past the limits, balanced at the end), and a halt racing the
+//! failures it causes.
 //!
 //! The checkpointer serialises every event on its thread; what races is
 //! *when* a resolution is produced relative to what the checkpointer has
@@ -18,6 +19,7 @@ use loom::sync::Mutex;
 use loom::thread;
 
 use crate::budget::{InFlightBudget, InFlightLimits};
+use crate::halt::{Halt, Halting};
 use crate::sync::Arc;
 use crate::tracker::PartitionTracker;
 
@@ -254,5 +256,36 @@ fn try_acquire_and_release_many_racing_stay_within_limits_and_balance() {
             "balanced"
         );
         assert_eq!(b.in_flight_of(P), crate::budget::InFlight::default());
+    });
+}
+
+#[test]
+fn a_failure_caused_by_a_halt_always_finds_the_halt_recorded() {
+    loom::model(|| {
+        let rec = recorder();
+        let mut t = PartitionTracker::new(P, 1, Offset(0));
+        let m0 = meta(1, 0);
+        t.opened(&m0, Instant::now());
+        let a0 = recorded(m0.id, m0.last_offset, &rec);
+        let halt = Arc::new(Halt::new());
+        let mut halting = Halting::new(halt.clone());
+        // The halting part: records the halt, then what it held fails.
+        let part = thread::spawn(move || {
+            halt.record();
+            a0.fail();
+            drop(a0);
+        });
+        // The checkpointer, at any point of the race: whenever it sees
+        // the failure, the replay is withheld.
+        let mut step = |t: &mut PartitionTracker| {
+            for m in take(&rec) {
+                let replay = t.resolved(&m).replay.expect("the failure");
+                assert!(halting.withholds(&replay), "no replay of a halt");
+            }
+        };
+        step(&mut t);
+        part.join().expect("no panic");
+        step(&mut t);
+        assert_eq!(t.watermark(), Offset(0), "pinned");
     });
 }

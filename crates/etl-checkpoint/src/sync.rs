@@ -3,7 +3,11 @@
 //! directly.
 
 #[cfg(etl_loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+#[cfg(etl_loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(etl_loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(not(etl_loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -76,17 +76,40 @@ pub struct Effect {
 }
 
 /// Watermark tracking of one partition.
+///
+/// An idle partition (nothing of its current epoch past the watermark)
+/// holds no heap memory, so a checkpointer can track a great many of them
+/// (a file source has a partition per input file): the batches past the
+/// watermark live in a window allocated when the first one opens and
+/// dropped when the last one folds in, and the failure and stale counts
+/// are allocated at their first event.
 #[derive(Debug)]
 pub struct PartitionTracker {
     partition: PartitionId,
     epoch: u32,
     watermark: Offset,
     base_seq: u64,
+    /// The batches of the current epoch past the watermark; `None` when
+    /// there are none.
+    window: Option<Box<Window>>,
+    /// Failures, replays and stale events; `None` while all are zero.
+    counts: Option<Box<Counts>>,
+}
+
+/// The batches of a partition's current epoch past its watermark.
+#[derive(Debug, Default)]
+struct Window {
+    /// Indexed by `seq - base_seq`; never empty while the window exists.
     slots: VecDeque<Slot>,
     in_flight_bytes: u64,
     /// Pending slots, kept as a count so revoke and shutdown checks are
     /// O(1).
     pending: usize,
+}
+
+/// Counts that stay zero on a healthy partition.
+#[derive(Debug, Default)]
+struct Counts {
     failed_batches: u64,
     replays: u64,
     stale: u64,
@@ -102,12 +125,8 @@ impl PartitionTracker {
             epoch,
             watermark: start,
             base_seq: 0,
-            slots: VecDeque::new(),
-            in_flight_bytes: 0,
-            pending: 0,
-            failed_batches: 0,
-            replays: 0,
-            stale: 0,
+            window: None,
+            counts: None,
         }
     }
 
@@ -134,19 +153,19 @@ impl PartitionTracker {
     /// out-of-order announcement).
     #[must_use]
     pub fn tracked_batches(&self) -> usize {
-        self.slots.len()
+        self.window.as_ref().map_or(0, |w| w.slots.len())
     }
 
     /// Unresolved batches of the current epoch: the ones holding credit.
     #[must_use]
     pub fn unresolved(&self) -> usize {
-        self.pending
+        self.window.as_ref().map_or(0, |w| w.pending)
     }
 
     /// Payload bytes of unresolved batches.
     #[must_use]
     pub fn in_flight_bytes(&self) -> u64 {
-        self.in_flight_bytes
+        self.window.as_ref().map_or(0, |w| w.in_flight_bytes)
     }
 
     /// When the oldest unresolved batch was opened.
@@ -154,31 +173,32 @@ impl PartitionTracker {
     pub fn oldest_unresolved(&self) -> Option<Instant> {
         // The delivered prefix is always folded away, so the front slot,
         // if any, is the lowest unresolved seq, opened first.
-        self.slots.front().map(|s| s.opened_at)
+        let window = self.window.as_ref()?;
+        window.slots.front().map(|s| s.opened_at)
     }
 
     /// Failed batches seen (current and earlier epochs of this tracker).
     #[must_use]
     pub fn failed_batches(&self) -> u64 {
-        self.failed_batches
+        self.counts.as_ref().map_or(0, |c| c.failed_batches)
     }
 
     /// Replays requested.
     #[must_use]
     pub fn replays(&self) -> u64 {
-        self.replays
+        self.counts.as_ref().map_or(0, |c| c.replays)
     }
 
     /// Stale or duplicate events discarded.
     #[must_use]
     pub fn stale(&self) -> u64 {
-        self.stale
+        self.counts.as_ref().map_or(0, |c| c.stale)
     }
 
     /// An announcement that changes nothing (stale epoch, duplicate): count
     /// it and give back the credit reserved for it.
     fn ignore_open(&mut self, meta: &BatchMeta) -> Effect {
-        self.stale += 1;
+        self.counts().stale += 1;
         let mut release = Release::default();
         release.add(meta.bytes);
         Effect {
@@ -194,52 +214,50 @@ impl PartitionTracker {
         if meta.id.epoch != self.epoch || meta.id.partition != self.partition {
             return self.ignore_open(meta);
         }
-        let expected = self.base_seq + self.slots.len() as u64;
+        let expected = self.base_seq + self.tracked_batches() as u64;
         let gap = meta
             .id
             .seq
             .checked_sub(self.base_seq)
             .and_then(|i| usize::try_from(i).ok())
             .filter(|i| {
-                self.slots
-                    .get(*i)
+                self.window
+                    .as_ref()
+                    .and_then(|w| w.slots.get(*i))
                     .is_some_and(|s| s.state == SlotState::Unopened)
             });
-        if let Some(index) = gap {
-            // The announcement of a seq skipped earlier: it holds credit
-            // from now on, like any batch.
-            self.slots[index] = Slot {
-                bytes: meta.bytes,
-                opened_at: now,
-                state: SlotState::Pending,
-            };
-            self.in_flight_bytes += meta.bytes;
-            self.pending += 1;
-            return Effect::default();
-        }
-        if meta.id.seq < expected {
+        if gap.is_none() && meta.id.seq < expected {
             // A duplicate announcement: the batch is already known. Every
             // announcement follows its own reservation, so give it back.
             return self.ignore_open(meta);
         }
-        // A gap (announcements out of order; never produced by the driver)
-        // leaves unopened seqs: they pin the watermark, the safe side, but
-        // hold no credit until their own announcement comes.
-        while self.base_seq + (self.slots.len() as u64) < meta.id.seq {
-            tracing::warn!(partition = %self.partition, seq = meta.id.seq, "batch sequence gap");
-            self.slots.push_back(Slot {
-                bytes: 0,
-                opened_at: now,
-                state: SlotState::Unopened,
-            });
-        }
-        self.slots.push_back(Slot {
+        let window = self.window.get_or_insert_with(Box::default);
+        let slot = Slot {
             bytes: meta.bytes,
             opened_at: now,
             state: SlotState::Pending,
-        });
-        self.in_flight_bytes += meta.bytes;
-        self.pending += 1;
+        };
+        if let Some(index) = gap {
+            // The announcement of a seq skipped earlier: it holds credit
+            // from now on, like any batch.
+            window.slots[index] = slot;
+        } else {
+            // A gap (announcements out of order; never produced by the
+            // driver) leaves unopened seqs: they pin the watermark, the
+            // safe side, but hold no credit until their own announcement
+            // comes.
+            while self.base_seq + (window.slots.len() as u64) < meta.id.seq {
+                tracing::warn!(partition = %self.partition, seq = meta.id.seq, "batch sequence gap");
+                window.slots.push_back(Slot {
+                    bytes: 0,
+                    opened_at: now,
+                    state: SlotState::Unopened,
+                });
+            }
+            window.slots.push_back(slot);
+        }
+        window.in_flight_bytes += meta.bytes;
+        window.pending += 1;
         Effect::default()
     }
 
@@ -250,28 +268,31 @@ impl PartitionTracker {
             ..Effect::default()
         };
         if msg.id.epoch != self.epoch || msg.id.partition != self.partition {
-            self.stale += 1;
+            self.counts().stale += 1;
             return ignored;
         }
-        let Some(index) = msg
-            .id
-            .seq
-            .checked_sub(self.base_seq)
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|i| *i < self.slots.len())
-        else {
+        let Some((window, index)) = self.window.as_mut().and_then(|w| {
+            let index = msg
+                .id
+                .seq
+                .checked_sub(self.base_seq)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|i| *i < w.slots.len())?;
+            Some((w, index))
+        }) else {
             // Already folded into the watermark, or never opened.
-            self.stale += 1;
+            self.counts().stale += 1;
             return ignored;
         };
-        if self.slots[index].state != SlotState::Pending {
-            self.stale += 1;
+        if window.slots[index].state != SlotState::Pending {
+            self.counts().stale += 1;
             return ignored;
         }
         match msg.status {
             AckStatus::Failed => {
-                self.failed_batches += 1;
-                self.replays += 1;
+                let counts = self.counts();
+                counts.failed_batches += 1;
+                counts.replays += 1;
                 let from = self.watermark;
                 let release = self.end_epoch();
                 Effect {
@@ -286,24 +307,28 @@ impl PartitionTracker {
                 }
             }
             AckStatus::Delivered => {
-                self.slots[index].state = SlotState::Delivered {
+                window.slots[index].state = SlotState::Delivered {
                     last_offset: msg.last_offset,
                 };
                 let mut release = Release::default();
-                release.add(self.slots[index].bytes);
-                self.in_flight_bytes -= self.slots[index].bytes;
-                self.pending -= 1;
+                release.add(window.slots[index].bytes);
+                window.in_flight_bytes -= window.slots[index].bytes;
+                window.pending -= 1;
                 while let Some(Slot {
                     state: SlotState::Delivered { last_offset },
                     ..
-                }) = self.slots.front().copied()
+                }) = window.slots.front().copied()
                 {
                     let next = last_offset.next();
                     if next > self.watermark {
                         self.watermark = next;
                     }
-                    self.slots.pop_front();
+                    window.slots.pop_front();
                     self.base_seq += 1;
+                }
+                if window.slots.is_empty() {
+                    // Everything folded in: the partition is idle again.
+                    self.window = None;
                 }
                 Effect {
                     release,
@@ -318,16 +343,21 @@ impl PartitionTracker {
     /// watermark stays. Returns the credit still held.
     pub fn end_epoch(&mut self) -> Release {
         let mut release = Release::default();
-        for slot in self.slots.drain(..) {
-            if slot.state == SlotState::Pending {
-                release.add(slot.bytes);
+        if let Some(window) = self.window.take() {
+            for slot in window.slots {
+                if slot.state == SlotState::Pending {
+                    release.add(slot.bytes);
+                }
             }
         }
         self.epoch = self.epoch.wrapping_add(1);
         self.base_seq = 0;
-        self.in_flight_bytes = 0;
-        self.pending = 0;
         release
+    }
+
+    /// The counts, allocated at their first event.
+    fn counts(&mut self) -> &mut Counts {
+        self.counts.get_or_insert_with(Box::default)
     }
 }
 
@@ -387,6 +417,36 @@ mod tests {
             t.resolved(&ack(&b[1], AckStatus::Delivered)).ignored,
             "duplicate"
         );
+    }
+
+    #[test]
+    fn an_idle_partition_holds_no_window_and_no_counts() {
+        let now = Instant::now();
+        let mut t = PartitionTracker::new(P, 1, Offset(0));
+        let (b0, b1) = (meta(1, 0, 0, 9), meta(1, 1, 10, 19));
+        t.opened(&b0, now);
+        t.opened(&b1, now);
+        t.resolved(&ack(&b1, AckStatus::Delivered));
+        assert!(t.window.is_some(), "batch 0 still pins");
+        t.resolved(&ack(&b0, AckStatus::Delivered));
+        assert!(t.window.is_none() && t.counts.is_none(), "{t:?}");
+        assert_eq!(
+            (t.watermark(), t.unresolved(), t.in_flight_bytes()),
+            (Offset(20), 0, 0)
+        );
+        // The next batch follows on, as before the window went.
+        let b2 = meta(1, 2, 20, 29);
+        assert_eq!(t.opened(&b2, now), Effect::default());
+        assert!(t.opened(&b1, now).ignored, "an old seq is a duplicate");
+        t.resolved(&ack(&b2, AckStatus::Delivered));
+        assert_eq!(t.watermark(), Offset(30));
+        // A stale event counts, and only then allocates the counts; an
+        // ended epoch leaves no window behind.
+        t.opened(&meta(1, 3, 30, 39), now);
+        assert_eq!(t.end_epoch().batches, 1);
+        assert!(t.window.is_none());
+        assert!(t.resolved(&ack(&b2, AckStatus::Delivered)).ignored);
+        assert_eq!(t.stale(), 2);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! never interleave with the revoke or replay that bumps it. Commits,
 //! revokes and shutdown live in `commits.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
@@ -16,8 +16,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::CheckpointError;
 use crate::budget::InFlightBudget;
+use crate::halt::{Halt, Halting};
 use crate::handle::{Assigned, CheckpointConfig, CheckpointSummary, Control, Reply};
 use crate::metrics::{CheckpointMetrics, PartitionMetrics};
+use crate::partition_map::PartitionMap;
 use crate::store::{OffsetStore, PartitionOffsets};
 use crate::sync::{Arc, Mutex, lock};
 use crate::tracker::{PartitionTracker, ReplayRequest};
@@ -63,8 +65,8 @@ pub(crate) struct Worker {
     replays: mpsc::UnboundedSender<ReplayRequest>,
     pub(crate) budget: InFlightBudget,
     pub(crate) metrics: Arc<Mutex<CheckpointMetrics>>,
-    pub(crate) partitions: HashMap<PartitionId, Partition>,
-    pub(crate) next_epoch: HashMap<PartitionId, u32>,
+    pub(crate) partitions: PartitionMap<Partition>,
+    pub(crate) next_epoch: PartitionMap<u32>,
     assignments: u64,
     pub(crate) revokes: Vec<PendingRevoke>,
     pub(crate) shutdown: Option<(Instant, Reply<CheckpointSummary>)>,
@@ -79,6 +81,8 @@ pub(crate) struct Worker {
     pub(crate) lost: Option<(std::path::PathBuf, &'static str, std::io::ErrorKind, String)>,
     /// Tells the handles the store is lost, so the run stops.
     pub(crate) lost_tx: watch::Sender<bool>,
+    /// Whether the run halts: then a failure asks for no replay.
+    pub(crate) halting: Halting,
 }
 
 impl Worker {
@@ -100,8 +104,8 @@ impl Worker {
             replays,
             budget,
             metrics,
-            partitions: HashMap::new(),
-            next_epoch: HashMap::new(),
+            partitions: PartitionMap::default(),
+            next_epoch: PartitionMap::default(),
             assignments: 0,
             revokes: Vec::new(),
             shutdown: None,
@@ -112,6 +116,7 @@ impl Worker {
             last_commit_error: None,
             lost: None,
             lost_tx: watch::Sender::new(false),
+            halting: Halting::new(Arc::new(Halt::new())),
         }
     }
 
@@ -243,6 +248,11 @@ impl Worker {
             tracing::info!(partition = %partition, failed_seq = replay.failed.seq, "batch failed during revoke; not replaying");
             return;
         }
+        if self.halting.withholds(&replay) {
+            // The run halts: nobody serves a replay, and the next run
+            // starts from the commit, which the failure pinned.
+            return;
+        }
         tracing::warn!(
             partition = %partition, from = %replay.from, epoch = replay.epoch,
             failed_seq = replay.failed.seq, "batch failed; replaying the partition"
@@ -286,6 +296,10 @@ impl Worker {
         // committed since the last load.
         let stored = self.store.load()?;
         let mut assigned = Vec::with_capacity(partitions.len());
+        // Grown once, not step by step (a file source assigns its
+        // partitions, one per input file, at once).
+        self.partitions.reserve(partitions.len());
+        self.next_epoch.reserve(partitions.len());
         for (partition, start) in partitions {
             if let Some(mut old) = self.partitions.remove(&partition) {
                 // Re-assignment: end the old epoch first.
@@ -354,29 +368,46 @@ impl Worker {
         }
     }
 
+    /// Refresh the metrics snapshot in place: each partition's entry is
+    /// overwritten, not the map rebuilt, so publishing never holds two
+    /// copies of every partition's metrics (a file source has a
+    /// partition per input file). New partitions join in sorted runs
+    /// through `append`, which builds packed nodes: inserted one by one
+    /// in order, a B-tree's nodes stay about half full.
     pub(crate) fn publish_metrics(&self) {
+        /// New partitions merged at a time: the run is the only copy.
+        const RUN: usize = 4096;
         let now = Instant::now();
-        let partitions: BTreeMap<PartitionId, PartitionMetrics> = self
-            .partitions
-            .iter()
-            .map(|(p, s)| {
-                let t = &s.tracker;
-                let metrics = PartitionMetrics {
-                    epoch: t.epoch(),
-                    watermark: t.watermark(),
-                    committed: s.committed,
-                    in_flight_batches: t.unresolved() as u64,
-                    in_flight_bytes: t.in_flight_bytes(),
-                    oldest_unresolved_age: t.oldest_unresolved().map(|at| now - at),
-                    failed_batches: t.failed_batches(),
-                    replays: t.replays(),
-                    stale_acks: t.stale(),
-                };
-                (*p, metrics)
-            })
-            .collect();
         let mut m = lock(&self.metrics);
-        m.partitions = partitions;
+        m.partitions.retain(|p, _| self.partitions.contains_key(p));
+        let mut run = Vec::new();
+        for (p, s) in self.partitions.iter() {
+            let t = &s.tracker;
+            let metrics = PartitionMetrics {
+                epoch: t.epoch(),
+                watermark: t.watermark(),
+                committed: s.committed,
+                in_flight_batches: t.unresolved() as u64,
+                in_flight_bytes: t.in_flight_bytes(),
+                oldest_unresolved_age: t.oldest_unresolved().map(|at| now - at),
+                failed_batches: t.failed_batches(),
+                replays: t.replays(),
+                stale_acks: t.stale(),
+            };
+            if let Some(entry) = m.partitions.get_mut(p) {
+                *entry = metrics;
+                continue;
+            }
+            run.push((*p, metrics));
+            if run.len() == RUN {
+                m.partitions
+                    .append(&mut run.drain(..).collect::<BTreeMap<_, _>>());
+            }
+        }
+        if !run.is_empty() {
+            m.partitions
+                .append(&mut run.into_iter().collect::<BTreeMap<_, _>>());
+        }
         m.commits = self.commits;
         m.commit_errors = self.commit_errors;
         m.last_commit_error.clone_from(&self.last_commit_error);

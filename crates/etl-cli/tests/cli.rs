@@ -758,6 +758,13 @@ store = { type = "file", path = "state" }
     assert!(stderr.contains("console"), "{stderr}");
     assert!(stderr.to_lowercase().contains("broken pipe"), "{stderr}");
     assert!(!stderr.contains("poison"), "{stderr}");
+    // A halting run replays nothing, so its log announces no replay
+    // ("not replaying" lines, of a revocation, announce none).
+    let replaying: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("replaying") && !l.contains("not replaying"))
+        .collect();
+    assert!(replaying.is_empty(), "{replaying:#?}\nin:\n{stderr}");
     let dead = std::fs::read_to_string(dir.path().join("dead.ndjson")).unwrap_or_default();
     assert!(dead.is_empty(), "nothing dead-lettered: {dead}");
 }

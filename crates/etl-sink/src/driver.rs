@@ -37,6 +37,16 @@ pub struct SinkDriver {
     /// covers are skipped. Read for every input, so progress the sink
     /// reloaded (a partition another process advanced) counts at once.
     progress: Option<Arc<dyn ProgressSink>>,
+    on_halt: Option<OnHalt>,
+}
+
+/// What a driver calls when it halts, before anything it holds fails.
+struct OnHalt(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for OnHalt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnHalt")
+    }
 }
 
 // Compile-time check: a driver moves into the task `spawn` starts.
@@ -56,6 +66,7 @@ impl SinkDriver {
             config: SinkDriverConfig::default(),
             resume: None,
             progress: None,
+            on_halt: None,
         }
     }
 
@@ -85,6 +96,7 @@ impl SinkDriver {
             config: SinkDriverConfig::default(),
             resume: None,
             progress: None,
+            on_halt: None,
         }
     }
 
@@ -123,6 +135,20 @@ impl SinkDriver {
         self
     }
 
+    /// Call `on_halt` once if the driver halts (its sink cannot write,
+    /// whatever the records; an exactly-once driver after a failed
+    /// batch), before anything the driver still holds fails: the
+    /// batches of the halting write, the writes in flight, the batch
+    /// being built and the queued input. A pipeline records there that
+    /// the run halts, so that the failures that follow are not taken for
+    /// ones to replay. Not called when the driver closes, is aborted or
+    /// panics.
+    #[must_use]
+    pub fn on_halt(mut self, on_halt: impl FnOnce() + Send + 'static) -> Self {
+        self.on_halt = Some(OnHalt(Box::new(on_halt)));
+        self
+    }
+
     /// Start the driver on the current tokio runtime.
     ///
     /// # Panics
@@ -154,6 +180,7 @@ impl SinkDriver {
             input_ended: ended_rx,
             resume: self.resume,
             progress: self.progress,
+            on_halt: self.on_halt,
             halt_on_failure: exactly_once,
             builder: BatchBuilder::default(),
             acks: AckSet::new(),
@@ -189,6 +216,7 @@ struct Driver {
     input_ended: watch::Receiver<bool>,
     resume: Option<Progress>,
     progress: Option<Arc<dyn ProgressSink>>,
+    on_halt: Option<OnHalt>,
     halt_on_failure: bool,
     builder: BatchBuilder,
     /// Handles of the batch being built: failed if the driver stops.
@@ -203,6 +231,14 @@ struct Driver {
 impl Driver {
     fn has_pending(&self) -> bool {
         !self.acks.is_empty()
+    }
+
+    /// The driver halts: tell whoever asked, before anything it holds
+    /// fails (they fail as it returns).
+    fn halting(&mut self) {
+        if let Some(OnHalt(on_halt)) = self.on_halt.take() {
+            on_halt();
+        }
     }
 
     /// Whether the batch being built is due for writing. An empty batch
@@ -288,17 +324,21 @@ impl Driver {
                     Outcome::Delivered => {}
                     Outcome::Failed(reason) => {
                         if self.halt_on_failure {
+                            self.halting();
                             self.input.0.close();
                             return Err(SinkDriverError::Halted(reason));
                         }
                     }
-                    // The input closes first, then what this driver holds
-                    // fails (the job's handles, the writes in flight, the
-                    // batch being built, the queued input): upstream, a
-                    // failure always finds this sink gone, so it is never
-                    // taken for a record's fault and dead-lettered.
+                    // Whoever asked hears of the halt first, then the
+                    // input closes, then what this driver holds fails
+                    // (the job's handles, the writes in flight, the batch
+                    // being built, the queued input): upstream, a failure
+                    // always finds this sink gone, so it is never taken
+                    // for a record's fault and dead-lettered, nor for one
+                    // to replay.
                     Outcome::Halt(err, held) => {
                         tracing::error!(error = %err, "the sink fails whatever the records; stopping");
+                        self.halting();
                         self.input.0.close();
                         drop(held);
                         return Err(err);

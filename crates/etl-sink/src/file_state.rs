@@ -430,6 +430,11 @@ impl FileState {
         if self.point.is_some() && memchr::memchr(0, bytes).is_some() {
             self.nul_past_point = true;
         }
+        // The file is opened to append: a truncation since the last write
+        // would put this batch where committed bytes were, and a failed
+        // write landing a prefix as long as the bytes cut would leave the
+        // length the sink expects. One `fstat` a batch tells it first.
+        self.check_len()?;
         let before = self.len;
         let result = match placed {
             None => self.write_file(bytes).map(|()| bytes.len() as u64),

@@ -6,11 +6,11 @@
 
 mod support;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etl_ack::AckStatus;
-use etl_record::{Offset, Record};
+use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
+use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{Broken, FailEveryNth, FailWhere, MemorySink};
 use etl_sink::{
     FailureKind, NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SinkDriver, SinkDriverConfig,
@@ -69,6 +69,102 @@ async fn a_broken_pipe_halts_the_driver_and_dead_letters_nothing() {
     assert_eq!(tally(&source.resolutions()), (0, 20), "nothing delivered");
     assert!(dead.positions().is_empty(), "no good record dead-lettered");
     assert!(broken.calls() <= 2, "no write after the failure was seen");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_halting_driver_calls_on_halt_before_anything_it_holds_fails() {
+    let (acker, receiver) = etl_ack::channel();
+    let receiver = Arc::new(Mutex::new(receiver));
+    // Resolutions in the order they reached the receiver, `None` where
+    // the driver said it halts.
+    let seen: Arc<Mutex<Vec<Option<AckStatus>>>> = Arc::default();
+    let drain = {
+        let (receiver, seen) = (receiver.clone(), seen.clone());
+        move || {
+            let mut receiver = receiver.lock().unwrap();
+            let mut seen = seen.lock().unwrap();
+            while let Ok(event) = receiver.try_next() {
+                if let AckEvent::Resolved(msg) = event {
+                    seen.push(Some(msg.status));
+                }
+            }
+        }
+    };
+    let on_halt = {
+        let (drain, seen) = (drain.clone(), seen.clone());
+        move || {
+            drain();
+            seen.lock().unwrap().push(None);
+        }
+    };
+    // Two writes in flight, one being built, more queued: all held when
+    // the first write finds the pipe broken.
+    let sink = SinkDriver::new(Arc::new(Broken::broken_pipe()), NdjsonEncoder::new())
+        .config(SinkDriverConfig {
+            channel_capacity: 8,
+            ..dead_lettering(10)
+        })
+        .on_halt(on_halt)
+        .spawn();
+    let batches = 20;
+    for seq in 0..batches {
+        let first = i64::try_from(seq).unwrap() * 10;
+        let ack = acker
+            .open(BatchMeta {
+                id: BatchId {
+                    partition: PartitionId(0),
+                    epoch: 1,
+                    seq,
+                },
+                first_offset: Offset(first),
+                last_offset: Offset(first + 9),
+                records: 10,
+                bytes: 100,
+            })
+            .unwrap();
+        let records = (first..first + 10).map(|o| record(0, o)).collect();
+        let _ = sink.send(Acked::new(records, ack)).await;
+    }
+    assert!(sink.close().await.unwrap_err().is_io());
+    drain();
+    let seen = seen.lock().unwrap();
+    let halt = seen.iter().position(Option::is_none).expect("on_halt ran");
+    assert_eq!(halt, 0, "nothing failed before the driver said it halts");
+    assert_eq!(seen.iter().filter(|s| s.is_none()).count(), 1, "once");
+    assert_eq!(
+        seen[1..].to_vec(),
+        vec![Some(AckStatus::Failed); 20],
+        "every batch failed after it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_driver_that_closes_or_fails_a_batch_on_its_data_never_calls_on_halt() {
+    let mut source = TestSource::new();
+    let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = called.clone();
+    let sink = SinkDriver::new(
+        FailEveryNth::data(MemorySink::new(), 2),
+        NdjsonEncoder::new(),
+    )
+    .config(SinkDriverConfig {
+        batch_max_records: 10,
+        ..SinkDriverConfig::default()
+    })
+    .on_halt(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+    .spawn();
+    for i in 0..4 {
+        sink.send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+    }
+    sink.close().await.unwrap();
+    assert_eq!(
+        tally(&source.resolutions()),
+        (2, 2),
+        "two failed on their data"
+    );
+    assert!(!called.load(std::sync::atomic::Ordering::SeqCst));
 }
 
 #[tokio::test(start_paused = true)]

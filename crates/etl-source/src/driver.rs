@@ -211,8 +211,20 @@ impl SourceDriver {
     ///
     /// Errors of the source, of the checkpointer, a closed downstream
     /// channel, a contract violation of the source, or a poison record
-    /// under [`PoisonPolicy::Halt`].
+    /// under [`PoisonPolicy::Halt`]. On an error the driver first tells
+    /// the checkpointer that the run halts
+    /// ([`CheckpointHandle::halt`]): nothing serves a replay any more.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<DriverExit, SourceError> {
+        let result = self.serve(shutdown).await;
+        if result.is_err() {
+            // The run ends on this error; what fails from now on (the
+            // teardown, a batch still being written) asks for no replay.
+            self.checkpoint.halt();
+        }
+        result
+    }
+
+    async fn serve(&mut self, shutdown: CancellationToken) -> Result<DriverExit, SourceError> {
         let mut ended = false;
         // Whether the watermarks were refreshed since the source ended.
         let mut refreshed = false;
@@ -326,7 +338,10 @@ impl SourceDriver {
             .iter()
             .map(|p| (*p, self.config.start_offsets.get(p).copied()))
             .collect();
-        for a in self.checkpoint.assign(request).await? {
+        let assigned = self.checkpoint.assign(request).await?;
+        self.metrics
+            .assigned(assigned.iter().map(|a| (a.partition, a.epoch)));
+        for a in assigned {
             tracing::debug!(partition = %a.partition, epoch = a.epoch, start = %a.start, "assigned");
             self.poison.reset(a.partition);
             self.partitions.insert(
@@ -337,11 +352,6 @@ impl SourceDriver {
                     last_emitted: None,
                 },
             );
-            self.metrics.update(a.partition, |m| {
-                m.assigned = true;
-                m.epoch = a.epoch;
-                m.position = None;
-            });
             self.source.seek(a.partition, a.start).await?;
         }
         Ok(())

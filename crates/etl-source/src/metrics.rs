@@ -58,6 +58,38 @@ impl SourceMetricsHandle {
             .clone()
     }
 
+    /// Read the counters in place: `f` sees them under their lock, so a
+    /// figure summed over many partitions needs no copy of them all.
+    /// Keep `f` short: the driver waits for it to count.
+    pub fn with_metrics<R>(&self, f: impl FnOnce(&SourceMetrics) -> R) -> R {
+        f(&self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Mark partitions assigned under their epochs, with no position
+    /// yet. Partitions new to the counters join in sorted runs through
+    /// `append`, which builds packed nodes: inserted one by one in order
+    /// (a file source assigns a partition per input file, in order), a
+    /// B-tree's nodes stay about half full.
+    pub(crate) fn assigned(&self, partitions: impl IntoIterator<Item = (PartitionId, u32)>) {
+        /// New partitions merged at a time: the run is the only copy.
+        const RUN: usize = 4096;
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut run = BTreeMap::new();
+        for (partition, epoch) in partitions {
+            let m = match guard.partitions.get_mut(&partition) {
+                Some(m) => m,
+                None => run.entry(partition).or_default(),
+            };
+            m.assigned = true;
+            m.epoch = epoch;
+            m.position = None;
+            if run.len() == RUN {
+                guard.partitions.append(&mut run);
+            }
+        }
+        guard.partitions.append(&mut run);
+    }
+
     pub(crate) fn update(
         &self,
         partition: PartitionId,
@@ -65,5 +97,31 @@ impl SourceMetricsHandle {
     ) {
         let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         f(guard.partitions.entry(partition).or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assigning_marks_every_partition_and_keeps_earlier_counters() {
+        let handle = SourceMetricsHandle::default();
+        handle.update(PartitionId(3), |m| {
+            m.records = 7;
+            m.position = Some(Offset(70));
+        });
+        // More partitions than one merged run, not in order.
+        let ids = (0..10_000u32).rev().map(|p| (PartitionId(p), p % 5));
+        handle.assigned(ids);
+        handle.with_metrics(|s| {
+            assert_eq!(s.partitions.len(), 10_000);
+            assert!(
+                s.partitions
+                    .iter()
+                    .all(|(p, m)| m.assigned && m.epoch == p.0 % 5 && m.position.is_none())
+            );
+            assert_eq!(s.partitions[&PartitionId(3)].records, 7, "kept");
+        });
     }
 }

@@ -102,7 +102,7 @@ fn transforms(c: &mut Criterion) {
          [[sinks]]\ntype = \"blackhole\"\n"
     );
     let config = etl::parse_config(&config, std::path::Path::new(".")).unwrap();
-    let chain = TransformChain::try_from_config(&config.transforms).unwrap();
+    let chain = etl::try_chain_from_config(&config.transforms).unwrap();
     cases.push(("nested_remap_run", &nested, chain));
     let mut chain = TransformChain::new();
     chain.push(Box::new(JsonStage::new(

@@ -119,6 +119,11 @@ pub use config::{
     parse_config_with_env,
 };
 pub use connectors::check_connectors;
+/// The engine's inner readers for the fuzz targets in `fuzz/` (feature
+/// `fuzzing`; not a stable interface).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use etl_json::fuzzing;
 pub use metrics::ProgressTotals;
 pub use registry::{BoxError, ComponentContext, Registry};
 pub use runtime::{
@@ -126,14 +131,10 @@ pub use runtime::{
     pipeline_from_config,
 };
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
-/// The engine's inner readers for the fuzz targets in `fuzz/` (feature
-/// `fuzzing`; not a stable interface).
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub use transform::fuzzing;
 pub use transform::{
     ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Refused, Transform,
-    TransformChain, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
+    TransformChain, chain_from_config, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
+    try_chain_from_config,
 };
 #[cfg(feature = "remap")]
 pub use transform::{Remap, VrlError, VrlFilter, VrlProgram};

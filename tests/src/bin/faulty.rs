@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use etl::config::{SinkKind, SourceConfig, StoreConfig};
-use etl::{Config, Pipeline, TransformChain};
+use etl::{Config, Pipeline};
 use etl_checkpoint::FileStore;
 use etl_record::SourceId;
 use etl_sink::testing::{FailEveryNth, Flaky};
@@ -94,7 +94,7 @@ async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
     });
     let mut builder = Pipeline::builder()
         .source(source)
-        .transforms(TransformChain::from_config(&config.transforms))
+        .transforms(etl::chain_from_config(&config.transforms))
         .sink(sink.name.clone(), driver)
         .checkpoint(config.checkpoint_config())
         // Permanent failures hit different ranges; a range would need to

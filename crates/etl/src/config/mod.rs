@@ -4,8 +4,8 @@
 //! The types here mirror the file's sections; [`pipeline_from_config`]
 //! turns them into the library's own configurations
 //! (`etl_source::FileSourceConfig`, `etl_sink::SinkDriverConfig`, ...),
-//! whose option names and defaults they share. `docs/configuration.md`
-//! is the reference for the file.
+//! whose option names and defaults they share. docs/operations.md
+//! ("Configuration") is the reference for the file.
 //!
 //! [`pipeline_from_config`]: crate::pipeline_from_config
 

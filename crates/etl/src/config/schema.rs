@@ -19,6 +19,8 @@ use secrecy::zeroize::Zeroize;
 use secrecy::{CloneableSecret, ExposeSecret, SecretBox};
 use serde::Deserialize;
 
+// A comparison in a `filter` transform is the engine's own.
+pub use etl_json::ops::CompareOp;
 pub use etl_sink::PermanentErrorPolicy;
 pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
 
@@ -214,32 +216,6 @@ pub struct GeneratorOptions {
     /// Largest poll batch, in records.
     #[serde(default = "defaults::generator_max_batch_records")]
     pub max_batch_records: usize,
-}
-
-/// A comparison in a `filter` transform.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-pub enum CompareOp {
-    /// Equal.
-    #[serde(rename = "==")]
-    Eq,
-    /// Not equal.
-    #[serde(rename = "!=")]
-    Ne,
-    /// Less than.
-    #[serde(rename = "<")]
-    Lt,
-    /// Less than or equal.
-    #[serde(rename = "<=")]
-    Le,
-    /// Greater than.
-    #[serde(rename = ">")]
-    Gt,
-    /// Greater than or equal.
-    #[serde(rename = ">=")]
-    Ge,
-    /// The field is present (any value).
-    #[serde(rename = "exists")]
-    Exists,
 }
 
 /// One `[[transforms]]` entry.

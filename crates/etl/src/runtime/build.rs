@@ -17,7 +17,7 @@ use super::{Pipeline, PipelineBuilder, PipelineError};
 use crate::config::{
     Config, Encoding, FsyncMode, SinkConfig, SinkKind, SourceConfig, StoreConfig, TransformConfig,
 };
-use crate::transform::TransformChain;
+use crate::transform::try_chain_from_config;
 
 /// Build the pipeline a configuration describes: open its source, sinks
 /// and offset store.
@@ -79,9 +79,7 @@ async fn builder_from_config(
     trusted: bool,
 ) -> Result<PipelineBuilder, PipelineError> {
     let mut builder = Pipeline::builder()
-        .transforms(
-            TransformChain::try_from_config(&config.transforms).map_err(PipelineError::Invalid)?,
-        )
+        .transforms(try_chain_from_config(&config.transforms).map_err(PipelineError::Invalid)?)
         .checkpoint(config.checkpoint_config())
         .source_driver(SourceDriverConfig {
             max_replays: config.delivery.max_replays.max(1),

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use etl_checkpoint::{CheckpointHandle, CheckpointMetrics};
+use etl_record::PartitionOffsets;
 use etl_sink::SinkMetrics;
 use etl_source::{SourceMetrics, SourceMetricsHandle};
 
@@ -140,10 +141,39 @@ impl MetricsHub {
         }
     }
 
-    /// The progress line's totals, now.
+    /// The progress line's totals, now: the same as
+    /// `snapshot().totals()`, summed where the metrics live instead of
+    /// from a copy of every partition's figures (a file source has a
+    /// partition per input file, and the report comes every second).
     #[must_use]
     pub fn totals(&self) -> ProgressTotals {
-        self.snapshot().totals()
+        let parts = self.parts();
+        let (in_flight_batches, in_flight_bytes, committed) = parts
+            .checkpoint
+            .as_ref()
+            .map(|c| c.with_metrics(checkpoint_totals))
+            .unwrap_or_default();
+        let lag = parts
+            .source
+            .as_ref()
+            .map_or(0, |s| s.with_metrics(|m| lag(m, &committed)));
+        ProgressTotals {
+            read: self.stage.read.load(Ordering::Relaxed),
+            written: parts
+                .sinks
+                .iter()
+                .map(|(_, s)| s.read().records_written)
+                .sum(),
+            filtered: self.stage.filtered.load(Ordering::Relaxed),
+            dead_lettered: parts
+                .dead_letter
+                .as_ref()
+                .map_or(0, |s| s.read().records_written),
+            in_flight_batches,
+            in_flight_bytes,
+            lag,
+            committed,
+        }
     }
 
     /// Add the pipeline's metrics to `registry` (read from this hub at
@@ -164,33 +194,46 @@ impl MetricsHub {
     }
 }
 
+/// Batches and bytes in flight, summed over partitions, and the
+/// committed offsets.
+fn checkpoint_totals(m: &CheckpointMetrics) -> (u64, u64, PartitionOffsets) {
+    let cp = &m.partitions;
+    (
+        cp.values().map(|p| p.in_flight_batches).sum(),
+        cp.values().map(|p| p.in_flight_bytes).sum(),
+        cp.iter()
+            .filter_map(|(p, m)| m.committed.map(|c| (*p, c)))
+            .collect(),
+    )
+}
+
+/// Offsets read and not committed, summed over partitions.
+fn lag(source: &SourceMetrics, committed: &PartitionOffsets) -> u64 {
+    source
+        .partitions
+        .iter()
+        .filter_map(|(p, s)| {
+            let position = s.position?;
+            let committed = committed.get(p).copied().unwrap_or_default();
+            Some(position.0.saturating_sub(committed.0).max(0) as u64)
+        })
+        .sum()
+}
+
 impl PipelineSnapshot {
     /// The progress line's totals.
     #[must_use]
     pub fn totals(&self) -> ProgressTotals {
-        let cp = &self.checkpoint.partitions;
-        let lag = self
-            .source
-            .partitions
-            .iter()
-            .filter_map(|(p, s)| {
-                let position = s.position?;
-                let committed = cp.get(p).and_then(|c| c.committed).unwrap_or_default();
-                Some(position.0.saturating_sub(committed.0).max(0) as u64)
-            })
-            .sum();
+        let (in_flight_batches, in_flight_bytes, committed) = checkpoint_totals(&self.checkpoint);
         ProgressTotals {
             read: self.read,
             written: self.sinks.iter().map(|(_, m)| m.records_written).sum(),
             filtered: self.filtered,
             dead_lettered: self.dead_letter.as_ref().map_or(0, |m| m.records_written),
-            in_flight_batches: cp.values().map(|p| p.in_flight_batches).sum(),
-            in_flight_bytes: cp.values().map(|p| p.in_flight_bytes).sum(),
-            lag,
-            committed: cp
-                .iter()
-                .filter_map(|(p, m)| m.committed.map(|c| (*p, c)))
-                .collect(),
+            in_flight_batches,
+            in_flight_bytes,
+            lag: lag(&self.source, &committed),
+            committed,
         }
     }
 
@@ -420,6 +463,58 @@ mod tests {
         fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
             self.0.encode(&mut encoder)
         }
+    }
+
+    /// The progress totals summed in place are those of a full snapshot:
+    /// in-flight figures and committed offsets from the checkpointer.
+    #[tokio::test]
+    async fn totals_in_place_are_the_snapshot_totals() {
+        use etl_ack::{BatchId, BatchMeta};
+        use etl_checkpoint::{CheckpointConfig, Checkpointer, MemoryStore};
+
+        let (acker, acks) = etl_ack::channel();
+        let (checkpoint, _replays) = Checkpointer::spawn(
+            CheckpointConfig::default(),
+            Box::new(MemoryStore::new()),
+            acks,
+        )
+        .expect("spawn");
+        let hub = MetricsHub::default();
+        hub.set_checkpoint(checkpoint.clone());
+        hub.set_source(SourceMetricsHandle::default());
+        let assigned = checkpoint
+            .assign(vec![(PartitionId(0), None), (PartitionId(1), None)])
+            .await
+            .expect("assign");
+        let mut acks = Vec::new();
+        for a in &assigned {
+            checkpoint.budget().acquire(a.partition, 64).await;
+            let id = BatchId {
+                partition: a.partition,
+                epoch: a.epoch,
+                seq: 0,
+            };
+            let meta = BatchMeta {
+                id,
+                first_offset: Offset(0),
+                last_offset: Offset(9),
+                records: 10,
+                bytes: 64,
+            };
+            acks.push(acker.open(meta).expect("open"));
+        }
+        // Partition 0 delivers and commits; partition 1 stays in flight.
+        drop(acks.remove(0));
+        checkpoint.commit().await.expect("commit");
+        let totals = hub.totals();
+        assert_eq!(totals, hub.snapshot().totals());
+        assert_eq!((totals.in_flight_batches, totals.in_flight_bytes), (1, 64));
+        assert_eq!(
+            totals.committed.into_iter().collect::<Vec<_>>(),
+            [(PartitionId(0), Offset(10))]
+        );
+        drop(acks);
+        checkpoint.shutdown().await.expect("shutdown");
     }
 
     /// The lag of a partition whose source reports the broker's high

@@ -413,11 +413,20 @@ impl Pipeline {
             slot
         });
         let mut handles = Vec::with_capacity(sinks.len());
+        let sink_halted = CancellationToken::new();
         for SinkSpec { name, mut driver } in sinks {
             if let Some((sink, _)) = &dlq {
                 driver = driver.dead_letters(sink.clone());
             }
             driver = driver.batch_max_bytes_at_most(batch_cap);
+            // A sink that cannot write ends the run: the checkpointer hears
+            // it before any batch the driver holds fails, so those
+            // failures ask for no replay.
+            let (halting, halted) = (checkpointer.clone(), sink_halted.clone());
+            driver = driver.on_halt(move || {
+                halting.halt();
+                halted.cancel();
+            });
             let handle = Arc::new(driver.spawn());
             let weak = Arc::downgrade(&handle);
             let slot = SinkSlot::new(Box::new(move || weak.upgrade().map(|h| h.metrics())));
@@ -490,6 +499,7 @@ impl Pipeline {
             dead_letter_slot: dlq_slot,
             replay_gate,
             halt_rx,
+            sink_halted,
             input_ended,
             cancel,
             driver_task,
@@ -515,6 +525,8 @@ struct Running {
     dead_letter_slot: Option<Arc<SinkSlot>>,
     replay_gate: tokio::task::JoinHandle<()>,
     halt_rx: mpsc::UnboundedReceiver<etl_checkpoint::ReplayRequest>,
+    /// Cancelled when a sink driver halts.
+    sink_halted: CancellationToken,
     input_ended: tokio::sync::watch::Receiver<bool>,
     /// Stops the source driver and the stage (a child of the run's
     /// `shutdown`).
@@ -529,8 +541,8 @@ struct Running {
 
 impl Running {
     /// The run phase: until the driver ends, a replay is refused by
-    /// `on_failure = "halt"` (returned), the offset store is lost, or
-    /// `shutdown` is cancelled. Once
+    /// `on_failure = "halt"` (returned), a sink halts, the offset store
+    /// is lost, or `shutdown` is cancelled. Once
     /// the source has read all its input, the sinks write their last
     /// partial batches at once: a bounded run does not end a linger late.
     async fn until_stop(
@@ -545,14 +557,22 @@ impl Running {
                     return None;
                 }
                 Some(request) = self.halt_rx.recv() => {
+                    self.checkpointer.halt();
                     self.cancel.cancel();
                     return Some(request);
+                }
+                // A sink halted (it cannot write): the run ends, whether
+                // or not a batch fails after it (none replays any more).
+                () = self.sink_halted.cancelled() => {
+                    self.cancel.cancel();
+                    return None;
                 }
                 // A failed write or fsync of the offset store: nothing can
                 // be committed any more, so the run stops, and its final
                 // commit reports the store's error.
                 () = self.checkpointer.store_lost() => {
                     tracing::error!("the offset store is lost; stopping the run");
+                    self.checkpointer.halt();
                     self.cancel.cancel();
                     return None;
                 }
@@ -585,6 +605,7 @@ impl Running {
             dead_letter_slot,
             replay_gate,
             halt_rx: _,
+            sink_halted: _,
             input_ended: _,
             cancel: _,
             mut driver_task,

@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::scan::{self, Entries};
+use crate::scan::{self, Entries};
 
 use scan::MAX_DEPTH;
 
@@ -29,48 +29,48 @@ const LONG_DIGITS: usize = 309;
 
 /// The entries of the object `text` in written order, in `out` (emptied
 /// first), when `text` is a JSON object the fast paths can take.
-pub(super) fn entries_in<'a>(text: &'a str, out: Entries<'a>) -> Option<Entries<'a>> {
+pub(crate) fn entries_in<'a>(text: &'a str, out: Entries<'a>) -> Option<Entries<'a>> {
     read(text, out, &mut NoKeep)
 }
 
 /// Where [`entries_keeping`] keeps the entries of the nested objects it
 /// walks.
-pub(super) struct Nested<'a, 'v> {
+pub(crate) struct Nested<'a, 'v> {
     /// Objects nested deeper are not kept: the top-level object is at
     /// depth 1, an object that is a top-level value at depth 2.
-    pub(super) max_depth: usize,
+    pub(crate) max_depth: usize,
     /// The kept objects.
-    pub(super) objects: &'v mut Vec<Object>,
+    pub(crate) objects: &'v mut Vec<Object>,
     /// The kept objects' entries, a vector per depth (its slot): objects
     /// of one depth never nest, so each object's entries are together in
     /// its depth's vector as they are read, with no moving.
-    pub(super) entries: &'v mut Vec<Entries<'a>>,
+    pub(crate) entries: &'v mut Vec<Entries<'a>>,
 }
 
 /// A nested object whose entries were read.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Object {
+pub(crate) struct Object {
     /// Where it starts in the record's text.
-    pub(super) at: usize,
+    pub(crate) at: usize,
     /// Where it ends (just past its closing brace); 0 when not known.
-    pub(super) end: usize,
+    pub(crate) end: usize,
     /// Which of the entry vectors holds its entries, and where.
-    pub(super) slot: usize,
-    pub(super) entries: Range<usize>,
+    pub(crate) slot: usize,
+    pub(crate) entries: Range<usize>,
 }
 
 /// The nested objects a keeping read kept of `doc`, looked up by the text
 /// of a value of it.
-pub(super) struct Kept<'a, 'v> {
-    pub(super) doc: &'a str,
-    pub(super) objects: &'v [Object],
-    pub(super) entries: &'v [Entries<'a>],
+pub(crate) struct Kept<'a, 'v> {
+    pub(crate) doc: &'a str,
+    pub(crate) objects: &'v [Object],
+    pub(crate) entries: &'v [Entries<'a>],
 }
 
 impl<'a, 'v> Kept<'a, 'v> {
     /// The entries of the object whose text is `text` (a slice of the
     /// document), when it was kept.
-    pub(super) fn get(&self, text: &str) -> Option<&'v [(Cow<'a, str>, &'a str)]> {
+    pub(crate) fn get(&self, text: &str) -> Option<&'v [(Cow<'a, str>, &'a str)]> {
         let start = text.as_ptr().addr().wrapping_sub(self.doc.as_ptr().addr());
         if start.saturating_add(text.len()) > self.doc.len() {
             return None;
@@ -82,7 +82,7 @@ impl<'a, 'v> Kept<'a, 'v> {
     /// Where the object starting at `at` in the document ends (just past
     /// its closing brace), when it was kept.
     #[cfg(feature = "remap")]
-    pub(super) fn end(&self, at: usize) -> Option<usize> {
+    pub(crate) fn end(&self, at: usize) -> Option<usize> {
         let object = self.objects.iter().find(|o| o.at == at)?;
         (object.end > at).then_some(object.end)
     }
@@ -94,7 +94,7 @@ const KEPT_OBJECTS: usize = 32;
 
 /// [`entries_in`], also keeping the entries of the nested objects it
 /// walks in `nested`, so that reading them later needs no second pass.
-pub(super) fn entries_keeping<'a>(
+pub(crate) fn entries_keeping<'a>(
     text: &'a str,
     out: Entries<'a>,
     mut nested: Nested<'a, '_>,

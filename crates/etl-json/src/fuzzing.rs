@@ -2,7 +2,7 @@
 //! `fuzz/` (feature `fuzzing`; not a stable interface): the checking pass,
 //! the scanner it is held to, and the JSON stage without its fast path.
 
-use super::{JsonOp, JsonStage, check, scan};
+use crate::{JsonOp, JsonStage, check, scan};
 
 /// An object's entries: each key (unescaped) and its value's text.
 pub type Entries = Vec<(String, String)>;

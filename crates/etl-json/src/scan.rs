@@ -1,5 +1,6 @@
 //! Finding values in JSON text known to be valid, without checking it
-//! again: strings are skipped with `memchr`, containers by counting
+//! again: strings are skipped eight bytes at a time (a word-at-a-time
+//! search for a quote or a backslash), containers by counting
 //! brackets. Every function gives `None` on text that is not what it
 //! expects (it never panics), which callers treat as "not decided here".
 //!
@@ -11,7 +12,7 @@ use std::borrow::Cow;
 /// An object's entries in written order, duplicates included: each key
 /// (unescaped) and its value's text.
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
-pub(super) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
+pub(crate) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
 
 /// The deepest nesting the fast paths read, the record's own object
 /// counting as 1: serde_json (and so VRL, and the JSON stage's general
@@ -19,7 +20,7 @@ pub(super) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
 /// with "recursion limit exceeded", so 127 is the most it reads. The
 /// checking pass refuses deeper text and so does [`skip_value`], for text
 /// known to be valid JSON that serde_json cannot read all the same.
-pub(super) const MAX_DEPTH: usize = 127;
+pub(crate) const MAX_DEPTH: usize = 127;
 
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
@@ -56,7 +57,7 @@ fn skip_string(b: &[u8], i: usize) -> Option<usize> {
 /// The bytes of `word` (little-endian) that are a quote or a backslash:
 /// the classic "has a zero byte" test, whose lowest flag is exact (borrows
 /// only run up).
-pub(super) fn quote_or_backslash(word: u64) -> u64 {
+pub(crate) fn quote_or_backslash(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
@@ -153,14 +154,14 @@ fn each_entry<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> Option<
 
 /// The entries of the object `text`.
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
-pub(super) fn entries(text: &str) -> Option<Entries<'_>> {
+pub(crate) fn entries(text: &str) -> Option<Entries<'_>> {
     entries_in(text, Vec::new())
 }
 
 /// The entries of the object `text`, in `out` (emptied first: a vector
 /// kept to reuse its allocation).
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
-pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entries<'a>> {
+pub(crate) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entries<'a>> {
     out.clear();
     append_entries(text, &mut out)?;
     Some(out)
@@ -169,7 +170,7 @@ pub(super) fn entries_in<'a>(text: &'a str, mut out: Entries<'a>) -> Option<Entr
 /// The entries of the object `text`, appended to `out` (left as it was
 /// when the text is not one).
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
-pub(super) fn append_entries<'a>(text: &'a str, out: &mut Entries<'a>) -> Option<()> {
+pub(crate) fn append_entries<'a>(text: &'a str, out: &mut Entries<'a>) -> Option<()> {
     let from = out.len();
     let mut ok = true;
     let read = each_entry(text, |k, v| match key(k) {
@@ -190,20 +191,20 @@ pub(super) fn append_entries<'a>(text: &'a str, out: &mut Entries<'a>) -> Option
 /// another layout gets a new one, which is only slower.
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
 #[inline(always)]
-pub(super) fn recycle<T, U>(mut spare: Vec<T>) -> Vec<U> {
+pub(crate) fn recycle<T, U>(mut spare: Vec<T>) -> Vec<U> {
     spare.clear();
     spare.into_iter().filter_map(|_| None).collect()
 }
 
 /// [`recycle`] for each vector of `spare`, which keeps its own allocation
 /// (vectors of vectors have one layout whatever they hold).
-pub(super) fn recycle_each<T, U>(spare: Vec<Vec<T>>) -> Vec<Vec<U>> {
+pub(crate) fn recycle_each<T, U>(spare: Vec<Vec<T>>) -> Vec<Vec<U>> {
     spare.into_iter().map(recycle).collect()
 }
 
 /// A key as serde_json reads it, borrowed from the text unless it has
 /// escapes. (`Cow<str>`'s own `Deserialize` always copies.)
-pub(super) struct Key<'de>(pub(super) Cow<'de, str>);
+pub(crate) struct Key<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> serde::Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -229,7 +230,7 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
 
 /// The text of the last value of `wanted` in the object `text`
 /// (`Some(None)`: the object has no such key).
-pub(super) fn find<'a>(text: &'a str, wanted: &str) -> Option<Option<&'a str>> {
+pub(crate) fn find<'a>(text: &'a str, wanted: &str) -> Option<Option<&'a str>> {
     let mut found = None;
     let mut ok = true;
     each_entry(text, |k, v| {
@@ -253,14 +254,14 @@ pub(super) fn find<'a>(text: &'a str, wanted: &str) -> Option<Option<&'a str>> {
 }
 
 /// The texts of the elements of the array `text`.
-pub(super) fn items(text: &str) -> Option<Vec<&str>> {
+pub(crate) fn items(text: &str) -> Option<Vec<&str>> {
     items_with(text, |_| None)
 }
 
 /// [`items`], where `known(i)` may give the end of the item starting at
 /// `text[i..]` (just past it) without walking it.
 #[inline]
-pub(super) fn items_with(text: &str, known: impl Fn(usize) -> Option<usize>) -> Option<Vec<&str>> {
+pub(crate) fn items_with(text: &str, known: impl Fn(usize) -> Option<usize>) -> Option<Vec<&str>> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'[') {

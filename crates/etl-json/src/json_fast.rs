@@ -7,7 +7,7 @@
 //! `drop_field` builds only the top-level value it is in.
 //!
 //! Invariant: the output is byte for byte what the tree path writes (see
-//! [`faithful`](super::faithful): an unchanged record as it came; else
+//! [`faithful`](crate::faithful): an unchanged record as it came; else
 //! each live key in its original place with its original text unless a
 //! step changed its value, new keys after them in `serde_json::Map` order,
 //! which is sorted without `preserve_order`), and filters compare the same
@@ -20,11 +20,10 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 
-use super::check;
-use super::faithful::{self, Verbatim};
-use super::json::{JsonOp, child, compare, decide, index, remove};
-use super::scan::{self, Entries};
-use crate::config::CompareOp;
+use crate::check;
+use crate::faithful::{self, Verbatim};
+use crate::ops::{CompareOp, JsonOp, child, compare, decide, index, remove};
+use crate::scan::{self, Entries};
 
 /// One step on a top-level field.
 #[derive(Debug)]
@@ -50,7 +49,7 @@ enum FastOp {
 
 /// What the fast path made of a record.
 #[derive(Debug, PartialEq)]
-pub(super) enum Fast {
+pub(crate) enum Fast {
     /// Keep it: with a new value, or unchanged (`None`).
     Keep(Option<Bytes>),
     /// A filter dropped it.
@@ -134,7 +133,7 @@ struct Constant {
 
 /// The fused steps, run without a document tree.
 #[derive(Debug)]
-pub(super) struct FastStage {
+pub(crate) struct FastStage {
     ops: Vec<FastOp>,
     constants: Vec<Constant>,
     mutates: bool,
@@ -148,7 +147,7 @@ impl FastStage {
     /// The fast path for `ops`, if every `add_field` and `rename_field` is
     /// on a top-level field and this build's `serde_json::Map` keeps keys
     /// sorted.
-    pub(super) fn new(ops: &[JsonOp]) -> Option<Self> {
+    pub(crate) fn new(ops: &[JsonOp]) -> Option<Self> {
         if !map_is_sorted() {
             return None;
         }
@@ -203,7 +202,7 @@ impl FastStage {
     }
 
     /// Run the steps on one JSON value.
-    pub(super) fn apply(&mut self, input: &[u8]) -> Fast {
+    pub(crate) fn apply(&mut self, input: &[u8]) -> Fast {
         // One UTF-8 check for the whole value; the parser then borrows
         // strings without checking each again.
         let Ok(text) = simdutf8::basic::from_utf8(input) else {
@@ -712,7 +711,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::transform::{JsonStage, Outcome, Transform};
+    use etl_transform::{Outcome, Transform};
+
+    use crate::JsonStage;
 
     fn ops() -> Vec<JsonOp> {
         vec![

@@ -12,7 +12,7 @@ use std::fmt;
 
 use etl_record::Record;
 
-use super::{Outcome, Transform};
+use crate::{Outcome, Transform};
 
 /// A record a closure refused, with the reason: it goes to the dead-letter
 /// path as it is here (give back the record as it came in, or as far as it
@@ -78,7 +78,7 @@ pub struct MapFn<F> {
 /// path. It runs on every transform worker.
 ///
 /// ```
-/// use etl::{Refused, map};
+/// use etl_transform::{Refused, map};
 /// use etl_record::Record;
 ///
 /// let upper = map("upper", |mut record: Record| {

@@ -25,7 +25,7 @@ use serde_json::value::RawValue;
 
 /// A parsed JSON document the writer can compare and walk: a VRL value or
 /// a serde_json one.
-pub(super) trait Tree: PartialEq + Serialize + Sized {
+pub(crate) trait Tree: PartialEq + Serialize + Sized {
     /// The field `key`, when this is an object that has it.
     fn field(&self, key: &str) -> Option<&Self>;
     /// The object's entries in the map's order, when this is an object.
@@ -36,7 +36,7 @@ pub(super) trait Tree: PartialEq + Serialize + Sized {
 
 /// Write `new` to `out`, given the original text `raw` of the value `old`
 /// that stood at the same place.
-pub(super) fn write<T: Tree>(
+pub(crate) fn write<T: Tree>(
     raw: &str,
     old: &T,
     new: &T,
@@ -166,7 +166,7 @@ impl<'de> Visitor<'de> for EntriesVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut entries = Vec::new();
-        while let Some(super::scan::Key(key)) = map.next_key()? {
+        while let Some(crate::scan::Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
             entries.push((key, value));
         }
@@ -182,14 +182,14 @@ impl<'de> Visitor<'de> for EntriesVisitor {
 /// other, copied in one piece: `"a":1,"b":2` is the text the entries
 /// write one by one when each is written as it stands and they are
 /// separated by a lone comma.
-pub(super) struct Verbatim<'d> {
+pub(crate) struct Verbatim<'d> {
     text: &'d str,
     /// The part of `text` not yet written.
     pending: Option<Range<usize>>,
 }
 
 impl<'d> Verbatim<'d> {
-    pub(super) fn new(text: &'d str) -> Self {
+    pub(crate) fn new(text: &'d str) -> Self {
         Verbatim {
             text,
             pending: None,
@@ -201,7 +201,7 @@ impl<'d> Verbatim<'d> {
     /// borrowed from `text` (one without escapes, written as it is),
     /// then a colon, then the value, with no space between. A key with
     /// escapes is read into a string of its own, outside `text`.
-    pub(super) fn start(text: &str, key: &str, value: &str) -> Option<usize> {
+    pub(crate) fn start(text: &str, key: &str, value: &str) -> Option<usize> {
         let base = text.as_ptr().addr();
         let quote = key.as_ptr().addr().checked_sub(base)?.checked_sub(1)?;
         let colon = quote + key.len() + 2;
@@ -216,7 +216,7 @@ impl<'d> Verbatim<'d> {
 
     /// The entry at `text[start..end]` is written next: added to the
     /// pending text when it follows it after a comma.
-    pub(super) fn take(&mut self, start: usize, end: usize, out: &mut Vec<u8>, first: &mut bool) {
+    pub(crate) fn take(&mut self, start: usize, end: usize, out: &mut Vec<u8>, first: &mut bool) {
         if let Some(pending) = &mut self.pending
             && pending.end + 1 == start
             && self.text.as_bytes().get(pending.end) == Some(&b',')
@@ -229,7 +229,7 @@ impl<'d> Verbatim<'d> {
     }
 
     /// Write the pending text, after a comma unless it is `first`.
-    pub(super) fn flush(&mut self, out: &mut Vec<u8>, first: &mut bool) {
+    pub(crate) fn flush(&mut self, out: &mut Vec<u8>, first: &mut bool) {
         if let Some(pending) = self.pending.take() {
             if !std::mem::take(first) {
                 out.push(b',');

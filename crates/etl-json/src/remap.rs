@@ -27,8 +27,10 @@ use vrl::compiler::{CompileConfig, Program, TargetValue, TimeZone};
 use vrl::path::{OwnedSegment, OwnedTargetPath, PathPrefix};
 use vrl::value::{ObjectMap, Secrets, Value};
 
-use super::remap_fast::{Arena, Lite, LiteProgram};
-use super::{Outcome, Transform, faithful};
+use etl_transform::{Outcome, Transform};
+
+use crate::faithful;
+use crate::remap_fast::{Arena, Lite, LiteProgram};
 
 /// A VRL program that compiled, ready to run on records.
 ///
@@ -188,7 +190,7 @@ impl VrlProgram {
     }
 
     /// The program's fast form, when it has one.
-    pub(super) fn lite(&self) -> Option<Arc<LiteProgram>> {
+    pub(crate) fn lite(&self) -> Option<Arc<LiteProgram>> {
         self.lite.clone()
     }
 
@@ -355,17 +357,32 @@ impl Remap {
     }
 }
 
+impl Remap {
+    /// A copy for another worker, with its own runtime and buffers.
+    pub(crate) fn forked(&self) -> Self {
+        Remap::new(self.name.clone(), self.runner.program.clone())
+            .drop_on_error(self.drop_on_error)
+            .checked_input(self.checked_input)
+    }
+
+    /// Whether the records reaching it are known to be valid JSON.
+    pub(crate) fn is_checked_input(&self) -> bool {
+        self.checked_input
+    }
+
+    /// The program's fast form, when it has one.
+    pub(crate) fn lite(&self) -> Option<Arc<LiteProgram>> {
+        self.runner.program.lite()
+    }
+}
+
 impl Transform for Remap {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn fork(&self) -> Option<Box<dyn Transform>> {
-        Some(Box::new(
-            Remap::new(self.name.clone(), self.runner.program.clone())
-                .drop_on_error(self.drop_on_error)
-                .checked_input(self.checked_input),
-        ))
+        Some(Box::new(self.forked()))
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
@@ -558,16 +575,31 @@ impl VrlFilter {
     }
 }
 
+impl VrlFilter {
+    /// A copy for another worker, with its own runtime and buffers.
+    pub(crate) fn forked(&self) -> Self {
+        VrlFilter::new(self.name.clone(), self.runner.program.clone())
+            .checked_input(self.checked_input)
+    }
+
+    /// Whether the records reaching it are known to be valid JSON.
+    pub(crate) fn is_checked_input(&self) -> bool {
+        self.checked_input
+    }
+
+    /// The condition's fast form, when it has one.
+    pub(crate) fn lite(&self) -> Option<Arc<LiteProgram>> {
+        self.runner.program.lite()
+    }
+}
+
 impl Transform for VrlFilter {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn fork(&self) -> Option<Box<dyn Transform>> {
-        Some(Box::new(
-            VrlFilter::new(self.name.clone(), self.runner.program.clone())
-                .checked_input(self.checked_input),
-        ))
+        Some(Box::new(self.forked()))
     }
 
     fn apply(&mut self, record: Record) -> Outcome {

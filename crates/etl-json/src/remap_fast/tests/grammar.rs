@@ -21,7 +21,9 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 
 use super::{record_text, shown};
-use crate::transform::{Remap, Transform, VrlFilter, VrlProgram};
+use etl_transform::Transform;
+
+use crate::{Remap, VrlFilter, VrlProgram};
 
 /// A key of the records [`record_text`] makes.
 const KEY: &str = "[a-d]";

@@ -37,21 +37,21 @@ use vrl::parser::ast::{self, Opcode};
 use vrl::path::{OwnedSegment, PathPrefix};
 use vrl::value::Value;
 
-use super::check;
-use super::faithful::{self, Verbatim};
-use super::scan::{self, Entries};
-use crate::config::CompareOp;
+use crate::check;
+use crate::faithful::{self, Verbatim};
+use crate::ops::CompareOp;
+use crate::scan::{self, Entries};
 
 /// A program in the fast subset.
 #[derive(Debug, Clone)]
-pub(super) struct LiteProgram {
+pub(crate) struct LiteProgram {
     body: Vec<Expr>,
     vars: usize,
 }
 
 /// What running a program on one record gave.
 #[derive(Debug, PartialEq)]
-pub(super) enum Lite {
+pub(crate) enum Lite {
     /// The program ran: the record's new value (`None`: unchanged) and
     /// what the program resolved to.
     Done(Option<Bytes>, Value),
@@ -288,7 +288,7 @@ fn fields_only(segments: &[OwnedSegment]) -> Option<Path> {
 
 impl LiteProgram {
     /// The program's fast form, when all of it is in the subset.
-    pub(super) fn new(source: &str) -> Option<Self> {
+    pub(crate) fn new(source: &str) -> Option<Self> {
         let program = vrl::parser::parse(source).ok()?;
         let mut translate = Translate::default();
         let mut body = Vec::with_capacity(program.0.len());
@@ -310,8 +310,8 @@ impl LiteProgram {
     /// the value is known to be valid JSON (see [`Remap::checked_input`]),
     /// so it is not checked again.
     ///
-    /// [`Remap::checked_input`]: super::Remap::checked_input
-    pub(super) fn run(&self, input: &[u8], arena: &mut Arena, write: bool, checked: bool) -> Lite {
+    /// [`Remap::checked_input`]: crate::Remap::checked_input
+    pub(crate) fn run(&self, input: &[u8], arena: &mut Arena, write: bool, checked: bool) -> Lite {
         let Some(mut cx) = Cx::open(input, checked, &mut arena.spare) else {
             return Lite::Fallback;
         };
@@ -342,7 +342,7 @@ impl LiteProgram {
 /// One step of a run of steps that reads each record once (see
 /// [`run_steps`]).
 #[derive(Debug, Clone)]
-pub(super) enum Step {
+pub(crate) enum Step {
     /// Declarative filters (a fused JSON stage of filters only, on the
     /// record as read): keep the record when every one holds.
     Filters(Vec<JsonFilter>),
@@ -353,20 +353,20 @@ pub(super) enum Step {
 }
 
 /// A declarative filter: the field at `path` compared with a constant, as
-/// [`JsonStage`](super::JsonStage) compares it.
+/// [`JsonStage`](crate::JsonStage) compares it.
 #[derive(Debug, Clone)]
-pub(super) struct JsonFilter {
+pub(crate) struct JsonFilter {
     /// The dotted path, split.
-    pub(super) path: Vec<String>,
+    pub(crate) path: Vec<String>,
     /// The comparison.
-    pub(super) op: CompareOp,
+    pub(crate) op: CompareOp,
     /// The constant.
-    pub(super) value: serde_json::Value,
+    pub(crate) value: serde_json::Value,
 }
 
 /// What a run of steps made of a record.
 #[derive(Debug, PartialEq)]
-pub(super) enum Steps {
+pub(crate) enum Steps {
     /// Every step kept it: its new value (`None`: unchanged).
     Keep(Option<Bytes>),
     /// A step dropped it (a filter, a condition not `true`, `abort`).
@@ -379,7 +379,7 @@ pub(super) enum Steps {
 /// changes of the programs before it, as it would see them in the record
 /// they wrote. Like [`LiteProgram::run`], nothing has an effect unless
 /// every step is decided here.
-pub(super) fn run_steps(steps: &[Step], input: &[u8], arena: &mut Arena, checked: bool) -> Steps {
+pub(crate) fn run_steps(steps: &[Step], input: &[u8], arena: &mut Arena, checked: bool) -> Steps {
     let Some(mut cx) = Cx::open(input, checked, &mut arena.spare) else {
         return Steps::Fallback;
     };
@@ -424,7 +424,7 @@ const ARENA_BLOCK: usize = 64 * 1024;
 /// record, and shared blocks the values are cut from, so a record costs
 /// no allocation of its own.
 #[derive(Debug, Default)]
-pub(super) struct Arena {
+pub(crate) struct Arena {
     out: Vec<u8>,
     block: BytesMut,
     spare: Spare,
@@ -433,7 +433,7 @@ pub(super) struct Arena {
 /// The vectors one record's evaluation reads into, kept empty between
 /// records so that reading a record allocates nothing of its own.
 #[derive(Debug, Default)]
-pub(super) struct Spare {
+pub(crate) struct Spare {
     top: Entries<'static>,
     objects: Vec<check::Object>,
     entries: Vec<Entries<'static>>,
@@ -757,7 +757,7 @@ impl<'a> Cx<'a> {
     }
 
     /// Whether a declarative filter holds on the record as read, as
-    /// [`JsonStage`](super::JsonStage)'s fast path decides it.
+    /// [`JsonStage`](crate::JsonStage)'s fast path decides it.
     fn json_filter(&self, filter: &JsonFilter) -> Run<bool> {
         if !self.overlay.0.is_empty() {
             return Err(Stop::Fallback);
@@ -768,7 +768,7 @@ impl<'a> Cx<'a> {
             let Some(t) = text else { break };
             text = match t.as_bytes().first() {
                 Some(b'{') => scan::find(t, segment).ok_or(Stop::Fallback)?,
-                Some(b'[') => match super::json::index(segment) {
+                Some(b'[') => match crate::ops::index(segment) {
                     Some(i) => scan::items(t).ok_or(Stop::Fallback)?.get(i).copied(),
                     None => None,
                 },
@@ -784,7 +784,7 @@ impl<'a> Cx<'a> {
             Some(t) => serde_json::from_str(t).ok(),
             None => None,
         };
-        Ok(super::json::compare(
+        Ok(crate::ops::compare(
             found.as_ref(),
             filter.op,
             &filter.value,
@@ -1580,7 +1580,8 @@ mod tests {
             input in record_text(),
         ) {
             use etl_record::{Position, Record};
-            use crate::transform::{Outcome, Remap, Transform, VrlProgram};
+            use crate::{Remap, VrlProgram};
+            use etl_transform::{Outcome, Transform};
             let compiled = VrlProgram::remap(program).unwrap();
             prop_assert!(compiled.is_fast());
             let show = |o: Outcome| match o {
@@ -1699,8 +1700,8 @@ mod tests {
     }
 
     /// An outcome as text, to compare the fast path's with the runtime's.
-    fn shown(outcome: crate::transform::Outcome) -> String {
-        use crate::transform::Outcome;
+    fn shown(outcome: etl_transform::Outcome) -> String {
+        use etl_transform::Outcome;
         match outcome {
             Outcome::Keep(r) => format!("keep {}", String::from_utf8_lossy(&r.value)),
             Outcome::Filtered => "filtered".to_owned(),
@@ -1715,7 +1716,8 @@ mod tests {
     fn a_record_nested_128_deep_is_refused_as_vrl_refuses_it() {
         use etl_record::{Position, Record};
 
-        use crate::transform::{Remap, Transform, VrlFilter, VrlProgram};
+        use crate::{Remap, VrlFilter, VrlProgram};
+        use etl_transform::Transform;
         let remap = VrlProgram::remap(".t = int!(.b) + 1").unwrap();
         let condition = VrlProgram::condition(".b == 1").unwrap();
         assert!(remap.is_fast() && condition.is_fast());

@@ -1,0 +1,146 @@
+//! What the checkpointer holds per partition once the partition is idle
+//! and committed, counted by a global allocator of this test binary's own
+//! (a global allocator cannot be scoped to one test, hence the binary of
+//! its own). Heap bytes are counted, not timed: the counts are the same
+//! on every run.
+#![allow(clippy::unwrap_used)]
+#![allow(
+    unsafe_code,
+    reason = "a global allocator is an unsafe trait; this one only counts and calls `System`"
+)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use etl_ack::{BatchId, BatchMeta};
+use etl_checkpoint::{
+    CheckpointConfig, CheckpointError, Checkpointer, InFlightLimits, OffsetStore, PartitionOffsets,
+};
+use etl_record::{Offset, PartitionId};
+
+/// Counts the bytes allocated and not yet freed.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counter only adds up the sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// A store that keeps nothing, so only the checkpointer's own bytes are
+/// counted.
+struct Forgetful;
+
+impl OffsetStore for Forgetful {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
+        Ok(PartitionOffsets::new())
+    }
+
+    fn commit(&mut self, _offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
+        Ok(())
+    }
+}
+
+/// Heap bytes per partition once each of `partitions` partitions had a
+/// batch delivered and committed, and nothing is in flight: the tracking
+/// state and the published metrics of an idle, committed partition.
+async fn bytes_per_idle_partition(partitions: u32) -> isize {
+    let config = CheckpointConfig {
+        commit_interval: Duration::from_secs(3600),
+        limits: InFlightLimits {
+            max_in_flight_batches_per_partition: 1,
+            max_in_flight_bytes_per_partition: 1 << 20,
+            max_in_flight_batches: 256,
+            max_in_flight_bytes: 1 << 20,
+        },
+        ..CheckpointConfig::default()
+    };
+    let (acker, acks) = etl_ack::channel();
+    let (handle, _replays) = Checkpointer::spawn(config, Box::new(Forgetful), acks).unwrap();
+    // Settle the channels and the metrics snapshot before counting.
+    handle.commit().await.unwrap();
+    let before = live();
+    let assigned = handle
+        .assign((0..partitions).map(|p| (PartitionId(p), None)).collect())
+        .await
+        .unwrap();
+    for a in &assigned {
+        handle.budget().acquire(a.partition, 100).await;
+        let id = BatchId {
+            partition: a.partition,
+            epoch: a.epoch,
+            seq: 0,
+        };
+        let ack = acker
+            .open(BatchMeta {
+                id,
+                first_offset: Offset(0),
+                last_offset: Offset(9),
+                records: 10,
+                bytes: 100,
+            })
+            .unwrap();
+        // Dropped unfailed: delivered.
+        drop(ack);
+    }
+    drop(assigned);
+    let committed = handle.commit().await.unwrap();
+    assert_eq!(
+        committed.len(),
+        partitions as usize,
+        "every partition moved"
+    );
+    assert_eq!(handle.budget().in_flight().batches, 0, "nothing in flight");
+    drop(committed);
+    let held = live() - before;
+    let metrics = handle.metrics();
+    assert_eq!(metrics.partitions.len(), partitions as usize);
+    assert!(
+        metrics
+            .partitions
+            .values()
+            .all(|m| m.committed == Some(Offset(10)) && m.in_flight_batches == 0)
+    );
+    drop(metrics);
+    handle.shutdown().await.unwrap();
+    held / isize::try_from(partitions).unwrap()
+}
+
+#[tokio::test]
+async fn an_idle_committed_partition_costs_the_checkpointer_under_256_bytes() {
+    let per_partition = bytes_per_idle_partition(20_000).await;
+    eprintln!("heap bytes per idle, committed partition: {per_partition}");
+    assert!(
+        per_partition < 256,
+        "{per_partition} bytes per idle, committed partition"
+    );
+}
