@@ -140,10 +140,14 @@ impl Security {
 
 /// Whether `reason` is a fatal TLS alert by which a broker refuses the
 /// client's certificate: OpenSSL's `SSL routines::tlsv13 alert
-/// certificate required` and its kin (RFC 8446, section 6.2). A
-/// connection merely closed during the handshake is no such alert.
+/// certificate required` and its kin (RFC 8446, section 6.2); or the
+/// client's own check of the broker's certificate failed (`SSL
+/// routines::certificate verify failed`), which librdkafka may report as
+/// a transport failure before its SSL error. A connection merely closed
+/// during the handshake is no such alert.
 fn is_certificate_alert(reason: &str) -> bool {
     const ALERTS: &[&str] = &[
+        "certificate verify failed",
         "alert certificate required",
         "alert bad certificate",
         "alert unknown ca",
@@ -238,6 +242,16 @@ mod tests {
                 .refusal(C::BrokerTransportFailure, alert)
                 .is_some_and(|e| e.to_string().contains("failed the TLS handshake")),
             "a refused client certificate"
+        );
+        // The client's own check of the broker's certificate, reported as
+        // a transport failure before (or instead of) the SSL error.
+        let unverified = "sasl_ssl://127.0.0.1:9/bootstrap: error:0A000086:SSL \
+                          routines::certificate verify failed (after 3ms in state SSL_HANDSHAKE)";
+        assert!(
+            security
+                .refusal(C::BrokerTransportFailure, unverified)
+                .is_some_and(|e| e.to_string().contains("failed the TLS handshake")),
+            "a broker certificate the client cannot verify"
         );
         let closed = "ssl://h:9/bootstrap: SSL handshake failed: Disconnected: connecting to a \
                       PLAINTEXT broker listener?";

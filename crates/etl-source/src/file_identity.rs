@@ -528,6 +528,13 @@ impl Registry {
     ) -> Result<(), (PathBuf, &'static str, io::Error)> {
         let fs = &*self.fs;
         create_dir_durably(fs, dir)?;
+        if self.fresh {
+            // The first record in this folder: whoever created the folder
+            // (the offset store, say) may not have made its name durable,
+            // and a crash that loses it loses the record while the output
+            // keeps what was read under the ids it gave.
+            sync_parent(fs, dir)?;
+        }
         let temp = dir.join(TEMP);
         let target = dir.join(NAME);
         let mut file = fs
@@ -563,14 +570,19 @@ fn create_dir_durably(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static 
     fs.create_dir_all(dir)
         .map_err(|e| (dir.to_owned(), "create the folder", e))?;
     for created in missing.iter().rev() {
-        let parent = match created.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        fs.sync_dir(parent)
-            .map_err(|e| (parent.to_owned(), "fsync the folder", e))?;
+        sync_parent(fs, created)?;
     }
     Ok(())
+}
+
+/// Make `dir`'s name durable in its parent.
+fn sync_parent(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    fs.sync_dir(parent)
+        .map_err(|e| (parent.to_owned(), "fsync the folder", e))
 }
 
 fn fnv1a(bytes: &[u8]) -> u32 {

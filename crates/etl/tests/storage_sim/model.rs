@@ -10,9 +10,10 @@ use etl_checkpoint::{FileStore, OffsetStore};
 use etl_fs::{Fs, SimFaults, SimFs};
 use etl_sink::FileSink;
 
+use super::inputs::Content;
 use super::run::Ended;
 use super::scenario::Scenario;
-use super::world::{Excused, OUTPUT, Reads, STORE_DIR, output_files};
+use super::world::{Excused, OUTPUT, Reads, STORE_DIR, key, output_files};
 
 /// What the disk holds now.
 struct Disk {
@@ -24,10 +25,14 @@ struct Disk {
     held: BTreeMap<(u32, i64), u32>,
 }
 
-fn parse(line: &[u8], s: &Scenario) -> Option<(u32, i64)> {
-    let text = std::str::from_utf8(line).ok()?;
-    let (p, o) = text.split_once(':')?;
-    let (p, o): (u32, i64) = (p.parse().ok()?, o.parse().ok()?);
+/// The record an output line stands for, if the source could have read
+/// it: one of the scripted partitions' offsets, or a line ever written to
+/// an input file.
+fn parse(line: &[u8], s: &Scenario, content: Option<&Content>) -> Option<(u32, i64)> {
+    let (p, o) = key(line)?;
+    if let Some(content) = content {
+        return content.ever.contains(&(p, o)).then_some((p, o));
+    }
     let count = *s.partitions.get(p as usize)?;
     (o >= 0 && o < i64::from(count)).then_some((p, o))
 }
@@ -35,7 +40,12 @@ fn parse(line: &[u8], s: &Scenario) -> Option<(u32, i64)> {
 /// `settled`: the last run ended with everything synced (the recovery
 /// run); until then an exactly-once output's bytes past its recorded
 /// length are cut by the next open, whatever they hold.
-fn read_disk(s: &Scenario, sim: &SimFs, settled: bool) -> Result<Disk, String> {
+fn read_disk(
+    s: &Scenario,
+    sim: &SimFs,
+    content: Option<&Content>,
+    settled: bool,
+) -> Result<Disk, String> {
     // Read as an operator's tool would, after the run: nothing fails (the
     // next run sets its faults again).
     sim.set_faults(SimFaults::default());
@@ -63,7 +73,7 @@ fn read_disk(s: &Scenario, sim: &SimFs, settled: bool) -> Result<Disk, String> {
         // next open cuts it.
         for line in bytes.split_inclusive(|b| *b == b'\n') {
             if let Some(line) = line.strip_suffix(b"\n") {
-                let record = parse(line, s);
+                let record = parse(line, s, content);
                 if record.is_none() && s.exactly_once && !settled {
                     at += line.len() + 1;
                     continue;
@@ -93,6 +103,7 @@ pub fn check(
     sim: &SimFs,
     reads: &Reads,
     excused: &Excused,
+    content: Option<&Content>,
     ended: &Ended,
     recovery: bool,
 ) -> Result<(), String> {
@@ -116,7 +127,7 @@ pub fn check(
         }
         _ => {}
     }
-    let disk = read_disk(s, sim, recovery)?;
+    let disk = read_disk(s, sim, content, recovery)?;
     // No record is written more often than it was read: a write follows a
     // read (a replay reads again).
     for (&(p, o), &n) in &disk.held {
@@ -131,6 +142,18 @@ pub fn check(
     // means durably in the output.
     let covered = |what: &str, offsets: &BTreeMap<u32, i64>| -> Result<(), String> {
         for (&p, &c) in offsets {
+            if content.is_some() {
+                // A byte position: every record read before it.
+                for (g, n) in reads.read_before(p, c) {
+                    if !disk.held.contains_key(&(g, n)) && !excused.contains(g, n) {
+                        return Err(format!(
+                            "input partition {p} {what} byte {c}, but record {g}:{n}, read \
+                             before it, is not in the output"
+                        ));
+                    }
+                }
+                continue;
+            }
             for o in 0..c {
                 if !disk.held.contains_key(&(p, o)) && !excused.contains(p, o) {
                     return Err(format!(
@@ -144,6 +167,12 @@ pub fn check(
     covered("committed", &disk.committed)?;
     if s.exactly_once {
         covered("has stored progress", &disk.progress)?;
+    }
+    if let Some(content) = content {
+        if recovery && !refused {
+            return inputs_recovered(s, sim, content, excused, &disk);
+        }
+        return Ok(());
     }
     if recovery && !refused {
         for (p, count) in s.partitions.iter().enumerate() {
@@ -172,6 +201,54 @@ pub fn check(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// After the recovery run over input files: every record the inputs hold
+/// now is in the output, every input's partition committed its whole
+/// length, and (exactly-once, when nothing was meant to be read twice)
+/// no record is in the output twice.
+fn inputs_recovered(
+    s: &Scenario,
+    sim: &SimFs,
+    content: &Content,
+    excused: &Excused,
+    disk: &Disk,
+) -> Result<(), String> {
+    for (g, n) in content.existing() {
+        if !disk.held.contains_key(&(g, n)) && !excused.contains(g, n) {
+            return Err(format!(
+                "after the recovery run record {g}:{n}, in an input now, is not in the output"
+            ));
+        }
+    }
+    let registered = etl_source::registered_inputs_in(&sim.process(), Path::new(STORE_DIR))
+        .map_err(|e| format!("the record of inputs cannot be read after the run: {e}"))?;
+    for (p, path) in registered {
+        let Some(want) = content.end_offset(&path) else {
+            continue;
+        };
+        let mut got = disk.committed.get(&p.0).copied().unwrap_or(0);
+        if s.exactly_once {
+            got = got.max(disk.progress.get(&p.0).copied().unwrap_or(0));
+        }
+        if want > 0 && got < want {
+            return Err(format!(
+                "after the recovery run input partition {} ({}) committed offset {got} of {want}",
+                p.0,
+                path.display()
+            ));
+        }
+    }
+    if s.exactly_once
+        && content.only_appends
+        && !excused.any()
+        && let Some(((g, n), times)) = disk.held.iter().find(|(_, n)| **n > 1)
+    {
+        return Err(format!(
+            "the exactly-once output holds record {g}:{n} {times} times"
+        ));
     }
     Ok(())
 }

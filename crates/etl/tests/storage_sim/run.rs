@@ -20,7 +20,11 @@ use etl_sink::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::scenario::{Alias, DiskFaults, OutputChange, RunEnd, Scenario};
+use etl_record::SourceId;
+use etl_source::{FileSource, FileSourceConfig, LineFormat, ReplacedPolicy};
+
+use super::inputs::{CountingSource, LINE_BYTES, PATTERN};
+use super::scenario::{Alias, DiskFaults, Inputs, OutputChange, RunEnd, Scenario};
 use super::world::{Excused, OUT_DIR, OUTPUT, ProcessFs, Reads, STORE_DIR, ScriptedSource, Trip};
 
 const TICK: Duration = Duration::from_millis(5);
@@ -78,6 +82,23 @@ fn sink_config(s: &Scenario) -> FileSinkConfig {
         rotate_bytes: s.rotate_bytes.map(u64::from),
         rotate_after: None,
         exactly_once: s.exactly_once,
+    }
+}
+
+/// The file source's settings: every input file, raw lines, its record
+/// of inputs in the offset store's folder.
+fn file_config(s: &Scenario, inputs: &Inputs) -> FileSourceConfig {
+    FileSourceConfig {
+        name: SourceId::new("sim"),
+        paths: vec![PATTERN.to_owned()],
+        format: LineFormat::Lines,
+        max_line_bytes: LINE_BYTES * 2,
+        read_chunk_bytes: 4096,
+        max_batch_records: usize::from(s.source_batch.max(1)),
+        state_dir: Some(PathBuf::from(STORE_DIR)),
+        on_replaced: ReplacedPolicy::ReadFromStart,
+        max_open_files: usize::from(inputs.max_open_files.max(1)),
+        ..FileSourceConfig::default()
     }
 }
 
@@ -200,6 +221,7 @@ async fn build(
     };
     let source_scenario = s.clone();
     let reads = reads.clone();
+    let source_fs = Arc::clone(fs);
     let mut builder = Pipeline::builder()
         .checkpoint(CheckpointConfig {
             commit_interval: Duration::from_secs(3600),
@@ -209,12 +231,19 @@ async fn build(
         })
         .on_failure(FailurePolicy::Replay)
         .offset_store(store)
-        .source_factory(move |checkpoint| {
-            Ok(Box::new(ScriptedSource::new(
+        .source_factory(move |checkpoint| match &source_scenario.inputs {
+            None => Ok(Box::new(ScriptedSource::new(
                 &source_scenario,
                 checkpoint.clone(),
                 reads.clone(),
-            )))
+            ))),
+            Some(inputs) => Ok(Box::new(CountingSource {
+                inner: FileSource::open_in(source_fs, file_config(&source_scenario, inputs))?,
+                reads: reads.clone(),
+                checkpoint: checkpoint.clone(),
+                commit_every: source_scenario.commit_every.map(u64::from),
+                batches: 0,
+            })),
         });
     builder = if s.exactly_once {
         let (driver, progress) = SinkDriver::exactly_once(sink, RawLinesEncoder::new());

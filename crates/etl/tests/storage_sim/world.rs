@@ -272,9 +272,21 @@ impl FileHandle for ProcessFile {
     }
 }
 
-/// Every read of every record by any run: (partition, offset) -> reads.
+/// Every read of every record by any run: (partition, offset) -> reads;
+/// and, for the file source, which record each (partition, byte
+/// position) was last read as. A position read again as another record
+/// only happens when the source's record of inputs lost the partition
+/// (a crash before it was durable, so nothing of it was committed) and
+/// the id went to the file's new content: the latest read is what a
+/// commit of that partition covers.
 #[derive(Clone, Debug, Default)]
-pub struct Reads(Arc<Mutex<BTreeMap<(u32, i64), u32>>>);
+pub struct Reads(Arc<Mutex<ReadLog>>);
+
+#[derive(Debug, Default)]
+struct ReadLog {
+    counts: BTreeMap<(u32, i64), u32>,
+    at: BTreeMap<(u32, i64), (u32, i64)>,
+}
 
 impl Reads {
     fn add(&self, p: u32, o: i64) {
@@ -282,17 +294,50 @@ impl Reads {
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .counts
             .entry((p, o))
             .or_default() += 1;
+    }
+
+    /// Record `record` read at byte `offset` of `partition`.
+    pub fn add_at(&self, record: (u32, i64), partition: u32, offset: i64) {
+        let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *log.counts.entry(record).or_default() += 1;
+        log.at.insert((partition, offset), record);
     }
 
     pub fn get(&self, p: u32, o: i64) -> u32 {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .counts
             .get(&(p, o))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Every record read in `partition` at a byte position before `end`.
+    pub fn read_before(&self, partition: u32, end: i64) -> BTreeSet<(u32, i64)> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .at
+            .range((partition, i64::MIN)..(partition, end))
+            .map(|(_, record)| *record)
+            .collect()
+    }
+}
+
+/// The record a line of the output stands for: `<p>:<o>` (the scripted
+/// source's) or `<p>:<o>:<padding>` (an input file's).
+pub fn key(line: &[u8]) -> Option<(u32, i64)> {
+    let text = std::str::from_utf8(line).ok()?;
+    let mut fields = text.splitn(3, ':');
+    let p = fields.next()?.parse().ok()?;
+    let o = fields.next()?.parse().ok()?;
+    match fields.next() {
+        Some(pad) if !pad.bytes().all(|b| b == b'x') => None,
+        _ => Some((p, o)),
     }
 }
 
@@ -421,12 +466,8 @@ fn held_now(fs: &dyn Fs) -> BTreeSet<(u32, i64)> {
     for file in output_files(fs) {
         let Ok(bytes) = fs.read(&file) else { continue };
         for line in bytes.split(|b| *b == b'\n') {
-            if let Some((p, o)) = std::str::from_utf8(line)
-                .ok()
-                .and_then(|t| t.split_once(':'))
-                .and_then(|(p, o)| Some((p.parse().ok()?, o.parse().ok()?)))
-            {
-                held.insert((p, o));
+            if let Some(record) = key(line) {
+                held.insert(record);
             }
         }
     }
