@@ -2,7 +2,7 @@
 //! producer sink through the sink driver all arrive, each with its
 //! idempotency key.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The test broker speaks enough Kafka for this crate: topics with several
 //! partitions, produce, and a consumer group with committed offsets.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 // Helpers panic on failed queries: a panic there is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

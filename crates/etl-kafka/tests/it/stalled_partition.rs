@@ -3,7 +3,7 @@
 //! the group through `GroupOffsetStore`, revoking through its handle), the
 //! source driver and a sink driver, wired as the runtime wires them.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

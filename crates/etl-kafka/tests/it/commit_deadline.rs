@@ -3,7 +3,7 @@
 //! broker comes back (it blocked a revocation, or a graceful stop, for as
 //! long as the broker was down), and leaving the group is bounded too.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The group source alone (no pipeline): assignment events, seeks on fresh
 //! assignments, and a clean leave that commits through the revoke handler.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

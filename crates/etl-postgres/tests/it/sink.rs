@@ -5,7 +5,7 @@
 // Helpers panic on failed queries: a panic there is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use etl_postgres::{PostgresError, PostgresSink, PostgresSinkConfig, WriteMethod};
 use etl_sink::testing::MemorySink;

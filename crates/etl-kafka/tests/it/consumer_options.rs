@@ -1,7 +1,7 @@
 //! Consumer options against the real broker: where a partition without a
 //! committed offset starts.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! that leaves cleanly, are handed over at exactly the committed offsets,
 //! so the successor reads nothing twice.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

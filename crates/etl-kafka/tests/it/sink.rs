@@ -1,7 +1,7 @@
 //! The producer sink against a real broker: what a message carries, and
 //! that acknowledgements follow delivery reports.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use etl_postgres::{PostgresSink, PostgresSinkConfig};
 
