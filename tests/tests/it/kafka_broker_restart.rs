@@ -3,7 +3,7 @@
 //! retrying through the outage, says so, rejoins, and writes every
 //! record; nothing is lost and the run stops cleanly afterwards.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::time::{Duration, Instant};
 

@@ -8,8 +8,8 @@
 //! Writes are counted by a trigger: the sink upserts on the idempotency
 //! key, so a row written twice is updated, and the trigger counts that.
 
-mod kafka_support;
-mod postgres_support;
+use crate::kafka_support;
+use crate::postgres_support;
 
 use std::time::{Duration, Instant};
 

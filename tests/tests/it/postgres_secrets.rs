@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod postgres_support;
+use crate::postgres_support;
 
 use std::process::{Command, Stdio};
 

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod postgres_support;
+use crate::postgres_support;
 
 use std::time::{Duration, Instant};
 
@@ -14,10 +14,13 @@ use postgres_support::{CHECKPOINT, Etl, counts, generator, postgres_sink, table,
 fn a_second_run_on_the_same_progress_exits_75_until_the_first_ends() {
     let url = url();
     let table = table("lock");
-    // Slow enough that the first run is still going when the second starts.
+    // Slow enough (10 s) that the first run is still going when the
+    // second has started and waited out the lock's grace (2 s), on a
+    // loaded machine too: at 3 s, the second run once found the lock
+    // free and ran to the end.
     let config = format!(
         "{}{}{}batch_max_records = 50\nlinger = \"5ms\"\n",
-        generator(1, 3_000, 1_000),
+        generator(1, 10_000, 1_000),
         CHECKPOINT,
         postgres_sink(
             &url,
@@ -58,5 +61,5 @@ fn a_second_run_on_the_same_progress_exits_75_until_the_first_ends() {
     let mut third = Etl::new(&url, &config);
     third.run_to_end(Duration::from_secs(60));
     let (rows, keys, _) = counts(&url, &table);
-    assert_eq!((rows, keys), (3_000, 3_000));
+    assert_eq!((rows, keys), (10_000, 10_000));
 }

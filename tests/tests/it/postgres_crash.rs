@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod postgres_support;
+use crate::postgres_support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! waiting for the broker to come back), and a run whose final commit
 //! failed does not exit 0.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::time::{Duration, Instant};
 

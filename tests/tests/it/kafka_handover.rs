@@ -4,7 +4,7 @@
 //! Every handover commits inside the rebalance callback, so the successor
 //! starts exactly at the committed offsets: zero duplicates, nothing lost.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::time::{Duration, Instant};
 

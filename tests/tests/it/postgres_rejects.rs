@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod postgres_support;
+use crate::postgres_support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! carrying its idempotency key as the `etl-idempotency-key` header and
 //! its value unchanged.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! in the pipeline's log (the pipeline keeps retrying an unreachable
 //! cluster) and checks that no secret reached stdout or stderr.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! nothing written twice, and the group's commits end at the end of every
 //! partition.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::time::{Duration, Instant};
 

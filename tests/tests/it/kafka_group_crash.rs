@@ -8,7 +8,7 @@
 //! each) and carries a unique `id`, so its id stands for its idempotency
 //! key `source/partition/offset`.
 
-mod kafka_support;
+use crate::kafka_support;
 
 use std::time::{Duration, Instant};
 

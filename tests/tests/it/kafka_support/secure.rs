@@ -186,6 +186,7 @@ impl SecureBroker {
             let gate_port = free_port();
             let script = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests")
+                .join("it")
                 .join("kafka_support")
                 .join("sasl_gate.py");
             let gate = Command::new("python3")
