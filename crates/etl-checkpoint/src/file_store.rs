@@ -33,6 +33,10 @@
 //! another, is refused with [`CheckpointError::Lock`] instead of
 //! committing over the first one's offsets.
 //!
+//! Opening makes the folder's name durable up to the root (see
+//! [`etl_fs::sync_folders_above`]), whoever created it: a commit in a
+//! folder that a crash can take with it would not be durable.
+//!
 //! Every file operation goes through an [`etl_fs::Fs`]: the real file
 //! system with [`FileStore::open`], any other (a simulated one that loses
 //! what was not synced in a crash) with [`FileStore::open_in`].
@@ -183,9 +187,17 @@ impl FileStore {
     }
 
     /// Create the folder if needed and take its lock; nothing loaded yet.
+    /// The folder's name is made durable up to the root, whoever created
+    /// it: commits in a folder a crash can take with it are not durable.
     fn lock(fs: Arc<dyn Fs>, dir: &Path) -> Result<Self, CheckpointError> {
         fs.create_dir_all(dir).map_err(io(dir, "create folder"))?;
         let lock = OwnerLock::acquire_in(&*fs, dir.join(LOCK))?;
+        let canonical = fs.canonicalize(dir).map_err(io(dir, "resolve"))?;
+        etl_fs::sync_folders_above(&*fs, &canonical).map_err(|e| CheckpointError::Io {
+            path: e.dir,
+            op: "fsync folder",
+            source: e.source,
+        })?;
         Ok(FileStore {
             dir: dir.to_owned(),
             generation: 0,
@@ -505,6 +517,28 @@ mod tests {
         let mut by_link = FileStore::open(dir.path().join("link")).unwrap();
         assert_eq!(by_link.load().unwrap(), offsets(&[(0, 1)]));
         assert!(FileStore::open(&folder).is_err(), "and the other way round");
+    }
+
+    #[test]
+    fn a_store_folder_created_on_open_survives_a_crash_with_its_commits() {
+        // The folder and the one above it are new: a commit is durable
+        // only once their names are, up to a folder that already was.
+        use etl_fs::SimFs;
+        for dir in ["/state/offsets", "/var/lib/etl/offsets"] {
+            let sim = SimFs::new(11);
+            let dir = Path::new(dir);
+            let mut s = FileStore::open_in(Arc::new(sim.process()), dir).unwrap();
+            s.commit(&offsets(&[(0, 7)])).unwrap();
+            sim.crash();
+            drop(s);
+            let mut again = FileStore::open_in(Arc::new(sim.process()), dir).unwrap();
+            assert_eq!(
+                again.load().unwrap(),
+                offsets(&[(0, 7)]),
+                "{}: a commit that returned is gone with its folder",
+                dir.display()
+            );
+        }
     }
 
     #[test]
