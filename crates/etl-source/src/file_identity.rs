@@ -527,13 +527,19 @@ impl Registry {
         text: &[u8],
     ) -> Result<(), (PathBuf, &'static str, io::Error)> {
         let fs = &*self.fs;
-        create_dir_durably(fs, dir)?;
+        fs.create_dir_all(dir)
+            .map_err(|e| (dir.to_owned(), "create the folder", e))?;
         if self.fresh {
             // The first record in this folder: whoever created the folder
-            // (the offset store, say) may not have made its name durable,
-            // and a crash that loses it loses the record while the output
-            // keeps what was read under the ids it gave.
-            sync_parent(fs, dir)?;
+            // and those above it (the offset store, the runtime, this
+            // save) may not have made their names durable, and a crash
+            // that loses them loses the record while the output keeps
+            // what was read under the ids it gave.
+            let canonical = fs
+                .canonicalize(dir)
+                .map_err(|e| (dir.to_owned(), "resolve the folder", e))?;
+            etl_fs::sync_folders_above(fs, &canonical)
+                .map_err(|e| (e.dir, "fsync the folder", e.source))?;
         }
         let temp = dir.join(TEMP);
         let target = dir.join(NAME);
@@ -552,37 +558,6 @@ impl Registry {
         fs.sync_dir(dir)
             .map_err(|e| (dir.to_owned(), "fsync the folder", e))
     }
-}
-
-/// Create `dir` and the folders above it that are missing, each made
-/// durable in its parent: a registry in a folder whose name a crash
-/// loses is lost with it.
-fn create_dir_durably(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
-    let mut missing = Vec::new();
-    let mut at = Some(dir);
-    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !fs.exists(d)) {
-        missing.push(d);
-        at = d.parent();
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    fs.create_dir_all(dir)
-        .map_err(|e| (dir.to_owned(), "create the folder", e))?;
-    for created in missing.iter().rev() {
-        sync_parent(fs, created)?;
-    }
-    Ok(())
-}
-
-/// Make `dir`'s name durable in its parent.
-fn sync_parent(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    fs.sync_dir(parent)
-        .map_err(|e| (parent.to_owned(), "fsync the folder", e))
 }
 
 fn fnv1a(bytes: &[u8]) -> u32 {

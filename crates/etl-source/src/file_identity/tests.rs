@@ -186,3 +186,33 @@ fn a_state_folder_the_registry_creates_survives_a_crash() {
     let again = Registry::load(Arc::new(sim.process()), Some(dir)).unwrap();
     assert_eq!(again.entries, r.entries);
 }
+
+#[test]
+fn a_state_folder_another_component_created_survives_a_crash_once_the_record_is_saved() {
+    // The offset store, or the runtime, may create the state folder (and
+    // the one above it) without making their names durable; the first
+    // save of the record of inputs in it must, or a crash takes the
+    // record with the folder while the output keeps what was read.
+    // `/state` durable and only the state folder new, as the offset
+    // store makes it; then a whole new path.
+    for dir in ["/state/run", "/var/etl/state/run"] {
+        let sim = SimFs::new(5);
+        let dir = Path::new(dir);
+        if dir.starts_with(STATE) {
+            sim.create_dir_all(Path::new(STATE)).unwrap();
+            sim.sync_dir(Path::new("/")).unwrap();
+        }
+        sim.create_dir_all(dir).unwrap();
+        let mut r = Registry::load(Arc::new(sim.clone()), Some(dir)).unwrap();
+        r.assign_new(Path::new("/data/a"), identity(1), tail());
+        r.save().unwrap();
+        sim.crash();
+        let again = Registry::load(Arc::new(sim.process()), Some(dir)).unwrap();
+        assert_eq!(
+            again.entries,
+            r.entries,
+            "{}: the saved record is gone with its folder",
+            dir.display()
+        );
+    }
+}
