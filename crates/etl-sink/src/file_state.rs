@@ -227,8 +227,10 @@ impl FileState {
             // Opening may have created the file: its name is durable only
             // once its directory (the target's, through a symlink) is
             // fsynced, and every record reported durable in it depends on
-            // it.
-            sync_dir(&*fs, parent_dir(&canonical))?;
+            // it. So does the directory's own name, up to the root: the
+            // runtime creates a missing output folder without syncing it.
+            etl_fs::sync_folders_above(&*fs, &canonical)
+                .map_err(|e| SinkError::io("fsync directory", &e.dir, e.source))?;
             Some(lock)
         } else {
             None
