@@ -202,6 +202,9 @@ pub struct Metadata {
     pub dev: u64,
     /// Inode number (0 where the platform has none).
     pub ino: u64,
+    /// Names the file has (hard links; 1 where the platform does not
+    /// count them).
+    pub links: u64,
     /// What it is.
     pub kind: FileKind,
 }
