@@ -7,7 +7,8 @@
 //! of those bytes was acknowledged, but without progress stored with the
 //! data (exactly-once mode) the sink cannot know where acknowledged bytes
 //! end. So it keeps a lower bound, the recovery point
-//! (`<path>.recovery`), and an invariant: every acknowledged byte past
+//! (`<canonical path>.recovery`, beside the file written whatever name a
+//! run gives it, with the file's device and inode), and an invariant: every acknowledged byte past
 //! the recovery point is free of NUL bytes and ends in a line break. On
 //! open, the lines from the recovery point on are checked, and the file
 //! is cut at the first line holding a NUL byte, or at a partial last line.
