@@ -41,6 +41,7 @@
 //! system with [`FileStore::open`], any other (a simulated one that loses
 //! what was not synced in a crash) with [`FileStore::open_in`].
 
+use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -250,23 +251,27 @@ impl FileStore {
         Ok(())
     }
 
-    fn write(
-        &mut self,
-        offsets: &PartitionOffsets,
-        generation: u64,
-    ) -> Result<(), CheckpointError> {
-        let text = render(generation, offsets);
+    /// Write `self.offsets` as generation `generation`.
+    fn write(&mut self, generation: u64) -> Result<(), CheckpointError> {
         let temp = self.dir.join(TEMP);
         let target = self.dir.join(SLOTS[(generation % 2) as usize]);
         let disk = &mut self.disk;
         let fs = &*self.fs;
+        let offsets = &self.offsets;
         let mut file = disk.run(&temp, "create", || {
             fs.open(
                 &temp,
                 &OpenOptions::new().write(true).create(true).truncate(true),
             )
         })?;
-        disk.run(&temp, "write", || file.write_all(text.as_bytes()))?;
+        // Streamed through a buffer rather than rendered whole: a store
+        // of many partitions (a file source's, one per input file) would
+        // hold a second copy of every offset as text at each commit.
+        disk.run(&temp, "write", || {
+            let mut out = io::BufWriter::with_capacity(64 * 1024, &mut file);
+            render_to(&mut out, generation, offsets)?;
+            out.flush()
+        })?;
         disk.run(&temp, "fsync", || file.sync_all())?;
         drop(file);
         disk.run(&target, "rename", || fs.rename(&temp, &target))?;
@@ -283,12 +288,15 @@ impl OffsetStore for FileStore {
     }
 
     fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
-        let mut next = self.offsets.clone();
-        next.extend(offsets.iter().map(|(p, o)| (*p, *o)));
+        // Merged in place, not into a copy of every partition's offset: a
+        // failed write makes the store lost, and a lost store is never
+        // read or written again, so offsets it failed to write are never
+        // taken for committed.
+        self.disk.check()?;
+        self.offsets.extend(offsets.iter().map(|(p, o)| (*p, *o)));
         let generation = self.generation + 1;
-        self.write(&next, generation)?;
+        self.write(generation)?;
         self.generation = generation;
-        self.offsets = next;
         Ok(())
     }
 }
@@ -333,13 +341,29 @@ fn read_newest(
     }
 }
 
-fn render(generation: u64, offsets: &PartitionOffsets) -> String {
-    let mut body = format!("{MAGIC}\ngeneration {generation}\n");
+/// Write generation `generation` of `offsets` to `out`, sealed as
+/// [`crate::seal`] seals a body (a `crc32` line over it).
+fn render_to(out: &mut impl Write, generation: u64, offsets: &PartitionOffsets) -> io::Result<()> {
+    let mut crc = crc32fast::Hasher::new();
+    let mut line = format!("{MAGIC}\ngeneration {generation}\n");
+    crc.update(line.as_bytes());
+    out.write_all(line.as_bytes())?;
     for (p, o) in offsets {
-        body.push_str(&format!("{} {}\n", p.0, o.0));
+        line.clear();
+        let _ = writeln!(line, "{} {}", p.0, o.0);
+        crc.update(line.as_bytes());
+        out.write_all(line.as_bytes())?;
     }
-    crate::sealed::seal(&mut body);
-    body
+    let sum = crc.finalize();
+    writeln!(out, "crc32 {sum:08x}")
+}
+
+/// [`render_to`] into a string.
+#[cfg(test)]
+fn render(generation: u64, offsets: &PartitionOffsets) -> String {
+    let mut bytes = Vec::new();
+    let _ = render_to(&mut bytes, generation, offsets);
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
