@@ -15,8 +15,8 @@ use crate::file_progress::{
     suffixed, sync_dir, write_stored,
 };
 use crate::file_recovery::{
-    RecoveryPoint, SCAN_LIMIT, complete_prefix, forget_point, read_point, undamaged_prefix,
-    write_point,
+    RecoveryPoint, SCAN_LIMIT, complete_prefix, cut_back, forget_point, read_point,
+    undamaged_prefix, write_point,
 };
 use crate::{FileSinkConfig, Progress, SinkError};
 
@@ -140,10 +140,23 @@ fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
     }
 }
 
+/// Cut `file` (at `path`) back to `len` on open, durably; never lengthen
+/// it (see [`cut_back`]): a file another program truncated meanwhile is
+/// lost output.
 fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
-    file.set_len(len)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| SinkError::io("truncate", path, e))
+    let cut = cut_back(file, len).map_err(|e| SinkError::io("truncate", path, e))?;
+    file.sync_all()
+        .map_err(|e| SinkError::io("truncate", path, e))?;
+    if cut {
+        Ok(())
+    } else {
+        Err(SinkError::OutputLost {
+            path: path.to_owned(),
+            what: format!(
+                "was truncated by another program while the sink cut it back to {len} bytes"
+            ),
+        })
+    }
 }
 
 impl FileState {
@@ -220,7 +233,7 @@ impl FileState {
                 // length, and the active file starts empty.
                 let seg = suffixed(path, &segments.to_string());
                 let f = fs
-                    .open(&seg, &OpenOptions::new().write(true))
+                    .open(&seg, &OpenOptions::new().read(true).write(true))
                     .map_err(|e| SinkError::io("open", &seg, e))?;
                 let seg_meta = f.metadata().map_err(|e| SinkError::io("stat", &seg, e))?;
                 let seg_len = seg_meta.len();
@@ -455,11 +468,19 @@ impl FileState {
                 found: meta.len(),
             });
         }
-        let cut = self
-            .file
-            .set_len(before)
-            .and_then(|()| self.file.metadata())
-            .is_ok_and(|m| m.len() == before);
+        let cut = match cut_back(&*self.file, before) {
+            Ok(true) => self.file.metadata().is_ok_and(|m| m.len() == before),
+            // Truncated under the sink between the check above and the
+            // cut: lost output, not zeros to append behind.
+            Ok(false) => {
+                let found = self.file.metadata().map_or(0, |m| m.len());
+                return self.poison(Lost::Resized {
+                    expected: before,
+                    found,
+                });
+            }
+            Err(_) => false,
+        };
         if cut && self.synced == self.written && self.stored == self.appended {
             SinkError::io("append to", &self.path, e)
         } else {
@@ -595,11 +616,7 @@ impl FileState {
         if !self.file.metadata().is_ok_and(|m| m.len() > durable) {
             return;
         }
-        if let Err(e) = self
-            .file
-            .set_len(durable)
-            .and_then(|()| self.file.sync_all())
-        {
+        if let Err(e) = cut_back(&*self.file, durable).and_then(|_| self.file.sync_all()) {
             tracing::warn!(path = %self.path.display(), durable, error = %e, "cannot cut the lost output back to its durable length; the next run cuts back to its last complete line");
         }
     }
@@ -787,3 +804,6 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod name_tests;
+
+#[cfg(test)]
+mod race_tests;
