@@ -206,6 +206,25 @@ pub(crate) fn cut_back(file: &dyn FileHandle, to: u64) -> io::Result<bool> {
     Ok(false)
 }
 
+/// Cut `file` (at `path`) back to `len` on open, durably; never lengthen
+/// it (see [`cut_back`]): a file another program truncated meanwhile is
+/// lost output.
+pub(crate) fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
+    let cut = cut_back(file, len).map_err(|e| SinkError::io("truncate", path, e))?;
+    file.sync_all()
+        .map_err(|e| SinkError::io("truncate", path, e))?;
+    if cut {
+        Ok(())
+    } else {
+        Err(SinkError::OutputLost {
+            path: path.to_owned(),
+            what: format!(
+                "was truncated by another program while the sink cut it back to {len} bytes"
+            ),
+        })
+    }
+}
+
 /// Fill `buf` from `at`.
 fn read_exact_at(file: &dyn FileHandle, mut buf: &mut [u8], mut at: u64) -> io::Result<()> {
     while !buf.is_empty() {

@@ -15,7 +15,7 @@ use crate::file_progress::{
     suffixed, sync_dir, write_stored,
 };
 use crate::file_recovery::{
-    RecoveryPoint, SCAN_LIMIT, complete_prefix, cut_back, forget_point, read_point,
+    RecoveryPoint, SCAN_LIMIT, complete_prefix, cut_back, forget_point, read_point, truncate,
     undamaged_prefix, write_point,
 };
 use crate::{FileSinkConfig, Progress, SinkError};
@@ -137,25 +137,6 @@ fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
              offsets to write it again",
             crate::file_progress::progress_path(path).display()
         ),
-    }
-}
-
-/// Cut `file` (at `path`) back to `len` on open, durably; never lengthen
-/// it (see [`cut_back`]): a file another program truncated meanwhile is
-/// lost output.
-fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
-    let cut = cut_back(file, len).map_err(|e| SinkError::io("truncate", path, e))?;
-    file.sync_all()
-        .map_err(|e| SinkError::io("truncate", path, e))?;
-    if cut {
-        Ok(())
-    } else {
-        Err(SinkError::OutputLost {
-            path: path.to_owned(),
-            what: format!(
-                "was truncated by another program while the sink cut it back to {len} bytes"
-            ),
-        })
     }
 }
 
