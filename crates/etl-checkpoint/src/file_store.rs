@@ -33,10 +33,15 @@
 //! another, is refused with [`CheckpointError::Lock`] instead of
 //! committing over the first one's offsets.
 //!
+//! Opening makes the folder's name durable up to the root (see
+//! [`etl_fs::sync_folders_above`]), whoever created it: a commit in a
+//! folder that a crash can take with it would not be durable.
+//!
 //! Every file operation goes through an [`etl_fs::Fs`]: the real file
 //! system with [`FileStore::open`], any other (a simulated one that loses
 //! what was not synced in a crash) with [`FileStore::open_in`].
 
+use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -183,9 +188,17 @@ impl FileStore {
     }
 
     /// Create the folder if needed and take its lock; nothing loaded yet.
+    /// The folder's name is made durable up to the root, whoever created
+    /// it: commits in a folder a crash can take with it are not durable.
     fn lock(fs: Arc<dyn Fs>, dir: &Path) -> Result<Self, CheckpointError> {
         fs.create_dir_all(dir).map_err(io(dir, "create folder"))?;
         let lock = OwnerLock::acquire_in(&*fs, dir.join(LOCK))?;
+        let canonical = fs.canonicalize(dir).map_err(io(dir, "resolve"))?;
+        etl_fs::sync_folders_above(&*fs, &canonical).map_err(|e| CheckpointError::Io {
+            path: e.dir,
+            op: "fsync folder",
+            source: e.source,
+        })?;
         Ok(FileStore {
             dir: dir.to_owned(),
             generation: 0,
@@ -238,23 +251,27 @@ impl FileStore {
         Ok(())
     }
 
-    fn write(
-        &mut self,
-        offsets: &PartitionOffsets,
-        generation: u64,
-    ) -> Result<(), CheckpointError> {
-        let text = render(generation, offsets);
+    /// Write `self.offsets` as generation `generation`.
+    fn write(&mut self, generation: u64) -> Result<(), CheckpointError> {
         let temp = self.dir.join(TEMP);
         let target = self.dir.join(SLOTS[(generation % 2) as usize]);
         let disk = &mut self.disk;
         let fs = &*self.fs;
+        let offsets = &self.offsets;
         let mut file = disk.run(&temp, "create", || {
             fs.open(
                 &temp,
                 &OpenOptions::new().write(true).create(true).truncate(true),
             )
         })?;
-        disk.run(&temp, "write", || file.write_all(text.as_bytes()))?;
+        // Streamed through a buffer rather than rendered whole: a store
+        // of many partitions (a file source's, one per input file) would
+        // hold a second copy of every offset as text at each commit.
+        disk.run(&temp, "write", || {
+            let mut out = io::BufWriter::with_capacity(64 * 1024, &mut file);
+            render_to(&mut out, generation, offsets)?;
+            out.flush()
+        })?;
         disk.run(&temp, "fsync", || file.sync_all())?;
         drop(file);
         disk.run(&target, "rename", || fs.rename(&temp, &target))?;
@@ -271,12 +288,15 @@ impl OffsetStore for FileStore {
     }
 
     fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
-        let mut next = self.offsets.clone();
-        next.extend(offsets.iter().map(|(p, o)| (*p, *o)));
+        // Merged in place, not into a copy of every partition's offset: a
+        // failed write makes the store lost, and a lost store is never
+        // read or written again, so offsets it failed to write are never
+        // taken for committed.
+        self.disk.check()?;
+        self.offsets.extend(offsets.iter().map(|(p, o)| (*p, *o)));
         let generation = self.generation + 1;
-        self.write(&next, generation)?;
+        self.write(generation)?;
         self.generation = generation;
-        self.offsets = next;
         Ok(())
     }
 }
@@ -321,13 +341,29 @@ fn read_newest(
     }
 }
 
-fn render(generation: u64, offsets: &PartitionOffsets) -> String {
-    let mut body = format!("{MAGIC}\ngeneration {generation}\n");
+/// Write generation `generation` of `offsets` to `out`, sealed as
+/// [`crate::seal`] seals a body (a `crc32` line over it).
+fn render_to(out: &mut impl Write, generation: u64, offsets: &PartitionOffsets) -> io::Result<()> {
+    let mut crc = crc32fast::Hasher::new();
+    let mut line = format!("{MAGIC}\ngeneration {generation}\n");
+    crc.update(line.as_bytes());
+    out.write_all(line.as_bytes())?;
     for (p, o) in offsets {
-        body.push_str(&format!("{} {}\n", p.0, o.0));
+        line.clear();
+        let _ = writeln!(line, "{} {}", p.0, o.0);
+        crc.update(line.as_bytes());
+        out.write_all(line.as_bytes())?;
     }
-    crate::sealed::seal(&mut body);
-    body
+    let sum = crc.finalize();
+    writeln!(out, "crc32 {sum:08x}")
+}
+
+/// [`render_to`] into a string.
+#[cfg(test)]
+fn render(generation: u64, offsets: &PartitionOffsets) -> String {
+    let mut bytes = Vec::new();
+    let _ = render_to(&mut bytes, generation, offsets);
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
@@ -505,6 +541,28 @@ mod tests {
         let mut by_link = FileStore::open(dir.path().join("link")).unwrap();
         assert_eq!(by_link.load().unwrap(), offsets(&[(0, 1)]));
         assert!(FileStore::open(&folder).is_err(), "and the other way round");
+    }
+
+    #[test]
+    fn a_store_folder_created_on_open_survives_a_crash_with_its_commits() {
+        // The folder and the one above it are new: a commit is durable
+        // only once their names are, up to a folder that already was.
+        use etl_fs::SimFs;
+        for dir in ["/state/offsets", "/var/lib/etl/offsets"] {
+            let sim = SimFs::new(11);
+            let dir = Path::new(dir);
+            let mut s = FileStore::open_in(Arc::new(sim.process()), dir).unwrap();
+            s.commit(&offsets(&[(0, 7)])).unwrap();
+            sim.crash();
+            drop(s);
+            let mut again = FileStore::open_in(Arc::new(sim.process()), dir).unwrap();
+            assert_eq!(
+                again.load().unwrap(),
+                offsets(&[(0, 7)]),
+                "{}: a commit that returned is gone with its folder",
+                dir.display()
+            );
+        }
     }
 
     #[test]

@@ -25,7 +25,8 @@
 //!   [`remove_file`](Fs::remove_file), [`read_dir`](Fs::read_dir),
 //!   [`create_dir_all`](Fs::create_dir_all), and
 //!   [`sync_dir`](Fs::sync_dir), which makes the entries of a folder
-//!   (creations, renames, links, removals) durable.
+//!   (creations, renames, links, removals) durable; [`folders_above`]
+//!   lists the folders whose syncs make a name durable all the way up.
 //!
 //! Calls are per buffer (a batch, a 64 KiB read), never per record, so
 //! the dynamic dispatch costs nothing that shows.
@@ -201,6 +202,9 @@ pub struct Metadata {
     pub dev: u64,
     /// Inode number (0 where the platform has none).
     pub ino: u64,
+    /// Names the file has (hard links; 1 where the platform does not
+    /// count them).
+    pub links: u64,
     /// What it is.
     pub kind: FileKind,
 }
@@ -420,6 +424,94 @@ pub trait Fs: Send + Sync + fmt::Debug {
     /// implementation says otherwise.
     fn blocks(&self) -> bool {
         true
+    }
+}
+
+/// The folders whose entries hold the name of `path`, nearest first: its
+/// parent, the parent's parent, and so on up to the root. A name (a
+/// file's or a folder's) survives a crash only once the folder holding
+/// it is synced ([`Fs::sync_dir`]), and that folder's own name only once
+/// its parent is: a component that keeps durable state in a folder it did
+/// not see created durably syncs every one of these. `path` should be
+/// canonical ([`Fs::canonicalize`]): the folders of a relative path stop
+/// at `.`, whose own name is not covered.
+///
+/// ```
+/// use std::path::Path;
+///
+/// let above: Vec<&Path> = etl_fs::folders_above(Path::new("/var/etl/state")).collect();
+/// assert_eq!(above, [Path::new("/var/etl"), Path::new("/var"), Path::new("/")]);
+/// let above: Vec<&Path> = etl_fs::folders_above(Path::new("state/offsets")).collect();
+/// assert_eq!(above, [Path::new("state"), Path::new(".")]);
+/// ```
+pub fn folders_above(path: &Path) -> impl Iterator<Item = &Path> {
+    let mut next = Some(path);
+    std::iter::from_fn(move || {
+        let at = next?;
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => {
+                next = Some(p);
+                Some(p)
+            }
+            // A relative path's last folder is the working one.
+            Some(_) => {
+                next = None;
+                Some(Path::new("."))
+            }
+            None => {
+                next = None;
+                None
+            }
+        }
+    })
+}
+
+/// Make the name of `path` durable all the way up: sync every folder of
+/// [`folders_above`] (`path` should be canonical). A component keeping
+/// durable state in a folder calls it before trusting that state: the
+/// folder may have been created by anyone (itself, another component,
+/// the runtime) without its name ever being synced, and a crash would
+/// then take the folder and everything in it. A folder this process may
+/// not open ([`io::ErrorKind::PermissionDenied`]) ends the walk: it was
+/// not created by this user just now, and neither were those above it.
+///
+/// # Errors
+///
+/// A folder could not be synced: the names below it may not be durable.
+pub fn sync_folders_above(fs: &dyn Fs, path: &Path) -> Result<(), SyncDirError> {
+    for dir in folders_above(path) {
+        match fs.sync_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => break,
+            Err(source) => {
+                return Err(SyncDirError {
+                    dir: dir.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A folder [`sync_folders_above`] could not sync.
+#[derive(Debug)]
+pub struct SyncDirError {
+    /// The folder.
+    pub dir: PathBuf,
+    /// Why its `fsync` failed.
+    pub source: io::Error,
+}
+
+impl fmt::Display for SyncDirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot fsync the folder {}", self.dir.display())
+    }
+}
+
+impl std::error::Error for SyncDirError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 

@@ -23,16 +23,17 @@ fn meta(m: &fs::Metadata) -> Metadata {
         special_kind(m)
     };
     #[cfg(unix)]
-    let (dev, ino) = {
+    let (dev, ino, links) = {
         use std::os::unix::fs::MetadataExt;
-        (m.dev(), m.ino())
+        (m.dev(), m.ino(), m.nlink())
     };
     #[cfg(not(unix))]
-    let (dev, ino) = (0, 0);
+    let (dev, ino, links) = (0, 0, 1);
     Metadata {
         len: m.len(),
         dev,
         ino,
+        links,
         kind,
     }
 }

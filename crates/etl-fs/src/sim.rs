@@ -382,10 +382,13 @@ impl Inner {
             Node::Symlink(t) => t.as_os_str().len() as u64,
             _ => inode.data.len() as u64,
         };
+        // Names are few in a simulation: counting them is cheap.
+        let links = self.entries.values().filter(|&&i| i == ino).count() as u64;
         Ok(Metadata {
             len,
             dev: DEV,
             ino,
+            links,
             kind: inode.kind(),
         })
     }

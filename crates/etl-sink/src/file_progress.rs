@@ -1,9 +1,15 @@
 //! The file sink's progress file: written atomically, read on open.
+//!
+//! It sits beside the file written (`<canonical path>.progress`, symlinks
+//! resolved), not beside the name a run gave it, and records the file's
+//! device and inode: progress is never applied to a file it was not
+//! stored for (a file renamed over the output, a run under another
+//! name).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use etl_fs::{Fs, OpenOptions};
+use etl_fs::{Fs, Metadata, OpenOptions};
 use etl_record::{Offset, PartitionId};
 
 use crate::{Progress, SinkError};
@@ -14,7 +20,87 @@ use crate::{Progress, SinkError};
 pub(crate) struct Stored {
     pub(crate) segments: u64,
     pub(crate) length: u64,
+    /// The active file's device and inode when it was stored (`None`
+    /// from an older version, which did not record them).
+    pub(crate) file: Option<(u64, u64)>,
     pub(crate) progress: Progress,
+}
+
+impl Stored {
+    /// Whether this progress may be about the file `meta` describes.
+    pub(crate) fn describes(&self, meta: &Metadata) -> bool {
+        self.file.is_none_or(|file| file == meta.dev_ino())
+    }
+}
+
+/// The error for an output whose progress was stored for another file:
+/// renamed over it (or replaced) since the last run.
+pub(crate) fn replaced_since_recorded(path: &Path, stored: &Stored) -> SinkError {
+    SinkError::OutputLost {
+        path: path.to_owned(),
+        what: format!(
+            "was replaced since the last run: it is not the file its progress was stored for \
+             ({} bytes recorded), and cutting it back would destroy what it holds; restore the \
+             file, or move it away and reset the offsets to write it again",
+            stored.length
+        ),
+    }
+}
+
+/// Whether the side files beside the canonical path of the output
+/// (`meta`, at `path`) can describe it. A file with a second name that
+/// is a hard link has no one canonical path: a run under the other name
+/// keeps its own side files, and progress or a recovery point from
+/// either could cut what the other wrote. Exactly once, such an output
+/// is refused; at least once, its recovery point is not trusted (its
+/// complete lines are kept).
+pub(crate) fn side_files_apply(
+    path: &Path,
+    meta: &Metadata,
+    exactly_once: bool,
+) -> Result<bool, SinkError> {
+    if !meta.is_file() || meta.links <= 1 {
+        return Ok(true);
+    }
+    if exactly_once {
+        return Err(SinkError::OutputLost {
+            path: path.to_owned(),
+            what: format!(
+                "has {} names (hard links): progress kept beside one name cannot cover what a \
+                 run under another wrote, and cutting back to it could delete committed \
+                 records; remove the other names to write it exactly once",
+                meta.links
+            ),
+        });
+    }
+    tracing::warn!(path = %path.display(), links = meta.links, "the output has more than one name (hard links): its recovery point is not trusted; keeping its complete lines");
+    Ok(false)
+}
+
+/// The progress stored for the output at `path`, whose canonical path is
+/// `side`. An older version kept it beside the configured name: found
+/// there alone, it is refused rather than ignored (ignoring it would
+/// write everything again, and a later run under that name would cut
+/// back to it).
+pub(crate) fn read_stored_for(
+    fs: &dyn Fs,
+    path: &Path,
+    side: &Path,
+) -> Result<Option<Stored>, SinkError> {
+    let stored = read_stored(fs, side)?;
+    if stored.is_none() && side != path && fs.exists(&progress_path(path)) {
+        return Err(SinkError::CorruptProgress {
+            path: progress_path(path),
+            reason: format!(
+                "it is kept beside the name {} of the output, which is {}: progress now sits \
+                 beside the file written; move it to {}",
+                path.display(),
+                side.display(),
+                progress_path(side).display()
+            ),
+        });
+    }
+    Ok(stored)
 }
 
 /// `<path>.progress`.
@@ -78,12 +164,16 @@ pub(crate) fn write_stored(fs: &dyn Fs, path: &Path, stored: &Stored) -> Result<
         .iter()
         .map(|(p, o)| serde_json::json!([p.0, o.0]))
         .collect();
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "version": 1,
         "segments": stored.segments,
         "length": stored.length,
         "offsets": offsets,
     });
+    if let Some((dev, ino)) = stored.file {
+        doc["dev"] = dev.into();
+        doc["ino"] = ino.into();
+    }
     replace_atomically(fs, &progress_path(path), doc.to_string().as_bytes())
 }
 
@@ -134,6 +224,14 @@ pub(crate) fn read_stored(fs: &dyn Fs, path: &Path) -> Result<Option<Stored>, Si
     let length = doc["length"]
         .as_u64()
         .ok_or_else(|| corrupt("missing length"))?;
+    let file = match (&doc["dev"], &doc["ino"]) {
+        (serde_json::Value::Null, serde_json::Value::Null) => None,
+        (dev, ino) => Some(
+            dev.as_u64()
+                .zip(ino.as_u64())
+                .ok_or_else(|| corrupt("bad dev or ino"))?,
+        ),
+    };
     let mut progress = Progress::new();
     for pair in doc["offsets"]
         .as_array()
@@ -149,6 +247,7 @@ pub(crate) fn read_stored(fs: &dyn Fs, path: &Path) -> Result<Option<Stored>, Si
     Ok(Some(Stored {
         segments,
         length,
+        file,
         progress,
     }))
 }
@@ -166,6 +265,7 @@ mod tests {
         let stored = Stored {
             segments: 2,
             length: 99,
+            file: Some((3, 4)),
             progress: [(PartitionId(0), Offset(5)), (PartitionId(3), Offset(-1))]
                 .into_iter()
                 .collect(),
@@ -185,6 +285,7 @@ mod tests {
         let old = Stored {
             segments: 0,
             length: 8,
+            file: None,
             progress: [(PartitionId(0), Offset(1))].into_iter().collect(),
         };
         let new = Stored {

@@ -7,7 +7,8 @@
 //! of those bytes was acknowledged, but without progress stored with the
 //! data (exactly-once mode) the sink cannot know where acknowledged bytes
 //! end. So it keeps a lower bound, the recovery point
-//! (`<path>.recovery`), and an invariant: every acknowledged byte past
+//! (`<canonical path>.recovery`, beside the file written whatever name a
+//! run gives it, with the file's device and inode), and an invariant: every acknowledged byte past
 //! the recovery point is free of NUL bytes and ends in a line break. On
 //! open, the lines from the recovery point on are checked, and the file
 //! is cut at the first line holding a NUL byte, or at a partial last line.
@@ -161,6 +162,67 @@ pub(crate) fn complete_prefix(
         end = start;
     }
     Ok(0)
+}
+
+/// Cut `file` back to `to` bytes, never lengthening it. `set_len` fills
+/// a file shorter than `to` with zeros, and another program may truncate
+/// the file between any look at its length and the cut (no call cuts
+/// only a longer file). So the byte before `to` is read before the cut
+/// and again after it: a file that was already shorter, or whose byte
+/// turned to zero, was truncated under the sink. Then the zeros the cut
+/// filled in are taken back off (down to the last byte that is not
+/// zero), so the file is never longer than what it holds, and `false` is
+/// returned. A truncation is missed only when the byte before `to` was a
+/// zero already (raw output ending in a NUL byte).
+pub(crate) fn cut_back(file: &dyn FileHandle, to: u64) -> io::Result<bool> {
+    if to == 0 {
+        file.set_len(0)?;
+        return Ok(true);
+    }
+    let mut before = [0u8];
+    if file.read_at(&mut before, to - 1)? == 0 {
+        return Ok(false);
+    }
+    file.set_len(to)?;
+    let mut after = [0u8];
+    if file.read_at(&mut after, to - 1)? == 1 && after == before {
+        return Ok(true);
+    }
+    let mut end = file.metadata()?.len().min(to);
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let n = usize::try_from(end - start).unwrap_or(buf.len());
+        read_exact_at(file, &mut buf[..n], start)?;
+        match buf[..n].iter().rposition(|&b| b != 0) {
+            Some(i) => {
+                end = start + i as u64 + 1;
+                break;
+            }
+            None => end = start,
+        }
+    }
+    file.set_len(end)?;
+    Ok(false)
+}
+
+/// Cut `file` (at `path`) back to `len` on open, durably; never lengthen
+/// it (see [`cut_back`]): a file another program truncated meanwhile is
+/// lost output.
+pub(crate) fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
+    let cut = cut_back(file, len).map_err(|e| SinkError::io("truncate", path, e))?;
+    file.sync_all()
+        .map_err(|e| SinkError::io("truncate", path, e))?;
+    if cut {
+        Ok(())
+    } else {
+        Err(SinkError::OutputLost {
+            path: path.to_owned(),
+            what: format!(
+                "was truncated by another program while the sink cut it back to {len} bytes"
+            ),
+        })
+    }
 }
 
 /// Fill `buf` from `at`.

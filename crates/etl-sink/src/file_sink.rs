@@ -101,11 +101,20 @@ impl Default for FileSinkConfig {
 ///   with [`SinkError::OutputLost`]: records are never acknowledged into a
 ///   file that does not hold them.
 ///
+/// * The side files (`.progress`, `.recovery`, `.lock`) sit beside the
+///   file written, symlinks resolved (`<canonical path>.progress`), and
+///   record its device and inode: a run under another name (a symlink,
+///   `./out` for `out`) finds the same ones, and progress is never
+///   applied to another file (one renamed over the output is refused, not
+///   cut). A file with a second name that is a hard link has no one place
+///   for them: exactly once, it is refused ([`SinkError::OutputLost`]);
+///   at least once, its recovery point is not trusted.
+///
 /// **Exactly-once mode** (`exactly_once: true`): after each `fsync` the
 /// sink atomically replaces `<path>.progress` (temporary file, `fsync`,
-/// rename, `fsync` of the directory) with the active file's length, the
-/// number of finished segments and, per partition, the offset after the
-/// last record written. On open it cuts the file back to the recorded
+/// rename, `fsync` of the directory) with the active file's length, its
+/// device and inode, the number of finished segments and, per partition,
+/// the offset after the last record written. On open it cuts the file back to the recorded
 /// length, and [`ProgressSink::progress`] reports the recorded offsets, so
 /// a pipeline resuming its source there writes every record exactly once.
 /// Costs: one more small file write, two more `fsync`s and a rename per
@@ -224,7 +233,8 @@ impl FileSink {
     }
 
     /// The progress stored with the output at `path` by an exactly-once
-    /// sink (`<path>.progress`), read without opening or locking the
+    /// sink (`<path>.progress`, beside the file `path` names, symlinks
+    /// resolved), read without opening or locking the
     /// output: for tools that show where a pipeline stands. `None` when
     /// there is none.
     ///
@@ -245,7 +255,11 @@ impl FileSink {
         fs: &dyn Fs,
         path: impl AsRef<Path>,
     ) -> Result<Option<Progress>, SinkError> {
-        Ok(crate::file_progress::read_stored(fs, path.as_ref())?.map(|stored| stored.progress))
+        let path = path.as_ref();
+        // Beside the file written, symlinks resolved (see `open`); an
+        // output that is gone has none to resolve.
+        let side = fs.canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        Ok(crate::file_progress::read_stored_for(fs, path, &side)?.map(|stored| stored.progress))
     }
 
     /// The active file's path.

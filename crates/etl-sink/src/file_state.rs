@@ -7,17 +7,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use etl_fs::{FileHandle, Fs, Metadata, OpenOptions, TryLockError};
-use etl_record::{LockError, Offset, OwnerLock, PartitionId};
+use etl_fs::{FileHandle, Fs, Metadata, OpenOptions};
+use etl_record::{Offset, OwnerLock, PartitionId};
 
 use crate::file_progress::{
-    Stored, last_segment, parent_dir, read_stored, suffixed, sync_dir, write_stored,
+    Stored, last_segment, parent_dir, read_stored_for, replaced_since_recorded, side_files_apply,
+    suffixed, sync_dir, write_stored,
 };
 use crate::file_recovery::{
-    RecoveryPoint, SCAN_LIMIT, complete_prefix, forget_point, read_point, undamaged_prefix,
-    write_point,
+    RecoveryPoint, SCAN_LIMIT, complete_prefix, cut_back, forget_point, read_point, truncate,
+    undamaged_prefix, write_point,
 };
 use crate::{FileSinkConfig, Progress, SinkError};
+
+mod locks;
+use locks::{lock_data, lock_output};
 
 /// One record of a batch as the exactly-once path sees it.
 pub(crate) type Placed = (PartitionId, Offset, Range<usize>);
@@ -61,28 +65,14 @@ enum Lost {
     },
 }
 
-/// Another sink writes the output, under this name or another one.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot write {}: the file ({}) is already written by another sink, under this name or \
-     another (a symlink or a hard link to it): {source}",
-    path.display(),
-    file.display()
-)]
-struct OutputInUse {
-    /// The configured path.
-    path: PathBuf,
-    /// The file it names, symlinks resolved.
-    file: PathBuf,
-    #[source]
-    source: LockError,
-}
-
 #[derive(Debug)]
 pub(crate) struct FileState {
     /// The file system everything goes through.
     fs: Arc<dyn Fs>,
     path: PathBuf,
+    /// Where the side files (progress, recovery point) go: beside the
+    /// file written, symlinks resolved; `path` for a device.
+    side: PathBuf,
     config: FileSinkConfig,
     /// Held for the sink's life: this sink is the output's only writer
     /// (none for a device such as `/dev/full`: there is no file to own).
@@ -135,58 +125,6 @@ fn open_active(fs: &dyn Fs, path: &Path) -> Result<Box<dyn FileHandle>, SinkErro
     .map_err(|e| SinkError::io("open", path, e))
 }
 
-/// Take the output's locks before anything reads or cuts it: the lock
-/// file beside the file `path` names, symlinks resolved
-/// (`<canonical path>.lock`, which names the holder's pid), and a lock on
-/// the open data file itself (see [`lock_data`]). Locks keyed by the
-/// configured name would let a second name for the same file (a symlink,
-/// a hard link) in as a second writer. `file` is the open output.
-/// Returns the lock and the canonical path.
-fn lock_output(
-    fs: &dyn Fs,
-    path: &Path,
-    file: &dyn FileHandle,
-) -> Result<(OwnerLock, PathBuf), SinkError> {
-    let canonical = fs
-        .canonicalize(path)
-        .map_err(|e| SinkError::io("resolve", path, e))?;
-    let in_use = |source: LockError| {
-        SinkError::permanent(OutputInUse {
-            path: path.to_owned(),
-            file: canonical.clone(),
-            source,
-        })
-    };
-    let lock = OwnerLock::acquire_in(fs, suffixed(&canonical, "lock")).map_err(|e| match e {
-        LockError::Io { path, op, source } => SinkError::io(op, path, source),
-        e => in_use(e),
-    })?;
-    lock_data(file, &canonical).map_err(|e| match e {
-        LockError::Io { path, op, source } => SinkError::io(op, path, source),
-        e => in_use(e),
-    })?;
-    Ok((lock, canonical))
-}
-
-/// Lock the open data file `file` (at `path`) exclusively. The lock
-/// belongs to the file, not to a name: a second sink reaching it through
-/// a hard link (another name, another lock file) is refused here. The
-/// kernel releases it when the file is closed.
-fn lock_data(file: &dyn FileHandle, path: &Path) -> Result<(), LockError> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(LockError::InUse {
-            path: path.to_owned(),
-            pid: None,
-        }),
-        Err(TryLockError::Error(source)) => Err(LockError::Io {
-            path: path.to_owned(),
-            op: "lock",
-            source,
-        }),
-    }
-}
-
 /// The error for an output shorter than its progress records: records
 /// stored as written are gone from it (truncated, or replaced, between
 /// runs).
@@ -200,12 +138,6 @@ fn shorter_than_recorded(path: &Path, len: u64, recorded: u64) -> SinkError {
             crate::file_progress::progress_path(path).display()
         ),
     }
-}
-
-fn truncate(file: &dyn FileHandle, len: u64, path: &Path) -> Result<(), SinkError> {
-    file.set_len(len)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| SinkError::io("truncate", path, e))
 }
 
 impl FileState {
@@ -222,28 +154,39 @@ impl FileState {
         // Opened (created) before anything else, so that the locks are
         // taken on the file itself; opening cuts nothing.
         let file = open_active(&*fs, path)?;
-        let lock = if regular {
+        let (lock, side) = if regular {
             let (lock, canonical) = lock_output(&*fs, path, &*file)?;
             // Opening may have created the file: its name is durable only
             // once its directory (the target's, through a symlink) is
             // fsynced, and every record reported durable in it depends on
-            // it.
-            sync_dir(&*fs, parent_dir(&canonical))?;
-            Some(lock)
+            // it. So does the directory's own name, up to the root: the
+            // runtime creates a missing output folder without syncing it.
+            etl_fs::sync_folders_above(&*fs, &canonical)
+                .map_err(|e| SinkError::io("fsync directory", &e.dir, e.source))?;
+            (Some(lock), canonical)
         } else {
-            None
+            (None, path.to_owned())
         };
+        let meta = file
+            .metadata()
+            .map_err(|e| SinkError::io("stat", path, e))?;
+        let active = FileId::of(&meta);
+        // The progress and the recovery point sit beside the file
+        // written (`side`, symlinks resolved), whatever the name a run
+        // gives it, and record its device and inode. A second name that
+        // is a hard link has no such canonical form: see `side_files_apply`.
+        let side_files_apply = side_files_apply(path, &meta, config.exactly_once)?;
         let mut segments = last_segment(&*fs, path)?;
         let mut keep = None;
         let tracks_point = regular && !config.exactly_once;
         let recorded = if tracks_point {
-            read_point(&*fs, path)?
+            read_point(&*fs, &side)?.filter(|_| side_files_apply)
         } else {
             if regular {
                 // A point left by an at-least-once run does not describe
                 // what exactly-once runs write after it: a later
                 // at-least-once run must not find it.
-                forget_point(&*fs, path)?;
+                forget_point(&*fs, &side)?;
             }
             None
         };
@@ -254,9 +197,9 @@ impl FileState {
         }
         let mut stored = Progress::new();
         if config.exactly_once
-            && let Some(side) = read_stored(&*fs, path)?
+            && let Some(side) = read_stored_for(&*fs, path, &side)?
         {
-            stored = side.progress;
+            stored = side.progress.clone();
             // A recorded count at the limit has no next: it cannot come
             // from a rotation, and must not wrap.
             let Some(after) = side.segments.checked_add(1) else {
@@ -271,18 +214,26 @@ impl FileState {
                 // length, and the active file starts empty.
                 let seg = suffixed(path, &segments.to_string());
                 let f = fs
-                    .open(&seg, &OpenOptions::new().write(true))
+                    .open(&seg, &OpenOptions::new().read(true).write(true))
                     .map_err(|e| SinkError::io("open", &seg, e))?;
-                let seg_len = f
-                    .metadata()
-                    .map_err(|e| SinkError::io("stat", &seg, e))?
-                    .len();
+                let seg_meta = f.metadata().map_err(|e| SinkError::io("stat", &seg, e))?;
+                let seg_len = seg_meta.len();
+                if !side.describes(&seg_meta) {
+                    return Err(replaced_since_recorded(&seg, &side));
+                }
                 if seg_len < side.length {
                     return Err(shorter_than_recorded(&seg, seg_len, side.length));
                 }
                 truncate(&*f, side.length, &seg)?;
                 keep = Some(0);
             } else if segments <= side.segments {
+                // Progress stored for another file (this one was renamed
+                // over it since): cutting this one to the recorded length
+                // would destroy what it holds. An empty one has nothing to
+                // cut; below, it is shorter than recorded unless nothing was.
+                if !side.describes(&meta) && !meta.is_empty() {
+                    return Err(replaced_since_recorded(path, &side));
+                }
                 // Finished segments are never read or cut again: shipping
                 // them away (retention) is routine, and only the active
                 // file's length counts. The numbering goes on from the
@@ -300,10 +251,6 @@ impl FileState {
             }
             segments = segments.max(side.segments);
         }
-        let meta = file
-            .metadata()
-            .map_err(|e| SinkError::io("stat", path, e))?;
-        let active = FileId::of(&meta);
         let len = meta.len();
         let trusted = recorded
             .filter(|p| (p.dev, p.ino) == (active.dev, active.ino))
@@ -347,13 +294,14 @@ impl FileState {
                 segments,
                 length: len,
             };
-            write_point(&*fs, path, &point)?;
+            write_point(&*fs, &side, &point)?;
             Some(len)
         };
         let now = Instant::now();
         let mut state = FileState {
             fs,
             path: path.to_owned(),
+            side,
             config,
             _lock: lock,
             file,
@@ -397,7 +345,7 @@ impl FileState {
             segments,
             length: self.len,
         };
-        write_point(&*self.fs, &self.path, &point)?;
+        write_point(&*self.fs, &self.side, &point)?;
         self.point = Some(self.len);
         self.nul_past_point = false;
         Ok(())
@@ -406,10 +354,11 @@ impl FileState {
     fn store(&mut self) -> Result<(), SinkError> {
         write_stored(
             &*self.fs,
-            &self.path,
+            &self.side,
             &Stored {
                 segments: self.segments,
                 length: self.len,
+                file: Some((self.active.dev, self.active.ino)),
                 progress: self.appended.clone(),
             },
         )
@@ -500,11 +449,19 @@ impl FileState {
                 found: meta.len(),
             });
         }
-        let cut = self
-            .file
-            .set_len(before)
-            .and_then(|()| self.file.metadata())
-            .is_ok_and(|m| m.len() == before);
+        let cut = match cut_back(&*self.file, before) {
+            Ok(true) => self.file.metadata().is_ok_and(|m| m.len() == before),
+            // Truncated under the sink between the check above and the
+            // cut: lost output, not zeros to append behind.
+            Ok(false) => {
+                let found = self.file.metadata().map_or(0, |m| m.len());
+                return self.poison(Lost::Resized {
+                    expected: before,
+                    found,
+                });
+            }
+            Err(_) => false,
+        };
         if cut && self.synced == self.written && self.stored == self.appended {
             SinkError::io("append to", &self.path, e)
         } else {
@@ -640,11 +597,7 @@ impl FileState {
         if !self.file.metadata().is_ok_and(|m| m.len() > durable) {
             return;
         }
-        if let Err(e) = self
-            .file
-            .set_len(durable)
-            .and_then(|()| self.file.sync_all())
-        {
+        if let Err(e) = cut_back(&*self.file, durable).and_then(|_| self.file.sync_all()) {
             tracing::warn!(path = %self.path.display(), durable, error = %e, "cannot cut the lost output back to its durable length; the next run cuts back to its last complete line");
         }
     }
@@ -800,6 +753,13 @@ impl FileState {
         self.segments = next;
         self.len = 0;
         self.fsynced_len = 0;
+        // Through a symlink, the rename moved the link: the new active
+        // file is a regular file at `path`, and its side files go beside
+        // it, where the next run looks for them.
+        self.side = self
+            .fs
+            .canonicalize(&self.path)
+            .map_err(|e| SinkError::io("resolve", &self.path, e))?;
         self.opened_at = Instant::now();
         sync_dir(&*self.fs, parent_dir(&self.path))?;
         if self.config.exactly_once {
@@ -822,3 +782,9 @@ impl FileState {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod name_tests;
+
+#[cfg(test)]
+mod race_tests;

@@ -449,8 +449,16 @@ async fn a_second_name_for_the_output_is_refused_while_the_first_lives() {
             first.write(&batch(0, 2..4)).await.unwrap();
             assert_eq!(positions(&first.files()).len(), 4, "{case}");
             drop(first);
-            let second = FileSink::open(&other, config).await.unwrap();
-            second.write(&batch(0, 4..6)).await.unwrap();
+            let second = FileSink::open(&other, config).await;
+            if exactly_once && how == "hard link" {
+                // Once the first is gone, a hard link is still a second
+                // name: progress beside one cannot cover what a run under
+                // the other writes.
+                let err = second.unwrap_err();
+                assert!(matches!(err, SinkError::OutputLost { .. }), "{case}: {err}");
+                continue;
+            }
+            second.unwrap().write(&batch(0, 4..6)).await.unwrap();
         }
     }
 }

@@ -48,6 +48,7 @@
 //! bytes only, and gets its tail on the first run that reads it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::io::{self, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -199,7 +200,8 @@ pub(crate) struct Entry {
     /// A last line emitted (or dead-lettered) without its newline: it
     /// started at `.0` and ended at `.1`. Read again, that line is cut at
     /// the same place, and what was appended to it is a line of its own.
-    pub(crate) cut: Option<(u64, u64)>,
+    /// Boxed: rare, and an entry is kept for every input file.
+    pub(crate) cut: Option<Box<(u64, u64)>>,
     /// The furthest tail recorded; `None` in an entry of a version 1
     /// registry until it is taken.
     pub(crate) tail: Option<Tail>,
@@ -263,7 +265,8 @@ pub(crate) struct Registry {
     fs: Arc<dyn Fs>,
     /// Where it is kept, if anywhere.
     dir: Option<PathBuf>,
-    entries: BTreeMap<PathBuf, Entry>,
+    /// Keyed by a path shared with the file's reader: one copy a file.
+    entries: BTreeMap<Arc<Path>, Entry>,
     retired: BTreeSet<u32>,
     /// Ids in use, entries and retired together.
     used: BTreeSet<u32>,
@@ -300,7 +303,7 @@ pub fn registered_inputs_in(
     let (entries, _) = read_registry(fs, dir)?.unwrap_or_default();
     Ok(entries
         .iter()
-        .map(|(path, entry)| (entry.id, path.clone()))
+        .map(|(path, entry)| (entry.id, path.to_path_buf()))
         .collect())
 }
 
@@ -354,6 +357,15 @@ impl Registry {
         self.entries.get(path)
     }
 
+    /// `path` as the registry holds it, shared (a new copy when it holds
+    /// none): a file's reader keeps this one rather than a copy of its
+    /// own.
+    pub(crate) fn shared(&self, path: &Path) -> Arc<Path> {
+        self.entries
+            .get_key_value(path)
+            .map_or_else(|| Arc::from(path), |(k, _)| Arc::clone(k))
+    }
+
     /// Register `path` with a new id for `identity`, retiring the id it
     /// had. The first id of a path is [`file_partition_id`] when free.
     pub(crate) fn assign_new(
@@ -367,8 +379,9 @@ impl Registry {
         }
         let id = self.allocate(path);
         self.used.insert(id.0);
+        let shared = self.shared(path);
         self.entries.insert(
-            path.to_owned(),
+            shared,
             Entry {
                 id,
                 identity,
@@ -389,12 +402,12 @@ impl Registry {
         &mut self,
         path: &Path,
         identity: &FileIdentity,
-        kept: &BTreeSet<PathBuf>,
+        kept: &BTreeSet<&Path>,
     ) -> Result<Option<Entry>, SourceError> {
         let mut candidate = None;
         for (other, entry) in &self.entries {
-            if other != path
-                && !kept.contains(other)
+            if **other != *path
+                && !kept.contains(&**other)
                 && (entry.identity.dev, entry.identity.ino) == (identity.dev, identity.ino)
                 && entry.differs(&*self.fs, identity, path)?.is_none()
             {
@@ -414,7 +427,7 @@ impl Registry {
         if entry.identity.fp_len < identity.fp_len {
             entry.identity = *identity;
         }
-        self.entries.insert(path.to_owned(), entry.clone());
+        self.entries.insert(Arc::from(path), entry.clone());
         self.dirty = true;
         Ok(Some(entry))
     }
@@ -454,9 +467,9 @@ impl Registry {
     /// Record that the last line of `path` was emitted unterminated.
     pub(crate) fn set_cut(&mut self, path: &Path, cut: (u64, u64)) {
         if let Some(entry) = self.entries.get_mut(path)
-            && entry.cut != Some(cut)
+            && entry.cut.as_deref() != Some(&cut)
         {
-            entry.cut = Some(cut);
+            entry.cut = Some(Box::new(cut));
             self.dirty = true;
         }
     }
@@ -489,29 +502,28 @@ impl Registry {
         if !self.dirty {
             return Ok(());
         }
-        if let Some(dir) = self.dir.clone() {
-            let text = render(&self.entries, &self.retired);
-            if let Err((path, op, e)) = self.write_durably(&dir, text.as_bytes()) {
-                let lost = Lost {
-                    path: path.clone(),
-                    op,
-                    kind: e.kind(),
-                    message: e.to_string(),
-                };
-                tracing::error!(
-                    path = %path.display(),
-                    op,
-                    error = %e,
-                    "the record of the input files could not be written; it is lost, and the \
-                     source stops"
-                );
-                self.lost = Some(lost);
-                return Err(SourceError::Checkpoint(CheckpointError::Io {
-                    path,
-                    op,
-                    source: e,
-                }));
-            }
+        if let Some(dir) = self.dir.clone()
+            && let Err((path, op, e)) = self.write_durably(&dir)
+        {
+            let lost = Lost {
+                path: path.clone(),
+                op,
+                kind: e.kind(),
+                message: e.to_string(),
+            };
+            tracing::error!(
+                path = %path.display(),
+                op,
+                error = %e,
+                "the record of the input files could not be written; it is lost, and the \
+                 source stops"
+            );
+            self.lost = Some(lost);
+            return Err(SourceError::Checkpoint(CheckpointError::Io {
+                path,
+                op,
+                source: e,
+            }));
         }
         self.fresh = false;
         self.dirty = false;
@@ -521,19 +533,21 @@ impl Registry {
     /// The one place the registry reaches the disk: temporary file,
     /// fsync, rename, fsync of the folder. An error names the file and
     /// the step; the caller makes the registry lost.
-    fn write_durably(
-        &self,
-        dir: &Path,
-        text: &[u8],
-    ) -> Result<(), (PathBuf, &'static str, io::Error)> {
+    fn write_durably(&self, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
         let fs = &*self.fs;
-        create_dir_durably(fs, dir)?;
+        fs.create_dir_all(dir)
+            .map_err(|e| (dir.to_owned(), "create the folder", e))?;
         if self.fresh {
             // The first record in this folder: whoever created the folder
-            // (the offset store, say) may not have made its name durable,
-            // and a crash that loses it loses the record while the output
-            // keeps what was read under the ids it gave.
-            sync_parent(fs, dir)?;
+            // and those above it (the offset store, the runtime, this
+            // save) may not have made their names durable, and a crash
+            // that loses them loses the record while the output keeps
+            // what was read under the ids it gave.
+            let canonical = fs
+                .canonicalize(dir)
+                .map_err(|e| (dir.to_owned(), "resolve the folder", e))?;
+            etl_fs::sync_folders_above(fs, &canonical)
+                .map_err(|e| (e.dir, "fsync the folder", e.source))?;
         }
         let temp = dir.join(TEMP);
         let target = dir.join(NAME);
@@ -543,8 +557,14 @@ impl Registry {
                 &OpenOptions::new().write(true).create(true).truncate(true),
             )
             .map_err(|e| (temp.clone(), "create", e))?;
-        file.write_all(text)
+        // Streamed through a buffer rather than rendered whole: with many
+        // input files the text is ~100 bytes a file, a peak of memory the
+        // source would otherwise take at every save.
+        let mut out = io::BufWriter::with_capacity(64 * 1024, &mut file);
+        render(&mut out, &self.entries, &self.retired)
+            .and_then(|()| out.flush())
             .map_err(|e| (temp.clone(), "write", e))?;
+        drop(out);
         file.sync_all().map_err(|e| (temp.clone(), "fsync", e))?;
         drop(file);
         fs.rename(&temp, &target)
@@ -552,37 +572,6 @@ impl Registry {
         fs.sync_dir(dir)
             .map_err(|e| (dir.to_owned(), "fsync the folder", e))
     }
-}
-
-/// Create `dir` and the folders above it that are missing, each made
-/// durable in its parent: a registry in a folder whose name a crash
-/// loses is lost with it.
-fn create_dir_durably(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
-    let mut missing = Vec::new();
-    let mut at = Some(dir);
-    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !fs.exists(d)) {
-        missing.push(d);
-        at = d.parent();
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    fs.create_dir_all(dir)
-        .map_err(|e| (dir.to_owned(), "create the folder", e))?;
-    for created in missing.iter().rev() {
-        sync_parent(fs, created)?;
-    }
-    Ok(())
-}
-
-/// Make `dir`'s name durable in its parent.
-fn sync_parent(fs: &dyn Fs, dir: &Path) -> Result<(), (PathBuf, &'static str, io::Error)> {
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    fs.sync_dir(parent)
-        .map_err(|e| (parent.to_owned(), "fsync the folder", e))
 }
 
 fn fnv1a(bytes: &[u8]) -> u32 {
@@ -626,36 +615,48 @@ fn unescape(text: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(out))
 }
 
-fn render(entries: &BTreeMap<PathBuf, Entry>, retired: &BTreeSet<u32>) -> String {
-    let mut body = format!("{MAGIC}\n");
+/// Write the registry's text to `out`, sealed as
+/// [`etl_checkpoint::seal`] seals it (a `crc32` line over the body).
+fn render(
+    out: &mut impl Write,
+    entries: &BTreeMap<Arc<Path>, Entry>,
+    retired: &BTreeSet<u32>,
+) -> io::Result<()> {
+    let mut crc = crc32fast::Hasher::new();
+    let mut line = String::with_capacity(256);
+    let mut emit = |line: &str| {
+        crc.update(line.as_bytes());
+        out.write_all(line.as_bytes())
+    };
+    emit(&format!("{MAGIC}\n"))?;
     for (path, e) in entries {
         let i = &e.identity;
-        let (cs, ce) = match e.cut {
-            Some((s, end)) => (s.to_string(), end.to_string()),
-            None => ("-".to_owned(), "-".to_owned()),
+        line.clear();
+        let _ = write!(
+            line,
+            "file {} {} {} {} {:08x} ",
+            e.id.0, i.dev, i.ino, i.fp_len, i.fp_crc
+        );
+        let _ = match e.cut.as_deref().copied() {
+            Some((s, end)) => write!(line, "{s} {end} "),
+            None => write!(line, "- - "),
         };
-        let (te, tc) = match e.tail {
-            Some(t) => (t.end.to_string(), format!("{:08x}", t.crc)),
-            None => ("-".to_owned(), "-".to_owned()),
+        let _ = match e.tail {
+            Some(t) => write!(line, "{} {:08x} ", t.end, t.crc),
+            None => write!(line, "- - "),
         };
-        body.push_str(&format!(
-            "file {} {} {} {} {:08x} {cs} {ce} {te} {tc} {}\n",
-            e.id.0,
-            i.dev,
-            i.ino,
-            i.fp_len,
-            i.fp_crc,
-            escape(path)
-        ));
+        line.push_str(&escape(path));
+        line.push('\n');
+        emit(&line)?;
     }
     for id in retired {
-        body.push_str(&format!("retired {id}\n"));
+        emit(&format!("retired {id}\n"))?;
     }
-    etl_checkpoint::seal(&mut body);
-    body
+    let sum = crc.finalize();
+    out.write_all(format!("crc32 {sum:08x}\n").as_bytes())
 }
 
-type Parsed = (BTreeMap<PathBuf, Entry>, BTreeSet<u32>);
+type Parsed = (BTreeMap<Arc<Path>, Entry>, BTreeSet<u32>);
 
 fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     let body = etl_checkpoint::unseal(bytes)?;
@@ -691,7 +692,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         let (cs, ce) = (next("cut start")?, next("cut end")?);
         let cut = match (cs, ce) {
             ("-", "-") => None,
-            (s, e) => Some((num(s)?, num(e)?)),
+            (s, e) => Some(Box::new((num(s)?, num(e)?))),
         };
         let tail = if with_tails {
             match (next("tail end")?, next("tail")?) {
@@ -706,7 +707,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         };
         let path = unescape(next("path")?)?;
         entries.insert(
-            path,
+            Arc::from(path),
             Entry {
                 id: PartitionId(id),
                 identity: FileIdentity {

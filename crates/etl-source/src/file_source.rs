@@ -104,10 +104,6 @@ pub struct FileSource {
 /// the file is then checked against the bytes before an earlier position.
 const TAIL_SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Where a last line emitted without its newline was cut: its start and
-/// end.
-type Cut = (u64, u64);
-
 #[derive(Debug)]
 struct FileState {
     partition: PartitionId,
@@ -208,25 +204,32 @@ impl FileSource {
         // their recorded file keep their id; a file found under another
         // path (renamed by a rotation) takes its id along; the rest get
         // new ids.
-        let mut ids: Vec<Option<(PartitionId, Option<Cut>)>> = vec![None; found.len()];
-        let mut changed: Vec<Option<(PartitionId, String)>> = vec![None; found.len()];
+        // Per file, only what every file needs (its id, once known): the
+        // cut is read back from the registry, and the few changed files
+        // are kept apart, so the bookkeeping of a large open stays small.
+        let mut ids: Vec<Option<PartitionId>> = vec![None; found.len()];
+        let mut changed: BTreeMap<usize, (PartitionId, String)> = BTreeMap::new();
         for (i, (path, identity)) in found.iter().enumerate() {
             if let Some(entry) = registry.get(path).cloned() {
                 match entry.differs(&*fs, identity, path)? {
                     None => {
                         registry.refresh(path, *identity);
                         registry.set_tail(path, tails[i]);
-                        ids[i] = Some((entry.id, entry.cut));
+                        ids[i] = Some(entry.id);
                     }
-                    Some(reason) => changed[i] = Some((entry.id, reason)),
+                    Some(reason) => {
+                        changed.insert(i, (entry.id, reason));
+                    }
                 }
             }
         }
-        let kept: BTreeSet<PathBuf> = found
+        // Borrowed, not copied: with many files a copy of every path is a
+        // peak of memory at open.
+        let kept: BTreeSet<&Path> = found
             .iter()
             .zip(&ids)
             .filter(|(_, id)| id.is_some())
-            .map(|((path, _), _)| path.clone())
+            .map(|((path, _), _)| path.as_path())
             .collect();
         for (i, (path, identity)) in found.iter().enumerate() {
             if ids[i].is_none()
@@ -238,20 +241,26 @@ impl FileSource {
                     "input file was renamed; it keeps its partition and offsets"
                 );
                 registry.set_tail(path, tails[i]);
-                ids[i] = Some((entry.id, entry.cut));
-                changed[i] = None;
+                ids[i] = Some(entry.id);
+                changed.remove(&i);
             }
         }
+        drop(kept);
         let chunks = ChunkPool::new(config.read_chunk_bytes);
-        let mut files = Vec::new();
+        // Sized once: a vector grown by doubling holds up to twice the
+        // states it needs, and both copies while it moves.
+        let mut files = Vec::with_capacity(found.len());
         for (i, (path, identity)) in found.into_iter().enumerate() {
             let tail = tails[i];
             let (partition, cut) = match ids[i] {
-                Some(known) => known,
+                Some(known) => (
+                    known,
+                    registry.get(&path).and_then(|e| e.cut.as_deref().copied()),
+                ),
                 None => {
                     // A path whose file was renamed away (its entry moved
                     // with it) simply holds a new file.
-                    if let Some((id, reason)) = changed[i].take()
+                    if let Some((id, reason)) = changed.remove(&i)
                         && registry.get(&path).is_some()
                     {
                         if config.on_replaced == ReplacedPolicy::Fail {
@@ -287,7 +296,7 @@ impl FileSource {
             files.push(FileState {
                 partition,
                 reader: LineReader::new(
-                    &path,
+                    registry.shared(&path),
                     (identity.dev, identity.ino),
                     tail,
                     config.name.clone(),
@@ -437,7 +446,7 @@ impl FileSource {
         let file = &mut self.files[index];
         file.partition = new;
         file.reader = LineReader::new(
-            &path,
+            self.registry.shared(&path),
             (identity.dev, identity.ino),
             tail,
             self.config.name.clone(),

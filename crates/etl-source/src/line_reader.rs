@@ -2,7 +2,7 @@
 //! the read buffer, bad input turned into dead letters.
 
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
@@ -32,7 +32,8 @@ const PREVIEW_BYTES: usize = 1024;
 /// rather than held by every reader.
 #[derive(Debug)]
 pub(crate) struct LineReader {
-    path: PathBuf,
+    /// Shared with the record of inputs' entry: one copy a file.
+    path: Arc<Path>,
     /// The descriptor and read buffer, while open.
     open: Option<Box<OpenFile>>,
     /// Device and inode of the file this reader's offsets belong to.
@@ -51,7 +52,8 @@ pub(crate) struct LineReader {
     /// A last line that was emitted without its newline: it started at
     /// `.0` and ended at `.1`, and is cut there whenever it is read, so
     /// what was appended to it later is read as a line of its own.
-    cut: Option<(u64, u64)>,
+    /// Boxed: rare, and a reader is kept for every input file.
+    cut: Option<Box<(u64, u64)>>,
     /// Just past a cut: a newline here only ends the cut line (it was its
     /// missing terminator), so it is not read as an empty line.
     after_cut: bool,
@@ -98,7 +100,7 @@ impl LineReader {
     /// A reader of the file at `path` (device and inode `dev_ino`, seen
     /// to hold `tail`), positioned at its start. Nothing is opened yet.
     pub(crate) fn new(
-        path: &Path,
+        path: Arc<Path>,
         dev_ino: (u64, u64),
         tail: Tail,
         source: SourceId,
@@ -106,7 +108,7 @@ impl LineReader {
         cut: Option<(u64, u64)>,
     ) -> Self {
         LineReader {
-            path: path.to_path_buf(),
+            path,
             open: None,
             dev_ino,
             tail,
@@ -114,7 +116,7 @@ impl LineReader {
             partition,
             buf_pos: 0,
             skipping: false,
-            cut,
+            cut: cut.map(Box::new),
             after_cut: false,
         }
     }
@@ -141,7 +143,7 @@ impl LineReader {
     }
 
     pub(crate) fn set_cut(&mut self, cut: (u64, u64)) {
-        self.cut = Some(cut);
+        self.cut = Some(Box::new(cut));
     }
 
     /// Open the file at the reader's position. `Ok(Some(reason))` when
@@ -171,7 +173,7 @@ impl LineReader {
         let mut file = open_to_read(fs, &self.path)?;
         let meta = file
             .metadata()
-            .map_err(|e| SourceError::io(&self.path, e))?;
+            .map_err(|e| SourceError::io(&*self.path, e))?;
         if meta.dev_ino() != self.dev_ino {
             return Ok(Some("another file now has this name".to_owned()));
         }
@@ -185,12 +187,12 @@ impl LineReader {
         if let Some(reason) = self
             .tail
             .differs(&*file, meta.len())
-            .map_err(|e| SourceError::io(&self.path, e))?
+            .map_err(|e| SourceError::io(&*self.path, e))?
         {
             return Ok(Some(reason));
         }
         file.seek_to(self.buf_pos)
-            .map_err(|e| SourceError::io(&self.path, e))?;
+            .map_err(|e| SourceError::io(&*self.path, e))?;
         self.open = Some(Box::new(OpenFile {
             file,
             buf: ReadBuf::new(Arc::clone(chunks)),
@@ -239,7 +241,7 @@ impl LineReader {
         let meta = match fs.metadata(&self.path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == ErrorKind::NotFound => return moved("the file was removed"),
-            Err(e) => return Err(SourceError::io(&self.path, e)),
+            Err(e) => return Err(SourceError::io(&*self.path, e)),
         };
         if meta.dev_ino() != self.dev_ino {
             return moved("another file now has this name (rotated?)");
@@ -265,7 +267,7 @@ impl LineReader {
                 .tail
                 .differs(&*open_to_read(fs, &self.path)?, meta.len()),
         };
-        match differs.map_err(|e| SourceError::io(&self.path, e))? {
+        match differs.map_err(|e| SourceError::io(&*self.path, e))? {
             Some(reason) => rewritten(reason),
             None => Ok(None),
         }
@@ -286,7 +288,7 @@ impl LineReader {
         let len = o
             .file
             .metadata()
-            .map_err(|e| SourceError::io(&self.path, e))?
+            .map_err(|e| SourceError::io(&*self.path, e))?
             .len();
         Ok(len > self.read_to())
     }
@@ -308,7 +310,7 @@ impl LineReader {
             }
             // Truncated since it was read: the next check finds it so.
             Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(None),
-            Err(e) => Err(SourceError::io(&self.path, e)),
+            Err(e) => Err(SourceError::io(&*self.path, e)),
         }
     }
 
@@ -319,7 +321,7 @@ impl LineReader {
             None => fs.metadata(&self.path),
         };
         meta.map(|m| m.len())
-            .map_err(|e| SourceError::io(&self.path, e))
+            .map_err(|e| SourceError::io(&*self.path, e))
     }
 
     /// Position at the first line starting at or after `offset`: the byte
@@ -328,16 +330,16 @@ impl LineReader {
     /// next line start. An offset just after the start of a cut line
     /// lands on the cut, where the rest of that line begins.
     pub(crate) fn seek(&mut self, offset: Offset) -> Result<(), SourceError> {
-        let (pos, skipping) = match self.cut {
+        let (pos, skipping) = match self.cut.as_deref().copied() {
             _ if offset.0 <= 0 => (0, false),
             Some((start, end)) if offset.0 as u64 == start + 1 => (end, false),
             _ => (offset.0 as u64 - 1, true),
         };
-        self.after_cut = self.cut.is_some_and(|(_, end)| end == pos);
+        self.after_cut = self.cut.as_deref().is_some_and(|&(_, end)| end == pos);
         if let Some(o) = &mut self.open {
             o.file
                 .seek_to(pos)
-                .map_err(|e| SourceError::io(&self.path, e))?;
+                .map_err(|e| SourceError::io(&*self.path, e))?;
             o.buf.clear();
             o.scanned = 0;
             o.at_eof = false;
@@ -394,6 +396,8 @@ impl LineReader {
             // Bytes to the cut, when a cut line starts here.
             let cut = self
                 .cut
+                .as_deref()
+                .copied()
                 .filter(|&(start, _)| !self.skipping && self.buf_pos == start)
                 .map(|(start, end)| (end - start) as usize);
             match (newline, cut) {
@@ -558,6 +562,6 @@ impl LineReader {
     fn fill(&self, o: &mut OpenFile) -> Result<usize, SourceError> {
         o.buf
             .fill(&mut o.file)
-            .map_err(|e| SourceError::io(&self.path, e))
+            .map_err(|e| SourceError::io(&*self.path, e))
     }
 }

@@ -161,6 +161,27 @@ fn a_created_output_is_durable_in_its_directory_before_its_data_is() {
 }
 
 #[test]
+fn an_output_folder_created_without_syncing_survives_a_crash_with_its_records() {
+    // The runtime creates a missing output folder (and those above it)
+    // without making their names durable; a dead-letter folder too. A
+    // crash would take every record acknowledged in it.
+    for exactly_once in [false, true] {
+        let sim = SimFs::new(6);
+        let path = Path::new("/data/new/out.ndjson");
+        sim.create_dir_all(parent_dir(path)).unwrap();
+        let mut state = FileState::open(Arc::new(sim.clone()), path, config(exactly_once)).unwrap();
+        append(&mut state, 0).unwrap();
+        state.sync().unwrap();
+        sim.crash();
+        assert_eq!(
+            sim.process().read(path).ok().as_deref(),
+            Some(&b"{\"o\":0}\n"[..]),
+            "exactly_once {exactly_once}: a record reported durable was gone with its folder"
+        );
+    }
+}
+
+#[test]
 fn a_progress_store_failing_after_its_rename_leaves_the_data_it_records() {
     // The directory's fsync fails after the new progress took the old
     // one's place: the next run finds it, and the data it records
