@@ -1,0 +1,8 @@
+//! The change-data-capture source against the suites' PostgreSQL server
+//! (`wal_level = logical`), on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+mod pipeline;
+mod source;
+mod support;
