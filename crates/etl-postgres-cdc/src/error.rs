@@ -113,11 +113,13 @@ impl CdcError {
     pub fn is_transient(&self) -> bool {
         match self {
             CdcError::Io { .. } => true,
-            // admin_shutdown, crash_shutdown, cannot_connect_now.
+            // admin_shutdown, crash_shutdown, cannot_connect_now, and the
+            // slot still held by the server process of a connection that
+            // died (object_in_use, until the server notices).
             CdcError::Server { code, .. } => {
                 matches!(
                     code.as_str(),
-                    "57P01" | "57P02" | "57P03" | "08006" | "08003"
+                    "57P01" | "57P02" | "57P03" | "08006" | "08003" | "55006"
                 )
             }
             _ => false,
@@ -132,5 +134,32 @@ impl From<CdcError> for SourceError {
         } else {
             SourceError::custom(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str) -> CdcError {
+        CdcError::Server {
+            target: "etl@127.0.0.1:5432/shop".to_owned(),
+            context: "START_REPLICATION".to_owned(),
+            code: code.to_owned(),
+            message: "m".to_owned(),
+            hint: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_slot_held_by_a_dead_connection_is_retried_and_a_missing_privilege_is_not() {
+        assert!(server("55006").is_transient());
+        assert!(!server("55006").is_configuration());
+        assert!(server("42501").is_configuration());
+        assert!(!server("42501").is_transient());
+        let e: SourceError = server("42704").into();
+        assert!(matches!(e, SourceError::Config(_)), "{e}");
+        let e: SourceError = server("XX000").into();
+        assert!(matches!(e, SourceError::Custom(_)), "{e}");
     }
 }
