@@ -80,7 +80,7 @@ pub use source::PostgresCdcSource;
 
 /// The `postgres_cdc` source type's factory, for `etl::Registry::source`:
 ///
-/// ```ignore
+/// ```text
 /// registry.source("postgres_cdc", |config, _| etl_postgres_cdc::factory(config))
 /// ```
 ///

@@ -17,7 +17,12 @@ pub(crate) fn url() -> String {
 
 /// A client of the server (its connection runs on the test's runtime).
 pub(crate) async fn client() -> Client {
-    let (client, connection) = tokio_postgres::connect(&url(), NoTls).await.unwrap();
+    client_of(&url()).await
+}
+
+/// A client of the server at `url`.
+pub(crate) async fn client_of(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
     tokio::spawn(connection);
     client
 }
@@ -25,10 +30,17 @@ pub(crate) async fn client() -> Client {
 /// Tables, publication and slot names of one test.
 pub(crate) struct Names {
     pub(crate) suffix: String,
+    /// The server.
+    pub(crate) url: String,
 }
 
 impl Names {
     pub(crate) fn new(test: &str) -> Names {
+        Names::on(test, url())
+    }
+
+    /// Names on the server at `url`.
+    pub(crate) fn on(test: &str, url: String) -> Names {
         static N: AtomicU32 = AtomicU32::new(0);
         Names {
             suffix: format!(
@@ -36,6 +48,7 @@ impl Names {
                 std::process::id(),
                 N.fetch_add(1, Ordering::Relaxed)
             ),
+            url,
         }
     }
 
@@ -68,7 +81,7 @@ impl Names {
     }
 
     pub(crate) fn config(&self) -> PostgresCdcConfig {
-        let mut config = PostgresCdcConfig::new(url(), self.publication(), self.slot());
+        let mut config = PostgresCdcConfig::new(&self.url, self.publication(), self.slot());
         config.status_interval_secs = 1;
         config.max_batch_records = 50;
         config
