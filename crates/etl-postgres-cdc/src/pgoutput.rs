@@ -406,6 +406,101 @@ mod tests {
             .into()
     }
 
+    /// Messages PostgreSQL 15 wrote for a table `grows (id int primary
+    /// key, x int)`: `INSERT (1, 10)`, then under `REPLICA IDENTITY FULL`
+    /// `UPDATE SET x = 11`, `DELETE`, `TRUNCATE`; and an update of a
+    /// table `docs (id, n, body)` leaving its TOASTed body unchanged.
+    #[test]
+    fn the_servers_own_bytes_decode_to_what_the_statements_did() {
+        let begin = decode(hex("42 000000000192dfd0 000304ed6e27c05e 000002d7")).expect("begin");
+        let Message::Begin(begin) = begin else {
+            panic!("{begin:?}")
+        };
+        assert_eq!(begin.final_lsn, Lsn(0x192_dfd0));
+        assert_eq!(begin.xid, 727);
+        assert_eq!(
+            begin.commit_time_micros,
+            0x0003_04ed_6e27_c05e + PG_EPOCH_OFFSET_MICROS
+        );
+
+        let relation = decode(hex(
+            "52 0000400f 7075626c696300 67726f77735f636170747572655f31353830325f3000 64 0002 \
+             01 696400 00000017 ffffffff 00 7800 00000017 ffffffff",
+        ))
+        .expect("relation");
+        let Message::Relation(relation) = relation else {
+            panic!("{relation:?}")
+        };
+        assert_eq!(
+            (
+                relation.id,
+                relation.schema.as_str(),
+                relation.replica_identity
+            ),
+            (0x400f, "public", b'd')
+        );
+        assert_eq!(relation.name, "grows_capture_15802_0");
+        let columns: Vec<(bool, &str, u32, i32)> = relation
+            .columns
+            .iter()
+            .map(|c| (c.key, c.name.as_str(), c.type_oid, c.type_modifier))
+            .collect();
+        assert_eq!(columns, [(true, "id", 23, -1), (false, "x", 23, -1)]);
+
+        let text = |s: &'static str| Value::Text(Bytes::from_static(s.as_bytes()));
+        assert_eq!(
+            decode(hex("49 0000400f 4e 0002 74 00000001 31 74 00000002 3130")).expect("insert"),
+            Message::Insert {
+                relation: 0x400f,
+                new: vec![text("1"), text("10")],
+            }
+        );
+        assert_eq!(
+            decode(hex(
+                "43 00 000000000192dfd0 000000000192e000 000304ed6e27c05e"
+            ))
+            .expect("commit"),
+            Message::Commit(Commit {
+                commit_lsn: Lsn(0x192_dfd0),
+                end_lsn: Lsn(0x192_e000),
+                commit_time_micros: begin.commit_time_micros,
+            })
+        );
+        assert_eq!(
+            decode(hex(
+                "55 0000400f 4f 0002 74 00000001 31 74 00000002 3130 4e 0002 74 00000001 31 74 00000002 3131"
+            ))
+            .expect("update"),
+            Message::Update {
+                relation: 0x400f,
+                old: Some(OldTuple::Full(vec![text("1"), text("10")])),
+                new: vec![text("1"), text("11")],
+            }
+        );
+        assert_eq!(
+            decode(hex("44 0000400f 4f 0002 74 00000001 31 74 00000002 3131")).expect("delete"),
+            Message::Delete {
+                relation: 0x400f,
+                old: OldTuple::Full(vec![text("1"), text("11")]),
+            }
+        );
+        assert_eq!(
+            decode(hex("54 00000001 00 0000400f")).expect("truncate"),
+            Message::Truncate {
+                options: 0,
+                relations: vec![0x400f],
+            }
+        );
+        assert_eq!(
+            decode(hex("55 00004008 4e 0003 74 00000001 31 74 00000001 31 75")).expect("update"),
+            Message::Update {
+                relation: 0x4008,
+                old: None,
+                new: vec![text("1"), text("1"), Value::UnchangedToast],
+            }
+        );
+    }
+
     #[test]
     fn a_truncated_change_is_an_error_naming_where_it_ends() {
         // INSERT into relation 16390 of one text column "abc", cut short.
