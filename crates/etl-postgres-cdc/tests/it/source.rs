@@ -223,3 +223,47 @@ async fn the_servers_own_pgoutput_bytes_decode_message_by_message() {
     );
     names.drop_all(&db).await;
 }
+
+/// Writes to a table outside the publication move the slot on once
+/// everything read is delivered: the server's keepalives carry its end of
+/// WAL, and with nothing unconfirmed the source confirms it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_publication_on_a_busy_server_does_not_pin_wal() {
+    let names = Names::new("quiet");
+    let db = client().await;
+    names.create(&db).await;
+    let other = names.table("other");
+    db.batch_execute(&format!("CREATE TABLE {other} (id int)"))
+        .await
+        .unwrap();
+    let mut source = started(&names, 0).await;
+    names.wait_for_slot(&db).await;
+    let start = names.confirmed(&db).await.unwrap();
+    db.batch_execute(&format!(
+        "INSERT INTO {other} SELECT g FROM generate_series(1, 1000) g"
+    ))
+    .await
+    .unwrap();
+    let written: String = db
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let written: Lsn = written.parse().unwrap();
+    assert!(written > start);
+    let mut confirmed = start;
+    for _ in 0..100 {
+        // Polled as the driver would: the stream is read meanwhile.
+        assert!(matches!(source.next().await.unwrap(), SourceEvent::Idle));
+        confirmed = names.confirmed(&db).await.unwrap();
+        if confirmed >= written {
+            break;
+        }
+    }
+    assert!(
+        confirmed >= written,
+        "the slot stayed at {confirmed}, before {written}, with nothing to deliver"
+    );
+    drop(source);
+    names.drop_all(&db).await;
+}
