@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use etl_checkpoint::CheckpointHandle;
 use etl_postgres::ClientSettings;
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
 use etl_source::PollBatch;
@@ -48,9 +49,36 @@ pub(crate) struct Shared {
     /// Wakes the status task: the position to confirm moved, or the
     /// server asked for an answer.
     pub(crate) status_now: Notify,
+    /// The checkpointer, when the source follows its commits itself (see
+    /// [`PostgresCdcSource::following`](crate::PostgresCdcSource::following)).
+    pub(crate) checkpoint: Mutex<Option<CheckpointHandle>>,
 }
 
+/// How often the status task reads the checkpointer's committed offset,
+/// when it follows the checkpointer.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
 impl Shared {
+    /// Read the checkpointer's last committed offset of the slot, when
+    /// following it, and confirm past what it covers. Returns whether the
+    /// position to confirm moved.
+    pub(crate) fn follow_commits(&self) -> bool {
+        let committed = {
+            let handle = self
+                .checkpoint
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(handle) = handle.as_ref() else {
+                return false;
+            };
+            handle.with_metrics(|m| m.partitions.get(&PARTITION).and_then(|p| p.committed))
+        };
+        match committed {
+            Some(offset) => self.progress().delivered(offset.0),
+            None => false,
+        }
+    }
+
     pub(crate) fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
         // The state stays consistent at every step: a panic elsewhere
         // does not make it wrong.
@@ -211,9 +239,19 @@ async fn status_loop(shared: Arc<Shared>, mut writer: ReplicationWriter) {
             tracing::debug!(error = %e, "standby status update failed");
             return;
         }
-        tokio::select! {
-            () = tokio::time::sleep(shared.status_interval) => {}
-            () = shared.status_now.notified() => {}
+        // Until the interval is over, the server asks, or the position
+        // to confirm moves (by a commit passed in, or one read from the
+        // checkpointer followed).
+        let until = tokio::time::Instant::now() + shared.status_interval;
+        loop {
+            let tick = until.min(tokio::time::Instant::now() + FOLLOW_EVERY);
+            tokio::select! {
+                () = tokio::time::sleep_until(tick) => {}
+                () = shared.status_now.notified() => break,
+            }
+            if shared.follow_commits() || tokio::time::Instant::now() >= until {
+                break;
+            }
         }
     }
 }
@@ -293,10 +331,13 @@ impl Reader<'_> {
             Err(e) => {
                 // A change that cannot be decoded is set aside with its
                 // position; anything else breaks the stream's meaning.
-                if let Some(offset) = self.next_offset()
-                    && matches!(data.first(), Some(b'I' | b'U' | b'D' | b'T'))
+                if self.current.is_some() && matches!(data.first(), Some(b'I' | b'U' | b'D' | b'T'))
                 {
-                    self.reject(offset, data, format!("at LSN {lsn}: {e}"));
+                    // In a transaction confirmed already (sent again), it
+                    // was delivered or set aside before.
+                    if let Some(offset) = self.next_offset() {
+                        self.reject(offset, data, format!("at LSN {lsn}: {e}"));
+                    }
                     return Ok(false);
                 }
                 return Err(CdcError::Decode {

@@ -1,10 +1,11 @@
 //! The `postgres_cdc` source.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use etl_checkpoint::CheckpointHandle;
 use etl_record::{Offset, PartitionId, PartitionOffsets, SourceId};
 use etl_source::{Source, SourceError, SourceEvent};
 use tokio::sync::{Notify, mpsc};
@@ -68,6 +69,7 @@ impl PostgresCdcSource {
             connect_timeout: Duration::from_secs(config.connect_timeout_secs.max(1)),
             progress: Mutex::new(Progress::new(Lsn(0), 0)),
             status_now: Notify::new(),
+            checkpoint: Mutex::new(None),
         };
         Ok(PostgresCdcSource {
             shared: Arc::new(shared),
@@ -75,6 +77,33 @@ impl PostgresCdcSource {
             task: None,
             announced: false,
         })
+    }
+
+    /// Follow `checkpoint`'s commits: the source reads the slot's last
+    /// committed offset from it twice a second and confirms past what it
+    /// covers, without waiting for [`commit`](Source::commit) (which the
+    /// source driver calls only when its `source_commit_interval` is
+    /// set). Reading the committed offset is all it does with the handle.
+    ///
+    /// ```no_run
+    /// # use etl::{Pipeline, PipelineError};
+    /// # use etl_postgres_cdc::{PostgresCdcConfig, PostgresCdcSource};
+    /// # fn build(config: PostgresCdcConfig) -> etl::PipelineBuilder {
+    /// Pipeline::builder().source_factory(move |checkpoint| {
+    ///     let source = PostgresCdcSource::new(config)
+    ///         .map_err(|e| PipelineError::Invalid(e.to_string()))?;
+    ///     Ok(Box::new(source.following(checkpoint.clone())))
+    /// })
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn following(self, checkpoint: CheckpointHandle) -> Self {
+        *self
+            .shared
+            .checkpoint
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(checkpoint);
+        self
     }
 
     /// The position confirmed (or about to be) to the server: every
