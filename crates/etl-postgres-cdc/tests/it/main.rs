@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod example;
 mod pipeline;
 mod source;
 mod support;
