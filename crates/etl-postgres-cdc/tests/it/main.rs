@@ -7,3 +7,4 @@ mod example;
 mod pipeline;
 mod source;
 mod support;
+mod tls;
