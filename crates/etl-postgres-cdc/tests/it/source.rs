@@ -267,3 +267,59 @@ async fn a_quiet_publication_on_a_busy_server_does_not_pin_wal() {
     drop(source);
     names.drop_all(&db).await;
 }
+
+/// A server that times replication connections out after two seconds
+/// asks for a status update after one; the source answers whatever its
+/// own interval (here a minute), so the server keeps the same
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalives_are_answered_within_the_servers_timeout() {
+    let server = etl_test_support::postgres::start().unwrap();
+    let names = Names::on("keepalive", server.url());
+    let db = crate::support::client_of(&names.url).await;
+    names.create(&db).await;
+    db.batch_execute("ALTER SYSTEM SET wal_sender_timeout = '2s'")
+        .await
+        .unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    let mut config = names.config();
+    config.status_interval_secs = 60;
+    let mut source = PostgresCdcSource::new(config).unwrap();
+    assert!(matches!(
+        source.next().await.unwrap(),
+        SourceEvent::Assigned(_)
+    ));
+    source.seek(SLOT, Offset(0)).await.unwrap();
+    names.wait_for_slot(&db).await;
+    let sender = || async {
+        let rows = db
+            .query(
+                "SELECT pid FROM pg_stat_replication WHERE application_name = $1",
+                &[&format!("etl postgres_cdc {}", names.slot())],
+            )
+            .await
+            .unwrap();
+        rows.first().map(|r| r.get::<_, i32>(0))
+    };
+    let mut first = None;
+    for _ in 0..100 {
+        first = sender().await;
+        if first.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = first.expect("the source's walsender");
+    // Three timeouts long, polled as the driver would.
+    let until = tokio::time::Instant::now() + Duration::from_secs(6);
+    while tokio::time::Instant::now() < until {
+        assert!(matches!(source.next().await.unwrap(), SourceEvent::Idle));
+    }
+    assert_eq!(
+        sender().await,
+        Some(first),
+        "the server dropped the connection: its keepalives went unanswered"
+    );
+    drop(source);
+    names.drop_all(&db).await;
+}
