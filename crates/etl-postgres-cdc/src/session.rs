@@ -424,7 +424,7 @@ impl Reader<'_> {
         if offset < *self.floor {
             return;
         }
-        *self.floor = offset + 1;
+        *self.floor = offset.saturating_add(1);
         let record = Record::new(
             Position::new(self.shared.source.clone(), PARTITION, Offset(offset)),
             data,
@@ -478,7 +478,7 @@ impl Reader<'_> {
                     current.changes += 1;
                 }
                 if offset >= *self.floor {
-                    *self.floor = offset + 1;
+                    *self.floor = offset.saturating_add(1);
                     self.batch.records.push(record);
                 }
             }
