@@ -197,6 +197,54 @@ mod tests {
         assert_eq!(p.flushed(), Lsn(1100));
     }
 
+    proptest::proptest! {
+        /// Against a model: offsets grow strictly in commit order, and
+        /// after any committed offset the position to confirm is past
+        /// exactly the transactions delivered whole, in order.
+        #[test]
+        fn the_confirmed_position_is_the_end_of_the_delivered_prefix(
+            txns in proptest::collection::vec((1u64..64, 0i64..40), 1..30),
+            commits in proptest::collection::vec(0usize..2000, 1..20),
+        ) {
+            let mut p = Progress::new(Lsn(8), 0);
+            let mut lsn = 8u64;
+            // (first offset, changes, end of commit record)
+            let mut made: Vec<(i64, i64, Lsn)> = Vec::new();
+            let mut last = -1i64;
+            for (gap, changes) in txns {
+                lsn += gap * 8;
+                let Ok(Begun::At(first)) = p.begin(Lsn(lsn)) else {
+                    panic!("a new transaction at {lsn}");
+                };
+                if changes > 0 {
+                    proptest::prop_assert!(first > last, "offsets go back: {first} after {last}");
+                    last = first + changes - 1;
+                }
+                let end = Lsn(lsn + 8);
+                lsn += 8;
+                p.commit(first, end, changes);
+                made.push((first, changes, end));
+            }
+            let mut committed = 0i64;
+            for step in commits {
+                committed = committed.max(made[step % made.len()].0 + (step as i64 % 3));
+                p.delivered(committed);
+                // The model: the end of the last transaction before the
+                // first one not delivered whole.
+                let mut expected = Lsn(8);
+                for &(first, changes, end) in &made {
+                    if changes > 0 && first + changes > committed {
+                        break;
+                    }
+                    if changes > 0 {
+                        expected = end;
+                    }
+                }
+                proptest::prop_assert_eq!(p.flushed(), expected, "committed {}", committed);
+            }
+        }
+    }
+
     #[test]
     fn a_replayed_transaction_gets_its_offsets_again() {
         let mut p = Progress::new(Lsn(0), 0);
