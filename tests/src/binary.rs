@@ -63,6 +63,7 @@ fn newest_source() -> Option<SystemTime> {
         "etl-sink",
         "etl-kafka",
         "etl-postgres",
+        "etl-postgres-cdc",
     ] {
         walk(&crates.join(name).join("src"), &mut newest);
         walk(&crates.join(name).join("Cargo.toml"), &mut newest);

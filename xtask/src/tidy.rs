@@ -64,6 +64,22 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-sink",
         ],
     ),
+    // Change data capture: a source that reuses the sink crate's
+    // connection settings. `etl` for its tests alone (the whole pipeline
+    // over a slot); nothing below depends on it.
+    (
+        "etl-postgres-cdc",
+        &[
+            "etl-fs",
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-postgres",
+            "etl",
+        ],
+    ),
     (
         "etl",
         &[
@@ -92,6 +108,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-json",
             "etl-kafka",
             "etl-postgres",
+            "etl-postgres-cdc",
             "etl",
         ],
     ),
@@ -143,6 +160,7 @@ const TEST_SUPPORT_IN_TESTS: &[&str] = &[
     "etl-source",
     "etl-kafka",
     "etl-postgres",
+    "etl-postgres-cdc",
     "etl",
     "etl-cli",
     "etl-tests",

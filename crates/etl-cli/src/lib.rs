@@ -77,7 +77,10 @@ pub use alloc::keep_large_buffers_out_of_the_heap;
 /// components only.
 #[must_use]
 pub fn main() -> ExitCode {
-    main_with(Registry::new())
+    let registry = Registry::new();
+    #[cfg(feature = "postgres-cdc")]
+    let registry = registry.source("postgres_cdc", |c, _| etl_postgres_cdc::factory(c));
+    main_with(registry)
 }
 
 /// The `etl` command with the components of `registry` as well as the

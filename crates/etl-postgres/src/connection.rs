@@ -169,6 +169,16 @@ impl Connector {
         })
     }
 
+    /// What this connector connects with, for other connectors.
+    pub(crate) fn settings(&self) -> crate::ClientSettings {
+        crate::ClientSettings {
+            config: self.config.clone(),
+            tls: self.tls.as_ref().map(Tracked::inner),
+            sslmode: self.mode,
+            target: self.target.clone(),
+        }
+    }
+
     /// `user@host:port/database`, for messages.
     pub(crate) fn target(&self) -> &str {
         &self.target

@@ -52,6 +52,7 @@
 //! # }
 //! ```
 
+mod client_settings;
 mod config;
 mod connection;
 mod conninfo;
@@ -67,6 +68,7 @@ mod write;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use client_settings::ClientSettings;
 pub use config::{ColumnConfig, PostgresSinkConfig, ProgressLock, WriteMethod};
 pub use error::PostgresError;
 pub use sink::PostgresSink;

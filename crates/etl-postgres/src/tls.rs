@@ -321,6 +321,11 @@ impl Tracked {
         }
     }
 
+    /// The rustls connector it wraps.
+    pub(crate) fn inner(&self) -> MakeRustlsConnect {
+        self.inner.clone()
+    }
+
     /// The same TLS configuration with a flag of its own (one per
     /// connection attempt).
     pub(crate) fn new_sharing(other: &Tracked) -> Tracked {

@@ -3,7 +3,9 @@
 //! [`start`] finds the server binaries (installing Debian's `postgresql`
 //! package if they are missing and we are root), runs `initdb` into a fresh
 //! temporary directory, starts the server with `pg_ctl` on a free
-//! `127.0.0.1` port, creates a database and returns a [`Postgres`] guard.
+//! `127.0.0.1` port and `wal_level = logical` (the change-data-capture
+//! suites stream from it), creates a database and returns a [`Postgres`]
+//! guard.
 //! [`shared_url`] is what most suites want: the server `ETL_TEST_POSTGRES`
 //! names (`cargo xtask test` starts one for the whole run), or else one
 //! started on first use and kept for the test process.
@@ -172,7 +174,7 @@ impl Postgres {
 
     fn pg_ctl_start(&self) -> Res {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c wal_level=logical",
             self.port,
             self.dir.display()
         );

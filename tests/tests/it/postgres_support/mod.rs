@@ -212,6 +212,7 @@ fn newest_source() -> Option<SystemTime> {
         "etl-source",
         "etl-sink",
         "etl-postgres",
+        "etl-postgres-cdc",
     ] {
         walk(&crates.join(name).join("src"), &mut newest);
         walk(&crates.join(name).join("Cargo.toml"), &mut newest);

@@ -1,0 +1,185 @@
+//! `[source] type = "postgres_cdc"`: where to connect, which publication
+//! and slot.
+
+use std::path::PathBuf;
+
+use etl_postgres::{ClientSettings, PostgresSinkConfig, SslMode};
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use crate::CdcError;
+
+/// The source's configuration, as the `etl` TOML file gives it.
+///
+/// ```toml
+/// [source]
+/// type = "postgres_cdc"
+/// url = "postgres://etl@db.internal:5432/shop"
+/// password = "${PGPASSWORD}"
+/// publication = "etl"
+/// slot = "etl_shop"
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresCdcConfig {
+    /// The records' source name (the first part of their idempotency
+    /// key); `postgres_cdc` by default.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `postgres://user@host:port/database` or `key=value` pairs, as the
+    /// PostgreSQL sink takes it. Kept secret: it may hold the password.
+    pub url: SecretString,
+    /// The password, when not in the URL (then `PGPASSWORD`).
+    #[serde(default)]
+    pub password: Option<SecretString>,
+    /// libpq's `sslmode`; the URL's, else `prefer`.
+    #[serde(default)]
+    pub sslmode: Option<SslMode>,
+    /// CA certificate(s) to check the server against.
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
+    /// Client certificate.
+    #[serde(default)]
+    pub sslcert: Option<PathBuf>,
+    /// Client certificate's key.
+    #[serde(default)]
+    pub sslkey: Option<PathBuf>,
+    /// The publication to stream (`CREATE PUBLICATION ...`); it must exist.
+    pub publication: String,
+    /// The logical replication slot (`pgoutput`): letters, digits and `_`.
+    pub slot: String,
+    /// Create the slot when it does not exist (the default); `false`
+    /// refuses to start without it.
+    #[serde(default = "yes")]
+    pub create_slot: bool,
+    /// Most records in one batch.
+    #[serde(default = "default_batch")]
+    pub max_batch_records: usize,
+    /// Seconds between standby status updates when nothing else sends
+    /// one; keep it well under the server's `wal_sender_timeout`.
+    #[serde(default = "default_status")]
+    pub status_interval_secs: u64,
+    /// Seconds to wait for the server when connecting.
+    #[serde(default = "default_connect")]
+    pub connect_timeout_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_batch() -> usize {
+    1000
+}
+
+fn default_status() -> u64 {
+    10
+}
+
+fn default_connect() -> u64 {
+    10
+}
+
+impl PostgresCdcConfig {
+    /// A configuration with the defaults.
+    pub fn new(
+        url: impl Into<String>,
+        publication: impl Into<String>,
+        slot: impl Into<String>,
+    ) -> Self {
+        PostgresCdcConfig {
+            name: None,
+            url: SecretString::from(url.into()),
+            password: None,
+            sslmode: None,
+            sslrootcert: None,
+            sslcert: None,
+            sslkey: None,
+            publication: publication.into(),
+            slot: slot.into(),
+            create_slot: true,
+            max_batch_records: default_batch(),
+            status_interval_secs: default_status(),
+            connect_timeout_secs: default_connect(),
+        }
+    }
+
+    /// Check the values that need no server.
+    ///
+    /// # Errors
+    ///
+    /// [`CdcError::Config`] naming the field.
+    pub fn validate(&self) -> Result<(), CdcError> {
+        let bad = |field: &str, reason: &str| CdcError::Config {
+            field: field.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if self.slot.is_empty()
+            || self.slot.len() > 63
+            || !self
+                .slot
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(bad(
+                "slot",
+                "a slot name is 1 to 63 lower-case letters, digits and underscores",
+            ));
+        }
+        if self.publication.is_empty() || self.publication.contains('\0') {
+            return Err(bad("publication", "must name a publication"));
+        }
+        if self.max_batch_records == 0 {
+            return Err(bad("max_batch_records", "must be at least 1"));
+        }
+        if self.status_interval_secs == 0 {
+            return Err(bad("status_interval_secs", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The connection settings, resolved as the PostgreSQL sink resolves
+    /// its own (URL, password, TLS files).
+    pub(crate) fn client_settings(&self) -> Result<ClientSettings, CdcError> {
+        let mut sink = PostgresSinkConfig::new("", "unused");
+        sink.url = self.url.clone();
+        sink.password = self.password.clone();
+        sink.sslmode = self.sslmode;
+        sink.sslrootcert = self.sslrootcert.clone();
+        sink.sslcert = self.sslcert.clone();
+        sink.sslkey = self.sslkey.clone();
+        sink.connect_timeout_secs = self.connect_timeout_secs;
+        ClientSettings::resolve(&sink).map_err(|e| CdcError::Config {
+            field: "url".to_owned(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_name_the_server_would_refuse_is_refused_before_connecting() {
+        let mut config = PostgresCdcConfig::new("postgres://u@h/d", "pub", "etl_slot");
+        assert!(config.validate().is_ok());
+        config.slot = "Bad-Name".to_owned();
+        let e = config.validate().expect_err("invalid");
+        assert!(e.to_string().contains("slot"), "{e}");
+        assert!(e.is_configuration());
+    }
+
+    #[test]
+    fn the_config_reads_from_toml_with_defaults() {
+        let config: PostgresCdcConfig =
+            toml_like(r#"{"url":"postgres://u:secret@h/d","publication":"p","slot":"s"}"#);
+        assert!(config.create_slot);
+        assert_eq!(config.max_batch_records, 1000);
+        assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    fn toml_like(json: &str) -> PostgresCdcConfig {
+        serde_json::from_str(json).expect("config")
+    }
+}

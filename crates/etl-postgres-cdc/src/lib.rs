@@ -1,0 +1,94 @@
+//! PostgreSQL change data capture: a logical replication slot as a
+//! partitioned, replayable [`Source`](etl_source::Source).
+//!
+//! * [`PostgresCdcSource`] streams a publication's changes through a
+//!   `pgoutput` slot (created if absent, by
+//!   [`create_slot`](PostgresCdcConfig::create_slot)) over the streaming
+//!   replication protocol, and turns each inserted, updated, deleted or
+//!   truncated row into one JSON record: operation, schema, table, commit
+//!   LSN and time, transaction id, key, the row after and, where the
+//!   replica identity gives it, before. Values are faithful JSON
+//!   (numeric as its exact text, timestamps ISO-8601, bytea base64,
+//!   arrays, json and jsonb as themselves); an unchanged TOAST column is
+//!   listed in `unchanged_toast`, never written as null.
+//! * Offsets: the slot is partition 0; a transaction's changes take
+//!   consecutive offsets from its commit LSN (or right after the previous
+//!   transaction's). The slot is confirmed (`flush_lsn` in standby
+//!   status updates) only past transactions every change of which the
+//!   checkpointer committed ([`Source::commit`](etl_source::Source::commit)),
+//!   so a partially delivered transaction is sent again after any
+//!   restart. Keepalives are answered from a task of their own, and with
+//!   nothing unconfirmed a keepalive moves the slot on (a quiet
+//!   publication does not pin WAL).
+//! * The replication connection is this crate's own, on
+//!   `postgres-protocol` (tokio-postgres has no replication protocol):
+//!   startup with `replication=database`, cleartext, MD5 and
+//!   SCRAM-SHA-256 passwords, TLS through rustls as the PostgreSQL sink
+//!   does it (the same settings, resolved by
+//!   [`etl_postgres::ClientSettings`]).
+//! * [`decode`] reads `pgoutput` messages and never panics on any bytes;
+//!   a change that cannot be decoded or does not fit its relation is a
+//!   dead letter with its LSN.
+//! * [`CdcError`] is the crate's error: a server not set up for logical
+//!   decoding, a missing publication, slot or privilege is a
+//!   configuration error (exit 78) naming what to do.
+//!
+//! See `docs/postgres-cdc.md` for the server's setup, the record format,
+//! offsets and WAL retention.
+//!
+//! # Example
+//!
+//! ```
+//! use etl_postgres_cdc::{PostgresCdcConfig, PostgresCdcSource};
+//! use etl_source::Source;
+//!
+//! let config: PostgresCdcConfig = toml_like(r#"{
+//!     "url": "postgres://etl@127.0.0.1:5432/shop",
+//!     "publication": "etl",
+//!     "slot": "etl_shop"
+//! }"#);
+//! // Connects nowhere until the source driver seeks the slot's partition
+//! // to its committed offset.
+//! let source = PostgresCdcSource::new(config)?;
+//! let _boxed: Box<dyn Source> = Box::new(source);
+//!
+//! // A slot name the server would refuse is refused now.
+//! let bad = PostgresCdcConfig::new("postgres://etl@127.0.0.1/shop", "etl", "Not-A-Slot");
+//! assert!(PostgresCdcSource::new(bad).is_err());
+//! # fn toml_like(json: &str) -> PostgresCdcConfig { serde_json::from_str(json).unwrap() }
+//! # Ok::<(), etl_postgres_cdc::CdcError>(())
+//! ```
+
+mod change;
+mod config;
+mod error;
+mod lsn;
+mod pgoutput;
+mod progress;
+mod session;
+mod source;
+mod value;
+mod wire;
+
+pub use config::PostgresCdcConfig;
+pub use error::CdcError;
+pub use lsn::Lsn;
+pub use pgoutput::{
+    Begin, Column, Commit, DecodeError, Message, OldTuple, Relation, Tuple, Value, decode,
+};
+pub use source::PostgresCdcSource;
+
+/// The `postgres_cdc` source type's factory, for `etl::Registry::source`:
+///
+/// ```text
+/// registry.source("postgres_cdc", |config, _| etl_postgres_cdc::factory(config))
+/// ```
+///
+/// # Errors
+///
+/// As [`PostgresCdcSource::new`].
+pub fn factory(
+    config: PostgresCdcConfig,
+) -> Result<Box<dyn etl_source::Source>, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(Box::new(PostgresCdcSource::new(config)?))
+}

@@ -1,0 +1,47 @@
+//! `examples/postgres_cdc/pipeline.toml` through a registry that knows
+//! `postgres_cdc` as the `etl` command's does.
+
+use std::path::Path;
+
+use etl::{Registry, pipeline_from_config};
+
+fn registry() -> Registry {
+    // The same line as `etl_cli::main`'s.
+    Registry::new().source("postgres_cdc", |c, _| etl_postgres_cdc::factory(c))
+}
+
+#[tokio::test]
+async fn the_example_configuration_builds_a_pipeline() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/postgres_cdc");
+    let text = std::fs::read_to_string(example.join("pipeline.toml")).unwrap();
+    // Its outputs and state in a folder of the test's, not the example's.
+    let base = std::env::temp_dir().join(format!("etl-cdc-example-{}", std::process::id()));
+    std::fs::create_dir_all(&base).unwrap();
+    let config = registry()
+        .parse_config_with_env(&text, &base, |name| {
+            (name == "DATABASE_URL").then(|| "postgres://etl@127.0.0.1:1/shop".to_owned())
+        })
+        .unwrap();
+    // The source connects nowhere until it is positioned: building the
+    // pipeline needs no server.
+    let built = pipeline_from_config(&config).await;
+    let _ = std::fs::remove_dir_all(&base);
+    built.unwrap();
+}
+
+#[test]
+fn a_misspelt_option_of_the_source_is_reported_at_its_line() {
+    let problems = registry()
+        .parse_config_with_env(
+            "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://h/d\"\npublication = \"p\"\nslot = \"s\"\nslto = \"x\"\n[[sinks]]\ntype = \"blackhole\"\n",
+            ".".as_ref(),
+            |_| None,
+        )
+        .unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.line == 6 && p.message.contains("unknown field `slto`")),
+        "{problems:?}"
+    );
+}

@@ -1,0 +1,10 @@
+//! The change-data-capture source against the suites' PostgreSQL server
+//! (`wal_level = logical`), on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+mod example;
+mod pipeline;
+mod source;
+mod support;
+mod tls;
