@@ -77,7 +77,19 @@ pub use alloc::keep_large_buffers_out_of_the_heap;
 /// components only.
 #[must_use]
 pub fn main() -> ExitCode {
-    main_with(Registry::new())
+    let registry = Registry::new();
+    #[cfg(feature = "object-store")]
+    let registry = registry.sink(
+        "object_store",
+        |config, context: &etl::ComponentContext<'_>| {
+            Ok(etl_object_store::build_sink(
+                context.name(),
+                context.base_dir(),
+                config,
+            )?)
+        },
+    );
+    main_with(registry)
 }
 
 /// The `etl` command with the components of `registry` as well as the
