@@ -21,6 +21,8 @@ use object_store::{
 pub(crate) struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     pub(crate) fail_puts_under: Mutex<Option<String>>,
+    /// PUTs under `fail_puts_under` that still succeed before they fail.
+    pub(crate) puts_before_failing: AtomicUsize,
     pub(crate) fail_parts: Arc<AtomicBool>,
     pub(crate) aborted: Arc<AtomicUsize>,
 }
@@ -30,6 +32,7 @@ impl FaultyStore {
         FaultyStore {
             inner,
             fail_puts_under: Mutex::new(None),
+            puts_before_failing: AtomicUsize::new(0),
             fail_parts: Arc::new(AtomicBool::new(false)),
             aborted: Arc::new(AtomicUsize::new(0)),
         }
@@ -63,7 +66,12 @@ impl ObjectStore for FaultyStore {
             .unwrap()
             .as_ref()
             .is_some_and(|p| location.as_ref().starts_with(p.as_str()));
-        if fail {
+        let spared = fail
+            && self
+                .puts_before_failing
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if fail && !spared {
             return Err(injected(location));
         }
         self.inner.put_opts(location, payload, opts).await

@@ -6,5 +6,6 @@
 
 mod faults;
 mod local;
+mod pipeline;
 mod s3;
 mod support;
