@@ -9,3 +9,4 @@ mod local;
 mod pipeline;
 mod s3;
 mod support;
+mod throttle;
