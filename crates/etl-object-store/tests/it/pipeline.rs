@@ -78,6 +78,38 @@ async fn the_object_store_type_runs_from_a_configuration_through_the_registry() 
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lake_example_runs_against_a_local_folder() {
+    let folder = tempfile::tempdir().unwrap();
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lake/pipeline.toml");
+    let text = std::fs::read_to_string(example).unwrap();
+    let registry = Registry::new().sink(
+        "object_store",
+        |c: ObjectStoreSinkConfig, context: &etl::ComponentContext<'_>| {
+            Ok(etl_object_store::build_sink(
+                context.name(),
+                context.base_dir(),
+                c,
+            )?)
+        },
+    );
+    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    let objects = read_folder(&folder.path().join("lake"), "orders");
+    // Cut by the batches: 5000 records at most, and the pipeline's share
+    // of its in-flight bytes.
+    assert!(objects.len() >= 4, "{} objects", objects.len());
+    assert!(objects.iter().all(|(_, _, r)| r.len() <= 5000));
+    let mut ids: Vec<i64> = rows(&objects)
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20_000).collect::<Vec<_>>());
+}
+
 async fn exactly_once_run(
     store: Arc<FaultyStore>,
     source_batch: usize,
