@@ -195,7 +195,18 @@ pub enum EncodingConfig {
     },
     /// Apache Parquet with a declared schema.
     Parquet {
-        /// The columns, in order.
+        /// The columns, in order. Left out (or empty), they are inferred
+        /// from the first record the sink checks, and fixed from then on
+        /// (at-least-once only: a replay may start from another record).
+        /// Inference: every top-level field of that record, in name order,
+        /// nullable; `true`/`false` a boolean, an integer an `int64`, any
+        /// other number a `float64`, a string or a null a `string`, an
+        /// object a struct of its fields, an array a list of its first
+        /// non-null item's type. A field whose name holds a `.`, an empty
+        /// object and an array with no non-null item give no column. A
+        /// later record that does not fit is dead-lettered like one that
+        /// does not fit a declared schema.
+        #[serde(default)]
         columns: Vec<ColumnConfig>,
         /// Compression of the column chunks (default zstd).
         #[serde(default)]

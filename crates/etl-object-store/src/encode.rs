@@ -10,18 +10,52 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
-use crate::schema::RowSchema;
+use std::sync::OnceLock;
+
+use crate::schema::{RowSchema, infer};
 use crate::{NdjsonCompression, ParquetCompression};
 
 /// How records become an object's bytes. Every form is deterministic: the
 /// same records give the same bytes (gzip with no name and a zero time,
 /// Parquet without timestamps in its metadata), so an object written again
 /// on a replay is identical.
+/// A declared schema, or one inferred from the first record checked.
+#[derive(Debug)]
+pub(crate) enum SchemaSource {
+    Declared(RowSchema),
+    Inferred(OnceLock<RowSchema>),
+}
+
+impl SchemaSource {
+    /// The schema, inferring it from `value` if there is none yet.
+    fn get(&self, value: Option<&Value>) -> Result<&RowSchema, String> {
+        match self {
+            SchemaSource::Declared(schema) => Ok(schema),
+            SchemaSource::Inferred(cell) => {
+                if let Some(schema) = cell.get() {
+                    return Ok(schema);
+                }
+                let value = value.ok_or_else(|| "the value is not JSON".to_owned())?;
+                let schema = RowSchema::new(&infer(value)?).map_err(|e| e.to_string())?;
+                // Another write may have inferred it meanwhile: the first
+                // one stays.
+                let _ = cell.set(schema);
+                cell.get()
+                    .ok_or_else(|| "the inferred schema was not kept".to_owned())
+            }
+        }
+    }
+
+    pub(crate) fn is_inferred(&self) -> bool {
+        matches!(self, SchemaSource::Inferred(_))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) enum ObjectFormat {
     Ndjson(NdjsonCompression),
     Parquet {
-        schema: RowSchema,
+        schema: SchemaSource,
         // Boxed: the properties are large and the NDJSON variant tiny.
         properties: Box<WriterProperties>,
     },
@@ -29,7 +63,7 @@ pub(crate) enum ObjectFormat {
 
 impl ObjectFormat {
     pub(crate) fn parquet(
-        schema: RowSchema,
+        schema: SchemaSource,
         compression: ParquetCompression,
         row_group_rows: usize,
         page_bytes: usize,
@@ -50,6 +84,11 @@ impl ObjectFormat {
         }
     }
 
+    /// Whether the Parquet schema is inferred.
+    pub(crate) fn infers(&self) -> bool {
+        matches!(self, ObjectFormat::Parquet { schema, .. } if schema.is_inferred())
+    }
+
     /// Whether the records' JSON values are needed (Parquet columns).
     pub(crate) fn reads_values(&self) -> bool {
         matches!(self, ObjectFormat::Parquet { .. })
@@ -60,7 +99,7 @@ impl ObjectFormat {
         match self {
             ObjectFormat::Ndjson(_) => Ok(()),
             ObjectFormat::Parquet { schema, .. } => match value {
-                Some(v) => schema.check(v),
+                Some(v) => schema.get(value)?.check(v),
                 None => Err("the value is not JSON".to_owned()),
             },
         }
@@ -94,6 +133,7 @@ impl ObjectFormat {
                 if refs.len() != rows.len() {
                     return Err("a record's value was not read".to_owned());
                 }
+                let schema = schema.get(refs.first().copied())?;
                 let columns = schema.columns(&refs)?;
                 let batch = RecordBatch::try_new(schema.arrow(), columns)
                     .map_err(|e| format!("cannot build the rows: {e}"))?;

@@ -401,6 +401,60 @@ impl Column {
     }
 }
 
+/// The columns of `record`'s fields, as the `columns` option describes
+/// the inference (`Err` when the record is not an object with at least one
+/// usable field).
+pub(crate) fn infer(record: &Value) -> Result<Vec<ColumnConfig>, String> {
+    let Value::Object(fields) = record else {
+        return Err(
+            "the schema is inferred from a JSON object, and the first record is not one".to_owned(),
+        );
+    };
+    let columns: Vec<ColumnConfig> = fields
+        .iter()
+        .filter(|(name, _)| !name.is_empty() && !name.contains('.'))
+        .filter_map(|(name, value)| infer_column(name, value))
+        .collect();
+    if columns.is_empty() {
+        return Err("the first record has no field a column can be inferred from".to_owned());
+    }
+    Ok(columns)
+}
+
+fn infer_column(name: &str, value: &Value) -> Option<ColumnConfig> {
+    let column = |column_type| ColumnConfig {
+        name: name.to_owned(),
+        column_type,
+        nullable: true,
+        field: None,
+        fields: Vec::new(),
+        item: None,
+    };
+    Some(match value {
+        Value::Bool(_) => column(ColumnType::Boolean),
+        Value::Number(n) if n.as_i64().is_some() => column(ColumnType::Int64),
+        Value::Number(_) => column(ColumnType::Float64),
+        Value::String(_) | Value::Null => column(ColumnType::String),
+        Value::Object(_) => {
+            let fields = infer(value).ok()?;
+            ColumnConfig {
+                fields,
+                ..column(ColumnType::Struct)
+            }
+        }
+        Value::Array(items) => {
+            let item = items
+                .iter()
+                .find(|v| !v.is_null())
+                .and_then(|v| infer_column("item", v))?;
+            ColumnConfig {
+                item: Some(Box::new(item)),
+                ..column(ColumnType::List)
+            }
+        }
+    })
+}
+
 /// Microseconds since the Unix epoch of an RFC 3339 string or an integer
 /// of milliseconds.
 pub(crate) fn timestamp_micros(value: &Value) -> Option<i64> {
@@ -479,6 +533,35 @@ mod tests {
         assert_eq!(columns[2].null_count(), 1);
         let batch = arrow_array::RecordBatch::try_new(s.arrow(), columns).unwrap();
         assert_eq!(batch.num_rows(), 2);
+    }
+
+    #[test]
+    fn an_inferred_schema_takes_every_usable_field_of_the_first_record() {
+        let first = serde_json::json!({
+            "id": 1, "price": 2.5, "ok": true, "name": "a", "note": null,
+            "who": {"n": "x", "tags": [null, 3]}, "empty": [], "a.b": 1,
+        });
+        let s = RowSchema::new(&infer(&first).unwrap()).unwrap();
+        let shown = s.arrow().to_string();
+        for column in [
+            r#""id": nullable Int64"#,
+            r#""price": nullable Float64"#,
+            r#""ok": nullable Boolean"#,
+            r#""name": nullable Utf8"#,
+            r#""note": nullable Utf8"#,
+            r#""who": nullable Struct("n": Utf8, "tags": List(Int64))"#,
+        ] {
+            assert!(shown.contains(column), "{column} in {shown}");
+        }
+        assert!(
+            !shown.contains("empty") && !shown.contains("a.b"),
+            "{shown}"
+        );
+        s.check(&first).unwrap();
+        // A later record of another type does not fit: never nulled.
+        assert!(s.check(&serde_json::json!({"id": "one"})).is_err());
+        assert!(infer(&serde_json::json!([1])).is_err());
+        assert!(infer(&serde_json::json!({"e": {}})).is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path as FsPath;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,7 +15,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde_json::Value;
 
-use crate::encode::ObjectFormat;
+use crate::encode::{ObjectFormat, SchemaSource};
 use crate::error::classify;
 use crate::key::{KeyParts, lookup};
 use crate::progress::ProgressStore;
@@ -207,7 +207,11 @@ impl Inner {
                 row_group_rows,
                 page_bytes,
             } => ObjectFormat::parquet(
-                RowSchema::new(&columns)?,
+                if columns.is_empty() {
+                    SchemaSource::Inferred(OnceLock::new())
+                } else {
+                    SchemaSource::Declared(RowSchema::new(&columns)?)
+                },
                 compression,
                 row_group_rows,
                 page_bytes,
@@ -242,6 +246,12 @@ impl Inner {
                     "key {:?}: exactly-once needs `{{partition}}` in the key, or two partitions' objects could share a key",
                     config.key
                 )));
+            }
+            if format.infers() {
+                return Err(bad(
+                    "exactly-once needs declared Parquet `columns`: a schema inferred from the first record may differ on a replay, which would write the same records with other bytes"
+                        .to_owned(),
+                ));
             }
             if key.uses_time() && date_field.is_none() {
                 return Err(bad(format!(

@@ -381,4 +381,67 @@ async fn exactly_once_refuses_keys_a_replay_could_not_repeat() {
             .to_string();
         assert!(err.contains(why), "{key}: {err}");
     }
+    let inferred = EXACTLY_ONCE.replace(
+        "columns = [{ name = \"id\", type = \"int64\", nullable = false }]",
+        "",
+    );
+    let err = ObjectStoreSink::exactly_once("lake", folder.path(), config(&inferred))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("declared Parquet `columns`"), "{err}");
+}
+
+#[tokio::test]
+async fn an_inferred_schema_comes_from_the_first_record_and_a_misfit_is_dead_lettered() {
+    let folder = tempfile::tempdir().unwrap();
+    let text = r#"
+        key = "inferred/{partition}-{first_offset}.parquet"
+        [store]
+        kind = "local"
+        path = "lake"
+        [encoding]
+        format = "parquet"
+    "#;
+    let sink = ObjectStoreSink::new("lake", folder.path(), config(text)).unwrap();
+    let encoder = sink.encoder();
+    let letters = MemorySink::new();
+    let driver = SinkDriver::new(sink, encoder)
+        .dead_letters(letters.clone())
+        .spawn();
+    let batch = vec![
+        record(
+            0,
+            0,
+            r#"{"id": 1, "name": "a", "tags": ["x"], "who": {"n": 1.5}}"#,
+        ),
+        record(0, 1, r#"{"id": 2, "name": null}"#),
+        record(0, 2, r#"{"id": "three"}"#),
+    ];
+    let (statuses, closed) = deliver(driver, vec![batch]).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    let dead: Vec<i64> = letters
+        .records()
+        .iter()
+        .map(|r| r.position.offset.0)
+        .collect();
+    assert_eq!(dead, [2]);
+    let objects = read_folder(&folder.path().join("lake"), "inferred");
+    let schema = &objects[0].1;
+    for column in [
+        "id: int64",
+        "name: string",
+        "tags: list<item: string>",
+        "who: struct<n: double>",
+    ] {
+        assert!(schema.contains(column), "{column} in {schema}");
+    }
+    assert_eq!(
+        rows(&objects),
+        [
+            json!({"id": 1, "name": "a", "tags": ["x"], "who": {"n": 1.5}}),
+            json!({"id": 2, "name": null, "tags": null, "who": null}),
+        ]
+    );
 }
