@@ -141,3 +141,54 @@ async fn a_denied_credential_or_a_wrong_region_halts_at_once_with_an_output_erro
         assert_eq!(seen.lock().unwrap().len(), 1, "{status}: not retried");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_answering_fails_the_write_within_its_request_bounds() {
+    // Takes connections and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let text = format!(
+        r#"
+        key = "t/{{partition}}-{{first_offset}}.ndjson"
+        [store]
+        kind = "s3"
+        bucket = "b"
+        endpoint = "{endpoint}"
+        access_key_id = "k"
+        secret_access_key = "s"
+        [requests]
+        timeout = "300ms"
+        max_retries = 2
+        retry_timeout = "2s"
+        initial_backoff = "10ms"
+        max_backoff = "50ms"
+        "#
+    );
+    let folder = tempfile::tempdir().unwrap();
+    let sink = ObjectStoreSink::new("lake", folder.path(), config(&text)).unwrap();
+    let driver = SinkDriver::new(sink, etl_sink::NdjsonEncoder::new())
+        .config(etl_sink::SinkDriverConfig {
+            retry: etl_sink::RetryPolicy::never(),
+            ..etl_sink::SinkDriverConfig::default()
+        })
+        .spawn();
+    let started = std::time::Instant::now();
+    let (statuses, closed) = deliver(driver, vec![vec![record(0, 0, "{}")]]).await;
+    assert_eq!(statuses, [AckStatus::Failed]);
+    let err = closed.unwrap_err();
+    assert!(
+        err.contains("s3://b/t/0-00000000000000000000.ndjson"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
