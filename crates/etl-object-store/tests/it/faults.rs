@@ -1,0 +1,161 @@
+//! A store that fails on request, around a real one.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
+};
+
+/// Fails the PUTs of keys starting with a prefix, or the parts of
+/// multipart uploads, and counts aborted uploads.
+#[derive(Debug)]
+pub(crate) struct FaultyStore {
+    inner: Arc<dyn ObjectStore>,
+    pub(crate) fail_puts_under: Mutex<Option<String>>,
+    /// PUTs under `fail_puts_under` that still succeed before they fail.
+    pub(crate) puts_before_failing: AtomicUsize,
+    pub(crate) fail_parts: Arc<AtomicBool>,
+    pub(crate) aborted: Arc<AtomicUsize>,
+}
+
+impl FaultyStore {
+    pub(crate) fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        FaultyStore {
+            inner,
+            fail_puts_under: Mutex::new(None),
+            puts_before_failing: AtomicUsize::new(0),
+            fail_parts: Arc::new(AtomicBool::new(false)),
+            aborted: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore({})", self.inner)
+    }
+}
+
+fn injected(path: &Path) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "FaultyStore",
+        source: format!("injected failure writing {path}").into(),
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let fail = self
+            .fail_puts_under
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|p| location.as_ref().starts_with(p.as_str()));
+        let spared = fail
+            && self
+                .puts_before_failing
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if fail && !spared {
+            return Err(injected(location));
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        let inner = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(FaultyUpload {
+            inner,
+            location: location.clone(),
+            fail_parts: self.fail_parts.clone(),
+            aborted: self.aborted.clone(),
+        }))
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[derive(Debug)]
+struct FaultyUpload {
+    inner: Box<dyn MultipartUpload>,
+    location: Path,
+    fail_parts: Arc<AtomicBool>,
+    aborted: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl MultipartUpload for FaultyUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        if self.fail_parts.load(Ordering::SeqCst) {
+            let err = injected(&self.location);
+            return Box::pin(async move { Err(err) });
+        }
+        self.inner.put_part(data)
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        self.inner.complete().await
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.aborted.fetch_add(1, Ordering::SeqCst);
+        self.inner.abort().await
+    }
+}

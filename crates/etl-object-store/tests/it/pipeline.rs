@@ -1,0 +1,178 @@
+//! Whole pipelines: the `object_store` type through the registry, and
+//! exactly-once through `Pipeline::builder()` across a failed run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use etl::{Pipeline, Registry};
+use etl_checkpoint::MemoryStore;
+use etl_object_store::{ObjectStoreSink, ObjectStoreSinkConfig};
+use etl_record::SourceId;
+use etl_sink::{RetryPolicy, SinkDriver, SinkDriverConfig};
+use etl_source::{GeneratorConfig, GeneratorSource};
+use object_store::local::LocalFileSystem;
+use tokio_util::sync::CancellationToken;
+
+use crate::faults::FaultyStore;
+use crate::support::{config, read_folder, rows};
+
+const GENERATED: &str = r#"
+    key = "gen/{partition}-{first_offset}.parquet"
+    [store]
+    kind = "local"
+    path = "lake"
+    [encoding]
+    format = "parquet"
+    columns = [
+        { name = "id", type = "int64", nullable = false },
+        { name = "user", type = "string", nullable = false },
+        { name = "amount", type = "float64" },
+        { name = "ts", type = "timestamp" },
+        { name = "tags", type = "list", item = { name = "tag", type = "string" } },
+    ]
+"#;
+
+/// How many times each id appears in the objects.
+fn id_counts(folder: &std::path::Path) -> BTreeMap<i64, usize> {
+    let mut counts = BTreeMap::new();
+    for row in rows(&read_folder(folder, "gen")) {
+        *counts.entry(row["id"].as_i64().unwrap()).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_object_store_type_runs_from_a_configuration_through_the_registry() {
+    let folder = tempfile::tempdir().unwrap();
+    let registry = Registry::new().sink(
+        "object_store",
+        |c: ObjectStoreSinkConfig, context: &etl::ComponentContext<'_>| {
+            Ok(etl_object_store::build_sink(
+                context.name(),
+                context.base_dir(),
+                c,
+            )?)
+        },
+    );
+    let table: String = GENERATED
+        .lines()
+        .map(|l| {
+            let l = l.trim();
+            if l.starts_with('[') && !l.starts_with("[[") && l != "[" {
+                format!("[sinks.{}", &l[1..])
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = format!(
+        "[source]\ntype = \"generator\"\npartitions = 2\nrecords_per_partition = 300\n\n\
+         [[sinks]]\ntype = \"object_store\"\nname = \"lake\"\nbatch_max_records = 100\n{table}\n"
+    );
+    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    let counts = id_counts(&folder.path().join("lake"));
+    assert_eq!(counts.len(), 600);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lake_example_runs_against_a_local_folder() {
+    let folder = tempfile::tempdir().unwrap();
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lake/pipeline.toml");
+    let text = std::fs::read_to_string(example).unwrap();
+    let registry = Registry::new().sink(
+        "object_store",
+        |c: ObjectStoreSinkConfig, context: &etl::ComponentContext<'_>| {
+            Ok(etl_object_store::build_sink(
+                context.name(),
+                context.base_dir(),
+                c,
+            )?)
+        },
+    );
+    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    let objects = read_folder(&folder.path().join("lake"), "orders");
+    // Cut by the batches: 5000 records at most, and the pipeline's share
+    // of its in-flight bytes.
+    assert!(objects.len() >= 4, "{} objects", objects.len());
+    assert!(objects.iter().all(|(_, _, r)| r.len() <= 5000));
+    let mut ids: Vec<i64> = rows(&objects)
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20_000).collect::<Vec<_>>());
+}
+
+async fn exactly_once_run(
+    store: Arc<FaultyStore>,
+    source_batch: usize,
+) -> Result<etl::Summary, etl::PipelineError> {
+    let source = GeneratorSource::new(GeneratorConfig {
+        name: SourceId::new("gen"),
+        partitions: 2,
+        records_per_partition: Some(400),
+        max_batch_records: source_batch,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let sink = ObjectStoreSink::exactly_once_with_store("lake", config(GENERATED), store)
+        .await
+        .unwrap();
+    let encoder = sink.encoder();
+    let (driver, progress) = SinkDriver::exactly_once(sink, encoder);
+    let driver = driver.config(SinkDriverConfig {
+        batch_max_records: 1,
+        retry: RetryPolicy::never(),
+        ..SinkDriverConfig::default()
+    });
+    Pipeline::builder()
+        .source(source)
+        .exactly_once_sink("lake", driver, progress)
+        // A new offset store each run: what was stored survives in the
+        // object store only.
+        .offset_store(MemoryStore::new())
+        .build()
+        .unwrap()
+        .run(CancellationToken::new())
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_pipeline_halted_between_data_and_progress_resumes_from_the_store_without_duplicates()
+ {
+    let folder = tempfile::tempdir().unwrap();
+    let local: Arc<dyn object_store::ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(folder.path()).unwrap());
+    let store = Arc::new(FaultyStore::new(local));
+    // The first run stores three progress objects, then its progress
+    // writes fail: the data of that write is in the store, its progress
+    // is not.
+    *store.fail_puts_under.lock().unwrap() = Some("_etl_progress".to_owned());
+    store
+        .puts_before_failing
+        .store(3, std::sync::atomic::Ordering::SeqCst);
+    let first = exactly_once_run(store.clone(), 50).await;
+    assert!(first.is_err(), "{first:?}");
+    let written = id_counts(folder.path());
+    assert!(
+        !written.is_empty() && written.len() < 800,
+        "{} ids",
+        written.len()
+    );
+
+    // The second run cuts its batches elsewhere: the object past the
+    // stored progress is replaced, not duplicated.
+    *store.fail_puts_under.lock().unwrap() = None;
+    exactly_once_run(store.clone(), 35).await.unwrap();
+    let counts = id_counts(folder.path());
+    assert_eq!(counts.len(), 800, "every record stored");
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "stored more than once: {twice:?}");
+}
