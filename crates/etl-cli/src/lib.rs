@@ -100,17 +100,6 @@ pub fn main_with(registry: Registry) -> ExitCode {
 
 fn validate(path: &std::path::Path, registry: &Registry) -> Result<(), Exit> {
     let config = registry.load_config(path).map_err(Exit::from_config)?;
-    let problems = etl::check_connectors(&config);
-    if !problems.is_empty() {
-        return Err(Exit::new(
-            exit::code::CONFIG,
-            format!(
-                "{} has connector problems:\n  {}",
-                path.display(),
-                problems.join("\n  ")
-            ),
-        ));
-    }
     // Warnings go where problems go, and do not fail the check.
     for w in &config.warnings {
         exit::say_err(format_args!("warning: {}:{w}", path.display()));

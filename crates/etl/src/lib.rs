@@ -118,14 +118,16 @@ pub use config::{
     CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, load_config, parse_config,
     parse_config_with_env,
 };
-pub use connectors::check_connectors;
 /// The engine's inner readers for the fuzz targets in `fuzz/` (feature
 /// `fuzzing`; not a stable interface).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use etl_json::fuzzing;
 pub use metrics::ProgressTotals;
-pub use registry::{BoxError, ComponentContext, Registry};
+pub use registry::{
+    BoxError, BoxFuture, BuiltSink, BuiltSource, CheckReport, Component, ComponentContext,
+    ErrorKind, ErrorKindFn, ProgressCheck, Registry, SinkPlugin, SourcePlugin, StartWithHandle,
+};
 pub use runtime::{
     MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, SourceFactory, Summary,
     pipeline_from_config,

@@ -14,7 +14,8 @@ use toml_edit::ImDocument;
 
 use super::interpolate::{Interpolated, Secrets, interpolate};
 use super::schema::*;
-use crate::registry::{Custom, Factory, Registry};
+use crate::registry::{CheckReport, Component, Factory, Registry};
+use std::collections::BTreeMap;
 
 /// A value read from a section, and the section's place.
 type Placed<T> = (T, Range<usize>);
@@ -143,10 +144,6 @@ pub(super) struct Checker<'a> {
     /// What works but is likely a mistake; never stops a run.
     warnings: Vec<ConfigProblem>,
     /// The parsed text, for the place of a key inside a section.
-    #[cfg_attr(
-        not(feature = "kafka"),
-        allow(dead_code, reason = "for connector problems")
-    )]
     doc: Option<ImDocument<&'a str>>,
     /// Every secret of the whole configuration, for what registered
     /// components print.
@@ -157,10 +154,6 @@ impl Checker<'_> {
     /// A problem at the key `path` (a key of the section, then keys inside
     /// it) of the section `at` (`source`, or `sinks` and an index), or at
     /// the section's first line when it is not written there.
-    #[cfg_attr(
-        not(feature = "kafka"),
-        allow(dead_code, reason = "for connector problems")
-    )]
     pub(super) fn problem_at_path(
         &mut self,
         at: (&str, Option<usize>),
@@ -285,75 +278,182 @@ impl Checker<'_> {
         }
     }
 
-    /// A table whose `type` is registered in `factories`: checked against
-    /// its config struct (every field that does not fit reported, string
-    /// values of secret-looking keys kept out of the messages). `Err`
-    /// gives the value back when its type is not registered.
-    fn custom<T>(
+    /// A table whose `type` is registered in `factories`, read into its
+    /// type's config struct (every field that does not fit reported,
+    /// string values of secret-looking keys kept out of the messages),
+    /// then checked by its type, each problem at its key; `at` is the
+    /// section in the document (`("sinks", Some(index))`), `checkpoint`
+    /// what its type checks against. Its path keys are resolved against
+    /// `base` once checked.
+    #[allow(clippy::too_many_arguments, reason = "one call per kind of section")]
+    fn component<T>(
         &mut self,
-        factories: &std::collections::BTreeMap<String, Factory<T>>,
+        factories: &BTreeMap<String, Factory<T>>,
+        kind: &str,
+        name: &str,
         value: Spanned<toml::Value>,
+        at: (&str, Option<usize>),
         section: &str,
         base: &Path,
-    ) -> Result<Option<Placed<Custom<T>>>, Spanned<toml::Value>> {
-        let factory = match value.get_ref().get("type").and_then(toml::Value::as_str) {
-            Some(type_name) => match factories.get(type_name) {
-                Some(factory) => factory.clone(),
-                None => return Err(value),
-            },
-            None => return Err(value),
-        };
+        checkpoint: (&CheckpointOptions, &Range<usize>),
+    ) -> Option<Placed<Component<T>>> {
         let span = value.span();
         let toml::Value::Table(mut table) = value.into_inner() else {
-            unreachable!("a value with a `type` key is a table")
+            self.problem(span, section, format!("a {kind} must be a table"));
+            return None;
         };
         let type_name = match table.remove("type") {
             Some(toml::Value::String(t)) => t,
-            _ => unreachable!("checked above"),
+            Some(other) => {
+                self.problem_at(
+                    span,
+                    "type",
+                    section,
+                    format!("type must be a string, not {}", other.type_str()),
+                );
+                return None;
+            }
+            None => {
+                self.problem(span, section, "missing field `type`");
+                return None;
+            }
+        };
+        let Some(factory) = factories.get(&type_name) else {
+            let known: Vec<String> = factories.keys().map(|k| format!("`{k}`")).collect();
+            let start = self
+                .doc
+                .as_ref()
+                .and_then(|doc| value_span(doc.as_table(), at, &["type".to_owned()], self.text))
+                .map_or(span.start, |s| s.start);
+            self.problem(
+                start..start,
+                section,
+                format!(
+                    "unknown {kind} type `{type_name}`, expected one of {}",
+                    known.join(", ")
+                ),
+            );
+            return None;
         };
         let before = self.problems.len();
-        let check = factory.check.clone();
-        let fits = self
-            .deserialize_all_with(toml::Value::Table(table.clone()), &span, section, &|v| {
-                check(v)
-            })
-            .is_some();
+        let read = self.deserialize_all_with(
+            toml::Value::Table(table.clone()),
+            &span,
+            section,
+            at,
+            &|v| factory.read(v),
+        );
+        let mut report = CheckReport::new(name, checkpoint.0, base);
+        if let Some(config) = &read {
+            factory.check(config.as_ref(), &mut report);
+        }
+        for p in std::mem::take(&mut report.problems) {
+            if p.in_checkpoint {
+                let key = p.path.first().map_or("", String::as_str);
+                self.problem_at(checkpoint.1.clone(), key, "[checkpoint]", p.message);
+            } else {
+                self.problem_at_path(at, &p.path, span.clone(), section, p.message);
+            }
+        }
         for problem in &mut self.problems[before..] {
             problem.message = self.secrets.redact(&problem.message);
         }
-        Ok(fits.then(|| {
-            (
-                Custom::new(
-                    type_name,
-                    table,
-                    base.to_owned(),
-                    factory,
-                    self.secrets.clone(),
-                ),
-                span,
-            )
-        }))
+        read?;
+        for key in factory.paths.iter() {
+            match table.get_mut(key) {
+                Some(toml::Value::String(path)) => resolve(path, base),
+                Some(toml::Value::Array(paths)) => {
+                    for path in paths {
+                        if let toml::Value::String(path) = path {
+                            resolve(path, base);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some((
+            Component::new(
+                type_name,
+                table,
+                base.to_owned(),
+                factory.clone(),
+                self.secrets.clone(),
+                report.facts,
+            ),
+            span,
+        ))
     }
 
+    /// A section (`at` in the document) read into `T`, every field that
+    /// does not fit reported at its place.
     fn section<T: DeserializeOwned>(
         &mut self,
         value: Spanned<toml::Value>,
         section: &str,
+        at: (&str, Option<usize>),
     ) -> Option<(T, Range<usize>)> {
         let span = value.span();
-        let value = self.deserialize_all(value.into_inner(), &span, section)?;
+        let value = self.deserialize_all(value.into_inner(), &span, section, at)?;
         Some((value, span))
     }
 
-    /// Deserialize `value` (a section at `span`), reporting every field
-    /// that does not deserialize.
+    /// Deserialize `value` (a section at `span`, `at` in the document),
+    /// reporting every field that does not deserialize.
     fn deserialize_all<T: DeserializeOwned>(
         &mut self,
         value: toml::Value,
         span: &Range<usize>,
         section: &str,
+        at: (&str, Option<usize>),
     ) -> Option<T> {
-        self.deserialize_all_with(value, span, section, &|v| T::deserialize(v))
+        self.deserialize_all_with(value, span, section, at, &|v| {
+            serde_path_to_error::deserialize(v)
+        })
+    }
+
+    /// A problem serde found at the key `path` of the section `at`: placed
+    /// at the deepest key of the path written in the file, named by its
+    /// dotted path when the message does not name it, and with a pointer
+    /// to the new name of a renamed option.
+    fn path_problem(
+        &mut self,
+        at: (&str, Option<usize>),
+        path: &[String],
+        span: &Range<usize>,
+        section: &str,
+        message: &str,
+    ) {
+        // An unknown key is shown at the key; a value that does not fit,
+        // at the value.
+        let value = (!message.starts_with("unknown field"))
+            .then(|| {
+                self.doc
+                    .as_ref()
+                    .and_then(|doc| value_span(doc.as_table(), at, path, self.text))
+            })
+            .flatten();
+        let start = value
+            .or_else(|| {
+                (1..=path.len()).rev().find_map(|len| {
+                    self.doc
+                        .as_ref()
+                        .and_then(|doc| key_span(doc.as_table(), at, &path[..len]))
+                })
+            })
+            .map_or(span.start, |s| s.start);
+        let renamed = message
+            .strip_prefix("unknown field `")
+            .and(path.last())
+            .and_then(|old| RENAMED.iter().find(|(o, _)| o == old))
+            .map(|(_, new)| format!(" (renamed to {new})"))
+            .unwrap_or_default();
+        let key = path.join(".");
+        let message = match path.last() {
+            Some(last) if !message.contains(last.as_str()) => format!("{key}: {message}{renamed}"),
+            _ => format!("{message}{renamed}"),
+        };
+        self.problem(start..start, section, message);
     }
 
     /// [`deserialize_all`](Self::deserialize_all) with `read` in place of
@@ -363,7 +463,8 @@ impl Checker<'_> {
         mut value: toml::Value,
         span: &Range<usize>,
         section: &str,
-        read: &dyn Fn(toml::Value) -> Result<T, toml::de::Error>,
+        at: (&str, Option<usize>),
+        read: &dyn Fn(toml::Value) -> Result<T, serde_path_to_error::Error<toml::de::Error>>,
     ) -> Option<T> {
         // A field that does not deserialize is reported and taken out, and
         // the section is read again without it: the problems of its other
@@ -375,7 +476,16 @@ impl Checker<'_> {
             match read(value.clone()) {
                 Ok(v) => return Some(v),
                 Err(e) => {
-                    let message = e.message();
+                    let path: Vec<String> = e
+                        .path()
+                        .iter()
+                        .filter_map(|segment| match segment {
+                            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                            serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                            _ => None,
+                        })
+                        .collect();
+                    let message = e.inner().message();
                     if message.starts_with("missing field")
                         && removed
                             .iter()
@@ -384,7 +494,16 @@ impl Checker<'_> {
                         // Only missing because it was taken out above.
                         return None;
                     }
-                    let key = self.serde_problem(span.clone(), section, message);
+                    // Placed from serde's path to the field. A field of an
+                    // internally tagged enum has none (serde reads such a
+                    // table through a buffer that hides its keys): that
+                    // problem is placed from the key its message names.
+                    let key = if path.is_empty() {
+                        self.serde_problem(span.clone(), section, message)
+                    } else {
+                        self.path_problem(at, &path, span, section, message);
+                        Some(path.join("."))
+                    };
                     let table = value.as_table_mut()?;
                     // A nested key (`retry.max_elapsed`) takes its table out.
                     let key = key
@@ -587,19 +706,32 @@ fn parse_text(
         }
     };
 
+    let checkpoint = match raw.checkpoint {
+        Some(v) => ck.section::<CheckpointOptions>(v, "[checkpoint]", ("checkpoint", None)),
+        None => Some((CheckpointOptions::default(), 0..0)),
+    };
+    // A `[checkpoint]` with problems of its own: the components are still
+    // checked, against its defaults.
+    let fallback = (CheckpointOptions::default(), 0..0);
+    let (c, c_span) = checkpoint.as_ref().unwrap_or(&fallback);
+    let against = (c, c_span);
+
     let source = match raw.source {
-        Some(v) => match ck.custom(&registry.sources, v, "[source]", base) {
-            Ok(custom) => custom.map(|(c, span)| (SourceConfig::Custom(c), span)),
-            Err(v) => ck.section::<SourceConfig>(v, "[source]"),
-        },
+        Some(v) => ck.component(
+            &registry.sources,
+            "source",
+            "source",
+            v,
+            ("source", None),
+            "[source]",
+            base,
+            against,
+        ),
         None => {
             ck.problem(0..0, "file", "missing [source] section");
             None
         }
     };
-    if let Some((source, span)) = &source {
-        check_source(&mut ck, source, span.clone());
-    }
 
     let mut transforms = Vec::new();
     for (i, t) in raw.transforms.into_iter().enumerate() {
@@ -609,9 +741,25 @@ fn parse_text(
             .as_table()
             .map(|t| t.keys().cloned().collect())
             .unwrap_or_default();
-        let parsed = match ck.custom(&registry.transforms, t, &section, base) {
-            Ok(custom) => custom.map(|(c, span)| (TransformConfig::Custom(c), span)),
-            Err(t) => ck.section::<TransformConfig>(t, &section),
+        let registered = t
+            .get_ref()
+            .get("type")
+            .and_then(toml::Value::as_str)
+            .is_some_and(|name| registry.transforms.contains_key(name));
+        let parsed = if registered {
+            ck.component(
+                &registry.transforms,
+                "transform",
+                &format!("transform {}", i + 1),
+                t,
+                ("transforms", Some(i)),
+                &section,
+                base,
+                against,
+            )
+            .map(|(c, span)| (TransformConfig::Custom(c), span))
+        } else {
+            ck.section::<TransformConfig>(t, &section, ("transforms", Some(i)))
         };
         if let Some((mut t, span)) = parsed {
             check_transform(&mut ck, &t, span.clone(), &section);
@@ -632,8 +780,8 @@ fn parse_text(
     for (i, s) in raw.sinks.into_iter().enumerate() {
         let section = format!("[[sinks]] #{}", i + 1);
         let span = s.span();
-        if let Some(sink) = sink_entry(&mut ck, registry, s, i, &section, base) {
-            file_outputs.extend(file_output(&sink.kind, &section, span));
+        if let Some(sink) = sink_entry(&mut ck, registry, s, i, &section, base, against) {
+            file_outputs.extend(file_outputs_of(&sink.kind, &section, &span));
             sinks.push(sink);
         }
     }
@@ -642,9 +790,7 @@ fn parse_text(
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         ck.problem(0..0, "[[sinks]]", format!("two sinks are named {:?}", w[0]));
     }
-    let exactly_once = sinks
-        .iter()
-        .any(|s| matches!(&s.kind, SinkKind::File(f) if f.exactly_once));
+    let exactly_once = sinks.iter().any(|s| s.kind.is_exactly_once());
     if exactly_once && sinks.len() > 1 {
         ck.problem(
             0..0,
@@ -653,35 +799,35 @@ fn parse_text(
         );
     }
 
-    let dead_letter = raw
-        .dead_letter
-        .and_then(
-            |v| match ck.custom(&registry.sinks, v, "[dead_letter]", base) {
-                Ok(custom) => custom.map(|(c, span)| (SinkKind::Custom(c), span)),
-                Err(v) => ck.section::<SinkKind>(v, "[dead_letter]"),
-            },
-        )
-        .map(|(k, span)| {
-            check_sink_kind(&mut ck, &k, &span, "[dead_letter]");
-            check_kafka_sink(&mut ck, &k, ("dead_letter", None), &span, "[dead_letter]");
-            file_outputs.extend(file_output(&k, "[dead_letter]", span));
-            k
-        });
+    let dead_letter = raw.dead_letter.and_then(|v| {
+        let (kind, span) = ck.component(
+            &registry.sinks,
+            "sink",
+            "dead_letter",
+            v,
+            ("dead_letter", None),
+            "[dead_letter]",
+            base,
+            against,
+        )?;
+        file_outputs.extend(file_outputs_of(&kind, "[dead_letter]", &span));
+        Some(kind)
+    });
     let inputs = match &source {
-        Some((SourceConfig::File(f), _)) => f.paths.as_slice(),
-        _ => &[],
+        Some((source, _)) => source.facts.reads.as_slice(),
+        None => &[],
     };
     super::outputs::check(&mut ck, inputs, &file_outputs, base);
     let delivery = raw
         .delivery
-        .and_then(|v| ck.section::<DeliveryConfig>(v, "[delivery]"))
+        .and_then(|v| ck.section::<DeliveryConfig>(v, "[delivery]", ("delivery", None)))
         .map(|(d, span)| {
             ck.at_least_one(&span, "[delivery]", "max_replays", u64::from(d.max_replays));
             d
         })
         .unwrap_or_default();
     let limits = match raw.limits {
-        Some(v) => ck.section::<LimitsConfig>(v, "[limits]"),
+        Some(v) => ck.section::<LimitsConfig>(v, "[limits]", ("limits", None)),
         None => Some((LimitsConfig::default(), 0..0)),
     };
     if let Some((l, span)) = &limits {
@@ -700,10 +846,6 @@ fn parse_text(
             ck.at_least_one(span, "[limits]", key, value);
         }
     }
-    let checkpoint = match raw.checkpoint {
-        Some(v) => ck.section::<CheckpointOptions>(v, "[checkpoint]"),
-        None => Some((CheckpointOptions::default(), 0..0)),
-    };
     if let Some((c, span)) = &checkpoint {
         for (key, value) in [
             ("commit_interval", c.commit_interval),
@@ -728,14 +870,6 @@ fn parse_text(
         }
     }
 
-    if let Some((source, span)) = &source {
-        // A `[checkpoint]` with problems of its own: the source is still
-        // checked, against the default revoke deadline.
-        let fallback = (CheckpointOptions::default(), 0..0);
-        let (c, c_span) = checkpoint.as_ref().unwrap_or(&fallback);
-        check_kafka_source(&mut ck, source, span, c, c_span);
-    }
-
     match (source, limits, checkpoint) {
         (Some((source, _)), Some((limits, _)), Some((checkpoint, _))) if ck.problems.is_empty() => {
             ck.warnings.sort_by_key(|p| (p.line, p.column));
@@ -756,60 +890,6 @@ fn parse_text(
             ck.problems.sort_by_key(|p| (p.line, p.column));
             Err(ck.problems)
         }
-    }
-}
-
-fn check_source(ck: &mut Checker<'_>, source: &SourceConfig, span: Range<usize>) {
-    match source {
-        SourceConfig::File(f) => {
-            if f.paths.is_empty() {
-                ck.problem_at(
-                    span.clone(),
-                    "paths",
-                    "[source]",
-                    "paths is empty: name at least one file or glob",
-                );
-            }
-            ck.at_least_one(
-                &span,
-                "[source]",
-                "max_batch_records",
-                f.max_batch_records as u64,
-            );
-            ck.at_least_one(&span, "[source]", "max_line_bytes", f.max_line_bytes.0);
-            ck.at_least_one(&span, "[source]", "max_open_files", f.max_open_files as u64);
-            // The same check as the source's when it opens them.
-            for path in &f.paths {
-                if path.contains(['*', '?', '['])
-                    && let Err(e) = glob::glob(path)
-                {
-                    ck.problem_at(
-                        span.clone(),
-                        "paths",
-                        "[source]",
-                        format!("paths: {path:?} is not a valid glob: {e}"),
-                    );
-                }
-            }
-        }
-        SourceConfig::Generator(g) => {
-            ck.at_least_one(&span, "[source]", "partitions", u64::from(g.partitions));
-            ck.at_least_one(
-                &span,
-                "[source]",
-                "max_batch_records",
-                g.max_batch_records as u64,
-            );
-            if g.rate == Some(0) {
-                ck.problem_at(
-                    span,
-                    "rate",
-                    "[source]",
-                    "rate must be above zero (omit it for no limit)",
-                );
-            }
-        }
-        SourceConfig::Kafka(_) | SourceConfig::Custom(_) => {}
     }
 }
 
@@ -891,6 +971,7 @@ fn sink_entry(
     index: usize,
     section: &str,
     base: &Path,
+    checkpoint: (&CheckpointOptions, &Range<usize>),
 ) -> Option<SinkConfig> {
     let span = value.span();
     let toml::Value::Table(mut table) = value.into_inner() else {
@@ -911,21 +992,22 @@ fn sink_entry(
             options.insert((*key).to_owned(), v);
         }
     }
-    let options: Option<SinkOptions> =
-        ck.deserialize_all(toml::Value::Table(options), &span, section);
-    let kind: Option<SinkKind> = match ck.custom(
+    let options: Option<SinkOptions> = ck.deserialize_all(
+        toml::Value::Table(options),
+        &span,
+        section,
+        ("sinks", Some(index)),
+    );
+    let kind = ck.component(
         &registry.sinks,
+        "sink",
+        &name,
         Spanned::new(span.clone(), toml::Value::Table(table)),
+        ("sinks", Some(index)),
         section,
         base,
-    ) {
-        Ok(custom) => custom.map(|(c, _)| SinkKind::Custom(c)),
-        Err(v) => ck.deserialize_all(v.into_inner(), &span, section),
-    };
-    if let Some(kind) = &kind {
-        check_sink_kind(ck, kind, &span, section);
-        check_kafka_sink(ck, kind, ("sinks", Some(index)), &span, section);
-    }
+        checkpoint,
+    );
     let options = options?;
     ck.at_least_one(
         &span,
@@ -938,64 +1020,67 @@ fn sink_entry(
     ck.above_zero(&span, section, "write_timeout", options.write_timeout);
     Some(SinkConfig {
         name,
-        kind: kind?,
+        kind: kind?.0,
         options,
     })
 }
 
-/// The file a `type = "file"` sink writes, for the checks of
+/// The files a sink writes, for the checks of
 /// [`outputs`](super::outputs).
-fn file_output(
+fn file_outputs_of(
     kind: &SinkKind,
     section: &str,
-    span: Range<usize>,
-) -> Option<super::outputs::FileOutput> {
-    let SinkKind::File(f) = kind else {
-        return None;
-    };
-    Some(super::outputs::FileOutput {
-        section: section.to_owned(),
-        span,
-        path: f.path.clone(),
-        rotates: f.rotate_bytes.is_some() || f.rotate_interval.is_some(),
-    })
-}
-
-/// Ranges of a sink's own settings (of `[[sinks]]` or `[dead_letter]`).
-fn check_sink_kind(ck: &mut Checker<'_>, kind: &SinkKind, span: &Range<usize>, section: &str) {
-    let SinkKind::File(f) = kind else {
-        return;
-    };
-    if f.fsync == FsyncMode::Interval && f.fsync_interval.is_none() {
-        ck.problem_at(
-            span.clone(),
-            "fsync",
-            section,
-            "fsync = \"interval\" needs fsync_interval",
-        );
-    }
-    if let Some(every) = f.fsync_interval {
-        ck.above_zero(span, section, "fsync_interval", every);
-    }
-    if let Some(bytes) = f.rotate_bytes {
-        ck.at_least_one(span, section, "rotate_bytes", bytes.0);
-    }
-    if let Some(age) = f.rotate_interval {
-        ck.above_zero(span, section, "rotate_interval", age);
-    }
+    span: &Range<usize>,
+) -> Vec<super::outputs::FileOutput> {
+    kind.facts
+        .writes
+        .iter()
+        .map(|(path, rotates)| super::outputs::FileOutput {
+            section: section.to_owned(),
+            span: span.clone(),
+            path: path.clone(),
+            rotates: *rotates,
+        })
+        .collect()
 }
 
 /// The span of the key `path` inside the section `at` of the document:
 /// `("source", None)`, or `("sinks", Some(index))`.
-#[cfg_attr(
-    not(feature = "kafka"),
-    allow(dead_code, reason = "for connector problems")
-)]
 fn key_span(
     doc: &toml_edit::Table,
     at: (&str, Option<usize>),
     path: &[String],
 ) -> Option<Range<usize>> {
+    let (table, last) = parent_table(doc, at, path)?;
+    table.key(last).and_then(toml_edit::Key::span)
+}
+
+/// The span of the value at the key `path` of the section `at`, inside
+/// its quotes when it is a string: where a value that does not fit is
+/// shown.
+fn value_span(
+    doc: &toml_edit::Table,
+    at: (&str, Option<usize>),
+    path: &[String],
+    text: &str,
+) -> Option<Range<usize>> {
+    let (table, last) = parent_table(doc, at, path)?;
+    let value = table.get(last)?.as_value()?;
+    let span = value.span()?;
+    let quotes = match text.get(span.clone()) {
+        Some(t) if t.starts_with("\"\"\"") || t.starts_with("'''") => 3,
+        Some(t) if t.starts_with(['"', '\'']) => 1,
+        _ => 0,
+    };
+    Some(span.start + quotes..span.end)
+}
+
+/// The table holding the key `path` of the section `at`, and that key.
+fn parent_table<'d, 'p>(
+    doc: &'d toml_edit::Table,
+    at: (&str, Option<usize>),
+    path: &'p [String],
+) -> Option<(&'d dyn toml_edit::TableLike, &'p String)> {
     let section = doc.get(at.0)?;
     let section = match at.1 {
         Some(i) => section.as_array_of_tables()?.get(i)?,
@@ -1006,102 +1091,14 @@ fn key_span(
     for key in parents {
         table = table.get(key)?.as_table_like()?;
     }
-    table.key(last).and_then(toml_edit::Key::span)
+    Some((table, last))
 }
 
-/// The key path a connector's problem names: `properties."name"` (the
-/// form the Kafka connector uses), or the first name in backquotes (the
-/// form of a deserialization error).
-#[cfg_attr(
-    not(feature = "kafka"),
-    allow(dead_code, reason = "for connector problems")
-)]
-fn problem_key(key: Option<&str>, message: &str) -> Vec<String> {
-    let property = message.find("properties.\"").and_then(|at| {
-        message[at..]
-            .split_once("\":")
-            .map(|(k, _)| &message[at..at + k.len() + 1])
-    });
-    let key = key.or(property).or_else(|| quoted_token(message, '`'));
-    match key {
-        Some(k) => match k.strip_prefix("properties.\"") {
-            Some(name) => vec![
-                "properties".to_owned(),
-                name.trim_end_matches('"').to_owned(),
-            ],
-            None => vec![k.to_owned()],
-        },
-        None => Vec::new(),
+/// `path` resolved against `base` unless it is absolute.
+fn resolve(path: &mut String, base: &Path) {
+    if Path::new(path.as_str()).is_relative() {
+        *path = base.join(&*path).to_string_lossy().into_owned();
     }
-}
-
-/// The Kafka source's table as `etl run` reads it (the connector's
-/// settings, librdkafka's checks of every property, the client created
-/// without a broker), and `[checkpoint] revoke_deadline` against its
-/// session timeout: each problem at its key's line.
-#[cfg(feature = "kafka")]
-fn check_kafka_source(
-    ck: &mut Checker<'_>,
-    source: &SourceConfig,
-    span: &Range<usize>,
-    checkpoint: &CheckpointOptions,
-    checkpoint_span: &Range<usize>,
-) {
-    let SourceConfig::Kafka(table) = source else {
-        return;
-    };
-    for p in crate::connectors::kafka::check_source(table, checkpoint) {
-        let path = problem_key(p.key.as_deref(), &p.message);
-        if p.key.as_deref() == Some("revoke_deadline") {
-            ck.problem_at(
-                checkpoint_span.clone(),
-                "revoke_deadline",
-                "[checkpoint]",
-                p.message,
-            );
-        } else {
-            ck.problem_at_path(("source", None), &path, span.clone(), "[source]", p.message);
-        }
-    }
-}
-
-#[cfg(not(feature = "kafka"))]
-fn check_kafka_source(
-    _: &mut Checker<'_>,
-    _: &SourceConfig,
-    _: &Range<usize>,
-    _: &CheckpointOptions,
-    _: &Range<usize>,
-) {
-}
-
-/// A Kafka sink's table as `etl run` reads it, each problem at its key's
-/// line.
-#[cfg(feature = "kafka")]
-fn check_kafka_sink(
-    ck: &mut Checker<'_>,
-    kind: &SinkKind,
-    at: (&str, Option<usize>),
-    span: &Range<usize>,
-    section: &str,
-) {
-    let SinkKind::Kafka(table) = kind else {
-        return;
-    };
-    for p in crate::connectors::kafka::check_sink(table) {
-        let path = problem_key(p.key.as_deref(), &p.message);
-        ck.problem_at_path(at, &path, span.clone(), section, p.message);
-    }
-}
-
-#[cfg(not(feature = "kafka"))]
-fn check_kafka_sink(
-    _: &mut Checker<'_>,
-    _: &SinkKind,
-    _: (&str, Option<usize>),
-    _: &Range<usize>,
-    _: &str,
-) {
 }
 
 fn resolve_paths(config: &mut Config, base: &Path) {
@@ -1110,21 +1107,6 @@ fn resolve_paths(config: &mut Config, base: &Path) {
             *p = base.join(&*p);
         }
     };
-    if let SourceConfig::File(f) = &mut config.source {
-        for p in &mut f.paths {
-            if Path::new(p).is_relative() {
-                *p = base.join(&*p).to_string_lossy().into_owned();
-            }
-        }
-    }
-    for sink in &mut config.sinks {
-        if let SinkKind::File(f) = &mut sink.kind {
-            join(&mut f.path);
-        }
-    }
-    if let Some(SinkKind::File(f)) = &mut config.dead_letter {
-        join(&mut f.path);
-    }
     for t in &mut config.transforms {
         if let TransformConfig::Remap {
             file: Some(file), ..

@@ -1,59 +1,42 @@
-//! Connectors with heavy dependencies, each behind its own feature.
+//! The built-in sources and sinks, each registered in the
+//! [`Registry`](crate::Registry) through the same methods as a user's
+//! components: the loader, `etl validate` and the builder know none of
+//! them by name. Connectors with heavy dependencies are behind their
+//! features.
 
+mod blackhole;
+mod file;
+mod generator;
 #[cfg(feature = "kafka")]
-pub(crate) mod kafka;
+mod kafka;
 #[cfg(feature = "postgres")]
-pub(crate) mod postgres;
-#[cfg(feature = "postgres")]
-pub(crate) use postgres::open_postgres;
+mod postgres;
+mod stdout;
 
-use crate::config::{Config, SinkKind, SourceConfig};
+use etl_sink::{Encoder, NdjsonEncoder, RawLinesEncoder};
 
-/// Check the connector tables of `config` (`type = "kafka"`,
-/// `type = "postgres"`) the way `etl run` reads them, without connecting
-/// anywhere. Returns one message per problem, naming the section.
-#[must_use]
-pub fn check_connectors(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut report = |e: crate::PipelineError| problems.push(e.to_string());
-    if let SourceConfig::Kafka(table) = &config.source {
-        #[cfg(feature = "kafka")]
-        if let Err(e) = kafka::source_config(table) {
-            report(e);
-        }
-        #[cfg(not(feature = "kafka"))]
-        {
-            let _ = table;
-            report(crate::PipelineError::Invalid(
-                "[source]: this build of etl has no Kafka connector".to_owned(),
-            ));
-        }
+use crate::config::Encoding;
+use crate::registry::{ComponentContext, Registry};
+
+/// `registry` with every built-in source and sink of this build.
+pub(crate) fn register(registry: Registry) -> Registry {
+    let registry = file::register(registry);
+    let registry = generator::register(registry);
+    let registry = stdout::register(registry);
+    let registry = blackhole::register(registry);
+    #[cfg(feature = "kafka")]
+    let registry = kafka::register(registry);
+    #[cfg(feature = "postgres")]
+    let registry = postgres::register(registry);
+    registry
+}
+
+/// The encoder of a byte-oriented sink: NDJSON (checking each value
+/// unless every value is known to be JSON) or raw lines.
+fn encoder(encoding: Encoding, context: &ComponentContext<'_>) -> Box<dyn Encoder> {
+    match encoding {
+        Encoding::Ndjson if context.values_are_json() => Box::new(NdjsonEncoder::trusted()),
+        Encoding::Ndjson => Box::new(NdjsonEncoder::new()),
+        Encoding::Lines => Box::new(RawLinesEncoder::new()),
     }
-    let sinks = config
-        .sinks
-        .iter()
-        .map(|s| (s.name.as_str(), &s.kind))
-        .chain(config.dead_letter.iter().map(|k| ("dead_letter", k)));
-    for (name, kind) in sinks {
-        match kind {
-            #[cfg(feature = "kafka")]
-            SinkKind::Kafka(table) => {
-                if let Err(e) = kafka::sink_config(table, name) {
-                    report(e);
-                }
-            }
-            #[cfg(feature = "postgres")]
-            SinkKind::Postgres(table) => {
-                if let Err(e) = postgres::postgres_config(table, name) {
-                    report(e);
-                }
-            }
-            #[cfg(not(all(feature = "kafka", feature = "postgres")))]
-            SinkKind::Kafka(_) | SinkKind::Postgres(_) => report(crate::PipelineError::Invalid(
-                format!("sink {name:?}: this build of etl has no such connector"),
-            )),
-            _ => {}
-        }
-    }
-    problems
 }
