@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn a_failed_final_commit_is_an_io_error_and_a_forced_stop_a_failure() {
-        let registry = etl::Registry::new();
+        let registry = etl::registry();
         let commit = Exit::from_pipeline(
             etl::PipelineError::FinalCommit("the offset store did not answer".to_owned()),
             &registry,

@@ -77,14 +77,16 @@ pub use alloc::keep_large_buffers_out_of_the_heap;
 /// components only.
 #[must_use]
 pub fn main() -> ExitCode {
-    main_with(Registry::new())
+    main_with(etl::registry())
 }
 
 /// The `etl` command with the components of `registry` as well as the
 /// built-ins: a `type` the registry knows is built by its factory, from
-/// the rest of its table.
+/// the rest of its table. This build's connectors (`kafka`, `postgres`)
+/// are added where `registry` has no type of their name.
 #[must_use]
 pub fn main_with(registry: Registry) -> ExitCode {
+    let registry = etl::with_connectors(registry);
     let cli = Cli::parse();
     let status_line = logging::init(cli.log_format, cli.quiet);
     let result = match &cli.command {

@@ -348,14 +348,14 @@ fn a_components_error_kind_is_found_down_the_source_chain() {
 
 #[cfg(feature = "kafka")]
 #[test]
-fn the_built_in_kafka_connector_calls_a_refused_setting_a_configuration_error() {
+fn the_kafka_connector_calls_a_refused_setting_a_configuration_error() {
     let refused = etl_kafka::KafkaError::Config {
         key: "sasl.mechanism".to_owned(),
         message: "unknown".to_owned(),
     };
     assert_eq!(
-        Registry::new().classify(&refused),
+        etl::registry().classify(&refused),
         Some(etl::ErrorKind::Config)
     );
-    assert_eq!(Registry::empty().classify(&refused), None);
+    assert_eq!(Registry::new().classify(&refused), None);
 }

@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 use crate::PipelineError;
 use crate::config::{CheckpointOptions, ConnectorTable, StoreConfig};
-use crate::registry::{
+use etl_config::{
     BuiltSink, BuiltSource, CheckReport, ErrorKind, Registry, SinkPlugin, SourcePlugin,
 };
 

@@ -1,42 +1,74 @@
-//! The built-in sources and sinks, each registered in the
-//! [`Registry`](crate::Registry) through the same methods as a user's
-//! components: the loader, `etl validate` and the builder know none of
-//! them by name. Connectors with heavy dependencies are behind their
-//! features.
+//! The connectors with heavy dependencies, each behind its feature,
+//! registered in the [`Registry`] like any component; and the registry of
+//! every built-in of this build.
 
-mod blackhole;
-mod file;
-mod generator;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod stdout;
 
-use etl_sink::{Encoder, NdjsonEncoder, RawLinesEncoder};
+use std::path::Path;
 
-use crate::config::Encoding;
-use crate::registry::{ComponentContext, Registry};
+use crate::{Config, ConfigError, ConfigProblem, Registry};
 
-/// `registry` with every built-in source and sink of this build.
-pub(crate) fn register(registry: Registry) -> Registry {
-    let registry = file::register(registry);
-    let registry = generator::register(registry);
-    let registry = stdout::register(registry);
-    let registry = blackhole::register(registry);
-    #[cfg(feature = "kafka")]
-    let registry = kafka::register(registry);
-    #[cfg(feature = "postgres")]
-    let registry = postgres::register(registry);
-    registry
+/// Every built-in source, sink and transform of this build: the
+/// configuration language's ([`Registry::new`]) and the connectors'
+/// (`kafka`, `postgres`, with their features).
+#[must_use]
+pub fn registry() -> Registry {
+    with_connectors(Registry::new())
 }
 
-/// The encoder of a byte-oriented sink: NDJSON (checking each value
-/// unless every value is known to be JSON) or raw lines.
-fn encoder(encoding: Encoding, context: &ComponentContext<'_>) -> Box<dyn Encoder> {
-    match encoding {
-        Encoding::Ndjson if context.values_are_json() => Box::new(NdjsonEncoder::trusted()),
-        Encoding::Ndjson => Box::new(NdjsonEncoder::new()),
-        Encoding::Lines => Box::new(RawLinesEncoder::new()),
-    }
+/// `registry` with this build's connectors (`kafka`, `postgres`) where it
+/// has no type of their name, made built-ins: a program's own registry
+/// becomes the `etl` command's.
+#[must_use]
+pub fn with_connectors(registry: Registry) -> Registry {
+    #[cfg(feature = "kafka")]
+    let registry = if registry.has_source("kafka") || registry.has_sink("kafka") {
+        registry
+    } else {
+        kafka::register(registry)
+    };
+    #[cfg(feature = "postgres")]
+    let registry = if registry.has_sink("postgres") {
+        registry
+    } else {
+        postgres::register(registry)
+    };
+    registry.sealed()
+}
+
+/// Read and check a configuration file with every built-in of this build
+/// (see [`etl_config::load_config`]).
+///
+/// # Errors
+///
+/// As [`etl_config::load_config`].
+pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    registry().load_config(path)
+}
+
+/// Parse and check configuration text with every built-in of this build
+/// (see [`etl_config::parse_config`]).
+///
+/// # Errors
+///
+/// Every problem found, in file order.
+pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+    registry().parse_config(text, base)
+}
+
+/// [`parse_config`] with the variables of `env` instead of the
+/// environment's (see [`etl_config::parse_config_with_env`]).
+///
+/// # Errors
+///
+/// Every problem found, in file order.
+pub fn parse_config_with_env(
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigProblem>> {
+    registry().parse_config_with_env(text, base, env)
 }

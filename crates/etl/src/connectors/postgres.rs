@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::PipelineError;
 use crate::config::ConnectorTable;
-use crate::registry::{BuiltSink, ErrorKind, Registry, SinkPlugin};
+use etl_config::{BuiltSink, ErrorKind, Registry, SinkPlugin};
 
 /// `registry` with the PostgreSQL sink. Its table is checked when the
 /// configuration is loaded (without connecting); a progress held by

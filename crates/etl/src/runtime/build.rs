@@ -13,11 +13,11 @@ use etl_source::SourceDriverConfig;
 
 use super::{Pipeline, PipelineBuilder, PipelineError};
 use crate::config::{Config, SinkKind, StoreConfig, TransformConfig};
-use crate::registry::{
+use crate::transform::try_chain_from_config;
+use etl_config::{
     BoxError, BoxedProgressSink, BuiltSink, BuiltSource, ContextParts, ProgressCheck, SinkHold,
     SourceStart,
 };
-use crate::transform::try_chain_from_config;
 
 /// Build the pipeline a configuration describes: open its source, sinks
 /// and offset store.

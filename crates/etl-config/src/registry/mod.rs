@@ -30,7 +30,7 @@
 //! a program adds it with one line, `etl_cli::main_with(my_connector::
 //! register(etl::Registry::new()))`.
 //!
-//! [`pipeline_from_config`]: crate::pipeline_from_config
+//! [`pipeline_from_config`]: https://docs.rs/etl/latest/etl/fn.pipeline_from_config.html
 
 mod component;
 mod plugin;
@@ -44,13 +44,12 @@ use etl_sink::Sink;
 use etl_source::Source;
 use serde::de::DeserializeOwned;
 
-pub use component::{Component, ComponentContext};
-pub(crate) use component::{ContextParts, Factory};
+pub(crate) use component::Factory;
+pub use component::{Component, ComponentContext, ContextParts};
 pub use plugin::{
-    BoxFuture, BuiltSink, BuiltSource, CheckReport, ProgressCheck, SinkPlugin, SourcePlugin,
-    StartWithHandle,
+    BoxFuture, BoxedProgressSink, BuiltSink, BuiltSource, CheckReport, ProgressCheck, SinkHold,
+    SinkPlugin, SourcePlugin, SourceStart, StartWithHandle,
 };
-pub(crate) use plugin::{BoxedProgressSink, SinkHold, SourceStart};
 
 use crate::Transform;
 use crate::config::{Config, ConfigError, ConfigProblem};
@@ -80,8 +79,9 @@ pub type ErrorKindFn =
 /// Sources, sinks and transforms by `type` name, with their factories.
 ///
 /// ```
-/// use etl::{Registry, map};
+/// use etl_config::Registry;
 /// use etl_record::Record;
+/// use etl_transform::map;
 ///
 /// #[derive(serde::Deserialize)]
 /// #[serde(deny_unknown_fields)]
@@ -167,19 +167,40 @@ const BUILT_IN_TRANSFORMS: &[&str] = &[
 ];
 
 impl Registry {
-    /// The built-in sources, sinks and transforms of this build (`file`,
-    /// `generator`, `stdout`, `blackhole`, and `kafka` and `postgres` with
-    /// their features), registered through the same methods as yours.
+    /// The built-in sources, sinks and transforms of the configuration
+    /// language (`file`, `generator`, `stdout`, `blackhole`, the JSON
+    /// steps), registered through the same methods as yours. The
+    /// connectors with heavy dependencies (`kafka`, `postgres`) register
+    /// from their own crates: `etl::registry()` has them too.
     #[must_use]
     pub fn new() -> Self {
-        let mut registry = crate::connectors::register(Registry::empty());
-        let sources = registry.sources.keys().map(|k| ("source", k.clone()));
-        let sinks = registry.sinks.keys().map(|k| ("sink", k.clone()));
+        crate::connectors::register(Registry::empty()).sealed()
+    }
+
+    /// Every type registered so far made one a later registration may not
+    /// replace (as the built-ins are).
+    #[must_use]
+    pub fn sealed(mut self) -> Self {
+        let sources = self.sources.keys().map(|k| ("source", k.clone()));
+        let sinks = self.sinks.keys().map(|k| ("sink", k.clone()));
         let transforms = BUILT_IN_TRANSFORMS
             .iter()
             .map(|k| ("transform", (*k).to_owned()));
-        registry.built_in = sources.chain(sinks).chain(transforms).collect();
-        registry
+        let sealed: Vec<_> = sources.chain(sinks).chain(transforms).collect();
+        self.built_in.extend(sealed);
+        self
+    }
+
+    /// Whether a source type of this name is registered.
+    #[must_use]
+    pub fn has_source(&self, type_name: &str) -> bool {
+        self.sources.contains_key(type_name)
+    }
+
+    /// Whether a sink type of this name is registered.
+    #[must_use]
+    pub fn has_sink(&self, type_name: &str) -> bool {
+        self.sinks.contains_key(type_name)
     }
 
     /// No components at all, not even the built-ins: for a program that

@@ -285,19 +285,38 @@ pub type StartWithHandle =
 /// Checks an exactly-once sink's stored progress against the source.
 pub type ProgressCheck = Box<dyn Fn(&Progress) -> Result<(), BoxError> + Send + Sync>;
 
-pub(crate) enum SourceStart {
+/// How a built source starts.
+pub enum SourceStart {
+    /// Ready to be polled.
     Ready(Box<dyn Source>),
+    /// Started once the checkpointer runs, with its handle.
     WithHandle(StartWithHandle),
+}
+
+impl fmt::Debug for SourceStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SourceStart::Ready(_) => "Ready",
+            SourceStart::WithHandle(_) => "WithHandle",
+        })
+    }
 }
 
 /// What a source factory builds: the source, or how to start it with the
 /// checkpointer's handle, and what the pipeline needs to know of it.
+///
+/// Its fields are what the runtime reads; the methods below build it.
 pub struct BuiltSource {
-    pub(crate) start: SourceStart,
-    pub(crate) offset_store: Option<Box<dyn OffsetStore>>,
-    pub(crate) progress_check: Option<ProgressCheck>,
-    pub(crate) values_are_json: bool,
-    pub(crate) shares_progress: bool,
+    /// How it starts.
+    pub start: SourceStart,
+    /// Its own offset store, if it keeps its offsets.
+    pub offset_store: Option<Box<dyn OffsetStore>>,
+    /// The check of an exactly-once sink's stored progress, if any.
+    pub progress_check: Option<ProgressCheck>,
+    /// Every value it gives is a JSON document.
+    pub values_are_json: bool,
+    /// Several processes share an exactly-once sink's progress.
+    pub shares_progress: bool,
 }
 
 impl BuiltSource {
@@ -380,16 +399,24 @@ impl fmt::Debug for BuiltSource {
     }
 }
 
-pub(crate) enum SinkHold {
+/// A built sink, as the driver takes it.
+#[derive(Debug)]
+pub enum SinkHold {
+    /// A sink, shareable.
     Shared(Arc<dyn Sink>),
+    /// A sink that stores its progress with its data.
     ExactlyOnce(Box<dyn ProgressSink>),
 }
 
 /// What a sink factory builds: a sink, or an exactly-once sink that
 /// stores its progress with its data, and the encoder of its batches.
+///
+/// Its fields are what the runtime reads; the methods below build it.
 pub struct BuiltSink {
-    pub(crate) sink: SinkHold,
-    pub(crate) encoder: Option<Box<dyn Encoder>>,
+    /// The sink.
+    pub sink: SinkHold,
+    /// Its encoder; NDJSON when `None`.
+    pub encoder: Option<Box<dyn Encoder>>,
 }
 
 impl BuiltSink {
@@ -442,9 +469,10 @@ impl fmt::Debug for BuiltSink {
     }
 }
 
-/// A boxed exactly-once sink as the driver takes one.
+/// A boxed exactly-once sink as the driver takes one (a `ProgressSink`
+/// of its own).
 #[derive(Debug)]
-pub(crate) struct BoxedProgressSink(pub(crate) Box<dyn ProgressSink>);
+pub struct BoxedProgressSink(pub Box<dyn ProgressSink>);
 
 #[async_trait::async_trait]
 impl Sink for BoxedProgressSink {

@@ -21,16 +21,18 @@ pub struct ComponentContext<'a> {
     parts: &'a ContextParts<'a>,
 }
 
-/// What the pipeline being built tells its components.
+/// What the pipeline being built tells its components (given by the
+/// runtime to [`Component::build`]).
 #[derive(Debug)]
-pub(crate) struct ContextParts<'a> {
-    pub(crate) checkpoint: &'a CheckpointOptions,
+pub struct ContextParts<'a> {
+    /// The configuration's `[checkpoint]` section.
+    pub checkpoint: &'a CheckpointOptions,
     /// The source: the first step parses every record as JSON itself.
-    pub(crate) steps_check_json: bool,
+    pub steps_check_json: bool,
     /// A sink: every value reaching it is known to be JSON.
-    pub(crate) values_are_json: bool,
+    pub values_are_json: bool,
     /// A sink: several processes of this pipeline share its progress.
-    pub(crate) progress_is_shared: bool,
+    pub progress_is_shared: bool,
 }
 
 static DEFAULT_CHECKPOINT: LazyLock<CheckpointOptions> = LazyLock::new(CheckpointOptions::default);
@@ -247,7 +249,11 @@ impl<T> Component<T> {
 
     /// Build it with its factory, as `name`: the factory's error as it
     /// gave it (see [`redacted`](Self::redacted) before showing it).
-    pub(crate) fn build(&self, name: &str, parts: &ContextParts<'_>) -> Result<T, BoxError> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever its factory returns, or its table not fitting its type.
+    pub fn build(&self, name: &str, parts: &ContextParts<'_>) -> Result<T, BoxError> {
         let context = ComponentContext {
             name,
             base: &self.base,
@@ -262,14 +268,19 @@ impl<T> Component<T> {
     /// A factory's error `e` for `name`, as shown: a factory may quote its
     /// configuration in its error, so any secret of the configuration, in
     /// this table or another, is taken out.
-    pub(crate) fn redacted(&self, name: &str, e: &dyn fmt::Display) -> String {
+    #[must_use]
+    pub fn redacted(&self, name: &str, e: &dyn fmt::Display) -> String {
         self.secrets
             .redact(&format!("{} {name:?}: {e}", self.type_name))
     }
 
     /// Build it with a context that knows nothing of the pipeline (a
     /// transform's); the error as shown.
-    pub(crate) fn build_alone(&self, name: &str) -> Result<T, String> {
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build), shown as [`redacted`](Self::redacted).
+    pub fn build_alone(&self, name: &str) -> Result<T, String> {
         self.build(name, &NO_PARTS)
             .map_err(|e| self.redacted(name, &e))
     }
