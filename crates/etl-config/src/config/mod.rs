@@ -9,6 +9,7 @@
 //!
 //! [`pipeline_from_config`]: https://docs.rs/etl/latest/etl/fn.pipeline_from_config.html
 
+mod checker;
 mod interpolate;
 mod load;
 mod outputs;
