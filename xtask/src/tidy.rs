@@ -4,8 +4,11 @@
 //! * Layer order: a crate depends only on the crates below it (read from
 //!   `cargo metadata`). `etl-record <- etl-ack <- etl-checkpoint <-
 //!   etl-source`; `etl-sink` sees only `etl-record` and `etl-ack`;
-//!   connectors and the runtime sit on top, and the command line
-//!   (`etl-cli`) above the runtime.
+//!   the configuration language and its registry (`etl-config`) see the
+//!   lower crates and the engine but never the runtime, the command line
+//!   or a heavy connector (whose glue registers from above); connectors
+//!   and the runtime sit on top, and the command line (`etl-cli`) above
+//!   the runtime.
 //! * The transform interface (`etl-transform`) depends on `etl-record`
 //!   and on no third-party crate ([`THIRD_PARTY_ALLOWED`]): whoever writes
 //!   a transform builds nothing else.
@@ -42,6 +45,21 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("etl-transform", &["etl-record"]),
     // The engine: JSON steps, the faithful writer, VRL.
     ("etl-json", &["etl-record", "etl-transform"]),
+    // The configuration language and the registry: never the runtime, the
+    // command line or a heavy connector (their glue registers from above).
+    (
+        "etl-config",
+        &[
+            "etl-fs",
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-transform",
+            "etl-json",
+        ],
+    ),
     (
         "etl-kafka",
         &[
@@ -106,6 +124,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-sink",
             "etl-transform",
             "etl-json",
+            "etl-config",
             "etl-kafka",
             "etl-postgres",
         ],
@@ -121,6 +140,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-sink",
             "etl-transform",
             "etl-json",
+            "etl-config",
             "etl-kafka",
             "etl-postgres",
             "etl-postgres-cdc",
@@ -138,6 +158,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-sink",
             "etl-transform",
             "etl-json",
+            "etl-config",
             "etl-kafka",
             "etl-postgres",
             "etl",
@@ -155,6 +176,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-sink",
             "etl-transform",
             "etl-json",
+            "etl-config",
             "etl",
             "etl-cli",
         ],
@@ -492,6 +514,30 @@ mod tests {
             ]
         });
         assert_eq!(layer_violations(&metadata).len(), 2);
+    }
+
+    #[test]
+    fn the_configuration_never_depends_on_the_runtime_the_cli_or_a_connector() {
+        let metadata = json!({
+            "packages": [
+                package("etl-config", &["etl-source", "etl-json", "etl", "etl-cli", "etl-kafka"]),
+                package("etl-source", &[]),
+                package("etl-json", &[]),
+                package("etl", &["etl-config"]),
+                package("etl-cli", &["etl-config", "etl"]),
+                package("etl-kafka", &[]),
+            ]
+        });
+        let problems = layer_violations(&metadata);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for crate_ in ["etl", "etl-cli", "etl-kafka"] {
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.contains(&format!("`etl-config` depends on `{crate_}`"))),
+                "{problems:?}"
+            );
+        }
     }
 
     #[test]

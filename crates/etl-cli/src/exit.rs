@@ -40,18 +40,24 @@ impl Exit {
         Exit::new(code, e.to_string())
     }
 
-    pub(crate) fn from_pipeline(e: etl::PipelineError) -> Self {
+    /// The exit of a failed pipeline; `registry` gives its components'
+    /// errors their [`etl::ErrorKind`].
+    pub(crate) fn from_pipeline(e: etl::PipelineError, registry: &etl::Registry) -> Self {
         use etl::PipelineError as P;
         use etl_checkpoint::CheckpointError as C;
         use etl_source::SourceError as S;
         if held_by_another_run(&e) {
             return Exit::new(code::IN_USE, e.to_string());
         }
-        // A broker that refused the login or the TLS handshake, whichever
-        // side met it (the source when it connects, a sink at its first
-        // write): the configuration's error, not an outage.
-        if refused_by_a_broker(&e) {
-            return Exit::new(code::CONFIG, e.to_string());
+        // What a component says of its error, whichever side met it: a
+        // broker that refused the login or the TLS handshake (the source
+        // when it connects, a sink at its first write) is the
+        // configuration's error, not an outage; a sink's progress held by
+        // another run is state in use.
+        match registry.classify(&e) {
+            Some(etl::ErrorKind::Config) => return Exit::new(code::CONFIG, e.to_string()),
+            Some(etl::ErrorKind::InUse) => return Exit::new(code::IN_USE, e.to_string()),
+            _ => {}
         }
         let code = match &e {
             P::Source(
@@ -135,44 +141,14 @@ pub(crate) fn say_err(line: std::fmt::Arguments<'_>) {
 }
 
 /// Whether `e`, or any error under it, says another run holds a lock this
-/// one needs (the offset store, an exactly-once output, a PostgreSQL
-/// sink's progress), wherever in the
-/// pipeline it was found.
+/// one needs (the offset store, an exactly-once output), wherever in the
+/// pipeline it was found. A component's own locks are its
+/// [`etl::ErrorKind::InUse`].
 fn held_by_another_run(e: &(dyn std::error::Error + 'static)) -> bool {
     std::iter::successors(Some(e), |e| e.source()).any(|e| {
-        postgres_in_use(e)
-            || e.downcast_ref::<etl_record::LockError>()
-                .is_some_and(etl_record::LockError::is_in_use)
+        e.downcast_ref::<etl_record::LockError>()
+            .is_some_and(etl_record::LockError::is_in_use)
     })
-}
-
-/// Whether `e`, or any error under it, is a Kafka client's error of the
-/// configuration (refused credentials, a failed TLS handshake, a setting
-/// librdkafka refuses).
-fn refused_by_a_broker(e: &(dyn std::error::Error + 'static)) -> bool {
-    #[cfg(feature = "kafka")]
-    return std::iter::successors(Some(e), |e| e.source()).any(|e| {
-        e.downcast_ref::<etl_kafka::KafkaError>()
-            .is_some_and(etl_kafka::KafkaError::is_configuration)
-    });
-    #[cfg(not(feature = "kafka"))]
-    {
-        let _ = e;
-        false
-    }
-}
-
-/// Whether `e` is a PostgreSQL sink's progress held by another sink.
-fn postgres_in_use(e: &(dyn std::error::Error + 'static)) -> bool {
-    #[cfg(feature = "postgres")]
-    return e
-        .downcast_ref::<etl_postgres::PostgresError>()
-        .is_some_and(etl_postgres::PostgresError::is_in_use);
-    #[cfg(not(feature = "postgres"))]
-    {
-        let _ = e;
-        false
-    }
 }
 
 #[cfg(test)]
@@ -181,14 +157,19 @@ mod tests {
 
     #[test]
     fn a_failed_final_commit_is_an_io_error_and_a_forced_stop_a_failure() {
-        let commit = Exit::from_pipeline(etl::PipelineError::FinalCommit(
-            "the offset store did not answer".to_owned(),
-        ));
+        let registry = etl::registry();
+        let commit = Exit::from_pipeline(
+            etl::PipelineError::FinalCommit("the offset store did not answer".to_owned()),
+            &registry,
+        );
         assert_eq!(commit.code, code::IO);
-        let forced = Exit::from_pipeline(etl::PipelineError::ShutdownTimeout {
-            parts: "the transform stage".to_owned(),
-            timeout: std::time::Duration::from_secs(30),
-        });
+        let forced = Exit::from_pipeline(
+            etl::PipelineError::ShutdownTimeout {
+                parts: "the transform stage".to_owned(),
+                timeout: std::time::Duration::from_secs(30),
+            },
+            &registry,
+        );
         assert_eq!(forced.code, code::FAILURE);
         assert!(forced.message.contains("30s"), "{}", forced.message);
     }

@@ -77,7 +77,7 @@ pub use alloc::keep_large_buffers_out_of_the_heap;
 /// components only.
 #[must_use]
 pub fn main() -> ExitCode {
-    let registry = Registry::new();
+    let registry = etl::registry();
     #[cfg(feature = "postgres-cdc")]
     let registry = registry.source("postgres_cdc", |c, _| etl_postgres_cdc::factory(c));
     #[cfg(feature = "object-store")]
@@ -96,9 +96,11 @@ pub fn main() -> ExitCode {
 
 /// The `etl` command with the components of `registry` as well as the
 /// built-ins: a `type` the registry knows is built by its factory, from
-/// the rest of its table.
+/// the rest of its table. This build's connectors (`kafka`, `postgres`)
+/// are added where `registry` has no type of their name.
 #[must_use]
 pub fn main_with(registry: Registry) -> ExitCode {
+    let registry = etl::with_connectors(registry);
     let cli = Cli::parse();
     let status_line = logging::init(cli.log_format, cli.quiet);
     let result = match &cli.command {
@@ -114,17 +116,6 @@ pub fn main_with(registry: Registry) -> ExitCode {
 
 fn validate(path: &std::path::Path, registry: &Registry) -> Result<(), Exit> {
     let config = registry.load_config(path).map_err(Exit::from_config)?;
-    let problems = etl::check_connectors(&config);
-    if !problems.is_empty() {
-        return Err(Exit::new(
-            exit::code::CONFIG,
-            format!(
-                "{} has connector problems:\n  {}",
-                path.display(),
-                problems.join("\n  ")
-            ),
-        ));
-    }
     // Warnings go where problems go, and do not fail the check.
     for w in &config.warnings {
         exit::say_err(format_args!("warning: {}:{w}", path.display()));

@@ -33,7 +33,7 @@ impl View {
         // A Kafka source's offsets live in its consumer group whatever
         // `[checkpoint]` says (a store other than the group is refused at
         // load): the default folder would read as "no committed offsets".
-        let kafka = matches!(config.source, etl::config::SourceConfig::Kafka(_));
+        let kafka = config.source.keeps_offsets();
         let dir = match &config.checkpoint.store {
             _ if kafka => return Err(keeps_its_own_offsets()),
             etl::config::StoreConfig::File { path } => path.clone(),
@@ -52,8 +52,8 @@ impl View {
             files: BTreeMap::new(),
             delivered: Vec::new(),
         };
-        match &config.source {
-            etl::config::SourceConfig::File(_) => {
+        match config.source.type_name() {
+            "file" => {
                 view.unit = "a byte position in the file: the next run reads the lines that start at or after it";
                 if view.dir.is_dir() {
                     view.files = etl_source::registered_inputs(&view.dir).map_err(|e| {
@@ -66,18 +66,17 @@ impl View {
                     .map(|(p, path)| (*p, path.display().to_string()))
                     .collect();
             }
-            etl::config::SourceConfig::Generator(_) => {
+            "generator" => {
                 view.unit = "the number of the next record to generate";
             }
-            etl::config::SourceConfig::Custom(_) => {
+            _ => {
                 view.unit = "the offset of the next record to read, as the source counts";
             }
-            // Answered above: the group keeps a Kafka source's offsets.
-            etl::config::SourceConfig::Kafka(_) => {}
         }
         for sink in &config.sinks {
-            if let etl::config::SinkKind::File(file) = &sink.kind
-                && file.exactly_once
+            if sink.kind.type_name() == "file"
+                && sink.kind.is_exactly_once()
+                && let Some(file) = sink.kind.options::<etl::config::FileSinkOptions>()
             {
                 let progress = etl_sink::FileSink::stored_progress(&file.path)
                     .map_err(|e| Exit::new(code::IO, format!("sink {:?}: {e}", sink.name)))?

@@ -18,7 +18,7 @@ pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Res
         .thread_name("etl-worker")
         .build()
         .map_err(|e| Exit::failure(format!("cannot start the runtime: {e}")))?;
-    let result = runtime.block_on(run_async(args, &config, status_line));
+    let result = runtime.block_on(run_async(args, &config, status_line, registry));
     // The stop is over (bounded by shutdown_timeout): a blocking call of a
     // sink it aborted may still be stuck in the kernel, and must not hold
     // the exit.
@@ -26,10 +26,15 @@ pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Res
     result
 }
 
-async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> Result<(), Exit> {
+async fn run_async(
+    args: &RunArgs,
+    config: &etl::Config,
+    status_line: bool,
+    registry: &Registry,
+) -> Result<(), Exit> {
     let pipeline = etl::pipeline_from_config(config)
         .await
-        .map_err(Exit::from_pipeline)?;
+        .map_err(|e| Exit::from_pipeline(e, registry))?;
     let hub = pipeline.metrics();
     // First SIGINT/SIGTERM/SIGHUP: graceful stop. Second: exit at once (130); by
     // the delivery contract nothing is lost, uncommitted work replays.
@@ -72,7 +77,7 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
     if let Some(task) = metrics_task {
         task.abort();
     }
-    let summary = result.map_err(Exit::from_pipeline)?;
+    let summary = result.map_err(|e| Exit::from_pipeline(e, registry))?;
     let committed: Vec<String> = summary
         .committed
         .iter()
@@ -95,8 +100,12 @@ async fn run_async(args: &RunArgs, config: &etl::Config, status_line: bool) -> R
 /// file source's offsets are bytes, and files read to their end (not
 /// followed) have a known total size.
 fn input_shape(config: &etl::Config) -> progress::InputShape {
-    match &config.source {
-        etl::config::SourceConfig::File(file) => {
+    match config
+        .source
+        .options::<etl::config::FileSourceOptions>()
+        .filter(|_| config.source.type_name() == "file")
+    {
+        Some(file) => {
             let total = (!file.follow)
                 .then(|| etl_source::resolve_inputs(&file.paths).ok())
                 .flatten()

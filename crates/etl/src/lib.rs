@@ -104,28 +104,27 @@
 //! With `default-features = false` the crate builds without librdkafka
 //! and VRL; everything above the Features heading works without them.
 
-pub mod config;
 mod connectors;
 mod metrics;
-mod registry;
 mod runtime;
 mod signal;
 mod transform;
 
-// The configuration file's entry points; its sections and options are in
-// [`config`], named apart from the library types they become.
-pub use config::{
-    CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, load_config, parse_config,
-    parse_config_with_env,
+pub use connectors::{load_config, parse_config, parse_config_with_env, registry, with_connectors};
+// The configuration language is `etl-config`'s: its sections and options
+// are in [`config`], named apart from the library types they become.
+pub use etl_config::config;
+pub use etl_config::{
+    BoxError, BoxFuture, BuiltSink, BuiltSource, CheckReport, CompareOp, Component,
+    ComponentContext, Config, ConfigError, ConfigProblem, ErrorKind, ErrorKindFn, FailurePolicy,
+    ProgressCheck, Registry, SinkPlugin, SourcePlugin, StartWithHandle,
 };
-pub use connectors::check_connectors;
 /// The engine's inner readers for the fuzz targets in `fuzz/` (feature
 /// `fuzzing`; not a stable interface).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use etl_json::fuzzing;
 pub use metrics::ProgressTotals;
-pub use registry::{BoxError, ComponentContext, Registry};
 pub use runtime::{
     MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, SourceFactory, Summary,
     pipeline_from_config,

@@ -4,7 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use etl::config::{ByteSize, SinkKind, SourceConfig, StoreConfig, TransformConfig};
+use etl::config::{
+    ByteSize, FileSinkOptions, FileSourceOptions, GeneratorOptions, StdoutSinkOptions, StoreConfig,
+    TransformConfig,
+};
 use etl::{CompareOp, ConfigError, load_config, parse_config};
 
 const GOOD: &str = r#"
@@ -42,7 +45,7 @@ commit_interval = "250ms"
 #[test]
 fn a_good_config_loads_with_defaults_and_resolved_paths() {
     let config = parse_config(GOOD, Path::new("/etc/etl")).unwrap();
-    let SourceConfig::File(f) = &config.source else {
+    let Some(f) = config.source.options_of::<FileSourceOptions>("file") else {
         panic!("file source expected")
     };
     assert_eq!(f.paths, vec!["/etc/etl/in/*.ndjson"]);
@@ -58,7 +61,7 @@ fn a_good_config_loads_with_defaults_and_resolved_paths() {
     assert_eq!(sink.name, "out");
     assert_eq!(sink.options.batch_max_bytes, ByteSize(1 << 20));
     assert_eq!(sink.options.linger, Duration::from_millis(20));
-    let SinkKind::File(fs) = &sink.kind else {
+    let Some(fs) = sink.kind.options_of::<FileSinkOptions>("file") else {
         panic!("file sink expected")
     };
     assert_eq!(fs.path, Path::new("/etc/etl/out/records.ndjson"));
@@ -357,7 +360,7 @@ type = "blackhole"
         Path::new("/base"),
     )
     .unwrap();
-    let SourceConfig::File(file) = &config.source else {
+    let Some(file) = config.source.options_of::<FileSourceOptions>("file") else {
         panic!("not a file source: {:?}", config.source);
     };
     let rust = etl_source::FileSourceConfig::default();
@@ -413,7 +416,7 @@ type = "blackhole"
         Path::new("/base"),
     )
     .unwrap();
-    let SourceConfig::Generator(g) = &generator.source else {
+    let Some(g) = generator.source.options_of::<GeneratorOptions>("generator") else {
         panic!("not a generator: {:?}", generator.source);
     };
     let rust = etl_source::GeneratorConfig::default();
@@ -425,7 +428,10 @@ type = "blackhole"
         Path::new("/base"),
     )
     .unwrap();
-    let SinkKind::Stdout(s) = &stdout.sinks[0].kind else {
+    let Some(s) = stdout.sinks[0]
+        .kind
+        .options_of::<StdoutSinkOptions>("stdout")
+    else {
         panic!("not a stdout sink: {:?}", stdout.sinks[0].kind);
     };
     assert_eq!(

@@ -170,3 +170,192 @@ async fn a_registered_table_takes_variables_from_the_given_environment_and_never
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), SECRET, "the factory got the value");
 }
+
+/// A sink that stores its progress with its data: it reports the
+/// progress `stored` and keeps the offsets it is given.
+#[derive(Debug, Clone)]
+struct Ledger {
+    stored: etl_sink::Progress,
+    offsets: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
+}
+
+#[async_trait::async_trait]
+impl etl_sink::Sink for Ledger {
+    async fn write(&self, batch: &etl_sink::EncodedBatch) -> Result<(), etl_sink::SinkError> {
+        let mut offsets = self
+            .offsets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        offsets.extend(batch.records().iter().map(|r| r.position.offset.0));
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl etl_sink::ProgressSink for Ledger {
+    fn progress(&self) -> etl_sink::Progress {
+        self.stored.clone()
+    }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerConfig {
+    /// The offset of partition 0 its progress says is next.
+    resume_at: i64,
+}
+
+fn ledger_registry(offsets: std::sync::Arc<std::sync::Mutex<Vec<i64>>>) -> Registry {
+    Registry::new().sink_plugin(
+        "ledger",
+        etl::SinkPlugin::new(move |config: LedgerConfig, _context| {
+            let stored = [(
+                etl_record::PartitionId(0),
+                etl_record::Offset(config.resume_at),
+            )]
+            .into_iter()
+            .collect();
+            Ok(etl::BuiltSink::exactly_once(Ledger {
+                stored,
+                offsets: offsets.clone(),
+            }))
+        })
+        .check(|_, report| report.exactly_once()),
+    )
+}
+
+#[tokio::test]
+#[allow(clippy::unwrap_used)]
+async fn a_registered_exactly_once_sink_resumes_from_the_progress_it_stored() {
+    let offsets = std::sync::Arc::default();
+    let config = ledger_registry(std::sync::Arc::clone(&offsets))
+        .parse_config(
+            "[source]\ntype = \"generator\"\nrecords_per_partition = 8\npartitions = 1\n\
+             [[sinks]]\ntype = \"ledger\"\nresume_at = 5\n\
+             [checkpoint]\nstore = { type = \"memory\" }\n",
+            Path::new("."),
+        )
+        .unwrap();
+    let summary = pipeline_from_config(&config)
+        .await
+        .unwrap()
+        .run(CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(summary.read, 8);
+    // What its progress covers is delivered without being written again.
+    assert_eq!(*offsets.lock().unwrap(), [5, 6, 7]);
+}
+
+#[test]
+fn a_registered_exactly_once_sink_must_be_the_only_sink() {
+    let problems = ledger_registry(std::sync::Arc::default())
+        .parse_config(
+            "[source]\ntype = \"generator\"\n\
+             [[sinks]]\ntype = \"ledger\"\nresume_at = 0\n\
+             [[sinks]]\ntype = \"blackhole\"\n",
+            Path::new("."),
+        )
+        .unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.message.contains("exactly_once needs a single sink")),
+        "{problems:?}"
+    );
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Counted {
+    records: u64,
+}
+
+#[tokio::test]
+#[allow(clippy::unwrap_used)]
+async fn a_registered_source_starts_with_the_checkpoint_handle_and_may_keep_its_offsets() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let started = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&started);
+    let registry = Registry::new().source_plugin(
+        "counted",
+        etl::SourcePlugin::new(move |config: Counted, _context| {
+            let flag = std::sync::Arc::clone(&flag);
+            Ok(etl::BuiltSource::with_handle(move |_handle| {
+                flag.store(true, Ordering::SeqCst);
+                let source = etl_source::GeneratorSource::new(etl_source::GeneratorConfig {
+                    partitions: 1,
+                    records_per_partition: Some(config.records),
+                    ..etl_source::GeneratorConfig::default()
+                })?;
+                Ok(Box::new(source))
+            })
+            .offset_store(etl_checkpoint::MemoryStore::new()))
+        })
+        .check(|config, report| {
+            report.keeps_offsets();
+            report.at_least_one("records", config.records);
+        }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[source]\ntype = \"counted\"\nrecords = 4\n[[sinks]]\ntype = \"blackhole\"\n";
+    let config = registry.parse_config(text, dir.path()).unwrap();
+    assert!(config.source.keeps_offsets());
+    let summary = pipeline_from_config(&config)
+        .await
+        .unwrap()
+        .run(CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(started.load(Ordering::SeqCst));
+    assert_eq!((summary.read, summary.written()), (4, 4));
+    // Its own store held the offsets: the default file store was never
+    // opened.
+    assert!(!dir.path().join(".etl-state").exists());
+
+    // Its check's problem is placed at the key it names.
+    let problems = registry
+        .parse_config(&text.replace("records = 4", "records = 0"), dir.path())
+        .unwrap_err();
+    assert_eq!(
+        problems
+            .iter()
+            .map(|p| (p.line, p.column, p.message.as_str()))
+            .collect::<Vec<_>>(),
+        [(3, 1, "records must be at least 1")]
+    );
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the lease is held")]
+struct LeaseHeld;
+
+#[derive(Debug, thiserror::Error)]
+#[error("write failed")]
+struct WriteFailed(#[source] LeaseHeld);
+
+#[test]
+fn a_components_error_kind_is_found_down_the_source_chain() {
+    let plain = Registry::new();
+    assert_eq!(plain.classify(&WriteFailed(LeaseHeld)), None);
+    let registry = Registry::new()
+        .error_kind(|e| e.downcast_ref::<LeaseHeld>().map(|_| etl::ErrorKind::InUse));
+    assert_eq!(
+        registry.classify(&WriteFailed(LeaseHeld)),
+        Some(etl::ErrorKind::InUse)
+    );
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn the_kafka_connector_calls_a_refused_setting_a_configuration_error() {
+    let refused = etl_kafka::KafkaError::Config {
+        key: "sasl.mechanism".to_owned(),
+        message: "unknown".to_owned(),
+    };
+    assert_eq!(
+        etl::registry().classify(&refused),
+        Some(etl::ErrorKind::Config)
+    );
+    assert_eq!(Registry::new().classify(&refused), None);
+}

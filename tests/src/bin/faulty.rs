@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use etl::config::{SinkKind, SourceConfig, StoreConfig};
+use etl::config::{FileSinkOptions, FileSourceOptions, SinkKind, StoreConfig};
 use etl::{Config, Pipeline};
 use etl_checkpoint::FileStore;
 use etl_record::SourceId;
@@ -53,9 +53,9 @@ fn main() -> ExitCode {
 }
 
 fn file_sink_path(kind: &SinkKind) -> Result<PathBuf, BoxError> {
-    match kind {
-        SinkKind::File(f) => Ok(f.path.clone()),
-        other => Err(format!("only file sinks are supported here, not {other:?}").into()),
+    match kind.options_of::<FileSinkOptions>("file") {
+        Some(f) => Ok(f.path),
+        None => Err(format!("only file sinks are supported here, not {kind:?}").into()),
     }
 }
 
@@ -68,7 +68,7 @@ async fn open_file(path: &Path) -> Result<FileSink, BoxError> {
 
 async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
     let config: Config = etl::load_config(path)?;
-    let SourceConfig::File(source) = &config.source else {
+    let Some(source) = config.source.options_of::<FileSourceOptions>("file") else {
         return Err("only a file source is supported here".into());
     };
     let source = FileSource::open(FileSourceConfig {

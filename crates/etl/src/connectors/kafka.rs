@@ -10,24 +10,95 @@
 //! factory, once the checkpointer runs. The revoke deadline must leave the
 //! commit time within the group's session timeout.
 //!
-//! Configuration problems are [`PipelineError::Invalid`] naming the
-//! section and the key, found when the configuration is loaded
-//! ([`check_source`], [`check_sink`]: `etl validate` and `etl run` check
-//! the same, each problem at its line) and again when the clients are
-//! created. Nothing connects before the pipeline runs. The tables are
+//! Both register in the [`Registry`] like any component. Configuration
+//! problems are found when the configuration is loaded ([`check_source`],
+//! [`check_sink`]: `etl validate` and `etl run` check the same, each
+//! problem at its line) and again when the clients are created
+//! ([`PipelineError::Invalid`] naming the section and the key). A Kafka
+//! client's error of the configuration (refused credentials, a failed
+//! handshake) is [`ErrorKind::Config`]. Nothing connects before the pipeline runs. The tables are
 //! [`ConnectorTable`]s, and no message holds the value of a secret
 //! property.
 
-use std::sync::Arc;
-
 use etl_kafka::{KafkaError, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
 use etl_record::SourceId;
-use etl_sink::Sink;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 
+use crate::PipelineError;
 use crate::config::{CheckpointOptions, ConnectorTable, StoreConfig};
-use crate::{PipelineBuilder, PipelineError};
+use etl_config::{
+    BuiltSink, BuiltSource, CheckReport, ErrorKind, Registry, SinkPlugin, SourcePlugin,
+};
+
+/// `registry` with the Kafka source and sink.
+pub(super) fn register(registry: Registry) -> Registry {
+    registry
+        .source_plugin(
+            "kafka",
+            SourcePlugin::new(|table: ConnectorTable, context| {
+                open_source(&table, context.checkpoint()).map_err(Into::into)
+            })
+            .check(|table, report| {
+                report.keeps_offsets();
+                let checkpoint = report.checkpoint().clone();
+                place(report, check_source(table, &checkpoint));
+            }),
+        )
+        .sink_plugin(
+            "kafka",
+            SinkPlugin::new(|table: ConnectorTable, context| {
+                Ok(BuiltSink::new(open_sink(&table, context.name())?))
+            })
+            .check(|table, report| place(report, check_sink(table))),
+        )
+        .error_kind(|e| {
+            e.downcast_ref::<KafkaError>()
+                .filter(|e| e.is_configuration())
+                .map(|_| ErrorKind::Config)
+        })
+}
+
+/// Report `problems` each at its key: `revoke_deadline` in
+/// `[checkpoint]`, the others in the component's table.
+fn place(report: &mut CheckReport<'_>, problems: Vec<Problem>) {
+    for p in problems {
+        if p.key.as_deref() == Some("revoke_deadline") {
+            report.checkpoint_problem("revoke_deadline", p.message);
+        } else {
+            let path = problem_key(p.key.as_deref(), &p.message);
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            report.problem_at(&path, p.message);
+        }
+    }
+}
+
+/// The key path a problem names: `properties."name"` (the form the
+/// Kafka connector uses), or the first name in backquotes (the form of a
+/// deserialization error).
+fn problem_key(key: Option<&str>, message: &str) -> Vec<String> {
+    let property = message.find("properties.\"").and_then(|at| {
+        message[at..]
+            .split_once("\":")
+            .map(|(k, _)| &message[at..at + k.len() + 1])
+    });
+    let quoted = message
+        .split_once('`')
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(k, _)| k)
+        .filter(|k| !k.is_empty());
+    let key = key.or(property).or(quoted);
+    match key {
+        Some(k) => match k.strip_prefix("properties.\"") {
+            Some(name) => vec![
+                "properties".to_owned(),
+                name.trim_end_matches('"').to_owned(),
+            ],
+            None => vec![k.to_owned()],
+        },
+        None => Vec::new(),
+    }
+}
 
 /// One problem of a Kafka table, for the configuration loader to place.
 #[derive(Debug)]
@@ -191,8 +262,8 @@ fn read_source(table: &ConnectorTable) -> Result<(SourceId, KafkaSourceConfig), 
     Ok((SourceId::new(name), config))
 }
 
-/// Make the Kafka source the pipeline's source and its consumer group the
-/// pipeline's offset store. The consumer is created now (no connection
+/// The Kafka source, keeping its offsets in its consumer group (the
+/// pipeline's offset store). The consumer is created now (no connection
 /// yet); it subscribes once the checkpointer runs, with the
 /// checkpointer's handle as its revoke handler.
 ///
@@ -203,25 +274,37 @@ fn read_source(table: &ConnectorTable) -> Result<(SourceId, KafkaSourceConfig), 
 /// `session_timeout_ms` (a revocation must drain and commit before the
 /// group gives up on this member); [`PipelineError::Connector`] when
 /// librdkafka refuses the settings.
-pub(crate) fn with_source(
-    builder: PipelineBuilder,
+pub(crate) fn open_source(
     table: &ConnectorTable,
     checkpoint: &CheckpointOptions,
-) -> Result<PipelineBuilder, PipelineError> {
+) -> Result<BuiltSource, PipelineError> {
     let (name, config) = source_config(table)?;
     if let Some(message) = revoke_deadline_problem(&config, checkpoint) {
         return Err(PipelineError::Invalid(message));
     }
+    // Partition ids an exactly-once sink stored by the mapping by topic
+    // index of earlier versions may name another partition now.
+    let partitions = etl_kafka::PartitionMap::new(config.topics.clone())
+        .map_err(|e| PipelineError::Invalid(format!("[source] {e}")))?;
     let properties = config.properties.clone();
     let mut source =
         KafkaSource::new(name, config).map_err(|e| connector(e, &properties, "[source]"))?;
     let store = source.offset_store();
-    Ok(builder.offset_store(store).source_factory(move |handle| {
+    Ok(BuiltSource::with_handle(move |handle| {
         source
             .start(handle.clone())
             .map_err(|e| connector(e, &properties, "[source]"))?;
         Ok(Box::new(source))
-    }))
+    })
+    .offset_store(store)
+    .check_stored_progress(move |progress| {
+        partitions
+            .check_stored(progress.iter().map(|(p, _)| p))
+            .map_err(Into::into)
+    })
+    // The members of one group write one progress (the group keeps
+    // their partitions apart).
+    .shares_progress())
 }
 
 /// Open the producer sink a `type = "kafka"` table describes (no
@@ -232,15 +315,12 @@ pub(crate) fn with_source(
 ///
 /// [`PipelineError::Invalid`] naming the sink and the key;
 /// [`PipelineError::Connector`] when librdkafka refuses the settings.
-pub(crate) fn open_sink(
-    table: &ConnectorTable,
-    name: &str,
-) -> Result<Arc<dyn Sink>, PipelineError> {
+pub(crate) fn open_sink(table: &ConnectorTable, name: &str) -> Result<KafkaSink, PipelineError> {
     let config = sink_config(table, name)?;
     let properties = config.properties.clone();
     let sink = KafkaSink::new(config)
         .map_err(|e| connector(e, &properties, &format!("sink {name:?} (kafka):")))?;
-    Ok(Arc::new(sink))
+    Ok(sink)
 }
 
 /// Read a `[[sinks]] type = "kafka"` table, without connecting.
@@ -283,7 +363,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Pipeline;
 
     fn table(text: &str) -> ConnectorTable {
         ConnectorTable::new(text.parse().unwrap())
@@ -319,8 +398,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("[source] (kafka)") && e.contains("group"), "{e}");
-        let e = with_source(
-            Pipeline::builder(),
+        let e = open_source(
             &table(&format!(
                 "{SOURCE}\n[properties]\n\"enable.auto.commit\" = \"true\""
             )),
@@ -333,31 +411,17 @@ mod tests {
 
     #[test]
     fn revoke_deadline_must_stay_below_the_session_timeout() {
-        let e = with_source(
-            Pipeline::builder(),
-            &table(SOURCE),
-            &checkpoint(Duration::from_secs(5)),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = open_source(&table(SOURCE), &checkpoint(Duration::from_secs(5)))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("revoke_deadline = 5s") && e.contains("session_timeout_ms = 6000"),
             "{e}"
         );
-        with_source(
-            Pipeline::builder(),
-            &table(SOURCE),
-            &checkpoint(Duration::from_secs(4)),
-        )
-        .unwrap();
+        open_source(&table(SOURCE), &checkpoint(Duration::from_secs(4))).unwrap();
         // The defaults fit each other.
         let defaults = table("brokers = \"b:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]");
-        with_source(
-            Pipeline::builder(),
-            &defaults,
-            &CheckpointOptions::default(),
-        )
-        .unwrap();
+        open_source(&defaults, &CheckpointOptions::default()).unwrap();
     }
 
     #[test]

@@ -1,59 +1,74 @@
-//! Connectors with heavy dependencies, each behind its own feature.
+//! The connectors with heavy dependencies, each behind its feature,
+//! registered in the [`Registry`] like any component; and the registry of
+//! every built-in of this build.
 
 #[cfg(feature = "kafka")]
-pub(crate) mod kafka;
+mod kafka;
 #[cfg(feature = "postgres")]
-pub(crate) mod postgres;
-#[cfg(feature = "postgres")]
-pub(crate) use postgres::open_postgres;
+mod postgres;
 
-use crate::config::{Config, SinkKind, SourceConfig};
+use std::path::Path;
 
-/// Check the connector tables of `config` (`type = "kafka"`,
-/// `type = "postgres"`) the way `etl run` reads them, without connecting
-/// anywhere. Returns one message per problem, naming the section.
+use crate::{Config, ConfigError, ConfigProblem, Registry};
+
+/// Every built-in source, sink and transform of this build: the
+/// configuration language's ([`Registry::new`]) and the connectors'
+/// (`kafka`, `postgres`, with their features).
 #[must_use]
-pub fn check_connectors(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut report = |e: crate::PipelineError| problems.push(e.to_string());
-    if let SourceConfig::Kafka(table) = &config.source {
-        #[cfg(feature = "kafka")]
-        if let Err(e) = kafka::source_config(table) {
-            report(e);
-        }
-        #[cfg(not(feature = "kafka"))]
-        {
-            let _ = table;
-            report(crate::PipelineError::Invalid(
-                "[source]: this build of etl has no Kafka connector".to_owned(),
-            ));
-        }
-    }
-    let sinks = config
-        .sinks
-        .iter()
-        .map(|s| (s.name.as_str(), &s.kind))
-        .chain(config.dead_letter.iter().map(|k| ("dead_letter", k)));
-    for (name, kind) in sinks {
-        match kind {
-            #[cfg(feature = "kafka")]
-            SinkKind::Kafka(table) => {
-                if let Err(e) = kafka::sink_config(table, name) {
-                    report(e);
-                }
-            }
-            #[cfg(feature = "postgres")]
-            SinkKind::Postgres(table) => {
-                if let Err(e) = postgres::postgres_config(table, name) {
-                    report(e);
-                }
-            }
-            #[cfg(not(all(feature = "kafka", feature = "postgres")))]
-            SinkKind::Kafka(_) | SinkKind::Postgres(_) => report(crate::PipelineError::Invalid(
-                format!("sink {name:?}: this build of etl has no such connector"),
-            )),
-            _ => {}
-        }
-    }
-    problems
+pub fn registry() -> Registry {
+    with_connectors(Registry::new())
+}
+
+/// `registry` with this build's connectors (`kafka`, `postgres`) where it
+/// has no type of their name, made built-ins: a program's own registry
+/// becomes the `etl` command's.
+#[must_use]
+pub fn with_connectors(registry: Registry) -> Registry {
+    #[cfg(feature = "kafka")]
+    let registry = if registry.has_source("kafka") || registry.has_sink("kafka") {
+        registry
+    } else {
+        kafka::register(registry)
+    };
+    #[cfg(feature = "postgres")]
+    let registry = if registry.has_sink("postgres") {
+        registry
+    } else {
+        postgres::register(registry)
+    };
+    registry.sealed()
+}
+
+/// Read and check a configuration file with every built-in of this build
+/// (see [`etl_config::load_config`]).
+///
+/// # Errors
+///
+/// As [`etl_config::load_config`].
+pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
+    registry().load_config(path)
+}
+
+/// Parse and check configuration text with every built-in of this build
+/// (see [`etl_config::parse_config`]).
+///
+/// # Errors
+///
+/// Every problem found, in file order.
+pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
+    registry().parse_config(text, base)
+}
+
+/// [`parse_config`] with the variables of `env` instead of the
+/// environment's (see [`etl_config::parse_config_with_env`]).
+///
+/// # Errors
+///
+/// Every problem found, in file order.
+pub fn parse_config_with_env(
+    text: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigProblem>> {
+    registry().parse_config_with_env(text, base, env)
 }

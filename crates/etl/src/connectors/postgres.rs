@@ -18,6 +18,52 @@ use serde::Deserialize;
 
 use crate::PipelineError;
 use crate::config::ConnectorTable;
+use etl_config::{BuiltSink, ErrorKind, Registry, SinkPlugin};
+
+/// `registry` with the PostgreSQL sink. Its table is checked when the
+/// configuration is loaded (without connecting); a progress held by
+/// another run is [`ErrorKind::InUse`].
+pub(super) fn register(registry: Registry) -> Registry {
+    registry
+        .sink_plugin(
+            "postgres",
+            SinkPlugin::new_async(|table: ConnectorTable, context| {
+                let name = context.name().to_owned();
+                // The members of one consumer group write one progress
+                // (the group keeps their partitions apart), so the
+                // progress lock is shared unless the table says otherwise.
+                let table = if context.progress_is_shared() {
+                    let mut shared = table.expose_secret().clone();
+                    shared
+                        .entry("progress_lock")
+                        .or_insert_with(|| toml::Value::String("shared".to_owned()));
+                    ConnectorTable::new(shared)
+                } else {
+                    table
+                };
+                async move {
+                    let sink = open_postgres(&table, &name).await?;
+                    Ok(if sink.config().exactly_once {
+                        BuiltSink::exactly_once(sink)
+                    } else {
+                        BuiltSink::new(sink)
+                    })
+                }
+            })
+            .check(
+                |table, report| match postgres_config(table, report.name()) {
+                    Ok(_) => {}
+                    Err(PipelineError::Invalid(message)) => report.problem_at(&[], message),
+                    Err(other) => report.problem_at(&[], other.to_string()),
+                },
+            ),
+        )
+        .error_kind(|e| {
+            e.downcast_ref::<PostgresError>()
+                .filter(|e| e.is_in_use())
+                .map(|_| ErrorKind::InUse)
+        })
+}
 
 /// Where the URL comes from when the sink's table has no `url`.
 const URL_ENV: &str = "DATABASE_URL";

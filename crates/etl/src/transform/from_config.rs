@@ -61,7 +61,7 @@ fn build(transforms: &[TransformConfig], lenient: bool) -> Result<TransformChain
                     json_stage(&mut chain, ops, custom_before);
                 }
                 let name = format!("transform {}", i + 1);
-                match custom.build(&name) {
+                match custom.build_alone(&name) {
                     Ok(stage) => chain.push(stage),
                     Err(e) if lenient => chain.push(Box::new(Unbuilt { name, reason: e })),
                     Err(e) => return Err(format!("[[transforms]] #{}: {e}", i + 1)),

@@ -25,7 +25,7 @@ pub use etl_sink::PermanentErrorPolicy;
 pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
 
 use super::units::{ByteSize, duration, opt_duration};
-pub use crate::registry::Custom;
+use crate::registry::{BoxError, BoxFuture, BuiltSink, BuiltSource, Component};
 
 /// A whole pipeline: one source, transforms in order, one or more sinks.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,24 +72,12 @@ impl Config {
     }
 }
 
-/// The `[source]` section.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SourceConfig {
-    /// Lines of local files, one partition per file.
-    File(FileSourceOptions),
-    /// Deterministic synthetic records.
-    Generator(GeneratorOptions),
-    /// A Kafka consumer group; the table is read by the Kafka connector.
-    Kafka(ConnectorTable),
-    /// A type registered in a [`Registry`](crate::Registry), built by its
-    /// factory.
-    #[serde(skip)]
-    Custom(Custom<Box<dyn etl_source::Source>>),
-}
+/// The `[source]` section: a source of a type registered in the
+/// [`Registry`](crate::Registry) (the built-ins are registered there
+/// too), built by its factory.
+pub type SourceConfig = Component<BuiltSource>;
 
-/// A connector's own table (`type = "kafka"`, `type = "postgres"`), read
-/// by the connector. It may hold passwords (Kafka `properties`, a
+/// A component's own table, read by its factory. It may hold passwords (Kafka `properties`, a
 /// PostgreSQL `url` or `password`), so it is held as a secret: `Debug`
 /// prints its keys only, it is zeroed when dropped, and reading it takes
 /// [`ExposeSecret::expose_secret`], for the connector alone.
@@ -277,7 +265,7 @@ pub enum TransformConfig {
     /// A type registered in a [`Registry`](crate::Registry), built by its
     /// factory.
     #[serde(skip)]
-    Custom(Custom<Box<dyn crate::Transform>>),
+    Custom(Component<Box<dyn crate::Transform>>),
 }
 
 /// One `[[sinks]]` entry: the sink and how it is driven.
@@ -291,26 +279,10 @@ pub struct SinkConfig {
     pub options: SinkOptions,
 }
 
-/// The sink-specific part of a `[[sinks]]` entry or of `[dead_letter]`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SinkKind {
-    /// Append to a local file.
-    File(FileSinkOptions),
-    /// Write to standard output.
-    Stdout(StdoutSinkOptions),
-    /// Discard every record, without checking its value (benchmarks, dry
-    /// runs).
-    Blackhole(BlackholeSinkOptions),
-    /// A Kafka producer; the table is read by the Kafka connector.
-    Kafka(ConnectorTable),
-    /// A PostgreSQL table; the table is read by the PostgreSQL connector.
-    Postgres(ConnectorTable),
-    /// A type registered in a [`Registry`](crate::Registry), built by its
-    /// factory.
-    #[serde(skip)]
-    Custom(Custom<Box<dyn etl_sink::Sink>>),
-}
+/// The sink-specific part of a `[[sinks]]` entry or of `[dead_letter]`:
+/// a sink of a type registered in the [`Registry`](crate::Registry) (the
+/// built-ins are registered there too), built by its factory.
+pub type SinkKind = Component<BoxFuture<Result<BuiltSink, BoxError>>>;
 
 /// How records are encoded for a byte-oriented sink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]

@@ -12,7 +12,7 @@
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
-use super::load::Checker;
+use super::checker::Checker;
 
 /// A file output of the configuration: a `[[sinks]]` entry or the
 /// `[dead_letter]` sink of `type = "file"`.

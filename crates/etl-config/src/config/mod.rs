@@ -7,8 +7,9 @@
 //! whose option names and defaults they share. docs/operations.md
 //! ("Configuration") is the reference for the file.
 //!
-//! [`pipeline_from_config`]: crate::pipeline_from_config
+//! [`pipeline_from_config`]: https://docs.rs/etl/latest/etl/fn.pipeline_from_config.html
 
+mod checker;
 mod interpolate;
 mod load;
 mod outputs;

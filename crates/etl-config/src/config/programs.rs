@@ -6,7 +6,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::load::Checker;
+use super::checker::Checker;
 use super::schema::TransformConfig;
 
 /// Check the program of `t`, if it has one; a `remap` step's `file` is
@@ -97,7 +97,7 @@ fn compile(
     section: &str,
     key: &str,
 ) {
-    use super::load::{find_key, find_text};
+    use super::checker::{find_key, find_text};
 
     let at_key = find_key(ck.text, &span, key).unwrap_or(span.start);
     let e = match build(text, kind) {
@@ -132,7 +132,7 @@ fn compile(
 fn compile_file(ck: &mut Checker<'_>, text: &str, path: &Path, span: Range<usize>, section: &str) {
     match build(text, Kind::Remap) {
         Ok(program) => {
-            let at = super::load::find_key(ck.text, &span, "file").unwrap_or(span.start);
+            let at = super::checker::find_key(ck.text, &span, "file").unwrap_or(span.start);
             for warning in program.warnings() {
                 ck.warning(
                     at..at,

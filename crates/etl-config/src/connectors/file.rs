@@ -1,0 +1,127 @@
+//! `[source] type = "file"` and `[[sinks]] type = "file"`: lines of local
+//! files, and a local file appended to (exactly once if asked).
+
+use etl_record::SourceId;
+use etl_sink::{FileSink, FileSinkConfig, FsyncPolicy};
+use etl_source::{FileSource, FileSourceConfig, LineFormat};
+
+use super::encoder;
+use crate::config::{FileSinkOptions, FileSourceOptions, FsyncMode};
+use crate::registry::{BuiltSink, BuiltSource, CheckReport, Registry, SinkPlugin, SourcePlugin};
+
+pub(super) fn register(registry: Registry) -> Registry {
+    registry
+        .source_plugin(
+            "file",
+            SourcePlugin::new(open_source)
+                .check(check_source)
+                .paths(&["paths"]),
+        )
+        .sink_plugin(
+            "file",
+            SinkPlugin::new_async(|f: FileSinkOptions, context| {
+                let encoder = encoder(f.encoding, context);
+                async move { open_sink(f).await.map(|sink| sink.encoder(encoder)) }
+            })
+            .check(check_sink)
+            .paths(&["path"]),
+        )
+}
+
+fn open_source(
+    f: FileSourceOptions,
+    context: &crate::ComponentContext<'_>,
+) -> Result<BuiltSource, crate::BoxError> {
+    let format = match f.format {
+        // The JSON steps parse every line anyway and send what is not a
+        // JSON object to the dead-letter path with the parser's message:
+        // checking at the source as well would parse each line twice.
+        LineFormat::Ndjson if context.steps_check_json() => LineFormat::Lines,
+        format => format,
+    };
+    let source = FileSource::open(FileSourceConfig {
+        name: SourceId::new(f.name.as_deref().unwrap_or("file")),
+        paths: f.paths.clone(),
+        format,
+        max_line_bytes: usize::try_from(f.max_line_bytes.0).unwrap_or(usize::MAX),
+        max_batch_records: f.max_batch_records,
+        eof: f.eof,
+        follow: f.follow,
+        max_open_files: f.max_open_files,
+        on_replaced: f.on_replaced,
+        // Which file each partition id stands for is kept next to the
+        // offsets it gives meaning to.
+        state_dir: context.state_dir().map(ToOwned::to_owned),
+        ..FileSourceConfig::default()
+    })?;
+    // The NDJSON source checks every line.
+    Ok(BuiltSource::new(source).values_are_json(f.format == LineFormat::Ndjson))
+}
+
+fn check_source(f: &FileSourceOptions, report: &mut CheckReport<'_>) {
+    if f.paths.is_empty() {
+        report.problem("paths", "paths is empty: name at least one file or glob");
+    }
+    report.at_least_one("max_batch_records", f.max_batch_records as u64);
+    report.at_least_one("max_line_bytes", f.max_line_bytes.0);
+    report.at_least_one("max_open_files", f.max_open_files as u64);
+    // The same check as the source's when it opens them.
+    for path in &f.paths {
+        if path.contains(['*', '?', '['])
+            && let Err(e) = glob::glob(path)
+        {
+            report.problem("paths", format!("paths: {path:?} is not a valid glob: {e}"));
+        }
+    }
+    report.reads_files(&f.paths);
+}
+
+async fn open_sink(f: FileSinkOptions) -> Result<BuiltSink, crate::BoxError> {
+    if let Some(dir) = f.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| etl_sink::SinkError::Io {
+            op: "create the output folder",
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    let file = FileSink::open(
+        &f.path,
+        FileSinkConfig {
+            fsync: match (f.fsync, f.fsync_interval) {
+                (FsyncMode::Interval, Some(every)) => FsyncPolicy::Interval(every),
+                _ => FsyncPolicy::EveryBatch,
+            },
+            rotate_bytes: f.rotate_bytes.map(|b| b.0),
+            rotate_after: f.rotate_interval,
+            exactly_once: f.exactly_once,
+        },
+    )
+    .await?;
+    Ok(if f.exactly_once {
+        BuiltSink::exactly_once(file)
+    } else {
+        BuiltSink::new(file)
+    })
+}
+
+fn check_sink(f: &FileSinkOptions, report: &mut CheckReport<'_>) {
+    if f.fsync == FsyncMode::Interval && f.fsync_interval.is_none() {
+        report.problem("fsync", "fsync = \"interval\" needs fsync_interval");
+    }
+    if let Some(every) = f.fsync_interval {
+        report.above_zero("fsync_interval", every);
+    }
+    if let Some(bytes) = f.rotate_bytes {
+        report.at_least_one("rotate_bytes", bytes.0);
+    }
+    if let Some(age) = f.rotate_interval {
+        report.above_zero("rotate_interval", age);
+    }
+    report.writes_file(
+        &f.path,
+        f.rotate_bytes.is_some() || f.rotate_interval.is_some(),
+    );
+    if f.exactly_once {
+        report.exactly_once();
+    }
+}
