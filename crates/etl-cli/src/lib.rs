@@ -6,7 +6,9 @@
 //! formatter).
 //!
 //! * [`main`] is the `etl` binary: its arguments from the process, the
-//!   built-in components only.
+//!   built-in components and the connectors of this build (features
+//!   `kafka`, `postgres`, `postgres-cdc`, `object-store`), each connector
+//!   crate registered by one line, as your own would be.
 //! * [`main_with`] is the same command with your own sources, sinks and
 //!   transforms from an [`etl::Registry`], configured from the TOML file
 //!   like the built-ins and checked by `etl validate` with your own config
@@ -74,24 +76,30 @@ use exit::Exit;
 pub use alloc::keep_large_buffers_out_of_the_heap;
 
 /// The `etl` command: its arguments from the process, the built-in
-/// components only.
+/// components and this build's connectors.
 #[must_use]
 pub fn main() -> ExitCode {
-    let registry = etl::registry();
+    main_with(etl::registry())
+}
+
+/// `registry` with every connector of this build where it has no type of
+/// their name: the connector crates the command is built with
+/// (`postgres_cdc`, `object_store`), each registered by its one line, then
+/// `etl`'s own ([`etl::with_connectors`]).
+fn with_connectors(registry: Registry) -> Registry {
     #[cfg(feature = "postgres-cdc")]
-    let registry = registry.source("postgres_cdc", |c, _| etl_postgres_cdc::factory(c));
+    let registry = if registry.has_source("postgres_cdc") {
+        registry
+    } else {
+        etl_postgres_cdc::register(registry)
+    };
     #[cfg(feature = "object-store")]
-    let registry = registry.sink(
-        "object_store",
-        |config, context: &etl::ComponentContext<'_>| {
-            Ok(etl_object_store::build_sink(
-                context.name(),
-                context.base_dir(),
-                config,
-            )?)
-        },
-    );
-    main_with(registry)
+    let registry = if registry.has_sink("object_store") {
+        registry
+    } else {
+        etl_object_store::register(registry)
+    };
+    etl::with_connectors(registry)
 }
 
 /// The `etl` command with the components of `registry` as well as the
@@ -100,7 +108,7 @@ pub fn main() -> ExitCode {
 /// are added where `registry` has no type of their name.
 #[must_use]
 pub fn main_with(registry: Registry) -> ExitCode {
-    let registry = etl::with_connectors(registry);
+    let registry = with_connectors(registry);
     let cli = Cli::parse();
     let status_line = logging::init(cli.log_format, cli.quiet);
     let result = match &cli.command {

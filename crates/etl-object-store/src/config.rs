@@ -75,6 +75,12 @@ pub struct ObjectStoreSinkConfig {
     /// 429) or a server error.
     #[serde(default)]
     pub requests: RequestConfig,
+    /// Exactly once by deterministic keys, with progress objects under
+    /// [`progress_prefix`](Self::progress_prefix), when the sink is built
+    /// through the registry ([`register`](crate::register)); the
+    /// pipeline's only sink then (default `false`: at least once).
+    #[serde(default)]
+    pub exactly_once: bool,
 }
 
 fn default_multipart_threshold() -> usize {

@@ -26,8 +26,9 @@
 //!   progress; the replay writes objects starting at the same offsets,
 //!   hence under the same keys, replacing them (S3 PUTs are atomic), so no
 //!   record is stored twice. Conditional writes are not relied upon.
-//! * [`build_sink`] is the factory the `etl` command registers as
-//!   `object_store`.
+//! * [`register`] is the crate's one registration line: the `object_store`
+//!   sink type (at least once, or exactly once with `exactly_once = true`)
+//!   in a [`Registry`](etl_config::Registry), as the `etl` command does.
 //!
 //! `docs/object-storage.md` has the configuration, the layout, what readers
 //! see during a replay and the failure table.
@@ -97,17 +98,46 @@ pub use schema::{ColumnConfig, ColumnType};
 pub use sink::ObjectStoreSink;
 pub use value_encoder::ValueEncoder;
 
-/// The factory of the `object_store` sink type: an at-least-once
-/// [`ObjectStoreSink`] named `name`, a local folder resolved against
-/// `base_dir` (the configuration file's folder).
+/// Register the `object_store` sink type in `registry`, as a user's
+/// connector crate registers its own: the `etl` command's one line for
+/// this crate.
 ///
-/// # Errors
+/// `exactly_once = true` in the table builds the exactly-once sink
+/// ([`ObjectStoreSink::exactly_once`]: its progress read from the store
+/// before the pipeline starts) as the pipeline's progress keeper;
+/// otherwise the at-least-once sink. Either is driven with its own
+/// [`encoder`](ObjectStoreSink::encoder), so a record the objects cannot
+/// hold goes to the dead-letter path before the write.
 ///
-/// As [`ObjectStoreSink::new`].
-pub fn build_sink(
-    name: &str,
-    base_dir: &std::path::Path,
-    config: ObjectStoreSinkConfig,
-) -> Result<Box<dyn etl_sink::Sink>, ObjectStoreSinkError> {
-    Ok(Box::new(ObjectStoreSink::new(name, base_dir, config)?))
+/// ```
+/// let registry = etl_object_store::register(etl_config::Registry::new());
+/// assert!(registry.has_sink("object_store"));
+/// ```
+#[must_use]
+pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
+    use etl_config::{BuiltSink, ComponentContext, SinkPlugin};
+
+    let plugin = SinkPlugin::new_async(
+        |config: ObjectStoreSinkConfig, context: &ComponentContext<'_>| {
+            let name = context.name().to_owned();
+            let base = context.base_dir().to_owned();
+            async move {
+                if config.exactly_once {
+                    let sink = ObjectStoreSink::exactly_once(&name, &base, config).await?;
+                    let encoder = sink.encoder();
+                    Ok(BuiltSink::exactly_once(sink).encoder(encoder))
+                } else {
+                    let sink = ObjectStoreSink::new(&name, &base, config)?;
+                    let encoder = sink.encoder();
+                    Ok(BuiltSink::new(sink).encoder(encoder))
+                }
+            }
+        },
+    )
+    .check(|config, report| {
+        if config.exactly_once {
+            report.exactly_once();
+        }
+    });
+    registry.sink_plugin("object_store", plugin)
 }

@@ -78,17 +78,44 @@ pub use pgoutput::{
 };
 pub use source::PostgresCdcSource;
 
-/// The `postgres_cdc` source type's factory, for `etl::Registry::source`:
+/// Register the `postgres_cdc` source type in `registry`, as a user's
+/// connector crate registers its own: the `etl` command's one line for
+/// this crate.
 ///
-/// ```text
-/// registry.source("postgres_cdc", |config, _| etl_postgres_cdc::factory(config))
+/// The source is built once the checkpointer runs and follows its
+/// commits ([`PostgresCdcSource::following`]), so the slot moves past
+/// delivered transactions while the pipeline runs. Its table is checked
+/// when the configuration is loaded (a slot name the server would refuse,
+/// an empty publication), and a [`CdcError`] of the configuration or the
+/// server's setup is [`ErrorKind::Config`](etl_config::ErrorKind::Config)
+/// (exit 78).
+///
 /// ```
-///
-/// # Errors
-///
-/// As [`PostgresCdcSource::new`].
-pub fn factory(
-    config: PostgresCdcConfig,
-) -> Result<Box<dyn etl_source::Source>, Box<dyn std::error::Error + Send + Sync>> {
-    Ok(Box::new(PostgresCdcSource::new(config)?))
+/// let registry = etl_postgres_cdc::register(etl_config::Registry::new());
+/// assert!(registry.has_source("postgres_cdc"));
+/// ```
+#[must_use]
+pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
+    use etl_config::{BuiltSource, ErrorKind, SourcePlugin};
+
+    let plugin = SourcePlugin::new(|config: PostgresCdcConfig, _context| {
+        let source = PostgresCdcSource::new(config)?;
+        Ok(BuiltSource::with_handle(move |handle| {
+            let source: Box<dyn etl_source::Source> = Box::new(source.following(handle.clone()));
+            Ok(source)
+        }))
+    })
+    .check(|config, report| {
+        if let Err(CdcError::Config { field, reason }) = config.validate() {
+            report.problem(&field, reason);
+        }
+    });
+    registry
+        .source_plugin("postgres_cdc", plugin)
+        .error_kind(|error| {
+            error
+                .downcast_ref::<CdcError>()
+                .filter(|e| e.is_configuration())
+                .map(|_| ErrorKind::Config)
+        })
 }

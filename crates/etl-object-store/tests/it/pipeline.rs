@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use etl::{Pipeline, Registry};
 use etl_checkpoint::MemoryStore;
-use etl_object_store::{ObjectStoreSink, ObjectStoreSinkConfig};
+use etl_object_store::ObjectStoreSink;
 use etl_record::SourceId;
 use etl_sink::{RetryPolicy, SinkDriver, SinkDriverConfig};
 use etl_source::{GeneratorConfig, GeneratorSource};
@@ -41,19 +41,29 @@ fn id_counts(folder: &std::path::Path) -> BTreeMap<i64, usize> {
     counts
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_object_store_type_runs_from_a_configuration_through_the_registry() {
-    let folder = tempfile::tempdir().unwrap();
-    let registry = Registry::new().sink(
-        "object_store",
-        |c: ObjectStoreSinkConfig, context: &etl::ComponentContext<'_>| {
-            Ok(etl_object_store::build_sink(
-                context.name(),
-                context.base_dir(),
-                c,
-            )?)
-        },
-    );
+/// Every file under `folder`, by path, with its inode.
+fn files_by_inode(folder: &std::path::Path) -> BTreeMap<std::path::PathBuf, u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = BTreeMap::new();
+    let mut folders = vec![folder.to_owned()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                folders.push(entry.path());
+            } else {
+                files.insert(entry.path(), meta.ino());
+            }
+        }
+    }
+    files
+}
+
+/// A configuration: `per_partition` records of 2 partitions from the
+/// generator into the `object_store` sink `lake` over [`GENERATED`], with
+/// `extra` lines in the sink's table.
+fn generated_pipeline(per_partition: u64, extra: &str) -> String {
     let table: String = GENERATED
         .lines()
         .map(|l| {
@@ -66,13 +76,45 @@ async fn the_object_store_type_runs_from_a_configuration_through_the_registry() 
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let text = format!(
-        "[source]\ntype = \"generator\"\npartitions = 2\nrecords_per_partition = 300\n\n\
-         [[sinks]]\ntype = \"object_store\"\nname = \"lake\"\nbatch_max_records = 100\n{table}\n"
-    );
+    format!(
+        "[source]\ntype = \"generator\"\npartitions = 2\nrecords_per_partition = {per_partition}\n\n\
+         [[sinks]]\ntype = \"object_store\"\nname = \"lake\"\nbatch_max_records = 100\n{extra}\n{table}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_object_store_type_runs_from_a_configuration_through_the_registry() {
+    let folder = tempfile::tempdir().unwrap();
+    let registry = etl_object_store::register(Registry::new());
+    let text = generated_pipeline(300, "");
     let config = registry.parse_config(&text, folder.path()).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
+    let counts = id_counts(&folder.path().join("lake"));
+    assert_eq!(counts.len(), 600);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_sink_from_the_configuration_resumes_from_the_store_not_the_local_offsets()
+{
+    let folder = tempfile::tempdir().unwrap();
+    let registry = etl_object_store::register(Registry::new());
+    let text = generated_pipeline(300, "exactly_once = true");
+    let mut objects = Vec::new();
+    for _ in 0..2 {
+        let config = registry.parse_config(&text, folder.path()).unwrap();
+        let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+        pipeline.run(CancellationToken::new()).await.unwrap();
+        objects.push(files_by_inode(&folder.path().join("lake")));
+        // The local offsets lost between the runs: the second run starts
+        // from the progress the store holds, so it writes nothing again
+        // (an at-least-once sink would put every object again, each a new
+        // file under its old name).
+        let _ = std::fs::remove_dir_all(folder.path().join(".etl-state"));
+    }
+    assert!(!objects[0].is_empty());
+    assert_eq!(objects[0], objects[1], "the second run wrote objects again");
     let counts = id_counts(&folder.path().join("lake"));
     assert_eq!(counts.len(), 600);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
@@ -84,16 +126,7 @@ async fn the_lake_example_runs_against_a_local_folder() {
     let example =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lake/pipeline.toml");
     let text = std::fs::read_to_string(example).unwrap();
-    let registry = Registry::new().sink(
-        "object_store",
-        |c: ObjectStoreSinkConfig, context: &etl::ComponentContext<'_>| {
-            Ok(etl_object_store::build_sink(
-                context.name(),
-                context.base_dir(),
-                c,
-            )?)
-        },
-    );
+    let registry = etl_object_store::register(Registry::new());
     let config = registry.parse_config(&text, folder.path()).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();

@@ -6,8 +6,8 @@ use std::path::Path;
 use etl::{Registry, pipeline_from_config};
 
 fn registry() -> Registry {
-    // The same line as `etl_cli::main`'s.
-    Registry::new().source("postgres_cdc", |c, _| etl_postgres_cdc::factory(c))
+    // The same line as `etl_cli::main_with`'s.
+    etl_postgres_cdc::register(Registry::new())
 }
 
 #[tokio::test]

@@ -218,3 +218,52 @@ async fn a_server_restarted_mid_stream_is_reconnected_with_nothing_lost() {
     stop.cancel();
     run.await.unwrap().unwrap();
 }
+
+/// The pipeline `etl run` builds from its configuration, through the
+/// registry (`register`, the `etl` command's line for this crate): the
+/// source follows the checkpointer's commits, so the slot moves past
+/// delivered transactions while the pipeline runs rather than keeping the
+/// server's WAL until it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_built_from_the_configuration_moves_the_slot_while_it_runs() {
+    let names = Names::new("registry");
+    let db = client().await;
+    names.create(&db).await;
+    let folder = std::env::temp_dir().join(format!("etl-cdc-registry-{}", names.suffix));
+    std::fs::create_dir_all(&folder).unwrap();
+    let text = format!(
+        "[source]\ntype = \"postgres_cdc\"\nurl = \"{}\"\npublication = \"{}\"\nslot = \"{}\"\n\
+         status_interval_secs = 1\n\n[[sinks]]\ntype = \"file\"\npath = \"changes.ndjson\"\n",
+        names.url,
+        names.publication(),
+        names.slot()
+    );
+    let registry = etl_postgres_cdc::register(etl::registry());
+    let config = registry.parse_config(&text, &folder).unwrap();
+    let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    names.wait_for_slot(&db).await;
+    let start = names.confirmed(&db).await.unwrap();
+
+    names.workload(&db, 1).await;
+    let mut moved = false;
+    for _ in 0..300 {
+        if names.confirmed(&db).await.unwrap() > start {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let written = std::fs::read_to_string(folder.join("changes.ndjson")).unwrap_or_default();
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    names.drop_all(&db).await;
+    let _ = std::fs::remove_dir_all(&folder);
+    assert!(
+        moved,
+        "the slot never moved past {start} while the pipeline ran ({} lines written)",
+        written.lines().count()
+    );
+    assert!(written.lines().count() > 0, "no change was written");
+}
