@@ -269,7 +269,14 @@ struct Current {
 struct Reader<'a> {
     shared: &'a Shared,
     tx: &'a mpsc::Sender<Event>,
+    /// The offset below which every change was handed to the source: a
+    /// new session (after a broken connection) sends nothing below it.
+    /// Moved only when a batch is handed on, never when a change enters
+    /// the batch: a batch dropped with its session is read again.
     floor: &'a mut i64,
+    /// The offset below which every change is in the batch or was handed
+    /// on: `floor` once the batch is.
+    next: i64,
     relations: Relations,
     current: Option<Current>,
     batch: PollBatch,
@@ -281,10 +288,12 @@ async fn read_loop(
     floor: &mut i64,
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), CdcError> {
+    let next = *floor;
     let mut state = Reader {
         shared,
         tx,
         floor,
+        next,
         relations: Relations::default(),
         current: None,
         batch: PollBatch::new(PARTITION),
@@ -321,7 +330,11 @@ impl Reader<'_> {
             return true;
         }
         let batch = std::mem::replace(&mut self.batch, PollBatch::new(PARTITION));
-        self.tx.send(Event::Batch(batch)).await.is_ok()
+        let sent = self.tx.send(Event::Batch(batch)).await.is_ok();
+        if sent {
+            *self.floor = self.next;
+        }
+        sent
     }
 
     /// Take one message; returns whether it was a commit.
@@ -421,10 +434,10 @@ impl Reader<'_> {
         if let Some(current) = self.current.as_mut() {
             current.changes += 1;
         }
-        if offset < *self.floor {
+        if offset < self.next {
             return;
         }
-        *self.floor = offset.saturating_add(1);
+        self.next = offset.saturating_add(1);
         let record = Record::new(
             Position::new(self.shared.source.clone(), PARTITION, Offset(offset)),
             data,
@@ -477,8 +490,8 @@ impl Reader<'_> {
                 if let Some(current) = self.current.as_mut() {
                     current.changes += 1;
                 }
-                if offset >= *self.floor {
-                    *self.floor = offset.saturating_add(1);
+                if offset >= self.next {
+                    self.next = offset.saturating_add(1);
                     self.batch.records.push(record);
                 }
             }
