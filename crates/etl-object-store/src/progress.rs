@@ -29,13 +29,23 @@ struct Stored {
     last_object: String,
 }
 
-/// Where the progress objects of one sink live.
-#[derive(Debug)]
+/// Where the progress objects of one sink live. `Debug` by hand: the
+/// store's own prints its credentials.
 pub(crate) struct ProgressStore {
     pub(crate) store: Arc<dyn ObjectStore>,
     pub(crate) prefix: Path,
     pub(crate) sink: String,
     pub(crate) location: String,
+}
+
+impl std::fmt::Debug for ProgressStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressStore")
+            .field("prefix", &self.prefix)
+            .field("sink", &self.sink)
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ProgressStore {
