@@ -78,6 +78,11 @@ pub use pgoutput::{
 };
 pub use source::PostgresCdcSource;
 
+/// Why an exactly-once sink is refused beside this source.
+const NOT_EXACTLY_ONCE: &str = "an exactly-once sink cannot follow postgres_cdc yet: a \
+    transaction the server sends again after a restart takes new offsets, so it would be \
+    stored twice; use the sink at least once (its upserts or keys make replays harmless)";
+
 /// Register the `postgres_cdc` source type in `registry`, as a user's
 /// connector crate registers its own: the `etl` command's one line for
 /// this crate.
@@ -86,7 +91,9 @@ pub use source::PostgresCdcSource;
 /// commits ([`PostgresCdcSource::following`]), so the slot moves past
 /// delivered transactions while the pipeline runs. Its table is checked
 /// when the configuration is loaded (a slot name the server would refuse,
-/// an empty publication), and a [`CdcError`] of the configuration or the
+/// an empty publication), an exactly-once sink beside it is refused when
+/// the pipeline is built (docs/postgres-cdc.md, "Offsets"), and a
+/// [`CdcError`] of the configuration or the
 /// server's setup is [`ErrorKind::Config`](etl_config::ErrorKind::Config)
 /// (exit 78).
 ///
@@ -103,7 +110,11 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
         Ok(BuiltSource::with_handle(move |handle| {
             let source: Box<dyn etl_source::Source> = Box::new(source.following(handle.clone()));
             Ok(source)
-        }))
+        })
+        // A transaction sent again after a restart takes the offsets that
+        // follow the committed one, not those it had: an exactly-once
+        // sink would store it a second time.
+        .check_stored_progress(|_| Err(NOT_EXACTLY_ONCE.into())))
     })
     .check(|config, report| {
         if let Err(CdcError::Config { field, reason }) = config.validate() {

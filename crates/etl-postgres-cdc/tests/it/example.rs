@@ -45,3 +45,23 @@ fn a_misspelt_option_of_the_source_is_reported_at_its_line() {
         "{problems:?}"
     );
 }
+
+/// A transaction sent again after a restart takes other offsets than it
+/// had (they follow the committed offset), so an exactly-once sink would
+/// store it twice: the combination is refused when the pipeline is built,
+/// before anything is read.
+#[tokio::test]
+async fn an_exactly_once_sink_is_refused_beside_the_source() {
+    let folder = std::env::temp_dir().join(format!("etl-cdc-exactly-once-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let text = "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://etl@127.0.0.1:1/shop\"\n\
+                publication = \"p\"\nslot = \"s\"\n\n[[sinks]]\ntype = \"file\"\n\
+                path = \"out.ndjson\"\nexactly_once = true\n";
+    let config = registry().parse_config(text, &folder).unwrap();
+    let built = pipeline_from_config(&config).await;
+    let _ = std::fs::remove_dir_all(&folder);
+    let Err(error) = built else {
+        panic!("an exactly-once sink was accepted beside postgres_cdc");
+    };
+    assert!(error.to_string().contains("exactly-once"), "{error}");
+}
