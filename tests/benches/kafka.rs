@@ -410,8 +410,8 @@ name = "bench"
 brokers = "{brokers}"
 group_id = "{group}"
 topics = ["{topic}"]
-session_timeout_ms = {SESSION_TIMEOUT_MS}
-heartbeat_interval_ms = {HEARTBEAT_INTERVAL_MS}
+session_timeout = "{SESSION_TIMEOUT_MS}ms"
+heartbeat_interval = "{HEARTBEAT_INTERVAL_MS}ms"
 assignment_strategy = "{ASSIGNMENT_STRATEGY}"
 auto_offset_reset = "earliest"
 {transforms}

@@ -33,6 +33,9 @@ use serde_json::Value;
 /// A crate missing from this table is an error: add it with its layer.
 const LAYERS: &[(&str, &[&str])] = &[
     ("etl-fs", &[]),
+    // The configuration's units (durations), read alike by every crate
+    // that reads a table.
+    ("etl-units", &[]),
     ("etl-record", &["etl-fs"]),
     ("etl-ack", &["etl-record"]),
     ("etl-checkpoint", &["etl-fs", "etl-record", "etl-ack"]),
@@ -50,6 +53,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-config",
         &[
+            "etl-units",
             "etl-fs",
             "etl-record",
             "etl-ack",
@@ -63,6 +67,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-kafka",
         &[
+            "etl-units",
             "etl-fs",
             "etl-record",
             "etl-ack",
@@ -74,6 +79,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-postgres",
         &[
+            "etl-units",
             "etl-fs",
             "etl-record",
             "etl-ack",
@@ -88,6 +94,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-postgres-cdc",
         &[
+            "etl-units",
             "etl-fs",
             "etl-record",
             "etl-ack",
@@ -105,6 +112,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "etl-object-store",
         &[
+            "etl-units",
             "etl-record",
             "etl-ack",
             "etl-checkpoint",

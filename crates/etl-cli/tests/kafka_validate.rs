@@ -98,7 +98,7 @@ fn a_revoke_deadline_past_the_session_timeout_is_a_validation_problem() {
     let config = write(
         dir.path(),
         "[source]\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ngroup_id = \"g\"\ntopics = [\"t\"]\n\
-         session_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n\n[[sinks]]\ntype = \"blackhole\"\n\n\
+         session_timeout = \"6s\"\nheartbeat_interval = \"1s\"\n\n[[sinks]]\ntype = \"blackhole\"\n\n\
          [checkpoint]\nrevoke_deadline = \"5s\"\n",
     );
     let out = etl("validate", &config);

@@ -57,9 +57,9 @@ type = "kafka"
 brokers = "127.0.0.1:1"
 group_id = "secrets"
 topics = ["orders"]
-session_timeout_ms = 6000
-heartbeat_interval_ms = 1000
-commit_timeout_ms = 500
+session_timeout = "6s"
+heartbeat_interval = "1s"
+commit_timeout = "500ms"
 
 [source.properties]
 {extra}
@@ -86,7 +86,7 @@ records_per_partition = 3
 type = "kafka"
 brokers = "127.0.0.1:1"
 topic = "out"
-message_timeout_ms = 500
+message_timeout = "500ms"
 write_timeout = "2s"
 retry = {{ max_elapsed = "1s" }}
 

@@ -60,13 +60,20 @@ pub struct KafkaSourceConfig {
     /// refused). Partition ids depend on each name, not on the order (see
     /// [`PartitionMap`](crate::PartitionMap)).
     pub topics: Vec<String>,
-    /// `session.timeout.ms`. The checkpointer's revoke deadline must stay
-    /// below it (see [`KafkaSourceConfig::max_revoke_deadline`]).
-    #[serde(default = "default_session_timeout_ms")]
-    pub session_timeout_ms: u32,
-    /// `heartbeat.interval.ms`.
-    #[serde(default = "default_heartbeat_interval_ms")]
-    pub heartbeat_interval_ms: u32,
+    /// `session.timeout.ms`, written as a duration (`"45s"`). The
+    /// checkpointer's revoke deadline must stay below it (see
+    /// [`KafkaSourceConfig::max_revoke_deadline`]).
+    #[serde(
+        default = "default_session_timeout",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms`, written as a duration (`"3s"`).
+    #[serde(
+        default = "default_heartbeat_interval",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub heartbeat_interval: Duration,
     /// `partition.assignment.strategy`: `cooperative-sticky` (default;
     /// rebalances move only the partitions that change owner) or an eager
     /// strategy such as `range` or `roundrobin`.
@@ -89,9 +96,12 @@ pub struct KafkaSourceConfig {
     /// How long a commit to the group may wait for the group
     /// coordinator before it fails (the previous commit then stands).
     /// Bounds revocations and graceful stops while the broker is
-    /// unreachable.
-    #[serde(default = "default_commit_timeout_ms")]
-    pub commit_timeout_ms: u32,
+    /// unreachable. Written as a duration (`"10s"`).
+    #[serde(
+        default = "default_commit_timeout",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub commit_timeout: Duration,
     /// Most records in one poll batch (one partition each).
     #[serde(default = "default_max_batch_records")]
     pub max_batch_records: usize,
@@ -119,12 +129,12 @@ impl KafkaSourceConfig {
             brokers: brokers.into(),
             group_id: group_id.into(),
             topics,
-            session_timeout_ms: default_session_timeout_ms(),
-            heartbeat_interval_ms: default_heartbeat_interval_ms(),
+            session_timeout: default_session_timeout(),
+            heartbeat_interval: default_heartbeat_interval(),
             assignment_strategy: default_assignment_strategy(),
             auto_offset_reset: default_auto_offset_reset(),
             start_timestamp_ms: None,
-            commit_timeout_ms: default_commit_timeout_ms(),
+            commit_timeout: default_commit_timeout(),
             max_batch_records: default_max_batch_records(),
             max_buffered_records: default_max_buffered_records(),
             properties: KafkaProperties::default(),
@@ -135,7 +145,7 @@ impl KafkaSourceConfig {
     /// the session timeout, leaving room for the commit itself.
     #[must_use]
     pub fn max_revoke_deadline(&self) -> Duration {
-        Duration::from_millis(u64::from(self.session_timeout_ms) * 2 / 3)
+        self.session_timeout * 2 / 3
     }
 
     /// Check the values and build the librdkafka configuration.
@@ -201,16 +211,13 @@ impl KafkaSourceConfig {
                 "must be at least 1",
             ));
         }
-        if self.commit_timeout_ms == 0 {
-            problems.push(KafkaError::config(
-                "commit_timeout_ms",
-                "must be at least 1",
-            ));
+        if self.commit_timeout.is_zero() {
+            problems.push(KafkaError::config("commit_timeout", "must be above zero"));
         }
-        if self.heartbeat_interval_ms >= self.session_timeout_ms {
+        if self.heartbeat_interval >= self.session_timeout {
             problems.push(KafkaError::config(
-                "heartbeat_interval_ms",
-                "must be below session_timeout_ms",
+                "heartbeat_interval",
+                "must be below session_timeout",
             ));
         }
         for (key, value) in [
@@ -237,11 +244,8 @@ impl KafkaSourceConfig {
             .set("group.id", &self.group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("session.timeout.ms", self.session_timeout_ms.to_string())
-            .set(
-                "heartbeat.interval.ms",
-                self.heartbeat_interval_ms.to_string(),
-            )
+            .set("session.timeout.ms", millis(self.session_timeout))
+            .set("heartbeat.interval.ms", millis(self.heartbeat_interval))
             .set("partition.assignment.strategy", &self.assignment_strategy)
             .set("auto.offset.reset", &self.auto_offset_reset);
         with_debug_log(&mut config);
@@ -258,6 +262,13 @@ fn with_debug_log(config: &mut ClientConfig) {
     if tracing::enabled!(tracing::Level::DEBUG) {
         config.set_log_level(RDKafkaLogLevel::Debug);
     }
+}
+
+/// A duration as librdkafka's `*.ms` settings take it: whole
+/// milliseconds (librdkafka refuses a value out of its range, so one too
+/// long for a `u64` cannot reach it).
+fn millis(duration: Duration) -> String {
+    duration.as_millis().to_string()
 }
 
 /// The librdkafka name of a dedicated setting.
@@ -277,9 +288,13 @@ pub struct KafkaSinkConfig {
     /// The topic to write to.
     pub topic: String,
     /// `message.timeout.ms`: how long librdkafka retries one record
-    /// before its delivery report says it failed.
-    #[serde(default = "default_message_timeout_ms")]
-    pub message_timeout_ms: u32,
+    /// before its delivery report says it failed, written as a duration
+    /// (`"30s"`).
+    #[serde(
+        default = "default_message_timeout",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub message_timeout: Duration,
     /// Header that carries each record's idempotency key
     /// (`source/partition/offset`), so consumers can deduplicate replays.
     #[serde(default = "default_idempotency_header")]
@@ -323,7 +338,7 @@ impl KafkaSinkConfig {
         KafkaSinkConfig {
             brokers: brokers.into(),
             topic: topic.into(),
-            message_timeout_ms: default_message_timeout_ms(),
+            message_timeout: default_message_timeout(),
             idempotency_header: default_idempotency_header(),
             key_field: None,
             topic_field: None,
@@ -422,7 +437,7 @@ impl KafkaSinkConfig {
             .set("bootstrap.servers", &self.brokers)
             .set("acks", "all")
             .set("enable.idempotence", "true")
-            .set("message.timeout.ms", self.message_timeout_ms.to_string());
+            .set("message.timeout.ms", millis(self.message_timeout));
         with_debug_log(&mut config);
         config
     }
@@ -866,11 +881,11 @@ impl Visitor<'_> for ScalarVisitor {
 
 /// Kafka's own default since 3.0: long enough for the default revoke
 /// deadline of a pipeline (10 s) to stay within two thirds of it.
-fn default_session_timeout_ms() -> u32 {
-    45_000
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(45)
 }
-fn default_heartbeat_interval_ms() -> u32 {
-    3_000
+fn default_heartbeat_interval() -> Duration {
+    Duration::from_secs(3)
 }
 fn default_assignment_strategy() -> String {
     "cooperative-sticky".to_owned()
@@ -878,8 +893,8 @@ fn default_assignment_strategy() -> String {
 fn default_auto_offset_reset() -> String {
     "earliest".to_owned()
 }
-fn default_commit_timeout_ms() -> u32 {
-    10_000
+fn default_commit_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_max_batch_records() -> usize {
     500
@@ -887,8 +902,8 @@ fn default_max_batch_records() -> usize {
 fn default_max_buffered_records() -> usize {
     10_000
 }
-fn default_message_timeout_ms() -> u32 {
-    30_000
+fn default_message_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_idempotency_header() -> String {
     "etl-idempotency-key".to_owned()
@@ -943,6 +958,30 @@ mod tests {
     }
 
     #[test]
+    fn durations_are_read_with_their_unit_and_reach_librdkafka_in_milliseconds() {
+        let c: KafkaSourceConfig = serde_json::from_str(
+            r#"{"brokers": "b:1", "group_id": "g", "topics": ["t"],
+                "session_timeout": "6s", "heartbeat_interval": "1500ms"}"#,
+        )
+        .expect("the new form");
+        let rd = c.client_config().expect("valid");
+        assert_eq!(rd.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(rd.get("heartbeat.interval.ms"), Some("1500"));
+        let s: KafkaSinkConfig =
+            serde_json::from_str(r#"{"brokers": "b:1", "topic": "t", "message_timeout": "2s"}"#)
+                .expect("the new form");
+        assert_eq!(
+            s.client_config().expect("valid").get("message.timeout.ms"),
+            Some("2000")
+        );
+        let e = serde_json::from_str::<KafkaSourceConfig>(
+            r#"{"brokers": "b:1", "group_id": "g", "topics": ["t"], "session_timeout": 6000}"#,
+        )
+        .expect_err("a bare number");
+        assert!(e.to_string().contains("string"), "{e}");
+    }
+
+    #[test]
     fn source_defaults_give_way_to_properties() {
         let mut c = KafkaSourceConfig::new("b:1", "g", vec!["t".into()]);
         let rd = c.client_config().expect("valid");
@@ -982,12 +1021,12 @@ mod tests {
                 .contains("group_id")
         );
         c.group_id = "g".into();
-        c.heartbeat_interval_ms = c.session_timeout_ms;
+        c.heartbeat_interval = c.session_timeout;
         assert!(
             c.client_config()
                 .expect_err("heartbeat")
                 .to_string()
-                .contains("heartbeat_interval_ms")
+                .contains("heartbeat_interval")
         );
     }
 

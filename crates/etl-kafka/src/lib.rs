@@ -45,7 +45,7 @@
 //!     "orders-pipeline",
 //!     vec!["orders".to_owned(), "refunds".to_owned()],
 //! );
-//! config.session_timeout_ms = 6_000;
+//! config.session_timeout = std::time::Duration::from_secs(6);
 //! let source = KafkaSource::new(SourceId::new("orders"), config)?;
 //!
 //! // Partition 3 of `refunds`: its id depends on the name and the number

@@ -31,7 +31,7 @@ type PendingCommit = Receiver<Result<(), rdkafka::error::KafkaError>>;
 /// resets an offset the log no longer holds to its start);
 /// [`commit`](GroupOffsetStore::commit) waits for the coordinator, so `Ok`
 /// means the group stored the offsets, but never longer than
-/// [`commit_timeout_ms`](crate::KafkaSourceConfig::commit_timeout_ms):
+/// [`commit_timeout`](crate::KafkaSourceConfig::commit_timeout):
 /// with the broker unreachable a commit fails with
 /// [`KafkaError::CommitTimedOut`] instead of blocking a revocation or a
 /// graceful stop until the broker comes back. It shares the source's

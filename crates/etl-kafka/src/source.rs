@@ -102,12 +102,12 @@ impl KafkaSource {
 
     /// The consumer group as an offset store, for the checkpointer: it
     /// loads the group's committed offsets and commits, waiting for the
-    /// coordinator up to `commit_timeout_ms`.
+    /// coordinator up to `commit_timeout`.
     #[must_use]
     pub fn offset_store(&self) -> GroupOffsetStore {
         GroupOffsetStore::new(
             Arc::clone(&self.consumer),
-            Duration::from_millis(u64::from(self.config.commit_timeout_ms)),
+            self.config.commit_timeout,
             &self.config.auto_offset_reset,
         )
         .start_at_time(self.config.start_timestamp_ms)
@@ -423,8 +423,8 @@ mod tests {
         broker.create_topic(&topic, 1).await;
         let mut config =
             KafkaSourceConfig::new(broker.addr(), unique("detached-group"), vec![topic.clone()]);
-        config.session_timeout_ms = 6000;
-        config.heartbeat_interval_ms = 1000;
+        config.session_timeout = Duration::from_secs(6);
+        config.heartbeat_interval = Duration::from_secs(1);
         let mut source = KafkaSource::new(SourceId::new("k"), config).expect("source");
         source.start(NoCommit).expect("start");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

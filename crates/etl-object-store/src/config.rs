@@ -280,17 +280,29 @@ pub struct RequestConfig {
     pub max_retries: usize,
     /// Give up retrying a request this long after it was first sent
     /// (default `"3m"`).
-    #[serde(default = "default_retry_timeout", with = "duration")]
+    #[serde(
+        default = "default_retry_timeout",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
     pub retry_timeout: Duration,
     /// The first backoff (default `"100ms"`); it doubles up to
     /// `max_backoff`, each wait drawn at random below it.
-    #[serde(default = "default_initial_backoff", with = "duration")]
+    #[serde(
+        default = "default_initial_backoff",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
     pub initial_backoff: Duration,
     /// The largest backoff (default `"15s"`).
-    #[serde(default = "default_max_backoff", with = "duration")]
+    #[serde(
+        default = "default_max_backoff",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
     pub max_backoff: Duration,
     /// Limit of one request (default `"30s"`).
-    #[serde(default = "default_timeout", with = "duration")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
     pub timeout: Duration,
 }
 
@@ -320,35 +332,6 @@ fn default_max_backoff() -> Duration {
 }
 fn default_timeout() -> Duration {
     Duration::from_secs(30)
-}
-
-/// Durations as `"250ms"`, `"30s"`, `"3m"`.
-mod duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, de::Error};
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        parse(&text).ok_or_else(|| {
-            D::Error::custom(format!(
-                "invalid duration {text:?}: a number followed by ms, s or m (\"250ms\", \"30s\")"
-            ))
-        })
-    }
-
-    pub(super) fn parse(text: &str) -> Option<Duration> {
-        let text = text.trim();
-        let split = text.find(|c: char| !c.is_ascii_digit())?;
-        let (number, unit) = text.split_at(split);
-        let n: u64 = number.parse().ok()?;
-        match unit {
-            "ms" => Some(Duration::from_millis(n)),
-            "s" => Some(Duration::from_secs(n)),
-            "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -394,6 +377,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("invalid duration"), "{err}");
-        assert_eq!(duration::parse("3m"), Some(Duration::from_secs(180)));
+        assert_eq!(
+            etl_units::duration::parse("3m"),
+            Ok(Duration::from_secs(180))
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! and slot.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use etl_postgres::{ClientSettings, PostgresSinkConfig, SslMode};
 use secrecy::SecretString;
@@ -55,13 +56,21 @@ pub struct PostgresCdcConfig {
     /// Most records in one batch.
     #[serde(default = "default_batch")]
     pub max_batch_records: usize,
-    /// Seconds between standby status updates when nothing else sends
-    /// one; keep it well under the server's `wal_sender_timeout`.
-    #[serde(default = "default_status")]
-    pub status_interval_secs: u64,
-    /// Seconds to wait for the server when connecting.
-    #[serde(default = "default_connect")]
-    pub connect_timeout_secs: u64,
+    /// Time between standby status updates when nothing else sends one,
+    /// written as a duration (`"10s"`); keep it well under the server's
+    /// `wal_sender_timeout`.
+    #[serde(
+        default = "default_status",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub status_interval: Duration,
+    /// How long to wait for the server when connecting, written as a
+    /// duration (`"10s"`).
+    #[serde(
+        default = "default_connect",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub connect_timeout: Duration,
 }
 
 fn yes() -> bool {
@@ -72,12 +81,12 @@ fn default_batch() -> usize {
     1000
 }
 
-fn default_status() -> u64 {
-    10
+fn default_status() -> Duration {
+    Duration::from_secs(10)
 }
 
-fn default_connect() -> u64 {
-    10
+fn default_connect() -> Duration {
+    Duration::from_secs(10)
 }
 
 impl PostgresCdcConfig {
@@ -99,8 +108,8 @@ impl PostgresCdcConfig {
             slot: slot.into(),
             create_slot: true,
             max_batch_records: default_batch(),
-            status_interval_secs: default_status(),
-            connect_timeout_secs: default_connect(),
+            status_interval: default_status(),
+            connect_timeout: default_connect(),
         }
     }
 
@@ -132,8 +141,11 @@ impl PostgresCdcConfig {
         if self.max_batch_records == 0 {
             return Err(bad("max_batch_records", "must be at least 1"));
         }
-        if self.status_interval_secs == 0 {
-            return Err(bad("status_interval_secs", "must be at least 1"));
+        if self.status_interval.is_zero() {
+            return Err(bad("status_interval", "must be above zero"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(bad("connect_timeout", "must be above zero"));
         }
         Ok(())
     }
@@ -148,7 +160,7 @@ impl PostgresCdcConfig {
         sink.sslrootcert = self.sslrootcert.clone();
         sink.sslcert = self.sslcert.clone();
         sink.sslkey = self.sslkey.clone();
-        sink.connect_timeout_secs = self.connect_timeout_secs;
+        sink.connect_timeout = self.connect_timeout;
         ClientSettings::resolve(&sink).map_err(|e| CdcError::Config {
             field: "url".to_owned(),
             reason: e.to_string(),
@@ -177,6 +189,48 @@ mod tests {
         assert!(config.create_slot);
         assert_eq!(config.max_batch_records, 1000);
         assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    #[test]
+    fn durations_are_written_with_their_unit_and_the_old_names_point_to_the_new_ones() {
+        let registry = crate::register(etl_config::Registry::new());
+        let text = |lines: &str| {
+            format!(
+                "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://u@h/d\"\n\
+                 publication = \"p\"\nslot = \"s\"\n{lines}\n\n[[sinks]]\ntype = \"blackhole\"\n"
+            )
+        };
+        let base = std::path::Path::new("/base");
+        let config = registry
+            .parse_config(
+                &text("status_interval = \"2s\"\nconnect_timeout = \"500ms\""),
+                base,
+            )
+            .expect("the new form");
+        let read = config
+            .source
+            .options_of::<PostgresCdcConfig>("postgres_cdc")
+            .expect("a postgres_cdc table");
+        assert_eq!(read.status_interval, Duration::from_secs(2));
+        assert_eq!(read.connect_timeout, Duration::from_millis(500));
+
+        let problems = registry
+            .parse_config(
+                &text("status_interval_secs = 2\nconnect_timeout_secs = 3"),
+                base,
+            )
+            .expect_err("the old names");
+        for (line, old, new) in [
+            (6, "status_interval_secs", "status_interval"),
+            (7, "connect_timeout_secs", "connect_timeout"),
+        ] {
+            assert!(
+                problems.iter().any(|p| p.line == line
+                    && p.message.contains(old)
+                    && p.message.contains(&format!("renamed to {new}"))),
+                "{old}: {problems:#?}"
+            );
+        }
     }
 
     fn toml_like(json: &str) -> PostgresCdcConfig {

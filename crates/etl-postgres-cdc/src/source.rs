@@ -26,7 +26,7 @@ const READ_AHEAD: usize = 4;
 /// The replication stream is read by a task of its own, started at the
 /// first [`seek`](Source::seek) (the driver seeks the partition to its
 /// committed offset when it is assigned). Standby status updates go out
-/// from another task every `status_interval_secs`, at once when the
+/// from another task every `status_interval`, at once when the
 /// server asks, and whenever [`commit`](Source::commit) moves the
 /// confirmed position, whatever the pipeline is doing. A broken
 /// connection is reconnected with backoff; what was read and not
@@ -65,8 +65,8 @@ impl PostgresCdcSource {
             slot: config.slot,
             create_slot: config.create_slot,
             max_batch: config.max_batch_records,
-            status_interval: Duration::from_secs(config.status_interval_secs),
-            connect_timeout: Duration::from_secs(config.connect_timeout_secs.max(1)),
+            status_interval: config.status_interval,
+            connect_timeout: config.connect_timeout,
             progress: Mutex::new(Progress::new(Lsn(0), 0)),
             status_now: Notify::new(),
             checkpoint: Mutex::new(None),

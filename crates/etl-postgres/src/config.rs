@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use secrecy::SecretString;
 use serde::Deserialize;
@@ -151,9 +152,12 @@ pub struct PostgresSinkConfig {
     /// How batches are written.
     #[serde(default)]
     pub method: WriteMethod,
-    /// Limit of one connection attempt, in seconds.
-    #[serde(default = "default_connect_timeout_secs")]
-    pub connect_timeout_secs: u64,
+    /// Limit of one connection attempt, written as a duration (`"10s"`).
+    #[serde(
+        default = "default_connect_timeout",
+        deserialize_with = "etl_units::duration::deserialize"
+    )]
+    pub connect_timeout: Duration,
 }
 
 fn default_key_column() -> String {
@@ -164,8 +168,8 @@ fn default_progress_table() -> String {
     "etl_progress".to_owned()
 }
 
-fn default_connect_timeout_secs() -> u64 {
-    10
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 impl PostgresSinkConfig {
@@ -188,7 +192,7 @@ impl PostgresSinkConfig {
             progress_name: None,
             progress_lock: ProgressLock::default(),
             method: WriteMethod::default(),
-            connect_timeout_secs: default_connect_timeout_secs(),
+            connect_timeout: default_connect_timeout(),
         }
     }
 
@@ -302,6 +306,9 @@ impl PostgresSinkConfig {
         if self.progress_table.trim().is_empty() {
             return bad("progress_table", "is empty".into());
         }
+        if self.connect_timeout.is_zero() {
+            return bad("connect_timeout", "must be above zero".into());
+        }
         let mut seen = std::collections::BTreeSet::new();
         for (i, c) in self.columns.iter().enumerate() {
             let field = format!("columns[{i}]");
@@ -352,7 +359,7 @@ impl fmt::Debug for PostgresSinkConfig {
             .field("progress_name", &self.progress_name)
             .field("progress_lock", &self.progress_lock)
             .field("method", &self.method)
-            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
 }

@@ -148,8 +148,7 @@ impl Connector {
         if pg.get_hosts().is_empty() && pg.get_hostaddrs().is_empty() {
             pg.host("localhost");
         }
-        let timeout = Duration::from_secs(config.connect_timeout_secs.max(1));
-        pg.connect_timeout(timeout);
+        pg.connect_timeout(config.connect_timeout);
         pg.ssl_mode(match settings.mode {
             SslMode::Disable => PgSslMode::Disable,
             SslMode::Prefer => PgSslMode::Prefer,
@@ -164,7 +163,7 @@ impl Connector {
             tls,
             mode: settings.mode,
             target,
-            timeout,
+            timeout: config.connect_timeout,
             warned_plaintext: AtomicBool::new(false),
         })
     }

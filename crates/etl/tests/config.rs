@@ -498,3 +498,103 @@ retry = { initial_backoff = "10ms", max_backoff = "1s", max_elapsed = "5s", max_
         }
     );
 }
+
+/// Whether `problems` holds one at `line` that names `old` and points to
+/// `new`.
+fn renamed_at(problems: &[etl::ConfigProblem], line: usize, old: &str, new: &str) -> bool {
+    problems.iter().any(|p| {
+        p.line == line
+            && p.message.contains(old)
+            && p.message.contains(&format!("renamed to {new}"))
+    })
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_durations_are_written_with_their_unit_and_the_old_names_point_to_the_new_ones() {
+    let config = parse_config(
+        r#"
+[source]
+type = "kafka"
+brokers = "127.0.0.1:9"
+group_id = "g"
+topics = ["in"]
+session_timeout = "6s"
+heartbeat_interval = "1s"
+commit_timeout = "500ms"
+
+[[sinks]]
+type = "kafka"
+brokers = "127.0.0.1:9"
+topic = "out"
+message_timeout = "2s"
+
+[checkpoint]
+revoke_deadline = "3s"
+"#,
+        Path::new("/base"),
+    )
+    .unwrap();
+    let source = config
+        .source
+        .options_of::<etl_kafka::KafkaSourceConfig>("kafka")
+        .unwrap();
+    assert_eq!(source.session_timeout, Duration::from_secs(6));
+    assert_eq!(source.heartbeat_interval, Duration::from_secs(1));
+    assert_eq!(source.commit_timeout, Duration::from_millis(500));
+    let sink = config.sinks[0]
+        .kind
+        .options_of::<etl_kafka::KafkaSinkConfig>("kafka")
+        .unwrap();
+    assert_eq!(sink.message_timeout, Duration::from_secs(2));
+
+    let problems = parse_config(
+        r#"
+[source]
+type = "kafka"
+brokers = "127.0.0.1:9"
+group_id = "g"
+topics = ["in"]
+session_timeout_ms = 6000
+
+[[sinks]]
+type = "kafka"
+brokers = "127.0.0.1:9"
+topic = "out"
+message_timeout_ms = 2000
+"#,
+        Path::new("/base"),
+    )
+    .unwrap_err();
+    assert!(
+        renamed_at(&problems, 7, "session_timeout_ms", "session_timeout"),
+        "{problems:#?}"
+    );
+    assert!(
+        renamed_at(&problems, 13, "message_timeout_ms", "message_timeout"),
+        "{problems:#?}"
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_postgres_connect_timeout_is_a_duration_and_its_old_name_points_to_it() {
+    let sink = |line: &str| {
+        format!(
+            "[source]\ntype = \"generator\"\n\n[[sinks]]\ntype = \"postgres\"\n\
+             url = \"postgres://etl@127.0.0.1:9/shop\"\ntable = \"orders\"\n{line}\n"
+        )
+    };
+    let config = parse_config(&sink("connect_timeout = \"3s\""), Path::new("/base")).unwrap();
+    let read = config.sinks[0]
+        .kind
+        .options_of::<etl_postgres::PostgresSinkConfig>("postgres")
+        .unwrap();
+    assert_eq!(read.connect_timeout, Duration::from_secs(3));
+
+    let problems = parse_config(&sink("connect_timeout_secs = 3"), Path::new("/base")).unwrap_err();
+    assert!(
+        renamed_at(&problems, 8, "connect_timeout_secs", "connect_timeout"),
+        "{problems:#?}"
+    );
+}

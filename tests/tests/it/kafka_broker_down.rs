@@ -1,5 +1,5 @@
 //! SIGTERM while the broker is unreachable: the graceful stop ends (the
-//! final commit to the group fails at `commit_timeout_ms` instead of
+//! final commit to the group fails at `commit_timeout` instead of
 //! waiting for the broker to come back), and a run whose final commit
 //! failed does not exit 0.
 

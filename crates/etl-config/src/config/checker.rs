@@ -30,6 +30,36 @@ const RENAMED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Units that were once part of a duration's name (`connect_timeout_secs
+/// = 10`): the option is now the name without its unit, a duration
+/// written with one (`connect_timeout = "10s"`).
+const UNIT_SUFFIXES: &[&str] = &["_ms", "_secs"];
+
+/// The pointer to the new name of the unknown key serde's `message`
+/// names (`unknown field `old`, expected ...`), or nothing: a name listed
+/// in [`RENAMED`], or a duration's old name with its unit in it when the
+/// keys the message expects hold the name without the unit.
+fn renamed(message: &str) -> String {
+    let Some(old) = message
+        .split_once("unknown field `")
+        .and_then(|(_, rest)| rest.split('`').next())
+    else {
+        return String::new();
+    };
+    if let Some((_, new)) = RENAMED.iter().find(|(o, _)| *o == old) {
+        return format!(" (renamed to {new})");
+    }
+    let expected = message.split_once("expected").map_or("", |(_, e)| e);
+    UNIT_SUFFIXES
+        .iter()
+        .filter_map(|unit| old.strip_suffix(unit))
+        .find(|new| expected.contains(&format!("`{new}`")))
+        .map(|new| {
+            format!(" (renamed to {new}, a duration written with its unit: {new} = \"10s\")")
+        })
+        .unwrap_or_default()
+}
+
 pub(super) struct Checker<'a> {
     pub(super) text: &'a str,
     pub(super) problems: Vec<ConfigProblem>,
@@ -59,6 +89,15 @@ impl Checker<'_> {
             .as_ref()
             .and_then(|doc| key_span(doc.as_table(), at, path));
         let start = found.map_or(span.start, |s| s.start);
+        // A component that reads its own table reports serde's unknown
+        // field in its own words: the pointer to a new name is added here,
+        // the same for every component.
+        let message = message.into();
+        let message = if message.contains("(renamed to ") {
+            message
+        } else {
+            format!("{message}{}", renamed(&message))
+        };
         self.problem(start..start, section, message);
     }
 
@@ -131,13 +170,7 @@ impl Checker<'_> {
                 _ => key.to_owned(),
             }
         });
-        let renamed = message
-            .strip_prefix("unknown field `")
-            .and_then(|rest| rest.split('`').next())
-            .and_then(|old| RENAMED.iter().find(|(o, _)| *o == old))
-            .map(|(_, new)| format!(" (renamed to {new})"))
-            .unwrap_or_default();
-        let message = format!("{message}{renamed}");
+        let message = format!("{message}{}", renamed(message));
         let message = match &key {
             Some(key) if !message.contains(key.as_str()) => format!("{key}: {message}"),
             _ => message,
@@ -346,12 +379,7 @@ impl Checker<'_> {
                 })
             })
             .map_or(span.start, |s| s.start);
-        let renamed = message
-            .strip_prefix("unknown field `")
-            .and(path.last())
-            .and_then(|old| RENAMED.iter().find(|(o, _)| o == old))
-            .map(|(_, new)| format!(" (renamed to {new})"))
-            .unwrap_or_default();
+        let renamed = renamed(message);
         let key = path.join(".");
         let message = match path.last() {
             Some(last) if !message.contains(last.as_str()) => format!("{key}: {message}{renamed}"),

@@ -1,8 +1,7 @@
 //! Human-friendly units in the configuration: sizes ("64MiB") and
-//! durations ("1s", "250ms", handled by `humantime`).
+//! durations ("1s", "250ms", read by `etl-units` as in every crate).
 
 use std::fmt;
-use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
@@ -69,32 +68,9 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
-/// The longest duration accepted anywhere in a configuration. Longer ones
-/// are typos or units mixed up, and some would overflow a clock when
-/// added to the current time.
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// Deserialize a duration written as `"1s"`, `"250ms"`, `"2m 30s"`, at
-/// most [`MAX_DURATION`].
-pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    let parsed = humantime::parse_duration(&text).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration {text:?}: {e} (write e.g. \"500ms\", \"10s\", \"2m\")"
-        ))
-    })?;
-    if parsed > MAX_DURATION {
-        return Err(serde::de::Error::custom(format!(
-            "duration {text:?} is out of range: at most 365 days"
-        )));
-    }
-    Ok(parsed)
-}
-
-/// Like [`duration`], for an optional field.
-pub(crate) fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    duration(d).map(Some)
-}
+/// Durations, read as every crate reads them (`"1s"`, `"250ms"`, `"2m
+/// 30s"`, at most a year): see [`etl_units::duration`].
+pub(crate) use etl_units::duration::{deserialize as duration, deserialize_option as opt_duration};
 
 #[cfg(test)]
 mod tests {
@@ -112,20 +88,5 @@ mod tests {
                 .contains("unknown unit")
         );
         assert!(ByteSize::parse("MiB").is_err());
-    }
-
-    #[test]
-    fn durations_past_a_year_are_refused() {
-        let parse = |text: &str| {
-            duration(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
-        };
-        assert_eq!(parse("365days"), Ok(MAX_DURATION));
-        assert!(
-            parse("366days")
-                .unwrap_err()
-                .to_string()
-                .contains("out of range")
-        );
-        assert!(parse("1000000000y").is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! Commits to the group are bounded: with the broker unreachable, a
-//! commit fails after `commit_timeout_ms` instead of waiting until the
+//! commit fails after `commit_timeout` instead of waiting until the
 //! broker comes back (it blocked a revocation, or a graceful stop, for as
 //! long as the broker was down), and leaving the group is bounded too.
 
@@ -24,7 +24,7 @@ async fn a_commit_with_the_broker_down_fails_at_its_deadline() {
     produce(&broker, &topic, 5, 1).await;
 
     let mut config = source_config(&broker, &group, &topic);
-    config.commit_timeout_ms = 1_000;
+    config.commit_timeout = Duration::from_secs(1);
     let mut source = KafkaSource::new(SourceId::new("k"), config).expect("source");
     let store = source.offset_store();
     source

@@ -24,7 +24,7 @@ fn record(offset: i64, value: &str) -> Record {
 
 fn sink_config(broker: &TestBroker, topic: &str) -> KafkaSinkConfig {
     let mut c = KafkaSinkConfig::new(broker.addr(), topic);
-    c.message_timeout_ms = 10_000;
+    c.message_timeout = Duration::from_secs(10);
     c
 }
 
@@ -196,7 +196,7 @@ async fn errors_are_classified() {
     let port = closed.local_addr().expect("addr").port();
     drop(closed);
     let mut config = KafkaSinkConfig::new(format!("127.0.0.1:{port}"), &topic);
-    config.message_timeout_ms = 1_000;
+    config.message_timeout = Duration::from_secs(1);
     let unreachable = KafkaSink::new(config).expect("sink");
     let (batch, _) = EncodedBatch::encode(vec![record(0, "x")], &RawLinesEncoder::new());
     let err = unreachable.write(&batch).await.expect_err("no broker");
@@ -315,7 +315,7 @@ async fn a_topic_field_routes_each_message_and_refuses_what_names_no_topic_it_ma
     let mut config = sink_config(&broker, &default);
     config.topic_field = Some("route.to".to_owned());
     config.allowed_topics = vec!["sink-topic-routed*".to_owned()];
-    config.message_timeout_ms = 5_000;
+    config.message_timeout = Duration::from_secs(5);
     let sink = KafkaSink::new(config).expect("sink");
 
     let to_routed = format!(r#"{{"route":{{"to":"{routed}"}},"n":1}}"#);

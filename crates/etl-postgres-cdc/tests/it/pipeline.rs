@@ -233,7 +233,7 @@ async fn a_pipeline_built_from_the_configuration_moves_the_slot_while_it_runs() 
     std::fs::create_dir_all(&folder).unwrap();
     let text = format!(
         "[source]\ntype = \"postgres_cdc\"\nurl = \"{}\"\npublication = \"{}\"\nslot = \"{}\"\n\
-         status_interval_secs = 1\n\n[[sinks]]\ntype = \"file\"\npath = \"changes.ndjson\"\n",
+         status_interval = \"1s\"\n\n[[sinks]]\ntype = \"file\"\npath = \"changes.ndjson\"\n",
         names.url,
         names.publication(),
         names.slot()

@@ -283,7 +283,7 @@ async fn keepalives_are_answered_within_the_servers_timeout() {
         .unwrap();
     db.batch_execute("SELECT pg_reload_conf()").await.unwrap();
     let mut config = names.config();
-    config.status_interval_secs = 60;
+    config.status_interval = Duration::from_secs(60);
     let mut source = PostgresCdcSource::new(config).unwrap();
     assert!(matches!(
         source.next().await.unwrap(),

@@ -82,7 +82,7 @@ impl Names {
 
     pub(crate) fn config(&self) -> PostgresCdcConfig {
         let mut config = PostgresCdcConfig::new(&self.url, self.publication(), self.slot());
-        config.status_interval_secs = 1;
+        config.status_interval = Duration::from_secs(1);
         config.max_batch_records = 50;
         config
     }

@@ -220,11 +220,11 @@ fn revoke_deadline_problem(
     (checkpoint.revoke_deadline > max).then(|| {
         format!(
             "[checkpoint] revoke_deadline = {} must stay below the Kafka source's \
-             session_timeout_ms = {} (at most two thirds of it, {}): a revocation drains \
+             session_timeout = {} (at most two thirds of it, {}): a revocation drains \
              and commits before the group's session times out; lower revoke_deadline or \
-             raise session_timeout_ms",
+             raise session_timeout",
             humantime::format_duration(checkpoint.revoke_deadline),
-            config.session_timeout_ms,
+            humantime::format_duration(config.session_timeout),
             humantime::format_duration(max),
         )
     })
@@ -271,7 +271,7 @@ fn read_source(table: &ConnectorTable) -> Result<(SourceId, KafkaSourceConfig), 
 ///
 /// [`PipelineError::Invalid`] for a bad table, or a
 /// `[checkpoint] revoke_deadline` above two thirds of
-/// `session_timeout_ms` (a revocation must drain and commit before the
+/// `session_timeout` (a revocation must drain and commit before the
 /// group gives up on this member); [`PipelineError::Connector`] when
 /// librdkafka refuses the settings.
 pub(crate) fn open_source(
@@ -372,8 +372,8 @@ mod tests {
         brokers = "127.0.0.1:9"
         group_id = "g"
         topics = ["orders"]
-        session_timeout_ms = 6000
-        heartbeat_interval_ms = 1000
+        session_timeout = "6s"
+        heartbeat_interval = "1s"
     "#;
 
     fn checkpoint(revoke_deadline: Duration) -> CheckpointOptions {
@@ -415,7 +415,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("revoke_deadline = 5s") && e.contains("session_timeout_ms = 6000"),
+            e.contains("revoke_deadline = 5s") && e.contains("session_timeout = 6s"),
             "{e}"
         );
         open_source(&table(SOURCE), &checkpoint(Duration::from_secs(4))).unwrap();

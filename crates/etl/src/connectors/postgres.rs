@@ -50,19 +50,36 @@ pub(super) fn register(registry: Registry) -> Registry {
                     })
                 }
             })
-            .check(
-                |table, report| match postgres_config(table, report.name()) {
-                    Ok(_) => {}
-                    Err(PipelineError::Invalid(message)) => report.problem_at(&[], message),
-                    Err(other) => report.problem_at(&[], other.to_string()),
-                },
-            ),
+            .check(|table, report| {
+                let message = match postgres_config(table, report.name()) {
+                    Ok(_) => return,
+                    Err(PipelineError::Invalid(message)) => message,
+                    Err(other) => other.to_string(),
+                };
+                // At the key the problem names, when the table has it.
+                let key = named_key(table, &message);
+                let path: Vec<&str> = key.as_deref().into_iter().collect();
+                report.problem_at(&path, message);
+            }),
         )
         .error_kind(|e| {
             e.downcast_ref::<PostgresError>()
                 .filter(|e| e.is_in_use())
                 .map(|_| ErrorKind::InUse)
         })
+}
+
+/// The first key of `table` that `message` names in backquotes (serde's
+/// `unknown field `key``, the sink's `invalid `key``), as a path for
+/// [`CheckReport::problem_at`](etl_config::CheckReport::problem_at);
+/// none when it names none.
+fn named_key(table: &ConnectorTable, message: &str) -> Option<String> {
+    message
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .find(|key| table.expose_secret().contains_key(*key))
+        .map(str::to_owned)
 }
 
 /// Where the URL comes from when the sink's table has no `url`.

@@ -107,7 +107,7 @@ pub(crate) struct MemberConfig {
     pub(crate) max_in_flight_batches: u32,
     pub(crate) commit_interval_ms: u64,
     pub(crate) revoke_deadline_ms: u64,
-    /// The source's `commit_timeout_ms`, when not the default.
+    /// The source's `commit_timeout` in milliseconds, when not the default.
     pub(crate) commit_timeout_ms: Option<u32>,
     /// The source's librdkafka `properties` (security settings).
     pub(crate) properties: Vec<(String, String)>,
@@ -154,7 +154,7 @@ impl MemberConfig {
         let _ = write!(
             s,
             "[source]\ntype = \"kafka\"\nbrokers = {:?}\ngroup_id = {:?}\ntopics = [{:?}]\n\
-             session_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n\
+             session_timeout = \"6s\"\nheartbeat_interval = \"1s\"\n\
              max_batch_records = {}\nmax_buffered_records = {}\n\n\
              [[sinks]]\nname = \"out\"\n{sink}\n\n\
              [limits]\nmax_in_flight_batches = {}\nmax_in_flight_batches_per_partition = {}\n\n\
@@ -174,7 +174,7 @@ impl MemberConfig {
             // Still in the `[source]` table: appended after its keys.
             s = s.replacen(
                 "\n\n[[sinks]]",
-                &format!("\ncommit_timeout_ms = {ms}\n\n[[sinks]]"),
+                &format!("\ncommit_timeout = \"{ms}ms\"\n\n[[sinks]]"),
                 1,
             );
         }

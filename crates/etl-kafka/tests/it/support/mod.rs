@@ -60,8 +60,8 @@ pub(crate) async fn produce(broker: &TestBroker, topic: &str, per_partition: i32
 
 pub(crate) fn source_config(broker: &TestBroker, group: &str, topic: &str) -> KafkaSourceConfig {
     let mut c = KafkaSourceConfig::new(broker.addr(), group, vec![topic.to_owned()]);
-    c.session_timeout_ms = 6000;
-    c.heartbeat_interval_ms = 1000;
+    c.session_timeout = Duration::from_secs(6);
+    c.heartbeat_interval = Duration::from_secs(1);
     c.max_batch_records = 4;
     c
 }
