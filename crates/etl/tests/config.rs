@@ -501,6 +501,7 @@ retry = { initial_backoff = "10ms", max_backoff = "1s", max_elapsed = "5s", max_
 
 /// Whether `problems` holds one at `line` that names `old` and points to
 /// `new`.
+#[cfg(any(feature = "kafka", feature = "postgres"))]
 fn renamed_at(problems: &[etl::ConfigProblem], line: usize, old: &str, new: &str) -> bool {
     problems.iter().any(|p| {
         p.line == line
