@@ -45,6 +45,11 @@ pub struct Trip {
     excused: Excused,
     /// Another program changed the output in this run.
     changed: AtomicBool,
+    /// Held by every change the process makes to the disk and by another
+    /// program's change: what the output held when another program changed
+    /// it is read and changed in one step, with no write of the process's
+    /// other threads (the checkpointer's, the blocking pool's) in between.
+    gate: Mutex<()>,
 }
 
 /// Records in the output when another program changed it: it may have
@@ -87,6 +92,7 @@ impl Trip {
             outside: Mutex::new(outside.map(|(n, m)| (u64::from(n), m))),
             excused,
             changed: AtomicBool::new(false),
+            gate: Mutex::new(()),
         })
     }
 
@@ -102,6 +108,7 @@ impl Trip {
             }
         };
         if let Some((_, mutation)) = due {
+            let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
             self.changed.store(true, Ordering::SeqCst);
             let held = held_now(&self.sim.process());
             if self.sim.apply(&mutation).is_ok() {
@@ -137,6 +144,15 @@ impl Trip {
         }
     }
 
+    /// A change to the disk by the process: the scripted end first when
+    /// its time has come, then `change`, never beside another program's
+    /// change.
+    fn change<T>(&self, change: impl FnOnce() -> T) -> T {
+        self.tick();
+        let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        change()
+    }
+
     /// Whether another program changed the output in this run.
     pub fn changed_output(&self) -> bool {
         self.changed.load(Ordering::SeqCst)
@@ -156,11 +172,13 @@ pub struct ProcessFs {
 
 impl Fs for ProcessFs {
     fn open(&self, path: &Path, options: &OpenOptions) -> io::Result<Box<dyn FileHandle>> {
-        if options.create || options.create_new || options.truncate {
-            self.trip.tick();
-        }
+        let inner = if options.create || options.create_new || options.truncate {
+            self.trip.change(|| self.sim.open(path, options))?
+        } else {
+            self.sim.open(path, options)?
+        };
         Ok(Box::new(ProcessFile {
-            inner: self.sim.open(path, options)?,
+            inner,
             trip: Arc::clone(&self.trip),
         }))
     }
@@ -178,23 +196,19 @@ impl Fs for ProcessFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.trip.tick();
-        self.sim.rename(from, to)
+        self.trip.change(|| self.sim.rename(from, to))
     }
 
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
-        self.trip.tick();
-        self.sim.hard_link(original, link)
+        self.trip.change(|| self.sim.hard_link(original, link))
     }
 
     fn symlink(&self, target: &Path, link: &Path) -> io::Result<()> {
-        self.trip.tick();
-        self.sim.symlink(target, link)
+        self.trip.change(|| self.sim.symlink(target, link))
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.trip.tick();
-        self.sim.remove_file(path)
+        self.trip.change(|| self.sim.remove_file(path))
     }
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
@@ -202,13 +216,11 @@ impl Fs for ProcessFs {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.trip.tick();
-        self.sim.create_dir_all(path)
+        self.trip.change(|| self.sim.create_dir_all(path))
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        self.trip.tick();
-        self.sim.sync_dir(path)
+        self.trip.change(|| self.sim.sync_dir(path))
     }
 
     fn blocks(&self) -> bool {
@@ -230,8 +242,7 @@ impl Read for ProcessFile {
 
 impl Write for ProcessFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.trip.tick();
-        self.inner.write(buf)
+        self.trip.change(|| self.inner.write(buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -249,18 +260,15 @@ impl FileHandle for ProcessFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.trip.tick();
-        self.inner.set_len(len)
+        self.trip.change(|| self.inner.set_len(len))
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.trip.tick();
-        self.inner.sync_data()
+        self.trip.change(|| self.inner.sync_data())
     }
 
     fn sync_all(&self) -> io::Result<()> {
-        self.trip.tick();
-        self.inner.sync_all()
+        self.trip.change(|| self.inner.sync_all())
     }
 
     fn metadata(&self) -> io::Result<Metadata> {
