@@ -41,8 +41,8 @@ use etl_json::{VrlError, VrlProgram};
 use etl_transform::Transform;
 
 pub use config::{
-    CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, load_config, parse_config,
-    parse_config_with_env,
+    CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, RouteMode, load_config,
+    parse_config, parse_config_with_env,
 };
 pub use registry::{
     BoxError, BoxFuture, BoxedProgressSink, BuiltSink, BuiltSource, CheckReport, Component,

@@ -117,7 +117,7 @@ pub use etl_config::config;
 pub use etl_config::{
     BoxError, BoxFuture, BuiltSink, BuiltSource, CheckReport, CompareOp, Component,
     ComponentContext, Config, ConfigError, ConfigProblem, ErrorKind, ErrorKindFn, FailurePolicy,
-    ProgressCheck, Registry, SinkPlugin, SourcePlugin, StartWithHandle,
+    ProgressCheck, Registry, RouteMode, SinkPlugin, SourcePlugin, StartWithHandle,
 };
 /// The engine's inner readers for the fuzz targets in `fuzz/` (feature
 /// `fuzzing`; not a stable interface).
@@ -126,8 +126,8 @@ pub use etl_config::{
 pub use etl_json::fuzzing;
 pub use metrics::ProgressTotals;
 pub use runtime::{
-    MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, SourceFactory, Summary,
-    pipeline_from_config,
+    MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, Route, SourceFactory,
+    Summary, pipeline_from_config,
 };
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
 pub use transform::{

@@ -112,10 +112,6 @@ impl Checker<'_> {
     }
 
     /// A warning (see [`Config::warnings`]) at the start of `span`.
-    #[cfg_attr(
-        not(feature = "remap"),
-        allow(dead_code, reason = "only VRL programs have warnings")
-    )]
     pub(super) fn warning(
         &mut self,
         span: Range<usize>,

@@ -104,6 +104,7 @@ struct RawDoc {
     #[serde(default)]
     sinks: Vec<Spanned<toml::Value>>,
     dead_letter: Option<Spanned<toml::Value>>,
+    routing: Option<Spanned<toml::Value>>,
     delivery: Option<Spanned<toml::Value>>,
     limits: Option<Spanned<toml::Value>>,
     checkpoint: Option<Spanned<toml::Value>>,
@@ -282,38 +283,19 @@ fn parse_text(
     let mut transforms = Vec::new();
     for (i, t) in raw.transforms.into_iter().enumerate() {
         let section = format!("[[transforms]] #{}", i + 1);
-        let keys: Vec<String> = t
-            .get_ref()
-            .as_table()
-            .map(|t| t.keys().cloned().collect())
-            .unwrap_or_default();
-        let registered = t
-            .get_ref()
-            .get("type")
-            .and_then(toml::Value::as_str)
-            .is_some_and(|name| registry.transforms.contains_key(name));
-        let parsed = if registered {
-            ck.component(
-                &registry.transforms,
-                "transform",
-                &format!("transform {}", i + 1),
-                t,
-                ("transforms", Some(i)),
-                &section,
-                base,
-                against,
-            )
-            .map(|(c, span)| (TransformConfig::Custom(c), span))
-        } else {
-            ck.section::<TransformConfig>(t, &section, ("transforms", Some(i)))
+        let step = Step {
+            name: format!("transform {}", i + 1),
+            section: &section,
+            at: ("transforms", Some(i)),
         };
-        if let Some((mut t, span)) = parsed {
-            check_transform(&mut ck, &t, span.clone(), &section);
-            super::programs::check(&mut ck, &mut t, &keys, span, &section, base);
+        if let Some(t) = transform_entry(&mut ck, registry, t, &step, base, against) {
             transforms.push(t);
         }
     }
 
+    let routing = raw
+        .routing
+        .and_then(|v| ck.section::<RoutingConfig>(v, "[routing]", ("routing", None)));
     if raw.sinks.is_empty() {
         ck.problem(
             0..0,
@@ -322,6 +304,7 @@ fn parse_text(
         );
     }
     let mut sinks = Vec::new();
+    let mut sink_spans = Vec::new();
     let mut file_outputs = Vec::new();
     for (i, s) in raw.sinks.into_iter().enumerate() {
         let section = format!("[[sinks]] #{}", i + 1);
@@ -329,6 +312,7 @@ fn parse_text(
         if let Some(sink) = sink_entry(&mut ck, registry, s, i, &section, base, against) {
             file_outputs.extend(file_outputs_of(&sink.kind, &section, &span));
             sinks.push(sink);
+            sink_spans.push((section, span));
         }
     }
     let mut names: Vec<&str> = sinks.iter().map(|s: &SinkConfig| s.name.as_str()).collect();
@@ -336,6 +320,22 @@ fn parse_text(
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         ck.problem(0..0, "[[sinks]]", format!("two sinks are named {:?}", w[0]));
     }
+    let routing = match routing {
+        Some((routing, span)) => {
+            super::routes::check(&mut ck, &routing, &span, &sinks, &sink_spans);
+            routing
+        }
+        None => {
+            super::routes::check(
+                &mut ck,
+                &RoutingConfig::default(),
+                &(0..0),
+                &sinks,
+                &sink_spans,
+            );
+            RoutingConfig::default()
+        }
+    };
     let exactly_once = sinks.iter().any(|s| s.kind.is_exactly_once());
     if exactly_once && sinks.len() > 1 {
         ck.problem(
@@ -423,6 +423,7 @@ fn parse_text(
                 source,
                 transforms,
                 sinks,
+                routing,
                 dead_letter,
                 delivery,
                 limits,
@@ -532,6 +533,14 @@ fn sink_entry(
         }
         None => format!("sink{}", index + 1),
     };
+    let route = sink_route(
+        ck,
+        registry,
+        (table.remove("when"), table.remove("transforms")),
+        (&name, index, section, &span),
+        base,
+        checkpoint,
+    );
     let mut options = toml::Table::new();
     for key in SINK_OPTION_KEYS {
         if let Some(v) = table.remove(*key) {
@@ -568,7 +577,168 @@ fn sink_entry(
         name,
         kind: kind?.0,
         options,
+        route: route?,
     })
+}
+
+/// Where a step is in the file: its name in metrics and dead letters, its
+/// section in problems, its place in the document.
+struct Step<'a> {
+    name: String,
+    section: &'a str,
+    at: (&'a str, Option<usize>),
+}
+
+/// One step of `[[transforms]]` or of a sink's `transforms`: a registered
+/// component or a built-in, checked (its program compiled) at its place.
+fn transform_entry(
+    ck: &mut Checker<'_>,
+    registry: &Registry,
+    t: Spanned<toml::Value>,
+    step: &Step<'_>,
+    base: &Path,
+    against: (&CheckpointOptions, &Range<usize>),
+) -> Option<TransformConfig> {
+    let keys: Vec<String> = t
+        .get_ref()
+        .as_table()
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default();
+    let registered = t
+        .get_ref()
+        .get("type")
+        .and_then(toml::Value::as_str)
+        .is_some_and(|name| registry.transforms.contains_key(name));
+    let parsed = if registered {
+        ck.component(
+            &registry.transforms,
+            "transform",
+            &step.name,
+            t,
+            step.at,
+            step.section,
+            base,
+            against,
+        )
+        .map(|(c, span)| (TransformConfig::Custom(c), span))
+    } else {
+        ck.section::<TransformConfig>(t, step.section, step.at)
+    };
+    let (mut t, span) = parsed?;
+    check_transform(ck, &t, span.clone(), step.section);
+    super::programs::check(ck, &mut t, &keys, span, step.section, base);
+    Some(t)
+}
+
+/// A sink's `when` and `transforms`, read and checked; `None` after a
+/// problem.
+fn sink_route(
+    ck: &mut Checker<'_>,
+    registry: &Registry,
+    (when, steps): (Option<toml::Value>, Option<toml::Value>),
+    (name, index, section, span): (&str, usize, &str, &Range<usize>),
+    base: &Path,
+    against: (&CheckpointOptions, &Range<usize>),
+) -> Option<SinkRoute> {
+    let mut ok = true;
+    let when = match when {
+        None => None,
+        Some(toml::Value::String(condition)) => {
+            super::programs::condition(ck, &condition, span.clone(), section, "when");
+            Some(TransformConfig::Filter {
+                field: String::new(),
+                op: CompareOp::Exists,
+                value: None,
+                condition: Some(condition),
+            })
+        }
+        Some(toml::Value::Table(table)) => {
+            let mut wrapped = toml::Table::new();
+            wrapped.insert("when".to_owned(), toml::Value::Table(table));
+            let read: Option<WhenTable> = ck.deserialize_all(
+                toml::Value::Table(wrapped),
+                span,
+                section,
+                ("sinks", Some(index)),
+            );
+            if let Some(WhenTable { when }) = read {
+                let t = TransformConfig::Filter {
+                    field: when.field,
+                    op: when.op,
+                    value: when.value,
+                    condition: None,
+                };
+                check_transform(ck, &t, span.clone(), section);
+                Some(t)
+            } else {
+                ok = false;
+                None
+            }
+        }
+        Some(_) => {
+            ck.problem_at(
+                span.clone(),
+                "when",
+                section,
+                "when must be a VRL condition (a string) or a table of `field`, `op` and `value`",
+            );
+            ok = false;
+            None
+        }
+    };
+    let mut transforms = Vec::new();
+    match steps {
+        None => {}
+        Some(toml::Value::Array(steps)) => {
+            for (j, t) in steps.into_iter().enumerate() {
+                let step_section = format!("{section} transforms #{}", j + 1);
+                let step = Step {
+                    name: format!("sink {name:?} transform {}", j + 1),
+                    section: &step_section,
+                    at: ("sinks", Some(index)),
+                };
+                let t = Spanned::new(span.clone(), t);
+                match transform_entry(ck, registry, t, &step, base, against) {
+                    Some(t) => transforms.push(t),
+                    None => ok = false,
+                }
+            }
+        }
+        Some(_) => {
+            ck.problem_at(
+                span.clone(),
+                "transforms",
+                section,
+                "a sink's transforms are an array of tables, as [[transforms]] are \
+                 (`[[sinks.transforms]]`)",
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(SinkRoute { when, transforms })
+}
+
+/// A `when` written as a table, under its key (so that a problem is
+/// placed at `when.<field>`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhenTable {
+    when: WhenFields,
+}
+
+/// The declarative filter's fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhenFields {
+    field: String,
+    #[serde(default = "when_op")]
+    op: CompareOp,
+    #[serde(default)]
+    value: Option<toml::Value>,
+}
+
+fn when_op() -> CompareOp {
+    CompareOp::Exists
 }
 
 /// The files a sink writes, for the checks of

@@ -14,6 +14,7 @@ mod interpolate;
 mod load;
 mod outputs;
 mod programs;
+mod routes;
 mod schema;
 mod units;
 

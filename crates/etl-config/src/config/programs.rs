@@ -89,6 +89,17 @@ enum Kind {
 /// report an error at its line and column there (at the key when the
 /// program's text is not written verbatim, e.g. with escapes).
 #[cfg(feature = "remap")]
+/// Check a sink's `when` condition (VRL) at `key` of the sink's table.
+pub(super) fn condition(
+    ck: &mut Checker<'_>,
+    text: &str,
+    span: Range<usize>,
+    section: &str,
+    key: &str,
+) {
+    compile(ck, text, Kind::Condition, span, section, key);
+}
+
 fn compile(
     ck: &mut Checker<'_>,
     text: &str,

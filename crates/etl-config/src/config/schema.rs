@@ -34,8 +34,11 @@ pub struct Config {
     pub source: SourceConfig,
     /// What happens to each record, in order.
     pub transforms: Vec<TransformConfig>,
-    /// Where records go; every record goes to every sink.
+    /// Where records go: every record to every sink, unless their
+    /// `when` and `[routing]` say otherwise.
     pub sinks: Vec<SinkConfig>,
+    /// How the sinks' conditions combine.
+    pub routing: RoutingConfig,
     /// Where bad records go, if anywhere.
     pub dead_letter: Option<SinkKind>,
     /// What to do when delivery fails.
@@ -277,6 +280,43 @@ pub struct SinkConfig {
     pub kind: SinkKind,
     /// Batching, concurrency, retry.
     pub options: SinkOptions,
+    /// Which records it takes (`when`) and its own steps (`transforms`).
+    pub route: SinkRoute,
+}
+
+/// A sink's `when` and `transforms`: which records it takes, and what is
+/// done to its copy of them after the shared `[[transforms]]`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SinkRoute {
+    /// The condition, as a `filter` step: a VRL `condition`, or a
+    /// declarative `field`, `op` and `value`. `None`: every record (or,
+    /// with `[routing] mode = "exclusive"`, every record no sink before
+    /// took).
+    pub when: Option<TransformConfig>,
+    /// Steps of this sink's own, in order.
+    pub transforms: Vec<TransformConfig>,
+}
+
+impl SinkRoute {
+    /// Whether the sink takes every record unchanged.
+    #[must_use]
+    pub fn is_plain(&self) -> bool {
+        self.when.is_none() && self.transforms.is_empty()
+    }
+}
+
+/// The `[routing]` section: how the sinks' `when` conditions combine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingConfig {
+    /// `all` (every sink whose condition matches) or `exclusive` (the
+    /// first one, in the file's order).
+    #[serde(default)]
+    pub mode: RouteMode,
+    /// The sink that takes the records no condition matched. Without
+    /// one, they count as unrouted and go nowhere (their offsets commit).
+    #[serde(default)]
+    pub unmatched: Option<String>,
 }
 
 /// The sink-specific part of a `[[sinks]]` entry or of `[dead_letter]`:
@@ -466,6 +506,20 @@ impl RetryOptions {
             max_retries: self.max_retries,
         }
     }
+}
+
+/// How the conditions of several sinks (`when`) combine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteMode {
+    /// A record goes to every sink whose condition it matches, and to
+    /// every sink without one.
+    #[default]
+    All,
+    /// A record goes to the first sink, in the file's order, whose
+    /// condition it matches; a sink without a condition matches every
+    /// record.
+    Exclusive,
 }
 
 /// What happens after a batch fails.

@@ -11,9 +11,10 @@ use etl_checkpoint::{FileStore, MemoryStore, OffsetStore};
 use etl_sink::{NdjsonEncoder, Sink, SinkDriver};
 use etl_source::SourceDriverConfig;
 
+use super::Route;
 use super::{Pipeline, PipelineBuilder, PipelineError};
-use crate::config::{Config, SinkKind, StoreConfig, TransformConfig};
-use crate::transform::try_chain_from_config;
+use crate::config::{Config, SinkConfig, SinkKind, StoreConfig, TransformConfig};
+use crate::transform::{try_chain_from_config, try_chain_labelled};
 use etl_config::{
     BoxError, BoxedProgressSink, BuiltSink, BuiltSource, ContextParts, ProgressCheck, SinkHold,
     SourceStart,
@@ -103,7 +104,14 @@ async fn builder_from_config(
         ..parts
     };
     let (mut builder, progress_check) = with_source(builder, built, &config.checkpoint.store)?;
+    builder = builder.route_mode(config.routing.mode);
+    if let Some(unmatched) = &config.routing.unmatched {
+        builder = builder.unmatched(unmatched.clone());
+    }
     for sink in &config.sinks {
+        if let Some(route) = route_of(sink)? {
+            builder = builder.route(sink.name.clone(), route);
+        }
         let built = build_sink(&sink.kind, &sink.name, &parts).await?;
         let driver_config = sink.options.driver_config();
         let encoder = built
@@ -135,6 +143,23 @@ async fn builder_from_config(
         builder = builder.dead_letter(sink);
     }
     Ok(builder)
+}
+
+/// The route of a sink with a `when` or `transforms` of its own.
+fn route_of(sink: &SinkConfig) -> Result<Option<Route>, PipelineError> {
+    if sink.route.is_plain() {
+        return Ok(None);
+    }
+    let label = format!("sink {:?} ", sink.name);
+    let mut route = Route::new();
+    if let Some(when) = &sink.route.when {
+        let condition = try_chain_labelled(std::slice::from_ref(when), &format!("{label}when "))
+            .map_err(PipelineError::Invalid)?;
+        route = route.when_chain(condition);
+    }
+    let steps =
+        try_chain_labelled(&sink.route.transforms, &label).map_err(PipelineError::Invalid)?;
+    Ok(Some(route.transforms(steps)))
 }
 
 fn ndjson(trusted: bool) -> Box<dyn etl_sink::Encoder> {
@@ -238,10 +263,13 @@ fn first_step_reads_json(config: &Config) -> bool {
 /// are JSON (the NDJSON file source checks every line, the generator
 /// writes JSON). The sinks' NDJSON encoders then skip their own check.
 fn values_are_json(config: &Config, source: &BuiltSource) -> bool {
-    // A registered transform may write anything.
+    // A registered transform may write anything, in the shared steps or
+    // in a sink's own.
+    let branches = config.sinks.iter().flat_map(|s| &s.route.transforms);
     if config
         .transforms
         .iter()
+        .chain(branches)
         .any(|t| matches!(t, TransformConfig::Custom(_)))
     {
         return false;

@@ -1,5 +1,6 @@
 //! The transform stage: applies the transforms to each batch and fans the
-//! result out to every sink, dead letters to the dead-letter sink.
+//! result out to the sinks (every sink, or the ones the routes pick, each
+//! after its branch's transforms), dead letters to the dead-letter sink.
 //!
 //! Every record leaves this stage with an explicit outcome. The batch's
 //! handle is cloned once per sink (and per dead letter); it resolves
@@ -13,6 +14,7 @@ use etl_ack::{AckRef, AckSet, Acked};
 use etl_record::{DeadLetter, Record};
 use etl_sink::{DeadLetterHandle, SinkSender};
 
+use super::route::{Routed, Router};
 use crate::transform::{ChainOutput, TransformChain};
 
 /// Counters of the transform stage, shared with the metrics.
@@ -21,6 +23,8 @@ pub(crate) struct StageCounters {
     pub(crate) read: AtomicU64,
     pub(crate) filtered: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    /// Records no route took (and no unmatched sink received).
+    pub(crate) unrouted: AtomicU64,
 }
 
 /// Where the stage sends its output.
@@ -28,6 +32,8 @@ pub(crate) struct StageCounters {
 pub(crate) struct Outputs {
     pub(crate) sinks: Vec<SinkSender>,
     pub(crate) dead_letters: Option<Arc<DeadLetterHandle>>,
+    /// Which sinks each record goes to; `None`: every sink, unchanged.
+    pub(crate) router: Option<Router>,
 }
 
 /// Why the stage stopped early.
@@ -117,7 +123,50 @@ impl Stage {
             // resolves this share of the batch as consumed.
             return Ok(());
         }
-        self.fan_out(kept, ack).await
+        match &mut self.outputs.router {
+            Some(router) => {
+                let routed = router.route(kept);
+                self.route_out(routed, ack).await
+            }
+            None => self.fan_out(kept, ack).await,
+        }
+    }
+
+    /// Hand on what the routes made of a batch: each sink its records
+    /// (a sink that takes none holds no share of the batch's handle),
+    /// what a condition or a branch set aside to the dead-letter sink.
+    async fn route_out(&mut self, routed: Routed, ack: AckRef) -> Result<(), StageStop> {
+        let Routed {
+            to,
+            rejected,
+            filtered,
+            unrouted,
+            halted,
+        } = routed;
+        if let Some(letter) = halted {
+            ack.fail();
+            return Err(StageStop::Halted(letter));
+        }
+        self.counters
+            .filtered
+            .fetch_add(filtered, Ordering::Relaxed);
+        self.counters
+            .unrouted
+            .fetch_add(unrouted, Ordering::Relaxed);
+        for letter in rejected {
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            self.dead_letter(Acked::new(letter, ack.clone())).await?;
+        }
+        for (sink, records) in self.outputs.sinks.iter().zip(to) {
+            if records.is_empty() {
+                continue;
+            }
+            if sink.send(Acked::new(records, ack.clone())).await.is_err() {
+                ack.fail();
+                return Err(StageStop::SinkGone);
+            }
+        }
+        Ok(())
     }
 
     async fn fan_out(&mut self, kept: Vec<Record>, ack: AckRef) -> Result<(), StageStop> {

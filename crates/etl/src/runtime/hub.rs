@@ -79,6 +79,8 @@ pub struct PipelineSnapshot {
     pub filtered: u64,
     /// Records transforms rejected to the dead-letter path.
     pub rejected: u64,
+    /// Records no route took and no unmatched sink received.
+    pub unrouted: u64,
     /// Per source partition.
     pub source: SourceMetrics,
     /// The checkpointer's view.
@@ -122,6 +124,7 @@ impl MetricsHub {
             read: self.stage.read.load(Ordering::Relaxed),
             filtered: self.stage.filtered.load(Ordering::Relaxed),
             rejected: self.stage.rejected.load(Ordering::Relaxed),
+            unrouted: self.stage.unrouted.load(Ordering::Relaxed),
             source: parts
                 .source
                 .as_ref()
@@ -289,6 +292,12 @@ impl PipelineSnapshot {
             "etl_records_rejected",
             "Records transforms sent to the dead-letter path.",
             one(self.rejected),
+        )?;
+        single(
+            enc,
+            "etl_records_unrouted",
+            "Records no sink's route took and no unmatched sink received.",
+            one(self.unrouted),
         )?;
         family(
             enc,

@@ -10,8 +10,12 @@ mod ordered;
 mod ordered_tests;
 mod pipeline;
 mod progress_store;
+mod route;
+#[cfg(test)]
+mod route_tests;
 
 pub use build::pipeline_from_config;
 pub use error::PipelineError;
 pub use hub::{MetricsHub, PipelineSnapshot};
 pub use pipeline::{Pipeline, PipelineBuilder, SourceFactory, Summary};
+pub use route::Route;

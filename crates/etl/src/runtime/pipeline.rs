@@ -19,8 +19,9 @@ use super::fanout::{Outputs, Stage, StageStop};
 use super::hub::SinkSlot;
 use super::ordered::{Workers, run_parallel, run_serial};
 use super::progress_store::SinkProgressStore;
+use super::route::{Route, Router};
 use super::{MetricsHub, PipelineError};
-use crate::config::FailurePolicy;
+use crate::config::{FailurePolicy, RouteMode};
 use crate::transform::{Transform, TransformChain};
 
 /// Creates the source once the checkpointer runs, for sources that need
@@ -54,6 +55,11 @@ pub struct PipelineBuilder {
     on_failure: FailurePolicy,
     channel_capacity: usize,
     transform_workers: usize,
+    /// Each sink's route, by sink name.
+    routes: Vec<(String, Route)>,
+    route_mode: RouteMode,
+    /// The sink of records no condition matched.
+    unmatched: Option<String>,
 }
 
 impl std::fmt::Debug for PipelineBuilder {
@@ -83,6 +89,9 @@ impl Default for PipelineBuilder {
             on_failure: FailurePolicy::Replay,
             channel_capacity: 16,
             transform_workers: default_transform_workers(),
+            routes: Vec::new(),
+            route_mode: RouteMode::All,
+            unmatched: None,
         }
     }
 }
@@ -124,7 +133,8 @@ impl PipelineBuilder {
     }
 
     /// Add a sink, driven by `driver` (its sink, encoder and batching).
-    /// Every record goes to every sink. Its batches are cut at a sixteenth
+    /// Every record goes to every sink, unless [`route`](Self::route)
+    /// says otherwise. Its batches are cut at a sixteenth
     /// of the smaller in-flight byte bound of the
     /// [`checkpoint`](PipelineBuilder::checkpoint) limits when its
     /// configuration allows larger ones (1 MiB at the defaults): a batch
@@ -161,6 +171,46 @@ impl PipelineBuilder {
         self.progress = Some(progress);
         self.progress_sink = driver.progress_sink();
         self.sink(name, driver)
+    }
+
+    /// Which records the sink named `sink` takes, and its own transforms
+    /// (see [`Route`]). A record a sink does not take counts as filtered
+    /// for it: its offset commits once the sinks it went to hold it.
+    ///
+    /// ```
+    /// use etl::{Pipeline, Route, RouteMode, filter};
+    /// use etl_record::Record;
+    ///
+    /// let builder = Pipeline::builder()
+    ///     // .source(...).sink("errors", ...).sink("review", ...)
+    ///     .route(
+    ///         "errors",
+    ///         Route::new().when(filter("level", |r: &Record| r.value.starts_with(b"E"))),
+    ///     )
+    ///     .route_mode(RouteMode::Exclusive)
+    ///     .unmatched("review");
+    /// # let _ = builder;
+    /// ```
+    #[must_use]
+    pub fn route(mut self, sink: impl Into<String>, route: Route) -> Self {
+        self.routes.push((sink.into(), route));
+        self
+    }
+
+    /// How the sinks' conditions combine (default [`RouteMode::All`]).
+    #[must_use]
+    pub fn route_mode(mut self, mode: RouteMode) -> Self {
+        self.route_mode = mode;
+        self
+    }
+
+    /// The sink that takes the records no sink's condition matched.
+    /// Without one, they go nowhere and count as `unrouted`
+    /// ([`Summary::unrouted`]).
+    #[must_use]
+    pub fn unmatched(mut self, sink: impl Into<String>) -> Self {
+        self.unmatched = Some(sink.into());
+        self
     }
 
     /// Where dead letters go (bad input, poison records, rejected rows).
@@ -223,9 +273,11 @@ impl PipelineBuilder {
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Invalid`] without a source or a sink, or with an
-    /// exactly-once sink beside others.
+    /// [`PipelineError::Invalid`] without a source or a sink, with an
+    /// exactly-once sink beside others, or with a route or an unmatched
+    /// sink naming no sink (or an unmatched sink with a condition).
     pub fn build(self) -> Result<Pipeline, PipelineError> {
+        let router = router(&self.sinks, self.routes, self.route_mode, self.unmatched)?;
         let source = self
             .source
             .ok_or_else(|| PipelineError::Invalid("no source".to_owned()))?;
@@ -258,9 +310,51 @@ impl PipelineBuilder {
             channel_capacity: self.channel_capacity.max(1),
             shutdown_timeout: self.checkpoint.shutdown_timeout,
             transform_workers: self.transform_workers,
+            router,
             hub: MetricsHub::default(),
         })
     }
+}
+
+/// The routes of `sinks`, in their order; `None` when every record goes
+/// to every sink unchanged.
+fn router(
+    sinks: &[SinkSpec],
+    routes: Vec<(String, Route)>,
+    mode: RouteMode,
+    unmatched: Option<String>,
+) -> Result<Option<Router>, PipelineError> {
+    let index = |name: &str, what: &str| {
+        sinks
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| PipelineError::Invalid(format!("{what} {name:?} names no sink")))
+    };
+    let mut by_sink: Vec<Option<Route>> = sinks.iter().map(|_| None).collect();
+    for (name, route) in routes {
+        let i = index(&name, "the route of sink")?;
+        if by_sink[i].replace(route).is_some() {
+            return Err(PipelineError::Invalid(format!(
+                "sink {name:?} has two routes"
+            )));
+        }
+    }
+    let unmatched = match unmatched {
+        Some(name) => {
+            let i = index(&name, "the unmatched sink")?;
+            if by_sink[i].as_ref().is_some_and(|r| r.when.is_some()) {
+                return Err(PipelineError::Invalid(format!(
+                    "the unmatched sink {name:?} has a condition: it takes what no condition \
+                     matched"
+                )));
+            }
+            Some(i)
+        }
+        None => None,
+    };
+    let routes = by_sink.into_iter().map(Option::unwrap_or_default).collect();
+    let router = Router::new(mode, routes, unmatched);
+    Ok((!router.is_trivial()).then_some(router))
 }
 
 /// What a finished run did.
@@ -277,6 +371,9 @@ pub struct Summary {
     pub sinks: Vec<(String, SinkMetrics)>,
     /// Replays requested, over all partitions.
     pub replays: u64,
+    /// Records no route took and no unmatched sink received (see
+    /// [`PipelineBuilder::route`]).
+    pub unrouted: u64,
     /// The final committed offsets.
     pub committed: PartitionOffsets,
     /// Whether the run stopped on request (rather than at the end of its
@@ -317,6 +414,7 @@ pub struct Pipeline {
     channel_capacity: usize,
     shutdown_timeout: Duration,
     transform_workers: usize,
+    router: Option<Router>,
     hub: MetricsHub,
 }
 
@@ -382,6 +480,7 @@ impl Pipeline {
             channel_capacity,
             shutdown_timeout: _,
             transform_workers,
+            router,
             hub,
         } = self;
 
@@ -479,6 +578,7 @@ impl Pipeline {
         let outputs = Outputs {
             sinks: handles.iter().map(|(_, h, _)| h.sender()).collect(),
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
+            router,
         };
         let stage_task = match Workers::spawn(chain, transform_threads(transform_workers)) {
             Ok(workers) => {
@@ -708,6 +808,7 @@ impl Running {
             dead_lettered,
             sinks: sink_metrics,
             replays: snapshot.source.total(|p| p.replays),
+            unrouted: snapshot.unrouted,
             committed: final_commit.committed,
             stopped: exit == etl_source::DriverExit::Shutdown,
         })

@@ -20,7 +20,7 @@ use crate::config::TransformConfig;
 /// the compiler's message. [`try_chain_from_config`] reports it instead.
 #[must_use]
 pub fn chain_from_config(transforms: &[TransformConfig]) -> TransformChain {
-    build(transforms, true).unwrap_or_default()
+    build(transforms, true, "").unwrap_or_default()
 }
 
 /// The chain for a configuration's `[[transforms]]`, as
@@ -31,14 +31,28 @@ pub fn chain_from_config(transforms: &[TransformConfig]) -> TransformChain {
 /// The step and the compiler's message, for a VRL program that does not
 /// compile, or the step and its factory's error, for a registered step.
 pub fn try_chain_from_config(transforms: &[TransformConfig]) -> Result<TransformChain, String> {
-    build(transforms, false)
+    build(transforms, false, "")
+}
+
+/// [`try_chain_from_config`] for the steps of one sink's branch (or its
+/// condition): each step's name (in dead letters and errors) starts with
+/// `label`, such as `sink "errors" `.
+pub(crate) fn try_chain_labelled(
+    transforms: &[TransformConfig],
+    label: &str,
+) -> Result<TransformChain, String> {
+    build(transforms, false, label)
 }
 
 /// Records reaching a stage after the first are known to be valid JSON:
 /// every stage built here keeps only records it read as JSON, and writes
 /// JSON. (The first stage checks: with transforms, the NDJSON file source
 /// leaves the check to them.)
-fn build(transforms: &[TransformConfig], lenient: bool) -> Result<TransformChain, String> {
+fn build(
+    transforms: &[TransformConfig],
+    lenient: bool,
+    label: &str,
+) -> Result<TransformChain, String> {
     use TransformConfig as T;
 
     let mut chain = Fuser::new();
@@ -60,11 +74,11 @@ fn build(transforms: &[TransformConfig], lenient: bool) -> Result<TransformChain
                 if let Some(ops) = run.take() {
                     json_stage(&mut chain, ops, custom_before);
                 }
-                let name = format!("transform {}", i + 1);
+                let name = format!("{label}transform {}", i + 1);
                 match custom.build_alone(&name) {
                     Ok(stage) => chain.push(stage),
                     Err(e) if lenient => chain.push(Box::new(Unbuilt { name, reason: e })),
-                    Err(e) => return Err(format!("[[transforms]] #{}: {e}", i + 1)),
+                    Err(e) => return Err(format!("{label}[[transforms]] #{}: {e}", i + 1)),
                 }
                 custom_before = true;
                 continue;
@@ -98,7 +112,7 @@ fn build(transforms: &[TransformConfig], lenient: bool) -> Result<TransformChain
                     json_stage(&mut chain, ops, custom_before);
                 }
                 let checked = checked(&chain, custom_before);
-                program_stage(&mut chain, i, condition, None, lenient, checked)?;
+                program_stage(&mut chain, (label, i), condition, None, lenient, checked)?;
                 continue;
             }
             T::Remap {
@@ -113,7 +127,7 @@ fn build(transforms: &[TransformConfig], lenient: bool) -> Result<TransformChain
                 let checked = checked(&chain, custom_before);
                 program_stage(
                     &mut chain,
-                    i,
+                    (label, i),
                     source,
                     Some(*drop_on_error),
                     lenient,
@@ -157,7 +171,7 @@ impl Transform for Unbuilt {
 #[cfg(feature = "remap")]
 fn program_stage(
     chain: &mut Fuser,
-    i: usize,
+    (label, i): (&str, usize),
     source: &str,
     remap: Option<bool>,
     lenient: bool,
@@ -169,7 +183,7 @@ fn program_stage(
         Some(_) => ("remap", VrlProgram::remap(source)),
         None => ("filter", VrlProgram::condition(source)),
     };
-    let name = format!("{kind} #{}", i + 1);
+    let name = format!("{label}{kind} #{}", i + 1);
     match compiled {
         Ok(program) => match remap {
             Some(drop_on_error) => chain.remap(
@@ -188,13 +202,13 @@ fn program_stage(
 #[cfg(not(feature = "remap"))]
 fn program_stage(
     chain: &mut Fuser,
-    i: usize,
+    (label, i): (&str, usize),
     _source: &str,
     _remap: Option<bool>,
     lenient: bool,
     _checked: bool,
 ) -> Result<(), String> {
-    let name = format!("transform #{}", i + 1);
+    let name = format!("{label}transform #{}", i + 1);
     let message = "this build of etl has no VRL support (built without the `remap` feature)";
     if lenient {
         chain.push(Box::new(Broken(name, message.to_owned())));

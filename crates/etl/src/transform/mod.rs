@@ -15,4 +15,5 @@ pub use etl_transform::{
     ChainOutput, FilterFn, FlatMapFn, MapFn, Outcome, Refused, Transform, TransformChain, filter,
     filter_mut, flat_map, flat_map_mut, map, map_mut,
 };
+pub(crate) use from_config::try_chain_labelled;
 pub use from_config::{chain_from_config, try_chain_from_config};

@@ -1,0 +1,475 @@
+//! Tests of routing: which sinks each record reaches, the branches'
+//! transforms, and that a record is committed only once every sink it
+//! went to holds it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etl_checkpoint::{MemoryStore, OffsetStore};
+use etl_record::{Offset, PartitionId, Record};
+use etl_sink::{EncodedBatch, RawLinesEncoder, Sink, SinkDriver, SinkError};
+use etl_source::{GeneratorConfig, GeneratorSource};
+use tokio_util::sync::CancellationToken;
+
+use super::{Pipeline, PipelineBuilder, PipelineError, Route, Summary};
+use crate::config::RouteMode;
+use crate::transform::{Outcome, Transform, filter, map};
+
+type Key = (u32, i64);
+
+/// Keeps the positions of what it is given; fails every write from the
+/// `fail_from`-th record it is given on, when set.
+#[derive(Debug, Default, Clone)]
+struct Collect {
+    seen: Arc<Mutex<Vec<Key>>>,
+    values: Arc<Mutex<Vec<Vec<u8>>>>,
+    fail: bool,
+}
+
+impl Collect {
+    fn failing() -> Self {
+        Collect {
+            fail: true,
+            ..Collect::default()
+        }
+    }
+
+    fn keys(&self) -> BTreeSet<Key> {
+        self.seen.lock().unwrap().iter().copied().collect()
+    }
+}
+
+#[async_trait]
+impl Sink for Collect {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        if self.fail {
+            return Err(SinkError::permanent("this sink cannot write"));
+        }
+        let mut seen = self.seen.lock().unwrap();
+        let mut values = self.values.lock().unwrap();
+        for r in batch.records() {
+            seen.push((r.position.partition.0, r.position.offset.0));
+            values.push(r.value.to_vec());
+        }
+        Ok(())
+    }
+}
+
+const PARTITIONS: u32 = 3;
+const PER_PARTITION: u64 = 240;
+
+fn source() -> GeneratorSource {
+    GeneratorSource::new(GeneratorConfig {
+        partitions: PARTITIONS,
+        records_per_partition: Some(PER_PARTITION),
+        max_batch_records: 7,
+        ..GeneratorConfig::default()
+    })
+    .unwrap()
+}
+
+fn every(pred: impl Fn(i64) -> bool) -> BTreeSet<Key> {
+    (0..PARTITIONS)
+        .flat_map(|p| (0..PER_PARTITION as i64).map(move |o| (p, o)))
+        .filter(|(_, o)| pred(*o))
+        .collect()
+}
+
+fn offset_is(name: &str, pred: fn(i64) -> bool) -> impl Transform + 'static {
+    filter(name.to_owned(), move |r: &Record| pred(r.position.offset.0))
+}
+
+fn sink(c: &Collect) -> SinkDriver {
+    SinkDriver::new(c.clone(), RawLinesEncoder::new())
+}
+
+async fn run(builder: PipelineBuilder) -> (Result<Summary, PipelineError>, MemoryStore) {
+    let store = MemoryStore::new();
+    let pipeline = builder
+        .source(source())
+        .offset_store(store.clone())
+        .transform_workers(2)
+        .build()
+        .unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(60),
+        pipeline.run(CancellationToken::new()),
+    )
+    .await
+    .unwrap();
+    (result, store)
+}
+
+fn committed_all(store: &mut MemoryStore) {
+    let offsets = store.load().unwrap();
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            offsets.get(&PartitionId(p)),
+            Some(&Offset(PER_PARTITION as i64)),
+            "partition {p} committed to its end"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_record_goes_to_every_sink_whose_condition_it_matches() {
+    let (even, thirds, all) = (Collect::default(), Collect::default(), Collect::default());
+    let (result, mut store) = run(Pipeline::builder()
+        .sink("even", sink(&even))
+        .sink("thirds", sink(&thirds))
+        .sink("all", sink(&all))
+        .route("even", Route::new().when(offset_is("even", |o| o % 2 == 0)))
+        .route(
+            "thirds",
+            Route::new().when(offset_is("thirds", |o| o % 3 == 0)),
+        ))
+    .await;
+    let summary = result.unwrap();
+    assert_eq!(even.keys(), every(|o| o % 2 == 0));
+    assert_eq!(thirds.keys(), every(|o| o % 3 == 0));
+    assert_eq!(all.keys(), every(|_| true));
+    assert_eq!(summary.unrouted, 0, "a sink without a condition takes all");
+    committed_all(&mut store);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_routes_send_each_record_to_its_first_match_and_the_rest_to_unmatched() {
+    let (even, thirds, rest) = (Collect::default(), Collect::default(), Collect::default());
+    let (result, mut store) = run(Pipeline::builder()
+        .sink("even", sink(&even))
+        .sink("thirds", sink(&thirds))
+        .sink("rest", sink(&rest))
+        .route("even", Route::new().when(offset_is("even", |o| o % 2 == 0)))
+        .route(
+            "thirds",
+            Route::new().when(offset_is("thirds", |o| o % 3 == 0)),
+        )
+        .route_mode(RouteMode::Exclusive)
+        .unmatched("rest"))
+    .await;
+    result.unwrap();
+    assert_eq!(even.keys(), every(|o| o % 2 == 0));
+    assert_eq!(thirds.keys(), every(|o| o % 2 != 0 && o % 3 == 0));
+    assert_eq!(rest.keys(), every(|o| o % 2 != 0 && o % 3 != 0));
+    let n = |c: &Collect| c.seen.lock().unwrap().len();
+    assert_eq!(
+        n(&even) + n(&thirds) + n(&rest),
+        (u64::from(PARTITIONS) * PER_PARTITION) as usize,
+        "each record once"
+    );
+    committed_all(&mut store);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unmatched_sink_takes_what_no_condition_matched_beside_every_match() {
+    let (even, thirds, rest) = (Collect::default(), Collect::default(), Collect::default());
+    let (result, mut store) = run(Pipeline::builder()
+        .sink("even", sink(&even))
+        .sink("thirds", sink(&thirds))
+        .sink("rest", sink(&rest))
+        .route("even", Route::new().when(offset_is("even", |o| o % 2 == 0)))
+        .route(
+            "thirds",
+            Route::new().when(offset_is("thirds", |o| o % 3 == 0)),
+        )
+        .unmatched("rest"))
+    .await;
+    result.unwrap();
+    assert_eq!(even.keys(), every(|o| o % 2 == 0));
+    assert_eq!(thirds.keys(), every(|o| o % 3 == 0));
+    assert_eq!(rest.keys(), every(|o| o % 2 != 0 && o % 3 != 0));
+    committed_all(&mut store);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_no_route_takes_are_counted_and_committed() {
+    for mode in [RouteMode::All, RouteMode::Exclusive] {
+        let (even, thirds) = (Collect::default(), Collect::default());
+        let (result, mut store) = run(Pipeline::builder()
+            .sink("even", sink(&even))
+            .sink("thirds", sink(&thirds))
+            .route("even", Route::new().when(offset_is("even", |o| o % 2 == 0)))
+            .route(
+                "thirds",
+                Route::new().when(offset_is("thirds", |o| o % 3 == 0)),
+            )
+            .route_mode(mode))
+        .await;
+        let summary = result.unwrap();
+        let nowhere = every(|o| o % 2 != 0 && o % 3 != 0).len() as u64;
+        assert_eq!(summary.unrouted, nowhere, "{mode:?}");
+        committed_all(&mut store);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_transforms_only_its_own_copy_and_its_rejects_are_dead_lettered() {
+    let (plain, marked, dlq) = (Collect::default(), Collect::default(), Collect::default());
+    let branch = Route::new()
+        .transform(map("mark", |mut r: Record| {
+            let mut v = b"marked:".to_vec();
+            v.extend_from_slice(&r.value);
+            r.value = v.into();
+            Ok(r)
+        }))
+        .transform(RejectMultiplesOf5);
+    let (result, mut store) = run(Pipeline::builder()
+        .sink("plain", sink(&plain))
+        .sink("marked", sink(&marked))
+        .route("marked", branch)
+        .dead_letter(dlq.clone()))
+    .await;
+    let summary = result.unwrap();
+    assert_eq!(plain.keys(), every(|_| true));
+    assert!(
+        plain
+            .values
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|v| !v.starts_with(b"marked:")),
+        "the other sink's copy is untouched"
+    );
+    assert_eq!(marked.keys(), every(|o| o % 5 != 0));
+    assert!(
+        marked
+            .values
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|v| v.starts_with(b"marked:"))
+    );
+    assert_eq!(dlq.keys(), every(|o| o % 5 == 0));
+    assert_eq!(summary.dead_lettered, every(|o| o % 5 == 0).len() as u64);
+    committed_all(&mut store);
+}
+
+/// Rejects records at offsets that are multiples of 5.
+#[derive(Debug, Clone)]
+struct RejectMultiplesOf5;
+
+impl Transform for RejectMultiplesOf5 {
+    fn name(&self) -> &str {
+        "fives"
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        if record.position.offset.0 % 5 == 0 {
+            Outcome::Reject(record, "a multiple of five".to_owned())
+        } else {
+            Outcome::Keep(record)
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_is_not_committed_while_a_sink_it_was_routed_to_lacks_it() {
+    // Offsets from 100 on go to a sink that cannot write; those below to
+    // one that can. Nothing at or past 100 may be committed.
+    let (low, high) = (Collect::default(), Collect::failing());
+    let (result, mut store) = run(Pipeline::builder()
+        .sink("low", sink(&low))
+        .sink("high", sink(&high))
+        .route("low", Route::new().when(offset_is("low", |o| o < 100)))
+        .route("high", Route::new().when(offset_is("high", |o| o >= 100))))
+    .await;
+    assert!(result.is_err(), "the failing sink halts the run");
+    let offsets = store.load().unwrap();
+    for (p, o) in offsets.iter() {
+        assert!(
+            o.0 <= 100,
+            "partition {} committed {} past the failed sink",
+            p.0,
+            o.0
+        );
+    }
+}
+
+#[test]
+fn a_route_or_unmatched_sink_naming_no_sink_is_refused() {
+    let c = Collect::default();
+    let named_nothing = Pipeline::builder()
+        .source(source())
+        .sink("out", sink(&c))
+        .route("nope", Route::new())
+        .build();
+    assert!(matches!(named_nothing, Err(PipelineError::Invalid(m)) if m.contains("\"nope\"")));
+    let unmatched_nothing = Pipeline::builder()
+        .source(source())
+        .sink("out", sink(&c))
+        .unmatched("nope")
+        .build();
+    assert!(matches!(unmatched_nothing, Err(PipelineError::Invalid(_))));
+    let unmatched_with_condition = Pipeline::builder()
+        .source(source())
+        .sink("out", sink(&c))
+        .route("out", Route::new().when(offset_is("x", |_| true)))
+        .unmatched("out")
+        .build();
+    assert!(
+        matches!(unmatched_with_condition, Err(PipelineError::Invalid(m)) if m.contains("condition"))
+    );
+}
+
+/// The lines of `path`, or none.
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(feature = "remap")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routed_file_sends_each_record_where_its_when_says_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let input: Vec<String> = (0..300)
+        .map(|i| {
+            let level = ["error", "warn", "info"][i % 3];
+            format!(r#"{{"n": {i},  "level":"{level}", "email": "a@b.c", "note": "\u00e9"}}"#)
+        })
+        .collect();
+    std::fs::write(dir.path().join("in.ndjson"), input.join("\n") + "\n").unwrap();
+    let text = r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+format = "ndjson"
+
+[routing]
+mode = "exclusive"
+unmatched = "rest"
+
+[[sinks]]
+name = "errors"
+type = "file"
+path = "errors.ndjson"
+when = '.level == "error"'
+[[sinks.transforms]]
+type = "drop_field"
+field = "email"
+
+[[sinks]]
+name = "warnings"
+type = "file"
+path = "warnings.ndjson"
+when = { field = "level", op = "==", value = "warn" }
+
+[[sinks]]
+name = "rest"
+type = "file"
+path = "rest.ndjson"
+
+[checkpoint]
+store = { type = "file", path = "state" }
+"#;
+    let config = crate::parse_config(text, dir.path()).unwrap();
+    let pipeline = super::pipeline_from_config(&config).await.unwrap();
+    let summary = pipeline.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(summary.read, 300);
+    let errors = lines(&dir.path().join("errors.ndjson"));
+    let warnings = lines(&dir.path().join("warnings.ndjson"));
+    let rest = lines(&dir.path().join("rest.ndjson"));
+    assert_eq!(errors.len(), 100);
+    assert!(
+        errors
+            .iter()
+            .all(|l| l.contains(r#""level":"error""#) && !l.contains("email"))
+    );
+    // Untouched by a step: the bytes as read.
+    let by_level = |level: &str| -> Vec<String> {
+        input
+            .iter()
+            .filter(|l| l.contains(&format!(r#""level":"{level}""#)))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(warnings, by_level("warn"));
+    assert_eq!(rest, by_level("info"));
+}
+
+#[test]
+fn routing_problems_are_placed_and_never_matching_routes_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "[source]\ntype = \"generator\"\n";
+    let problems = |text: &str| -> Vec<String> {
+        match crate::parse_config(&format!("{head}{text}"), dir.path()) {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let nobody = problems(
+        "[routing]\nunmatched = \"nobody\"\n[[sinks]]\nname = \"out\"\ntype = \"blackhole\"\n",
+    );
+    assert!(
+        nobody
+            .iter()
+            .any(|p| p.starts_with("4:") && p.contains("names no sink")),
+        "{nobody:?}"
+    );
+    let conditioned = problems(
+        "[routing]\nunmatched = \"out\"\n[[sinks]]\nname = \"out\"\ntype = \"blackhole\"\n\
+         when = { field = \"a\", op = \"==\", value = 1 }\n",
+    );
+    assert!(
+        conditioned
+            .iter()
+            .any(|p| p.starts_with("8:") && p.contains("cannot have a `when`")),
+        "{conditioned:?}"
+    );
+    let wrong = problems("[[sinks]]\ntype = \"blackhole\"\nwhen = 3\n");
+    assert!(
+        wrong
+            .iter()
+            .any(|p| p.starts_with("5:") && p.contains("when must be")),
+        "{wrong:?}"
+    );
+    let unknown =
+        problems("[[sinks]]\ntype = \"blackhole\"\nwhen = { field = \"a\", opp = \"==\" }\n");
+    assert!(unknown.iter().any(|p| p.contains("opp")), "{unknown:?}");
+
+    let config = crate::parse_config(
+        &format!(
+            "{head}[routing]\nmode = \"exclusive\"\n\
+             [[sinks]]\nname = \"a\"\ntype = \"blackhole\"\nwhen = {{ field = \"x\", op = \"exists\" }}\n\
+             [[sinks]]\nname = \"b\"\ntype = \"blackhole\"\nwhen = {{ field = \"x\", op = \"exists\" }}\n\
+             [[sinks]]\nname = \"all\"\ntype = \"blackhole\"\n\
+             [[sinks]]\nname = \"never\"\ntype = \"blackhole\"\n"
+        ),
+        dir.path(),
+    )
+    .unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("\"a\"") && w.contains("same `when`")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("\"all\"") && w.contains("\"never\" never")),
+        "{warnings:?}"
+    );
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+}
+
+#[cfg(feature = "remap")]
+#[test]
+fn a_when_program_that_does_not_compile_is_placed_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\nwhen = '.level ==== 1'\n";
+    let problems: Vec<String> = crate::parse_config(text, dir.path())
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(problems.iter().any(|p| p.starts_with("5:")), "{problems:?}");
+}
