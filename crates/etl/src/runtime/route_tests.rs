@@ -473,3 +473,38 @@ fn a_when_program_that_does_not_compile_is_placed_at_its_line() {
         .collect();
     assert!(problems.iter().any(|p| p.starts_with("5:")), "{problems:?}");
 }
+
+#[cfg(feature = "remap")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routing_example_writes_what_its_readme_says() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/routing");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("input")).unwrap();
+    std::fs::copy(
+        example.join("input/app.ndjson"),
+        dir.path().join("input/app.ndjson"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(example.join("pipeline.toml")).unwrap();
+    let config = crate::parse_config(&text, dir.path()).unwrap();
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let pipeline = super::pipeline_from_config(&config).await.unwrap();
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    let input = lines(&dir.path().join("input/app.ndjson"));
+    let out = |name: &str| lines(&dir.path().join("output").join(name));
+    let errors = out("errors.ndjson");
+    assert_eq!(errors.len(), 2);
+    assert!(errors.iter().all(|l| l.contains(r#""level":"error""#) && !l.contains("email")));
+    let expect = |keep: fn(&str) -> bool| -> Vec<String> {
+        input.iter().filter(|l| keep(l)).cloned().collect()
+    };
+    assert_eq!(
+        out("audit.ndjson"),
+        expect(|l| l.contains(r#""kind":"audit""#) && !l.contains(r#""level":"error""#))
+    );
+    assert_eq!(
+        out("other.ndjson"),
+        expect(|l| !l.contains(r#""kind":"audit""#) && !l.contains(r#""level":"error""#))
+    );
+    assert_eq!(out("other.ndjson").len(), 3);
+}
