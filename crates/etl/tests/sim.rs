@@ -1,7 +1,8 @@
 //! The whole-pipeline simulation: generated pipelines (partitions,
 //! replays, assignments and revocations, transforms that keep, filter,
 //! expand, reject and panic, sinks that fail, hang, time out and merge
-//! batches, dead-letter sinks that fail, exactly-once and at-least-once
+//! batches, routes (conditions, exclusive routes, an unmatched sink, each
+//! sink's own steps), dead-letter sinks that fail, exactly-once and at-least-once
 //! sinks, graceful stops and crashes) run on the real runtime under a
 //! paused clock, each checked after every run against a model of the
 //! delivery contract. See docs/reliability.md, "The simulation".

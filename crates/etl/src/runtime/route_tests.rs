@@ -494,7 +494,11 @@ async fn the_routing_example_writes_what_its_readme_says() {
     let out = |name: &str| lines(&dir.path().join("output").join(name));
     let errors = out("errors.ndjson");
     assert_eq!(errors.len(), 2);
-    assert!(errors.iter().all(|l| l.contains(r#""level":"error""#) && !l.contains("email")));
+    assert!(
+        errors
+            .iter()
+            .all(|l| l.contains(r#""level":"error""#) && !l.contains("email"))
+    );
     let expect = |keep: fn(&str) -> bool| -> Vec<String> {
         input.iter().filter(|l| keep(l)).cloned().collect()
     };

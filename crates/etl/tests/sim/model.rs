@@ -5,14 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::run::Ended;
 use super::scenario::{Features, Scenario};
-use super::world::{State, apply_steps, value};
+use super::world::{State, apply_steps, hits, value};
 
 /// The fate the transform steps give each record, as the model sees it.
 struct Fates {
-    /// (partition, offset) -> values every sink must hold.
-    kept: BTreeMap<(u32, i64), Vec<String>>,
-    /// Records that must reach the dead-letter sink (source and
-    /// transform rejects).
+    /// (partition, offset) -> per sink, the values it must hold.
+    kept: BTreeMap<(u32, i64), Vec<Vec<String>>>,
+    /// Records that must reach the dead-letter sink (source rejects, and
+    /// rejects of the shared steps or of a sink's own).
     rejected: BTreeSet<(u32, i64)>,
 }
 
@@ -36,12 +36,65 @@ fn fates(s: &Scenario) -> Fates {
             let out = apply_steps(&s.steps, p, o, value(p, o));
             if out.rejected {
                 rejected.insert((p, o));
-            } else {
-                kept.insert((p, o), out.kept);
+                continue;
             }
+            let mut per_sink = vec![Vec::new(); s.sinks.len()];
+            for (i, takes) in routes(s, o).into_iter().enumerate() {
+                if !takes {
+                    continue;
+                }
+                for v in &out.kept {
+                    let branch = apply_steps(&s.sinks[i].branch, p, o, v.clone());
+                    if branch.rejected {
+                        rejected.insert((p, o));
+                    }
+                    per_sink[i].extend(branch.kept);
+                }
+            }
+            kept.insert((p, o), per_sink);
         }
     }
     Fates { kept, rejected }
+}
+
+/// Which sinks take the record at `offset` (conditions depend on the
+/// offset only, so every copy of a record goes the same way).
+fn routes(s: &Scenario, offset: i64) -> Vec<bool> {
+    let n = s.sinks.len();
+    let unmatched = s.unmatched.map(usize::from);
+    let matches = |i: usize| {
+        s.sinks[i]
+            .when
+            .is_none_or(|(every, at)| hits(offset, every, at))
+    };
+    let mut takes = vec![false; n];
+    if s.exclusive {
+        match (0..n)
+            .filter(|i| Some(*i) != unmatched)
+            .find(|&i| matches(i))
+        {
+            Some(i) => takes[i] = true,
+            None => {
+                if let Some(u) = unmatched {
+                    takes[u] = true;
+                }
+            }
+        }
+    } else {
+        let mut matched = false;
+        for i in (0..n).filter(|i| Some(*i) != unmatched) {
+            if matches(i) {
+                takes[i] = true;
+                matched |= s.sinks[i].when.is_some();
+            }
+        }
+        if let Some(u) = unmatched
+            && !matched
+        {
+            takes[u] = true;
+        }
+    }
+    takes
 }
 
 /// Whether a healed pipeline can read all its input: not when records
@@ -123,8 +176,11 @@ pub fn check(
         if dead.contains(&(p, o)) {
             return Ok(());
         }
-        let want = fates.kept.get(&(p, o)).map_or(&[][..], Vec::as_slice);
+        let per_sink = fates.kept.get(&(p, o));
         for i in sinks {
+            let want = per_sink
+                .and_then(|w| w.get(i))
+                .map_or(&[][..], Vec::as_slice);
             let held = sink_values[i].get(&(p, o)).map_or(&[][..], Vec::as_slice);
             if let Some(missing) = want.iter().find(|v| !held.contains(&v.as_str())) {
                 return Err(format!(

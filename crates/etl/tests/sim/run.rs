@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use etl::{FailurePolicy, Pipeline, PipelineError, Summary};
+use etl::{FailurePolicy, Pipeline, PipelineError, Route, RouteMode, Summary};
 use etl_checkpoint::{CheckpointConfig, InFlightLimits};
 use etl_sink::{PermanentErrorPolicy, RawLinesEncoder, RetryPolicy, SinkDriver, SinkDriverConfig};
 use etl_source::{PoisonPolicy, SourceDriverConfig};
@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::scenario::{RunEnd, Scenario};
-use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World};
+use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World, hits};
 
 /// Largest step of virtual time while the runtime waits.
 const TICK: Duration = Duration::from_millis(5);
@@ -167,6 +167,18 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
             },
         };
         let name = format!("sink{index}");
+        if spec.when.is_some() || !spec.branch.is_empty() {
+            let mut route = Route::new();
+            if let Some((every, at)) = spec.when {
+                route = route.when(etl::filter("when", move |r: &etl_record::Record| {
+                    hits(r.position.offset.0, every, at)
+                }));
+            }
+            if !spec.branch.is_empty() {
+                route = route.transform(SimTransform::of(&spec.branch, parts, world.clone()));
+            }
+            builder = builder.route(name.clone(), route);
+        }
         builder = if s.exactly_once {
             let (driver, progress) = SinkDriver::exactly_once(sink, RawLinesEncoder::new());
             builder.exactly_once_sink(name, driver.config(config), progress)
@@ -176,6 +188,12 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
                 SinkDriver::new(sink, RawLinesEncoder::new()).config(config),
             )
         };
+    }
+    if s.exclusive {
+        builder = builder.route_mode(RouteMode::Exclusive);
+    }
+    if let Some(u) = s.unmatched {
+        builder = builder.unmatched(format!("sink{u}"));
     }
     if let Some(faults) = &s.dead_letter {
         builder = builder.dead_letter(SimSink {

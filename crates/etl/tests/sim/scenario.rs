@@ -51,6 +51,10 @@ pub struct Features {
     /// group callback's path went on); the partitions' next owner reads
     /// them again from the last commit either way.
     pub store_outages: bool,
+    /// Routed pipelines: sinks with conditions (`when`) and steps of their
+    /// own that filter, expand, reject and panic; exclusive routes; an
+    /// unmatched sink.
+    pub routing: bool,
 }
 
 impl Features {
@@ -64,10 +68,11 @@ impl Features {
         sink_outages: true,
         exactly_once_rebalances: true,
         store_outages: true,
+        routing: true,
     };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "transform_panics",
         "exactly_once_dead_letters",
         "exact_poison_attribution",
@@ -75,6 +80,7 @@ impl Features {
         "sink_outages",
         "exactly_once_rebalances",
         "store_outages",
+        "routing",
     ];
 
     /// Turn on the named switch (or every switch for `all`).
@@ -87,6 +93,7 @@ impl Features {
             "sink_outages" => self.sink_outages = true,
             "exactly_once_rebalances" => self.exactly_once_rebalances = true,
             "store_outages" => self.store_outages = true,
+            "routing" => self.routing = true,
             "all" => {
                 for n in Self::NAMES {
                     self.enable(n)?;
@@ -146,6 +153,12 @@ pub struct Scenario {
     /// Commit calls `from..from + calls` of the offset store (counted over
     /// all runs but the recovery run) fail.
     pub store_outage: Option<(u16, u16)>,
+    /// Each record goes to the first sink whose condition it matches
+    /// (rather than to every one).
+    pub exclusive: bool,
+    /// The sink (index) that takes what no condition matched; it has no
+    /// condition of its own.
+    pub unmatched: Option<u8>,
 }
 
 /// A revocation announced after `after` source events, and the
@@ -214,6 +227,10 @@ pub struct SinkSpec {
     pub dead_letter_failures: bool,
     /// Its faults.
     pub faults: Vec<Fault>,
+    /// Its condition: the records with `offset % every == at`.
+    pub when: Option<(u8, u8)>,
+    /// Steps of its own, run on its copy after the shared ones.
+    pub branch: Vec<Step>,
 }
 
 /// A fault of a sink (write calls are counted over the whole scenario, so
@@ -323,18 +340,45 @@ fn sink(features: Features) -> impl Strategy<Value = SinkSpec> {
         timeout,
         prop::bool::weighted(0.15),
         vec(fault(features, false), 0..=3),
+        route(features),
     )
         .prop_map(
-            |(max_records, linger_ms, in_flight, retries, timeout_ms, dlf, faults)| SinkSpec {
+            |(
                 max_records,
                 linger_ms,
                 in_flight,
                 retries,
                 timeout_ms,
-                dead_letter_failures: dlf,
+                dlf,
                 faults,
+                (when, branch),
+            )| {
+                SinkSpec {
+                    max_records,
+                    linger_ms,
+                    in_flight,
+                    retries,
+                    timeout_ms,
+                    dead_letter_failures: dlf,
+                    faults,
+                    when,
+                    branch,
+                }
             },
         )
+}
+
+/// A sink's condition and steps of its own.
+fn route(features: Features) -> BoxedStrategy<(Option<(u8, u8)>, Vec<Step>)> {
+    if !features.routing {
+        return Just((None, Vec::new())).boxed();
+    }
+    let period = (1u8..=5).prop_flat_map(|every| (Just(every), 0..every));
+    (
+        prop::option::weighted(0.5, period),
+        prop::collection::vec(step(features), 0..=2),
+    )
+        .boxed()
 }
 
 fn rebalance() -> impl Strategy<Value = Rebalance> {
@@ -385,8 +429,17 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     } else {
         Just(None).boxed()
     };
-    (shape, pipeline, policy, store_outage).prop_map(
-        move |(shape, pipeline, policy, store_outage)| {
+    let routing = if features.routing {
+        (
+            prop::bool::weighted(0.4),
+            prop::option::weighted(0.4, 0u8..3),
+        )
+            .boxed()
+    } else {
+        Just((false, None)).boxed()
+    };
+    (shape, pipeline, policy, store_outage, routing).prop_map(
+        move |(shape, pipeline, policy, store_outage, (exclusive, unmatched))| {
             let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
             let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
             let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) =
@@ -409,6 +462,8 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
                 shutdown_timeout_ms: shutdown,
                 runs,
                 store_outage,
+                exclusive,
+                unmatched: None,
             };
             if s.exactly_once {
                 sinks.truncate(1);
@@ -425,9 +480,16 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
                     for sink in &mut sinks {
                         sink.dead_letter_failures = false;
                         sink.faults.retain(|f| !matches!(f, Fault::Poison(..)));
+                        sink.branch.retain(|st| !matches!(st, Step::Reject { .. }));
                     }
                     s.poison_halts = true;
                 }
+            }
+            // The unmatched sink, if any, is one of the sinks, without a
+            // condition of its own.
+            if let Some(u) = unmatched.filter(|u| usize::from(*u) < sinks.len()) {
+                sinks[usize::from(u)].when = None;
+                s.unmatched = Some(u);
             }
             s.sinks = sinks;
             s

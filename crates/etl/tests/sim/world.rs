@@ -477,7 +477,7 @@ pub struct StepResult {
     pub rejected: bool,
 }
 
-fn hits(offset: i64, every: u8, at: u8) -> bool {
+pub fn hits(offset: i64, every: u8, at: u8) -> bool {
     let every = i64::from(every.max(1));
     offset % every == i64::from(at) % every
 }
@@ -493,11 +493,15 @@ pub struct SimTransform {
 }
 
 impl SimTransform {
+    /// The scenario's shared steps.
     pub fn new(s: &Scenario, world: World) -> Self {
+        Self::of(&s.steps, s.partitions.len() as u32, world)
+    }
+
+    /// `steps` (a sink's own), over `n` partitions.
+    pub fn of(steps: &[super::scenario::Step], n: u32, world: World) -> Self {
         use super::scenario::Step;
-        let n = s.partitions.len() as u32;
-        let panics = s
-            .steps
+        let panics = steps
             .iter()
             .filter_map(|st| match st {
                 Step::Panic { partition, offset } => {
@@ -507,7 +511,7 @@ impl SimTransform {
             })
             .collect();
         SimTransform {
-            steps: s.steps.clone(),
+            steps: steps.to_vec(),
             panics,
             world,
         }
