@@ -368,8 +368,11 @@ fn sink(features: Features) -> impl Strategy<Value = SinkSpec> {
         )
 }
 
-/// A sink's condition and steps of its own.
-fn route(features: Features) -> BoxedStrategy<(Option<(u8, u8)>, Vec<Step>)> {
+/// A sink's condition (`offset % every == at`) and steps of its own.
+type SinkRoute = (Option<(u8, u8)>, Vec<Step>);
+
+/// A sink's route.
+fn route(features: Features) -> BoxedStrategy<SinkRoute> {
     if !features.routing {
         return Just((None, Vec::new())).boxed();
     }
