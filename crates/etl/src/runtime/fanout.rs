@@ -32,8 +32,58 @@ pub(crate) struct StageCounters {
 pub(crate) struct Outputs {
     pub(crate) sinks: Vec<SinkSender>,
     pub(crate) dead_letters: Option<Arc<DeadLetterHandle>>,
+}
+
+/// The work of the stage on a batch, wherever it runs (the stage's task
+/// or a worker thread): the shared transforms, then the routes with each
+/// sink's own steps.
+#[derive(Debug, Default)]
+pub(crate) struct Steps {
+    pub(crate) chain: TransformChain,
     /// Which sinks each record goes to; `None`: every sink, unchanged.
-    pub(crate) router: Option<Router>,
+    pub(crate) router: Option<Box<Router>>,
+}
+
+/// What [`Steps`] made of a batch.
+#[derive(Debug, Default)]
+pub(crate) struct StageOutput {
+    /// The shared transforms' output; with routes, `kept` is empty (the
+    /// records went to `routed`).
+    pub(crate) out: ChainOutput,
+    /// Where the routes sent the records kept.
+    pub(crate) routed: Option<Routed>,
+}
+
+impl Steps {
+    /// Whether there is nothing to run.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.chain.is_empty() && self.router.is_none()
+    }
+
+    /// An independent copy for another worker, when every step can fork.
+    pub(crate) fn fork(&self) -> Option<Steps> {
+        let router = match &self.router {
+            Some(router) => Some(Box::new(router.fork()?)),
+            None => None,
+        };
+        Some(Steps {
+            chain: self.chain.fork()?,
+            router,
+        })
+    }
+
+    /// Run a batch through the shared transforms and the routes.
+    pub(crate) fn run(&mut self, records: Vec<Record>) -> StageOutput {
+        let mut out = ChainOutput::default();
+        self.chain.apply(records, &mut out);
+        let routed = match &mut self.router {
+            Some(router) if out.halted.is_none() => {
+                Some(router.route(std::mem::take(&mut out.kept)))
+            }
+            _ => None,
+        };
+        StageOutput { out, routed }
+    }
 }
 
 /// Why the stage stopped early.
@@ -52,21 +102,17 @@ pub(crate) enum StageStop {
 /// Runs one batch through the transforms and hands the result on.
 #[derive(Debug)]
 pub(crate) struct Stage {
-    chain: TransformChain,
-    out: ChainOutput,
+    steps: Steps,
     outputs: Outputs,
     counters: Arc<StageCounters>,
 }
 
 impl Stage {
-    pub(crate) fn new(
-        chain: TransformChain,
-        outputs: Outputs,
-        counters: Arc<StageCounters>,
-    ) -> Self {
+    /// `steps`: what the stage runs on its own task (nothing, when worker
+    /// threads run them).
+    pub(crate) fn new(steps: Steps, outputs: Outputs, counters: Arc<StageCounters>) -> Self {
         Stage {
-            chain,
-            out: ChainOutput::default(),
+            steps,
             outputs,
             counters,
         }
@@ -86,10 +132,8 @@ impl Stage {
 
     async fn process(&mut self, records: Vec<Record>, ack: AckRef) -> Result<(), StageStop> {
         let read = records.len();
-        self.out.clear();
-        self.chain.apply(records, &mut self.out);
-        let out = std::mem::take(&mut self.out);
-        self.deliver(read, out, ack).await
+        let output = self.steps.run(records);
+        self.deliver(read, output, ack).await
     }
 
     /// Hand on what the transforms made of a batch of `read` records:
@@ -97,9 +141,10 @@ impl Stage {
     pub(crate) async fn deliver(
         &mut self,
         read: usize,
-        out: ChainOutput,
+        output: StageOutput,
         ack: AckRef,
     ) -> Result<(), StageStop> {
+        let StageOutput { out, routed } = output;
         let ChainOutput {
             kept,
             rejected,
@@ -118,18 +163,15 @@ impl Stage {
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             self.dead_letter(Acked::new(letter, ack.clone())).await?;
         }
+        if let Some(routed) = routed {
+            return self.route_out(routed, ack).await;
+        }
         if kept.is_empty() {
             // Everything was filtered or dead-lettered: dropping `ack`
             // resolves this share of the batch as consumed.
             return Ok(());
         }
-        match &mut self.outputs.router {
-            Some(router) => {
-                let routed = router.route(kept);
-                self.route_out(routed, ack).await
-            }
-            None => self.fan_out(kept, ack).await,
-        }
+        self.fan_out(kept, ack).await
     }
 
     /// Hand on what the routes made of a batch: each sink its records

@@ -22,11 +22,10 @@ use etl_source::SourceOutput;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::fanout::{Stage, StageStop};
-use crate::transform::{ChainOutput, TransformChain};
+use super::fanout::{Stage, StageOutput, StageStop, Steps};
 
 /// What a worker answers: the batch's output, or the panic of a transform.
-type Answer = thread::Result<ChainOutput>;
+type Answer = thread::Result<StageOutput>;
 
 struct Job {
     records: Vec<Record>,
@@ -49,12 +48,12 @@ impl std::fmt::Debug for Job {
 }
 
 impl Workers {
-    /// Up to `count` worker threads: the first runs `chain` itself, each
-    /// other one a fork of it. One thread when a stage cannot fork, fewer
-    /// when a thread cannot start. The chain comes back, to run on the
-    /// stage's own task, when it is empty (nothing to do), `count` is 0
-    /// or no thread starts.
-    pub(crate) fn spawn(chain: TransformChain, count: usize) -> Result<Workers, TransformChain> {
+    /// Up to `count` worker threads: the first runs `chain` (the steps)
+    /// itself, each other one a fork of it. One thread when a step cannot
+    /// fork, fewer when a thread cannot start. The steps come back, to run
+    /// on the stage's own task, when there are none (nothing to do),
+    /// `count` is 0 or no thread starts.
+    pub(crate) fn spawn(chain: Steps, count: usize) -> Result<Workers, Steps> {
         if count == 0 || chain.is_empty() {
             return Err(chain);
         }
@@ -129,7 +128,7 @@ fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
 }
 
 /// A worker's loop: runs until the job queue closes.
-fn work(mut chain: TransformChain, jobs: &Mutex<std_mpsc::Receiver<Job>>) {
+fn work(mut steps: Steps, jobs: &Mutex<std_mpsc::Receiver<Job>>) {
     loop {
         let job = {
             let rx = jobs
@@ -145,11 +144,7 @@ fn work(mut chain: TransformChain, jobs: &Mutex<std_mpsc::Receiver<Job>>) {
         if reply.is_closed() {
             continue;
         }
-        let answer = catch_unwind(AssertUnwindSafe(|| {
-            let mut out = ChainOutput::default();
-            chain.apply(records, &mut out);
-            out
-        }));
+        let answer = catch_unwind(AssertUnwindSafe(|| steps.run(records)));
         // The stage may have stopped; its guard fails the batch.
         let _ = reply.send(answer);
     }

@@ -166,7 +166,13 @@ async fn a_panic_on_a_worker_fails_its_batch() {
 #[test]
 fn workers_fork_the_chain_or_run_it_on_one_thread() {
     use super::ordered::Workers;
-    let threads = |chain: TransformChain, count| Workers::spawn(chain, count).map(|w| w.count());
+    let threads = |chain: TransformChain, count| {
+        let steps = super::fanout::Steps {
+            chain,
+            router: None,
+        };
+        Workers::spawn(steps, count).map(|w| w.count())
+    };
     let uneven = || {
         Box::new(Uneven {
             forks: Arc::default(),

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::fanout::{Outputs, Stage, StageStop};
+use super::fanout::{Outputs, Stage, StageStop, Steps};
 use super::hub::SinkSlot;
 use super::ordered::{Workers, run_parallel, run_serial};
 use super::progress_store::SinkProgressStore;
@@ -323,7 +323,7 @@ fn router(
     routes: Vec<(String, Route)>,
     mode: RouteMode,
     unmatched: Option<String>,
-) -> Result<Option<Router>, PipelineError> {
+) -> Result<Option<Box<Router>>, PipelineError> {
     let index = |name: &str, what: &str| {
         sinks
             .iter()
@@ -354,7 +354,7 @@ fn router(
     };
     let routes = by_sink.into_iter().map(Option::unwrap_or_default).collect();
     let router = Router::new(mode, routes, unmatched);
-    Ok((!router.is_trivial()).then_some(router))
+    Ok((!router.is_trivial()).then(|| Box::new(router)))
 }
 
 /// What a finished run did.
@@ -414,7 +414,7 @@ pub struct Pipeline {
     channel_capacity: usize,
     shutdown_timeout: Duration,
     transform_workers: usize,
-    router: Option<Router>,
+    router: Option<Box<Router>>,
     hub: MetricsHub,
 }
 
@@ -578,15 +578,15 @@ impl Pipeline {
         let outputs = Outputs {
             sinks: handles.iter().map(|(_, h, _)| h.sender()).collect(),
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
-            router,
         };
-        let stage_task = match Workers::spawn(chain, transform_threads(transform_workers)) {
+        let steps = Steps { chain, router };
+        let stage_task = match Workers::spawn(steps, transform_threads(transform_workers)) {
             Ok(workers) => {
-                let stage = Stage::new(TransformChain::new(), outputs, hub.stage());
+                let stage = Stage::new(Steps::default(), outputs, hub.stage());
                 tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone()))
             }
-            Err(chain) => {
-                let stage = Stage::new(chain, outputs, hub.stage());
+            Err(steps) => {
+                let stage = Stage::new(steps, outputs, hub.stage());
                 tokio::spawn(run_serial(stage, out_rx, cancel.clone()))
             }
         };

@@ -138,6 +138,31 @@ impl Router {
         }
     }
 
+    /// An independent copy for another worker, when every condition and
+    /// step can fork.
+    pub(crate) fn fork(&self) -> Option<Router> {
+        let routes = self
+            .routes
+            .iter()
+            .map(|r| {
+                let when = match &r.when {
+                    Some(when) => Some(when.fork()?),
+                    None => None,
+                };
+                Some(Route {
+                    when,
+                    steps: r.steps.fork()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Router {
+            mode: self.mode,
+            routes,
+            unmatched: self.unmatched,
+            out: ChainOutput::default(),
+        })
+    }
+
     /// Whether every record goes to every sink unchanged: then the stage
     /// fans out without routing.
     pub(crate) fn is_trivial(&self) -> bool {
