@@ -353,7 +353,8 @@ pub enum FsyncMode {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSinkOptions {
-    /// Output file.
+    /// Output file; with `{field}` placeholders, one output per value
+    /// (`out/{level}/events.ndjson`).
     pub path: PathBuf,
     /// Encoding.
     #[serde(default)]
@@ -373,6 +374,14 @@ pub struct FileSinkOptions {
     /// exactly once in the file, even after a crash. Needs a single sink.
     #[serde(default)]
     pub exactly_once: bool,
+    /// With a templated `path`: outputs open at once (the least recently
+    /// written one is closed to make room).
+    #[serde(default = "defaults::max_open_outputs")]
+    pub max_open_outputs: usize,
+    /// With a templated `path`: an output nothing was written to for this
+    /// long is closed.
+    #[serde(default = "defaults::close_idle_after", deserialize_with = "duration")]
+    pub close_idle_after: Duration,
 }
 
 /// `type = "stdout"` sink options.
@@ -673,6 +682,12 @@ pub(crate) mod defaults {
     }
     pub(crate) fn concurrency() -> usize {
         sink_driver().concurrency
+    }
+    pub(crate) fn max_open_outputs() -> usize {
+        etl_sink::FileOutputsConfig::default().max_open
+    }
+    pub(crate) fn close_idle_after() -> Duration {
+        etl_sink::FileOutputsConfig::default().close_idle_after
     }
     pub(crate) fn write_timeout() -> Duration {
         sink_driver()

@@ -2,7 +2,9 @@
 //! files, and a local file appended to (exactly once if asked).
 
 use etl_record::SourceId;
-use etl_sink::{FileSink, FileSinkConfig, FsyncPolicy};
+use etl_sink::{
+    FileOutputs, FileOutputsConfig, FileSink, FileSinkConfig, FsyncPolicy, PathTemplate,
+};
 use etl_source::{FileSource, FileSourceConfig, LineFormat};
 
 use super::encoder;
@@ -76,7 +78,32 @@ fn check_source(f: &FileSourceOptions, report: &mut CheckReport<'_>) {
     report.reads_files(&f.paths);
 }
 
+/// The template a sink's `path` is, if it has placeholders.
+fn template_of(path: &std::path::Path) -> Result<Option<PathTemplate>, String> {
+    path.to_str().map_or(Ok(None), PathTemplate::parse)
+}
+
 async fn open_sink(f: FileSinkOptions) -> Result<BuiltSink, crate::BoxError> {
+    let config = FileSinkConfig {
+        fsync: match (f.fsync, f.fsync_interval) {
+            (FsyncMode::Interval, Some(every)) => FsyncPolicy::Interval(every),
+            _ => FsyncPolicy::EveryBatch,
+        },
+        rotate_bytes: f.rotate_bytes.map(|b| b.0),
+        rotate_after: f.rotate_interval,
+        exactly_once: f.exactly_once,
+    };
+    if let Some(template) = template_of(&f.path)? {
+        let outputs = FileOutputs::new(
+            template,
+            FileOutputsConfig {
+                file: config,
+                max_open: f.max_open_outputs,
+                close_idle_after: f.close_idle_after,
+            },
+        )?;
+        return Ok(BuiltSink::new(outputs));
+    }
     if let Some(dir) = f.path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| etl_sink::SinkError::Io {
             op: "create the output folder",
@@ -84,19 +111,7 @@ async fn open_sink(f: FileSinkOptions) -> Result<BuiltSink, crate::BoxError> {
             source,
         })?;
     }
-    let file = FileSink::open(
-        &f.path,
-        FileSinkConfig {
-            fsync: match (f.fsync, f.fsync_interval) {
-                (FsyncMode::Interval, Some(every)) => FsyncPolicy::Interval(every),
-                _ => FsyncPolicy::EveryBatch,
-            },
-            rotate_bytes: f.rotate_bytes.map(|b| b.0),
-            rotate_after: f.rotate_interval,
-            exactly_once: f.exactly_once,
-        },
-    )
-    .await?;
+    let file = FileSink::open(&f.path, config).await?;
     Ok(if f.exactly_once {
         BuiltSink::exactly_once(file)
     } else {
@@ -117,10 +132,24 @@ fn check_sink(f: &FileSinkOptions, report: &mut CheckReport<'_>) {
     if let Some(age) = f.rotate_interval {
         report.above_zero("rotate_interval", age);
     }
-    report.writes_file(
-        &f.path,
-        f.rotate_bytes.is_some() || f.rotate_interval.is_some(),
-    );
+    match template_of(&f.path) {
+        Err(e) => report.problem("path", format!("path: {e}")),
+        Ok(Some(_)) => {
+            report.at_least_one("max_open_outputs", f.max_open_outputs as u64);
+            report.above_zero("close_idle_after", f.close_idle_after);
+            if f.exactly_once {
+                report.problem(
+                    "exactly_once",
+                    "exactly_once needs a single output file: a templated path writes one \
+                     per value",
+                );
+            }
+        }
+        Ok(None) => report.writes_file(
+            &f.path,
+            f.rotate_bytes.is_some() || f.rotate_interval.is_some(),
+        ),
+    }
     if f.exactly_once {
         report.exactly_once();
     }

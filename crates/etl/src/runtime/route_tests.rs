@@ -512,3 +512,58 @@ async fn the_routing_example_writes_what_its_readme_says() {
     );
     assert_eq!(out("other.ndjson").len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_templated_file_path_writes_one_output_per_value_and_dead_letters_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let input: Vec<String> = (0..90)
+        .map(|i| match i % 10 {
+            9 => format!(r#"{{"n":{i}}}"#),
+            _ => format!(r#"{{"n":{i},"region":"{}"}}"#, ["eu", "us", "ap"][i % 3]),
+        })
+        .collect();
+    std::fs::write(dir.path().join("in.ndjson"), input.join("\n") + "\n").unwrap();
+    let text = r#"
+[source]
+type = "file"
+paths = ["in.ndjson"]
+format = "ndjson"
+
+[[sinks]]
+name = "by_region"
+type = "file"
+path = "out/{region}/orders.ndjson"
+max_open_outputs = 2
+
+[dead_letter]
+type = "file"
+path = "dead.ndjson"
+
+[checkpoint]
+store = { type = "file", path = "state" }
+"#;
+    let config = crate::parse_config(text, dir.path()).unwrap();
+    let pipeline = super::pipeline_from_config(&config).await.unwrap();
+    let summary = pipeline.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(summary.read, 90);
+    for region in ["eu", "us", "ap"] {
+        let got = lines(&dir.path().join("out").join(region).join("orders.ndjson"));
+        let want: Vec<String> = input
+            .iter()
+            .filter(|l| l.contains(&format!(r#""region":"{region}""#)))
+            .cloned()
+            .collect();
+        assert_eq!(got, want, "{region}");
+    }
+    assert_eq!(lines(&dir.path().join("dead.ndjson")).len(), 9);
+
+    let refused = crate::parse_config(
+        &text.replace("max_open_outputs = 2", "exactly_once = true"),
+        dir.path(),
+    )
+    .unwrap_err();
+    assert!(
+        refused.iter().any(|p| p.message.contains("templated path")),
+        "{refused:?}"
+    );
+}
