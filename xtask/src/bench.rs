@@ -63,11 +63,18 @@ pub(crate) fn run(args: &[String]) -> Result {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
-    if let Some(other) =
-        only.filter(|o| !["many-files", "kafka", "transform", "file-to-file"].contains(o))
-    {
+    if let Some(other) = only.filter(|o| {
+        ![
+            "many-files",
+            "kafka",
+            "transform",
+            "routing",
+            "file-to-file",
+        ]
+        .contains(o)
+    }) {
         return Err(format!(
-            "--only takes many-files, kafka, transform or file-to-file, not {other:?}"
+            "--only takes many-files, kafka, transform, routing or file-to-file, not {other:?}"
         ));
     }
     let started = Instant::now();
@@ -89,6 +96,7 @@ pub(crate) fn run(args: &[String]) -> Result {
     if let Some(only) = only {
         let rows = match only {
             "transform" => transform_rows(&etl, &work)?,
+            "routing" => routing_rows(&etl, &work)?,
             "file-to-file" => {
                 file_to_file(&etl, &build_harness("etl-cli", "pipeline")?, &work)?.rows
             }
@@ -168,6 +176,7 @@ pub(crate) fn run(args: &[String]) -> Result {
 
     // 2c. Transforms against a single-threaded Python + orjson script.
     rows.extend(transform_rows(&etl, &work)?);
+    rows.extend(routing_rows(&etl, &work)?);
 
     // 3. Checkpointer: per-ack cost against pending batches.
     let report = capture(
@@ -1156,6 +1165,102 @@ field = "customer.email"
         });
     }
     Ok(rows)
+}
+
+/// Rounds of the routing row, each side.
+const ROUTING_ROUNDS: usize = 3;
+
+/// The W1 job routed three ways (exclusive routes by amount, the rest to
+/// an unmatched sink) against the same job into one sink, alternated in
+/// the same run: what the routes cost.
+fn routing_rows(etl: &Path, work: &Path) -> Result<Vec<Row>> {
+    let dir = work.join("routing");
+    let input = work.join("transform").join("input-w1");
+    let kept = write_transform_input("w1", W1_RECORDS, 1, &input)?;
+    let steps = r#"[[transforms]]
+type = "filter"
+field = "amount"
+op = ">="
+value = 1
+
+[[transforms]]
+type = "remap"
+source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
+"#;
+    let sink = |name: &str, when: &str| {
+        format!(
+            "[[sinks]]\nname = \"{name}\"\ntype = \"file\"\npath = \"output/{name}.ndjson\"\n{when}\n"
+        )
+    };
+    let plain = sink("out", "");
+    let routed = format!(
+        "[routing]\nmode = \"exclusive\"\nunmatched = \"large\"\n\n{}{}{}",
+        sink(
+            "small",
+            "when = { field = \"amount\", op = \"<\", value = 100 }"
+        ),
+        sink(
+            "medium",
+            "when = { field = \"amount\", op = \"<\", value = 1000 }"
+        ),
+        sink("large", ""),
+    );
+    let mut configs = Vec::new();
+    for (name, sinks) in [("plain", &plain), ("routed", &routed)] {
+        let run = dir.join(name);
+        std::fs::create_dir_all(&run)
+            .map_err(|e| format!("cannot create {}: {e}", run.display()))?;
+        let config = run.join("pipeline.toml");
+        let text = format!(
+            "# Written by `cargo xtask bench`.\n[source]\ntype = \"file\"\npaths = [\"{}/*.ndjson\"]\n\n{steps}\n{sinks}\n\
+             [checkpoint]\ncommit_interval = \"500ms\"\nstore = {{ type = \"file\", path = \"state\" }}\n",
+            input.display(),
+        );
+        std::fs::write(&config, text)
+            .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+        configs.push((run, config));
+    }
+    let (mut best_plain, mut best_routed) = (0f64, 0f64);
+    for round in 1..=ROUTING_ROUNDS {
+        let mut rates = [0f64; 2];
+        for (i, (run, config)) in configs.iter().enumerate() {
+            reset(run)?;
+            let t = timed_cpu(etl, &["run".as_ref(), config.as_os_str()], None)?;
+            let mut lines = 0;
+            for entry in std::fs::read_dir(run.join("output"))
+                .map_err(|e| format!("cannot read {}: {e}", run.display()))?
+                .filter_map(std::result::Result::ok)
+            {
+                lines += count_lines(&entry.path())?;
+            }
+            if lines != kept {
+                return Err(format!(
+                    "routing row: {} wrote {lines} lines, expected {kept}",
+                    run.display()
+                ));
+            }
+            rates[i] = W1_RECORDS as f64 / t.secs;
+        }
+        eprintln!(
+            "xtask: routing round {round}: one sink {} rec/s, routed three ways {} rec/s ({:.2})",
+            si(rates[0]),
+            si(rates[1]),
+            rates[1] / rates[0]
+        );
+        best_plain = best_plain.max(rates[0]);
+        best_routed = best_routed.max(rates[1]);
+    }
+    for (run, _) in &configs {
+        reset(run)?;
+    }
+    Ok(vec![Row {
+        name: "routing: W1 routed 3 ways (exclusive, by amount, unmatched)".into(),
+        figure: format!("{} rec/s", si(best_routed)),
+        baseline: format!("{} rec/s the same job into one sink", si(best_plain)),
+        ratio: best_routed / best_plain,
+        budget: ">= 0.9".into(),
+        met: Some(best_routed / best_plain >= 0.9),
+    }])
 }
 
 /// The records of the bench harnesses (`crates/etl/benches/common`), so
