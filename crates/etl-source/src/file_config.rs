@@ -9,8 +9,10 @@ use etl_record::{PartitionId, SourceId};
 use crate::SourceError;
 use crate::file_glob::{expand, is_pattern};
 
-/// How a line becomes a record (`format` in a configuration file:
-/// `"ndjson"` or `"lines"`).
+/// How a line becomes a record (`format` of a file source in a
+/// configuration file: `"ndjson"` or `"lines"`), and, for a sink that
+/// writes lines, how a record becomes one (its `encoding`: the value as
+/// one JSON document, or its bytes as they are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LineFormat {

@@ -324,17 +324,6 @@ pub struct RoutingConfig {
 /// built-ins are registered there too), built by its factory.
 pub type SinkKind = Component<BoxFuture<Result<BuiltSink, BoxError>>>;
 
-/// How records are encoded for a byte-oriented sink.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Encoding {
-    /// One JSON document per line.
-    #[default]
-    Ndjson,
-    /// The value's bytes and a newline.
-    Lines,
-}
-
 /// When the file sink calls fsync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -356,9 +345,11 @@ pub struct FileSinkOptions {
     /// Output file; with `{field}` placeholders, one output per value
     /// (`out/{level}/events.ndjson`).
     pub path: PathBuf,
-    /// Encoding.
+    /// How a record becomes a line (`encoding`): its value as one JSON
+    /// document (`ndjson`, checked unless the steps or the source vouch
+    /// for it), or its value's bytes as they are (`lines`).
     #[serde(default)]
-    pub encoding: Encoding,
+    pub encoding: LineFormat,
     /// When to fsync.
     #[serde(default)]
     pub fsync: FsyncMode,
@@ -388,9 +379,11 @@ pub struct FileSinkOptions {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutSinkOptions {
-    /// Encoding.
+    /// How a record becomes a line (`encoding`): its value as one JSON
+    /// document (`ndjson`, checked unless the steps or the source vouch
+    /// for it), or its value's bytes as they are (`lines`).
     #[serde(default)]
-    pub encoding: Encoding,
+    pub encoding: LineFormat,
     /// Write even when standard output is the null device; see
     /// [`StdoutSinkConfig::allow_null_device`](etl_sink::StdoutSinkConfig::allow_null_device).
     #[serde(default = "defaults::allow_null_device")]
@@ -400,7 +393,7 @@ pub struct StdoutSinkOptions {
 impl Default for StdoutSinkOptions {
     fn default() -> Self {
         StdoutSinkOptions {
-            encoding: Encoding::default(),
+            encoding: LineFormat::default(),
             allow_null_device: defaults::allow_null_device(),
         }
     }

@@ -9,7 +9,7 @@ mod stdout;
 
 use etl_sink::{Encoder, NdjsonEncoder, RawLinesEncoder};
 
-use crate::config::Encoding;
+use crate::config::LineFormat;
 use crate::registry::{ComponentContext, Registry};
 
 /// `registry` with the built-in sources and sinks.
@@ -22,10 +22,10 @@ pub(crate) fn register(registry: Registry) -> Registry {
 
 /// The encoder of a byte-oriented sink: NDJSON (checking each value
 /// unless every value is known to be JSON) or raw lines.
-fn encoder(encoding: Encoding, context: &ComponentContext<'_>) -> Box<dyn Encoder> {
+fn encoder(encoding: LineFormat, context: &ComponentContext<'_>) -> Box<dyn Encoder> {
     match encoding {
-        Encoding::Ndjson if context.values_are_json() => Box::new(NdjsonEncoder::trusted()),
-        Encoding::Ndjson => Box::new(NdjsonEncoder::new()),
-        Encoding::Lines => Box::new(RawLinesEncoder::new()),
+        LineFormat::Ndjson if context.values_are_json() => Box::new(NdjsonEncoder::trusted()),
+        LineFormat::Ndjson => Box::new(NdjsonEncoder::new()),
+        LineFormat::Lines => Box::new(RawLinesEncoder::new()),
     }
 }
