@@ -88,12 +88,10 @@ impl JsonOp {
 }
 
 /// The array index a path segment names: digits only (`items.0.qty`).
-/// Such a segment also names the key `"0"` of an object.
+/// Such a segment also names the key `"0"` of an object. The same rule as
+/// every other component's ([`etl_record::array_index`]).
 pub(crate) fn index(segment: &str) -> Option<usize> {
-    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    segment.parse().ok()
+    etl_record::array_index(segment)
 }
 
 pub(crate) fn child<'a>(value: &'a Value, segment: &str) -> Option<&'a Value> {

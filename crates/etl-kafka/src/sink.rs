@@ -295,20 +295,10 @@ fn route(
     Ok(Routed { key, topic })
 }
 
-/// The value at `field` (a dotted path; digits index arrays) of
-/// `document`.
+/// The value at `field` (a dotted path, read as every component reads
+/// one: [`etl_record::FieldPath`]) of `document`.
 fn field_at<'a>(document: &'a serde_json::Value, field: &str) -> Option<&'a serde_json::Value> {
-    let mut at = document;
-    for segment in field.split('.') {
-        at = match at {
-            serde_json::Value::Object(map) => map.get(segment),
-            serde_json::Value::Array(items) => {
-                segment.parse::<usize>().ok().and_then(|i| items.get(i))
-            }
-            _ => None,
-        }?;
-    }
-    Some(at)
+    etl_record::json_field(document, field.split('.'))
 }
 
 /// Kafka's rule for topic names, and no internal topic (`__consumer_offsets`,
@@ -411,6 +401,15 @@ mod tests {
 
     fn key_from_field(value: &[u8], field: &str) -> Result<Vec<u8>, String> {
         route(value, Some(field), None).map(|r| r.key.unwrap_or_default())
+    }
+
+    #[test]
+    fn a_key_field_reads_array_indexes_as_a_filter_does() {
+        let value = br#"{"items":[{"sku":"a"},{"sku":"b"}]}"#;
+        assert_eq!(key_from_field(value, "items.1.sku").unwrap(), b"b");
+        // `+1` is a name, not an index, for every component.
+        let plus = key_from_field(value, "items.+1.sku").unwrap_err();
+        assert!(plus.contains("no such field"), "{plus}");
     }
 
     #[test]

@@ -199,9 +199,10 @@ impl KeyTemplate {
     }
 }
 
-/// The value at a dotted `path` of `value`.
+/// The value at a dotted `path` of `value` ([`etl_record::FieldPath`]'s
+/// reading: digits index arrays).
 pub(crate) fn lookup<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(value, |v, segment| v.get(segment))
+    etl_record::json_field(value, path)
 }
 
 /// `text` with every byte outside `[A-Za-z0-9._=-]` as `%XX`.

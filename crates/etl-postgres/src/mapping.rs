@@ -104,12 +104,9 @@ impl Mapping {
     }
 }
 
+/// The value at `path` ([`etl_record::FieldPath`]'s reading).
 fn lookup<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(doc, |v, seg| match v {
-        Value::Object(map) => map.get(seg),
-        Value::Array(items) => items.get(seg.parse::<usize>().ok()?),
-        _ => None,
-    })
+    etl_record::json_field(doc, path)
 }
 
 /// A JSON value as column text: `null` and missing fields are `NULL`;
@@ -172,6 +169,14 @@ mod tests {
             Position::new(SourceId::new("src"), PartitionId(2), Offset(7)),
             value,
         )
+    }
+
+    #[test]
+    fn a_column_path_reads_array_indexes_as_a_filter_does() {
+        let doc: Value = serde_json::from_str(r#"{"items":[1,2]}"#).unwrap();
+        let path = |p: &str| p.split('.').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(lookup(&doc, &path("items.1")), Some(&Value::from(2)));
+        assert_eq!(lookup(&doc, &path("items.+1")), None);
     }
 
     #[test]

@@ -43,6 +43,7 @@
 
 mod dead_letter;
 mod error;
+mod field_path;
 mod headers;
 mod identity;
 mod key;
@@ -52,6 +53,9 @@ pub mod reuse;
 
 pub use dead_letter::DeadLetter;
 pub use error::ParseKeyError;
+#[cfg(feature = "json")]
+pub use field_path::json_field;
+pub use field_path::{FieldPath, FieldPathError, array_index};
 pub use headers::{Header, HeaderSource, Headers};
 pub use identity::{Offset, PartitionId, PartitionOffsets, Position, SourceId};
 pub use key::IdempotencyKey;

@@ -127,15 +127,8 @@ impl PathTemplate {
 /// path component.
 fn segment(value: &serde_json::Value, path: &[String]) -> Result<String, String> {
     let name = path.join(".");
-    let mut at = value;
-    for key in path {
-        at = match at {
-            serde_json::Value::Object(map) => map.get(key),
-            serde_json::Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get(i)),
-            _ => None,
-        }
+    let at = etl_record::json_field(value, path)
         .ok_or_else(|| format!("field {name:?} of the output path is missing"))?;
-    }
     let text = match at {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Number(n) => n.to_string(),

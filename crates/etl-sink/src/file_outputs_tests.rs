@@ -1,3 +1,6 @@
+//! Tests of the templated file outputs: the template, values that cannot
+//! be a file name, the split by output, the bound on open outputs.
+
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;

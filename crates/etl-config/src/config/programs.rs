@@ -85,10 +85,6 @@ enum Kind {
     Condition,
 }
 
-/// Compile a program written in the configuration file under `key`, and
-/// report an error at its line and column there (at the key when the
-/// program's text is not written verbatim, e.g. with escapes).
-#[cfg(feature = "remap")]
 /// Check a sink's `when` condition (VRL) at `key` of the sink's table.
 pub(super) fn condition(
     ck: &mut Checker<'_>,
@@ -100,6 +96,10 @@ pub(super) fn condition(
     compile(ck, text, Kind::Condition, span, section, key);
 }
 
+/// Compile a program written in the configuration file under `key`, and
+/// report an error at its line and column there (at the key when the
+/// program's text is not written verbatim, e.g. with escapes).
+#[cfg(feature = "remap")]
 fn compile(
     ck: &mut Checker<'_>,
     text: &str,
