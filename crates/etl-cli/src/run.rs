@@ -88,6 +88,7 @@ async fn run_async(
         written = summary.written(),
         filtered = summary.filtered,
         dead_lettered = summary.dead_lettered,
+        unrouted = summary.unrouted,
         replays = summary.replays,
         committed = %committed.join(","),
         stopped_by_signal = summary.stopped,

@@ -3,26 +3,37 @@
 //!
 //! Each distinct path is a [`FileSink`] of its own: its own lock, rotation
 //! and recovery point. A batch is split by path and each part written to
-//! its file; the write returns once every part is durable, so a record is
-//! acknowledged only when the file it belongs in holds it. At most
-//! `max_open` outputs are open at once (the least recently written one is
-//! flushed and closed to make room), and an output nothing was written to
-//! for `close_idle_after` is closed at the next write or flush.
+//! its file, one after another; the write returns once every part is
+//! durable, so a record is acknowledged only when the file it belongs in
+//! holds it. A write that fails part-way remembers the parts it wrote, and
+//! its retry (the same batch) writes only the others. At most `max_open`
+//! outputs are open at once (the least recently written one is flushed and
+//! closed to make room), and an output nothing was written to for
+//! `close_idle_after` is closed when a new output opens or the sink
+//! flushes. Writes go one at a time: with several writes in flight, an
+//! `fsync = "interval"` output syncs every batch.
 //!
-//! A value a path cannot be made of (a field that is missing, null, an
-//! object or an array, not UTF-8, empty, `.` or `..`, or holding `/` or a
-//! NUL byte) refuses the record, which the driver sends to the
-//! dead-letter path: a record's data never chooses a folder outside the
-//! template's.
+//! A value a path cannot be made of refuses the record, which the driver
+//! sends to the dead-letter path: a field that is missing, null, an
+//! object or an array, empty, `.` or `..`, holding `/` or a NUL byte, a
+//! file name longer than 255 bytes, or a name another output keeps beside
+//! its file (ending `.lock`, `.progress`, `.recovery`, `.tmp` or `.` and
+//! digits, as a rotated file does). So does an output that cannot be
+//! opened because of its name (a folder on the way is a file, the path is
+//! a folder, another sink or run holds it). A record's data never chooses
+//! a folder outside the template's, nor another output's files. An
+//! output closed and then deleted or replaced by another program is
+//! opened anew (not watched once closed, unlike a plain file sink's
+//! single output).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etl_fs::Fs;
-use etl_record::Record;
+use etl_record::{Position, Record};
 
 use crate::{EncodedBatch, FileSink, FileSinkConfig, Reject, Sink, SinkError};
 
@@ -92,6 +103,32 @@ impl PathTemplate {
         Ok(Some(PathTemplate { parts }))
     }
 
+    /// The template `relative` (with placeholders) under the folder
+    /// `base`, whose name is taken as it is (braces in it are no
+    /// placeholders): a configuration file's relative path, resolved
+    /// against the file's folder. `None` when `relative` has no
+    /// placeholder.
+    ///
+    /// # Errors
+    ///
+    /// As [`parse`](Self::parse), for `relative`.
+    pub fn parse_under(base: &Path, relative: &str) -> Result<Option<PathTemplate>, String> {
+        let Some(mut template) = PathTemplate::parse(relative)? else {
+            return Ok(None);
+        };
+        if !base.as_os_str().is_empty() {
+            let mut prefix = base.to_string_lossy().into_owned();
+            if !prefix.ends_with('/') {
+                prefix.push('/');
+            }
+            match template.parts.first_mut() {
+                Some(Part::Text(text)) => text.insert_str(0, &prefix),
+                _ => template.parts.insert(0, Part::Text(prefix)),
+            }
+        }
+        Ok(Some(template))
+    }
+
     /// The folder every output is under: the template's text before its
     /// first placeholder, up to its last `/`.
     #[must_use]
@@ -119,8 +156,42 @@ impl PathTemplate {
                 Part::Field(path) => out.push_str(&segment(&value, path)?),
             }
         }
-        Ok(PathBuf::from(out))
+        let path = PathBuf::from(out);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.as_deref().unwrap_or_default();
+        if name.len() > 255 {
+            return Err(format!(
+                "the output file name is {} bytes long, more than 255",
+                name.len()
+            ));
+        }
+        if let Some(kept) = side_file(name) {
+            return Err(format!(
+                "the output {:?} ends like a file another output keeps beside it ({kept}): \
+                 the record would write into it",
+                path.display().to_string()
+            ));
+        }
+        Ok(path)
     }
+}
+
+/// What `name` would be beside another output's file, if anything: its
+/// lock, progress, recovery point, their temporary copies, or a rotated
+/// file (`.1`).
+fn side_file(name: &str) -> Option<&'static str> {
+    for (suffix, what) in [
+        (".lock", "a lock"),
+        (".progress", "a progress file"),
+        (".recovery", "a recovery point"),
+        (".tmp", "a file being replaced"),
+    ] {
+        if name.ends_with(suffix) {
+            return Some(what);
+        }
+    }
+    let (_, last) = name.rsplit_once('.')?;
+    (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit())).then_some("a rotated file")
 }
 
 /// The text of the field at `path` of `value`, fit to be (part of) one
@@ -147,6 +218,9 @@ fn segment(value: &serde_json::Value, path: &[String]) -> Result<String, String>
     }
     Ok(text)
 }
+
+/// What creating an output's folders is called in errors.
+const CREATE_FOLDER: &str = "create the output folder";
 
 /// How a [`FileOutputs`] keeps its files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,6 +251,9 @@ pub struct FileOutputs {
     config: FileOutputsConfig,
     fs: Arc<dyn Fs>,
     open: tokio::sync::Mutex<HashMap<PathBuf, Output>>,
+    /// The last write that failed part-way: which batch (its records'
+    /// positions) and the outputs it wrote durably.
+    partial: std::sync::Mutex<Option<(Vec<Position>, HashSet<PathBuf>)>>,
 }
 
 struct Output {
@@ -227,6 +304,7 @@ impl FileOutputs {
             config,
             fs,
             open: tokio::sync::Mutex::new(HashMap::new()),
+            partial: std::sync::Mutex::new(None),
         })
     }
 
@@ -266,7 +344,7 @@ impl FileOutputs {
             // the root, before anything is reported written there.
             self.fs
                 .create_dir_all(dir)
-                .map_err(|e| SinkError::io("create the output folder", dir, e))?;
+                .map_err(|e| SinkError::io(CREATE_FOLDER, dir, e))?;
         }
         let sink = Arc::new(FileSink::open_in(self.fs.clone(), path, self.config.file).await?);
         open.insert(
@@ -277,6 +355,37 @@ impl FileOutputs {
             },
         );
         Ok(sink)
+    }
+}
+
+/// Why an output cannot be opened because of its name (not because of
+/// the disk or the machine), as a record's fault: a folder on the way is
+/// a file, the path is a folder or its name too long, or another sink or
+/// run holds it. `None` for every other error, which stays the sink's.
+fn named_badly(e: &SinkError) -> Option<String> {
+    use std::io::ErrorKind;
+    match e {
+        SinkError::Io { source, op, .. } => {
+            let why = match source.kind() {
+                ErrorKind::NotADirectory => "a folder on the output's path is a file",
+                // Creating a folder where a file is.
+                ErrorKind::AlreadyExists if *op == CREATE_FOLDER => {
+                    "a folder on the output's path is a file"
+                }
+                ErrorKind::IsADirectory => "the output's path is a folder",
+                ErrorKind::InvalidFilename => "the output's path is too long",
+                _ => return None,
+            };
+            Some(format!("{why}: {e}"))
+        }
+        SinkError::Permanent(inner)
+            if inner
+                .downcast_ref::<crate::file_state::OutputInUse>()
+                .is_some() =>
+        {
+            Some(format!("the output is held elsewhere: {e}"))
+        }
+        _ => None,
     }
 }
 
@@ -321,25 +430,64 @@ impl Sink for FileOutputs {
                 Err(reason) => rejects.push(Reject::new(i, reason)),
             }
         }
+        // A retry of a write that failed part-way: the outputs it wrote
+        // hold their part already.
+        let id: Vec<Position> = batch.records().iter().map(|r| r.position.clone()).collect();
+        let mut done = {
+            let mut partial = self
+                .partial
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match partial.take() {
+                Some((last, done)) if last == id => done,
+                _ => HashSet::new(),
+            }
+        };
         // One output at a time, in the order first seen: the lock keeps
         // the bound on open files while a write waits on one.
         let mut open = self.open.lock().await;
         for (path, indices) in groups {
-            let sink = self.output(&mut open, &path).await?;
-            let mut wanted = indices.iter().copied().peekable();
-            let part = batch.select(|i| {
-                if wanted.peek() == Some(&i) {
-                    wanted.next();
-                    true
-                } else {
-                    false
+            if done.contains(&path) {
+                continue;
+            }
+            let written = match self.output(&mut open, &path).await {
+                Ok(sink) => {
+                    let mut wanted = indices.iter().copied().peekable();
+                    let part = batch.select(|i| {
+                        if wanted.peek() == Some(&i) {
+                            wanted.next();
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                    sink.write(&part).await
                 }
-            });
-            sink.write(&part).await?;
+                Err(e) => match named_badly(&e) {
+                    Some(reason) => {
+                        rejects.extend(indices.iter().map(|&i| Reject::new(i, reason.clone())));
+                        Ok(())
+                    }
+                    None => Err(e),
+                },
+            };
+            match written {
+                Ok(()) => {
+                    done.insert(path);
+                }
+                Err(e) => {
+                    *self
+                        .partial
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((id, done));
+                    return Err(e);
+                }
+            }
         }
         if rejects.is_empty() {
             Ok(())
         } else {
+            rejects.sort_by_key(|r| r.index);
             Err(SinkError::Rejected(rejects))
         }
     }

@@ -150,3 +150,94 @@ fn exactly_once_is_refused_for_a_templated_path() {
     };
     assert!(FileOutputs::new(t, config).is_err());
 }
+
+#[test]
+fn a_value_never_names_another_outputs_side_files() {
+    let t = PathTemplate::parse("out/{k}").unwrap().unwrap();
+    for bad in [
+        "x.lock",
+        "x.progress",
+        "x.recovery",
+        "x.recovery.tmp",
+        "x.1",
+        "x.ndjson.12",
+    ] {
+        let value = format!(r#"{{"k":"{bad}"}}"#);
+        assert!(t.render(&record(0, &value)).is_err(), "{bad}");
+    }
+    let long = format!(r#"{{"k":"{}"}}"#, "a".repeat(256));
+    assert!(t.render(&record(0, &long)).is_err());
+    assert!(t.render(&record(0, r#"{"k":"x.ndjson"}"#)).is_ok());
+}
+
+#[tokio::test]
+async fn an_output_its_name_cannot_open_refuses_its_records_not_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where a folder of the template would go, and an output
+    // another sink holds.
+    std::fs::write(dir.path().join("file"), "x").unwrap();
+    std::fs::create_dir(dir.path().join("held")).unwrap();
+    let holder = FileSink::open(dir.path().join("held/x.ndjson"), FileSinkConfig::default())
+        .await
+        .unwrap();
+    let sink = FileOutputs::new(
+        template(dir.path(), "{k}/x.ndjson"),
+        FileOutputsConfig::default(),
+    )
+    .unwrap();
+    let values = [
+        r#"{"k":"ok","n":0}"#,
+        r#"{"k":"file","n":1}"#,
+        r#"{"k":"held","n":2}"#,
+        r#"{"k":"ok","n":3}"#,
+    ];
+    let err = sink.write(&batch(&values)).await.unwrap_err();
+    let SinkError::Rejected(rejects) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        rejects.iter().map(|r| r.index).collect::<Vec<_>>(),
+        vec![1, 2],
+        "{rejects:?}"
+    );
+    let ok = std::fs::read_to_string(dir.path().join("ok/x.ndjson")).unwrap();
+    assert_eq!(ok.lines().count(), 2);
+    drop(holder);
+}
+
+#[tokio::test]
+async fn a_retry_after_a_write_failed_part_way_writes_only_the_outputs_it_had_not() {
+    use etl_fs::{SimFaults, SimFs};
+
+    let sim = SimFs::new(7);
+    let fs: Arc<dyn Fs> = Arc::new(sim.process());
+    let sink = FileOutputs::new_in(
+        fs,
+        PathTemplate::parse("/out/{k}/x.ndjson").unwrap().unwrap(),
+        FileOutputsConfig::default(),
+    )
+    .unwrap();
+    sink.write(&batch(&[r#"{"k":"a","n":0}"#, r#"{"k":"b","n":0}"#]))
+        .await
+        .unwrap();
+    sim.set_faults(SimFaults {
+        write_fail: 1000,
+        under: Some(PathBuf::from("/out/b")),
+        ..SimFaults::default()
+    });
+    let second = batch(&[r#"{"k":"a","n":1}"#, r#"{"k":"b","n":1}"#]);
+    let failed = sink.write(&second).await.unwrap_err();
+    assert!(failed.is_retryable(), "{failed:?}");
+    sim.set_faults(SimFaults::default());
+    sink.write(&second).await.unwrap();
+    let lines = |path: &str| {
+        let bytes = sim.process().read(Path::new(path)).unwrap();
+        String::from_utf8(bytes).unwrap()
+    };
+    assert_eq!(
+        lines("/out/a/x.ndjson"),
+        "{\"k\":\"a\",\"n\":0}\n{\"k\":\"a\",\"n\":1}\n",
+        "a's part is not written twice"
+    );
+    assert_eq!(lines("/out/b/x.ndjson").lines().count(), 2);
+}

@@ -21,6 +21,7 @@ use crate::file_recovery::{
 use crate::{FileSinkConfig, Progress, SinkError};
 
 mod locks;
+pub(crate) use locks::OutputInUse;
 use locks::{lock_data, lock_output};
 
 /// One record of a batch as the exactly-once path sees it.

@@ -23,7 +23,8 @@ pub(super) fn register(registry: Registry) -> Registry {
             "file",
             SinkPlugin::new_async(|f: FileSinkOptions, context| {
                 let encoder = encoder(f.encoding, context);
-                async move { open_sink(f).await.map(|sink| sink.encoder(encoder)) }
+                let base = context.base_dir().to_owned();
+                async move { open_sink(f, &base).await.map(|sink| sink.encoder(encoder)) }
             })
             .check(check_sink)
             .paths(&["path"]),
@@ -78,12 +79,25 @@ fn check_source(f: &FileSourceOptions, report: &mut CheckReport<'_>) {
     report.reads_files(&f.paths);
 }
 
-/// The template a sink's `path` is, if it has placeholders.
-fn template_of(path: &std::path::Path) -> Result<Option<PathTemplate>, String> {
-    path.to_str().map_or(Ok(None), PathTemplate::parse)
+/// The template a sink's `path` is, if it has placeholders. `path` was
+/// resolved against the configuration file's folder `base`: only what
+/// the file wrote is read for placeholders, not the folder's own name.
+fn template_of(
+    path: &std::path::Path,
+    base: &std::path::Path,
+) -> Result<Option<PathTemplate>, String> {
+    match path.strip_prefix(base) {
+        Ok(relative) if !base.as_os_str().is_empty() => relative
+            .to_str()
+            .map_or(Ok(None), |r| PathTemplate::parse_under(base, r)),
+        _ => path.to_str().map_or(Ok(None), PathTemplate::parse),
+    }
 }
 
-async fn open_sink(f: FileSinkOptions) -> Result<BuiltSink, crate::BoxError> {
+async fn open_sink(
+    f: FileSinkOptions,
+    base: &std::path::Path,
+) -> Result<BuiltSink, crate::BoxError> {
     let config = FileSinkConfig {
         fsync: match (f.fsync, f.fsync_interval) {
             (FsyncMode::Interval, Some(every)) => FsyncPolicy::Interval(every),
@@ -93,7 +107,7 @@ async fn open_sink(f: FileSinkOptions) -> Result<BuiltSink, crate::BoxError> {
         rotate_after: f.rotate_interval,
         exactly_once: f.exactly_once,
     };
-    if let Some(template) = template_of(&f.path)? {
+    if let Some(template) = template_of(&f.path, base)? {
         let outputs = FileOutputs::new(
             template,
             FileOutputsConfig {
@@ -132,9 +146,17 @@ fn check_sink(f: &FileSinkOptions, report: &mut CheckReport<'_>) {
     if let Some(age) = f.rotate_interval {
         report.above_zero("rotate_interval", age);
     }
-    match template_of(&f.path) {
+    // Read before the path is resolved against the file's folder.
+    match template_of(&f.path, std::path::Path::new("")) {
         Err(e) => report.problem("path", format!("path: {e}")),
         Ok(Some(_)) => {
+            if report.name() == "dead_letter" {
+                report.problem(
+                    "path",
+                    "the dead-letter sink's path cannot name fields: a dead letter is the \
+                     record with its reason, and one it cannot place would have nowhere to go",
+                );
+            }
             report.at_least_one("max_open_outputs", f.max_open_outputs as u64);
             report.above_zero("close_idle_after", f.close_idle_after);
             if f.exactly_once {

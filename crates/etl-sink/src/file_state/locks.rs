@@ -16,7 +16,7 @@ use crate::file_progress::suffixed;
     path.display(),
     file.display()
 )]
-struct OutputInUse {
+pub(crate) struct OutputInUse {
     /// The configured path.
     path: PathBuf,
     /// The file it names, symlinks resolved.

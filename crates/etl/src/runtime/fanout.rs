@@ -3,9 +3,10 @@
 //! after its branch's transforms), dead letters to the dead-letter sink.
 //!
 //! Every record leaves this stage with an explicit outcome. The batch's
-//! handle is cloned once per sink (and per dead letter); it resolves
-//! *Delivered* only when every sink has written its copy, so a record
-//! routed to several sinks is committed only once all of them hold it.
+//! handle is cloned once per sink that takes records of it (every sink
+//! without routes) and per dead letter; it resolves *Delivered* only when
+//! every one of them has written its copy, so a record routed to several
+//! sinks is committed only once all of them hold it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

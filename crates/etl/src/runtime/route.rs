@@ -16,7 +16,10 @@
 //! filtered for that sink: its batch's handle is not cloned for it, so
 //! its offset commits once the sinks it did go to hold it durably.
 
-use etl_record::{DeadLetter, Record};
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use etl_record::{DeadLetter, Position, Record};
 
 use crate::config::RouteMode;
 use crate::transform::{ChainOutput, Transform, TransformChain};
@@ -206,6 +209,9 @@ impl Router {
         let Some(unmatched) = self.unmatched else {
             // No record needs to know whether any condition took it: each
             // condition runs over the whole batch, on its fast path.
+            // A record no condition can judge is set aside once, however
+            // many conditions refused it.
+            let mut refused: HashSet<(Position, Bytes)> = HashSet::new();
             for (i, route) in self.routes.iter_mut().enumerate() {
                 let Some(when) = &mut route.when else {
                     routed.to[i] = records.clone();
@@ -214,7 +220,12 @@ impl Router {
                 self.out.clear();
                 when.apply(records.clone(), &mut self.out);
                 routed.to[i] = std::mem::take(&mut self.out.kept);
-                routed.rejected.append(&mut self.out.rejected);
+                for letter in self.out.rejected.drain(..) {
+                    let key = (letter.record.position.clone(), letter.record.value.clone());
+                    if refused.insert(key) {
+                        routed.rejected.push(letter);
+                    }
+                }
                 if let Some(letter) = self.out.halted.take() {
                     routed.halted = Some(letter);
                     return Err(());
@@ -222,9 +233,9 @@ impl Router {
             }
             let conditional = self.routes.iter().filter(|r| r.when.is_some()).count();
             if conditional == self.routes.len() {
-                // A record no sink took went nowhere.
-                let taken: usize = routed.to.iter().map(Vec::len).sum();
-                routed.unrouted += unrouted_of_all(&records, taken, &routed.to);
+                // A record no sink took (and no condition refused) went
+                // nowhere.
+                routed.unrouted += unrouted_of_all(&records, &routed.to, &refused);
             }
             return Ok(());
         };
@@ -246,7 +257,11 @@ impl Router {
                     }
                     Decision::NoMatch => {}
                     Decision::Reject(letter) => {
-                        routed.rejected.push(letter);
+                        // Set aside once, whatever the other conditions
+                        // say of it.
+                        if judged {
+                            routed.rejected.push(letter);
+                        }
                         judged = false;
                     }
                     Decision::Halt(letter) => {
@@ -298,13 +313,15 @@ impl Router {
     }
 }
 
-/// Records of `records` no sink took, when every sink has a condition:
-/// counted by identity of position (a condition keeps the records it
-/// takes in order, so a record is taken when some sink's list holds it).
-fn unrouted_of_all(records: &[Record], taken: usize, to: &[Vec<Record>]) -> u64 {
-    if taken == 0 {
-        return records.len() as u64;
-    }
+/// Records of `records` no sink took and no condition refused, when
+/// every sink has a condition: found by position and value (a condition
+/// keeps the records it takes in order, so a record is taken when some
+/// sink's list holds it next).
+fn unrouted_of_all(
+    records: &[Record],
+    to: &[Vec<Record>],
+    refused: &HashSet<(Position, Bytes)>,
+) -> u64 {
     let mut cursors = vec![0usize; to.len()];
     let mut none = 0u64;
     for record in records {
@@ -315,7 +332,7 @@ fn unrouted_of_all(records: &[Record], taken: usize, to: &[Vec<Record>]) -> u64 
                 hit = true;
             }
         }
-        if !hit {
+        if !hit && !refused.contains(&(record.position.clone(), record.value.clone())) {
             none += 1;
         }
     }

@@ -567,3 +567,102 @@ store = { type = "file", path = "state" }
         "{refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn braces_in_the_configuration_files_folder_are_no_placeholders() {
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("{prod}");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("in.ndjson"), "{\"k\":\"a\"}\n{\"k\":\"b\"}\n").unwrap();
+    let text = "[source]\ntype = \"file\"\npaths = [\"in.ndjson\"]\n\
+                [[sinks]]\nname = \"plain\"\ntype = \"file\"\npath = \"out.ndjson\"\n\
+                [[sinks]]\nname = \"by_k\"\ntype = \"file\"\npath = \"by/{k}.ndjson\"\n\
+                [checkpoint]\nstore = { type = \"memory\" }\n";
+    let config = crate::parse_config(text, &dir).unwrap();
+    let pipeline = super::pipeline_from_config(&config).await.unwrap();
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(lines(&dir.join("out.ndjson")).len(), 2);
+    assert_eq!(
+        lines(&dir.join("by/a.ndjson")),
+        vec!["{\"k\":\"a\"}".to_owned()]
+    );
+    assert_eq!(
+        lines(&dir.join("by/b.ndjson")),
+        vec!["{\"k\":\"b\"}".to_owned()]
+    );
+}
+
+/// A condition that cannot judge offsets divisible by 4, takes those
+/// that are 1 mod 4, and not the others.
+#[derive(Debug, Clone)]
+struct Judge;
+
+impl Transform for Judge {
+    fn name(&self) -> &str {
+        "judge"
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        match record.position.offset.0 % 4 {
+            0 => Outcome::Reject(record, "cannot judge".to_owned()),
+            1 => Outcome::Keep(record),
+            _ => Outcome::Filtered,
+        }
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(self.clone()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_no_condition_can_judge_is_dead_lettered_once_and_not_counted_unrouted() {
+    for unmatched in [false, true] {
+        let (a, b, rest, dlq) = (
+            Collect::default(),
+            Collect::default(),
+            Collect::default(),
+            Collect::default(),
+        );
+        let mut builder = Pipeline::builder()
+            .sink("a", sink(&a))
+            .sink("b", sink(&b))
+            .route("a", Route::new().when(Judge))
+            .route("b", Route::new().when(Judge))
+            .dead_letter(dlq.clone());
+        if unmatched {
+            builder = builder.sink("rest", sink(&rest)).unmatched("rest");
+        }
+        let (result, mut store) = run(builder).await;
+        let summary = result.unwrap();
+        let letters = dlq.seen.lock().unwrap().len();
+        assert_eq!(
+            letters,
+            every(|o| o % 4 == 0).len(),
+            "unmatched: {unmatched}"
+        );
+        assert_eq!(summary.dead_lettered, letters as u64);
+        assert_eq!(a.keys(), every(|o| o % 4 == 1));
+        if unmatched {
+            assert_eq!(rest.keys(), every(|o| o % 4 >= 2));
+            assert_eq!(summary.unrouted, 0);
+        } else {
+            assert_eq!(summary.unrouted, every(|o| o % 4 >= 2).len() as u64);
+        }
+        committed_all(&mut store);
+    }
+}
+
+#[test]
+fn a_templated_dead_letter_path_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\n\
+                [dead_letter]\ntype = \"file\"\npath = \"dead/{reason}.ndjson\"\n";
+    let problems = crate::parse_config(text, dir.path()).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.message.contains("dead-letter sink's path")),
+        "{problems:?}"
+    );
+}

@@ -65,7 +65,7 @@ fn build(
     let checked = |chain: &Fuser, custom_before: bool| !chain.is_empty() && !custom_before;
     let json_stage = |chain: &mut Fuser, ops: Vec<JsonOp>, custom_before: bool| {
         let checked = checked(chain, custom_before);
-        chain.json(JsonStage::new("json", ops), checked);
+        chain.json(JsonStage::new(format!("{label}json"), ops), checked);
     };
     for (i, t) in transforms.iter().enumerate() {
         let op = match t {
