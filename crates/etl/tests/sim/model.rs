@@ -149,6 +149,23 @@ pub fn check(
         _ => {}
     }
 
+    // A sink holds only what its route sends it: no record routed
+    // elsewhere, filtered, or set aside by the steps.
+    for (i, sink) in state.sinks[..dlq_index].iter().enumerate() {
+        for (p, o, v) in &sink.contents {
+            let sent = fates
+                .kept
+                .get(&(*p, *o))
+                .and_then(|per_sink| per_sink.get(i))
+                .is_some_and(|values| values.contains(v));
+            if !sent {
+                return Err(format!(
+                    "sink{i} holds record {p}:{o} (value {v:?}), which its route does not send it"
+                ));
+            }
+        }
+    }
+
     // Committed c => every record below c is in every sink it was routed
     // to, filtered, or dead-lettered.
     let committed = &state.committed;
