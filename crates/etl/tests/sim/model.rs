@@ -39,7 +39,11 @@ fn fates(s: &Scenario) -> Fates {
                 continue;
             }
             let mut per_sink = vec![Vec::new(); s.sinks.len()];
-            for (i, takes) in routes(s, o).into_iter().enumerate() {
+            let (takes, refused) = routes(s, o);
+            if refused && !out.kept.is_empty() {
+                rejected.insert((p, o));
+            }
+            for (i, takes) in takes.into_iter().enumerate() {
                 if !takes {
                     continue;
                 }
@@ -58,43 +62,53 @@ fn fates(s: &Scenario) -> Fates {
 }
 
 /// Which sinks take the record at `offset` (conditions depend on the
-/// offset only, so every copy of a record goes the same way).
-fn routes(s: &Scenario, offset: i64) -> Vec<bool> {
+/// offset only, so every copy of a record goes the same way), and whether
+/// a condition could not judge it (then it is dead-lettered).
+fn routes(s: &Scenario, offset: i64) -> (Vec<bool>, bool) {
     let n = s.sinks.len();
     let unmatched = s.unmatched.map(usize::from);
-    let matches = |i: usize| {
-        s.sinks[i]
-            .when
-            .is_none_or(|(every, at)| hits(offset, every, at))
+    // Some(true): takes it; Some(false): does not; None: cannot judge.
+    let judge = |i: usize| match s.sinks[i].when {
+        None => Some(true),
+        Some(w) if w.refuses.is_some_and(|r| i64::from(r) == offset) => None,
+        Some(w) => Some(hits(offset, w.every, w.at)),
     };
     let mut takes = vec![false; n];
+    let mut refused = false;
     if s.exclusive {
-        match (0..n)
-            .filter(|i| Some(*i) != unmatched)
-            .find(|&i| matches(i))
-        {
-            Some(i) => takes[i] = true,
-            None => {
-                if let Some(u) = unmatched {
-                    takes[u] = true;
+        for i in (0..n).filter(|i| Some(*i) != unmatched) {
+            match judge(i) {
+                Some(true) => {
+                    takes[i] = true;
+                    return (takes, false);
                 }
+                Some(false) => {}
+                None => return (takes, true),
             }
+        }
+        if let Some(u) = unmatched {
+            takes[u] = true;
         }
     } else {
         let mut matched = false;
         for i in (0..n).filter(|i| Some(*i) != unmatched) {
-            if matches(i) {
-                takes[i] = true;
-                matched |= s.sinks[i].when.is_some();
+            match judge(i) {
+                Some(true) => {
+                    takes[i] = true;
+                    matched |= s.sinks[i].when.is_some();
+                }
+                Some(false) => {}
+                None => refused = true,
             }
         }
         if let Some(u) = unmatched
             && !matched
+            && !refused
         {
             takes[u] = true;
         }
     }
-    takes
+    (takes, refused)
 }
 
 /// Whether a healed pipeline can read all its input: not when records

@@ -23,7 +23,7 @@ use etl_source::{PoisonPolicy, SourceDriverConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::scenario::{RunEnd, Scenario};
+use super::scenario::{RunEnd, Scenario, When};
 use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World, hits};
 
 /// Largest step of virtual time while the runtime waits.
@@ -169,10 +169,8 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         let name = format!("sink{index}");
         if spec.when.is_some() || !spec.branch.is_empty() {
             let mut route = Route::new();
-            if let Some((every, at)) = spec.when {
-                route = route.when(etl::filter("when", move |r: &etl_record::Record| {
-                    hits(r.position.offset.0, every, at)
-                }));
+            if let Some(when) = spec.when {
+                route = route.when(SimCondition(when));
             }
             if !spec.branch.is_empty() {
                 route = route.transform(SimTransform::of(&spec.branch, parts, world.clone()));
@@ -206,6 +204,32 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
         });
     }
     builder.build()
+}
+
+/// A sink's condition: keeps the records it takes, filters the others,
+/// rejects the one it cannot judge.
+#[derive(Clone, Debug)]
+struct SimCondition(When);
+
+impl etl::Transform for SimCondition {
+    fn name(&self) -> &str {
+        "when"
+    }
+
+    fn apply(&mut self, record: etl_record::Record) -> etl::Outcome {
+        let o = record.position.offset.0;
+        if self.0.refuses.is_some_and(|r| i64::from(r) == o) {
+            etl::Outcome::Reject(record, "sim: the condition cannot judge it".to_owned())
+        } else if hits(o, self.0.every, self.0.at) {
+            etl::Outcome::Keep(record)
+        } else {
+            etl::Outcome::Filtered
+        }
+    }
+
+    fn fork(&self) -> Option<Box<dyn etl::Transform>> {
+        Some(Box::new(self.clone()))
+    }
 }
 
 /// Let virtual time move in steps of at most [`TICK`], giving the

@@ -227,8 +227,8 @@ pub struct SinkSpec {
     pub dead_letter_failures: bool,
     /// Its faults.
     pub faults: Vec<Fault>,
-    /// Its condition: the records with `offset % every == at`.
-    pub when: Option<(u8, u8)>,
+    /// Its condition.
+    pub when: Option<When>,
     /// Steps of its own, run on its copy after the shared ones.
     pub branch: Vec<Step>,
 }
@@ -368,17 +368,32 @@ fn sink(features: Features) -> impl Strategy<Value = SinkSpec> {
         )
 }
 
-/// A sink's condition (`offset % every == at`) and steps of its own.
-type SinkRoute = (Option<(u8, u8)>, Vec<Step>);
+/// A sink's condition: it takes the records with `offset % every == at`,
+/// and cannot judge the one at offset `refuses` (a value a VRL condition
+/// fails on): that record goes to the dead-letter path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct When {
+    /// Period.
+    pub every: u8,
+    /// Residue.
+    pub at: u8,
+    /// The offset it cannot judge, if any.
+    pub refuses: Option<u8>,
+}
+
+/// A sink's condition and steps of its own.
+type SinkRoute = (Option<When>, Vec<Step>);
 
 /// A sink's route.
 fn route(features: Features) -> BoxedStrategy<SinkRoute> {
     if !features.routing {
         return Just((None, Vec::new())).boxed();
     }
-    let period = (1u8..=5).prop_flat_map(|every| (Just(every), 0..every));
+    let when = (1u8..=5)
+        .prop_flat_map(|every| (Just(every), 0..every, prop::option::weighted(0.2, 0u8..40)))
+        .prop_map(|(every, at, refuses)| When { every, at, refuses });
     (
-        prop::option::weighted(0.5, period),
+        prop::option::weighted(0.5, when),
         prop::collection::vec(step(features), 0..=2),
     )
         .boxed()
