@@ -6,7 +6,6 @@
 //! applies) in both log formats, print it in no byte of their output. And
 //! `{:?}` of every configuration type holding it leaves it out.
 
-#![cfg(all(feature = "kafka", feature = "postgres"))]
 // Helpers outside `#[test]` functions unwrap too: a panic here is a failed
 // test.
 #![allow(clippy::unwrap_used)]
@@ -14,6 +13,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::support::BINARY;
 
 use secrecy::ExposeSecret;
 use serde::Deserialize;
@@ -423,7 +424,7 @@ fn cases() -> Vec<Case> {
 /// it is still running after `patience`: a source against an unreachable
 /// broker retries until stopped.
 fn etl(args: &[&str], config: &Path, env: &[(&str, &str)], patience: Duration) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+    let mut cmd = Command::new(BINARY);
     cmd.args(args)
         .arg(config)
         .env("ETL_LOG", "trace")

@@ -1,7 +1,6 @@
 //! A `remap` program writes `%key`, `%headers` and `%timestamp`, and the
 //! record leaves with them; the rest of the metadata is read-only.
 
-#![cfg(feature = "remap")]
 #![allow(clippy::unwrap_used)]
 
 use etl::{ChainOutput, Remap, TransformChain, VrlProgram};

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/uppercase_sink.rs"]
+#[path = "../../examples/uppercase_sink.rs"]
 mod uppercase_sink;
 
 #[tokio::test(start_paused = true)]

@@ -3,7 +3,6 @@
 //! the client is created, without connecting; each problem at its
 //! property's line, exit 78 from both commands.
 
-#![cfg(feature = "kafka")]
 // Helpers outside `#[test]` functions unwrap too.
 #![allow(clippy::unwrap_used)]
 
@@ -11,8 +10,10 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::support::BINARY;
+
 fn etl(command: &str, config: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_etl"))
+    Command::new(BINARY)
         .arg(command)
         .arg(config)
         .output()

@@ -1,8 +1,12 @@
 //! What the crate promises about `Send` and `Sync`, checked at compile time.
 
+use std::time::Duration;
+
+use etl_ack::Acked;
+use etl_record::{DeadLetter, Record};
 use etl_sink::{
-    BoxSink, DeadLetterHandle, EncodedBatch, FileSink, Progress, SinkDriver, SinkError, SinkHandle,
-    SinkMetrics, SinkSender,
+    BoxSink, DeadLetterHandle, EncodedBatch, FileSink, FileSinkConfig, Progress, SinkDriver,
+    SinkError, SinkHandle, SinkMetrics, SinkSender,
 };
 
 fn send<T: Send>() {}
@@ -57,3 +61,26 @@ async fn public_futures_are_send() {
     send_value(&close);
     let _ = close.await;
 }
+
+// Every other future of the handles, and opening a file sink, is awaited
+// in tasks a multi-threaded runtime may move between threads.
+const _: fn() = || {
+    fn futures_are_send(
+        sender: &SinkSender,
+        handle: SinkHandle,
+        other: SinkHandle,
+        dead_letters: DeadLetterHandle,
+        more_dead_letters: DeadLetterHandle,
+        record: Acked<Vec<Record>>,
+        letter: Acked<DeadLetter>,
+    ) {
+        send_value(&sender.send(record));
+        send_value(&dead_letters.send(letter));
+        send_value(&handle.shutdown(Duration::ZERO));
+        send_value(&other.abort());
+        send_value(&dead_letters.close());
+        send_value(&more_dead_letters.shutdown(Duration::ZERO));
+        send_value(&FileSink::open("out.ndjson", FileSinkConfig::default()));
+    }
+    let _ = futures_are_send;
+};

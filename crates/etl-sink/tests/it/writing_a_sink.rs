@@ -5,15 +5,15 @@
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/blocking_sink.rs"]
+#[path = "../../examples/blocking_sink.rs"]
 mod blocking_sink;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/row_sink.rs"]
+#[path = "../../examples/row_sink.rs"]
 mod row_sink;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/transactional_sink.rs"]
+#[path = "../../examples/transactional_sink.rs"]
 mod transactional_sink;
 
 #[tokio::test]

@@ -13,15 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn etl() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
-    cmd.arg("--log-format").arg("json");
-    cmd
-}
-
-fn run(config: &Path) -> Output {
-    etl().arg("run").arg(config).output().expect("etl runs")
-}
+use crate::support::{BINARY, etl, run};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -258,7 +250,7 @@ fn run_with_fd_limit(config: &Path, limit: u32) -> Output {
         .arg(format!(
             "ulimit -n {limit} && exec \"$0\" --log-format json run \"$1\""
         ))
-        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(BINARY)
         .arg(config)
         .output()
         .expect("sh runs")

@@ -4,12 +4,11 @@
 // Helpers outside `#[test]` functions unwrap too: a panic is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{TestSource, record, tally};
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{
@@ -20,7 +19,6 @@ use etl_sink::{
     NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SendError, SinkDriver, SinkDriverConfig,
     SinkDriverError, SinkError,
 };
-use support::{TestSource, record, tally};
 
 fn one_batch_per_item(max_in_flight: usize) -> SinkDriverConfig {
     SinkDriverConfig {

@@ -5,18 +5,16 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::TestSource;
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId};
 use etl_sink::testing::{FailEveryNth, Flaky, MemorySink};
 use etl_sink::{NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SinkDriver, SinkDriverConfig};
 use proptest::prelude::*;
-use support::TestSource;
 
 #[derive(Debug, Clone)]
 struct Scenario {

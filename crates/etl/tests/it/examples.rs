@@ -1,14 +1,14 @@
 //! The examples run as tests, so they stay correct.
 
-#[path = "../examples/custom_pipeline.rs"]
+#[path = "../../examples/custom_pipeline.rs"]
 #[allow(dead_code)]
 mod custom_pipeline;
 
-#[path = "../examples/file_to_file.rs"]
+#[path = "../../examples/file_to_file.rs"]
 #[allow(dead_code)]
 mod file_to_file;
 
-#[path = "../examples/log_errors.rs"]
+#[path = "../../examples/log_errors.rs"]
 #[allow(dead_code)]
 mod log_errors;
 

@@ -18,7 +18,6 @@
 //! is in its subset) and on VRL's runtime alone
 //! ([`VrlProgram::runtime_only`]); the two must write the same bytes.
 
-#![cfg(feature = "remap")]
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;

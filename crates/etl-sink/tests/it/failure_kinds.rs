@@ -4,8 +4,6 @@
 // Helpers outside `#[test]` functions unwrap too: a panic is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +16,7 @@ use etl_sink::{
 };
 use tokio::time::Instant;
 
-use support::{TestSource, record, tally};
+use crate::support::{TestSource, record, tally};
 
 /// One write per `batch_max_records` records; the dead-letter policy on, so a
 /// failure wrongly taken for bad data would show up as dead letters.

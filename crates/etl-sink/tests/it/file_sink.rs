@@ -4,13 +4,12 @@
 // Helpers outside `#[test]` functions unwrap too: a panic is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::{TestSource, record, tally};
 use etl_record::{Offset, PartitionId};
 use etl_sink::{
     EncodedBatch, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, ProgressSink,
@@ -18,7 +17,6 @@ use etl_sink::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::{TestSource, record, tally};
 
 fn batch(partition: u32, offsets: std::ops::Range<i64>) -> EncodedBatch {
     let records = offsets.map(|o| record(partition, o)).collect();

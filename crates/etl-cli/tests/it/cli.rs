@@ -11,15 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn etl() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
-    cmd.arg("--log-format").arg("json");
-    cmd
-}
-
-fn run(config: &Path) -> Output {
-    etl().arg("run").arg(config).output().expect("etl runs")
-}
+use crate::support::{BINARY, etl, run};
 
 /// The fields of the `pipeline finished` log line.
 fn finished(out: &Output) -> serde_json::Value {
@@ -296,10 +288,7 @@ fn a_missing_input_file_exits_66_naming_it() {
 
 #[test]
 fn help_explains_exit_codes() {
-    let out = Command::new(env!("CARGO_BIN_EXE_etl"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = Command::new(BINARY).arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("EXIT CODES") && text.contains("78"), "{text}");
 }
@@ -801,7 +790,7 @@ store = { type = "file", path = ".etl-state" }
         let status = Command::new("sh")
             .arg("-c")
             .arg(&script)
-            .arg(env!("CARGO_BIN_EXE_etl"))
+            .arg(BINARY)
             .arg(&config)
             .status()
             .unwrap();
@@ -818,7 +807,7 @@ store = { type = "file", path = ".etl-state" }
             .arg(format!(
                 "exec {redirect}; exec \"$0\" validate \"$1\" >/dev/full"
             ))
-            .arg(env!("CARGO_BIN_EXE_etl"))
+            .arg(BINARY)
             .arg(&config)
             .status()
             .unwrap();
@@ -828,7 +817,7 @@ store = { type = "file", path = ".etl-state" }
         let status = Command::new("sh")
             .arg("-c")
             .arg(&script)
-            .arg(env!("CARGO_BIN_EXE_etl"))
+            .arg(BINARY)
             .arg(&config)
             .status()
             .unwrap();
@@ -1074,7 +1063,7 @@ fn run_redirected(config: &Path, redirect: &str) -> Output {
         .arg(format!(
             "exec \"$0\" --log-format json run \"$1\" {redirect}"
         ))
-        .arg(env!("CARGO_BIN_EXE_etl"))
+        .arg(BINARY)
         .arg(config)
         .stderr(Stdio::piped())
         .output()
@@ -1303,7 +1292,7 @@ mod config_env {
     use std::process::{Command, Output};
 
     fn etl(command: &str, config: &Path, env: &[(&str, &str)]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_etl"));
+        let mut cmd = Command::new(crate::support::BINARY);
         cmd.arg(command).arg(config).env_remove("EDIR");
         for (k, v) in env {
             cmd.env(k, v);
@@ -1375,7 +1364,7 @@ mod remap_config {
             ),
         )
         .unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_etl"))
+        let out = std::process::Command::new(crate::support::BINARY)
             .arg("validate")
             .arg(&config)
             .output()

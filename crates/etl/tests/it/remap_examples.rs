@@ -1,7 +1,6 @@
 //! The VRL examples in `examples/` run as tests: every output record is
 //! checked byte for byte, and every dead letter by its reason.
 
-#![cfg(feature = "remap")]
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
