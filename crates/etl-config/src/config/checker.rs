@@ -111,6 +111,28 @@ impl Checker<'_> {
         self.problems.push(problem);
     }
 
+    /// The span of the `index`-th table of the array at `key` in the
+    /// section `at` (`[[sinks.transforms]]`, or an inline array of
+    /// tables), if the file writes it so.
+    pub(super) fn element_span(
+        &self,
+        at: (&str, Option<usize>),
+        key: &str,
+        index: usize,
+    ) -> Option<Range<usize>> {
+        let doc = self.doc.as_ref()?;
+        let section = doc.as_table().get(at.0)?;
+        let section = match at.1 {
+            Some(i) => section.as_array_of_tables()?.get(i)?,
+            None => section.as_table()?,
+        };
+        match section.get(key)? {
+            toml_edit::Item::ArrayOfTables(tables) => tables.get(index)?.span(),
+            toml_edit::Item::Value(toml_edit::Value::Array(items)) => items.get(index)?.span(),
+            _ => None,
+        }
+    }
+
     /// A warning (see [`Config::warnings`]) at the start of `span`.
     pub(super) fn warning(
         &mut self,

@@ -697,7 +697,12 @@ fn sink_route(
                     section: &step_section,
                     at: ("sinks", Some(index)),
                 };
-                let t = Spanned::new(span.clone(), t);
+                // Its own lines, so a problem is placed in this step,
+                // not at the first key of that name in the sink.
+                let at = ck
+                    .element_span(("sinks", Some(index)), "transforms", j)
+                    .unwrap_or_else(|| span.clone());
+                let t = Spanned::new(at, t);
                 match transform_entry(ck, registry, t, &step, base, against) {
                     Some(t) => transforms.push(t),
                     None => ok = false,

@@ -666,3 +666,33 @@ fn a_templated_dead_letter_path_is_refused() {
         "{problems:?}"
     );
 }
+
+#[cfg(feature = "remap")]
+#[test]
+fn a_problem_in_a_sinks_own_step_is_placed_in_that_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "[source]\ntype = \"generator\"\n\
+                [[sinks]]\ntype = \"blackhole\"\n\
+                [[sinks.transforms]]\ntype = \"remap\"\nsource = '.a = 1'\n\
+                [[sinks.transforms]]\ntype = \"remap\"\nsource = '.b = ===='\n";
+    let problems: Vec<String> = crate::parse_config(text, dir.path())
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("10:") && p.contains("transforms #2")),
+        "{problems:?}"
+    );
+    let inline = "[source]\ntype = \"generator\"\n\
+                  [[sinks]]\ntype = \"blackhole\"\n\
+                  transforms = [\n  { type = \"drop_field\", field = \"a\" },\n  { type = \"drop_field\", fild = \"b\" },\n]\n";
+    let problems: Vec<String> = crate::parse_config(inline, dir.path())
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(problems.iter().any(|p| p.starts_with("7:")), "{problems:?}");
+}
