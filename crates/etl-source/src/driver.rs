@@ -11,6 +11,7 @@ use etl_record::{DeadLetter, Offset, PartitionId, Record};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::packed::extend_packed;
 use crate::poison::{PoisonTracker, Verdict};
 use crate::{
     BoxSource, DriverExit, PoisonPolicy, PollBatch, Source, SourceDriverConfig, SourceError,
@@ -321,16 +322,19 @@ impl SourceDriver {
         if self.budget.in_flight().batches != 0 || !self.replays.is_empty() {
             return false;
         }
-        let metrics = self.checkpoint.metrics();
-        self.partitions
-            .iter()
-            .all(|(p, state)| match state.last_emitted {
-                None => true,
-                Some(last) => metrics
-                    .partitions
-                    .get(p)
-                    .is_some_and(|m| m.watermark > last),
-            })
+        // Read in place: a copy of the snapshot would be a second copy
+        // of every partition's metrics (a partition per input file).
+        self.checkpoint.with_metrics(|metrics| {
+            self.partitions
+                .iter()
+                .all(|(p, state)| match state.last_emitted {
+                    None => true,
+                    Some(last) => metrics
+                        .partitions
+                        .get(p)
+                        .is_some_and(|m| m.watermark > last),
+                })
+        })
     }
 
     async fn assign(&mut self, partitions: Vec<PartitionId>) -> Result<(), SourceError> {
@@ -341,17 +345,20 @@ impl SourceDriver {
         let assigned = self.checkpoint.assign(request).await?;
         self.metrics
             .assigned(assigned.iter().map(|a| (a.partition, a.epoch)));
-        for a in assigned {
-            tracing::debug!(partition = %a.partition, epoch = a.epoch, start = %a.start, "assigned");
-            self.poison.reset(a.partition);
-            self.partitions.insert(
-                a.partition,
-                PartitionState {
+        extend_packed(
+            &mut self.partitions,
+            assigned.iter().map(|a| {
+                let state = PartitionState {
                     epoch: a.epoch,
                     seq: 0,
                     last_emitted: None,
-                },
-            );
+                };
+                (a.partition, state)
+            }),
+        );
+        for a in assigned {
+            tracing::debug!(partition = %a.partition, epoch = a.epoch, start = %a.start, "assigned");
+            self.poison.reset(a.partition);
             self.source.seek(a.partition, a.start).await?;
         }
         Ok(())

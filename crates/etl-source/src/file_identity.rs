@@ -61,6 +61,7 @@ use crate::SourceError;
 use crate::file_config::file_partition_id;
 pub(crate) use crate::file_tail::Tail;
 use crate::file_tail::read_at_most;
+use crate::packed::extend_packed;
 
 /// Bytes of a file's start covered by its fingerprint.
 pub(crate) const FINGERPRINT_BYTES: u64 = 1024;
@@ -658,6 +659,9 @@ fn render(
 
 type Parsed = (BTreeMap<Arc<Path>, Entry>, BTreeSet<u32>);
 
+/// Entries parsed before they join the map.
+const RUN: usize = 4096;
+
 fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     let body = etl_checkpoint::unseal(bytes)?;
     let mut lines = body.lines();
@@ -668,6 +672,9 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     };
     let mut entries = BTreeMap::new();
     let mut retired = BTreeSet::new();
+    // Written in path order, so read back in order: gathered in runs
+    // and appended, which keeps the map's nodes full (see `packed`).
+    let mut run = Vec::new();
     for line in lines {
         if let Some(id) = line.strip_prefix("retired ") {
             retired.insert(id.parse().map_err(|_| format!("bad id {id:?}"))?);
@@ -706,8 +713,8 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
             None
         };
         let path = unescape(next("path")?)?;
-        entries.insert(
-            Arc::from(path),
+        run.push((
+            Arc::<Path>::from(path),
             Entry {
                 id: PartitionId(id),
                 identity: FileIdentity {
@@ -719,8 +726,12 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
                 cut,
                 tail,
             },
-        );
+        ));
+        if run.len() == RUN {
+            extend_packed(&mut entries, run.drain(..));
+        }
     }
+    extend_packed(&mut entries, run);
     Ok((entries, retired))
 }
 

@@ -47,7 +47,10 @@ mod file_source;
 mod file_tail;
 mod generator;
 mod line_reader;
+#[cfg(test)]
+mod memory_tests;
 mod metrics;
+mod packed;
 mod poison;
 mod read_buf;
 mod source;
