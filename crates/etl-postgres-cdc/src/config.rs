@@ -53,6 +53,11 @@ pub struct PostgresCdcConfig {
     /// refuses to start without it.
     #[serde(default = "yes")]
     pub create_slot: bool,
+    /// Whether the rows already in the published tables come first, when
+    /// the slot is created ([`Snapshot::Initial`], the default), or only
+    /// the changes after it ([`Snapshot::Never`]).
+    #[serde(default)]
+    pub snapshot: Snapshot,
     /// Most records in one batch.
     #[serde(default = "default_batch")]
     pub max_batch_records: usize,
@@ -71,6 +76,18 @@ pub struct PostgresCdcConfig {
         deserialize_with = "etl_units::duration::deserialize"
     )]
     pub connect_timeout: Duration,
+}
+
+/// What the source reads before the changes, when it creates the slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Snapshot {
+    /// The rows of every published table as of the slot's creation (one
+    /// `"read"` record each), then the changes from that point on.
+    #[default]
+    Initial,
+    /// Only the changes after the slot's creation.
+    Never,
 }
 
 fn yes() -> bool {
@@ -107,6 +124,7 @@ impl PostgresCdcConfig {
             publication: publication.into(),
             slot: slot.into(),
             create_slot: true,
+            snapshot: Snapshot::Initial,
             max_batch_records: default_batch(),
             status_interval: default_status(),
             connect_timeout: default_connect(),

@@ -46,6 +46,8 @@ pub(crate) struct Progress {
     received: Lsn,
     /// The lowest offset the next new transaction may take.
     next_free: i64,
+    /// The highest offset the checkpointer committed, as last heard.
+    committed: i64,
 }
 
 /// What [`Progress::begin`] decided for a transaction.
@@ -67,7 +69,28 @@ impl Progress {
             flushed: confirmed,
             received: confirmed,
             next_free: floor,
+            committed: 0,
         }
+    }
+
+    /// The highest offset the checkpointer committed, as last heard
+    /// (through [`delivered`](Self::delivered)).
+    pub(crate) fn committed(&self) -> i64 {
+        self.committed
+    }
+
+    /// An initial snapshot starts: its rows take offsets from the one
+    /// returned on, which is at or above `floor` and above every offset
+    /// given before.
+    pub(crate) fn snapshot_start(&mut self, floor: i64) -> i64 {
+        self.next_free = self.next_free.max(floor);
+        self.next_free
+    }
+
+    /// The snapshot's rows took the offsets before `end`: the changes
+    /// after it come after them.
+    pub(crate) fn snapshot_end(&mut self, end: i64) {
+        self.next_free = self.next_free.max(end);
     }
 
     /// The position to confirm to the server.
@@ -138,6 +161,7 @@ impl Progress {
     /// delivered change): confirm past every transaction it covers.
     /// Returns whether the position to confirm moved.
     pub(crate) fn delivered(&mut self, offset: i64) -> bool {
+        self.committed = self.committed.max(offset);
         let before = self.flushed;
         while let Some((&first, txn)) = self.txns.first_key_value() {
             let Some(end_lsn) = txn.end_lsn else { break };

@@ -64,6 +64,7 @@ impl PostgresCdcSource {
             publication: config.publication,
             slot: config.slot,
             create_slot: config.create_slot,
+            snapshot: config.snapshot,
             max_batch: config.max_batch_records,
             status_interval: config.status_interval,
             connect_timeout: config.connect_timeout,
