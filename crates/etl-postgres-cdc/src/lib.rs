@@ -124,8 +124,8 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
         .check_stored_progress(|_| Err(NOT_EXACTLY_ONCE.into())))
     })
     .check(|config, report| {
-        if let Err(CdcError::Config { field, reason }) = config.validate() {
-            report.problem(&field, reason);
+        for (field, reason) in config.problems() {
+            report.problem(field, reason);
         }
     });
     registry
