@@ -256,10 +256,11 @@ impl Drop for StatusTask {
 
 async fn status_loop(shared: Arc<Shared>, mut writer: ReplicationWriter) {
     loop {
-        let (received, flushed) = {
+        let (received, flushed, retained) = {
             let p = shared.progress();
-            (p.received(), p.flushed())
+            (p.received(), p.flushed(), p.retained())
         };
+        tracing::debug!(slot = %shared.slot, confirmed = %flushed, retained_wal_bytes = retained, "standby status update");
         if let Err(e) = writer.status(received.0.max(flushed.0), flushed.0).await {
             // The reading side sees the same broken connection.
             tracing::debug!(error = %e, "standby status update failed");
@@ -335,7 +336,12 @@ async fn read_loop(
                     shared.status_now.notify_one();
                 }
             }
-            ServerMessage::XLogData { start, data } => {
+            ServerMessage::XLogData {
+                start,
+                wal_end,
+                data,
+            } => {
+                shared.progress().server_end(Lsn(wal_end));
                 let lsn = Lsn(start);
                 let committed = state.message(lsn, data, reader.target())?;
                 if (state.batch.len() >= shared.max_batch
