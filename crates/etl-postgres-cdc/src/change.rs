@@ -1,5 +1,5 @@
 //! Changes as records: one JSON object per inserted, updated, deleted or
-//! truncated row (the format is in `docs/postgres-cdc.md`).
+//! truncated row, and per row of the initial snapshot (the format is in `docs/postgres-cdc.md`).
 
 use std::collections::HashMap;
 
@@ -15,12 +15,15 @@ use crate::value::{push_str, push_value};
 pub(crate) struct TxnInfo {
     pub(crate) commit_lsn: Lsn,
     pub(crate) commit_time_micros: i64,
-    pub(crate) xid: u32,
+    /// The transaction's id; none for the rows of the initial snapshot.
+    pub(crate) xid: Option<u32>,
 }
 
 /// What happened to a row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
+    /// A row of the initial snapshot.
+    Read,
     Insert,
     Update,
     Delete,
@@ -30,6 +33,7 @@ pub(crate) enum Op {
 impl Op {
     fn name(self) -> &'static str {
         match self {
+            Op::Read => "read",
             Op::Insert => "insert",
             Op::Update => "update",
             Op::Delete => "delete",
@@ -161,7 +165,10 @@ pub(crate) fn record(
     out.extend_from_slice(b"\",\"commit_time\":\"");
     out.extend_from_slice(iso_utc(txn.commit_time_micros).as_bytes());
     out.extend_from_slice(b"\",\"xid\":");
-    out.extend_from_slice(txn.xid.to_string().as_bytes());
+    match txn.xid {
+        Some(xid) => out.extend_from_slice(xid.to_string().as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
 
     // The key: the replica identity's columns, of the new row when there
     // is one, else of the old.
@@ -263,7 +270,7 @@ mod tests {
         let txn = TxnInfo {
             commit_lsn: Lsn(0x16_B374_D848),
             commit_time_micros: 0,
-            xid: 42,
+            xid: Some(42),
         };
         let record = record(
             &SourceId::new("cdc"),
@@ -300,7 +307,7 @@ mod tests {
         let txn = TxnInfo {
             commit_lsn: Lsn(1),
             commit_time_micros: 0,
-            xid: 1,
+            xid: Some(1),
         };
         let e = record(
             &SourceId::new("cdc"),

@@ -53,6 +53,11 @@ pub struct PostgresCdcConfig {
     /// refuses to start without it.
     #[serde(default = "yes")]
     pub create_slot: bool,
+    /// Whether the rows already in the published tables come first, when
+    /// the slot is created ([`Snapshot::Initial`], the default), or only
+    /// the changes after it ([`Snapshot::Never`]).
+    #[serde(default)]
+    pub snapshot: Snapshot,
     /// Most records in one batch.
     #[serde(default = "default_batch")]
     pub max_batch_records: usize,
@@ -71,6 +76,18 @@ pub struct PostgresCdcConfig {
         deserialize_with = "etl_units::duration::deserialize"
     )]
     pub connect_timeout: Duration,
+}
+
+/// What the source reads before the changes, when it creates the slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Snapshot {
+    /// The rows of every published table as of the slot's creation (one
+    /// `"read"` record each), then the changes from that point on.
+    #[default]
+    Initial,
+    /// Only the changes after the slot's creation.
+    Never,
 }
 
 fn yes() -> bool {
@@ -107,6 +124,7 @@ impl PostgresCdcConfig {
             publication: publication.into(),
             slot: slot.into(),
             create_slot: true,
+            snapshot: Snapshot::Initial,
             max_batch_records: default_batch(),
             status_interval: default_status(),
             connect_timeout: default_connect(),
@@ -117,37 +135,84 @@ impl PostgresCdcConfig {
     ///
     /// # Errors
     ///
-    /// [`CdcError::Config`] naming the field.
+    /// [`CdcError::Config`] naming the field of the first problem
+    /// [`problems`](Self::problems) finds.
     pub fn validate(&self) -> Result<(), CdcError> {
-        let bad = |field: &str, reason: &str| CdcError::Config {
-            field: field.to_owned(),
-            reason: reason.to_owned(),
-        };
-        if self.slot.is_empty()
-            || self.slot.len() > 63
-            || !self
-                .slot
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(bad(
+        match self.problems().into_iter().next() {
+            Some((field, reason)) => Err(CdcError::Config {
+                field: field.to_owned(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Every value that needs no server to be wrong, as (field, what is
+    /// wrong): a slot name the server would refuse (PostgreSQL's rule: 1
+    /// to 63 lower-case letters, digits and underscores), a publication
+    /// name empty or longer than the 63 bytes the server keeps, a batch
+    /// of no records, a duration of zero.
+    #[must_use]
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if self.slot.is_empty() || self.slot.len() > 63 {
+            problems.push((
                 "slot",
-                "a slot name is 1 to 63 lower-case letters, digits and underscores",
+                format!(
+                    "a slot name is 1 to 63 lower-case letters, digits and underscores; \
+                     {:?} has {} bytes",
+                    self.slot,
+                    self.slot.len()
+                ),
+            ));
+        } else if let Some(c) = self
+            .slot
+            .chars()
+            .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+        {
+            problems.push((
+                "slot",
+                format!(
+                    "a slot name is 1 to 63 lower-case letters, digits and underscores; \
+                     {:?} has {c:?}",
+                    self.slot
+                ),
             ));
         }
         if self.publication.is_empty() || self.publication.contains('\0') {
-            return Err(bad("publication", "must name a publication"));
+            problems.push((
+                "publication",
+                "publication must name a publication".to_owned(),
+            ));
+        } else if self.publication.len() > 63 {
+            problems.push((
+                "publication",
+                format!(
+                    "a publication name has at most 63 bytes (the server cuts longer ones); \
+                     this one has {}",
+                    self.publication.len()
+                ),
+            ));
         }
         if self.max_batch_records == 0 {
-            return Err(bad("max_batch_records", "must be at least 1"));
+            problems.push((
+                "max_batch_records",
+                "max_batch_records must be at least 1".to_owned(),
+            ));
         }
         if self.status_interval.is_zero() {
-            return Err(bad("status_interval", "must be above zero"));
+            problems.push((
+                "status_interval",
+                "status_interval must be above zero".to_owned(),
+            ));
         }
         if self.connect_timeout.is_zero() {
-            return Err(bad("connect_timeout", "must be above zero"));
+            problems.push((
+                "connect_timeout",
+                "connect_timeout must be above zero".to_owned(),
+            ));
         }
-        Ok(())
+        problems
     }
 
     /// The connection settings, resolved as the PostgreSQL sink resolves
@@ -231,6 +296,61 @@ mod tests {
                 "{old}: {problems:#?}"
             );
         }
+    }
+
+    #[test]
+    fn every_problem_of_the_table_is_reported_at_its_line() {
+        let registry = crate::register(etl_config::Registry::new());
+        let text = "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://u@h/d\"\n\
+                    publication = \"\"\nslot = \"Shop-Changes\"\nmax_batch_records = 0\n\
+                    status_interval = \"0s\"\nconnect_timeout = \"0s\"\n\
+                    snapshot = \"always\"\n\n[[sinks]]\ntype = \"blackhole\"\n";
+        let problems = registry
+            .parse_config(text, std::path::Path::new("/base"))
+            .expect_err("problems");
+        // An unknown snapshot mode is serde's, and stops the table there.
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.line == 9 && p.message.contains("initial")),
+            "{problems:#?}"
+        );
+        let problems = registry
+            .parse_config(
+                &text.replace("snapshot = \"always\"", "snapshot = \"never\""),
+                std::path::Path::new("/base"),
+            )
+            .expect_err("problems");
+        for (line, key) in [
+            (4, "publication"),
+            (5, "slot"),
+            (6, "max_batch_records"),
+            (7, "status_interval"),
+            (8, "connect_timeout"),
+        ] {
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.line == line && p.message.contains(key)),
+                "{key} at line {line}: {problems:#?}"
+            );
+        }
+
+        let long = format!("p{}", "x".repeat(63));
+        let problems = registry
+            .parse_config(
+                &text
+                    .replace("publication = \"\"", &format!("publication = \"{long}\""))
+                    .replace("snapshot = \"always\"\n", ""),
+                std::path::Path::new("/base"),
+            )
+            .expect_err("problems");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.line == 4 && p.message.contains("63")),
+            "a publication name the server would cut: {problems:#?}"
+        );
     }
 
     fn toml_like(json: &str) -> PostgresCdcConfig {

@@ -11,6 +11,12 @@
 //!   (numeric as its exact text, timestamps ISO-8601, bytea base64,
 //!   arrays, json and jsonb as themselves); an unchanged TOAST column is
 //!   listed in `unchanged_toast`, never written as null.
+//! * The initial snapshot ([`Snapshot::Initial`], the default): when the
+//!   source creates the slot, the published tables' rows as of its
+//!   creation come first (one `"read"` record each, read in bounded
+//!   memory from an exported snapshot), then the changes from the slot's
+//!   consistent point. The slot is made only once every row was
+//!   delivered, so a snapshot interrupted by a crash is taken again.
 //! * Offsets: the slot is partition 0; a transaction's changes take
 //!   consecutive offsets from its commit LSN (or right after the previous
 //!   transaction's). The slot is confirmed (`flush_lsn` in standby
@@ -66,11 +72,12 @@ mod lsn;
 mod pgoutput;
 mod progress;
 mod session;
+mod snapshot;
 mod source;
 mod value;
 mod wire;
 
-pub use config::PostgresCdcConfig;
+pub use config::{PostgresCdcConfig, Snapshot};
 pub use error::CdcError;
 pub use lsn::Lsn;
 pub use pgoutput::{
@@ -117,8 +124,8 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
         .check_stored_progress(|_| Err(NOT_EXACTLY_ONCE.into())))
     })
     .check(|config, report| {
-        if let Err(CdcError::Config { field, reason }) = config.validate() {
-            report.problem(&field, reason);
+        for (field, reason) in config.problems() {
+            report.problem(field, reason);
         }
     });
     registry

@@ -46,6 +46,10 @@ pub(crate) struct Progress {
     received: Lsn,
     /// The lowest offset the next new transaction may take.
     next_free: i64,
+    /// The highest offset the checkpointer committed, as last heard.
+    committed: i64,
+    /// The server's end of WAL, as its last message said.
+    server_end: Lsn,
 }
 
 /// What [`Progress::begin`] decided for a transaction.
@@ -67,7 +71,54 @@ impl Progress {
             flushed: confirmed,
             received: confirmed,
             next_free: floor,
+            committed: 0,
+            server_end: confirmed,
         }
+    }
+
+    /// The server's end of WAL is at least `lsn` (the header of every
+    /// message it streams says where it is).
+    pub(crate) fn server_end(&mut self, lsn: Lsn) {
+        self.server_end = self.server_end.max(lsn);
+    }
+
+    /// Bytes of WAL the slot retains past the position to confirm: the
+    /// server's end of WAL as last heard minus that position
+    /// (`pg_current_wal_lsn() - confirmed_flush_lsn` as of the last
+    /// message).
+    pub(crate) fn retained(&self) -> u64 {
+        self.server_end
+            .0
+            .max(self.received.0)
+            .saturating_sub(self.flushed.0)
+    }
+
+    /// The offset the server's end of WAL stands for: every change it
+    /// holds takes an offset below it (offsets follow commit LSNs, or the
+    /// offsets given already when those run ahead).
+    pub(crate) fn high_watermark(&self) -> i64 {
+        let end = self.server_end.0.max(self.received.0);
+        i64::try_from(end).unwrap_or(i64::MAX).max(self.next_free)
+    }
+
+    /// The highest offset the checkpointer committed, as last heard
+    /// (through [`delivered`](Self::delivered)).
+    pub(crate) fn committed(&self) -> i64 {
+        self.committed
+    }
+
+    /// An initial snapshot starts: its rows take offsets from the one
+    /// returned on, which is at or above `floor` and above every offset
+    /// given before.
+    pub(crate) fn snapshot_start(&mut self, floor: i64) -> i64 {
+        self.next_free = self.next_free.max(floor);
+        self.next_free
+    }
+
+    /// The snapshot's rows took the offsets before `end`: the changes
+    /// after it come after them.
+    pub(crate) fn snapshot_end(&mut self, end: i64) {
+        self.next_free = self.next_free.max(end);
     }
 
     /// The position to confirm to the server.
@@ -138,6 +189,7 @@ impl Progress {
     /// delivered change): confirm past every transaction it covers.
     /// Returns whether the position to confirm moved.
     pub(crate) fn delivered(&mut self, offset: i64) -> bool {
+        self.committed = self.committed.max(offset);
         let before = self.flushed;
         while let Some((&first, txn)) = self.txns.first_key_value() {
             let Some(end_lsn) = txn.end_lsn else { break };
@@ -157,6 +209,7 @@ impl Progress {
     /// WAL). Returns whether the position to confirm moved.
     pub(crate) fn idle(&mut self, wal_end: Lsn) -> bool {
         self.received = self.received.max(wal_end);
+        self.server_end = self.server_end.max(wal_end);
         if self.txns.is_empty() && wal_end > self.flushed {
             self.flushed = wal_end;
             return true;
@@ -243,6 +296,34 @@ mod tests {
                 proptest::prop_assert_eq!(p.flushed(), expected, "committed {}", committed);
             }
         }
+    }
+
+    #[test]
+    fn the_retained_wal_is_the_servers_end_past_the_position_to_confirm() {
+        let mut p = Progress::new(Lsn(1000), 0);
+        assert_eq!(p.retained(), 0);
+        let Begun::At(at) = p.begin(Lsn(1100)).expect("begin") else {
+            panic!("new transaction")
+        };
+        p.server_end(Lsn(1500));
+        p.commit(at, Lsn(1120), 2);
+        assert_eq!(p.retained(), 500, "read, not delivered");
+        assert_eq!(p.high_watermark(), 1500);
+        assert!(p.delivered(at + 2));
+        assert_eq!(
+            p.retained(),
+            380,
+            "the server wrote on past the delivered commit"
+        );
+        // The server's end as a keepalive says it, nothing unconfirmed:
+        // the slot moves there and retains nothing.
+        assert!(p.idle(Lsn(1600)));
+        assert_eq!(p.retained(), 0);
+        // Offsets that ran ahead of the WAL (a snapshot's rows): the high
+        // watermark is past every offset given.
+        let first = p.snapshot_start(0);
+        p.snapshot_end(first + 5000);
+        assert_eq!(p.high_watermark(), first + 5000);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::change::{Change, Op, Relations, TxnInfo, record};
 use crate::pgoutput::{self, Message};
 use crate::progress::{Begun, Progress};
 use crate::wire::{Connection, ReplicationReader, ReplicationWriter, ServerMessage};
-use crate::{CdcError, Lsn};
+use crate::{CdcError, Lsn, Snapshot, snapshot};
 
 /// The one partition: the slot.
 pub(crate) const PARTITION: PartitionId = PartitionId(0);
@@ -42,6 +42,7 @@ pub(crate) struct Shared {
     pub(crate) publication: String,
     pub(crate) slot: String,
     pub(crate) create_slot: bool,
+    pub(crate) snapshot: Snapshot,
     pub(crate) max_batch: usize,
     pub(crate) status_interval: Duration,
     pub(crate) connect_timeout: Duration,
@@ -87,12 +88,12 @@ impl Shared {
 }
 
 /// `'text'` as an SQL literal.
-fn literal(text: &str) -> String {
+pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
 /// `"name"` as an SQL identifier.
-fn identifier(text: &str) -> String {
+pub(crate) fn identifier(text: &str) -> String {
     format!("\"{}\"", text.replace('"', "\"\""))
 }
 
@@ -116,9 +117,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut floor: i64, tx: mpsc::Sender<Ev
     }
 }
 
-/// Check the server's setup, find or create the slot, and return its
-/// confirmed position.
-async fn prepare(shared: &Shared, conn: &mut Connection) -> Result<Lsn, CdcError> {
+/// Check the server's setup and find the slot: its confirmed position,
+/// or `None` when it is missing and may be created.
+async fn prepare(shared: &Shared, conn: &mut Connection) -> Result<Option<Lsn>, CdcError> {
     let target = conn.target().to_owned();
     let setup = |reason: String| CdcError::Setup {
         target: target.clone(),
@@ -168,22 +169,10 @@ async fn prepare(shared: &Shared, conn: &mut Connection) -> Result<Lsn, CdcError
             let confirmed = row.get(1).cloned().flatten().unwrap_or_default();
             confirmed
                 .parse::<Lsn>()
+                .map(Some)
                 .map_err(|e| setup(format!("slot {:?}: confirmed_flush_lsn {e}", shared.slot)))
         }
-        None if shared.create_slot => {
-            let rows = conn
-                .query(&format!(
-                    "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
-                    identifier(&shared.slot)
-                ))
-                .await?;
-            tracing::info!(slot = %shared.slot, "replication slot created");
-            let consistent = rows.first().and_then(|r| r.get(1).cloned().flatten());
-            consistent
-                .unwrap_or_default()
-                .parse::<Lsn>()
-                .map_err(|e| setup(format!("the new slot's consistent point: {e}")))
-        }
+        None if shared.create_slot => Ok(None),
         None => Err(setup(format!(
             "replication slot {:?} does not exist and create_slot = false; create it \
              (SELECT pg_create_logical_replication_slot('{}', 'pgoutput')) or set \
@@ -191,6 +180,33 @@ async fn prepare(shared: &Shared, conn: &mut Connection) -> Result<Lsn, CdcError
             shared.slot, shared.slot
         ))),
     }
+}
+
+/// Create the slot without a snapshot and return its consistent point.
+async fn create_slot(shared: &Shared, conn: &mut Connection) -> Result<Lsn, CdcError> {
+    let rows = conn
+        .query(&format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+            identifier(&shared.slot)
+        ))
+        .await?;
+    tracing::info!(slot = %shared.slot, "replication slot created");
+    consistent_point(conn.target(), &rows)
+}
+
+/// The consistent point in `CREATE_REPLICATION_SLOT`'s answer.
+pub(crate) fn consistent_point(
+    target: &str,
+    rows: &[Vec<Option<String>>],
+) -> Result<Lsn, CdcError> {
+    let consistent = rows.first().and_then(|r| r.get(1).cloned().flatten());
+    consistent
+        .unwrap_or_default()
+        .parse::<Lsn>()
+        .map_err(|e| CdcError::Setup {
+            target: target.to_owned(),
+            reason: format!("the new slot's consistent point: {e}"),
+        })
 }
 
 async fn stream(
@@ -204,7 +220,17 @@ async fn stream(
         shared.connect_timeout,
     )
     .await?;
-    let confirmed = prepare(shared, &mut conn).await?;
+    let confirmed = match prepare(shared, &mut conn).await? {
+        Some(confirmed) => confirmed,
+        None if shared.snapshot == Snapshot::Initial => {
+            match snapshot::take(shared, floor, tx).await? {
+                Some(confirmed) => confirmed,
+                // Nobody takes the rows any more.
+                None => return Ok(()),
+            }
+        }
+        None => create_slot(shared, &mut conn).await?,
+    };
     shared.progress().server_confirmed(confirmed);
     let command = format!(
         "START_REPLICATION SLOT {} LOGICAL 0/0 (proto_version '1', publication_names {})",
@@ -230,10 +256,11 @@ impl Drop for StatusTask {
 
 async fn status_loop(shared: Arc<Shared>, mut writer: ReplicationWriter) {
     loop {
-        let (received, flushed) = {
+        let (received, flushed, retained) = {
             let p = shared.progress();
-            (p.received(), p.flushed())
+            (p.received(), p.flushed(), p.retained())
         };
+        tracing::debug!(slot = %shared.slot, confirmed = %flushed, retained_wal_bytes = retained, "standby status update");
         if let Err(e) = writer.status(received.0.max(flushed.0), flushed.0).await {
             // The reading side sees the same broken connection.
             tracing::debug!(error = %e, "standby status update failed");
@@ -309,7 +336,12 @@ async fn read_loop(
                     shared.status_now.notify_one();
                 }
             }
-            ServerMessage::XLogData { start, data } => {
+            ServerMessage::XLogData {
+                start,
+                wal_end,
+                data,
+            } => {
+                shared.progress().server_end(Lsn(wal_end));
                 let lsn = Lsn(start);
                 let committed = state.message(lsn, data, reader.target())?;
                 if (state.batch.len() >= shared.max_batch
@@ -381,7 +413,7 @@ impl Reader<'_> {
                     info: TxnInfo {
                         commit_lsn: begin.final_lsn,
                         commit_time_micros: begin.commit_time_micros,
-                        xid: begin.xid,
+                        xid: Some(begin.xid),
                     },
                     first,
                     changes: 0,

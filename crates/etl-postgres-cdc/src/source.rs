@@ -64,6 +64,7 @@ impl PostgresCdcSource {
             publication: config.publication,
             slot: config.slot,
             create_slot: config.create_slot,
+            snapshot: config.snapshot,
             max_batch: config.max_batch_records,
             status_interval: config.status_interval,
             connect_timeout: config.connect_timeout,
@@ -111,6 +112,16 @@ impl PostgresCdcSource {
     #[must_use]
     pub fn confirmed_lsn(&self) -> Lsn {
         self.shared.progress().flushed()
+    }
+
+    /// Bytes of WAL the slot retains past the position confirmed (or
+    /// about to be): the server's end of WAL as its last message said,
+    /// minus that position. What `pg_current_wal_lsn() -
+    /// confirmed_flush_lsn` in `pg_replication_slots` gives, as of the
+    /// server's last message; it grows while the pipeline cannot deliver.
+    #[must_use]
+    pub fn retained_wal_bytes(&self) -> u64 {
+        self.shared.progress().retained()
     }
 
     fn stop_session(&mut self) {
@@ -174,6 +185,17 @@ impl Source for PostgresCdcSource {
             tx,
         )));
         Ok(())
+    }
+
+    /// The offset the server's end of WAL stands for, as its last message
+    /// said: the driver reports it (`etl_partition_high_watermark`), and
+    /// the partition's lag (`etl_partition_lag`) is it minus the
+    /// delivered watermark, about the WAL bytes not yet delivered.
+    fn high_watermark(&self, partition: PartitionId) -> Option<Offset> {
+        if partition != PARTITION || self.task.is_none() {
+            return None;
+        }
+        Some(Offset(self.shared.progress().high_watermark()))
     }
 
     /// The checkpointer committed `offsets`: confirm the slot past every

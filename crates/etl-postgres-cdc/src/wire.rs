@@ -531,6 +531,8 @@ pub(crate) enum ServerMessage {
     XLogData {
         /// The WAL position of the message.
         start: u64,
+        /// The server's end of WAL when it sent it.
+        wal_end: u64,
         /// The message.
         data: Bytes,
     },
@@ -577,9 +579,13 @@ impl ReplicationReader {
                         Some(b'w') if body.len() >= 25 => {
                             body.advance(1);
                             let start = body.get_u64();
-                            let _wal_end = body.get_u64();
+                            let wal_end = body.get_u64();
                             let _time = body.get_i64();
-                            return Ok(ServerMessage::XLogData { start, data: body });
+                            return Ok(ServerMessage::XLogData {
+                                start,
+                                wal_end,
+                                data: body,
+                            });
                         }
                         Some(b'k') if body.len() >= 18 => {
                             body.advance(1);

@@ -5,6 +5,7 @@
 
 mod example;
 mod pipeline;
+mod snapshot;
 mod source;
 mod support;
 mod tls;

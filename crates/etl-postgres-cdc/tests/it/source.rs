@@ -323,3 +323,70 @@ async fn keepalives_are_answered_within_the_servers_timeout() {
     drop(source);
     names.drop_all(&db).await;
 }
+
+/// The WAL the slot retains past its confirmed position, and the
+/// partition's high watermark (the source's lag follows from it), while
+/// changes are read and not delivered: bounded by what the server itself
+/// says, and at least the changes not yet confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slots_retained_wal_and_the_high_watermark_follow_the_stream() {
+    let names = Names::new("lag");
+    let db = client().await;
+    names.create(&db).await;
+    let grows = names.table("grows");
+    let mut source = started(&names, 0).await;
+    names.wait_for_slot(&db).await;
+    let start = names.confirmed(&db).await.unwrap();
+    db.batch_execute(&format!(
+        "INSERT INTO {grows} VALUES (1, 1), (2, 2), (3, 3)"
+    ))
+    .await
+    .unwrap();
+    db.batch_execute(&format!("INSERT INTO {grows} VALUES (4, 4)"))
+        .await
+        .unwrap();
+    let records = read(&mut source, 4).await;
+    let last = records.last().unwrap();
+
+    let retained = source.retained_wal_bytes();
+    let server = db
+        .query_one(
+            "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::int8 \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&names.slot()],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert!(
+        retained >= commit_lsn(last).0 - start.0,
+        "retained {retained}: the last change commits {} bytes after the slot",
+        commit_lsn(last).0 - start.0
+    );
+    assert!(
+        retained <= u64::try_from(server).unwrap(),
+        "retained {retained}, the server says {server}"
+    );
+    let high = source.high_watermark(SLOT).expect("a high watermark");
+    assert!(
+        high > last.position.offset,
+        "{high:?} after {:?}",
+        last.position.offset
+    );
+
+    // Delivered and confirmed: the slot retains no more than the server
+    // wrote since.
+    commit(&mut source, Offset(last.position.offset.0 + 1)).await;
+    let server = db
+        .query_one(
+            "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::int8 \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&names.slot()],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert!(source.retained_wal_bytes() <= u64::try_from(server).unwrap());
+    drop(source);
+    names.drop_all(&db).await;
+}

@@ -234,7 +234,8 @@ impl Model {
             let rows = self.tables.entry(table).or_default();
             let key = change["key"].to_string();
             match change["op"].as_str().unwrap() {
-                "insert" => {
+                // A row of the initial snapshot.
+                "insert" | "read" => {
                     rows.insert(key, change["after"].clone());
                 }
                 "update" => {
