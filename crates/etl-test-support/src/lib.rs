@@ -14,6 +14,9 @@
 //! - `pyarrow` (feature `pyarrow`): pyarrow, pinned, in a virtual
 //!   environment under `target/pyarrow/`, reading back what the
 //!   object-store sink wrote (key, schema, every row).
+//! - `http` (feature `http`): a fault-injecting HTTP server on loopback
+//!   (429 with `Retry-After`, 503 bursts, slow and hanging responses,
+//!   resets, a 400 for a marked record) that logs every request.
 //! - [`s3`]: an S3-compatible object store (moto's server, from PyPI) on
 //!   loopback, where a broker keeps its data across a restart.
 //! - `kafka` (feature `kafka`): the client side of the test broker through
@@ -49,6 +52,8 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "garage")]
 pub mod garage;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod postgres;
