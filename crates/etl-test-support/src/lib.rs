@@ -14,6 +14,10 @@
 //! - `pyarrow` (feature `pyarrow`): pyarrow, pinned, in a virtual
 //!   environment under `target/pyarrow/`, reading back what the
 //!   object-store sink wrote (key, schema, every row).
+//! - `clickhouse` (feature `clickhouse`): a throwaway ClickHouse server on
+//!   loopback (installed from Debian's packages when missing), answering
+//!   queries over HTTP, restarted on request, stopped and removed when its
+//!   guard drops.
 //! - `http` (feature `http`): a fault-injecting HTTP server on loopback
 //!   (429 with `Retry-After`, 503 bursts, slow and hanging responses,
 //!   resets, a 400 for a marked record) that logs every request.
@@ -50,6 +54,8 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "clickhouse")]
+pub mod clickhouse;
 #[cfg(feature = "garage")]
 pub mod garage;
 #[cfg(feature = "http")]
