@@ -39,7 +39,7 @@ pub struct ClickHouse {
 ///
 /// When the server cannot be installed, configured or started.
 pub fn start() -> Result<ClickHouse, Error> {
-    let server = binary()?;
+    let server = install()?;
     let dir = std::env::temp_dir().join(format!(
         "etl-clickhouse-{}-{}",
         std::process::id(),
@@ -166,8 +166,14 @@ impl Drop for ClickHouse {
     }
 }
 
-/// The server binary, installed from Debian's packages when missing.
-fn binary() -> Result<PathBuf, Error> {
+/// The server binary, installed from Debian's packages when it is missing
+/// and we are root (`cargo xtask test` calls this before the suites, so a
+/// fresh machine gets it once, up front).
+///
+/// # Errors
+///
+/// When it is missing and cannot be installed.
+pub fn install() -> Result<PathBuf, Error> {
     let server = PathBuf::from(SERVER);
     if server.is_file() {
         return Ok(server);
