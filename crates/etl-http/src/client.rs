@@ -88,15 +88,15 @@ pub(crate) fn tls_failure(err: &reqwest::Error) -> Option<String> {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(tls.to_string());
         }
-        // An I/O error's `source` skips the error it wraps.
-        if let Some(tls) = e
+        // An I/O error's `source` skips the error it wraps (here an I/O
+        // error of the TLS stream wrapping rustls' own): step into it.
+        current = match e
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         {
-            return Some(tls.to_string());
-        }
-        current = e.source();
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     None
 }

@@ -10,3 +10,4 @@ mod limits;
 mod pipeline;
 mod secrets;
 mod support;
+mod tls;
