@@ -174,48 +174,7 @@ impl Drop for ClickHouse {
 ///
 /// When it is missing and cannot be installed.
 pub fn install() -> Result<PathBuf, Error> {
-    let server = PathBuf::from(SERVER);
-    if server.is_file() {
-        return Ok(server);
-    }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    if !root {
-        return Err(Error(format!(
-            "{SERVER} is missing; install ClickHouse, e.g. `apt-get install clickhouse-server`"
-        )));
-    }
-    for args in [
-        &["update"][..],
-        &[
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "clickhouse-server",
-        ][..],
-    ] {
-        eprintln!("$ apt-get {}", args.join(" "));
-        let status = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| Error(format!("cannot run apt-get: {e}")))?;
-        if !status.success() {
-            return Err(Error(format!(
-                "apt-get {} failed: {status}",
-                args.join(" ")
-            )));
-        }
-    }
-    if server.is_file() {
-        Ok(server)
-    } else {
-        Err(Error(format!(
-            "apt-get installed clickhouse-server but {SERVER} is missing"
-        )))
-    }
+    crate::apt_install(SERVER, "clickhouse-server")
 }
 
 /// The server's configuration and users in `dir`: everything under it,

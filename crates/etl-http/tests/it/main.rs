@@ -11,3 +11,4 @@ mod pipeline;
 mod secrets;
 mod support;
 mod tls;
+mod victoria;
