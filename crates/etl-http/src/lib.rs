@@ -88,6 +88,7 @@
 #![forbid(unsafe_code)]
 
 mod body;
+mod check;
 mod client;
 mod config;
 mod error;
@@ -106,6 +107,8 @@ pub use template::UriTemplate;
 /// Register the `http` sink type in `registry`, as a user's connector
 /// crate registers its own: the `etl` command's one line for this crate.
 ///
+/// `etl validate` reports a configuration the sink would refuse (a URI
+/// that is not HTTP, a header that is not valid, a zero limit) at its key.
 /// Its errors get their [`ErrorKind`](etl_config::ErrorKind): a sink that
 /// cannot be built (a bad URI, an unreadable CA file), a service that
 /// refused the credentials or the URI (401, 403, 404) or the TLS
@@ -124,6 +127,12 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
             .map(BuiltSink::new)
             .map_err(Into::into);
         std::future::ready(built)
+    })
+    // `etl validate` reports what the constructor would refuse, at its key.
+    .check(|config, report| {
+        if let Err(problem) = check::check(config) {
+            report.problem(problem.key, problem.message);
+        }
     });
     registry.sink_plugin("http", plugin).error_kind(|error| {
         if error.is::<HttpSinkError>() {

@@ -12,6 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::check::{Checked, check};
 use crate::error::{Verdict, classify, excerpt};
 use crate::limit::{Pause, RateLimit, retry_after};
 use crate::template::shown;
@@ -19,9 +20,6 @@ use crate::{
     AuthConfig, BodyEncoding, ClientErrorPolicy, Compression, HttpSinkConfig, HttpSinkError,
     Method, RequestError, UriTemplate, body, client,
 };
-
-/// The longest `max_retry_after` a configuration may set.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// A sink sending batches of records to an HTTP service.
 ///
@@ -96,55 +94,17 @@ impl HttpSink {
     /// [`HttpSinkError::Config`] for an inconsistent configuration,
     /// [`HttpSinkError::Tls`] for a TLS file that cannot be read or used.
     pub fn new(name: &str, base_dir: &Path, config: HttpSinkConfig) -> Result<Self, HttpSinkError> {
-        let bad = |reason: String| HttpSinkError::Config {
+        let checked = check(&config).map_err(|p| HttpSinkError::Config {
             sink: name.to_owned(),
-            reason,
-        };
-        let uri = UriTemplate::parse(&config.uri).map_err(|e| bad(format!("uri: {e}")))?;
-        let sample = reqwest::Url::parse(&uri.sample())
-            .map_err(|e| bad(format!("uri is not a URI: {e}")))?;
-        if !matches!(sample.scheme(), "http" | "https") {
-            return Err(bad(format!(
-                "uri: `{}` is not http:// or https://",
-                sample.scheme()
-            )));
-        }
-        if !sample.username().is_empty() || sample.password().is_some() {
-            return Err(bad(
-                "uri: a user or password in the URI would show in messages; use `auth`".to_owned(),
-            ));
-        }
-        let fixed = if uri.has_fields() { None } else { Some(sample) };
+            reason: format!("{}: {}", p.key, p.message),
+        })?;
         let client = client::build(name, base_dir, &config)?;
-        let mut headers = Vec::with_capacity(config.headers.len());
-        for (header, value) in config.headers {
-            let parsed = reqwest::header::HeaderName::from_bytes(header.as_bytes())
-                .map_err(|_| bad(format!("headers: `{header}` is not a header name")))?;
-            if reqwest::header::HeaderValue::from_str(value.expose_secret()).is_err() {
-                // The value is secret: name the header only.
-                return Err(bad(format!(
-                    "headers: the value of `{header}` is not a valid header value"
-                )));
-            }
-            headers.push((parsed, value));
-        }
-        if config.request_concurrency == 0 {
-            return Err(bad("request_concurrency must be at least 1".to_owned()));
-        }
-        if config.timeout.is_zero() {
-            return Err(bad("timeout must be longer than zero".to_owned()));
-        }
-        if config.max_retry_after > MAX_RETRY_AFTER {
-            return Err(bad(format!(
-                "max_retry_after must be at most {MAX_RETRY_AFTER:?}"
-            )));
-        }
-        let rate = config
-            .rate_limit
-            .as_ref()
-            .map(RateLimit::new)
-            .transpose()
-            .map_err(bad)?;
+        let Checked {
+            uri,
+            fixed,
+            headers,
+            rate,
+        } = checked;
         Ok(HttpSink {
             inner: Arc::new(Inner {
                 name: name.to_owned(),

@@ -47,3 +47,47 @@ async fn a_refused_credential_halts_the_pipeline_as_the_configurations_error() {
     // The first refusal halted it: no retries.
     assert!(server.log().len() <= 2, "{} requests", server.log().len());
 }
+
+#[test]
+fn validation_places_what_the_sink_would_refuse_at_its_line_without_a_secret() {
+    let registry = etl_http::register(Registry::new());
+    let cases = [
+        ("uri = \"ftp://h/\"", "uri", "not http"),
+        (
+            "uri = \"http://h/\"\nrequest_concurrency = 0",
+            "request_concurrency",
+            "at least 1",
+        ),
+        (
+            "uri = \"http://h/\"\nheaders = { \"X-Key\" = \"top-secret\\u0001\" }",
+            "headers",
+            "X-Key",
+        ),
+        (
+            "uri = \"http://h/\"\nrate_limit = { requests_per_second = 0 }",
+            "rate_limit",
+            "above 0",
+        ),
+    ];
+    for (table, key, says) in cases {
+        let text = format!(
+            "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n[[sinks]]\ntype = \"http\"\nname = \"svc\"\n{table}\n"
+        );
+        let problems = registry.parse_config(&text, ".".as_ref()).unwrap_err();
+        let line = text
+            .lines()
+            .position(|l| l.starts_with(key))
+            .map(|at| at + 1)
+            .unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.line == line && p.message.contains(says)),
+            "{key}: {problems:?}"
+        );
+        assert!(
+            !format!("{problems:?}").contains("top-secret"),
+            "{problems:?}"
+        );
+    }
+}

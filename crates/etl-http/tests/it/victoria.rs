@@ -36,13 +36,20 @@ async fn every_sample_imported_into_victoria_metrics_is_exported_back() {
         .unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
-    server.get("/internal/force_flush").unwrap();
-    let exported = server.get("/api/v1/export?match[]=orders").unwrap();
+    // A sample VictoriaMetrics acknowledged (204) is searchable once its
+    // in-memory parts are flushed and its new series indexed: poll.
+    let started = std::time::Instant::now();
     let mut values: BTreeMap<String, f64> = BTreeMap::new();
-    for line in exported.lines() {
-        let series: serde_json::Value = serde_json::from_str(line).unwrap();
-        let id = series["metric"]["id"].as_str().unwrap().to_owned();
-        values.insert(id, series["values"][0].as_f64().unwrap());
+    while values.len() < 3000 && started.elapsed() < std::time::Duration::from_secs(30) {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        server.get("/internal/force_flush").unwrap();
+        let exported = server.get("/api/v1/export?match[]=orders").unwrap();
+        values.clear();
+        for line in exported.lines() {
+            let series: serde_json::Value = serde_json::from_str(line).unwrap();
+            let id = series["metric"]["id"].as_str().unwrap().to_owned();
+            values.insert(id, series["values"][0].as_f64().unwrap());
+        }
     }
     assert_eq!(values.len(), 3000, "series exported");
     assert!(
