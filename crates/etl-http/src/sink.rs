@@ -253,7 +253,7 @@ impl Inner {
             Err(e) => return self.failed(&group.uri, &e),
         };
         if let Some(wait) = wait
-            && matches!(status, 429 | 503)
+            && matches!(status, 429 | 500..=599)
         {
             tracing::info!(sink = %self.name, status, ?wait, "the service asked to wait (Retry-After)");
             self.pause.extend(wait);

@@ -54,7 +54,7 @@ async fn no_record_is_lost_or_dead_lettered_across_every_retryable_fault() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_in_seconds_or_as_a_date_holds_back_the_next_request() {
+async fn retry_after_of_a_429_or_a_5xx_in_seconds_or_as_a_date_holds_back_the_next_request() {
     for as_date in [false, true] {
         // A date is written to the second: three seconds ahead is at least
         // two when the request is answered.
@@ -65,8 +65,9 @@ async fn retry_after_in_seconds_or_as_a_date_holds_back_the_next_request() {
         };
         let at_least = 1000;
         let server = FaultServer::start().unwrap();
+        // Throttling (429) with seconds, a bad gateway (502) with a date.
         server.script([Fault::Status {
-            status: 429,
+            status: if as_date { 502 } else { 429 },
             retry_after: Some(retry_after.clone()),
         }]);
         let sink = sink(&format!("uri = \"{}\"", server.uri("/")));
