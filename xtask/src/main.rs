@@ -146,6 +146,11 @@ fn lint() -> Result {
 
 fn test() -> Result {
     let pg = postgres::start().map_err(|e| e.to_string())?;
+    // The HTTP sink's suite starts its own ClickHouse and VictoriaMetrics
+    // servers on loopback (stopped when each test ends); installed here,
+    // once, when missing.
+    etl_test_support::clickhouse::install().map_err(|e| e.to_string())?;
+    etl_test_support::victoria_metrics::install().map_err(|e| e.to_string())?;
     // Property tests run in `prop` with a chosen case count; skip them here
     // so they do not run twice.
     // Benches are built by `lint` (clippy --all-targets) and run by

@@ -123,6 +123,22 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-test-support",
         ],
     ),
+    // The HTTP sink; its tests run whole pipelines through the runtime's
+    // registry against the test-support servers (dev-dependencies only).
+    (
+        "etl-http",
+        &[
+            "etl-units",
+            "etl-record",
+            "etl-ack",
+            "etl-checkpoint",
+            "etl-source",
+            "etl-sink",
+            "etl-config",
+            "etl",
+            "etl-test-support",
+        ],
+    ),
     (
         "etl",
         &[
@@ -155,6 +171,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-postgres",
             "etl-postgres-cdc",
             "etl-object-store",
+            "etl-http",
             "etl",
         ],
     ),
@@ -207,6 +224,7 @@ const TEST_SUPPORT: &str = "etl-test-support";
 const TEST_SUPPORT_IN_TESTS: &[&str] = &[
     "etl-source",
     "etl-object-store",
+    "etl-http",
     "etl-kafka",
     "etl-postgres",
     "etl-postgres-cdc",

@@ -7,7 +7,7 @@
 //!
 //! * [`main`] is the `etl` binary: its arguments from the process, the
 //!   built-in components and the connectors of this build (features
-//!   `kafka`, `postgres`, `postgres-cdc`, `object-store`), each connector
+//!   `kafka`, `postgres`, `postgres-cdc`, `object-store`, `http`), each connector
 //!   crate registered by one line, as your own would be.
 //! * [`main_with`] is the same command with your own sources, sinks and
 //!   transforms from an [`etl::Registry`], configured from the TOML file
@@ -84,7 +84,7 @@ pub fn main() -> ExitCode {
 
 /// `registry` with every connector of this build where it has no type of
 /// their name: the connector crates the command is built with
-/// (`postgres_cdc`, `object_store`), each registered by its one line, then
+/// (`postgres_cdc`, `object_store`, `http`), each registered by its one line, then
 /// `etl`'s own ([`etl::with_connectors`]).
 fn with_connectors(registry: Registry) -> Registry {
     #[cfg(feature = "postgres-cdc")]
@@ -98,6 +98,12 @@ fn with_connectors(registry: Registry) -> Registry {
         registry
     } else {
         etl_object_store::register(registry)
+    };
+    #[cfg(feature = "http")]
+    let registry = if registry.has_sink("http") {
+        registry
+    } else {
+        etl_http::register(registry)
     };
     etl::with_connectors(registry)
 }

@@ -14,6 +14,16 @@
 //! - `pyarrow` (feature `pyarrow`): pyarrow, pinned, in a virtual
 //!   environment under `target/pyarrow/`, reading back what the
 //!   object-store sink wrote (key, schema, every row).
+//! - `clickhouse` (feature `clickhouse`): a throwaway ClickHouse server on
+//!   loopback (installed from Debian's packages when missing), answering
+//!   queries over HTTP, restarted on request, stopped and removed when its
+//!   guard drops.
+//! - `victoria_metrics` (feature `victoria-metrics`): a throwaway
+//!   VictoriaMetrics server on loopback (Debian's package), a second real
+//!   receiver of the HTTP sink.
+//! - `http` (feature `http`): a fault-injecting HTTP server on loopback
+//!   (429 with `Retry-After`, 503 bursts, slow and hanging responses,
+//!   resets, a 400 for a marked record) that logs every request.
 //! - [`s3`]: an S3-compatible object store (moto's server, from PyPI) on
 //!   loopback, where a broker keeps its data across a restart.
 //! - `kafka` (feature `kafka`): the client side of the test broker through
@@ -47,8 +57,12 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "clickhouse")]
+pub mod clickhouse;
 #[cfg(feature = "garage")]
 pub mod garage;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod postgres;
@@ -58,6 +72,8 @@ pub mod s3;
 #[cfg(feature = "source")]
 pub mod source;
 pub mod tansu;
+#[cfg(feature = "victoria-metrics")]
+pub mod victoria_metrics;
 
 /// Why a service could not be started or stopped: the command that failed
 /// and what it said.
@@ -110,6 +126,50 @@ pub(crate) fn with_file_lock<T>(
         .map_err(|e| Error(format!("cannot lock {}: {e}", path.display())))?;
     // Unlocked when `file` is dropped, after `f`.
     f()
+}
+
+/// `binary`, installed with `apt-get install -y <package>` when it is
+/// missing and we are root (each command printed before it runs).
+#[cfg(any(feature = "clickhouse", feature = "victoria-metrics"))]
+pub(crate) fn apt_install(binary: &str, package: &str) -> Result<PathBuf, Error> {
+    use std::process::Command;
+    let path = PathBuf::from(binary);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        return Err(Error(format!(
+            "{binary} is missing; install it, e.g. `apt-get install {package}`"
+        )));
+    }
+    for args in [
+        &["update"][..],
+        &["install", "-y", "--no-install-recommends", package][..],
+    ] {
+        eprintln!("$ apt-get {}", args.join(" "));
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| Error(format!("cannot run apt-get: {e}")))?;
+        if !status.success() {
+            return Err(Error(format!(
+                "apt-get {} failed: {status}",
+                args.join(" ")
+            )));
+        }
+    }
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error(format!(
+            "apt-get installed {package} but {binary} is missing"
+        )))
+    }
 }
 
 /// A port on 127.0.0.1 that was free a moment ago (another process may

@@ -1,0 +1,101 @@
+//! The checks of a configuration, shared by `etl validate` (problems at
+//! their key) and the sink's constructor.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::limit::RateLimit;
+use crate::{HttpSinkConfig, UriTemplate};
+
+/// The longest `max_retry_after` a configuration may set.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// What is wrong with a configuration, at its key. Never a secret's value.
+#[derive(Debug)]
+pub(crate) struct Problem {
+    pub(crate) key: &'static str,
+    pub(crate) message: String,
+}
+
+/// What the checks built on the way.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub(crate) uri: UriTemplate,
+    /// The URI when it depends on no record.
+    pub(crate) fixed: Option<reqwest::Url>,
+    pub(crate) headers: Vec<(reqwest::header::HeaderName, SecretString)>,
+    pub(crate) rate: Option<RateLimit>,
+}
+
+/// Check `config`; the first problem found.
+pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
+    let problem = |key: &'static str, message: String| Problem { key, message };
+    let uri = UriTemplate::parse(&config.uri).map_err(|e| problem("uri", e))?;
+    let sample = reqwest::Url::parse(&uri.sample())
+        .map_err(|e| problem("uri", format!("not a URI: {e}")))?;
+    if !matches!(sample.scheme(), "http" | "https") {
+        return Err(problem(
+            "uri",
+            format!("`{}` is not http:// or https://", sample.scheme()),
+        ));
+    }
+    if !sample.username().is_empty() || sample.password().is_some() {
+        return Err(problem(
+            "uri",
+            "a user or password in the URI would show in messages; use `auth`".to_owned(),
+        ));
+    }
+    let fixed = if uri.has_fields() { None } else { Some(sample) };
+    let mut headers = Vec::with_capacity(config.headers.len());
+    for (header, value) in &config.headers {
+        let name = reqwest::header::HeaderName::from_bytes(header.as_bytes())
+            .map_err(|_| problem("headers", format!("`{header}` is not a header name")))?;
+        if reqwest::header::HeaderValue::from_str(value.expose_secret()).is_err() {
+            // The value is secret: the header is named, never shown.
+            return Err(problem(
+                "headers",
+                format!("the value of `{header}` is not a valid header value"),
+            ));
+        }
+        headers.push((name, value.clone()));
+    }
+    if config.request_concurrency == 0 {
+        return Err(problem(
+            "request_concurrency",
+            "request_concurrency must be at least 1".to_owned(),
+        ));
+    }
+    if config.timeout.is_zero() {
+        return Err(problem(
+            "timeout",
+            "timeout must be longer than zero".to_owned(),
+        ));
+    }
+    if config.max_retry_after > MAX_RETRY_AFTER {
+        return Err(problem(
+            "max_retry_after",
+            format!("max_retry_after must be at most {MAX_RETRY_AFTER:?}"),
+        ));
+    }
+    if let Some(tls) = &config.tls
+        && tls.client_cert_file.is_some() != tls.client_key_file.is_some()
+    {
+        return Err(problem(
+            "tls",
+            "client_cert_file and client_key_file go together".to_owned(),
+        ));
+    }
+    let rate = config
+        .rate_limit
+        .as_ref()
+        .map(RateLimit::new)
+        .transpose()
+        .map_err(|e| problem("rate_limit", e))?;
+    Ok(Checked {
+        uri,
+        fixed,
+        headers,
+        rate,
+    })
+}

@@ -1,0 +1,350 @@
+//! The sink: a batch cut by URI into requests, sent, and judged by the
+//! responses.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use etl_sink::{EncodedBatch, Reject, Sink, SinkError};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::check::{Checked, check};
+use crate::error::{Verdict, classify, excerpt};
+use crate::limit::{Pause, RateLimit, retry_after};
+use crate::template::shown;
+use crate::{
+    AuthConfig, BodyEncoding, ClientErrorPolicy, Compression, HttpSinkConfig, HttpSinkError,
+    Method, RequestError, UriTemplate, body, client,
+};
+
+/// A sink sending batches of records to an HTTP service.
+///
+/// Each write (one batch of the sink driver, which cuts batches by
+/// records, bytes and age) sends one request per distinct URI of its
+/// records, at most `request_concurrency` of the sink's requests at once,
+/// each after the rate limit and the service's last `Retry-After` allow
+/// it. A write returns `Ok` once every request was answered 2xx: that is
+/// when its records count as delivered (at least once: a retried write
+/// sends its requests again).
+///
+/// The responses are judged as `docs/http.md` tabulates: 429, 5xx, 408,
+/// a timeout or a broken connection are retryable (the driver's `retry`
+/// policy backs off with jitter; a `Retry-After` holds back every request
+/// of the sink until it has passed); 401, 403, 404, a redirect and a
+/// failed TLS handshake halt the pipeline; any other 4xx is the records'
+/// fault ([`ClientErrorPolicy::DeadLetter`]: a request of one record
+/// rejects it, a larger one fails the write as [`SinkError::Data`], which
+/// the driver narrows down to the record) or halts
+/// ([`ClientErrorPolicy::Halt`]).
+#[derive(Clone, Debug)]
+pub struct HttpSink {
+    inner: Arc<Inner>,
+}
+
+/// `Debug` by hand: the headers' values and the credentials are secret.
+struct Inner {
+    name: String,
+    client: reqwest::Client,
+    uri: UriTemplate,
+    /// The URI when it depends on no record.
+    fixed: Option<reqwest::Url>,
+    method: reqwest::Method,
+    headers: Vec<(reqwest::header::HeaderName, SecretString)>,
+    auth: Option<AuthConfig>,
+    encoding: BodyEncoding,
+    compression: Compression,
+    policy: ClientErrorPolicy,
+    max_retry_after: Duration,
+    rate: Option<RateLimit>,
+    pause: Pause,
+    permits: Semaphore,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        let auth = self.auth.as_ref().map(|a| match a {
+            AuthConfig::Basic { .. } => "basic",
+            AuthConfig::Bearer { .. } => "bearer",
+        });
+        f.debug_struct("HttpSink")
+            .field("name", &self.name)
+            .field("uri", &self.fixed.as_ref().map(shown))
+            .field("method", &self.method)
+            .field("headers", &header_names)
+            .field("auth", &auth)
+            .field("encoding", &self.encoding)
+            .field("compression", &self.compression)
+            .field("on_client_error", &self.policy)
+            .field("rate_limit", &self.rate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpSink {
+    /// A sink named `name`; relative TLS file paths are read from
+    /// `base_dir`. Nothing is sent until the first write.
+    ///
+    /// # Errors
+    ///
+    /// [`HttpSinkError::Config`] for an inconsistent configuration,
+    /// [`HttpSinkError::Tls`] for a TLS file that cannot be read or used.
+    pub fn new(name: &str, base_dir: &Path, config: HttpSinkConfig) -> Result<Self, HttpSinkError> {
+        let checked = check(&config).map_err(|p| HttpSinkError::Config {
+            sink: name.to_owned(),
+            reason: format!("{}: {}", p.key, p.message),
+        })?;
+        let client = client::build(name, base_dir, &config)?;
+        let Checked {
+            uri,
+            fixed,
+            headers,
+            rate,
+        } = checked;
+        Ok(HttpSink {
+            inner: Arc::new(Inner {
+                name: name.to_owned(),
+                client,
+                uri,
+                fixed,
+                method: match config.method {
+                    Method::Post => reqwest::Method::POST,
+                    Method::Put => reqwest::Method::PUT,
+                    Method::Patch => reqwest::Method::PATCH,
+                },
+                headers,
+                auth: config.auth,
+                encoding: config.encoding,
+                compression: config.compression,
+                policy: config.on_client_error,
+                max_retry_after: config.max_retry_after,
+                rate,
+                pause: Pause::default(),
+                permits: Semaphore::new(config.request_concurrency),
+            }),
+        })
+    }
+}
+
+/// One request of a write: a URI and the records (batch indices) it
+/// carries.
+struct Group {
+    uri: String,
+    rows: Vec<usize>,
+}
+
+impl Inner {
+    /// The batch's records by URI, in the order of their first record;
+    /// the records that give no URI are rejected.
+    fn plan(&self, batch: &EncodedBatch) -> (Vec<Group>, Vec<Reject>) {
+        if let Some(fixed) = &self.fixed {
+            let rows = (0..batch.len()).collect();
+            return (
+                vec![Group {
+                    uri: fixed.to_string(),
+                    rows,
+                }],
+                Vec::new(),
+            );
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        let mut rejects = Vec::new();
+        for (i, record) in batch.records().iter().enumerate() {
+            let value = serde_json::from_slice::<Value>(&record.value).ok();
+            match self.uri.render(value.as_ref()) {
+                Ok(uri) => match at.get(&uri) {
+                    Some(&g) => groups[g].rows.push(i),
+                    None => {
+                        at.insert(uri.clone(), groups.len());
+                        groups.push(Group { uri, rows: vec![i] });
+                    }
+                },
+                Err(why) => rejects.push(Reject::new(i, why)),
+            }
+        }
+        (groups, rejects)
+    }
+
+    fn error(&self, uri: &str, status: Option<u16>, detail: String) -> RequestError {
+        let uri = reqwest::Url::parse(uri).map_or_else(|_| uri.to_owned(), |u| shown(&u));
+        RequestError {
+            sink: self.name.clone(),
+            uri,
+            status,
+            detail,
+            tls_refused: false,
+        }
+    }
+
+    /// Send one group's request and judge its outcome.
+    async fn send(&self, batch: &EncodedBatch, group: &Group) -> Verdict {
+        let uri = match reqwest::Url::parse(&group.uri) {
+            Ok(uri) => uri,
+            Err(e) => {
+                // A record's value made a URI that does not parse (an
+                // empty host): the records' fault.
+                return Verdict::Data(self.error(&group.uri, None, format!("not a URI: {e}")));
+            }
+        };
+        let body = match body::build(batch, &group.rows, self.encoding, self.compression) {
+            Ok(body) => body,
+            Err(e) => {
+                return Verdict::Retry(self.error(
+                    &group.uri,
+                    None,
+                    format!("cannot compress the body: {e}"),
+                ));
+            }
+        };
+        let Ok(_permit) = self.permits.acquire().await else {
+            return Verdict::Retry(self.error(&group.uri, None, "the sink is closed".to_owned()));
+        };
+        self.pause.wait().await;
+        if let Some(rate) = &self.rate {
+            rate.acquire(body.len()).await;
+        }
+        let mut request = self
+            .client
+            .request(self.method.clone(), uri)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                body::content_type(self.encoding),
+            )
+            .body(body);
+        if let Some(encoding) = body::content_encoding(self.compression) {
+            request = request.header(reqwest::header::CONTENT_ENCODING, encoding);
+        }
+        for (name, value) in &self.headers {
+            if let Ok(mut value) = reqwest::header::HeaderValue::from_str(value.expose_secret()) {
+                value.set_sensitive(true);
+                request = request.header(name.clone(), value);
+            }
+        }
+        request = match &self.auth {
+            Some(AuthConfig::Basic { user, password }) => {
+                request.basic_auth(user, Some(password.expose_secret()))
+            }
+            Some(AuthConfig::Bearer { token }) => request.bearer_auth(token.expose_secret()),
+            None => request,
+        };
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return self.failed(&group.uri, &e),
+        };
+        let status = response.status().as_u16();
+        let wait = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry_after(v, SystemTime::now(), self.max_retry_after));
+        // The whole body is read: the connection goes back to the pool,
+        // and an error's body says what the service refused.
+        let text = match response.bytes().await {
+            Ok(bytes) => excerpt(&bytes),
+            Err(e) if (200..300).contains(&status) => {
+                tracing::debug!(sink = %self.name, error = %e.without_url(), "cannot read a 2xx response's body");
+                String::new()
+            }
+            Err(e) => return self.failed(&group.uri, &e),
+        };
+        if let Some(wait) = wait
+            && matches!(status, 429 | 500..=599)
+        {
+            tracing::info!(sink = %self.name, status, ?wait, "the service asked to wait (Retry-After)");
+            self.pause.extend(wait);
+        }
+        classify(
+            status,
+            self.policy,
+            self.error(&group.uri, Some(status), text),
+        )
+    }
+
+    /// The verdict on a request that got no response.
+    fn failed(&self, uri: &str, err: &reqwest::Error) -> Verdict {
+        let detail = chain(err);
+        if let Some(tls) = client::tls_failure(err) {
+            // A certificate the client or the server refuses is refused
+            // again on every retry.
+            return Verdict::Halt(RequestError {
+                tls_refused: true,
+                ..self.error(
+                    uri,
+                    None,
+                    format!("TLS handshake failed ({tls}); check `tls`"),
+                )
+            });
+        }
+        if err.is_builder() {
+            return Verdict::Halt(self.error(uri, None, detail));
+        }
+        Verdict::Retry(self.error(uri, None, detail))
+    }
+}
+
+/// `err` and its causes on one line, without its URL (the caller names
+/// the URI, without its query).
+fn chain(err: &reqwest::Error) -> String {
+    let mut text = String::new();
+    let mut current: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    let kind = if err.is_timeout() {
+        "timed out"
+    } else if err.is_connect() {
+        "cannot connect"
+    } else {
+        "request failed"
+    };
+    text.push_str(kind);
+    while let Some(e) = current {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        current = e.source();
+    }
+    text
+}
+
+#[async_trait]
+impl Sink for HttpSink {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        let inner = &*self.inner;
+        let (groups, mut rejects) = inner.plan(batch);
+        let verdicts =
+            futures::future::join_all(groups.iter().map(|group| inner.send(batch, group))).await;
+        let mut retry = None;
+        let mut data = None;
+        for (group, verdict) in groups.iter().zip(verdicts) {
+            match verdict {
+                Verdict::Delivered => {}
+                Verdict::Halt(e) => return Err(SinkError::permanent(e)),
+                Verdict::Retry(e) => {
+                    retry.get_or_insert(e);
+                }
+                Verdict::Data(e) => match group.rows.as_slice() {
+                    // One record refused alone: it is the one at fault,
+                    // and every other request of the write was answered.
+                    &[row] => rejects.push(Reject::new(row, e.to_string())),
+                    _ => {
+                        data.get_or_insert(e);
+                    }
+                },
+            }
+        }
+        if let Some(e) = retry {
+            return Err(SinkError::retryable(e));
+        }
+        if let Some(e) = data {
+            return Err(SinkError::data(e));
+        }
+        if rejects.is_empty() {
+            Ok(())
+        } else {
+            rejects.sort_by_key(|r| r.index);
+            Err(SinkError::Rejected(rejects))
+        }
+    }
+}
