@@ -69,12 +69,13 @@ pub(crate) fn run(args: &[String]) -> Result {
             "kafka",
             "transform",
             "routing",
+            "http",
             "file-to-file",
         ]
         .contains(o)
     }) {
         return Err(format!(
-            "--only takes many-files, kafka, transform, routing or file-to-file, not {other:?}"
+            "--only takes many-files, kafka, transform, routing, http or file-to-file, not {other:?}"
         ));
     }
     let started = Instant::now();
@@ -97,6 +98,7 @@ pub(crate) fn run(args: &[String]) -> Result {
         let rows = match only {
             "transform" => transform_rows(&etl, &work)?,
             "routing" => routing_rows(&etl, &work)?,
+            "http" => http_rows(&etl, &work)?,
             "file-to-file" => {
                 file_to_file(&etl, &build_harness("etl-cli", "pipeline")?, &work)?.rows
             }
@@ -177,6 +179,7 @@ pub(crate) fn run(args: &[String]) -> Result {
     // 2c. Transforms against a single-threaded Python + orjson script.
     rows.extend(transform_rows(&etl, &work)?);
     rows.extend(routing_rows(&etl, &work)?);
+    rows.extend(http_rows(&etl, &work)?);
 
     // 3. Checkpointer: per-ack cost against pending batches.
     let report = capture(
@@ -1260,6 +1263,101 @@ source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
         ratio: best_routed / best_plain,
         budget: ">= 0.9".into(),
         met: Some(best_routed / best_plain >= 0.9),
+    }])
+}
+
+/// Records of the HTTP row.
+const HTTP_RECORDS: u64 = 1_000_000;
+
+/// File -> HTTP sink -> a real ClickHouse (Debian's, started on loopback
+/// for the row), against `clickhouse-client` inserting the same NDJSON
+/// file over its native protocol, alternated in the same run; each round
+/// starts from an empty table and counts the rows back.
+fn http_rows(etl: &Path, work: &Path) -> Result<Vec<Row>> {
+    let server = etl_test_support::clickhouse::start().map_err(|e| e.to_string())?;
+    let client = Path::new("/usr/bin/clickhouse-client");
+    if !client.exists() {
+        Cmd::new("apt-get", &["install", "-y", "-q", "clickhouse-client"]).run()?;
+    }
+    let dir = work.join("http");
+    let input = dir.join("input");
+    write_transform_input("w1", HTTP_RECORDS, 1, &input)?;
+    let file = input.join("00.ndjson");
+    server
+        .query(
+            "CREATE TABLE bench (id Int64, user String, amount Float64, timestamp Int64, \
+             tags Array(String)) ENGINE = MergeTree ORDER BY id",
+        )
+        .map_err(|e| e.to_string())?;
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).map_err(|e| format!("cannot create {}: {e}", run.display()))?;
+    let config = run.join("pipeline.toml");
+    let text = format!(
+        "# Written by `cargo xtask bench`.\n[source]\ntype = \"file\"\npaths = [\"{}\"]\n\n\
+         [[sinks]]\nname = \"clickhouse\"\ntype = \"http\"\n\
+         uri = \"{}/?query=INSERT%20INTO%20bench%20FORMAT%20JSONEachRow\"\n\
+         timeout = \"60s\"\nbatch_max_records = 50000\nbatch_max_bytes = 16777216\nlinger = \"1s\"\n\n\
+         [checkpoint]\ncommit_interval = \"500ms\"\nstore = {{ type = \"file\", path = \"state\" }}\n",
+        file.display(),
+        server.url(),
+    );
+    std::fs::write(&config, text).map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+    let count = || -> Result<u64> {
+        let n = server
+            .query("SELECT count() FROM bench")
+            .map_err(|e| e.to_string())?;
+        n.trim()
+            .parse()
+            .map_err(|e| format!("count() answered {n:?}: {e}"))
+    };
+    let insert = format!(
+        "{} --host 127.0.0.1 --port {} --query 'INSERT INTO bench FORMAT JSONEachRow' < {}",
+        client.display(),
+        server.tcp_port(),
+        file.display()
+    );
+    let (mut best_etl, mut best_client) = (0f64, 0f64);
+    for round in 1..=ROUTING_ROUNDS {
+        server
+            .query("TRUNCATE TABLE bench")
+            .map_err(|e| e.to_string())?;
+        reset(&run)?;
+        let t = timed_cpu(etl, &["run".as_ref(), config.as_os_str()], None)?;
+        let rows = count()?;
+        if rows != HTTP_RECORDS {
+            return Err(format!(
+                "http row: etl inserted {rows} rows, expected {HTTP_RECORDS}"
+            ));
+        }
+        let etl_rate = HTTP_RECORDS as f64 / t.secs;
+        server
+            .query("TRUNCATE TABLE bench")
+            .map_err(|e| e.to_string())?;
+        let t = timed_cpu(Path::new("sh"), &["-c".as_ref(), insert.as_ref()], None)?;
+        let rows = count()?;
+        if rows != HTTP_RECORDS {
+            return Err(format!(
+                "http row: clickhouse-client inserted {rows} rows, expected {HTTP_RECORDS}"
+            ));
+        }
+        let client_rate = HTTP_RECORDS as f64 / t.secs;
+        eprintln!(
+            "xtask: http round {round}: etl {} rec/s, clickhouse-client {} rec/s ({:.2})",
+            si(etl_rate),
+            si(client_rate),
+            etl_rate / client_rate
+        );
+        best_etl = best_etl.max(etl_rate);
+        best_client = best_client.max(client_rate);
+    }
+    reset(&run)?;
+    Ok(vec![Row {
+        name: "http: 1M x ~90 B file -> HTTP sink -> ClickHouse (JSONEachRow)".into(),
+        figure: format!("{} rec/s", si(best_etl)),
+        baseline: format!("{} rec/s clickhouse-client, same file", si(best_client)),
+        ratio: best_etl / best_client,
+        budget: "for reference".into(),
+        met: None,
     }])
 }
 

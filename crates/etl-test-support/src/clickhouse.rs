@@ -29,6 +29,7 @@ const SERVER: &str = "/usr/sbin/clickhouse-server";
 pub struct ClickHouse {
     dir: PathBuf,
     http_port: u16,
+    tcp_port: u16,
     server: Option<Child>,
     reaper: Option<(Child, ChildStdin)>,
 }
@@ -54,6 +55,7 @@ pub fn start() -> Result<ClickHouse, Error> {
     let mut clickhouse = ClickHouse {
         dir,
         http_port,
+        tcp_port,
         server: None,
         reaper: None,
     };
@@ -67,6 +69,12 @@ impl ClickHouse {
     #[must_use]
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// The native protocol's port (`clickhouse-client --port`).
+    #[must_use]
+    pub fn tcp_port(&self) -> u16 {
+        self.tcp_port
     }
 
     /// Run `sql` over HTTP; its output, or the server's error.
