@@ -22,6 +22,9 @@
 //! - `source` (feature `source`): `ScriptedSource`, a source that plays a
 //!   script of assignments, revocations and reads over dense partitions
 //!   and logs every seek.
+//! - `acks` (feature `acks`): `AckedBatches`, batches opened on a real
+//!   acknowledgement channel the way a source driver opens them, and what
+//!   became of each, for the tests of sinks.
 //!
 //! `cargo xtask test`, `cargo xtask postgres` and `cargo xtask kafka` start
 //! their servers with this same code, so a suite run by hand behaves as it
@@ -47,6 +50,8 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "acks")]
+pub mod acks;
 #[cfg(feature = "garage")]
 pub mod garage;
 #[cfg(feature = "kafka")]
