@@ -35,7 +35,27 @@ pub(crate) fn profile_dir() -> (PathBuf, bool) {
     }
 }
 
-/// The newest modification time of the `etl` crates' sources.
+/// What the `etl` binary is built from: every crate under `crates/`
+/// (its `src/` and `Cargo.toml`), the workspace manifest and the lock
+/// file. Every crate rather than a list of the binary's own: a crate added
+/// to the binary's dependencies (or a connector built into it) is watched
+/// without anyone remembering to add it here; a crate the binary does not
+/// use only costs a `cargo build` that finds nothing to do.
+fn watched() -> Vec<PathBuf> {
+    let root = workspace_root();
+    let mut paths = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    crates.sort();
+    for dir in crates {
+        paths.push(dir.join("src"));
+        paths.push(dir.join("Cargo.toml"));
+    }
+    paths
+}
+
+/// The newest modification time of what the `etl` binary is built from.
 fn newest_source() -> Option<SystemTime> {
     fn walk(path: &Path, newest: &mut Option<SystemTime>) {
         if path.is_dir() {
@@ -45,28 +65,13 @@ fn newest_source() -> Option<SystemTime> {
             for entry in entries.flatten() {
                 walk(&entry.path(), newest);
             }
-        } else if path.extension().is_some_and(|e| e == "rs" || e == "toml")
-            && let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified())
-        {
+        } else if let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified()) {
             *newest = Some(newest.map_or(modified, |n| n.max(modified)));
         }
     }
     let mut newest = None;
-    let crates = workspace_root().join("crates");
-    for name in [
-        "etl-cli",
-        "etl",
-        "etl-record",
-        "etl-ack",
-        "etl-checkpoint",
-        "etl-source",
-        "etl-sink",
-        "etl-kafka",
-        "etl-postgres",
-        "etl-postgres-cdc",
-    ] {
-        walk(&crates.join(name).join("src"), &mut newest);
-        walk(&crates.join(name).join("Cargo.toml"), &mut newest);
+    for path in watched() {
+        walk(&path, &mut newest);
     }
     newest
 }
@@ -74,8 +79,9 @@ fn newest_source() -> Option<SystemTime> {
 /// The `etl` binary of the profile this process was built with.
 ///
 /// `cargo test --workspace` builds it already. When it is missing, or older
-/// than the sources of the crates it is built from (a run of only this
-/// package), it is built first with `cargo build -p etl-cli` (`$CARGO` if set).
+/// than what it is built from (every crate under `crates/`: a run of only
+/// this package), it is built first with `cargo build -p etl-cli` (`$CARGO`
+/// if set).
 ///
 /// # Panics
 ///
@@ -110,4 +116,54 @@ pub fn etl_binary() -> PathBuf {
             binary
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every crate under `crates/` the `etl` binary depends on, directly
+    /// or not: the normal dependencies named in each manifest's
+    /// `[dependencies]` tables (workspace crates are named as their
+    /// folders), followed from `etl-cli`.
+    fn crates_of_the_binary() -> Vec<PathBuf> {
+        let crates = workspace_root().join("crates");
+        let mut seen = vec![crates.join("etl-cli").join("Cargo.toml")];
+        let mut next = 0;
+        while next < seen.len() {
+            let manifest = std::fs::read_to_string(&seen[next]).expect("a manifest reads");
+            next += 1;
+            let mut normal = false;
+            for line in manifest.lines().map(str::trim) {
+                if line.starts_with('[') {
+                    normal = line == "[dependencies]"
+                        || (line.starts_with("[target.") && line.ends_with(".dependencies]"));
+                    continue;
+                }
+                let Some(name) = line.split(['=', ' ', '.']).next().filter(|_| normal) else {
+                    continue;
+                };
+                let dep = crates.join(name).join("Cargo.toml");
+                if !name.is_empty() && dep.is_file() && !seen.contains(&dep) {
+                    seen.push(dep);
+                }
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn every_crate_the_binary_is_built_from_is_watched_for_changes() {
+        let watched = watched();
+        let crates = crates_of_the_binary();
+        assert!(crates.len() > 5, "{crates:?}");
+        for manifest in crates {
+            let dir = manifest.parent().expect("a manifest has a folder");
+            assert!(
+                watched.contains(&manifest) && watched.contains(&dir.join("src")),
+                "{} is not watched: a change to it would not rebuild the etl binary",
+                dir.display()
+            );
+        }
+    }
 }

@@ -300,7 +300,12 @@ fn targets_with_prop_tests() -> Result<PropTargets> {
         if lib || !tests.is_empty() {
             found.packages.push(name.to_owned());
             found.lib |= lib;
-            found.tests.extend(tests);
+            // Most crates name their one integration-test binary `it`.
+            for test in tests {
+                if !found.tests.contains(&test) {
+                    found.tests.push(test);
+                }
+            }
         }
     }
     found.packages.sort();

@@ -32,6 +32,9 @@
 //! - `source` (feature `source`): `ScriptedSource`, a source that plays a
 //!   script of assignments, revocations and reads over dense partitions
 //!   and logs every seek.
+//! - `acks` (feature `acks`): `AckedBatches`, batches opened on a real
+//!   acknowledgement channel the way a source driver opens them, and what
+//!   became of each, for the tests of sinks.
 //!
 //! `cargo xtask test`, `cargo xtask postgres` and `cargo xtask kafka` start
 //! their servers with this same code, so a suite run by hand behaves as it
@@ -57,6 +60,8 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "acks")]
+pub mod acks;
 #[cfg(feature = "clickhouse")]
 pub mod clickhouse;
 #[cfg(feature = "garage")]

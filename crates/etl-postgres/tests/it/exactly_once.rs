@@ -13,7 +13,7 @@ use etl_postgres::{PostgresSink, PostgresSinkConfig, WriteMethod};
 use etl_record::{Offset, PartitionId};
 use etl_sink::testing::{FailEveryNth, MemorySink};
 use etl_sink::{NdjsonEncoder, ProgressSink, SinkDriver, SinkDriverConfig};
-use support::{TestSource, client, counts, records, table, url};
+use support::{AckedBatches, client, counts, records, table, url};
 
 const PARTITIONS: u32 = 2;
 const PER_PARTITION: i64 = 150;
@@ -105,7 +105,7 @@ async fn crashes_then_resume_store_every_record_exactly_once() {
                 HashMap::new()
             };
             let handle = driver.config(driver_config()).spawn();
-            let mut source = TestSource::new();
+            let mut source = AckedBatches::new();
             let batches = batches_from(&from);
             let crash_after = batches.len() * (round + 1) / 4;
             let last_round = round == 3;
@@ -113,7 +113,7 @@ async fn crashes_then_resume_store_every_record_exactly_once() {
                 if !last_round && i == crash_after {
                     break;
                 }
-                handle.send(source.batch(batch)).await.unwrap();
+                handle.send(source.batch_of(batch)).await.unwrap();
             }
             if last_round {
                 handle.close().await.unwrap();
@@ -183,10 +183,10 @@ async fn progress_never_passes_a_rejected_row_before_its_dead_letter_is_written(
             .config(driver_config())
             .dead_letters(FailEveryNth::permanent(MemorySink::new(), 1))
             .spawn();
-        let mut source = TestSource::new();
+        let mut source = AckedBatches::new();
         let mut batch = records(0, 0..10);
         batch[bad] = support::record(0, bad as i64, value);
-        handle.send(source.batch(batch)).await.unwrap();
+        handle.send(source.batch_of(batch)).await.unwrap();
         assert!(handle.close().await.is_err(), "the dead letter failed");
         assert_eq!(source.tally(), (0, 1));
 
@@ -258,8 +258,11 @@ async fn a_second_sink_on_the_same_progress_is_refused_until_the_first_closes() 
     // The first one writes, closes; a new one opens and resumes.
     let (driver, _) = SinkDriver::exactly_once(first, NdjsonEncoder::new());
     let handle = driver.config(driver_config()).spawn();
-    let mut source = TestSource::new();
-    handle.send(source.batch(records(0, 0..10))).await.unwrap();
+    let mut source = AckedBatches::new();
+    handle
+        .send(source.batch_of(records(0, 0..10)))
+        .await
+        .unwrap();
     handle.close().await.unwrap();
     let again = open_when_free(config(&url, &name, WriteMethod::Copy)).await;
     assert_eq!(again.progress().get(PartitionId(0)), Some(Offset(10)));

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use etl_postgres::{PostgresSink, PostgresSinkConfig};
 use etl_sink::{NdjsonEncoder, RetryPolicy, SinkDriver, SinkDriverConfig};
-use support::{TestSource, client, counts, records, table};
+use support::{AckedBatches, client, counts, records, table};
 
 const BATCHES: i64 = 20;
 const PER_BATCH: i64 = 20;
@@ -70,11 +70,11 @@ async fn a_server_restart_mid_run_loses_nothing() {
             ..SinkDriverConfig::default()
         })
         .spawn();
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let batch = |i: i64| records(0, i * PER_BATCH..(i + 1) * PER_BATCH);
 
     for i in 0..BATCHES / 2 {
-        handle.send(source.batch(batch(i))).await.unwrap();
+        handle.send(source.batch_of(batch(i))).await.unwrap();
     }
     let stopping = server.clone();
     tokio::task::spawn_blocking(move || stopping.stop())
@@ -84,7 +84,7 @@ async fn a_server_restart_mid_run_loses_nothing() {
     // Written while the server is down: every attempt fails until it is
     // back.
     for i in BATCHES / 2..BATCHES {
-        handle.send(source.batch(batch(i))).await.unwrap();
+        handle.send(source.batch_of(batch(i))).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let restarting = server.clone();

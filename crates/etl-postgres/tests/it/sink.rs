@@ -10,7 +10,7 @@ use crate::support;
 use etl_postgres::{PostgresError, PostgresSink, PostgresSinkConfig, WriteMethod};
 use etl_sink::testing::MemorySink;
 use etl_sink::{EncodedBatch, NdjsonEncoder, Sink, SinkDriver, SinkError};
-use support::{TestSource, client, counts, record, records, table, url};
+use support::{AckedBatches, client, counts, record, records, table, url};
 
 fn encode(records: Vec<etl_record::Record>) -> EncodedBatch {
     let (batch, refused) = EncodedBatch::encode(records, &NdjsonEncoder::new());
@@ -145,12 +145,12 @@ async fn the_driver_dead_letters_bad_rows_and_delivers_the_batch() {
     let handle = SinkDriver::new(sink, NdjsonEncoder::new())
         .dead_letters(letters.clone())
         .spawn();
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let mut input = records(0, 0..5);
     input.push(record(0, 5, r#"{"id": "six", "name": "bad"}"#));
     input.push(record(0, 6, "not json at all"));
     input.extend(records(0, 7..10));
-    handle.send(source.batch(input)).await.unwrap();
+    handle.send(source.batch_of(input)).await.unwrap();
     let metrics = handle.close().await.unwrap();
     assert_eq!(metrics.dead_lettered, 2);
     assert_eq!(source.tally(), (1, 0));
@@ -225,11 +225,11 @@ async fn a_dropped_table_halts_the_driver_and_dead_letters_nothing() {
         })
         .dead_letters(letters.clone())
         .spawn();
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     db.batch_execute(&format!("DROP TABLE \"{name}\""))
         .await
         .unwrap();
-    let _ = handle.send(source.batch(records(0, 0..10))).await;
+    let _ = handle.send(source.batch_of(records(0, 0..10))).await;
     let err = handle.close().await.unwrap_err();
     let etl_sink::SinkDriverError::Sink(err) = err else {
         panic!("a write failed for good: {err}");

@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{TestSource, record, tally};
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{
@@ -19,6 +18,7 @@ use etl_sink::{
     NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SendError, SinkDriver, SinkDriverConfig,
     SinkDriverError, SinkError,
 };
+use etl_test_support::acks::{AckedBatches, record, tally};
 
 fn one_batch_per_item(max_in_flight: usize) -> SinkDriverConfig {
     SinkDriverConfig {
@@ -31,7 +31,7 @@ fn one_batch_per_item(max_in_flight: usize) -> SinkDriverConfig {
 
 #[tokio::test(start_paused = true)]
 async fn thirty_percent_transient_failures_lose_nothing() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let flaky = Arc::new(Flaky::new(memory.clone(), 0.3, 42));
     let sink = SinkDriver::new(flaky.clone(), NdjsonEncoder::new())
@@ -58,7 +58,7 @@ async fn thirty_percent_transient_failures_lose_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn data_failures_fail_their_batches_by_default() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(FailEveryNth::data(memory.clone(), 3), NdjsonEncoder::new())
         .config(one_batch_per_item(1))
@@ -86,7 +86,7 @@ async fn data_failures_fail_their_batches_by_default() {
 
 #[tokio::test(start_paused = true)]
 async fn data_failures_dead_letter_only_the_records_at_fault_by_policy() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
     let bad = |r: &Record| matches!(r.position.offset.0, 25 | 47);
@@ -123,7 +123,7 @@ async fn data_failures_dead_letter_only_the_records_at_fault_by_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dead_letter_sink_refusing_the_letters_fails_the_batch() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let sink = SinkDriver::new(
         FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
@@ -142,7 +142,7 @@ async fn a_dead_letter_sink_refusing_the_letters_fails_the_batch() {
 
 #[tokio::test(start_paused = true)]
 async fn a_broken_dead_letter_sink_halts_the_driver() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let sink = SinkDriver::new(
         FailEveryNth::data(MemorySink::new(), 1),
         NdjsonEncoder::new(),
@@ -169,7 +169,7 @@ fn with_bad_value(mut records: Vec<Record>, index: usize) -> Vec<Record> {
 
 #[tokio::test(start_paused = true)]
 async fn records_the_encoder_refuses_are_dead_lettered_or_fail_the_set() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
@@ -197,7 +197,7 @@ async fn records_the_encoder_refuses_are_dead_lettered_or_fail_the_set() {
 
 #[tokio::test(start_paused = true)]
 async fn records_the_sink_rejects_are_dead_lettered() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
     let rejecting = Rejecting::new(memory.clone(), |r: &Record| {
@@ -232,7 +232,7 @@ async fn wait_for(mut cond: impl FnMut() -> bool) {
 
 #[tokio::test(start_paused = true)]
 async fn aborting_during_a_write_fails_every_set_held_even_queued_ones() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let hang = Arc::new(Hang::new());
     let sink = SinkDriver::new(hang.clone(), NdjsonEncoder::new())
         .config(one_batch_per_item(1))
@@ -254,7 +254,7 @@ async fn aborting_during_a_write_fails_every_set_held_even_queued_ones() {
 
 #[tokio::test(start_paused = true)]
 async fn a_panicking_sink_fails_what_the_driver_held() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(Panic::new(memory.clone(), 2), NdjsonEncoder::new())
         .config(one_batch_per_item(1))
@@ -287,7 +287,7 @@ async fn a_panicking_sink_fails_what_the_driver_held() {
 
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_past_its_deadline_fails_the_sets() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let sink = SinkDriver::new(Gated::new(MemorySink::new()), NdjsonEncoder::new()).spawn();
     sink.send(source.batch(0, 0..10)).await.unwrap();
     sink.send(source.batch(1, 0..10)).await.unwrap();
@@ -298,7 +298,7 @@ async fn a_shutdown_past_its_deadline_fails_the_sets() {
 
 #[tokio::test(start_paused = true)]
 async fn a_clean_shutdown_flushes_the_last_partial_batch() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
         .config(SinkDriverConfig {
@@ -316,7 +316,7 @@ async fn a_clean_shutdown_flushes_the_last_partial_batch() {
 
 #[tokio::test(start_paused = true)]
 async fn batches_close_by_count_bytes_and_linger() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
         .config(SinkDriverConfig {
@@ -366,7 +366,7 @@ async fn batches_close_by_count_bytes_and_linger() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_sink_stalls_input_instead_of_buffering() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let gated = Gated::new(MemorySink::new());
     let gate = gated.gate();
     let sink = SinkDriver::new(gated, NdjsonEncoder::new())
@@ -394,7 +394,7 @@ async fn a_slow_sink_stalls_input_instead_of_buffering() {
 
 #[tokio::test(start_paused = true)]
 async fn fan_out_delivers_only_when_every_sink_has_written() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let fast = SinkDriver::new(MemorySink::new(), NdjsonEncoder::new()).spawn();
     let gated = Gated::new(MemorySink::new());
     let gate = gated.gate();
@@ -432,7 +432,7 @@ async fn fan_out_delivers_only_when_every_sink_has_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_returns_before_its_batch_is_delivered() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let dir = tempfile::tempdir().unwrap();
     let file = etl_sink::FileSink::open(dir.path().join("out.ndjson"), Default::default())
         .await
@@ -476,7 +476,7 @@ async fn the_write_returns_before_its_batch_is_delivered() {
 async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
     // `batch_max_bytes = "0B"`: no batch could ever be started. The driver
     // must not take the batch and wait for ever (then panic on close).
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
         .config(SinkDriverConfig {
@@ -499,7 +499,7 @@ async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
 
 #[tokio::test(start_paused = true)]
 async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let linger = Duration::from_secs(3600);
     let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())

@@ -16,7 +16,7 @@ use etl_sink::{
 };
 use tokio::time::Instant;
 
-use crate::support::{TestSource, record, tally};
+use etl_test_support::acks::{AckedBatches, record, tally};
 
 /// One write per `batch_max_records` records; the dead-letter policy on, so a
 /// failure wrongly taken for bad data would show up as dead letters.
@@ -32,7 +32,7 @@ fn dead_lettering(max_records: usize) -> SinkDriverConfig {
 
 #[tokio::test(start_paused = true)]
 async fn a_broken_pipe_halts_the_driver_and_dead_letters_nothing() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let broken = Arc::new(Broken::broken_pipe());
     let dead = MemorySink::new();
     let sink = SinkDriver::new(broken.clone(), NdjsonEncoder::new())
@@ -138,7 +138,7 @@ async fn a_halting_driver_calls_on_halt_before_anything_it_holds_fails() {
 
 #[tokio::test(start_paused = true)]
 async fn a_driver_that_closes_or_fails_a_batch_on_its_data_never_calls_on_halt() {
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = called.clone();
     let sink = SinkDriver::new(
@@ -169,7 +169,7 @@ async fn a_driver_that_closes_or_fails_a_batch_on_its_data_never_calls_on_halt()
 async fn an_unclassified_failure_halts_after_the_retry_policy() {
     // A permanent error: not retried, and not known to be the records'
     // fault.
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let dead = MemorySink::new();
     let sink = SinkDriver::new(
         FailEveryNth::permanent(MemorySink::new(), 1),
@@ -219,7 +219,7 @@ async fn a_merged_write_failing_on_one_record_fails_only_its_batch() {
     // Ten single-record batches, as the source sends a narrowed range,
     // merged by the driver into one write; the sink fails any write
     // holding offset 9.
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let sink = SinkDriver::new(
         FailWhere::new(memory.clone(), |r: &Record| r.position.offset == Offset(9)),
@@ -252,7 +252,7 @@ async fn a_merged_write_failing_on_one_record_fails_only_its_batch() {
 async fn a_merged_write_dead_letters_only_the_record_at_fault_by_policy() {
     // Batches of 5 records merged into one write that fails on offset 7:
     // under the dead-letter policy the driver narrows it down itself.
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
     let sink = SinkDriver::new(
@@ -279,7 +279,7 @@ async fn a_batch_failing_in_a_merged_write_keeps_its_encoder_refusals_for_its_re
     // refuses; the sink fails any write holding offset 8 (second batch).
     // Only the first batch is written, so only its refusal is a dead
     // letter: the second batch's comes again when it replays.
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let dead = MemorySink::new();
     let sink = SinkDriver::new(
@@ -333,7 +333,7 @@ async fn an_exactly_once_sink_stores_no_progress_past_a_refused_record_before_it
         ..etl_sink::FileSinkConfig::default()
     };
     let file = etl_sink::FileSink::open(&path, config).await.unwrap();
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let mut records: Vec<Record> = (0..10).map(|o| record(0, o)).collect();
     records[4] = Record::new(records[4].position.clone(), "not json");
     let (driver, _) = SinkDriver::exactly_once(file, NdjsonEncoder::new());

@@ -9,12 +9,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{TestSource, record, tally};
 use etl_record::{Offset, PartitionId};
 use etl_sink::{
     EncodedBatch, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, ProgressSink,
     RawLinesEncoder, Sink, SinkDriver, SinkDriverConfig, SinkError,
 };
+use etl_test_support::acks::{AckedBatches, record, tally};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -210,7 +210,7 @@ async fn a_data_file_shorter_than_recorded_is_reported() {
 async fn the_dead_letter_driver_writes_lines_then_delivers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dead.ndjson");
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let file = FileSink::open(&path, FileSinkConfig::default())
         .await
         .unwrap();
@@ -257,7 +257,7 @@ async fn an_exactly_once_driver_halts_after_a_failed_batch() {
             ..SinkDriverConfig::default()
         })
         .spawn();
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     for i in 0..4 {
         // Sends may find the driver already halted; then they fail too.
         let _ = sink.send(source.batch(0, i * 5..i * 5 + 5)).await;
@@ -293,7 +293,7 @@ async fn run_once(path: &Path, round: u32, crash_after: Option<usize>) -> bool {
             ..SinkDriverConfig::default()
         })
         .spawn();
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let mut next: Vec<i64> = (0..PARTITIONS)
         .map(|p| {
             let resume = progress.get(PartitionId(p)).map_or(0, |o| o.0);
@@ -371,7 +371,7 @@ fn exactly_once_file_output_survives_repeated_crashes() {
 async fn raw_lines_reach_the_file_as_given() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("raw.txt");
-    let mut source = TestSource::new();
+    let mut source = AckedBatches::new();
     let file = FileSink::open(&path, FileSinkConfig::default())
         .await
         .unwrap();

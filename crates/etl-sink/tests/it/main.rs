@@ -1,9 +1,7 @@
 //! The integration tests of `etl-sink`, one binary: each module is a
-//! suite, and `support` holds what they share (a source of acked batches
-//! and a tally of their resolutions). Run one suite with
-//! `cargo test -p etl-sink --test it <module>::`.
-
-mod support;
+//! suite. The batches they hand the sinks, and what became of each, come
+//! from `etl_test_support::acks`, shared with the connectors' tests. Run
+//! one suite with `cargo test -p etl-sink --test it <module>::`.
 
 mod driver;
 mod example;

@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::TestSource;
 use etl_ack::AckStatus;
 use etl_record::{Offset, PartitionId};
 use etl_sink::testing::{FailEveryNth, Flaky, MemorySink};
 use etl_sink::{NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SinkDriver, SinkDriverConfig};
+use etl_test_support::acks::AckedBatches;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -59,7 +59,7 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut source = TestSource::new();
+        let mut source = AckedBatches::new();
         let memory = MemorySink::new();
         let dead = MemorySink::new();
         let sink = Arc::new(FailEveryNth::data(
