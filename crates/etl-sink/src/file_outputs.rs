@@ -13,6 +13,10 @@
 //! flushes. Writes go one at a time: with several writes in flight, an
 //! `fsync = "interval"` output syncs every batch.
 //!
+//! Exactly once (`FileSinkConfig::exactly_once`), each output is an
+//! exactly-once file sink with its own progress, and the sink stores the
+//! progress all of them hold (see [`ProgressSink`]) after each batch.
+//!
 //! A value a path cannot be made of refuses the record, which the driver
 //! sends to the dead-letter path: a field that is missing, null, an
 //! object or an array, empty, `.` or `..`, holding `/` or a NUL byte, a
@@ -35,7 +39,9 @@ use async_trait::async_trait;
 use etl_fs::Fs;
 use etl_record::{Position, Record};
 
-use crate::{EncodedBatch, FileSink, FileSinkConfig, Reject, Sink, SinkError};
+use crate::{
+    EncodedBatch, FileSink, FileSinkConfig, Progress, ProgressSink, Reject, Sink, SinkError,
+};
 
 /// A path with `{field}` placeholders: dotted paths into the record's
 /// JSON value (`{user.region}`, `{items.0.sku}`). In a path with a
@@ -44,6 +50,8 @@ use crate::{EncodedBatch, FileSink, FileSinkConfig, Reject, Sink, SinkError};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathTemplate {
     parts: Vec<Part>,
+    /// The template as written (with the folder it was put under).
+    text: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +108,10 @@ impl PathTemplate {
         }
         parts.push(Part::Text(text));
         parts.retain(|p| !matches!(p, Part::Text(t) if t.is_empty()));
-        Ok(Some(PathTemplate { parts }))
+        Ok(Some(PathTemplate {
+            parts,
+            text: path.to_owned(),
+        }))
     }
 
     /// The template `relative` (with placeholders) under the folder
@@ -121,6 +132,7 @@ impl PathTemplate {
             if !prefix.ends_with('/') {
                 prefix.push('/');
             }
+            template.text.insert_str(0, &prefix);
             match template.parts.first_mut() {
                 Some(Part::Text(text)) => text.insert_str(0, &prefix),
                 _ => template.parts.insert(0, Part::Text(prefix)),
@@ -225,8 +237,8 @@ const CREATE_FOLDER: &str = "create the output folder";
 /// How a [`FileOutputs`] keeps its files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileOutputsConfig {
-    /// Each file's own configuration (not exactly once: an output per
-    /// value has no single progress to store).
+    /// Each file's own configuration. Exactly once, each output stores its
+    /// own progress, and the sink the progress they all hold.
     pub file: FileSinkConfig,
     /// Files open at once, at least 1.
     pub max_open: usize,
@@ -254,6 +266,76 @@ pub struct FileOutputs {
     /// The last write that failed part-way: which batch (its records'
     /// positions) and the outputs it wrote durably.
     partial: std::sync::Mutex<Option<(Vec<Position>, HashSet<PathBuf>)>>,
+    /// Exactly once: the progress every output holds.
+    combined: Option<Combined>,
+}
+
+/// An exactly-once templated sink's progress: the source offsets below
+/// which every record is durably in the output it belongs to. Each output
+/// is an exactly-once file sink of its own (its own progress, so a record
+/// sent again is skipped by the output that holds it); this file, beside
+/// them in the template's folder, is replaced only after every output a
+/// batch went to holds its part, so it never runs ahead of any of them.
+#[derive(Debug)]
+struct Combined {
+    /// `<folder>/.etl-outputs-<hash of the template>`, `.progress` beside.
+    path: PathBuf,
+    progress: std::sync::Mutex<Progress>,
+}
+
+impl Combined {
+    fn open(fs: &dyn Fs, template: &PathTemplate) -> Result<Combined, SinkError> {
+        let base = template.base();
+        let dir = if base.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            base
+        };
+        fs.create_dir_all(&dir)
+            .map_err(|e| SinkError::io(CREATE_FOLDER, &dir, e))?;
+        // FNV-1a of the template: two templates in one folder keep apart.
+        let hash = template
+            .text
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+        let path = dir.join(format!(".etl-outputs-{hash:016x}"));
+        let progress = crate::file_progress::read_stored(fs, &path)?
+            .map(|stored| stored.progress)
+            .unwrap_or_default();
+        Ok(Combined {
+            path,
+            progress: std::sync::Mutex::new(progress),
+        })
+    }
+
+    fn get(&self) -> Progress {
+        self.progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every record of `batch` is durable in its output: store it.
+    fn advance(&self, fs: &dyn Fs, batch: &EncodedBatch) -> Result<(), SinkError> {
+        let mut progress = self
+            .progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = progress.clone();
+        next.advance_past(batch.records());
+        if next == *progress {
+            return Ok(());
+        }
+        let stored = crate::file_progress::Stored {
+            progress: next.clone(),
+            ..crate::file_progress::Stored::default()
+        };
+        crate::file_progress::write_stored(fs, &self.path, &stored)?;
+        *progress = next;
+        Ok(())
+    }
 }
 
 struct Output {
@@ -275,8 +357,10 @@ impl FileOutputs {
     ///
     /// # Errors
     ///
-    /// [`SinkError::Permanent`] for an exactly-once file configuration or
-    /// `max_open` of 0 (the configuration file's checks refuse both first).
+    /// [`SinkError::Permanent`] for `max_open` of 0 (the configuration
+    /// file's checks refuse it first); an I/O error or
+    /// [`SinkError::CorruptProgress`] reading an exactly-once sink's
+    /// progress.
     pub fn new(template: PathTemplate, config: FileOutputsConfig) -> Result<Self, SinkError> {
         Self::new_in(Arc::new(etl_fs::RealFs), template, config)
     }
@@ -291,20 +375,21 @@ impl FileOutputs {
         template: PathTemplate,
         config: FileOutputsConfig,
     ) -> Result<Self, SinkError> {
-        if config.file.exactly_once {
-            return Err(SinkError::permanent(
-                "exactly_once needs a single output file: a templated path writes one per value",
-            ));
-        }
         if config.max_open == 0 {
             return Err(SinkError::permanent("max_open_outputs must be at least 1"));
         }
+        let combined = if config.file.exactly_once {
+            Some(Combined::open(&*fs, &template)?)
+        } else {
+            None
+        };
         Ok(FileOutputs {
             template,
             config,
             fs,
             open: tokio::sync::Mutex::new(HashMap::new()),
             partial: std::sync::Mutex::new(None),
+            combined,
         })
     }
 
@@ -484,6 +569,11 @@ impl Sink for FileOutputs {
                 }
             }
         }
+        // Every output holds its part (or refused it): the progress may
+        // move past the whole batch.
+        if let Some(combined) = &self.combined {
+            combined.advance(&*self.fs, batch)?;
+        }
         if rejects.is_empty() {
             Ok(())
         } else {
@@ -499,6 +589,32 @@ impl Sink for FileOutputs {
             out.sink.flush().await?;
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl ProgressSink for FileOutputs {
+    /// The offsets below which every record is durably in its output
+    /// (nothing when not exactly once).
+    fn progress(&self) -> Progress {
+        self.combined
+            .as_ref()
+            .map(Combined::get)
+            .unwrap_or_default()
+    }
+
+    async fn reload_progress(&self) -> Result<Progress, SinkError> {
+        let Some(combined) = &self.combined else {
+            return Ok(Progress::default());
+        };
+        let stored = crate::file_progress::read_stored(&*self.fs, &combined.path)?
+            .map(|s| s.progress)
+            .unwrap_or_default();
+        *combined
+            .progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = stored.clone();
+        Ok(stored)
     }
 }
 

@@ -116,7 +116,11 @@ async fn open_sink(
                 close_idle_after: f.close_idle_after,
             },
         )?;
-        return Ok(BuiltSink::new(outputs));
+        return Ok(if f.exactly_once {
+            BuiltSink::exactly_once(outputs)
+        } else {
+            BuiltSink::new(outputs)
+        });
     }
     if let Some(dir) = f.path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| etl_sink::SinkError::Io {
@@ -159,13 +163,6 @@ fn check_sink(f: &FileSinkOptions, report: &mut CheckReport<'_>) {
             }
             report.at_least_one("max_open_outputs", f.max_open_outputs as u64);
             report.above_zero("close_idle_after", f.close_idle_after);
-            if f.exactly_once {
-                report.problem(
-                    "exactly_once",
-                    "exactly_once needs a single output file: a templated path writes one \
-                     per value",
-                );
-            }
         }
         Ok(None) => report.writes_file(
             &f.path,
