@@ -127,6 +127,8 @@ pub(crate) struct Router {
     routes: Vec<Route>,
     unmatched: Option<usize>,
     out: ChainOutput,
+    /// The one-record batch a condition judges, its allocation reused.
+    scratch: Vec<Record>,
 }
 
 impl Router {
@@ -138,6 +140,7 @@ impl Router {
             routes,
             unmatched,
             out: ChainOutput::default(),
+            scratch: Vec::with_capacity(1),
         }
     }
 
@@ -163,6 +166,7 @@ impl Router {
             routes,
             unmatched: self.unmatched,
             out: ChainOutput::default(),
+            scratch: Vec::with_capacity(1),
         })
     }
 
@@ -250,7 +254,7 @@ impl Router {
                     routed.to[i].push(record.clone());
                     continue;
                 };
-                match decide(when, &mut self.out, &record) {
+                match decide(when, &mut self.out, &mut self.scratch, &record) {
                     Decision::Match => {
                         matched = true;
                         routed.to[i].push(record.clone());
@@ -288,7 +292,7 @@ impl Router {
                     routed.to[i].push(record);
                     continue 'records;
                 };
-                match decide(when, &mut self.out, &record) {
+                match decide(when, &mut self.out, &mut self.scratch, &record) {
                     Decision::Match => {
                         routed.to[i].push(record);
                         continue 'records;
@@ -345,19 +349,28 @@ fn same(a: &Record, b: &Record) -> bool {
     a.position == b.position && a.value == b.value
 }
 
-/// Run one record through a condition.
-fn decide(when: &mut TransformChain, out: &mut ChainOutput, record: &Record) -> Decision {
+/// Run one record through a condition; `scratch` lends the one-record
+/// batch its allocation, taken back after.
+fn decide(
+    when: &mut TransformChain,
+    out: &mut ChainOutput,
+    scratch: &mut Vec<Record>,
+    record: &Record,
+) -> Decision {
     out.clear();
-    when.apply(vec![record.clone()], out);
-    if let Some(letter) = out.halted.take() {
-        return Decision::Halt(letter);
-    }
-    if let Some(letter) = out.rejected.pop() {
-        return Decision::Reject(letter);
-    }
-    if out.kept.is_empty() {
+    scratch.clear();
+    scratch.push(record.clone());
+    when.apply(std::mem::take(scratch), out);
+    let decision = if let Some(letter) = out.halted.take() {
+        Decision::Halt(letter)
+    } else if let Some(letter) = out.rejected.pop() {
+        Decision::Reject(letter)
+    } else if out.kept.is_empty() {
         Decision::NoMatch
     } else {
         Decision::Match
-    }
+    };
+    *scratch = std::mem::take(&mut out.kept);
+    scratch.clear();
+    decision
 }
