@@ -5,6 +5,7 @@
 
 mod example;
 mod pipeline;
+mod process;
 mod snapshot;
 mod source;
 mod support;

@@ -237,10 +237,11 @@ async fn a_snapshot_killed_midway_is_taken_again_and_loses_nothing() {
     );
     // The second run's snapshot and changes, replayed over what the first
     // delivered, give the tables: the first run's rows are read again.
+    // (Which run a record came from is not told apart: the aborted run's
+    // tasks may still hand the sink a batch after the abort.)
     let mut replayed = Model::default();
     replayed.apply(&records);
     assert_eq!(replayed, names.rows(&db).await, "rows lost after the kill");
-    read_once(&records[delivered..]);
     stop.cancel();
     run.await.unwrap().unwrap();
     names.drop_all(&db).await;
