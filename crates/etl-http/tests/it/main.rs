@@ -6,6 +6,7 @@
 
 mod clickhouse;
 mod faults;
+mod http2;
 mod limits;
 mod pipeline;
 mod secrets;
