@@ -164,14 +164,14 @@ pub struct SimStats {
     pub crashes: u64,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Node {
     File,
     Dir,
     Symlink(PathBuf),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Inode {
     node: Node,
     /// What reads see.
@@ -204,7 +204,7 @@ impl Inode {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Inner {
     /// Crashes so far: views and handles of an earlier epoch are dead.
     epoch: u64,
@@ -1035,5 +1035,6 @@ impl Drop for SimFile {
     }
 }
 
+mod durable;
 #[cfg(test)]
 mod tests;

@@ -168,6 +168,18 @@ impl FileState {
         } else {
             (None, path.to_owned())
         };
+        // A rotating sink writes, rotates and watches the file itself,
+        // symlinks resolved once here: a rotation renames it to a segment
+        // beside it and creates the next one there. Renaming a symlink
+        // would move the link, leave the data it named behind as a
+        // segment's target, and write on in the link's folder.
+        let rotates = config.rotate_bytes.is_some() || config.rotate_after.is_some();
+        let resolved = side.clone();
+        let path = if regular && rotates {
+            resolved.as_path()
+        } else {
+            path
+        };
         let meta = file
             .metadata()
             .map_err(|e| SinkError::io("stat", path, e))?;
@@ -754,9 +766,7 @@ impl FileState {
         self.segments = next;
         self.len = 0;
         self.fsynced_len = 0;
-        // Through a symlink, the rename moved the link: the new active
-        // file is a regular file at `path`, and its side files go beside
-        // it, where the next run looks for them.
+        // Symlinks were resolved at open: the side files stay beside it.
         self.side = self
             .fs
             .canonicalize(&self.path)

@@ -96,6 +96,7 @@ fn describe(ended: &Ended) -> String {
         Ended::Died => "died".to_owned(),
         Ended::Hung => "hung".to_owned(),
         Ended::SecondWriter(_) => "a second writer got in".to_owned(),
+        Ended::AckedNotDurable(_) => "acknowledged what was not durable".to_owned(),
     }
 }
 

@@ -282,3 +282,28 @@ fn names_in_a_folder_whose_own_name_is_lost_are_lost_with_it() {
     fs.crash();
     assert!(!fs.process().exists(Path::new("/new/deeper/a")));
 }
+
+#[test]
+fn a_durable_copy_holds_what_a_power_loss_would_keep_and_leaves_the_disk_alive() {
+    let fs = fs_with_dir();
+    fs.set_faults(SimFaults {
+        kept: 1000,
+        dirs_kept: 1000,
+        ..SimFaults::default()
+    });
+    let f = append(&fs, "/d/a", b"one\n");
+    f.sync_data().unwrap();
+    fs.sync_dir(Path::new("/d")).unwrap();
+    drop(append(&fs, "/d/a", b"two\n"));
+    drop(append(&fs, "/d/b", b"never named durably\n"));
+    let copy = fs.durable_copy();
+    // Whatever the faults would keep through a real crash, the copy keeps
+    // only what an fsync covered.
+    assert_eq!(copy.read(Path::new("/d/a")).unwrap(), b"one\n");
+    assert!(copy.metadata(Path::new("/d/b")).is_err());
+    // The disk and its process go on as they were, apart from the copy.
+    assert_eq!(fs.read(Path::new("/d/a")).unwrap(), b"one\ntwo\n");
+    drop(append(&fs, "/d/a", b"three\n"));
+    assert_eq!(copy.read(Path::new("/d/a")).unwrap(), b"one\n");
+    assert_eq!(fs.stats().crashes, 0);
+}

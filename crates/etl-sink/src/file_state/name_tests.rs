@@ -165,3 +165,56 @@ fn progress_an_older_version_kept_beside_a_symlink_is_refused_not_ignored() {
     );
     assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"{\"o\":0}\n");
 }
+
+#[test]
+fn rotation_through_a_symlinked_output_rotates_its_target_beside_it_and_keeps_the_link() {
+    // The link names where the data goes (another disk, say): a rotation
+    // that renamed the link instead would leave the data file behind as
+    // a segment's target and write on in the link's folder.
+    for exactly_once in [false, true] {
+        let sim = disk(3);
+        sim.create_dir_all(Path::new("/links")).unwrap();
+        let link = Path::new("/links/out.ndjson");
+        sim.symlink(Path::new(PATH), link).unwrap();
+        sim.sync_dir(Path::new("/")).unwrap();
+        let rotating = FileSinkConfig {
+            rotate_bytes: Some(4),
+            ..config(exactly_once)
+        };
+        let mut state = FileState::open(Arc::new(sim.clone()), link, rotating).unwrap();
+        for (offset, line) in [b"a0\n", b"a1\n", b"a2\n"].into_iter().enumerate() {
+            write_durably(&mut state, offset as i64, line);
+        }
+        state.flush().unwrap();
+        drop(state);
+        let meta = sim.symlink_metadata(link).unwrap();
+        assert_eq!(
+            meta.kind,
+            etl_fs::FileKind::Symlink,
+            "exactly once: {exactly_once}"
+        );
+        assert_eq!(sim.canonicalize(link).unwrap(), Path::new(PATH));
+        assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"a2\n");
+        assert_eq!(sim.read(Path::new("/out/out.ndjson.1")).unwrap(), b"a0\n");
+        assert_eq!(sim.read(Path::new("/out/out.ndjson.2")).unwrap(), b"a1\n");
+        for seg in ["/out/out.ndjson.1", "/out/out.ndjson.2"] {
+            let kind = sim.symlink_metadata(Path::new(seg)).unwrap().kind;
+            assert_eq!(kind, etl_fs::FileKind::File, "{seg}");
+        }
+        assert!(
+            sim.symlink_metadata(Path::new("/links/out.ndjson.1"))
+                .is_err()
+        );
+        // The next run, under either name, goes on where this one ended.
+        for (n, name) in [link, Path::new(PATH)].into_iter().enumerate() {
+            let mut state = FileState::open(Arc::new(sim.clone()), name, rotating).unwrap();
+            assert_eq!(state.segments(), 2 + n as u64, "{}", name.display());
+            let line = format!("a{}\n", 3 + n);
+            write_durably(&mut state, 3 + n as i64, line.as_bytes());
+            state.flush().unwrap();
+        }
+        assert_eq!(sim.read(Path::new("/out/out.ndjson.3")).unwrap(), b"a2\n");
+        assert_eq!(sim.read(Path::new("/out/out.ndjson.4")).unwrap(), b"a3\n");
+        assert_eq!(sim.read(Path::new(PATH)).unwrap(), b"a4\n");
+    }
+}

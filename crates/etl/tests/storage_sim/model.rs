@@ -119,6 +119,7 @@ pub fn check(
                 "{what} while the run held it: a second name for a locked file must be refused"
             ));
         }
+        Ended::AckedNotDurable(what) => return Err(what.clone()),
         Ended::Returned(Ok(_)) => {}
         other if recovery && !refused => {
             return Err(format!(

@@ -7,7 +7,7 @@
 //! pipeline simulation (see `sim/run.rs`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use etl::{FailurePolicy, Pipeline, PipelineError, Summary};
@@ -49,6 +49,9 @@ pub enum Ended {
     Hung,
     /// A second writer opened what the run holds through another name.
     SecondWriter(String),
+    /// A record was acknowledged (below a watermark) while a power loss
+    /// would have lost it.
+    AckedNotDurable(String),
 }
 
 /// What one run was asked to do.
@@ -222,6 +225,7 @@ async fn build(
     let source_scenario = s.clone();
     let reads = reads.clone();
     let source_fs = Arc::clone(fs);
+    let acked = trip.watch_acks();
     let mut builder = Pipeline::builder()
         .checkpoint(CheckpointConfig {
             commit_interval: Duration::from_secs(3600),
@@ -231,19 +235,22 @@ async fn build(
         })
         .on_failure(FailurePolicy::Replay)
         .offset_store(store)
-        .source_factory(move |checkpoint| match &source_scenario.inputs {
-            None => Ok(Box::new(ScriptedSource::new(
-                &source_scenario,
-                checkpoint.clone(),
-                reads.clone(),
-            ))),
-            Some(inputs) => Ok(Box::new(CountingSource {
-                inner: FileSource::open_in(source_fs, file_config(&source_scenario, inputs))?,
-                reads: reads.clone(),
-                checkpoint: checkpoint.clone(),
-                commit_every: source_scenario.commit_every.map(u64::from),
-                batches: 0,
-            })),
+        .source_factory(move |checkpoint| {
+            *acked.lock().unwrap_or_else(PoisonError::into_inner) = Some(checkpoint.clone());
+            match &source_scenario.inputs {
+                None => Ok(Box::new(ScriptedSource::new(
+                    &source_scenario,
+                    checkpoint.clone(),
+                    reads.clone(),
+                ))),
+                Some(inputs) => Ok(Box::new(CountingSource {
+                    inner: FileSource::open_in(source_fs, file_config(&source_scenario, inputs))?,
+                    reads: reads.clone(),
+                    checkpoint: checkpoint.clone(),
+                    commit_every: source_scenario.commit_every.map(u64::from),
+                    batches: 0,
+                })),
+            }
         });
     builder = if s.exactly_once {
         let (driver, progress) = SinkDriver::exactly_once(sink, RawLinesEncoder::new());
@@ -279,7 +286,15 @@ pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, excused: &Excused, pla
         Plan::Recovery => None,
         Plan::Scripted(_) => s.output_change.map(|(n, change)| (n, mutation(change))),
     };
-    let trip = Trip::new(sim.clone(), after, power_loss, outside, excused.clone());
+    let trip = Trip::new(
+        sim.clone(),
+        after,
+        power_loss,
+        outside,
+        excused.clone(),
+        reads.clone(),
+        s.inputs.is_some(),
+    );
     let fs: Arc<dyn Fs> = Arc::new(ProcessFs {
         sim: sim.process(),
         trip: Arc::clone(&trip),
@@ -324,6 +339,10 @@ pub fn run_once(s: &Scenario, sim: &SimFs, reads: &Reads, excused: &Excused, pla
         Ended::Died
     } else {
         ended
+    };
+    let ended = match trip.violation() {
+        Some(what) => Ended::AckedNotDurable(what),
+        None => ended,
     };
     if !trip.fired() {
         // The process ends: what it left in the page cache stays, and

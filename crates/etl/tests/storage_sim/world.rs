@@ -50,6 +50,18 @@ pub struct Trip {
     /// it is read and changed in one step, with no write of the process's
     /// other threads (the checkpointer's, the blocking pool's) in between.
     gate: Mutex<()>,
+    /// The run's checkpointer, once the pipeline is built: before every
+    /// change to the disk, every record below a watermark it shows (every
+    /// acknowledged batch, group commit's waiters included) must be
+    /// durable in the output, as a power loss at that instant would
+    /// leave it.
+    acked: Arc<Mutex<Option<CheckpointHandle>>>,
+    /// Which record each watermark covers.
+    reads: Reads,
+    /// The watermarks are input files' byte positions.
+    file_source: bool,
+    /// The first acknowledged record found not durable.
+    violation: Mutex<Option<String>>,
 }
 
 /// Records in the output when another program changed it: it may have
@@ -81,6 +93,8 @@ impl Trip {
         power_loss: bool,
         outside: Option<(u16, Mutation)>,
         excused: Excused,
+        reads: Reads,
+        file_source: bool,
     ) -> Arc<Self> {
         Arc::new(Trip {
             sim,
@@ -93,7 +107,71 @@ impl Trip {
             excused,
             changed: AtomicBool::new(false),
             gate: Mutex::new(()),
+            acked: Arc::default(),
+            reads,
+            file_source,
+            violation: Mutex::new(None),
         })
+    }
+
+    /// Where the pipeline's builder puts the run's checkpointer, so that
+    /// acknowledgements are checked from then on.
+    pub fn watch_acks(&self) -> Arc<Mutex<Option<CheckpointHandle>>> {
+        Arc::clone(&self.acked)
+    }
+
+    /// The first acknowledged record found not durable, if any.
+    pub fn violation(&self) -> Option<String> {
+        self.violation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every record below a watermark the checkpointer shows is durable
+    /// in the output now, unless another program's change destroyed it.
+    fn check_acked(&self) {
+        let Some(checkpoint) = self
+            .acked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        if self.violation().is_some() {
+            return;
+        }
+        // Not beside another program's change: what it destroyed is
+        // excused in the same step.
+        let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let watermarks: Vec<(u32, i64)> = checkpoint.with_metrics(|m| {
+            m.partitions
+                .iter()
+                .map(|(p, m)| (p.0, m.watermark.0))
+                .collect()
+        });
+        let durable = durable_lines(&self.sim.durable_copy());
+        for (p, w) in watermarks {
+            let below: Vec<(u32, i64)> = if self.file_source {
+                self.reads.read_before(p, w).into_iter().collect()
+            } else {
+                (0..w).map(|o| (p, o)).collect()
+            };
+            if let Some((g, n)) = below
+                .into_iter()
+                .find(|&(g, n)| !durable.contains(&(g, n)) && !self.excused.contains(g, n))
+            {
+                *self
+                    .violation
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(format!(
+                    "partition {p}'s watermark is {w} (acknowledged), but record {g}:{n} below \
+                     it is not durable in the output (a power loss now would lose it)"
+                ));
+                return;
+            }
+        }
     }
 
     /// Another program's change, when its time has come.
@@ -126,6 +204,7 @@ impl Trip {
     /// call of the process does).
     fn tick(&self) {
         self.outside();
+        self.check_acked();
         if self.left.load(Ordering::SeqCst) == u64::MAX {
             return;
         }
@@ -466,6 +545,21 @@ pub fn output_files(fs: &dyn Fs) -> Vec<PathBuf> {
         files.push(PathBuf::from(OUTPUT));
     }
     files
+}
+
+/// Every record a complete line of the output files on `disk` holds.
+fn durable_lines(disk: &SimFs) -> BTreeSet<(u32, i64)> {
+    let fs = disk.process();
+    let mut held = BTreeSet::new();
+    for file in output_files(&fs) {
+        let Ok(bytes) = fs.read(&file) else { continue };
+        for line in bytes.split_inclusive(|b| *b == b'\n') {
+            if let Some(record) = line.strip_suffix(b"\n").and_then(key) {
+                held.insert(record);
+            }
+        }
+    }
+    held
 }
 
 /// Every record a complete line of the output holds now.
