@@ -1204,7 +1204,7 @@ source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
         ),
         sink(
             "medium",
-            "when = { field = \"amount\", op = \"<\", value = 1000 }"
+            "when = { field = \"amount\", op = \"<\", value = 500 }"
         ),
         sink("large", ""),
     );
