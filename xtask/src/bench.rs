@@ -1233,6 +1233,8 @@ source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
             for entry in std::fs::read_dir(run.join("output"))
                 .map_err(|e| format!("cannot read {}: {e}", run.display()))?
                 .filter_map(std::result::Result::ok)
+                // The outputs, not their side files (recovery points).
+                .filter(|e| e.path().extension().is_some_and(|x| x == "ndjson"))
             {
                 lines += count_lines(&entry.path())?;
             }
