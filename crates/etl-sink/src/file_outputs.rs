@@ -517,14 +517,23 @@ impl Sink for FileOutputs {
         }
         // A retry of a write that failed part-way: the outputs it wrote
         // hold their part already.
-        let id: Vec<Position> = batch.records().iter().map(|r| r.position.clone()).collect();
+        // (Only a write after a failed one compares positions: the usual
+        // write copies none.)
         let mut done = {
             let mut partial = self
                 .partial
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             match partial.take() {
-                Some((last, done)) if last == id => done,
+                Some((last, done))
+                    if last.len() == batch.len()
+                        && last
+                            .iter()
+                            .zip(batch.records())
+                            .all(|(p, r)| *p == r.position) =>
+                {
+                    done
+                }
                 _ => HashSet::new(),
             }
         };
@@ -564,7 +573,10 @@ impl Sink for FileOutputs {
                     *self
                         .partial
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((id, done));
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((
+                        batch.records().iter().map(|r| r.position.clone()).collect(),
+                        done,
+                    ));
                     return Err(e);
                 }
             }
