@@ -186,9 +186,15 @@ pub fn free_port() -> Result<u16, Error> {
         .map_err(|e| Error(format!("no free loopback port: {e}")))
 }
 
-/// Wait until something accepts TCP connections on `127.0.0.1:port`,
-/// failing early if `child` (the process that should listen) exits, and
-/// if it exits just after the port answered (someone else's listener).
+/// Wait until `child` (or a process it started) listens on
+/// `127.0.0.1:port`, failing early if it exits.
+///
+/// A connection that succeeds is not enough: another process may have
+/// bound the port between the probe that found it free and the child's own
+/// bind, and a slow-starting child (a Python server takes seconds to
+/// import) fails its bind only later. Where `/proc` tells who holds the
+/// listening socket, only the child's counts; elsewhere a short grace
+/// period catches a child that exits on its failed bind.
 pub fn wait_listening(
     what: &str,
     child: &mut Child,
@@ -199,17 +205,21 @@ pub fn wait_listening(
     let started = Instant::now();
     loop {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            // Another process may hold the port (taken between the probe
-            // that found it free and this child's bind): then the child
-            // exits on its failed bind while the connection reaches the
-            // other one. Give it a moment to do so.
-            std::thread::sleep(Duration::from_millis(200));
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(Error(format!(
-                    "{what} exited after {addr} answered: {status} (another process holds the port)"
-                )));
+            match listening_owner::held_by(child.id(), port) {
+                Some(true) => return Ok(()),
+                // Someone else's listener: the child either binds once it
+                // is gone or exits on its failed bind (caught below).
+                Some(false) => {}
+                None => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Err(Error(format!(
+                            "{what} exited after {addr} answered: {status} (another process holds the port)"
+                        )));
+                    }
+                    return Ok(());
+                }
             }
-            return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(Error(format!(
@@ -222,5 +232,139 @@ pub fn wait_listening(
             )));
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Who holds a listening TCP socket, read from `/proc`.
+mod listening_owner {
+    use std::collections::HashSet;
+
+    /// Whether process `pid` or one of its descendants holds a socket
+    /// listening on `port`; `None` where `/proc` cannot tell.
+    pub(super) fn held_by(pid: u32, port: u16) -> Option<bool> {
+        let mut inodes = HashSet::new();
+        let mut readable = false;
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            if let Ok(text) = std::fs::read_to_string(table) {
+                readable = true;
+                inodes.extend(listening_inodes(&text, port));
+            }
+        }
+        if !readable {
+            return None;
+        }
+        let mut pending = vec![pid];
+        let mut seen = HashSet::new();
+        while let Some(pid) = pending.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
+            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                continue;
+            };
+            for fd in fds.flatten() {
+                let Ok(target) = std::fs::read_link(fd.path()) else {
+                    continue;
+                };
+                let target = target.to_string_lossy();
+                let inode = target
+                    .strip_prefix("socket:[")
+                    .and_then(|t| t.strip_suffix(']'))
+                    .and_then(|t| t.parse::<u64>().ok());
+                if inode.is_some_and(|i| inodes.contains(&i)) {
+                    return Some(true);
+                }
+            }
+            pending.extend(children(pid));
+        }
+        Some(false)
+    }
+
+    /// The inodes of the sockets listening on `port` in a `/proc/net/tcp`
+    /// table (columns: slot, local address, remote address, state, ...,
+    /// inode as the tenth).
+    fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
+        let port = format!(":{port:04X}");
+        table
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let columns: Vec<&str> = line.split_whitespace().collect();
+                let listening = columns.get(3) == Some(&"0A");
+                let local = columns.get(1)?;
+                (listening && local.ends_with(&port))
+                    .then(|| columns.get(9)?.parse().ok())
+                    .flatten()
+            })
+            .collect()
+    }
+
+    /// The children of every thread of `pid`.
+    fn children(pid: u32) -> Vec<u32> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+            .flat_map(|list| {
+                list.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    fn spawn(script: &str) -> Child {
+        Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_port_another_process_holds_is_not_taken_for_a_slow_starting_child() {
+        // The port was free when chosen, then someone else bound it while
+        // the child (slow to start, as a Python server is) had not yet
+        // tried: the child fails its bind later and exits.
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = other.local_addr().unwrap().port();
+        let mut child = spawn("sleep 1; exit 3");
+        let waited = wait_listening("the slow child", &mut child, port, Duration::from_secs(20));
+        let _ = child.kill();
+        let _ = child.wait();
+        let error = waited.expect_err("another process's listener was taken for the child's");
+        assert!(error.0.contains("the slow child"), "{error}");
+    }
+
+    #[test]
+    fn a_child_that_listens_is_waited_for() {
+        let port = free_port().unwrap();
+        let mut child = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let waited = wait_listening("the child", &mut child, port, Duration::from_secs(60));
+        let _ = child.kill();
+        let _ = child.wait();
+        waited.unwrap();
     }
 }
