@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use etl_record::TemplateError;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::limit::RateLimit;
@@ -31,7 +32,17 @@ pub(crate) struct Checked {
 /// Check `config`; the first problem found.
 pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
     let problem = |key: &'static str, message: String| Problem { key, message };
-    let uri = UriTemplate::parse(&config.uri).map_err(|e| problem("uri", e))?;
+    // The message names no part of the URI: its query may hold a key.
+    let uri = UriTemplate::parse(&config.uri).map_err(|e| {
+        let why = match e {
+            TemplateError::Unclosed { .. } => "a `{` is not closed (write `{{` for a brace)",
+            TemplateError::StrayClose => "a `}` closes nothing (write `}}` for a brace)",
+            TemplateError::NotAFieldPath { .. } => {
+                "a `{...}` placeholder is not a field path (names separated by dots: {labels.app})"
+            }
+        };
+        problem("uri", why.to_owned())
+    })?;
     let sample = reqwest::Url::parse(&uri.sample())
         .map_err(|e| problem("uri", format!("not a URI: {e}")))?;
     if !matches!(sample.scheme(), "http" | "https") {

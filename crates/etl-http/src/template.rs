@@ -2,10 +2,13 @@
 
 use std::fmt::Write as _;
 
+use etl_record::{Template, TemplateError};
 use serde_json::Value;
 
-/// A request URI with `{field}` placeholders, each a dotted path into a
-/// record's JSON value (`{tenant}`, `{labels.app}`). A record's values
+/// A request URI with `{field}` placeholders, each a
+/// [`FieldPath`](etl_record::FieldPath) into a record's JSON value
+/// (`{tenant}`, `{labels.app}`, `{hosts.0}`), as an
+/// [`etl_record::Template`]. A record's values
 /// are percent-encoded into the URI, so a value never changes its
 /// structure (a `/` or `?` in a value stays inside its segment). `{{` and
 /// `}}` are literal braces.
@@ -18,13 +21,7 @@ use serde_json::Value;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UriTemplate {
-    parts: Vec<Part>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
-    Text(String),
-    Field(Vec<String>),
+    template: Template,
 }
 
 impl UriTemplate {
@@ -32,54 +29,16 @@ impl UriTemplate {
     ///
     /// # Errors
     ///
-    /// Why it is not a template: an unclosed or empty `{...}`, a stray
-    /// `}`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let mut parts = Vec::new();
-        let mut literal = String::new();
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '{' if chars.peek() == Some(&'{') => {
-                    chars.next();
-                    literal.push('{');
-                }
-                '}' if chars.peek() == Some(&'}') => {
-                    chars.next();
-                    literal.push('}');
-                }
-                '{' => {
-                    let mut field = String::new();
-                    loop {
-                        match chars.next() {
-                            Some('}') => break,
-                            Some(c) => field.push(c),
-                            None => return Err(format!("`{{{field}` is not closed")),
-                        }
-                    }
-                    let path: Vec<String> = field.trim().split('.').map(str::to_owned).collect();
-                    if path.iter().any(String::is_empty) {
-                        return Err(format!("`{{{field}}}` does not name a field"));
-                    }
-                    if !literal.is_empty() {
-                        parts.push(Part::Text(std::mem::take(&mut literal)));
-                    }
-                    parts.push(Part::Field(path));
-                }
-                '}' => return Err("a `}` closes nothing (write `}}` for a brace)".to_owned()),
-                c => literal.push(c),
-            }
-        }
-        if !literal.is_empty() {
-            parts.push(Part::Text(literal));
-        }
-        Ok(UriTemplate { parts })
+    /// Why it is not a template: an unclosed `{...}`, a stray `}`, a
+    /// placeholder that is not a field path.
+    pub fn parse(text: &str) -> Result<Self, TemplateError> {
+        Template::parse(text).map(|template| UriTemplate { template })
     }
 
     /// Whether the URI depends on the records.
     #[must_use]
     pub fn has_fields(&self) -> bool {
-        self.parts.iter().any(|p| matches!(p, Part::Field(_)))
+        self.template.has_fields()
     }
 
     /// The URI for a record whose value is `value` (`None`: not JSON).
@@ -89,45 +48,29 @@ impl UriTemplate {
     /// Why the record gives no URI: a field it lacks, or whose value is
     /// not a string, a number or a boolean.
     pub fn render(&self, value: Option<&Value>) -> Result<String, String> {
-        let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(text) => out.push_str(text),
-                Part::Field(path) => {
-                    let found = value.and_then(|v| lookup(v, path));
-                    let text = match found {
-                        Some(Value::String(s)) => s.clone(),
-                        Some(Value::Number(n)) => n.to_string(),
-                        Some(Value::Bool(b)) => b.to_string(),
-                        _ => {
-                            return Err(format!(
-                                "the request URI needs field `{}`, a string, a number or a boolean",
-                                path.join(".")
-                            ));
-                        }
-                    };
-                    percent_encode(&text, &mut out);
-                }
-            }
-        }
-        Ok(out)
+        self.template.render(|path, out| {
+            let text = value
+                .and_then(|v| path.get(v))
+                .and_then(etl_record::scalar_text)
+                .ok_or_else(|| {
+                    format!("the request URI needs field `{path}`, a string, a number or a boolean")
+                })?;
+            percent_encode(&text, out);
+            Ok(())
+        })
     }
 
     /// The URI with a sample value in each placeholder, to check its form.
     pub(crate) fn sample(&self) -> String {
-        let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(text) => out.push_str(text),
-                Part::Field(_) => out.push('x'),
-            }
+        let sampled: Result<String, std::convert::Infallible> = self.template.render(|_, out| {
+            out.push('x');
+            Ok(())
+        });
+        match sampled {
+            Ok(uri) => uri,
+            Err(never) => match never {},
         }
-        out
     }
-}
-
-fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
-    path.iter().try_fold(value, |v, key| v.get(key))
 }
 
 /// Everything but RFC 3986's unreserved characters, as `%XX`.
@@ -179,6 +122,16 @@ mod tests {
             assert!(UriTemplate::parse(bad).is_err(), "{bad}");
         }
         assert!(!UriTemplate::parse("http://h/x").unwrap().has_fields());
+    }
+
+    #[test]
+    fn a_uri_placeholder_reads_array_indexes_as_every_field_path_does() {
+        let t = UriTemplate::parse("http://h/{items.1}/{items.+1}").unwrap();
+        let v = json!({"items": ["a", "b"]});
+        assert!(t.render(Some(&v)).is_err(), "`+1` is a name, not an index");
+        let t = UriTemplate::parse("http://h/{items.1}").unwrap();
+        assert_eq!(t.render(Some(&v)).unwrap(), "http://h/b");
+        assert!(UriTemplate::parse("http://h/{items[0]}").is_err());
     }
 
     #[test]

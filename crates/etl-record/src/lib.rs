@@ -18,6 +18,10 @@
 //! * [`OwnerLock`] makes one pipeline at a time the owner of a piece of
 //!   state (an offset store, an exactly-once output): an advisory lock the
 //!   kernel releases when the holder dies.
+//! * [`FieldPath`] is the one reading of a dotted path into a record's
+//!   JSON value, and [`Template`] the one reading of a name with
+//!   `{field}` placeholders (an output path, a request URI, an object
+//!   key), for every component that takes one.
 //! * [`reuse`] keeps the vectors of written batches for the next batches
 //!   a source reads, so a batch's large vector is not a new mapping each
 //!   time.
@@ -50,6 +54,7 @@ mod key;
 mod lock;
 mod record;
 pub mod reuse;
+mod template;
 
 pub use dead_letter::DeadLetter;
 pub use error::ParseKeyError;
@@ -61,3 +66,6 @@ pub use identity::{Offset, PartitionId, PartitionOffsets, Position, SourceId};
 pub use key::IdempotencyKey;
 pub use lock::{LockError, OwnerLock};
 pub use record::{Record, Timestamp};
+#[cfg(feature = "json")]
+pub use template::scalar_text;
+pub use template::{Template, TemplateError, TemplatePart};

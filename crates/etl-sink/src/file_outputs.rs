@@ -30,6 +30,7 @@
 //! opened anew (not watched once closed, unlike a plain file sink's
 //! single output).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,27 +38,21 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etl_fs::Fs;
-use etl_record::{Position, Record};
+use etl_record::{FieldPath, Position, Record, Template, TemplateError, TemplatePart};
 
 use crate::{
     EncodedBatch, FileSink, FileSinkConfig, Progress, ProgressSink, Reject, Sink, SinkError,
 };
 
-/// A path with `{field}` placeholders: dotted paths into the record's
-/// JSON value (`{user.region}`, `{items.0.sku}`). In a path with a
-/// placeholder, `{{` and `}}` are literal braces; a path without one is
-/// used as written.
+/// A path with `{field}` placeholders: [`FieldPath`](etl_record::FieldPath)s
+/// into the record's JSON value (`{user.region}`, `{items.0.sku}`), as an
+/// [`etl_record::Template`]. In a path with a placeholder, `{{` and `}}`
+/// are literal braces; a path without one is used as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathTemplate {
-    parts: Vec<Part>,
+    template: Template,
     /// The template as written (with the folder it was put under).
     text: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
-    Text(String),
-    Field(Vec<String>),
 }
 
 impl PathTemplate {
@@ -66,50 +61,12 @@ impl PathTemplate {
     ///
     /// # Errors
     ///
-    /// An unclosed or empty placeholder, or a stray `}`.
-    pub fn parse(path: &str) -> Result<Option<PathTemplate>, String> {
-        let mut parts = Vec::new();
-        let mut text = String::new();
-        let mut chars = path.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '{' if chars.peek() == Some(&'{') => {
-                    chars.next();
-                    text.push('{');
-                }
-                '}' if chars.peek() == Some(&'}') => {
-                    chars.next();
-                    text.push('}');
-                }
-                '{' => {
-                    let mut name = String::new();
-                    loop {
-                        match chars.next() {
-                            Some('}') => break,
-                            Some(c) => name.push(c),
-                            None => return Err(format!("{path:?}: a `{{` is not closed")),
-                        }
-                    }
-                    let field: Vec<String> = name.trim().split('.').map(str::to_owned).collect();
-                    if field.iter().any(String::is_empty) {
-                        return Err(format!(
-                            "{path:?}: {{{name}}} is not a field path (names separated by dots)"
-                        ));
-                    }
-                    parts.push(Part::Text(std::mem::take(&mut text)));
-                    parts.push(Part::Field(field));
-                }
-                '}' => return Err(format!("{path:?}: a `}}` without its `{{` (write `}}}}`)")),
-                c => text.push(c),
-            }
-        }
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        parts.push(Part::Text(text));
-        parts.retain(|p| !matches!(p, Part::Text(t) if t.is_empty()));
-        Ok(Some(PathTemplate {
-            parts,
+    /// An unclosed placeholder, a stray `}`, or a placeholder that is not
+    /// a field path.
+    pub fn parse(path: &str) -> Result<Option<PathTemplate>, TemplateError> {
+        let template = Template::parse(path)?;
+        Ok(template.has_fields().then(|| PathTemplate {
+            template,
             text: path.to_owned(),
         }))
     }
@@ -123,7 +80,7 @@ impl PathTemplate {
     /// # Errors
     ///
     /// As [`parse`](Self::parse), for `relative`.
-    pub fn parse_under(base: &Path, relative: &str) -> Result<Option<PathTemplate>, String> {
+    pub fn parse_under(base: &Path, relative: &str) -> Result<Option<PathTemplate>, TemplateError> {
         let Some(mut template) = PathTemplate::parse(relative)? else {
             return Ok(None);
         };
@@ -133,10 +90,7 @@ impl PathTemplate {
                 prefix.push('/');
             }
             template.text.insert_str(0, &prefix);
-            match template.parts.first_mut() {
-                Some(Part::Text(text)) => text.insert_str(0, &prefix),
-                _ => template.parts.insert(0, Part::Text(prefix)),
-            }
+            template.template.prepend(&prefix);
         }
         Ok(Some(template))
     }
@@ -145,8 +99,8 @@ impl PathTemplate {
     /// first placeholder, up to its last `/`.
     #[must_use]
     pub fn base(&self) -> PathBuf {
-        match self.parts.first() {
-            Some(Part::Text(t)) => t
+        match self.template.parts().first() {
+            Some(TemplatePart::Text(t)) => t
                 .rfind('/')
                 .map_or_else(PathBuf::new, |end| PathBuf::from(&t[..end.max(1)])),
             _ => PathBuf::new(),
@@ -161,14 +115,10 @@ impl PathTemplate {
     pub fn render(&self, record: &Record) -> Result<PathBuf, String> {
         let value: serde_json::Value = serde_json::from_slice(&record.value)
             .map_err(|e| format!("the value is not JSON ({e}): no output path"))?;
-        let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(t) => out.push_str(t),
-                Part::Field(path) => out.push_str(&segment(&value, path)?),
-            }
-        }
-        let path = PathBuf::from(out);
+        let path = PathBuf::from(
+            self.template
+                .render(|field, out| segment(&value, field).map(|text| out.push_str(&text)))?,
+        );
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         let name = name.as_deref().unwrap_or_default();
         if name.len() > 255 {
@@ -208,23 +158,16 @@ fn side_file(name: &str) -> Option<&'static str> {
 
 /// The text of the field at `path` of `value`, fit to be (part of) one
 /// path component.
-fn segment(value: &serde_json::Value, path: &[String]) -> Result<String, String> {
-    let name = path.join(".");
-    let at = etl_record::json_field(value, path)
-        .ok_or_else(|| format!("field {name:?} of the output path is missing"))?;
-    let text = match at {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Number(n) => n.to_string(),
-        serde_json::Value::Bool(b) => b.to_string(),
-        _ => {
-            return Err(format!(
-                "field {name:?} of the output path is not a string, number or boolean"
-            ));
-        }
-    };
+fn segment<'v>(value: &'v serde_json::Value, path: &FieldPath) -> Result<Cow<'v, str>, String> {
+    let at = path
+        .get(value)
+        .ok_or_else(|| format!("field \"{path}\" of the output path is missing"))?;
+    let text = etl_record::scalar_text(at).ok_or_else(|| {
+        format!("field \"{path}\" of the output path is not a string, number or boolean")
+    })?;
     if text.is_empty() || text == "." || text == ".." || text.contains(['/', '\0']) {
         return Err(format!(
-            "field {name:?} of the output path is {text:?}: not a file name part \
+            "field \"{path}\" of the output path is {text:?}: not a file name part \
              (empty, `.`, `..`, or holding `/` or NUL)"
         ));
     }

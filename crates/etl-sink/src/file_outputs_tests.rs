@@ -291,3 +291,9 @@ async fn exactly_once_outputs_hold_each_record_once_across_a_crash_between_them(
         "{\"k\":\"b\",\"n\":1}\n{\"k\":\"b\",\"n\":3}\n"
     );
 }
+
+#[test]
+fn a_placeholder_with_brackets_is_refused_as_every_field_path_is() {
+    let error = PathTemplate::parse("out/{items[0]}.ndjson").unwrap_err();
+    assert!(error.to_string().contains("brackets"), "{error}");
+}

@@ -86,12 +86,13 @@ fn template_of(
     path: &std::path::Path,
     base: &std::path::Path,
 ) -> Result<Option<PathTemplate>, String> {
-    match path.strip_prefix(base) {
+    let parsed = match path.strip_prefix(base) {
         Ok(relative) if !base.as_os_str().is_empty() => relative
             .to_str()
             .map_or(Ok(None), |r| PathTemplate::parse_under(base, r)),
         _ => path.to_str().map_or(Ok(None), PathTemplate::parse),
-    }
+    };
+    parsed.map_err(|e| format!("{:?}: {e}", path.display().to_string()))
 }
 
 async fn open_sink(

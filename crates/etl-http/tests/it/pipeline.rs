@@ -54,6 +54,12 @@ fn validation_places_what_the_sink_would_refuse_at_its_line_without_a_secret() {
     let cases = [
         ("uri = \"ftp://h/\"", "uri", "not http"),
         (
+            "uri = \"http://h/{tenant?api_key=top-secret\"",
+            "uri",
+            "not closed",
+        ),
+        ("uri = \"http://h/{labels[0]}\"", "uri", "field path"),
+        (
             "uri = \"http://h/\"\nrequest_concurrency = 0",
             "request_concurrency",
             "at least 1",
