@@ -69,6 +69,9 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
                 format!("the value of `{header}` is not a valid header value"),
             ));
         }
+        if let Some(why) = set_elsewhere(&name, config.auth.is_some()) {
+            return Err(problem("headers", format!("`{header}` {why}")));
+        }
         headers.push((name, value.clone()));
     }
     if config.request_concurrency == 0 {
@@ -109,4 +112,33 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
         headers,
         rate,
     })
+}
+
+/// Why a configured header may not be set, if it may not: the client
+/// frames the request itself, and the sink sets some headers from other
+/// keys. (`Content-Type` may be set: it replaces the encoding's.)
+fn set_elsewhere(name: &reqwest::header::HeaderName, auth: bool) -> Option<&'static str> {
+    use reqwest::header;
+    let framing = [
+        header::CONTENT_LENGTH,
+        header::TRANSFER_ENCODING,
+        header::HOST,
+        header::CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+    ];
+    if framing.contains(name)
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+    {
+        Some("is set by the HTTP client from the request it sends; remove it")
+    } else if name == header::CONTENT_ENCODING {
+        Some("is set from `compression`; set that instead")
+    } else if name == header::AUTHORIZATION && auth {
+        Some("is set by `auth`; keep one of them")
+    } else {
+        None
+    }
 }

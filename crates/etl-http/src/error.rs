@@ -118,6 +118,10 @@ pub(crate) fn classify(status: u16, policy: ClientErrorPolicy, error: RequestErr
         200..=299 => Verdict::Delivered,
         408 | 429 | 500..=599 => Verdict::Retry(error),
         401 | 403 | 404 => Verdict::Halt(error),
+        // The method, media type, encoding, framing or head is refused:
+        // every record would be refused alike, so none is the records'
+        // fault.
+        405 | 406 | 407 | 410 | 411 | 415 | 417 | 421 | 426 | 431 => Verdict::Halt(error),
         400..=499 => match policy {
             ClientErrorPolicy::DeadLetter => Verdict::Data(error),
             ClientErrorPolicy::Halt => Verdict::Halt(error),
@@ -187,6 +191,19 @@ mod tests {
                 .unwrap();
             assert_eq!(err.kind(), FailureKind::Environment, "{status}");
             assert!(!err.is_retryable());
+        }
+    }
+
+    #[test]
+    fn statuses_that_refuse_every_request_alike_halt_rather_than_dead_letter() {
+        // The method, the media type, the encoding or the head is wrong:
+        // every record would be refused the same way.
+        for status in [405, 406, 407, 410, 411, 415, 417, 421, 426, 431] {
+            let err = classify(status, ClientErrorPolicy::DeadLetter, error(status))
+                .into_sink_error()
+                .unwrap();
+            assert_eq!(err.kind(), FailureKind::Environment, "{status}");
+            assert!(!err.is_retryable(), "{status}");
         }
     }
 

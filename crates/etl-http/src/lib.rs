@@ -1,7 +1,9 @@
 //! An HTTP sink: batches of records to any service that takes them over
-//! HTTP (ClickHouse, Loki, Elasticsearch's bulk API, VictoriaMetrics,
-//! Splunk HEC, an in-house service), without ever counting as delivered
-//! a record the service did not accept.
+//! HTTP (ClickHouse, Loki, Elasticsearch, VictoriaMetrics, Splunk HEC, an
+//! in-house service), without ever counting as delivered a record whose
+//! request was not answered 2xx, body and all. (A service that reports
+//! per-record failures inside a 2xx body, as Elasticsearch's `_bulk`
+//! does, is not read for them.)
 //!
 //! * [`HttpSinkConfig`] is the `[[sinks]]` table of `type = "http"`: the
 //!   URI (a [`UriTemplate`] over record fields: one request per distinct

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use crate::check::{Checked, check};
 use crate::error::{Verdict, classify, excerpt};
 use crate::limit::{Pause, RateLimit, retry_after};
-use crate::template::shown;
+use crate::template::{shown, shown_text};
 use crate::{
     AuthConfig, BodyEncoding, ClientErrorPolicy, Compression, HttpSinkConfig, HttpSinkError,
     Method, RequestError, UriTemplate, body, client,
@@ -171,7 +171,7 @@ impl Inner {
     }
 
     fn error(&self, uri: &str, status: Option<u16>, detail: String) -> RequestError {
-        let uri = reqwest::Url::parse(uri).map_or_else(|_| uri.to_owned(), |u| shown(&u));
+        let uri = reqwest::Url::parse(uri).map_or_else(|_| shown_text(uri), |u| shown(&u));
         RequestError {
             sink: self.name.clone(),
             uri,
@@ -208,14 +208,18 @@ impl Inner {
         if let Some(rate) = &self.rate {
             rate.acquire(body.len()).await;
         }
-        let mut request = self
-            .client
-            .request(self.method.clone(), uri)
-            .header(
+        let mut request = self.client.request(self.method.clone(), uri).body(body);
+        // A configured `Content-Type` replaces the encoding's.
+        if !self
+            .headers
+            .iter()
+            .any(|(name, _)| name == reqwest::header::CONTENT_TYPE)
+        {
+            request = request.header(
                 reqwest::header::CONTENT_TYPE,
                 body::content_type(self.encoding),
-            )
-            .body(body);
+            );
+        }
         if let Some(encoding) = body::content_encoding(self.compression) {
             request = request.header(reqwest::header::CONTENT_ENCODING, encoding);
         }
@@ -242,13 +246,21 @@ impl Inner {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| retry_after(v, SystemTime::now(), self.max_retry_after));
-        // The whole body is read: the connection goes back to the pool,
-        // and an error's body says what the service refused.
-        let text = match response.bytes().await {
-            Ok(bytes) => excerpt(&bytes),
-            Err(e) if (200..300).contains(&status) => {
-                tracing::debug!(sink = %self.name, error = %e.without_url(), "cannot read a 2xx response's body");
-                String::new()
+        let success = (200..300).contains(&status);
+        let text = match read_body(response, success).await {
+            Ok(kept) => excerpt(&kept),
+            // A 2xx cut off is no verdict: ClickHouse, for one, answers 200
+            // before an insert ends and reports a late failure in the body.
+            Err(e) if success => {
+                return Verdict::Retry(self.error(
+                    &group.uri,
+                    Some(status),
+                    format!(
+                        "the {status} answer's body was cut off ({}): whether the service took \
+                         the records is unknown",
+                        chain(&e)
+                    ),
+                ));
             }
             Err(e) => return self.failed(&group.uri, &e),
         };
@@ -285,6 +297,29 @@ impl Inner {
         }
         Verdict::Retry(self.error(uri, None, detail))
     }
+}
+
+/// The most of a response body any message shows (see [`excerpt`]).
+const BODY_KEPT: usize = 4096;
+
+/// The first [`BODY_KEPT`] bytes of `response`'s body. A 2xx body is
+/// read to its end (its end is part of the verdict; the connection then
+/// goes back to the pool); any other is read no further than what is
+/// kept, and its connection is dropped, so an endless error body costs
+/// nothing.
+async fn read_body(
+    mut response: reqwest::Response,
+    whole: bool,
+) -> Result<Vec<u8>, reqwest::Error> {
+    let mut kept = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = BODY_KEPT.saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if !whole && kept.len() >= BODY_KEPT {
+            break;
+        }
+    }
+    Ok(kept)
 }
 
 /// `err` and its causes on one line, without its URL (the caller names

@@ -10,7 +10,8 @@ use serde_json::Value;
 /// (`{tenant}`, `{labels.app}`, `{hosts.0}`), as an
 /// [`etl_record::Template`]. A record's values
 /// are percent-encoded into the URI, so a value never changes its
-/// structure (a `/` or `?` in a value stays inside its segment). `{{` and
+/// structure (a `/` or `?` in a value stays inside its segment); a value
+/// that would be a whole path segment of `.`, `..` or nothing is refused. `{{` and
 /// `}}` are literal braces.
 ///
 /// ```
@@ -55,6 +56,17 @@ impl UriTemplate {
                 .ok_or_else(|| {
                     format!("the request URI needs field `{path}`, a string, a number or a boolean")
                 })?;
+            // A value is percent-encoded, so a `?` or `#` so far is the
+            // template's own: before one, the value is (in) a path segment,
+            // where `.` and `..` (even as `%2E`) climb the path and an
+            // empty value removes a level.
+            let in_path = !out.contains(['?', '#']);
+            if in_path && matches!(&*text, "" | "." | "..") {
+                return Err(format!(
+                    "field `{path}` is {text:?}, which in the request URI's path would change \
+                     the path's levels"
+                ));
+            }
             percent_encode(&text, out);
             Ok(())
         })
@@ -100,6 +112,30 @@ pub(crate) fn shown(uri: &reqwest::Url) -> String {
     }
 }
 
+/// `uri`, text that is no URL, as messages show it: cut before its query
+/// or fragment, and without what could be a user or password.
+pub(crate) fn shown_text(uri: &str) -> String {
+    let (base, cut) = match uri.find(['?', '#']) {
+        Some(at) => (&uri[..at], true),
+        None => (uri, false),
+    };
+    let (scheme, rest) = base.split_once("://").unwrap_or(("", base));
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(host_end);
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let mut shown = if scheme.is_empty() {
+        format!("{authority}{path}")
+    } else {
+        format!("{scheme}://{authority}{path}")
+    };
+    if cut {
+        shown.push_str("?...");
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +168,35 @@ mod tests {
         let t = UriTemplate::parse("http://h/{items.1}").unwrap();
         assert_eq!(t.render(Some(&v)).unwrap(), "http://h/b");
         assert!(UriTemplate::parse("http://h/{items[0]}").is_err());
+    }
+
+    #[test]
+    fn a_value_that_would_be_a_dot_segment_or_an_empty_one_in_the_path_is_refused() {
+        let t = UriTemplate::parse("http://h/t/{a}/x?q={a}#{a}").unwrap();
+        for bad in ["..", ".", ""] {
+            let error = t.render(Some(&json!({ "a": bad }))).unwrap_err();
+            assert!(error.contains("`a`"), "{bad:?}: {error}");
+        }
+        assert_eq!(
+            t.render(Some(&json!({"a": "..."}))).unwrap(),
+            "http://h/t/.../x?q=...#..."
+        );
+        // In the query, a dot is only a value.
+        let t = UriTemplate::parse("http://h/t?q={a}").unwrap();
+        assert_eq!(
+            t.render(Some(&json!({"a": ".."}))).unwrap(),
+            "http://h/t?q=.."
+        );
+    }
+
+    #[test]
+    fn text_that_is_no_uri_is_shown_without_query_or_credentials() {
+        assert_eq!(
+            shown_text("http://u:pw@bad host:1/x?api_key=s#f"),
+            "http://bad host:1/x?..."
+        );
+        assert_eq!(shown_text("no uri at all"), "no uri at all");
+        assert_eq!(shown_text("h/p#frag"), "h/p?...");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 // Test helpers may unwrap: a panic there is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod answers;
 mod clickhouse;
 mod faults;
 mod http2;

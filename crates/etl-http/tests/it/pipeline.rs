@@ -60,6 +60,26 @@ fn validation_places_what_the_sink_would_refuse_at_its_line_without_a_secret() {
         ),
         ("uri = \"http://h/{labels[0]}\"", "uri", "field path"),
         (
+            "uri = \"http://h/\"\nheaders = { \"Content-Length\" = \"10\" }",
+            "headers",
+            "Content-Length",
+        ),
+        (
+            "uri = \"http://h/\"\nheaders = { \"transfer-encoding\" = \"chunked\" }",
+            "headers",
+            "transfer-encoding",
+        ),
+        (
+            "uri = \"http://h/\"\nheaders = { \"Content-Encoding\" = \"gzip\" }",
+            "headers",
+            "compression",
+        ),
+        (
+            "uri = \"http://h/\"\nheaders = { \"Authorization\" = \"top-secret\" }\nauth = { strategy = \"bearer\", token = \"top-secret\" }",
+            "headers",
+            "auth",
+        ),
+        (
             "uri = \"http://h/\"\nrequest_concurrency = 0",
             "request_concurrency",
             "at least 1",

@@ -1,0 +1,218 @@
+//! Answers that are not what they seem, from a server that writes raw
+//! bytes: a 2xx cut off before its body ends, an endless error body, a
+//! request head the configuration's headers must not change.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use etl_ack::AckStatus;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::{batches, deliver, drive, driver_config};
+
+/// What the server does with one connection, in order; the last is
+/// repeated.
+#[derive(Clone)]
+enum Answer {
+    /// Write these bytes, then close.
+    Raw(&'static str),
+    /// A 500 whose chunked body never ends.
+    Endless,
+}
+
+/// A server that answers each connection's first request with the next
+/// [`Answer`], and keeps every request head and the bytes it wrote.
+struct RawServer {
+    port: u16,
+    heads: Arc<Mutex<Vec<String>>>,
+    written: Arc<AtomicU64>,
+}
+
+impl RawServer {
+    async fn start(answers: Vec<Answer>) -> RawServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let written = Arc::new(AtomicU64::new(0));
+        let (h, w) = (heads.clone(), written.clone());
+        tokio::spawn(async move {
+            let mut next = 0;
+            while let Ok((stream, _)) = listener.accept().await {
+                let answer = answers[next.min(answers.len() - 1)].clone();
+                next += 1;
+                tokio::spawn(serve(stream, answer, h.clone(), w.clone()));
+            }
+        });
+        RawServer {
+            port,
+            heads,
+            written,
+        }
+    }
+
+    fn uri(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    answer: Answer,
+    heads: Arc<Mutex<Vec<String>>>,
+    written: Arc<AtomicU64>,
+) {
+    // The head, then as many body bytes as it announces.
+    let mut request = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        let Ok(n) = stream.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        request.extend_from_slice(&buf[..n]);
+        if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while request.len() < head_end + length {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    heads.lock().unwrap().push(head);
+    match answer {
+        Answer::Raw(bytes) => {
+            let _ = stream.write_all(bytes.as_bytes()).await;
+            written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        Answer::Endless => {
+            let head = "HTTP/1.1 500 Internal Server Error\r\ntransfer-encoding: chunked\r\n\r\n";
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let chunk = format!("4000\r\n{}\r\n", "e".repeat(0x4000));
+            while stream.write_all(chunk.as_bytes()).await.is_ok() {
+                written.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    let _ = stream.shutdown().await;
+}
+
+const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2xx_whose_body_is_cut_off_is_sent_again() {
+    // ClickHouse answers 200 before an insert ends and reports a late
+    // failure inside the body; a body cut short is no verdict.
+    let server = RawServer::start(vec![
+        Answer::Raw("HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nCode: 241"),
+        Answer::Raw(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\nCode: 241\r\n5\r\nDB::E",
+        ),
+        Answer::Raw(OK),
+    ])
+    .await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\ntimeout = \"2s\"",
+        server.uri("/in")
+    ));
+    let (driver, letters) = drive(sink, driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert!(letters.records().is_empty());
+    assert_eq!(
+        server.heads().len(),
+        3,
+        "a 2xx whose body did not arrive whole was taken as delivered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_error_body_is_not_read_past_what_the_message_shows() {
+    let server = RawServer::start(vec![Answer::Endless, Answer::Raw(OK)]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\ntimeout = \"3s\"",
+        server.uri("/in")
+    ));
+    let (driver, _letters) = drive(sink, driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    // Socket buffers hold a few MiB; reading the body to its end (or to
+    // the timeout) takes gigabytes at loopback speed.
+    let written = server.written.load(Ordering::Relaxed);
+    assert!(
+        written < 64 << 20,
+        "the client read {written} bytes of an error body it shows 512 of"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_content_type_replaces_the_sinks_own() {
+    let server = RawServer::start(vec![Answer::Raw(OK)]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\nheaders = {{ \"Content-Type\" = \"text/plain\" }}",
+        server.uri("/in")
+    ));
+    let (driver, _letters) = drive(sink, driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    let heads = server.heads();
+    let types: Vec<&str> = heads[0]
+        .lines()
+        .filter(|l| l.starts_with("content-type:"))
+        .collect();
+    assert_eq!(types, ["content-type: text/plain"], "{heads:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uri_that_does_not_parse_is_shown_without_its_query_in_the_dead_letter() {
+    let server = RawServer::start(vec![Answer::Raw(OK)]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"http://{{h}}:{}/x?api_key=QUERYSECRET1\"",
+        server.port
+    ));
+    let (driver, letters) = drive(sink, driver_config(1, 1));
+    let records = vec![vec![crate::support::record(0, r#"{"h":"bad host"}"#)]];
+    let (_statuses, closed) = deliver(driver, records).await;
+    closed.unwrap();
+    let letters = String::from_utf8_lossy(&letters.bytes()).into_owned();
+    assert!(letters.contains("not a URI"), "{letters}");
+    assert!(!letters.contains("QUERYSECRET1"), "{letters}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_whose_value_is_a_dot_segment_is_refused_not_sent_up_the_path() {
+    let server = RawServer::start(vec![Answer::Raw(OK)]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"",
+        server.uri("/tenants/{tenant}/{idx}/ingest?v={idx}")
+    ));
+    let (driver, letters) = drive(sink, driver_config(1, 1));
+    let records = vec![
+        vec![crate::support::record(0, r#"{"tenant":"t0","idx":".."}"#)],
+        vec![crate::support::record(1, r#"{"tenant":"t0","idx":"."}"#)],
+        vec![crate::support::record(2, r#"{"tenant":"t0","idx":""}"#)],
+    ];
+    let (_statuses, closed) = deliver(driver, records).await;
+    closed.unwrap();
+    assert_eq!(server.heads(), Vec::<String>::new(), "a request was sent");
+    assert_eq!(letters.records().len(), 3);
+}
