@@ -53,14 +53,54 @@ impl RateLimit {
                 .map_or(0.0, |b| bytes as f64 / b),
         );
         let cost = Duration::try_from_secs_f64(cost).unwrap_or(Duration::from_secs(3600));
-        let start = {
+        let turn = {
             let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
             let now = Instant::now();
             let start = next.map_or(now, |at| at.max(now));
-            *next = Some(start + cost);
-            start
+            let turn = Turn {
+                limit: self,
+                before: *next,
+                after: start + cost,
+                taken: false,
+            };
+            *next = Some(turn.after);
+            turn
         };
+        let start = turn.after - cost;
         tokio::time::sleep_until(start).await;
+        turn.take();
+    }
+}
+
+/// A request's reserved turn, given back when its wait is given up (the
+/// write was cancelled by its timeout) and no later request was spaced
+/// after it: otherwise every retry would push the schedule further out.
+struct Turn<'a> {
+    limit: &'a RateLimit,
+    before: Option<Instant>,
+    after: Instant,
+    taken: bool,
+}
+
+impl Turn<'_> {
+    fn take(mut self) {
+        self.taken = true;
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        let mut next = self
+            .limit
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *next == Some(self.after) {
+            *next = self.before;
+        }
     }
 }
 
@@ -131,6 +171,25 @@ mod tests {
             };
             assert!(RateLimit::new(&config).is_err(), "{bad}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_given_up_gives_its_turn_back() {
+        // A write cancelled by its timeout while waiting must not push
+        // every later request back: retried, it would never be sent.
+        let limit = RateLimit::new(&RateLimitConfig {
+            requests_per_second: Some(1.0),
+            bytes_per_second: None,
+        })
+        .unwrap();
+        let start = Instant::now();
+        limit.acquire(0).await;
+        for _ in 0..3 {
+            let waited = tokio::time::timeout(Duration::from_millis(100), limit.acquire(0)).await;
+            assert!(waited.is_err());
+        }
+        limit.acquire(0).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]
