@@ -67,10 +67,12 @@ pub struct ObjectStoreSinkConfig {
     #[serde(default = "default_part_size")]
     pub part_size: usize,
     /// Where exactly-once progress objects go, relative to the store's
-    /// root (default `_etl_progress`; readers of a Hive layout skip names
-    /// starting with `_`).
-    #[serde(default = "default_progress_prefix")]
-    pub progress_prefix: String,
+    /// root (default `_etl_progress/<sink name>`; readers of a Hive layout
+    /// skip names starting with `_`). Each progress object records the
+    /// key template it was written for, and a sink whose key differs
+    /// refuses to start on it.
+    #[serde(default)]
+    pub progress_prefix: Option<String>,
     /// Retrying requests the store answers with throttling (503 SlowDown,
     /// 429) or a server error.
     #[serde(default)]
@@ -89,10 +91,6 @@ fn default_multipart_threshold() -> usize {
 
 fn default_part_size() -> usize {
     8 << 20
-}
-
-fn default_progress_prefix() -> String {
-    "_etl_progress".to_owned()
 }
 
 /// Where objects are stored. Credentials left out of the table come from

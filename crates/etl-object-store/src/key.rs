@@ -1,7 +1,7 @@
 //! Object keys from a template: where each object of records goes.
 
 use chrono::{DateTime, Utc};
-use etl_record::Record;
+use etl_record::{FieldPath, Record, Template, TemplatePart};
 use serde_json::Value;
 
 use crate::ObjectStoreSinkError;
@@ -41,7 +41,7 @@ enum Part {
     Topic,
     Date,
     Hour,
-    Field(Vec<String>),
+    Field(FieldPath),
 }
 
 /// The record-dependent parts of a record's key (all but the offset): two
@@ -65,69 +65,56 @@ impl KeyParts {
 }
 
 impl KeyTemplate {
-    /// Parse `template`.
+    /// Parse `template` (an [`etl_record::Template`]: `{{` and `}}` are
+    /// literal braces).
     ///
     /// # Errors
     ///
     /// [`ObjectStoreSinkError::Config`] for an empty template, an
-    /// unclosed or empty `{}`, or a template without `{first_offset}` (two
-    /// objects of one partition would share a key and overwrite each
-    /// other).
+    /// unclosed `{`, a placeholder that is no field path, or a template
+    /// without `{partition}` and `{first_offset}` (two objects would share
+    /// a key, the later overwriting the earlier).
     pub fn parse(template: &str) -> Result<Self, ObjectStoreSinkError> {
         let bad = |why: String| ObjectStoreSinkError::Config(format!("key {template:?}: {why}"));
-        let mut parts = Vec::new();
-        let mut rest = template;
-        while let Some(open) = rest.find('{') {
-            if rest[..open].contains('}') {
-                return Err(bad("a `}` is never opened".to_owned()));
-            }
-            if open > 0 {
-                parts.push(Part::Literal(rest[..open].to_owned()));
-            }
-            let after = &rest[open + 1..];
-            let close = after
-                .find('}')
-                .ok_or_else(|| bad("a `{` is never closed".to_owned()))?;
-            let name = after[..close].trim();
-            parts.push(match name {
-                "" => return Err(bad("an empty `{}`".to_owned())),
-                "partition" => Part::Partition,
-                "first_offset" => Part::FirstOffset,
-                "topic" => Part::Topic,
-                "date" => Part::Date,
-                "hour" => Part::Hour,
-                path => {
-                    let segments: Vec<String> = path.split('.').map(str::to_owned).collect();
-                    if segments.iter().any(String::is_empty) {
-                        return Err(bad(format!("`{{{path}}}` is not a field path")));
-                    }
-                    Part::Field(segments)
-                }
-            });
-            rest = &after[close + 1..];
-        }
-        if rest.contains('}') {
-            return Err(bad("a `}` is never opened".to_owned()));
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Literal(rest.to_owned()));
-        }
         if template.trim().is_empty() {
             return Err(bad("empty".to_owned()));
         }
-        if !parts.contains(&Part::FirstOffset) {
-            return Err(bad(
-                "it must hold `{first_offset}`: without it, two objects of a partition get the same key"
-                    .to_owned(),
-            ));
+        let parsed = Template::parse(template).map_err(|e| bad(e.to_string()))?;
+        let parts: Vec<Part> = parsed
+            .parts()
+            .iter()
+            .map(|part| match part {
+                TemplatePart::Text(text) => Part::Literal(text.clone()),
+                TemplatePart::Field(path) => match path.to_string().as_str() {
+                    "partition" => Part::Partition,
+                    "first_offset" => Part::FirstOffset,
+                    "topic" => Part::Topic,
+                    "date" => Part::Date,
+                    "hour" => Part::Hour,
+                    _ => Part::Field(path.clone()),
+                },
+            })
+            .collect();
+        for (needed, why) in [
+            (Part::FirstOffset, "two objects of a partition"),
+            (
+                Part::Partition,
+                "two partitions' objects at the same offset",
+            ),
+        ] {
+            if !parts.contains(&needed) {
+                let name = if needed == Part::Partition {
+                    "partition"
+                } else {
+                    "first_offset"
+                };
+                return Err(bad(format!(
+                    "it must hold `{{{name}}}`: without it, {why} get the same key and the later \
+                     overwrites the earlier"
+                )));
+            }
         }
         Ok(KeyTemplate { parts })
-    }
-
-    /// Whether the template holds `{partition}`.
-    #[must_use]
-    pub fn has_partition(&self) -> bool {
-        self.parts.contains(&Part::Partition)
     }
 
     /// Whether the template holds `{date}` or `{hour}`.
@@ -165,14 +152,13 @@ impl KeyTemplate {
                 Part::Date => out.push(time.format("%Y-%m-%d").to_string()),
                 Part::Hour => out.push(time.format("%H").to_string()),
                 Part::Field(path) => {
-                    let value = json.and_then(|v| lookup(v, path));
+                    let value = json.and_then(|v| path.get(v));
                     let text = match value {
                         Some(Value::String(s)) if !s.is_empty() => escape(s),
                         Some(v @ (Value::Number(_) | Value::Bool(_))) => escape(&v.to_string()),
                         _ => {
                             return Err(format!(
-                                "the key needs field `{}`, a non-empty string, a number or a boolean, and the record has none",
-                                path.join(".")
+                                "the key needs field `{path}`, a non-empty string, a number or a boolean, and the record has none"
                             ));
                         }
                     };
@@ -254,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_record_without_the_key_field_cannot_be_placed() {
-        let t = KeyTemplate::parse("{region}/{first_offset}").unwrap();
+        let t = KeyTemplate::parse("{region}/{partition}-{first_offset}").unwrap();
         let json: Value = serde_json::json!({"region": null});
         let err = t
             .parts_of(&record("{}"), Some(&json), Utc::now())
@@ -272,9 +258,19 @@ mod tests {
             "a}{first_offset}",
             "{}{first_offset}",
             "{a..b}{first_offset}",
+            "{items[0]}{partition}{first_offset}",
         ] {
             assert!(KeyTemplate::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(escape(".."), "%2E%2E");
+    }
+
+    #[test]
+    fn a_key_without_the_partition_is_refused_in_every_mode() {
+        // Two partitions' objects at the same first offset would share a
+        // key, the later overwriting the earlier: at least once too.
+        let error = KeyTemplate::parse("orders/{first_offset}.ndjson").unwrap_err();
+        assert!(error.to_string().contains("{partition}"), "{error}");
+        assert!(KeyTemplate::parse("orders/{partition}/{first_offset}.ndjson").is_ok());
     }
 }

@@ -27,6 +27,10 @@ struct Stored {
     next_offset: i64,
     /// The key of the last object written, for a human.
     last_object: String,
+    /// The key template of the sink that wrote it: another template's
+    /// objects are not this sink's, whatever the offsets say.
+    #[serde(default)]
+    key: Option<String>,
 }
 
 /// Where the progress objects of one sink live. `Debug` by hand: the
@@ -34,6 +38,8 @@ struct Stored {
 pub(crate) struct ProgressStore {
     pub(crate) store: Arc<dyn ObjectStore>,
     pub(crate) prefix: Path,
+    /// The sink's key template, as configured.
+    pub(crate) key: String,
     pub(crate) sink: String,
     pub(crate) location: String,
 }
@@ -67,6 +73,7 @@ impl ProgressStore {
             partition: partition.0,
             next_offset: next.0,
             last_object: last_object.to_owned(),
+            key: Some(self.key.clone()),
         })
         .map_err(SinkError::permanent)?;
         self.store
@@ -104,6 +111,17 @@ impl ProgressStore {
                 return Err(SinkError::CorruptProgress {
                     path: format!("{}/{key}", self.location).into(),
                     reason: format!("it holds partition {}'s progress", stored.partition),
+                });
+            }
+            if let Some(theirs) = stored.key.as_ref().filter(|k| **k != self.key) {
+                return Err(SinkError::CorruptProgress {
+                    path: format!("{}/{key}", self.location).into(),
+                    reason: format!(
+                        "it is the progress of a sink whose key is {theirs:?}, not {:?}: its \
+                         offsets say nothing of this sink's objects; give this sink its own \
+                         `progress_prefix`",
+                        self.key
+                    ),
                 });
             }
             progress.advance(PartitionId(stored.partition), Offset(stored.next_offset));

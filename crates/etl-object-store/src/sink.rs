@@ -254,12 +254,6 @@ impl Inner {
             .map(|f| f.split('.').map(str::to_owned).collect::<Vec<_>>());
         let location = format!("{}://{}", config.store.scheme(), config.store.bucket());
         let exactly_once = if exactly_once {
-            if !key.has_partition() {
-                return Err(bad(format!(
-                    "key {:?}: exactly-once needs `{{partition}}` in the key, or two partitions' objects could share a key",
-                    config.key
-                )));
-            }
             if format.infers() {
                 return Err(bad(
                     "exactly-once needs declared Parquet `columns`: a schema inferred from the first record may differ on a replay, which would write the same records with other bytes"
@@ -272,12 +266,16 @@ impl Inner {
                     config.key
                 )));
             }
-            let prefix = Path::parse(&config.progress_prefix)
-                .map_err(|e| bad(format!("progress_prefix {:?}: {e}", config.progress_prefix)))?;
+            let prefix = match &config.progress_prefix {
+                Some(prefix) => Path::parse(prefix)
+                    .map_err(|e| bad(format!("progress_prefix {prefix:?}: {e}")))?,
+                None => Path::from("_etl_progress").join(name),
+            };
             Some((
                 ProgressStore {
                     store: store.clone(),
                     prefix,
+                    key: config.key.clone(),
                     sink: name.to_owned(),
                     location: location.clone(),
                 },

@@ -445,3 +445,58 @@ async fn an_inferred_schema_comes_from_the_first_record_and_a_misfit_is_dead_let
         ]
     );
 }
+
+#[tokio::test]
+async fn two_exactly_once_sinks_in_one_store_keep_their_progress_apart() {
+    let folder = tempfile::tempdir().unwrap();
+    let store: Arc<dyn object_store::ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(folder.path()).unwrap());
+    let table = |key: &str, prefix: &str| {
+        config(&EXACTLY_ONCE.replace(
+            "key = \"orders/{partition}-{first_offset}.parquet\"",
+            &format!("key = \"{key}/{{partition}}-{{first_offset}}.parquet\"\n{prefix}"),
+        ))
+    };
+    let ids = |n: i64| -> Vec<etl_record::Record> {
+        (0..n)
+            .map(|o| record(0, o, &json!({"id": o}).to_string()))
+            .collect()
+    };
+    // Pipeline `a` writes 100 records; pipeline `b`, another sink in the
+    // same store, must not read a's progress as its own and skip its 60.
+    for (name, key, n) in [("a", "A", 100), ("b", "B", 60)] {
+        let sink = ObjectStoreSink::exactly_once_with_store(name, table(key, ""), store.clone())
+            .await
+            .unwrap();
+        assert!(
+            sink.progress().is_empty(),
+            "{name} found another's progress"
+        );
+        let encoder = sink.encoder();
+        let (driver, _) = SinkDriver::exactly_once(sink, encoder);
+        let (statuses, closed) = deliver(driver.spawn(), vec![ids(n)]).await;
+        closed.unwrap();
+        assert_eq!(statuses, [AckStatus::Delivered]);
+    }
+    assert_eq!(rows(&read_folder(folder.path(), "A")).len(), 100);
+    assert_eq!(rows(&read_folder(folder.path(), "B")).len(), 60);
+
+    // Told to share one prefix, the second refuses to start rather than
+    // skip records by the first one's progress.
+    let shared = "progress_prefix = \"_etl_progress/shared\"";
+    let sink = ObjectStoreSink::exactly_once_with_store("a", table("A", shared), store.clone())
+        .await
+        .unwrap();
+    let encoder = sink.encoder();
+    let (driver, _) = SinkDriver::exactly_once(sink, encoder);
+    let (_, closed) = deliver(driver.spawn(), vec![ids(10)]).await;
+    closed.unwrap();
+    let error = ObjectStoreSink::exactly_once_with_store("b", table("B", shared), store.clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("A/{partition}-{first_offset}.parquet") && error.contains("progress_prefix"),
+        "{error}"
+    );
+}
