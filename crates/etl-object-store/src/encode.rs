@@ -36,7 +36,7 @@ impl SchemaSource {
                     return Ok(schema);
                 }
                 let value = value.ok_or_else(|| "the value is not JSON".to_owned())?;
-                let schema = RowSchema::new(&infer(value)?).map_err(|e| e.to_string())?;
+                let schema = RowSchema::inferred(&infer(value)?).map_err(|e| e.to_string())?;
                 // Another write may have inferred it meanwhile: the first
                 // one stays.
                 let _ = cell.set(schema);

@@ -90,6 +90,10 @@ pub enum ColumnType {
 pub(crate) struct RowSchema {
     columns: Vec<Column>,
     arrow: Arc<Schema>,
+    /// Inferred: a record holding data in a field no column names does
+    /// not fit (it would be written without it). A declared schema leaves
+    /// such fields out by design.
+    strict: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -118,7 +122,20 @@ impl RowSchema {
         let arrow = Arc::new(Schema::new(
             columns.iter().map(|c| c.field.clone()).collect::<Fields>(),
         ));
-        Ok(RowSchema { columns, arrow })
+        Ok(RowSchema {
+            columns,
+            arrow,
+            strict: false,
+        })
+    }
+
+    /// [`new`](Self::new) for columns inferred from a record: a later
+    /// record with data in a field they lack does not fit.
+    pub(crate) fn inferred(columns: &[ColumnConfig]) -> Result<Self, ObjectStoreSinkError> {
+        Ok(RowSchema {
+            strict: true,
+            ..RowSchema::new(columns)?
+        })
     }
 
     /// The Arrow schema.
@@ -131,6 +148,14 @@ impl RowSchema {
     pub(crate) fn check(&self, value: &Value) -> Result<(), String> {
         for column in &self.columns {
             column.check(lookup(value, &column.path))?;
+        }
+        if self.strict
+            && let Some(field) = unnamed_field(value, &self.columns, "")
+        {
+            return Err(format!(
+                "field `{field}` holds data and the schema inferred from the first record has \
+                 no column for it: declare `columns` to keep it or to leave it out"
+            ));
         }
         Ok(())
     }
@@ -146,6 +171,47 @@ impl RowSchema {
             })
             .collect()
     }
+}
+
+/// The first field of the object `value` that holds data (not null, `[]`
+/// or `{}`) and that no column of `columns` reads, nested ones included,
+/// as a dotted name under `within`.
+fn unnamed_field(value: &Value, columns: &[Column], within: &str) -> Option<String> {
+    let Value::Object(fields) = value else {
+        return None;
+    };
+    for (name, field) in fields {
+        let holds_data = match field {
+            Value::Null => false,
+            Value::Array(items) => !items.is_empty(),
+            Value::Object(map) => !map.is_empty(),
+            _ => true,
+        };
+        if !holds_data {
+            continue;
+        }
+        let Some(column) = columns.iter().find(|c| c.path == [name.as_str()]) else {
+            return Some(format!("{within}{name}"));
+        };
+        let inner = format!("{within}{name}.");
+        let found = match (column.kind, field) {
+            (ColumnType::Struct, _) => unnamed_field(field, &column.children, &inner),
+            (ColumnType::List, Value::Array(items)) => column.children.first().and_then(|item| {
+                (item.kind == ColumnType::Struct)
+                    .then(|| {
+                        items
+                            .iter()
+                            .find_map(|i| unnamed_field(i, &item.children, &inner))
+                    })
+                    .flatten()
+            }),
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 fn check_unique(columns: &[Column], within: &str) -> Result<(), ObjectStoreSinkError> {
@@ -541,7 +607,7 @@ mod tests {
             "id": 1, "price": 2.5, "ok": true, "name": "a", "note": null,
             "who": {"n": "x", "tags": [null, 3]}, "empty": [], "a.b": 1,
         });
-        let s = RowSchema::new(&infer(&first).unwrap()).unwrap();
+        let s = RowSchema::inferred(&infer(&first).unwrap()).unwrap();
         let shown = s.arrow().to_string();
         for column in [
             r#""id": nullable Int64"#,
@@ -557,11 +623,45 @@ mod tests {
             !shown.contains("empty") && !shown.contains("a.b"),
             "{shown}"
         );
-        s.check(&first).unwrap();
+        // `a.b` holds data no inferred column can: the record does not
+        // fit (dead-lettered), never written without it.
+        assert!(s.check(&first).unwrap_err().contains("`a.b`"));
+        let mut fits = first.clone();
+        fits.as_object_mut().unwrap().remove("a.b");
+        s.check(&fits).unwrap();
         // A later record of another type does not fit: never nulled.
         assert!(s.check(&serde_json::json!({"id": "one"})).is_err());
         assert!(infer(&serde_json::json!([1])).is_err());
         assert!(infer(&serde_json::json!({"e": {}})).is_err());
+    }
+
+    #[test]
+    fn a_later_record_with_a_field_the_inferred_schema_lacks_does_not_fit() {
+        let first = serde_json::json!({"id": 1, "who": {"n": "x"}, "items": [{"sku": "a"}]});
+        let s = RowSchema::inferred(&infer(&first).unwrap()).unwrap();
+        s.check(&first).unwrap();
+        for (later, field) in [
+            (serde_json::json!({"id": 2, "extra": 5}), "extra"),
+            (
+                serde_json::json!({"id": 2, "who": {"n": "y", "age": 3}}),
+                "who.age",
+            ),
+            (
+                serde_json::json!({"id": 2, "items": [{"sku": "b", "qty": 2}]}),
+                "items.qty",
+            ),
+        ] {
+            let why = s.check(&later).unwrap_err();
+            assert!(why.contains(&format!("`{field}`")), "{later}: {why}");
+        }
+        // Fields that hold nothing (null, [], {}) lose nothing.
+        s.check(&serde_json::json!({"id": 3, "gone": null, "none": [], "nil": {}}))
+            .unwrap();
+        // A declared schema leaves what it does not name out, by design.
+        let declared = RowSchema::new(&infer(&first).unwrap()).unwrap();
+        declared
+            .check(&serde_json::json!({"id": 2, "extra": 5}))
+            .unwrap();
     }
 
     #[test]
