@@ -143,9 +143,18 @@ impl SinkDriver {
     /// the run halts, so that the failures that follow are not taken for
     /// ones to replay. Not called when the driver closes, is aborted or
     /// panics.
+    ///
+    /// Each call adds one: every `on_halt` given is called, in the order
+    /// given, so a pipeline's own does not replace one set before it.
     #[must_use]
     pub fn on_halt(mut self, on_halt: impl FnOnce() + Send + 'static) -> Self {
-        self.on_halt = Some(OnHalt(Box::new(on_halt)));
+        self.on_halt = Some(OnHalt(match self.on_halt.take() {
+            None => Box::new(on_halt),
+            Some(OnHalt(earlier)) => Box::new(move || {
+                earlier();
+                on_halt();
+            }),
+        }));
         self
     }
 
