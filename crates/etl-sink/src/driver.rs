@@ -331,12 +331,17 @@ impl Driver {
                 biased;
                 Some(outcome) = in_flight.next(), if !in_flight.is_empty() => match outcome {
                     Outcome::Delivered => {}
-                    Outcome::Failed(reason) => {
+                    Outcome::Failed(reason, held) => {
                         if self.halt_on_failure {
+                            // As for a halt below: first the word, then
+                            // the failures (the failed batch's too).
+                            tracing::error!(%reason, "a batch of the exactly-once sink failed; stopping");
                             self.halting();
                             self.input.0.close();
+                            drop(held);
                             return Err(SinkDriverError::Halted(reason));
                         }
+                        drop(held);
                     }
                     // Whoever asked hears of the halt first, then the
                     // input closes, then what this driver holds fails
