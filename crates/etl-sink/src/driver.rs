@@ -143,9 +143,18 @@ impl SinkDriver {
     /// the run halts, so that the failures that follow are not taken for
     /// ones to replay. Not called when the driver closes, is aborted or
     /// panics.
+    ///
+    /// Each call adds one: every `on_halt` given is called, in the order
+    /// given, so a pipeline's own does not replace one set before it.
     #[must_use]
     pub fn on_halt(mut self, on_halt: impl FnOnce() + Send + 'static) -> Self {
-        self.on_halt = Some(OnHalt(Box::new(on_halt)));
+        self.on_halt = Some(OnHalt(match self.on_halt.take() {
+            None => Box::new(on_halt),
+            Some(OnHalt(earlier)) => Box::new(move || {
+                earlier();
+                on_halt();
+            }),
+        }));
         self
     }
 
@@ -322,12 +331,17 @@ impl Driver {
                 biased;
                 Some(outcome) = in_flight.next(), if !in_flight.is_empty() => match outcome {
                     Outcome::Delivered => {}
-                    Outcome::Failed(reason) => {
+                    Outcome::Failed(reason, held) => {
                         if self.halt_on_failure {
+                            // As for a halt below: first the word, then
+                            // the failures (the failed batch's too).
+                            tracing::error!(%reason, "a batch of the exactly-once sink failed; stopping");
                             self.halting();
                             self.input.0.close();
+                            drop(held);
                             return Err(SinkDriverError::Halted(reason));
                         }
+                        drop(held);
                     }
                     // Whoever asked hears of the halt first, then the
                     // input closes, then what this driver holds fails

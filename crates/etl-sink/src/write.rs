@@ -43,7 +43,11 @@ pub(crate) struct Job {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Delivered,
-    Failed(String),
+    /// Some of the job's batches failed. Those of an exactly-once driver,
+    /// which halts on the failure, come back unresolved (as with `Halt`)
+    /// to fail after it said it halts; an at-least-once driver's have
+    /// failed already (their partitions replay), and none come back.
+    Failed(String, Vec<AckSet>),
     /// The sink failed whatever the records (an error of the environment,
     /// after the retry policy): the driver stops with this error. The
     /// job's handles come back unresolved: the driver closes its input
@@ -156,9 +160,9 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
                 return Outcome::Halt(SinkDriverError::DeadLetter(err), vec![acks]);
             }
             Err(LetterFailure::Failed(reason)) => {
+                // Only an exactly-once driver comes here, and it halts.
                 add(&shared.metrics.batches_failed, 1);
-                acks.fail();
-                return Outcome::Failed(reason);
+                return Outcome::Failed(reason, vec![acks]);
             }
         }
     }
@@ -400,9 +404,14 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
             }
         }
     }
+    // An exactly-once driver halts on a failure: it hands the failed
+    // batches back unresolved, to fail once it said it halts.
+    let mut held = Vec::new();
     for (acks, written) in parts {
         if written {
             acks.deliver();
+        } else if shared.exactly_once {
+            held.push(acks);
         } else {
             acks.fail();
         }
@@ -410,9 +419,11 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
     match failure {
         None => Outcome::Delivered,
         Some(reason) => {
-            tracing::warn!(%reason, "sink batch failed; its partitions will replay");
+            if !shared.exactly_once {
+                tracing::warn!(%reason, "sink batch failed; its partitions will replay");
+            }
             add(&m.batches_failed, 1);
-            Outcome::Failed(reason)
+            Outcome::Failed(reason, held)
         }
     }
 }

@@ -136,6 +136,23 @@ async fn a_halting_driver_calls_on_halt_before_anything_it_holds_fails() {
     );
 }
 
+/// A pipeline adds its own `on_halt` to every sink driver it runs: one
+/// given before (a user's, or a wrapper's) is still called, not replaced.
+#[tokio::test(start_paused = true)]
+async fn every_on_halt_given_to_a_driver_is_called_in_the_order_given() {
+    let mut source = AckedBatches::new();
+    let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let (first, second) = (calls.clone(), calls.clone());
+    let sink = SinkDriver::new(Arc::new(Broken::broken_pipe()), NdjsonEncoder::new())
+        .config(dead_lettering(10))
+        .on_halt(move || first.lock().unwrap().push("user"))
+        .on_halt(move || second.lock().unwrap().push("pipeline"))
+        .spawn();
+    let _ = sink.send(source.batch(0, 0..10)).await;
+    assert!(sink.close().await.unwrap_err().is_io());
+    assert_eq!(*calls.lock().unwrap(), ["user", "pipeline"], "each once");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_driver_that_closes_or_fails_a_batch_on_its_data_never_calls_on_halt() {
     let mut source = AckedBatches::new();

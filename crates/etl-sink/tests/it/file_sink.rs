@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
+use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
 use etl_record::{Offset, PartitionId};
 use etl_sink::{
     EncodedBatch, FileSink, FileSinkConfig, FsyncPolicy, NdjsonEncoder, ProgressSink,
@@ -270,6 +271,88 @@ async fn an_exactly_once_driver_halts_after_a_failed_batch() {
     let file = FileSink::open(&path, config).await.unwrap();
     assert_eq!(file.progress().get(PartitionId(0)), Some(Offset(5)));
     assert_eq!(positions(&file.files()).len(), 5);
+}
+
+/// The batch that makes an exactly-once driver halt fails only after
+/// the driver said it halts, like every other batch it holds: upstream,
+/// no failure of a halting driver is taken for one to replay.
+#[tokio::test(start_paused = true)]
+async fn an_exactly_once_driver_says_it_halts_before_the_failed_batch_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileSinkConfig {
+        exactly_once: true,
+        ..FileSinkConfig::default()
+    };
+    let file = FileSink::open(&dir.path().join("out.ndjson"), config)
+        .await
+        .unwrap();
+    let (driver, _) = SinkDriver::exactly_once(
+        etl_sink::testing::FailEveryNth::data(file, 2),
+        NdjsonEncoder::new(),
+    );
+    let (acker, receiver) = etl_ack::channel();
+    let receiver = std::sync::Arc::new(std::sync::Mutex::new(receiver));
+    // Resolutions in the order they reached the receiver, `None` where
+    // the driver said it halts.
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<Option<AckStatus>>>> = Default::default();
+    let drain = {
+        let (receiver, seen) = (receiver.clone(), seen.clone());
+        move || {
+            let mut receiver = receiver.lock().unwrap();
+            let mut seen = seen.lock().unwrap();
+            while let Ok(event) = receiver.try_next() {
+                if let AckEvent::Resolved(msg) = event {
+                    seen.push(Some(msg.status));
+                }
+            }
+        }
+    };
+    let on_halt = {
+        let (drain, seen) = (drain.clone(), seen.clone());
+        move || {
+            drain();
+            seen.lock().unwrap().push(None);
+        }
+    };
+    let sink = driver
+        .config(SinkDriverConfig {
+            batch_max_records: 5,
+            ..SinkDriverConfig::default()
+        })
+        .on_halt(on_halt)
+        .spawn();
+    for seq in 0..4 {
+        let first = i64::try_from(seq).unwrap() * 5;
+        let ack = acker
+            .open(BatchMeta {
+                id: BatchId {
+                    partition: PartitionId(0),
+                    epoch: 1,
+                    seq,
+                },
+                first_offset: Offset(first),
+                last_offset: Offset(first + 4),
+                records: 5,
+                bytes: 50,
+            })
+            .unwrap();
+        let records = (first..first + 5).map(|o| record(0, o)).collect();
+        let _ = sink.send(Acked::new(records, ack)).await;
+    }
+    let err = sink.close().await.unwrap_err();
+    assert!(matches!(err, etl_sink::SinkDriverError::Halted(_)), "{err}");
+    drain();
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen[..2],
+        [Some(AckStatus::Delivered), None],
+        "the first batch stored, then the halt, before any failure: {seen:?}"
+    );
+    assert_eq!(
+        seen[2..],
+        [Some(AckStatus::Failed); 3],
+        "every other batch failed after it"
+    );
 }
 
 const PARTITIONS: u32 = 2;
