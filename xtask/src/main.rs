@@ -151,6 +151,11 @@ fn test() -> Result {
     // once, when missing.
     etl_test_support::clickhouse::install().map_err(|e| e.to_string())?;
     etl_test_support::victoria_metrics::install().map_err(|e| e.to_string())?;
+    // The object-store sink's suite starts Garage, a real S3 server, in
+    // each test; its binary is built here when this machine has none
+    // (about 4 minutes on 2 cores, printed), once, outside `target/`.
+    let garage = etl_test_support::garage::install().map_err(|e| e.to_string())?;
+    eprintln!("xtask: garage: {}", garage.display());
     // Property tests run in `prop` with a chosen case count; skip them here
     // so they do not run twice.
     // Benches are built by `lint` (clippy --all-targets) and run by

@@ -1,18 +1,26 @@
 //! Garage, a real self-hosted S3 server, on loopback.
 //!
-//! The binary is built once per machine with `cargo install garage
-//! --version GARAGE_VERSION --locked` into `~/.cache/etl-test/garage-VERSION/`
-//! (outside `target/`, so a clean build keeps it; `ETL_TEST_CACHE` moves
-//! it), under a file lock so that concurrent tests build it once. The build
-//! takes long (hundreds of crates): start it ahead with
-//! [`install`] or `cargo xtask` before a first run.
+//! The binary is built once per machine with [`INSTALL_ARGS`]: `cargo
+//! install garage --version GARAGE_VERSION --locked` in the dev profile
+//! without debug information, with only the LMDB metadata engine and the
+//! bundled C libraries. That build takes about four minutes on two cores;
+//! the release build with every feature took far longer, for a server
+//! that only answers tests on loopback. It goes into
+//! `~/.cache/etl-test/garage-VERSION-FLAVOUR/` (outside `target/`, so a
+//! clean build keeps it; `ETL_TEST_CACHE` moves it), keyed by the version
+//! and the build flags ([`FLAVOUR`]), under a file lock so that concurrent
+//! tests build it once. A marker holding the flags, written last, tells a
+//! finished install from one cut short. `cargo xtask test` installs it
+//! before the suites run and prints the build when there is one.
 //!
 //! [`Garage::start`] writes a one-node configuration (LMDB metadata, an
 //! RPC secret, the S3 API and the admin API on free loopback ports),
 //! starts `garage server`, waits for `garage status`, assigns and applies
 //! the layout, and creates an access key through the admin CLI; buckets
-//! come from [`Garage::create_bucket`]. The server is killed and its
-//! folder removed when the guard drops.
+//! come from [`Garage::create_bucket`]. [`Garage::stop`] and
+//! [`Garage::restart`] stop the server and start it again on the same
+//! ports and data, for the tests of a store that goes away mid-run. The
+//! server is killed and its folder removed when the guard drops.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,11 +33,29 @@ use crate::{Error, free_port, wait_listening};
 pub const GARAGE_VERSION: &str = "2.5.0";
 /// The region the server is configured with.
 pub const REGION: &str = "garage";
+/// What the build flags make of the binary: part of its cache folder's
+/// name, so that other flags build (and cache) another binary.
+pub const FLAVOUR: &str = "dev-nodebug-lmdb-bundled-libs";
+/// `cargo install`'s arguments after `--root DIR`.
+pub const INSTALL_ARGS: &[&str] = &[
+    "install",
+    "garage",
+    "--version",
+    GARAGE_VERSION,
+    "--locked",
+    "--debug",
+    "--no-default-features",
+    "--features",
+    "lmdb,bundled-libs",
+];
+/// The environment of the build: no debug information (it is what makes a
+/// debug build of Garage slow to link and large).
+const INSTALL_ENV: &[(&str, &str)] = &[("CARGO_PROFILE_DEV_DEBUG", "0")];
 
 /// A running Garage server, killed (and its folder removed) when dropped.
 #[derive(Debug)]
 pub struct Garage {
-    child: Child,
+    child: Option<Child>,
     program: PathBuf,
     dir: PathBuf,
     s3_port: u16,
@@ -47,15 +73,40 @@ fn cache_root() -> Result<PathBuf, Error> {
     Ok(PathBuf::from(home).join(".cache").join("etl-test"))
 }
 
-/// The `garage` binary, built with `cargo install` if it is not cached.
+/// Where the binary of this version and these flags is cached:
+/// `CACHE/garage-VERSION-FLAVOUR/bin/garage`.
+pub fn cached_binary() -> Result<PathBuf, Error> {
+    Ok(install_root()?.join("bin").join("garage"))
+}
+
+fn install_root() -> Result<PathBuf, Error> {
+    Ok(cache_root()?.join(format!("garage-{GARAGE_VERSION}-{FLAVOUR}")))
+}
+
+/// The marker's text: every flag of the build, so that a binary cached by
+/// other flags under the same folder name is built again.
+fn marker_text() -> String {
+    let env: Vec<String> = INSTALL_ENV
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    format!("{} cargo {}", env.join(" "), INSTALL_ARGS.join(" "))
+}
+
+/// The `garage` binary, built with `cargo install` ([`INSTALL_ARGS`]) if
+/// it is not cached. The build is printed on standard error, with the
+/// time it took.
 pub fn install() -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
     let _one_thread_at_a_time = INSTALL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let root = cache_root()?.join(format!("garage-{GARAGE_VERSION}"));
+    let root = install_root()?;
     let program = root.join("bin").join("garage");
-    if program.is_file() {
+    let marker = root.join("installed");
+    let installed =
+        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == marker_text());
+    if installed() {
         return Ok(program);
     }
     std::fs::create_dir_all(&root)
@@ -69,25 +120,24 @@ pub fn install() -> Result<PathBuf, Error> {
         .map_err(|e| Error(format!("cannot open {}: {e}", lock_path.display())))?;
     lock.lock()
         .map_err(|e| Error(format!("cannot lock {}: {e}", lock_path.display())))?;
-    if program.is_file() {
+    if installed() {
         return Ok(program);
     }
     eprintln!(
-        "building garage {GARAGE_VERSION} into {} (once per machine; it takes a while)",
-        root.display()
+        "building garage {GARAGE_VERSION} ({FLAVOUR}) into {} once per machine (about 4 minutes on 2 cores): {}",
+        root.display(),
+        marker_text()
     );
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
-        .args([
-            "install",
-            "garage",
-            "--locked",
-            "--version",
-            GARAGE_VERSION,
-            "--root",
-        ])
+    let started = Instant::now();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args(INSTALL_ARGS)
+        .arg("--root")
         .arg(&root)
+        .envs(INSTALL_ENV.iter().copied())
         // Its own build folder, beside the binary: never the workspace's
-        // `target/`, which a clean build removes.
+        // `target/`, which a clean build removes, nor a target folder the
+        // caller's environment names.
         .env("CARGO_TARGET_DIR", root.join("build"))
         .stdin(Stdio::null())
         .status()
@@ -97,6 +147,15 @@ pub fn install() -> Result<PathBuf, Error> {
             "cargo install garage {GARAGE_VERSION} failed: {status}"
         )));
     }
+    // The build folder is only needed to build again; the binary stays.
+    let _ = std::fs::remove_dir_all(root.join("build"));
+    std::fs::write(&marker, marker_text())
+        .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))?;
+    eprintln!(
+        "built garage {GARAGE_VERSION} in {:.0?}: {}",
+        started.elapsed(),
+        program.display()
+    );
     Ok(program)
 }
 
@@ -136,52 +195,97 @@ api_bind_addr = "127.0.0.1:{admin_port}"
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config)
             .map_err(|e| Error(format!("cannot write {}: {e}", config_path.display())))?;
-        let log = std::fs::File::create(dir.join("server.log"))
-            .map_err(|e| Error(format!("cannot create the server log: {e}")))?;
-        let err_log = log
-            .try_clone()
-            .map_err(|e| Error(format!("cannot share the server log: {e}")))?;
-        let child = Command::new(&program)
-            .arg("-c")
-            .arg(&config_path)
-            .arg("server")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err_log)
-            .spawn()
-            .map_err(|e| Error(format!("cannot start {}: {e}", program.display())))?;
         let mut garage = Garage {
-            child,
+            child: None,
             program,
             dir,
             s3_port,
             key_id: String::new(),
             secret: String::new(),
         };
-        wait_listening(
-            "garage",
-            &mut garage.child,
-            s3_port,
-            Duration::from_secs(60),
-        )?;
-        garage.wait_for_status()?;
+        garage.run_server()?;
         let node = garage.cli(&["node", "id", "-q"])?;
         let node = node.trim();
         let short = node.get(..64).unwrap_or(node);
         garage.cli(&["layout", "assign", short, "-c", "1G", "-z", "dc1"])?;
         garage.cli(&["layout", "apply", "--version", "1"])?;
-        let key = garage.cli(&["json-api", "CreateKey", r#"{"name":"etl-test"}"#])?;
+        let (key_id, secret) = garage.create_key("etl-test")?;
+        garage.key_id = key_id;
+        garage.secret = secret;
+        Ok(garage)
+    }
+
+    /// Start `garage server` on this server's configuration and wait until
+    /// it answers `garage status`.
+    fn run_server(&mut self) -> Result<(), Error> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.log"))
+            .map_err(|e| Error(format!("cannot open the server log: {e}")))?;
+        let err_log = log
+            .try_clone()
+            .map_err(|e| Error(format!("cannot share the server log: {e}")))?;
+        let child = Command::new(&self.program)
+            .arg("-c")
+            .arg(self.dir.join("config.toml"))
+            .arg("server")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err_log)
+            .spawn()
+            .map_err(|e| Error(format!("cannot start {}: {e}", self.program.display())))?;
+        let child = self.child.insert(child);
+        wait_listening("garage", child, self.s3_port, Duration::from_secs(60))?;
+        self.wait_for_status()
+    }
+
+    /// Stop the server (SIGKILL): its S3 port refuses connections until
+    /// [`restart`](Self::restart). Its data stays.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the server again on the same ports and data, after
+    /// [`stop`](Self::stop) (or while it runs: it is stopped first).
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.stop();
+        self.run_server()
+    }
+
+    /// A new access key named `name`, allowed no bucket yet: its id and
+    /// secret.
+    pub fn create_key(&self, name: &str) -> Result<(String, String), Error> {
+        let request = serde_json::json!({ "name": name }).to_string();
+        let key = self.cli(&["json-api", "CreateKey", &request])?;
         let key: serde_json::Value = serde_json::from_str(&key)
             .map_err(|e| Error(format!("garage's CreateKey answer is not JSON: {e}")))?;
-        garage.key_id = key["accessKeyId"].as_str().unwrap_or_default().to_owned();
-        garage.secret = key["secretAccessKey"]
+        let id = key["accessKeyId"].as_str().unwrap_or_default().to_owned();
+        let secret = key["secretAccessKey"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        if garage.key_id.is_empty() || garage.secret.is_empty() {
-            return Err(Error("garage created no access key".to_owned()));
+        if id.is_empty() || secret.is_empty() {
+            return Err(Error(format!("garage created no access key: {key}")));
         }
-        Ok(garage)
+        Ok((id, secret))
+    }
+
+    /// The multipart uploads of `bucket` that were neither completed nor
+    /// aborted, as the server counts them (its `GetBucketInfo`).
+    pub fn unfinished_multipart_uploads(&self, bucket: &str) -> Result<u64, Error> {
+        let request = serde_json::json!({ "globalAlias": bucket }).to_string();
+        let info = self.cli(&["json-api", "GetBucketInfo", &request])?;
+        let info: serde_json::Value = serde_json::from_str(&info)
+            .map_err(|e| Error(format!("garage's GetBucketInfo answer is not JSON: {e}")))?;
+        info["unfinishedMultipartUploads"].as_u64().ok_or_else(|| {
+            Error(format!(
+                "garage's GetBucketInfo has no unfinishedMultipartUploads: {info}"
+            ))
+        })
     }
 
     fn wait_for_status(&self) -> Result<(), Error> {
@@ -259,8 +363,7 @@ api_bind_addr = "127.0.0.1:{admin_port}"
 
 impl Drop for Garage {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,12 +1,13 @@
-//! The object-store sink against real stores: a local folder and moto's
-//! S3 server, every object read back by pyarrow.
+//! The object-store sink against real stores: a local folder and Garage,
+//! a real S3 server (built once per machine and started by the tests),
+//! every object read back by pyarrow.
 
 // Test helpers may unwrap: a panic there is a failed test.
 #![allow(clippy::unwrap_used)]
 
 mod faults;
+mod garage;
 mod local;
 mod pipeline;
-mod s3;
 mod support;
 mod throttle;

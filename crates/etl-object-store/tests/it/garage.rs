@@ -1,0 +1,243 @@
+//! Garage, a real S3 server, on loopback: objects read back by pyarrow's
+//! own S3 client, and the errors of its environment (a missing bucket, a
+//! denied or refused credential) as the server itself answers them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use etl_ack::AckStatus;
+use etl_object_store::{ObjectStoreSink, ObjectStoreSinkConfig};
+use etl_sink::{SinkDriver, SinkDriverConfig};
+use etl_test_support::garage::{Garage, REGION};
+use etl_test_support::pyarrow::{Location, read_objects};
+use serde_json::json;
+
+use crate::faults::FaultyStore;
+use crate::support::{config, deliver, record, rows};
+
+/// A Parquet sink on `bucket` of `server`, with `key_id`/`secret`.
+pub(crate) fn garage_config(
+    server: &Garage,
+    bucket: &str,
+    key_id: &str,
+    secret: &str,
+) -> ObjectStoreSinkConfig {
+    config(&format!(
+        r#"
+        key = "lake/{{partition}}-{{first_offset}}.parquet"
+        multipart_threshold = 1048576
+        [store]
+        kind = "s3"
+        bucket = "{bucket}"
+        region = "{REGION}"
+        endpoint = "{endpoint}"
+        access_key_id = "{key_id}"
+        secret_access_key = "{secret}"
+        [requests]
+        max_retries = 2
+        retry_timeout = "5s"
+        initial_backoff = "50ms"
+        max_backoff = "500ms"
+        [encoding]
+        format = "parquet"
+        compression = "zstd"
+        columns = [
+            {{ name = "id", type = "int64", nullable = false }},
+            {{ name = "pad", type = "string" }},
+        ]
+        "#,
+        endpoint = server.endpoint()
+    ))
+}
+
+/// Where pyarrow reads `bucket` of `server`.
+pub(crate) fn garage_location(server: &Garage, bucket: &str) -> Location {
+    Location::S3 {
+        endpoint: server.endpoint(),
+        bucket: bucket.to_owned(),
+        access_key: server.key_id().to_owned(),
+        secret_key: server.secret().to_owned(),
+        region: REGION.to_owned(),
+    }
+}
+
+/// `n` records of partition `p` whose padding, random-looking, does not
+/// compress: `n` = 1400 makes a Parquet object of about 8 MiB.
+fn padded(p: u32, n: i64) -> Vec<etl_record::Record> {
+    let mut seed = 7u64;
+    (0..n)
+        .map(|o| {
+            let pad: String = (0..10_000)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    char::from(b'a' + ((seed >> 33) % 26) as u8)
+                })
+                .collect();
+            record(p, o, &json!({"id": o, "pad": pad}).to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_on_garage_single_put_and_multipart_objects_read_back_by_pyarrow() {
+    let server = Garage::start().unwrap();
+    server.create_bucket("orders").unwrap();
+    let sink = ObjectStoreSink::new(
+        "lake",
+        std::path::Path::new("."),
+        garage_config(&server, "orders", server.key_id(), server.secret()),
+    )
+    .unwrap();
+    let encoder = sink.encoder();
+    let driver = SinkDriver::new(sink, encoder)
+        .config(SinkDriverConfig {
+            batch_max_bytes: 64 << 20,
+            ..SinkDriverConfig::default()
+        })
+        .spawn();
+    // Partition 0: small, one PUT. Partition 1: about 8 MiB, two parts of
+    // a multipart upload.
+    let small: Vec<_> = (0..100)
+        .map(|o| record(0, o, &json!({"id": o, "pad": "x"}).to_string()))
+        .collect();
+    let (statuses, closed) = deliver(driver, vec![small, padded(1, 1400)]).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered, AckStatus::Delivered]);
+
+    let objects = read_objects(&garage_location(&server, "orders"), "lake").unwrap();
+    let keys: Vec<&str> = objects.iter().map(|(k, _, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "lake/0-00000000000000000000.parquet",
+            "lake/1-00000000000000000000.parquet"
+        ]
+    );
+    for (_, schema, _) in &objects {
+        assert!(schema.contains("id: int64 not null"), "{schema}");
+        assert!(schema.contains("pad: string"), "{schema}");
+    }
+    assert_eq!(objects[0].2.len(), 100);
+    assert_eq!(objects[1].2.len(), 1400);
+    let ids: Vec<i64> = rows(&objects)
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    let want: Vec<i64> = (0..100).chain(0..1400).collect();
+    assert_eq!(ids, want);
+    assert!(objects[0].2.iter().all(|r| r["pad"] == "x"));
+    let want_pads: Vec<serde_json::Value> = padded(1, 1400)
+        .iter()
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap()["pad"].clone())
+        .collect();
+    let got_pads: Vec<serde_json::Value> = objects[1].2.iter().map(|r| r["pad"].clone()).collect();
+    assert!(
+        got_pads == want_pads,
+        "the multipart object's values differ"
+    );
+    // The multipart upload completed: the server holds none unfinished.
+    assert_eq!(server.unfinished_multipart_uploads("orders").unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_on_garage_halts_at_once_naming_sink_bucket_and_key_without_the_secret() {
+    let server = Garage::start().unwrap();
+    let sink = ObjectStoreSink::new(
+        "lake",
+        std::path::Path::new("."),
+        garage_config(&server, "no-such-bucket", server.key_id(), server.secret()),
+    )
+    .unwrap();
+    let encoder = sink.encoder();
+    let driver = SinkDriver::new(sink, encoder).spawn();
+    let started = std::time::Instant::now();
+    let (statuses, closed) = deliver(driver, vec![vec![record(0, 0, r#"{"id": 1}"#)]]).await;
+    assert_eq!(statuses, [AckStatus::Failed]);
+    let err = closed.unwrap_err();
+    for part in [
+        "\"lake\"",
+        "s3://no-such-bucket/lake/0-00000000000000000000.parquet",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+    assert!(!err.contains(server.secret()), "{err}");
+    // Not retried for the driver's minute: refused at once.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_garage_denies_or_refuses_halts_at_once_without_the_secret() {
+    let server = Garage::start().unwrap();
+    server.create_bucket("orders").unwrap();
+    // A key the server knows but that holds no right on the bucket, and
+    // the bucket's own key with a wrong secret.
+    let (stranger, stranger_secret) = server.create_key("stranger").unwrap();
+    let wrong_secret = format!("{}0", &server.secret()[1..]);
+    for (key_id, secret) in [
+        (stranger.as_str(), stranger_secret.as_str()),
+        (server.key_id(), wrong_secret.as_str()),
+    ] {
+        let sink = ObjectStoreSink::new(
+            "lake",
+            std::path::Path::new("."),
+            garage_config(&server, "orders", key_id, secret),
+        )
+        .unwrap();
+        let encoder = sink.encoder();
+        let driver = SinkDriver::new(sink, encoder).spawn();
+        let started = std::time::Instant::now();
+        let (statuses, closed) = deliver(driver, vec![vec![record(0, 0, r#"{"id": 1}"#)]]).await;
+        assert_eq!(statuses, [AckStatus::Failed], "{key_id}");
+        let err = closed.unwrap_err();
+        for part in [
+            "\"lake\"",
+            "s3://orders/lake/0-00000000000000000000.parquet",
+            "credential",
+        ] {
+            assert!(err.contains(part), "{key_id}: {part} in {err}");
+        }
+        for secret in [secret, server.secret(), stranger_secret.as_str()] {
+            assert!(!err.contains(secret), "{err}");
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{key_id}: {:?}",
+            started.elapsed()
+        );
+    }
+    let objects = read_objects(&garage_location(&server, "orders"), "lake").unwrap();
+    assert!(objects.is_empty(), "{objects:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_multipart_upload_on_garage_is_aborted_on_the_server() {
+    let server = Garage::start().unwrap();
+    server.create_bucket("orders").unwrap();
+    let config = garage_config(&server, "orders", server.key_id(), server.secret());
+    let s3 = ObjectStoreSink::new("lake", std::path::Path::new("."), config.clone())
+        .unwrap()
+        .store();
+    // The upload is started on the server, then its parts fail.
+    let store = Arc::new(FaultyStore::new(s3));
+    store.fail_parts.store(true, Ordering::SeqCst);
+    let sink = ObjectStoreSink::with_store("lake", config, store.clone()).unwrap();
+    let encoder = sink.encoder();
+    let driver = SinkDriver::new(sink, encoder)
+        .config(SinkDriverConfig {
+            batch_max_bytes: 64 << 20,
+            retry: etl_sink::RetryPolicy::never(),
+            ..SinkDriverConfig::default()
+        })
+        .spawn();
+    let (statuses, closed) = deliver(driver, vec![padded(0, 200)]).await;
+    assert!(closed.is_err());
+    assert_eq!(statuses, [AckStatus::Failed]);
+    assert_eq!(store.aborted.load(Ordering::SeqCst), 1);
+    assert_eq!(server.unfinished_multipart_uploads("orders").unwrap(), 0);
+    let objects = read_objects(&garage_location(&server, "orders"), "lake").unwrap();
+    assert!(objects.is_empty(), "{objects:?}");
+}
