@@ -40,8 +40,9 @@ pub struct SinkDriver {
     on_halt: Option<OnHalt>,
 }
 
-/// What a driver calls when it halts, before anything it holds fails.
-struct OnHalt(Box<dyn FnOnce() + Send>);
+/// What a driver calls when it halts, before anything it holds fails:
+/// every callback given, in order.
+struct OnHalt(Vec<Box<dyn FnOnce() + Send>>);
 
 impl std::fmt::Debug for OnHalt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,16 +146,15 @@ impl SinkDriver {
     /// panics.
     ///
     /// Each call adds one: every `on_halt` given is called, in the order
-    /// given, so a pipeline's own does not replace one set before it.
+    /// given, so a pipeline's own does not replace one set before it; one
+    /// that panics (the panic is logged) does not keep the next from
+    /// being called.
     #[must_use]
     pub fn on_halt(mut self, on_halt: impl FnOnce() + Send + 'static) -> Self {
-        self.on_halt = Some(OnHalt(match self.on_halt.take() {
-            None => Box::new(on_halt),
-            Some(OnHalt(earlier)) => Box::new(move || {
-                earlier();
-                on_halt();
-            }),
-        }));
+        self.on_halt
+            .get_or_insert_with(|| OnHalt(Vec::new()))
+            .0
+            .push(Box::new(on_halt));
         self
     }
 
@@ -245,8 +245,13 @@ impl Driver {
     /// The driver halts: tell whoever asked, before anything it holds
     /// fails (they fail as it returns).
     fn halting(&mut self) {
-        if let Some(OnHalt(on_halt)) = self.on_halt.take() {
-            on_halt();
+        let Some(OnHalt(callbacks)) = self.on_halt.take() else {
+            return;
+        };
+        for callback in callbacks {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(callback)).is_err() {
+                tracing::error!("an on_halt callback panicked; the next ones are still called");
+            }
         }
     }
 

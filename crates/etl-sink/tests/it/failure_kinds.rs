@@ -153,6 +153,24 @@ async fn every_on_halt_given_to_a_driver_is_called_in_the_order_given() {
     assert_eq!(*calls.lock().unwrap(), ["user", "pipeline"], "each once");
 }
 
+/// A user's `on_halt` that panics must not keep the pipeline's (given
+/// after it) from being called: the halt would be taken for a replay.
+#[tokio::test(start_paused = true)]
+async fn an_on_halt_that_panics_does_not_keep_the_next_from_being_called() {
+    let mut source = AckedBatches::new();
+    let calls: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let second = calls.clone();
+    let sink = SinkDriver::new(Arc::new(Broken::broken_pipe()), NdjsonEncoder::new())
+        .config(dead_lettering(10))
+        .on_halt(|| panic!("a user's on_halt panics"))
+        .on_halt(move || second.lock().unwrap().push("pipeline"))
+        .spawn();
+    let _ = sink.send(source.batch(0, 0..10)).await;
+    assert!(sink.close().await.unwrap_err().is_io());
+    assert_eq!(*calls.lock().unwrap(), ["pipeline"]);
+    assert_eq!(tally(&source.resolutions()), (0, 1), "the batch failed");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_driver_that_closes_or_fails_a_batch_on_its_data_never_calls_on_halt() {
     let mut source = AckedBatches::new();
