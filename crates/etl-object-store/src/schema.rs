@@ -193,25 +193,27 @@ fn unnamed_field(value: &Value, columns: &[Column], within: &str) -> Option<Stri
         let Some(column) = columns.iter().find(|c| c.path == [name.as_str()]) else {
             return Some(format!("{within}{name}"));
         };
-        let inner = format!("{within}{name}.");
-        let found = match (column.kind, field) {
-            (ColumnType::Struct, _) => unnamed_field(field, &column.children, &inner),
-            (ColumnType::List, Value::Array(items)) => column.children.first().and_then(|item| {
-                (item.kind == ColumnType::Struct)
-                    .then(|| {
-                        items
-                            .iter()
-                            .find_map(|i| unnamed_field(i, &item.children, &inner))
-                    })
-                    .flatten()
-            }),
-            _ => None,
-        };
+        let found = unnamed_within(column, field, &format!("{within}{name}."));
         if found.is_some() {
             return found;
         }
     }
     None
+}
+
+/// [`unnamed_field`] inside `value`, which `column` reads: a struct's
+/// fields, and every item of a list, however deep the lists nest.
+fn unnamed_within(column: &Column, value: &Value, within: &str) -> Option<String> {
+    match (column.kind, value) {
+        (ColumnType::Struct, _) => unnamed_field(value, &column.children, within),
+        (ColumnType::List, Value::Array(items)) => {
+            let item = column.children.first()?;
+            items
+                .iter()
+                .find_map(|value| unnamed_within(item, value, within))
+        }
+        _ => None,
+    }
 }
 
 fn check_unique(columns: &[Column], within: &str) -> Result<(), ObjectStoreSinkError> {
@@ -654,6 +656,13 @@ mod tests {
             let why = s.check(&later).unwrap_err();
             assert!(why.contains(&format!("`{field}`")), "{later}: {why}");
         }
+        // Lists of lists of objects are read to the bottom.
+        let deep =
+            RowSchema::inferred(&infer(&serde_json::json!({"m": [[{"a": 1}]]})).unwrap()).unwrap();
+        let why = deep
+            .check(&serde_json::json!({"m": [[{"a": 1, "b": 2}]]}))
+            .unwrap_err();
+        assert!(why.contains("`m.b`"), "{why}");
         // Fields that hold nothing (null, [], {}) lose nothing.
         s.check(&serde_json::json!({"id": 3, "gone": null, "none": [], "nil": {}}))
             .unwrap();
