@@ -43,6 +43,13 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
         };
         problem("uri", why.to_owned())
     })?;
+    if uri.has_stray_percent() {
+        return Err(problem(
+            "uri",
+            "a `%` that is not followed by two hex digits (write `%25` for a percent sign)"
+                .to_owned(),
+        ));
+    }
     let sample = reqwest::Url::parse(&uri.sample())
         .map_err(|e| problem("uri", format!("not a URI: {e}")))?;
     if !matches!(sample.scheme(), "http" | "https") {
@@ -119,15 +126,14 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
 /// keys. (`Content-Type` may be set: it replaces the encoding's.)
 fn set_elsewhere(name: &reqwest::header::HeaderName, auth: bool) -> Option<&'static str> {
     use reqwest::header;
+    // `Host` may be set (a virtual host behind an address).
     let framing = [
         header::CONTENT_LENGTH,
         header::TRANSFER_ENCODING,
-        header::HOST,
         header::CONNECTION,
         header::TE,
         header::TRAILER,
         header::UPGRADE,
-        header::PROXY_AUTHORIZATION,
     ];
     if framing.contains(name)
         || name.as_str() == "keep-alive"

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use etl_record::{Template, TemplateError};
+use etl_record::{Template, TemplateError, TemplatePart};
 use serde_json::Value;
 
 /// A request URI with `{field}` placeholders, each a
@@ -49,26 +49,53 @@ impl UriTemplate {
     /// Why the record gives no URI: a field it lacks, or whose value is
     /// not a string, a number or a boolean.
     pub fn render(&self, value: Option<&Value>) -> Result<String, String> {
-        self.template.render(|path, out| {
+        let mut placed = Vec::new();
+        let uri = self.template.render(|path, out| {
             let text = value
                 .and_then(|v| path.get(v))
                 .and_then(etl_record::scalar_text)
                 .ok_or_else(|| {
                     format!("the request URI needs field `{path}`, a string, a number or a boolean")
                 })?;
-            // A value is percent-encoded, so a `?` or `#` so far is the
-            // template's own: before one, the value is (in) a path segment,
-            // where `.` and `..` (even as `%2E`) climb the path and an
-            // empty value removes a level.
-            let in_path = !out.contains(['?', '#']);
-            if in_path && matches!(&*text, "" | "." | "..") {
+            let start = out.len();
+            percent_encode(&text, out);
+            placed.push((start..out.len(), path.to_string()));
+            Ok::<(), String>(())
+        })?;
+        // A value is percent-encoded, so a `?` or `#` is the template's
+        // own. In the path, a segment a value made `.`, `..` (even as
+        // `%2E`) or empty would change the path's levels.
+        let path_end = uri.find(['?', '#']).unwrap_or(uri.len());
+        for (range, path) in placed {
+            if range.start > path_end {
+                break;
+            }
+            let from = uri[..range.start].rfind('/').map_or(0, |at| at + 1);
+            let to = uri[range.end..path_end]
+                .find('/')
+                .map_or(path_end, |at| range.end + at);
+            let segment = uri[from..to].replace("%2E", ".").replace("%2e", ".");
+            if matches!(segment.as_str(), "" | "." | "..") {
                 return Err(format!(
-                    "field `{path}` is {text:?}, which in the request URI's path would change \
-                     the path's levels"
+                    "field `{path}` makes the path segment {:?} of the request URI, which \
+                     would change the path's levels",
+                    &uri[from..to]
                 ));
             }
-            percent_encode(&text, out);
-            Ok(())
+        }
+        Ok(uri)
+    }
+
+    /// Whether the template's own text holds a `%` that is not followed
+    /// by two hex digits (with a value after it, it could spell `%2E`).
+    #[must_use]
+    pub fn has_stray_percent(&self) -> bool {
+        self.template.parts().iter().any(|part| match part {
+            TemplatePart::Text(text) => text.match_indices('%').any(|(at, _)| {
+                let hex = text.as_bytes().get(at + 1..at + 3);
+                !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+            }),
+            TemplatePart::Field(_) => false,
         })
     }
 
@@ -187,6 +214,32 @@ mod tests {
             t.render(Some(&json!({"a": ".."}))).unwrap(),
             "http://h/t?q=.."
         );
+        // A value that is only part of its segment changes no level.
+        let t = UriTemplate::parse("http://h/logs/{env}-{day}/{name}.json").unwrap();
+        let v = json!({"env": "", "day": "2026-01-01", "name": "."});
+        assert_eq!(
+            t.render(Some(&v)).unwrap(),
+            "http://h/logs/-2026-01-01/..json"
+        );
+        // Two values that make `..` together do.
+        let t = UriTemplate::parse("http://h/a/{x}{y}/b").unwrap();
+        assert!(t.render(Some(&json!({"x": ".", "y": "."}))).is_err());
+    }
+
+    #[test]
+    fn a_percent_in_the_template_that_escapes_nothing_is_found() {
+        for (uri, stray) in [
+            ("http://h/api/%{v}/items", true),
+            ("http://h/api/%2{v}", true),
+            ("http://h/api/%25{v}?q=%2Fx", false),
+            ("http://h/{v}", false),
+        ] {
+            assert_eq!(
+                UriTemplate::parse(uri).unwrap().has_stray_percent(),
+                stray,
+                "{uri}"
+            );
+        }
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn validation_places_what_the_sink_would_refuse_at_its_line_without_a_secret() {
             "not closed",
         ),
         ("uri = \"http://h/{labels[0]}\"", "uri", "field path"),
+        ("uri = \"http://h/%{a}\"", "uri", "percent sign"),
         (
             "uri = \"http://h/\"\nheaders = { \"Content-Length\" = \"10\" }",
             "headers",
