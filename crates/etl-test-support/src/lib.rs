@@ -253,6 +253,10 @@ mod listening_owner {
         if !readable {
             return None;
         }
+        // Where part of the child's family cannot be read (no `children`
+        // files, another user's descriptors), a listener not found is no
+        // proof it is someone else's.
+        let mut complete = true;
         let mut pending = vec![pid];
         let mut seen = HashSet::new();
         while let Some(pid) = pending.pop() {
@@ -260,6 +264,7 @@ mod listening_owner {
                 continue;
             }
             let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                complete = false;
                 continue;
             };
             for fd in fds.flatten() {
@@ -275,9 +280,12 @@ mod listening_owner {
                     return Some(true);
                 }
             }
-            pending.extend(children(pid));
+            match children(pid) {
+                Some(found) => pending.extend(found),
+                None => complete = false,
+            }
         }
-        Some(false)
+        complete.then_some(false)
     }
 
     /// The inodes of the sockets listening on `port` in a `/proc/net/tcp`
@@ -299,20 +307,19 @@ mod listening_owner {
             .collect()
     }
 
-    /// The children of every thread of `pid`.
-    fn children(pid: u32) -> Vec<u32> {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            return Vec::new();
-        };
-        tasks
-            .flatten()
-            .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-            .flat_map(|list| {
+    /// The children of every thread of `pid`; `None` where the kernel
+    /// does not tell.
+    fn children(pid: u32) -> Option<Vec<u32>> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let mut found = Vec::new();
+        for task in tasks.flatten() {
+            let list = std::fs::read_to_string(task.path().join("children")).ok()?;
+            found.extend(
                 list.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect::<Vec<u32>>()
-            })
-            .collect()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+        Some(found)
     }
 }
 
