@@ -16,7 +16,8 @@ use object_store::{
 };
 
 /// Fails the PUTs of keys starting with a prefix, or the parts of
-/// multipart uploads, and counts aborted uploads.
+/// multipart uploads, or holds those parts unanswered; counts aborted
+/// uploads.
 #[derive(Debug)]
 pub(crate) struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
@@ -24,6 +25,8 @@ pub(crate) struct FaultyStore {
     /// PUTs under `fail_puts_under` that still succeed before they fail.
     pub(crate) puts_before_failing: AtomicUsize,
     pub(crate) fail_parts: Arc<AtomicBool>,
+    /// Parts that never get an answer (a store that stopped answering).
+    pub(crate) hang_parts: Arc<AtomicBool>,
     pub(crate) aborted: Arc<AtomicUsize>,
 }
 
@@ -34,6 +37,7 @@ impl FaultyStore {
             fail_puts_under: Mutex::new(None),
             puts_before_failing: AtomicUsize::new(0),
             fail_parts: Arc::new(AtomicBool::new(false)),
+            hang_parts: Arc::new(AtomicBool::new(false)),
             aborted: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -87,6 +91,7 @@ impl ObjectStore for FaultyStore {
             inner,
             location: location.clone(),
             fail_parts: self.fail_parts.clone(),
+            hang_parts: self.hang_parts.clone(),
             aborted: self.aborted.clone(),
         }))
     }
@@ -137,6 +142,7 @@ struct FaultyUpload {
     inner: Box<dyn MultipartUpload>,
     location: Path,
     fail_parts: Arc<AtomicBool>,
+    hang_parts: Arc<AtomicBool>,
     aborted: Arc<AtomicUsize>,
 }
 
@@ -146,6 +152,9 @@ impl MultipartUpload for FaultyUpload {
         if self.fail_parts.load(Ordering::SeqCst) {
             let err = injected(&self.location);
             return Box::pin(async move { Err(err) });
+        }
+        if self.hang_parts.load(Ordering::SeqCst) {
+            return Box::pin(futures::future::pending());
         }
         self.inner.put_part(data)
     }

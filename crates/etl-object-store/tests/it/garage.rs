@@ -241,3 +241,54 @@ async fn a_failed_multipart_upload_on_garage_is_aborted_on_the_server() {
     let objects = read_objects(&garage_location(&server, "orders"), "lake").unwrap();
     assert!(objects.is_empty(), "{objects:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multipart_upload_abandoned_at_the_write_timeout_is_aborted_on_the_server() {
+    let server = Garage::start().unwrap();
+    server.create_bucket("orders").unwrap();
+    let config = garage_config(&server, "orders", server.key_id(), server.secret());
+    let s3 = ObjectStoreSink::new("lake", std::path::Path::new("."), config.clone())
+        .unwrap()
+        .store();
+    // The upload is started on the server; its parts never get an
+    // answer, so the driver gives the write up at its timeout and drops
+    // it, as a shutdown past its deadline does.
+    let store = Arc::new(FaultyStore::new(s3));
+    store.hang_parts.store(true, Ordering::SeqCst);
+    let sink = ObjectStoreSink::with_store("lake", config, store.clone()).unwrap();
+    let encoder = sink.encoder();
+    let driver = SinkDriver::new(sink, encoder)
+        .config(SinkDriverConfig {
+            batch_max_bytes: 64 << 20,
+            write_timeout: Some(std::time::Duration::from_secs(4)),
+            retry: etl_sink::RetryPolicy::never(),
+            ..SinkDriverConfig::default()
+        })
+        .spawn();
+    let delivery = tokio::spawn(deliver(driver, vec![padded(0, 200)]));
+    // While the write hangs, the server shows the upload unfinished.
+    let seen = std::time::Instant::now();
+    while server.unfinished_multipart_uploads("orders").unwrap() == 0 {
+        assert!(
+            seen.elapsed() < std::time::Duration::from_secs(4),
+            "the server never showed the upload"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (statuses, closed) = delivery.await.unwrap();
+    assert!(closed.is_err());
+    assert_eq!(statuses, [AckStatus::Failed]);
+    let started = std::time::Instant::now();
+    loop {
+        let unfinished = server.unfinished_multipart_uploads("orders").unwrap();
+        if unfinished == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{unfinished} multipart upload(s) left on the server"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(store.aborted.load(Ordering::SeqCst), 1);
+}

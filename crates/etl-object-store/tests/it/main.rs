@@ -8,6 +8,8 @@
 mod faults;
 mod garage;
 mod local;
+mod outage;
 mod pipeline;
+mod process;
 mod support;
 mod throttle;

@@ -1,0 +1,284 @@
+//! The `etl` command itself writing an exactly-once Parquet lake, killed
+//! with SIGKILL again and again at random points: after every kill, the
+//! progress the store holds covers only records its objects hold, no
+//! record is in two objects and every object reads; at the end, every
+//! record is in exactly one object.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use etl_test_support::garage::Garage;
+use etl_test_support::pyarrow::{Location, read_objects};
+
+use crate::garage::garage_location;
+
+/// Partitions of the generator.
+pub(crate) const PARTITIONS: i64 = 2;
+/// Records per partition.
+pub(crate) const PER_PARTITION: i64 = 8_000;
+
+/// The `etl` binary beside this test's profile, built (or found up to
+/// date) once by `cargo build -p etl-cli --bin etl`.
+pub(crate) fn etl_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let mut dir = exe.parent().unwrap().to_path_buf();
+            if dir.file_name() == Some("deps".as_ref()) {
+                dir = dir.parent().unwrap().to_path_buf();
+            }
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let mut build = Command::new(cargo);
+            build
+                .args(["build", "-p", "etl-cli", "--bin", "etl"])
+                .current_dir(root);
+            if dir.file_name() == Some("release".as_ref()) {
+                build.arg("--release");
+            }
+            let status = build.status().unwrap();
+            assert!(status.success(), "building the etl binary failed: {status}");
+            dir.join("etl")
+        })
+        .clone()
+}
+
+/// A pipeline from the generator (`rate` records a second) into the
+/// exactly-once sink `lake` on `store` (the lines of a `[sinks.store]`
+/// table), with `sink` lines in the sink's table and `requests` in its
+/// `[sinks.requests]`, written to `dir/pipeline.toml`.
+pub(crate) fn write_pipeline(
+    dir: &Path,
+    store: &str,
+    rate: u64,
+    sink: &str,
+    requests: &str,
+) -> PathBuf {
+    let path = dir.join("pipeline.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[source]
+type = "generator"
+partitions = {PARTITIONS}
+records_per_partition = {PER_PARTITION}
+rate = {rate}
+max_batch_records = 50
+
+[[sinks]]
+type = "object_store"
+name = "lake"
+exactly_once = true
+key = "gen/{{partition}}-{{first_offset}}.parquet"
+batch_max_records = 200
+{sink}
+
+[sinks.store]
+{store}
+
+[sinks.requests]
+{requests}
+
+[sinks.encoding]
+format = "parquet"
+columns = [
+    {{ name = "id", type = "int64", nullable = false }},
+    {{ name = "user", type = "string", nullable = false }},
+    {{ name = "amount", type = "float64" }},
+]
+
+[checkpoint]
+commit_interval = "200ms"
+store = {{ type = "file", path = "state" }}
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `etl run CONFIG` in `dir`, its output in `run-N.out`/`run-N.err`.
+pub(crate) fn start(dir: &Path, config: &Path, run: u32) -> Child {
+    Command::new(etl_binary())
+        .args(["run"])
+        .arg(config)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join(format!("run-{run}.out"))).unwrap())
+        .stderr(std::fs::File::create(dir.join(format!("run-{run}.err"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for `child`, at most `limit`; killed past it.
+pub(crate) fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("etl still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How many objects hold each generated id, and each partition's stored
+/// progress (its next offset), as pyarrow reads the store.
+pub(crate) fn tally(location: &Location) -> (BTreeMap<i64, usize>, BTreeMap<i64, i64>) {
+    let mut counts = BTreeMap::new();
+    for (key, _, rows) in read_objects(location, "gen").unwrap() {
+        assert!(
+            key.ends_with(".parquet"),
+            "not an object of the sink: {key}"
+        );
+        for row in rows {
+            *counts.entry(row["id"].as_i64().unwrap()).or_default() += 1;
+        }
+    }
+    let mut progress = BTreeMap::new();
+    for (_, _, rows) in read_objects(location, "_etl_progress").unwrap() {
+        for row in rows {
+            progress.insert(
+                row["partition"].as_i64().unwrap(),
+                row["next_offset"].as_i64().unwrap(),
+            );
+        }
+    }
+    (counts, progress)
+}
+
+/// The contract after any kill: no id twice, and every record below a
+/// partition's stored progress in an object.
+pub(crate) fn assert_progress_covered(
+    counts: &BTreeMap<i64, usize>,
+    progress: &BTreeMap<i64, i64>,
+    when: &str,
+) {
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "{when}: ids in two objects: {twice:?}");
+    for (&partition, &next) in progress {
+        let missing: Vec<i64> = (0..next)
+            .map(|offset| offset * PARTITIONS + partition)
+            .filter(|id| !counts.contains_key(id))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{when}: partition {partition}'s progress {next} covers ids no object holds: {:?}",
+            &missing[..missing.len().min(10)]
+        );
+    }
+}
+
+/// A small deterministic generator of kill delays, seeded from the clock
+/// (printed, so a failing run can be told apart).
+struct Delays(u64);
+
+impl Delays {
+    fn new() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("kill delays seeded with {seed}");
+        Delays(seed)
+    }
+
+    /// Between `from` and `to` milliseconds.
+    fn next(&mut self, from: u64, to: u64) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        Duration::from_millis(from + self.0 % (to - from))
+    }
+}
+
+/// Start `etl` on `config` and SIGKILL it at a random point until it was
+/// killed `kills` times while running, checking the store after each
+/// kill; then run it to its end, and check every record is in exactly
+/// one object.
+fn kill_loop(dir: &Path, config: &Path, location: &Location, kills: u32) {
+    let mut delays = Delays::new();
+    let (mut killed, mut run) = (0, 0);
+    while killed < kills {
+        run += 1;
+        assert!(run < kills * 3, "the runs end before they can be killed");
+        let mut child = start(dir, config, run);
+        std::thread::sleep(delays.next(150, 1_200));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            killed += 1;
+        }
+        child.wait().unwrap();
+        let (counts, progress) = tally(location);
+        assert_progress_covered(&counts, &progress, &format!("after run {run}"));
+    }
+    run += 1;
+    let mut child = start(dir, config, run);
+    let status = wait(&mut child, Duration::from_secs(120));
+    let err = std::fs::read_to_string(dir.join(format!("run-{run}.err"))).unwrap_or_default();
+    assert!(status.success(), "the last run: {status}: {err}");
+    let (counts, progress) = tally(location);
+    assert_progress_covered(&counts, &progress, "at the end");
+    assert_eq!(
+        counts.len() as i64,
+        PARTITIONS * PER_PARTITION,
+        "every record in an object"
+    );
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "every record in one object"
+    );
+    for p in 0..PARTITIONS {
+        assert_eq!(progress.get(&p), Some(&PER_PARTITION), "{progress:?}");
+    }
+}
+
+#[test]
+fn the_etl_process_killed_ten_times_into_a_local_folder_stores_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_pipeline(
+        dir.path(),
+        "kind = \"local\"\npath = \"lake\"",
+        1_000,
+        "",
+        "",
+    );
+    // The binary built before the clock of the first kill starts.
+    assert!(etl_binary().is_file());
+    kill_loop(
+        dir.path(),
+        &config,
+        &Location::Folder(dir.path().join("lake")),
+        10,
+    );
+}
+
+/// The `[sinks.store]` lines of `bucket` on `server`.
+pub(crate) fn garage_store(server: &Garage, bucket: &str) -> String {
+    format!(
+        "kind = \"s3\"\nbucket = \"{bucket}\"\nregion = \"{}\"\nendpoint = \"{}\"\n\
+         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
+        etl_test_support::garage::REGION,
+        server.endpoint(),
+        server.key_id(),
+        server.secret()
+    )
+}
+
+#[test]
+fn the_etl_process_killed_ten_times_into_garage_stores_every_record_once() {
+    let server = Garage::start().unwrap();
+    server.create_bucket("lake").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), 1_000, "", "");
+    assert!(etl_binary().is_file());
+    kill_loop(dir.path(), &config, &garage_location(&server, "lake"), 10);
+}
