@@ -88,6 +88,7 @@ impl ProgressReporter {
                     percent_done = eta.map(|e| e.percent),
                     eta_seconds = eta.and_then(|e| e.remaining).map(|d| d.as_secs()),
                     committed = %render_committed(&totals.committed),
+                    source = %render_gauges(totals),
                     "progress"
                 );
             }
@@ -179,7 +180,27 @@ fn line(totals: &ProgressTotals, rate: f64, unit: OffsetUnit, eta: Option<Eta>) 
         human_bytes(totals.in_flight_bytes),
         render_committed(&totals.committed),
     ));
+    if !totals.source_gauges.is_empty() {
+        line.push_str(" | ");
+        line.push_str(&render_gauges(totals));
+    }
     line
+}
+
+/// The source's own figures, `name value` each (a size in bytes when the
+/// name ends in `_bytes`); those the metrics leave out are left out.
+fn render_gauges(totals: &ProgressTotals) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for gauge in totals.source_gauges.iter().filter(|g| g.has_valid_name()) {
+        let part = match gauge.name.strip_suffix("_bytes") {
+            Some(name) => format!("{name} {}", human_bytes(gauge.value.max(0) as u64)),
+            None => format!("{} {}", gauge.name, gauge.value),
+        };
+        if !parts.contains(&part) {
+            parts.push(part);
+        }
+    }
+    parts.join(", ")
 }
 
 /// The interval between two reports, from seconds given on the command
@@ -287,6 +308,22 @@ mod tests {
         assert_eq!(Eta::new(0, 1000, 0.0).remaining, None, "nothing moves yet");
         assert_eq!(Eta::new(1000, 1000, 0.0).percent, 100);
         assert_eq!(human_duration(Duration::from_secs(3725)), "1h02m");
+    }
+
+    #[test]
+    fn a_sources_own_figures_end_the_line_sizes_in_bytes() {
+        let mut with = totals(10, 250);
+        with.source_gauges = vec![
+            etl_source::SourceGauge::new("retained_wal_bytes", "", 3 << 20),
+            etl_source::SourceGauge::new("files_waiting", "", 4),
+        ];
+        let text = line(&with, 0.0, OffsetUnit::Records, None);
+        assert!(
+            text.ends_with(" | retained_wal 3.0 MiB, files_waiting 4"),
+            "{text}"
+        );
+        let text = line(&totals(10, 250), 0.0, OffsetUnit::Records, None);
+        assert!(text.ends_with("committed 7=250"), "{text}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etl_checkpoint::CheckpointHandle;
 use etl_record::{Offset, PartitionId, PartitionOffsets, SourceId};
-use etl_source::{Source, SourceError, SourceEvent};
+use etl_source::{Source, SourceError, SourceEvent, SourceGauge};
 use tokio::sync::{Notify, mpsc};
 
 use crate::progress::Progress;
@@ -196,6 +196,20 @@ impl Source for PostgresCdcSource {
             return None;
         }
         Some(Offset(self.shared.progress().high_watermark()))
+    }
+
+    /// `retained_wal_bytes`: [`retained_wal_bytes`](Self::retained_wal_bytes),
+    /// exported as `etl_source_retained_wal_bytes` and on the progress
+    /// line, once the stream started.
+    fn gauges(&self) -> Vec<SourceGauge> {
+        if self.task.is_none() {
+            return Vec::new();
+        }
+        vec![SourceGauge::new(
+            "retained_wal_bytes",
+            "Bytes of WAL the replication slot retains past the position confirmed to the server.",
+            i64::try_from(self.retained_wal_bytes()).unwrap_or(i64::MAX),
+        )]
     }
 
     /// The checkpointer committed `offsets`: confirm the slot past every

@@ -293,6 +293,7 @@ impl SourceDriver {
                                 self.metrics.update(*p, |m| m.high_watermark = Some(high));
                             }
                         }
+                        self.metrics.set_gauges(self.source.gauges());
                         let wake = tokio::select! {
                             biased;
                             () = shutdown.cancelled() => Wake::Shutdown,
@@ -675,6 +676,7 @@ impl SourceDriver {
     ) -> Result<bool, SourceError> {
         let count = records.len() as u64;
         let high_watermark = self.source.high_watermark(partition);
+        self.metrics.set_gauges(self.source.gauges());
         self.metrics.update(partition, |m| {
             if high_watermark.is_some() {
                 m.high_watermark = high_watermark;

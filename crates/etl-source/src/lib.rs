@@ -68,4 +68,4 @@ pub use file_source::FileSource;
 pub use generator::{GeneratorConfig, GeneratorSource};
 pub use metrics::{PartitionSourceMetrics, SourceMetrics, SourceMetricsHandle};
 pub use poison::PoisonPolicy;
-pub use source::{BoxSource, Source, SourceEvent};
+pub use source::{BoxSource, Source, SourceEvent, SourceGauge};

@@ -5,6 +5,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use etl_record::{Offset, PartitionId};
 
+use crate::SourceGauge;
+
 /// Counters of one partition, since the driver started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PartitionSourceMetrics {
@@ -34,6 +36,9 @@ pub struct PartitionSourceMetrics {
 pub struct SourceMetrics {
     /// Per partition, every partition ever assigned.
     pub partitions: BTreeMap<PartitionId, PartitionSourceMetrics>,
+    /// The source's own figures, as it last reported them
+    /// ([`Source::gauges`](crate::Source::gauges)).
+    pub gauges: Vec<SourceGauge>,
 }
 
 impl SourceMetrics {
@@ -88,6 +93,15 @@ impl SourceMetricsHandle {
             }
         }
         guard.partitions.append(&mut run);
+    }
+
+    /// The source's own figures now; nothing to do for a source that
+    /// has none.
+    pub(crate) fn set_gauges(&self, gauges: Vec<SourceGauge>) {
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !(gauges.is_empty() && guard.gauges.is_empty()) {
+            guard.gauges = gauges;
+        }
     }
 
     pub(crate) fn update(

@@ -29,6 +29,49 @@ pub enum SourceEvent {
     End,
 }
 
+/// A figure a source keeps of its own (the bytes of WAL a replication
+/// slot retains, files waiting to be read), which the pipeline exports
+/// beside its own metrics: on Prometheus as the gauge
+/// `etl_source_<name>`, and on the progress line as `<name> <value>`
+/// (a size in bytes when the name ends in `_bytes`).
+///
+/// ```
+/// use etl_source::SourceGauge;
+///
+/// let gauge = SourceGauge::new("retained_wal_bytes", "WAL the slot retains.", 4096);
+/// assert!(gauge.has_valid_name());
+/// assert!(!SourceGauge::new("Retained WAL", "", 0).has_valid_name());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceGauge {
+    /// Its name: a lower-case ASCII letter, then lower-case letters,
+    /// digits and underscores; `_bytes` at the end for a size in bytes.
+    /// A gauge with another name, or with the name of one before it, is
+    /// not exported.
+    pub name: &'static str,
+    /// What it measures, in one sentence (the Prometheus help text).
+    pub help: &'static str,
+    /// Its value now.
+    pub value: i64,
+}
+
+impl SourceGauge {
+    /// A gauge `name` of `value`, described by `help`.
+    #[must_use]
+    pub fn new(name: &'static str, help: &'static str, value: i64) -> Self {
+        SourceGauge { name, help, value }
+    }
+
+    /// Whether the name is one the pipeline exports (see
+    /// [`name`](Self::name)).
+    #[must_use]
+    pub fn has_valid_name(&self) -> bool {
+        let mut chars = self.name.chars();
+        chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    }
+}
+
 /// A partitioned, replayable source of records.
 ///
 /// The source driver owns the source: it polls [`next`](Source::next),
@@ -85,6 +128,13 @@ pub enum SourceEvent {
 /// elsewhere (a Kafka consumer group) MAY implement
 /// [`commit`](Source::commit), which receives offsets the checkpointer has
 /// already committed. It MUST NOT commit anything else.
+///
+/// **Figures of its own.** A source MAY report figures only it knows
+/// (the WAL a replication slot retains) through
+/// [`gauges`](Source::gauges); the driver reads them after every batch
+/// and while idle, and the pipeline exports them on Prometheus and the
+/// progress line. Like [`high_watermark`](Source::high_watermark), it
+/// MUST NOT block: it returns what the source last heard.
 #[async_trait]
 pub trait Source: Send {
     /// The next event: an assignment change, a batch, idleness or the end.
@@ -126,6 +176,13 @@ pub trait Source: Send {
         let _ = partition;
         None
     }
+
+    /// The source's own figures now ([`SourceGauge`]), as it last heard
+    /// them without asking anyone: exported as `etl_source_<name>` gauges
+    /// and on the progress line. MUST NOT block. The default has none.
+    fn gauges(&self) -> Vec<SourceGauge> {
+        Vec::new()
+    }
 }
 
 /// A source behind a box, as the driver and the runtime hold it.
@@ -155,6 +212,10 @@ impl<S: Source + ?Sized> Source for Box<S> {
 
     fn high_watermark(&self, partition: PartitionId) -> Option<Offset> {
         (**self).high_watermark(partition)
+    }
+
+    fn gauges(&self) -> Vec<SourceGauge> {
+        (**self).gauges()
     }
 }
 

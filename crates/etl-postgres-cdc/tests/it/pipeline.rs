@@ -355,3 +355,86 @@ async fn a_connection_broken_in_the_middle_of_a_transaction_loses_none_of_its_ch
         ROWS - got.len()
     );
 }
+
+/// The value of the gauge `name` in the metrics' text, if it is there.
+fn gauge(text: &str, name: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The WAL the slot retains is a gauge of the pipeline's metrics (what
+/// `/metrics` serves): it rises with a large transaction the pipeline
+/// has read and not yet delivered, to at least half the WAL the
+/// transaction wrote, and falls back once it is delivered and the slot
+/// confirmed past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retained_wal_is_a_gauge_on_the_metrics_that_follows_the_stream() {
+    const NAME: &str = "etl_source_retained_wal_bytes";
+    const ROWS: i32 = 50_000;
+    let names = Names::new("gauge");
+    let db = client().await;
+    names.create(&db).await;
+    let grows = names.table("grows");
+    let sink = MemorySink::new();
+    let store = MemoryStore::new();
+    let pipeline = pipeline_following(&names, &sink, &store);
+    let hub = pipeline.metrics();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(pipeline.run(stop.clone()));
+    names.wait_for_slot(&db).await;
+    let mut present = false;
+    for _ in 0..300 {
+        if gauge(&hub.prometheus(), NAME).is_some() {
+            present = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(present, "no {NAME} gauge: {}", hub.prometheus());
+
+    let wal = |row: tokio_postgres::Row| -> i64 { row.get(0) };
+    let before = wal(db
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::int8", &[])
+        .await
+        .unwrap());
+    db.batch_execute(&format!(
+        "INSERT INTO {grows} SELECT g, g FROM generate_series(1, {ROWS}) g; \
+         INSERT INTO {grows} (id, x) VALUES (-1, 0);"
+    ))
+    .await
+    .unwrap();
+    let after = wal(db
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::int8", &[])
+        .await
+        .unwrap());
+    let written = after - before;
+    let mut peak = 0;
+    for _ in 0..6000 {
+        peak = peak.max(gauge(&hub.prometheus(), NAME).unwrap_or(0));
+        if hub.totals().written > ROWS as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(has_sentinel(&sink.records(), 1), "the changes never came");
+    assert!(
+        peak >= written / 2,
+        "the gauge peaked at {peak} while a transaction of {written} bytes of WAL was read \
+         and not delivered"
+    );
+    let mut now = peak;
+    for _ in 0..300 {
+        now = gauge(&hub.prometheus(), NAME).unwrap_or(now);
+        if now < peak / 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        now < peak / 4,
+        "the gauge stays at {now} (peak {peak}) once everything was delivered"
+    );
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    names.drop_all(&db).await;
+}

@@ -74,16 +74,40 @@ fn start(dir: &Path, config: &Path, run: u32) -> Child {
         .unwrap()
 }
 
-/// The ids of `grows` rows the file holds (inserted or read); a line cut
-/// short by the kill is no record.
-fn delivered(dir: &Path) -> BTreeSet<i64> {
-    let text = std::fs::read(dir.join("out.ndjson")).unwrap_or_default();
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|change| change["op"] == "insert" || change["op"] == "read")
-        .filter_map(|change| change["key"]["id"].as_i64())
-        .collect()
+/// The ids of `grows` rows the file holds (inserted or read), read as
+/// the file grows: each call parses only the lines completed since the
+/// last. A line cut short by a kill is no record (the next run's first
+/// line continues it, and the two parse as nothing).
+#[derive(Default)]
+struct Delivered {
+    /// The file's bytes up to the end of its last complete line, parsed.
+    parsed: usize,
+    ids: BTreeSet<i64>,
+}
+
+impl Delivered {
+    fn read(&mut self, dir: &Path) -> &BTreeSet<i64> {
+        let text = std::fs::read(dir.join("out.ndjson")).unwrap_or_default();
+        if text.len() < self.parsed {
+            // Never expected (the file sink appends): read it all again.
+            *self = Delivered::default();
+        }
+        let Some(end) = text.iter().rposition(|b| *b == b'\n') else {
+            return &self.ids;
+        };
+        if end < self.parsed {
+            return &self.ids;
+        }
+        let ids = String::from_utf8_lossy(&text[self.parsed..=end])
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|change| change["op"] == "insert" || change["op"] == "read")
+            .filter_map(|change| change["key"]["id"].as_i64())
+            .collect::<Vec<_>>();
+        self.ids.extend(ids);
+        self.parsed = end + 1;
+        &self.ids
+    }
 }
 
 /// A committed transaction of the writer: its rows, and the server's
@@ -93,15 +117,23 @@ struct Committed {
     after: Lsn,
 }
 
-/// Kills the `etl` process (SIGKILL) eight times, during the initial
-/// snapshot of 5,000 rows and during streaming, while transactions
-/// commit; restarts it each time. After every kill, each transaction that
-/// ends before the slot's confirmed position is in the file whole; at the
-/// end every row committed, before or during the runs, is in it.
+/// The size of `out.ndjson`, 0 before it exists.
+fn output_len(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join("out.ndjson")).map_or(0, |m| m.len())
+}
+
+/// Kills the `etl` process (SIGKILL) 24 times, during the initial
+/// snapshot of 50,000 rows (at least once while its rows were being
+/// written) and during streaming, while transactions commit; restarts it
+/// each time. After every kill, each transaction that ends before the
+/// slot's confirmed position is in the file whole; at the end every row
+/// committed, before or during the runs, is in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
-    const KILLS: u32 = 8;
-    const PREFILLED: i64 = 5_000;
+    const KILLS: u32 = 24;
+    const PREFILLED: i64 = 50_000;
+    /// Kills aimed at the snapshot before one is let to finish.
+    const SNAPSHOT_KILLS: u32 = 2;
     let names = Names::new("proc");
     let db = client().await;
     names.create(&db).await;
@@ -148,14 +180,27 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
         })
     };
 
-    let mut confirmed_seen = 0;
+    // Kills that came while the snapshot's rows were being written (no
+    // slot yet, the file grew), and kills while streaming (the slot
+    // exists).
+    let (mut in_snapshot, mut streaming) = (0u32, 0u32);
+    let mut delivered = Delivered::default();
     // Kills in a row that came before the slot existed: each makes the
-    // next run longer, so that a snapshot completes on a loaded machine.
-    let mut in_snapshot = 0;
+    // next run longer, so that the snapshot is reached, and once enough
+    // kills hit it, completes on a loaded machine.
+    let mut no_slot = 0u64;
     for run in 1..=KILLS {
+        let before = output_len(&dir);
         let mut child = start(&dir, &config, run);
-        // Early (in the snapshot, at first), or late.
-        let delay = [400, 1500, 3000, 900][run as usize % 4] + 2000 * in_snapshot;
+        let delay = if streaming > 0 {
+            // Early or late in a run, while transactions commit.
+            [400, 1500, 3000, 900][run as usize % 4]
+        } else if in_snapshot < SNAPSHOT_KILLS {
+            // In the snapshot: soon after its first rows.
+            300 + 300 * no_slot
+        } else {
+            2000 + 1500 * no_slot
+        };
         tokio::time::sleep(Duration::from_millis(delay)).await;
         assert!(
             child.try_wait().unwrap().is_none(),
@@ -165,14 +210,22 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
         child.kill().unwrap();
         child.wait().unwrap();
 
-        let Some(confirmed) = names.confirmed(&db).await else {
-            // Killed during the snapshot: no slot yet.
-            in_snapshot += 1;
+        let confirmed = names.confirmed(&db).await;
+        eprintln!(
+            "kill {run} after {delay} ms: slot confirmed at {confirmed:?}, output {} bytes",
+            output_len(&dir)
+        );
+        let Some(confirmed) = confirmed else {
+            // No slot yet: killed before the snapshot was delivered whole.
+            no_slot += 1;
+            if output_len(&dir) > before {
+                in_snapshot += 1;
+            }
             continue;
         };
-        in_snapshot = 0;
-        confirmed_seen += 1;
-        let have = delivered(&dir);
+        no_slot = 0;
+        streaming += 1;
+        let have = delivered.read(&dir);
         for txn in committed.lock().unwrap().iter() {
             if txn.after <= confirmed {
                 for id in &txn.ids {
@@ -186,9 +239,14 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
             }
         }
     }
+    eprintln!("{in_snapshot} kills while the snapshot was written, {streaming} while streaming");
     assert!(
-        confirmed_seen > 0,
-        "every kill came before the slot existed"
+        in_snapshot >= 1,
+        "no kill came while the snapshot was being written"
+    );
+    assert!(
+        streaming >= KILLS - 8,
+        "only {streaming} of {KILLS} kills came while streaming"
     );
 
     // The last run: the writer stops, the pipeline catches up.
@@ -201,8 +259,7 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
     }
     let mut missing = expected.len();
     for _ in 0..600 {
-        let have = delivered(&dir);
-        missing = expected.difference(&have).count();
+        missing = expected.difference(delivered.read(&dir)).count();
         if missing == 0 {
             break;
         }

@@ -2,6 +2,7 @@
 //! computed from.
 
 use etl_record::PartitionOffsets;
+use etl_source::SourceGauge;
 
 /// Totals the progress report is computed from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,4 +25,7 @@ pub struct ProgressTotals {
     pub lag: u64,
     /// Committed offsets.
     pub committed: PartitionOffsets,
+    /// The source's own figures, as it last reported them
+    /// ([`Source::gauges`](etl_source::Source::gauges)).
+    pub source_gauges: Vec<SourceGauge>,
 }

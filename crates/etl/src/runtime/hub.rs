@@ -156,10 +156,9 @@ impl MetricsHub {
             .as_ref()
             .map(|c| c.with_metrics(checkpoint_totals))
             .unwrap_or_default();
-        let lag = parts
-            .source
-            .as_ref()
-            .map_or(0, |s| s.with_metrics(|m| lag(m, &committed)));
+        let (lag, source_gauges) = parts.source.as_ref().map_or_else(Default::default, |s| {
+            s.with_metrics(|m| (lag(m, &committed), m.gauges.clone()))
+        });
         ProgressTotals {
             read: self.stage.read.load(Ordering::Relaxed),
             written: parts
@@ -176,6 +175,7 @@ impl MetricsHub {
             in_flight_bytes,
             lag,
             committed,
+            source_gauges,
         }
     }
 
@@ -237,6 +237,7 @@ impl PipelineSnapshot {
             in_flight_bytes,
             lag: lag(&self.source, &committed),
             committed,
+            source_gauges: self.source.gauges.clone(),
         }
     }
 
@@ -329,6 +330,19 @@ impl PipelineSnapshot {
                 Some((part(id), ConstGauge::new(lag.max(0))))
             }),
         )?;
+        // The source's own figures, each a gauge of its own name; a name
+        // Prometheus would refuse, or one seen before, is left out.
+        let mut seen = std::collections::BTreeSet::new();
+        for gauge in &self.source.gauges {
+            if gauge.has_valid_name() && seen.insert(gauge.name) {
+                single(
+                    enc,
+                    &format!("etl_source_{}", gauge.name),
+                    gauge.help,
+                    ConstGauge::new(gauge.value),
+                )?;
+            }
+        }
         family(
             enc,
             "etl_partition_committed_offset",
@@ -564,5 +578,34 @@ mod tests {
             !text.contains("etl_partition_lag{partition=\"2\"}"),
             "{text}"
         );
+    }
+
+    /// A source's own figures are gauges of their own names; a name
+    /// Prometheus would refuse, and the second of two alike, are left out.
+    #[test]
+    fn a_sources_own_gauges_are_exported_under_their_names() {
+        use etl_source::SourceGauge;
+
+        let mut snapshot = PipelineSnapshot::default();
+        snapshot.source.gauges = vec![
+            SourceGauge::new("retained_wal_bytes", "WAL the slot retains.", 4096),
+            SourceGauge::new("Bad Name", "Refused.", 1),
+            SourceGauge::new("retained_wal_bytes", "Twice.", 7),
+        ];
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(snapshot.clone())));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(
+            text.contains(
+                "# HELP etl_source_retained_wal_bytes WAL the slot retains.\n\
+                 # TYPE etl_source_retained_wal_bytes gauge\n\
+                 etl_source_retained_wal_bytes 4096\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("etl_source_").count(), 3, "{text}");
+        assert!(!text.contains("Bad"), "{text}");
+        assert_eq!(snapshot.totals().source_gauges, snapshot.source.gauges);
     }
 }
