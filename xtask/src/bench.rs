@@ -41,6 +41,8 @@ const KAFKA_PARTITIONS: u64 = 4;
 /// Runs of each Kafka consumer, alternated; the best of each counts.
 const KAFKA_ROUNDS: usize = 3;
 
+mod lake;
+
 /// One row of the table.
 struct Row {
     name: String,
@@ -55,7 +57,8 @@ struct Row {
 /// (1 and 10 million records; about half an hour at a 100x slower sink);
 /// `--only many-files` runs the many-files rows alone, `--only kafka` the
 /// Kafka rows alone, `--only transform` the transform rows, `--only
-/// file-to-file` the file-to-file rows (rate and peak RSS).
+/// file-to-file` the file-to-file rows (rate and peak RSS), `--only lake`
+/// the object-store rows (NDJSON -> Parquet against pyarrow).
 pub(crate) fn run(args: &[String]) -> Result {
     let full = args.iter().any(|a| a == "--full");
     let only = args
@@ -71,11 +74,12 @@ pub(crate) fn run(args: &[String]) -> Result {
             "routing",
             "http",
             "file-to-file",
+            "lake",
         ]
         .contains(o)
     }) {
         return Err(format!(
-            "--only takes many-files, kafka, transform, routing, http or file-to-file, not {other:?}"
+            "--only takes many-files, kafka, transform, routing, http, file-to-file or lake, not {other:?}"
         ));
     }
     let started = Instant::now();
@@ -99,6 +103,7 @@ pub(crate) fn run(args: &[String]) -> Result {
             "transform" => transform_rows(&etl, &work)?,
             "routing" => routing_rows(&etl, &work)?,
             "http" => http_rows(&etl, &work)?,
+            "lake" => lake::rows(&etl, &work)?,
             "file-to-file" => {
                 file_to_file(&etl, &build_harness("etl-cli", "pipeline")?, &work)?.rows
             }

@@ -42,7 +42,7 @@ Tasks:
                    (default 1000; ci runs 2000 from a fixed seed), or one
                    replayed from the seed a failure printed
   tidy             layer order of crate dependencies, module docs
-  bench [--full] [--only many-files]
+  bench [--full] [--only many-files|lake|...]
                    performance budgets against same-run baselines, one table
                    (not part of ci; --full: memory run at 1M and 10M records)
   kafka [--port N] run the Kafka-compatible test broker in the foreground

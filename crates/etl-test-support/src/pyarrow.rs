@@ -116,8 +116,8 @@ pub fn read_objects(
 }
 
 /// `target/pyarrow/venv/bin/python`, installing the reader first if
-/// missing.
-fn python() -> Result<PathBuf, Error> {
+/// missing: a Python that imports the pinned pyarrow.
+pub fn python() -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
     let _one_thread_at_a_time = INSTALL
         .lock()
