@@ -26,6 +26,8 @@ use crate::tracker::ReplayRequest;
 /// Whether the run halts, shared by the checkpointer and its handles.
 pub(crate) struct Halt {
     recorded: AtomicBool,
+    /// `on_failure = "halt"`: the first failed batch records the halt.
+    on_failure: AtomicBool,
     /// Wakes those waiting for the halt (the pipeline's run loop).
     told: watch::Sender<bool>,
 }
@@ -42,6 +44,7 @@ impl Halt {
     pub(crate) fn new() -> Self {
         Halt {
             recorded: AtomicBool::new(false),
+            on_failure: AtomicBool::new(false),
             told: watch::Sender::new(false),
         }
     }
@@ -58,6 +61,11 @@ impl Halt {
 
     pub(crate) fn is_recorded(&self) -> bool {
         self.recorded.load(Ordering::Acquire)
+    }
+
+    /// From now on the first failed batch records the halt.
+    pub(crate) fn on_failure(&self) {
+        self.on_failure.store(true, Ordering::Release);
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<bool> {
@@ -85,11 +93,23 @@ impl Halting {
         self.halt.clone()
     }
 
-    /// Whether `replay` must not be asked for because the run halts. The
-    /// first one of each partition is logged: where its next run starts.
-    pub(crate) fn withholds(&mut self, replay: &ReplayRequest) -> bool {
+    /// What becomes of `replay`. The first one of each partition that is
+    /// not replayed is logged: where its next run starts.
+    pub(crate) fn judge(&mut self, replay: &ReplayRequest) -> Verdict {
         if !self.halt.is_recorded() {
-            return false;
+            if !self.halt.on_failure.load(Ordering::Acquire) {
+                return Verdict::Replay;
+            }
+            // This failure halts the run: recorded before its request
+            // leaves, so the failures the halt causes find it.
+            self.halt.record();
+            self.not_replayed.insert(replay.partition);
+            tracing::warn!(
+                partition = %replay.partition, from = %replay.from,
+                failed_seq = replay.failed.seq,
+                "batch failed and on_failure = \"halt\": the pipeline halts; the partition is not replayed (the next run reads it again from its last commit)"
+            );
+            return Verdict::Halts;
         }
         if self.not_replayed.insert(replay.partition) {
             tracing::info!(
@@ -98,8 +118,20 @@ impl Halting {
                 "batch failed while the pipeline halts; the partition is not replayed (the next run reads it again from its last commit)"
             );
         }
-        true
+        Verdict::Withhold
     }
+}
+
+/// What becomes of a failed batch's replay request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Asked for: the source replays the partition.
+    Replay,
+    /// The failure halts the run (`on_failure = "halt"`): the request
+    /// goes to whoever refuses it, as the halt's cause; nothing replays.
+    Halts,
+    /// The run halts already: no request.
+    Withhold,
 }
 
 #[cfg(all(test, not(etl_loom)))]
@@ -122,6 +154,8 @@ mod tests {
     const BEFORE: PartitionId = PartitionId(7100);
     const P1: PartitionId = PartitionId(7101);
     const P2: PartitionId = PartitionId(7102);
+    const P3: PartitionId = PartitionId(7103);
+    const P4: PartitionId = PartitionId(7104);
     const GUARD: Duration = Duration::from_secs(20);
 
     /// Every log line of this test binary, from any thread (the
@@ -265,5 +299,52 @@ mod tests {
         assert_eq!(summary.committed.get(&P2), None, "P2 never moved");
         assert_eq!(store.offsets().get(&P1), Some(&Offset(10)));
         assert!(replays.recv().await.is_none(), "and none on the way");
+    }
+
+    /// `on_failure = "halt"`: the first failed batch halts the run. Its
+    /// request still reaches whoever refuses it (the pipeline reports
+    /// it), but no line announces a replay, of it or of the failures
+    /// the halt causes.
+    #[tokio::test]
+    async fn with_halt_on_failure_the_first_failure_halts_and_none_is_announced_as_a_replay() {
+        log();
+        let (acker, acks) = etl_ack::channel();
+        let (handle, mut replays) = Checkpointer::spawn(
+            CheckpointConfig::default(),
+            Box::new(MemoryStore::new()),
+            acks,
+        )
+        .unwrap();
+        handle.halt_on_failure();
+        let assigned = handle.assign(vec![(P3, None), (P4, None)]).await.unwrap();
+        let epoch = |p: PartitionId| assigned.iter().find(|a| a.partition == p).unwrap().epoch;
+        let a0 = open(&acker, &handle, (P3, epoch(P3), 0), 0).await;
+        let b0 = open(&acker, &handle, (P4, epoch(P4), 0), 0).await;
+
+        fail(a0);
+        let refused = tokio::time::timeout(GUARD, replays.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(refused.partition, P3, "the request reaches the refuser");
+        // The refuser halts the run, and what it held fails.
+        handle.halt();
+        fail(b0);
+        let _ = handle.commit().await.unwrap();
+
+        assert!(replays.try_recv().is_err(), "no request for P4");
+        for p in [P3, P4] {
+            assert!(
+                lines(p, "replaying").is_empty(),
+                "{p}: {:?}",
+                lines(p, "replaying")
+            );
+            assert_eq!(lines(p, "not replayed").len(), 1, "one line for {p}");
+        }
+        assert!(
+            lines(P3, "on_failure").len() == 1,
+            "P3's line names the policy"
+        );
+        handle.shutdown().await.unwrap();
     }
 }

@@ -311,6 +311,16 @@ impl CheckpointHandle {
         self.halt.record();
     }
 
+    /// Halt on the first failed batch (`on_failure = "halt"`): its replay
+    /// request is still sent, for whoever refuses it to report the
+    /// failure, but the checkpointer records the halt
+    /// ([`halt`](Self::halt)) before it sends it and logs the failure as
+    /// halting the run, not as a replay; later failures ask for no
+    /// replay. Call it before the first batch opens.
+    pub fn halt_on_failure(&self) {
+        self.halt.on_failure();
+    }
+
     /// Whether [`halt`](Self::halt) was called (by any clone).
     #[must_use]
     pub fn is_halting(&self) -> bool {

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::CheckpointError;
 use crate::budget::InFlightBudget;
-use crate::halt::{Halt, Halting};
+use crate::halt::{Halt, Halting, Verdict};
 use crate::handle::{Assigned, CheckpointConfig, CheckpointSummary, Control, Reply};
 use crate::metrics::{CheckpointMetrics, PartitionMetrics};
 use crate::partition_map::PartitionMap;
@@ -248,10 +248,16 @@ impl Worker {
             tracing::info!(partition = %partition, failed_seq = replay.failed.seq, "batch failed during revoke; not replaying");
             return;
         }
-        if self.halting.withholds(&replay) {
+        match self.halting.judge(&replay) {
+            Verdict::Replay => {}
             // The run halts: nobody serves a replay, and the next run
             // starts from the commit, which the failure pinned.
-            return;
+            Verdict::Withhold => return,
+            // The refuser learns of the failure that halts the run.
+            Verdict::Halts => {
+                let _ = self.replays.send(replay);
+                return;
+            }
         }
         tracing::warn!(
             partition = %partition, from = %replay.from, epoch = replay.epoch,
