@@ -111,6 +111,12 @@ pub(crate) fn build_store(
                     source: Box::new(e),
                 })
             })?;
+            remove_partial_writes(std::path::Path::new(path)).map_err(|e| {
+                failed(object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: Box::new(e),
+                })
+            })?;
             // Every object and the folders above it fsynced before a
             // write returns: durable means an fsync covered it.
             Arc::new(
@@ -119,6 +125,40 @@ pub(crate) fn build_store(
                     .with_fsync(true),
             )
         }
+    })
+}
+
+/// Remove, under `root`, the files a local write cut short left: the
+/// store writes an object to `KEY#N` and renames it to `KEY` once
+/// complete, so a writer killed in between leaves `KEY#N`. The store's
+/// own listing skips those files, but a reader of the folder (pyarrow,
+/// Spark) would take one for an object, a torn one. One writer per
+/// folder: nothing else writes there while the sink opens. Symbolic
+/// links are not followed.
+fn remove_partial_writes(root: &std::path::Path) -> std::io::Result<()> {
+    let mut folders = vec![root.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                folders.push(entry.path());
+            } else if kind.is_file() && is_partial_write(&entry.file_name().to_string_lossy()) {
+                let path = entry.path();
+                std::fs::remove_file(&path).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot remove {}: {e}", path.display()))
+                })?;
+                tracing::info!(path = %path.display(), "removed the partial write of a stopped writer");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `name` is a local store's staging name, `NAME#DIGITS`.
+fn is_partial_write(name: &str) -> bool {
+    name.rsplit_once('#').is_some_and(|(stem, suffix)| {
+        !stem.is_empty() && !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit())
     })
 }
 

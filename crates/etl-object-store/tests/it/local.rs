@@ -500,3 +500,31 @@ async fn two_exactly_once_sinks_in_one_store_keep_their_progress_apart() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_local_store_removes_the_partial_files_a_killed_writer_left_when_the_sink_opens() {
+    // object_store writes a local object to `KEY#N`, then renames it: a
+    // writer killed in between leaves `KEY#N`, which a reader of the
+    // folder (pyarrow, Spark) would take for an object.
+    let folder = tempfile::tempdir().unwrap();
+    let lake = folder.path().join("lake");
+    let partial = [
+        lake.join("orders/p=0/00000000000000000000.parquet#1"),
+        lake.join("_etl_progress/partition-0.json#12"),
+    ];
+    let kept = [
+        lake.join("orders/p=0/00000000000000000007.parquet"),
+        lake.join("orders/notes#draft"),
+    ];
+    for path in partial.iter().chain(&kept) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"PAR1 cut short").unwrap();
+    }
+    let _sink = ObjectStoreSink::new("lake", folder.path(), config(PARQUET)).unwrap();
+    for path in &partial {
+        assert!(!path.exists(), "{} left", path.display());
+    }
+    for path in &kept {
+        assert!(path.exists(), "{} removed", path.display());
+    }
+}
