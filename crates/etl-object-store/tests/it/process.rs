@@ -328,11 +328,11 @@ pub(crate) fn garage_store(server: &Garage, bucket: &str) -> String {
 }
 
 #[test]
-fn the_etl_process_killed_ten_times_into_garage_stores_every_record_once() {
+fn the_etl_process_killed_twenty_times_into_garage_stores_every_record_once() {
     let server = Garage::start().unwrap();
     server.create_bucket("lake").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), 1_000, "", "");
     assert!(etl_binary().is_file());
-    kill_loop(dir.path(), &config, &garage_location(&server, "lake"), 10);
+    kill_loop(dir.path(), &config, &garage_location(&server, "lake"), 20);
 }
