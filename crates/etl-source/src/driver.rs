@@ -81,9 +81,28 @@ impl std::fmt::Debug for SourceDriver {
 #[derive(Clone, Copy, Debug)]
 struct PartitionState {
     epoch: u32,
+    /// Batches opened in the current epoch.
     seq: u64,
+    /// Highest offset emitted in the current epoch, once `seq > 0`
+    /// (meaningless before). Not an `Option`: that would cost 8 bytes
+    /// more a partition, and a file source has one per input file.
+    last: Offset,
+}
+
+impl PartitionState {
+    /// A partition assigned or sought back under `epoch`: nothing emitted.
+    fn new(epoch: u32) -> Self {
+        PartitionState {
+            epoch,
+            seq: 0,
+            last: Offset(0),
+        }
+    }
+
     /// Highest offset emitted in the current epoch.
-    last_emitted: Option<Offset>,
+    fn last_emitted(&self) -> Option<Offset> {
+        (self.seq > 0).then_some(self.last)
+    }
 }
 
 /// What woke the main loop.
@@ -328,7 +347,7 @@ impl SourceDriver {
         self.checkpoint.with_metrics(|metrics| {
             self.partitions
                 .iter()
-                .all(|(p, state)| match state.last_emitted {
+                .all(|(p, state)| match state.last_emitted() {
                     None => true,
                     Some(last) => metrics
                         .partitions
@@ -348,14 +367,9 @@ impl SourceDriver {
             .assigned(assigned.iter().map(|a| (a.partition, a.epoch)));
         extend_packed(
             &mut self.partitions,
-            assigned.iter().map(|a| {
-                let state = PartitionState {
-                    epoch: a.epoch,
-                    seq: 0,
-                    last_emitted: None,
-                };
-                (a.partition, state)
-            }),
+            assigned
+                .iter()
+                .map(|a| (a.partition, PartitionState::new(a.epoch))),
         );
         for a in assigned {
             tracing::debug!(partition = %a.partition, epoch = a.epoch, start = %a.start, "assigned");
@@ -405,11 +419,7 @@ impl SourceDriver {
             tracing::debug!(partition = %req.partition, epoch = req.epoch, "stale replay request ignored");
             return Ok(());
         }
-        *state = PartitionState {
-            epoch: req.epoch,
-            seq: 0,
-            last_emitted: None,
-        };
+        *state = PartitionState::new(req.epoch);
         let verdict = self.poison.failed(req.failed, req.from);
         tracing::info!(partition = %req.partition, from = %req.from, epoch = req.epoch, "replaying");
         if let Verdict::Poison { offset, replays } = verdict {
@@ -608,7 +618,7 @@ impl SourceDriver {
         // *Delivered* on drop and commit records nobody received.
         let in_hand = AckSet::from(vec![ack.clone()]);
         state.seq += 1;
-        state.last_emitted = Some(last);
+        state.last = last;
         self.poison.opened(id, first, last, group.len());
 
         let (mut rejected, mut poisoned) = (0u64, 0u64);

@@ -495,6 +495,11 @@ impl Pipeline {
         let batch_cap = batch_bytes_cap(&checkpoint.limits);
         let (acker, receiver) = etl_ack::channel();
         let (checkpointer, mut replays) = Checkpointer::spawn(checkpoint, store, receiver)?;
+        if on_failure == FailurePolicy::Halt {
+            // The first failure halts the run: the checkpointer records
+            // it before the failures it causes, and announces no replay.
+            checkpointer.halt_on_failure();
+        }
         hub.set_checkpoint(checkpointer.clone());
 
         // Sinks, sharing one dead-letter sink.
