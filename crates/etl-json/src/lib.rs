@@ -12,6 +12,8 @@
 //!   in the Vector Remap Language (`VrlProgram`); a program within the
 //!   fast path's subset runs on the text too, and anything else on VRL's
 //!   runtime. This is the only crate that depends on `vrl`.
+//! * [`Conditions`] judges several conditions (a router's, one per
+//!   sink) on one reading of each record.
 //! * [`Fuser`] takes stages in chain order and makes each run of filters,
 //!   conditions and a `remap` step with a fast form one `FusedRun`
 //!   stage that reads each record once. A fused run is an ordinary
@@ -64,6 +66,7 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod conditions;
 mod faithful;
 mod fused;
 #[cfg(feature = "fuzzing")]
@@ -77,6 +80,7 @@ mod remap;
 mod remap_fast;
 mod scan;
 
+pub use conditions::{Condition, Conditions, Judging};
 #[cfg(feature = "remap")]
 pub use fused::FusedRun;
 pub use fused::Fuser;

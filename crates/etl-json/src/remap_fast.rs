@@ -42,6 +42,8 @@ use crate::faithful::{self, Verbatim};
 use crate::ops::CompareOp;
 use crate::scan::{self, Entries};
 
+pub(crate) mod judge;
+
 /// A program in the fast subset.
 #[derive(Debug, Clone)]
 pub(crate) struct LiteProgram {

@@ -14,7 +14,9 @@ use etl_source::SourceDriverConfig;
 use super::Route;
 use super::{Pipeline, PipelineBuilder, PipelineError};
 use crate::config::{Config, SinkConfig, SinkKind, StoreConfig, TransformConfig};
-use crate::transform::{try_chain_from_config, try_chain_labelled};
+use crate::transform::{
+    condition_form, steps_write_json, try_chain_from_config, try_chain_labelled,
+};
 use etl_config::{
     BoxError, BoxedProgressSink, BuiltSink, BuiltSource, ContextParts, ProgressCheck, SinkHold,
     SourceStart,
@@ -109,7 +111,7 @@ async fn builder_from_config(
         builder = builder.unmatched(unmatched.clone());
     }
     for sink in &config.sinks {
-        if let Some(route) = route_of(sink)? {
+        if let Some(route) = route_of(sink, steps_write_json(&config.transforms))? {
             builder = builder.route(sink.name.clone(), route);
         }
         let built = build_sink(&sink.kind, &sink.name, &parts).await?;
@@ -145,8 +147,9 @@ async fn builder_from_config(
     Ok(builder)
 }
 
-/// The route of a sink with a `when` or `transforms` of its own.
-fn route_of(sink: &SinkConfig) -> Result<Option<Route>, PipelineError> {
+/// The route of a sink with a `when` or `transforms` of its own;
+/// `after_json`: the shared steps write only JSON.
+fn route_of(sink: &SinkConfig, after_json: bool) -> Result<Option<Route>, PipelineError> {
     if sink.route.is_plain() {
         return Ok(None);
     }
@@ -155,7 +158,9 @@ fn route_of(sink: &SinkConfig) -> Result<Option<Route>, PipelineError> {
     if let Some(when) = &sink.route.when {
         let condition = try_chain_labelled(std::slice::from_ref(when), &format!("{label}when "))
             .map_err(PipelineError::Invalid)?;
-        route = route.when_chain(condition);
+        route = route
+            .when_chain(condition)
+            .when_fast(condition_form(when, after_json));
     }
     let steps =
         try_chain_labelled(&sink.route.transforms, &label).map_err(PipelineError::Invalid)?;

@@ -12,6 +12,8 @@ mod pipeline;
 mod progress_store;
 mod route;
 #[cfg(test)]
+mod route_fast_tests;
+#[cfg(test)]
 mod route_tests;
 
 pub use build::pipeline_from_config;

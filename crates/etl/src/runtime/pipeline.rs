@@ -122,6 +122,7 @@ impl PipelineBuilder {
     #[must_use]
     pub fn transform(mut self, transform: impl Transform + 'static) -> Self {
         self.chain.push(Box::new(transform));
+        self.routes_read_unchecked();
         self
     }
 
@@ -129,7 +130,16 @@ impl PipelineBuilder {
     #[must_use]
     pub fn transforms(mut self, chain: TransformChain) -> Self {
         self.chain = chain;
+        self.routes_read_unchecked();
         self
+    }
+
+    /// The routes' conditions no longer take the shared steps' output as
+    /// checked JSON: steps added after them may write anything.
+    fn routes_read_unchecked(&mut self) {
+        for (_, route) in &mut self.routes {
+            route.fast = route.fast.take().map(|c| c.checked_input(false));
+        }
     }
 
     /// Add a sink, driven by `driver` (its sink, encoder and batching).

@@ -15,11 +15,16 @@
 //! A record that goes nowhere, or that a branch filters, counts as
 //! filtered for that sink: its batch's handle is not cloned for it, so
 //! its offset commits once the sinks it did go to hold it durably.
+//!
+//! The conditions with a fast form (see [`etl_json::Conditions`]) are
+//! judged on one reading of each record, whatever their number; a
+//! condition the fast form cannot judge on a record runs as its own
+//! stage on it. Each record is first given its sinks, then moved (and,
+//! for all of them but the last, cloned: its bytes are shared) into
+//! vectors of the size each sink takes.
 
-use std::collections::HashSet;
-
-use bytes::Bytes;
-use etl_record::{DeadLetter, Position, Record};
+use etl_json::{Condition, Conditions};
+use etl_record::{DeadLetter, Record};
 
 use crate::config::RouteMode;
 use crate::transform::{ChainOutput, Transform, TransformChain};
@@ -44,6 +49,9 @@ use crate::transform::{ChainOutput, Transform, TransformChain};
 #[derive(Debug, Default)]
 pub struct Route {
     pub(crate) when: Option<TransformChain>,
+    /// The condition's fast form, judged with the other sinks' on one
+    /// reading of each record.
+    pub(crate) fast: Option<Condition>,
     pub(crate) steps: TransformChain,
 }
 
@@ -70,6 +78,16 @@ impl Route {
     #[must_use]
     pub fn when_chain(mut self, condition: TransformChain) -> Self {
         self.when = Some(condition);
+        self.fast = None;
+        self
+    }
+
+    /// The condition's fast form, when it has one: the condition set by
+    /// [`when`](Route::when) or [`when_chain`](Route::when_chain) must
+    /// keep exactly the records `fast` holds for where `fast` judges.
+    #[must_use]
+    pub(crate) fn when_fast(mut self, fast: Option<Condition>) -> Self {
+        self.fast = fast;
         self
     }
 
@@ -126,21 +144,32 @@ pub(crate) struct Router {
     mode: RouteMode,
     routes: Vec<Route>,
     unmatched: Option<usize>,
+    /// The routes' conditions with a fast form, in the routes' order.
+    conditions: Conditions,
     out: ChainOutput,
     /// The one-record batch a condition judges, its allocation reused.
     scratch: Vec<Record>,
+    /// Where the records of the batch being routed go: per record, in
+    /// order, the indexes of its sinks, then [`END`].
+    targets: Vec<u32>,
 }
+
+/// Ends a record's sinks in [`Router::targets`].
+const END: u32 = u32::MAX;
 
 impl Router {
     /// `routes`: one per sink, in the sinks' order; `unmatched`: the index
     /// of the sink that takes what no condition matched.
-    pub(crate) fn new(mode: RouteMode, routes: Vec<Route>, unmatched: Option<usize>) -> Self {
+    pub(crate) fn new(mode: RouteMode, mut routes: Vec<Route>, unmatched: Option<usize>) -> Self {
+        let conditions = Conditions::new(routes.iter_mut().map(|r| r.fast.take()));
         Router {
             mode,
             routes,
             unmatched,
+            conditions,
             out: ChainOutput::default(),
             scratch: Vec::with_capacity(1),
+            targets: Vec::new(),
         }
     }
 
@@ -157,6 +186,7 @@ impl Router {
                 };
                 Some(Route {
                     when,
+                    fast: None,
                     steps: r.steps.fork()?,
                 })
             })
@@ -165,8 +195,10 @@ impl Router {
             mode: self.mode,
             routes,
             unmatched: self.unmatched,
+            conditions: self.conditions.fork(),
             out: ChainOutput::default(),
             scratch: Vec::with_capacity(1),
+            targets: Vec::new(),
         })
     }
 
@@ -180,17 +212,11 @@ impl Router {
 
     /// Decide where each of `records` goes, and run each sink's branch.
     pub(crate) fn route(&mut self, records: Vec<Record>) -> Routed {
-        let mut routed = Routed {
-            to: (0..self.routes.len()).map(|_| Vec::new()).collect(),
-            ..Routed::default()
-        };
-        let decided = match self.mode {
-            RouteMode::All => self.all(records, &mut routed),
-            RouteMode::Exclusive => self.exclusive(records, &mut routed),
-        };
-        if decided.is_err() {
+        let mut routed = Routed::default();
+        if self.target(&records, &mut routed).is_err() {
             return routed;
         }
+        routed.to = self.distribute(records);
         for (route, to) in self.routes.iter_mut().zip(routed.to.iter_mut()) {
             if route.steps.is_empty() || to.is_empty() {
                 continue;
@@ -208,65 +234,54 @@ impl Router {
         routed
     }
 
-    /// Every sink whose condition a record matches takes it.
-    fn all(&mut self, records: Vec<Record>, routed: &mut Routed) -> Result<(), ()> {
-        let Some(unmatched) = self.unmatched else {
-            // No record needs to know whether any condition took it: each
-            // condition runs over the whole batch, on its fast path.
-            // A record no condition can judge is set aside once, however
-            // many conditions refused it.
-            let mut refused: HashSet<(Position, Bytes)> = HashSet::new();
-            for (i, route) in self.routes.iter_mut().enumerate() {
-                let Some(when) = &mut route.when else {
-                    routed.to[i] = records.clone();
-                    continue;
-                };
-                self.out.clear();
-                when.apply(records.clone(), &mut self.out);
-                routed.to[i] = std::mem::take(&mut self.out.kept);
-                for letter in self.out.rejected.drain(..) {
-                    let key = (letter.record.position.clone(), letter.record.value.clone());
-                    if refused.insert(key) {
-                        routed.rejected.push(letter);
-                    }
-                }
-                if let Some(letter) = self.out.halted.take() {
-                    routed.halted = Some(letter);
-                    return Err(());
-                }
-            }
-            let conditional = self.routes.iter().filter(|r| r.when.is_some()).count();
-            if conditional == self.routes.len() {
-                // A record no sink took (and no condition refused) went
-                // nowhere.
-                routed.unrouted += unrouted_of_all(&records, &routed.to, &refused);
-            }
-            return Ok(());
-        };
+    /// Find each record's sinks (into `targets`); set aside what a
+    /// condition refused, count what went nowhere. `Err`: a condition
+    /// halted on a record.
+    ///
+    /// With [`RouteMode::All`] a record goes to every sink whose
+    /// condition it matches, and to the unmatched sink when it matched
+    /// none; with [`RouteMode::Exclusive`] to the first. A record a
+    /// condition cannot judge is set aside once, whatever the other
+    /// conditions say of it, and is not unmatched.
+    fn target(&mut self, records: &[Record], routed: &mut Routed) -> Result<(), ()> {
+        let exclusive = self.mode == RouteMode::Exclusive;
+        self.targets.clear();
+        self.targets.reserve(records.len() * 2);
         for record in records {
+            let mut judging = self.conditions.read(&record.value);
             let mut matched = false;
             let mut judged = true;
             for (i, route) in self.routes.iter_mut().enumerate() {
-                if i == unmatched {
+                if Some(i) == self.unmatched {
                     continue;
                 }
-                let Some(when) = &mut route.when else {
-                    routed.to[i].push(record.clone());
-                    continue;
+                let decision = match &mut route.when {
+                    None => Decision::Match,
+                    Some(when) => match judging.holds(i) {
+                        Some(true) => Decision::Match,
+                        Some(false) => Decision::NoMatch,
+                        None => decide(when, &mut self.out, &mut self.scratch, record),
+                    },
                 };
-                match decide(when, &mut self.out, &mut self.scratch, &record) {
+                match decision {
                     Decision::Match => {
-                        matched = true;
-                        routed.to[i].push(record.clone());
+                        // A sink without a condition is no match of one.
+                        matched |= route.when.is_some();
+                        self.targets.push(sink_index(i));
+                        if exclusive {
+                            matched = true;
+                            break;
+                        }
                     }
                     Decision::NoMatch => {}
                     Decision::Reject(letter) => {
-                        // Set aside once, whatever the other conditions
-                        // say of it.
                         if judged {
                             routed.rejected.push(letter);
                         }
                         judged = false;
+                        if exclusive {
+                            break;
+                        }
                     }
                     Decision::Halt(letter) => {
                         routed.halted = Some(letter);
@@ -275,78 +290,49 @@ impl Router {
                 }
             }
             if !matched && judged {
-                routed.to[unmatched].push(record);
+                match self.unmatched {
+                    Some(u) => self.targets.push(sink_index(u)),
+                    None if self.targets.last().is_none_or(|t| *t == END) => routed.unrouted += 1,
+                    None => {}
+                }
             }
+            self.targets.push(END);
         }
         Ok(())
     }
 
-    /// The first sink whose condition a record matches takes it.
-    fn exclusive(&mut self, records: Vec<Record>, routed: &mut Routed) -> Result<(), ()> {
-        'records: for record in records {
-            for (i, route) in self.routes.iter_mut().enumerate() {
-                if Some(i) == self.unmatched {
-                    continue;
-                }
-                let Some(when) = &mut route.when else {
-                    routed.to[i].push(record);
-                    continue 'records;
-                };
-                match decide(when, &mut self.out, &mut self.scratch, &record) {
-                    Decision::Match => {
-                        routed.to[i].push(record);
-                        continue 'records;
-                    }
-                    Decision::NoMatch => {}
-                    Decision::Reject(letter) => {
-                        routed.rejected.push(letter);
-                        continue 'records;
-                    }
-                    Decision::Halt(letter) => {
-                        routed.halted = Some(letter);
-                        return Err(());
-                    }
-                }
-            }
-            match self.unmatched {
-                Some(u) => routed.to[u].push(record),
-                None => routed.unrouted += 1,
+    /// Move each record into the vectors of its sinks (`targets`), each
+    /// vector made once at the size it takes; a record with several sinks
+    /// is cloned for all but the last (its bytes are shared, not copied).
+    fn distribute(&self, records: Vec<Record>) -> Vec<Vec<Record>> {
+        let mut sizes = vec![0usize; self.routes.len()];
+        for t in &self.targets {
+            if let Some(size) = sizes.get_mut(*t as usize) {
+                *size += 1;
             }
         }
-        Ok(())
+        let mut to: Vec<Vec<Record>> = sizes.into_iter().map(Vec::with_capacity).collect();
+        let mut targets = self.targets.iter();
+        for record in records {
+            let mut record = Some(record);
+            let mut next = targets.next();
+            while let Some(&sink) = next.filter(|t| **t != END) {
+                next = targets.next();
+                let last = next.is_none_or(|t| *t == END);
+                let copy = if last { record.take() } else { record.clone() };
+                if let (Some(copy), Some(list)) = (copy, to.get_mut(sink as usize)) {
+                    list.push(copy);
+                }
+            }
+        }
+        to
     }
 }
 
-/// Records of `records` no sink took and no condition refused, when
-/// every sink has a condition: found by position and value (a condition
-/// keeps the records it takes in order, so a record is taken when some
-/// sink's list holds it next).
-fn unrouted_of_all(
-    records: &[Record],
-    to: &[Vec<Record>],
-    refused: &HashSet<(Position, Bytes)>,
-) -> u64 {
-    let mut cursors = vec![0usize; to.len()];
-    let mut none = 0u64;
-    for record in records {
-        let mut hit = false;
-        for (list, at) in to.iter().zip(cursors.iter_mut()) {
-            if list.get(*at).is_some_and(|r| same(r, record)) {
-                *at += 1;
-                hit = true;
-            }
-        }
-        if !hit && !refused.contains(&(record.position.clone(), record.value.clone())) {
-            none += 1;
-        }
-    }
-    none
-}
-
-/// Whether `a` is `b` as it came (a condition passes records on as they
-/// came: the same value bytes at the same position).
-fn same(a: &Record, b: &Record) -> bool {
-    a.position == b.position && a.value == b.value
+/// A sink's index in [`Router::targets`] (a pipeline has far fewer than
+/// `u32::MAX` sinks).
+fn sink_index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(END)
 }
 
 /// Run one record through a condition; `scratch` lends the one-record

@@ -3,7 +3,7 @@
 //! from their factories, with the runs that can read each record once
 //! fused (see `etl_json::Fuser`).
 
-use etl_json::Fuser;
+use etl_json::{Condition, Fuser};
 use etl_record::Record;
 
 use super::{JsonOp, JsonStage, Outcome, Transform, TransformChain};
@@ -42,6 +42,45 @@ pub(crate) fn try_chain_labelled(
     label: &str,
 ) -> Result<TransformChain, String> {
     build(transforms, false, label)
+}
+
+/// The fast form of a sink's `when` (a `filter` step), judged with the
+/// other sinks' conditions on one reading of each record; `after_json`:
+/// the records it judges come out of shared steps built here (see
+/// [`steps_write_json`]). `None` when it has none: its stage judges alone.
+pub(crate) fn condition_form(when: &TransformConfig, after_json: bool) -> Option<Condition> {
+    let form = match when {
+        TransformConfig::Filter {
+            field,
+            op,
+            value,
+            condition: None,
+        } => {
+            let json = |v: &toml::Value| serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
+            let filter = JsonOp::Filter {
+                path: JsonOp::path(field),
+                op: *op,
+                value: value.as_ref().map_or(serde_json::Value::Null, json),
+            };
+            Condition::json(&JsonStage::new("when", vec![filter]))
+        }
+        #[cfg(feature = "remap")]
+        TransformConfig::Filter {
+            condition: Some(condition),
+            ..
+        } => Condition::program(&super::VrlProgram::condition(condition).ok()?),
+        _ => None,
+    };
+    form.map(|form| form.checked_input(after_json))
+}
+
+/// Whether the records coming out of `transforms`' chain are known to be
+/// valid JSON: there is a step, and none of them is a registered one.
+pub(crate) fn steps_write_json(transforms: &[TransformConfig]) -> bool {
+    !transforms.is_empty()
+        && !transforms
+            .iter()
+            .any(|t| matches!(t, TransformConfig::Custom(_)))
 }
 
 /// Records reaching a stage after the first are known to be valid JSON:

@@ -1,0 +1,206 @@
+//! The conditions judged on one reading against each condition's own
+//! stage, run alone on the record.
+
+#![allow(clippy::unwrap_used)]
+
+use etl_record::{Offset, PartitionId, Position, Record, SourceId};
+use etl_transform::{Outcome, Transform};
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::*;
+use crate::ops::CompareOp;
+use crate::{JsonOp, JsonStage, VrlFilter, VrlProgram};
+
+/// A condition as a configuration gives it: declarative or a program.
+#[derive(Debug, Clone)]
+enum Spec {
+    Json(JsonOp),
+    Vrl(&'static str),
+}
+
+/// Programs in the fast subset and out of it.
+const PROGRAMS: &[&str] = &[
+    ".a == 1",
+    ".b.c == 2",
+    r#".d != "x""#,
+    "!(.a == 2) && .b != null",
+    ".a == 1 || .b.c == null",
+    r#"contains(string(.d) ?? "", "x")"#,
+];
+
+fn spec() -> impl Strategy<Value = Spec> {
+    let cmp = prop_oneof![
+        Just(CompareOp::Eq),
+        Just(CompareOp::Ne),
+        Just(CompareOp::Lt),
+        Just(CompareOp::Ge),
+        Just(CompareOp::Exists),
+    ];
+    let constant = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        (-3i64..4).prop_map(Value::from),
+        (-3.0f64..4.0).prop_map(Value::from),
+        "[x-z]{0,2}".prop_map(Value::from),
+    ];
+    prop_oneof![
+        ("[a-d](\\.([a-d]|[0-1])){0,1}", cmp, constant).prop_map(|(f, op, value)| {
+            Spec::Json(JsonOp::Filter {
+                path: JsonOp::path(&f),
+                op,
+                value,
+            })
+        }),
+        prop::sample::select(PROGRAMS).prop_map(Spec::Vrl),
+    ]
+}
+
+/// A field's value as users write it.
+fn raw() -> impl Strategy<Value = String> {
+    let leaf = prop::sample::select(vec![
+        "1",
+        "2",
+        "3",
+        "-0",
+        "1.50",
+        "2e0",
+        "null",
+        "true",
+        r#""x""#,
+        r#""xy""#,
+        r#""\u0078""#,
+        r#""é""#,
+        "[]",
+        "[1, 2]",
+        "{}",
+        "1e400",
+        r#""\ud800""#,
+    ])
+    .prop_map(str::to_owned);
+    leaf.prop_recursive(2, 6, 3, |inner| {
+        prop::collection::vec(("[a-d]", inner), 0..3).prop_map(|fields| {
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("\"{k}\": {v}"))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        })
+    })
+}
+
+/// A record's value: objects (duplicate keys and spacing included), and
+/// now and then something that is not one.
+fn record() -> impl Strategy<Value = String> {
+    prop_oneof![
+        8 => prop::collection::vec(("[a-d]", raw()), 0..5).prop_map(|fields| {
+            let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            format!("{{{}}}", body.join(", "))
+        }),
+        1 => prop::sample::select(vec!["not json", "[1]", r#"{"a":1"#, "", "{\"a\":1}x"])
+            .prop_map(str::to_owned),
+    ]
+}
+
+/// Each condition's stage, as a configuration builds it, and its fast
+/// form.
+fn build(specs: &[Spec], checked: bool) -> (Vec<Box<dyn Transform>>, Conditions) {
+    let mut stages: Vec<Box<dyn Transform>> = Vec::new();
+    let mut forms = Vec::new();
+    for spec in specs {
+        match spec {
+            Spec::Json(op) => {
+                let stage = JsonStage::new("when", vec![op.clone()]);
+                forms.push(Condition::json(&stage).map(|c| c.checked_input(checked)));
+                stages.push(Box::new(stage));
+            }
+            Spec::Vrl(source) => {
+                let program = VrlProgram::condition(source).unwrap();
+                forms.push(Condition::program(&program).map(|c| c.checked_input(checked)));
+                stages.push(Box::new(
+                    VrlFilter::new("when", program).checked_input(checked),
+                ));
+            }
+        }
+    }
+    (stages, Conditions::new(forms))
+}
+
+fn rec(value: &str) -> Record {
+    Record::new(
+        Position::new(SourceId::new("s"), PartitionId(0), Offset(0)),
+        value.as_bytes().to_vec(),
+    )
+}
+
+/// What a condition's stage says of a record: kept (`Some(true)`),
+/// filtered (`Some(false)`), or neither (`None`: refused).
+fn alone(stage: &mut dyn Transform, value: &str) -> Option<bool> {
+    match stage.apply(rec(value)) {
+        Outcome::Keep(_) => Some(true),
+        Outcome::Filtered => Some(false),
+        _ => None,
+    }
+}
+
+#[test]
+fn conditions_are_judged_on_one_reading_as_their_stages_judge_them() {
+    let specs = [
+        Spec::Json(JsonOp::Filter {
+            path: JsonOp::path("amount"),
+            op: CompareOp::Lt,
+            value: 100.into(),
+        }),
+        Spec::Vrl(r#".user == "u7""#),
+        Spec::Vrl(r#"contains(string(.user) ?? "", "u")"#),
+        Spec::Json(JsonOp::Filter {
+            path: JsonOp::path("amount"),
+            op: CompareOp::Lt,
+            value: 500.into(),
+        }),
+        Spec::Vrl(r#".user != "u7""#),
+    ];
+    let (_, mut conditions) = build(&specs, true);
+    assert!(conditions.any_fast());
+    let mut judging = conditions.read(br#"{"user":"u7","amount":250.0}"#);
+    assert_eq!(judging.holds(0), Some(false));
+    assert_eq!(judging.holds(1), Some(true));
+    assert_eq!(judging.holds(2), None, "outside the fast subset");
+    assert_eq!(judging.holds(3), Some(true));
+    assert_eq!(judging.holds(4), Some(false));
+    assert_eq!(judging.holds(5), None, "no such condition");
+    drop(judging);
+    let mut forked = conditions.fork();
+    assert_eq!(forked.read(br#"{"amount":7}"#).holds(0), Some(true));
+    // A number past an f64 is left to the stages, which refuse it.
+    assert_eq!(conditions.read(br#"{"amount":1e400}"#).holds(3), None);
+}
+
+proptest! {
+    #[test]
+    fn prop_one_reading_judges_each_condition_as_its_stage_alone(
+        specs in prop::collection::vec(spec(), 1..5),
+        inputs in prop::collection::vec(record(), 1..6),
+        order in Just((0..5usize).collect::<Vec<_>>()).prop_shuffle(),
+    ) {
+        for checked in [false, true] {
+            let (mut stages, mut conditions) = build(&specs, checked);
+            for input in &inputs {
+                // Checked input is known to be JSON.
+                if checked && serde_json::from_str::<Value>(input).is_err() {
+                    continue;
+                }
+                let mut judging = conditions.read(input.as_bytes());
+                for &i in order.iter().filter(|i| **i < specs.len()) {
+                    if let Some(held) = judging.holds(i) {
+                        let want = alone(stages[i].as_mut(), input);
+                        prop_assert_eq!(
+                            Some(held), want,
+                            "condition {:?} on {} (checked: {})", specs[i], input, checked
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
