@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::binary::profile_dir;
 use crate::input::input_paths;
 use crate::{Etl, PipelineToml, SinkMode, Tally, passes_filter, read_dead_letter_ids};
+use etl_test_support::profile_dir;
 
 /// A crash loop over a generated input. Build one with [`CrashLoop::new`]
 /// and adjust the public fields.

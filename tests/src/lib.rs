@@ -24,7 +24,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod binary;
 mod config;
 mod crash;
 mod input;
@@ -32,9 +31,9 @@ mod output;
 mod process;
 mod tally;
 
-pub use binary::{etl_binary, workspace_root};
 pub use config::{PipelineToml, SinkMode};
 pub use crash::CrashLoop;
+pub use etl_test_support::{etl_binary, workspace_root};
 pub use input::{passes_filter, write_records};
 pub use output::{OutputCount, read_dead_letter_ids, read_output};
 pub use process::{Etl, ExitInfo, RunLog};

@@ -36,6 +36,9 @@
 //!   acknowledgement channel the way a source driver opens them, and what
 //!   became of each, for the tests of sinks.
 //!
+//! - [`etl_binary`]: the `etl` command of the running test's profile,
+//!   built first when it is missing or older than any crate's sources.
+//!
 //! `cargo xtask test`, `cargo xtask postgres` and `cargo xtask kafka` start
 //! their servers with this same code, so a suite run by hand behaves as it
 //! does in CI. Nothing here skips: a service that cannot be had fails the
@@ -60,8 +63,11 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+pub use binary::{etl_binary, profile_dir};
+
 #[cfg(feature = "acks")]
 pub mod acks;
+mod binary;
 #[cfg(feature = "clickhouse")]
 pub mod clickhouse;
 #[cfg(feature = "garage")]

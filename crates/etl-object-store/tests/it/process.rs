@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub(crate) use etl_test_support::etl_binary;
 use etl_test_support::garage::Garage;
 use etl_test_support::pyarrow::{Location, read_objects};
 
@@ -19,33 +19,6 @@ use crate::garage::garage_location;
 pub(crate) const PARTITIONS: i64 = 2;
 /// Records per partition.
 pub(crate) const PER_PARTITION: i64 = 8_000;
-
-/// The `etl` binary beside this test's profile, built (or found up to
-/// date) once by `cargo build -p etl-cli --bin etl`.
-pub(crate) fn etl_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let mut dir = exe.parent().unwrap().to_path_buf();
-            if dir.file_name() == Some("deps".as_ref()) {
-                dir = dir.parent().unwrap().to_path_buf();
-            }
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "-p", "etl-cli", "--bin", "etl"])
-                .current_dir(root);
-            if dir.file_name() == Some("release".as_ref()) {
-                build.arg("--release");
-            }
-            let status = build.status().unwrap();
-            assert!(status.success(), "building the etl binary failed: {status}");
-            dir.join("etl")
-        })
-        .clone()
-}
 
 /// A pipeline from the generator (`rate` records a second) into the
 /// exactly-once sink `lake` on `store` (the lines of a `[sinks.store]`

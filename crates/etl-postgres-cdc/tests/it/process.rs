@@ -6,40 +6,14 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_postgres_cdc::Lsn;
+use etl_test_support::etl_binary;
 use serde_json::Value;
 
 use crate::support::{Names, client};
-
-/// The `etl` binary beside this test's profile, built (or found up to
-/// date) once by `cargo build -p etl-cli --bin etl`.
-fn etl_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let mut dir = exe.parent().unwrap().to_path_buf();
-            if dir.file_name() == Some("deps".as_ref()) {
-                dir = dir.parent().unwrap().to_path_buf();
-            }
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "-p", "etl-cli", "--bin", "etl"])
-                .current_dir(root);
-            if dir.file_name() == Some("release".as_ref()) {
-                build.arg("--release");
-            }
-            let status = build.status().unwrap();
-            assert!(status.success(), "building the etl binary failed: {status}");
-            dir.join("etl")
-        })
-        .clone()
-}
 
 /// A configuration from the slot into `out.ndjson` beside it, offsets
 /// in the file store `state`.

@@ -11,11 +11,10 @@
 // processes panic, which fails the test that called them.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 pub(crate) use etl_test_support::postgres::Postgres;
 
@@ -156,69 +155,7 @@ shutdown_timeout = "10s"
 store = { type = "file", path = "state" }
 "#;
 
-/// The `etl` binary, built first when it is missing or older than the
-/// sources it is built from (a run of only this package does not build
-/// it).
-pub fn etl_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            // target/<profile>/deps/<test> -> target/<profile>
-            let profile = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let binary = profile.join(format!("etl{}", std::env::consts::EXE_SUFFIX));
-            let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
-            if built.is_none_or(|built| newest_source().is_some_and(|s| s > built)) {
-                let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-                let mut build = Command::new(cargo);
-                build
-                    .args(["build", "-p", "etl-cli", "--bin", "etl"])
-                    .current_dir(root);
-                if profile.file_name() == Some("release".as_ref()) {
-                    build.arg("--release");
-                }
-                let status = build.status();
-                assert!(
-                    status.as_ref().is_ok_and(ExitStatus::success),
-                    "building the etl binary failed: {status:?}"
-                );
-            }
-            binary
-        })
-        .clone()
-}
-
-/// The newest modification time of the sources the `etl` binary is built
-/// from.
-fn newest_source() -> Option<SystemTime> {
-    fn walk(path: &Path, newest: &mut Option<SystemTime>) {
-        if path.is_dir() {
-            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-                walk(&entry.path(), newest);
-            }
-        } else if let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified()) {
-            *newest = Some(newest.map_or(modified, |n| n.max(modified)));
-        }
-    }
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
-    let mut newest = None;
-    for name in [
-        "etl-cli",
-        "etl",
-        "etl-record",
-        "etl-ack",
-        "etl-checkpoint",
-        "etl-source",
-        "etl-sink",
-        "etl-postgres",
-        "etl-postgres-cdc",
-    ] {
-        walk(&crates.join(name).join("src"), &mut newest);
-        walk(&crates.join(name).join("Cargo.toml"), &mut newest);
-    }
-    newest
-}
+pub use etl_test_support::etl_binary;
 
 /// A pipeline folder (config, offset store, logs) and the runs of `etl`
 /// on it.

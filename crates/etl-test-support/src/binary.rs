@@ -1,23 +1,18 @@
 //! Finding the `etl` binary, and building it when it is missing or older
-//! than the sources it is built from.
+//! than the sources it is built from: one way for every suite that runs
+//! the command.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
-/// The workspace root (this package lives in its `tests/` folder).
-#[must_use]
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map_or_else(|| manifest.to_path_buf(), Path::to_path_buf)
-}
+use crate::workspace_root;
 
 /// The target profile folder this process runs from (`target/debug` for a
 /// test binary in `target/debug/deps`), and whether it is a release build.
-pub(crate) fn profile_dir() -> (PathBuf, bool) {
+#[must_use]
+pub fn profile_dir() -> (PathBuf, bool) {
     let fallback = (workspace_root().join("target").join("debug"), false);
     let Ok(exe) = std::env::current_exe() else {
         return fallback;
