@@ -60,11 +60,15 @@ fn garage_stopped_and_started_mid_run_is_retried_and_every_record_lands_once() {
 
 /// Run `etl` into Garage's bucket `lake`, call `outage` on the server
 /// two seconds in, and return the run's exit code and standard error.
+/// The run would last over a minute: an outage that takes long to bring
+/// about on a loaded machine (a bucket emptied while it is written to)
+/// still lands before the input ends.
 fn halted_by(outage: impl FnOnce(&Garage)) -> (Garage, Option<i32>, String) {
     let server = Garage::start().unwrap();
     server.create_bucket("lake").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), 1_000, "", "");
+    let rate = 200;
+    let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), rate, "", "");
     assert!(etl_binary().is_file());
     let mut child = start(dir.path(), &config, 1);
     std::thread::sleep(Duration::from_secs(2));
