@@ -92,17 +92,47 @@ type Result<T = ()> = std::result::Result<T, String>;
 
 fn ci() -> Result {
     let started = std::time::Instant::now();
-    fmt(true)?;
-    lint()?;
-    test()?;
-    doc()?;
-    loom()?;
-    prop(CI_PROP_CASES)?;
-    fuzz::run(&fuzz::Options::ci())?;
-    sim::run(&sim::Options::ci())?;
-    tidy::run(&root())?;
-    eprintln!("xtask: ci passed in {:.0?}", started.elapsed());
+    let mut steps = Steps::default();
+    steps.run("fmt", || fmt(true))?;
+    steps.run("lint", lint)?;
+    steps.run("test", test)?;
+    steps.run("doc", doc)?;
+    steps.run("loom", loom)?;
+    steps.run("prop", || prop(CI_PROP_CASES))?;
+    steps.run("fuzz", || fuzz::run(&fuzz::Options::ci()))?;
+    steps.run("sim", || sim::run(&sim::Options::ci()))?;
+    steps.run("tidy", || tidy::run(&root()))?;
+    eprintln!("xtask: ci passed in {:.0?} ({})", started.elapsed(), steps);
     Ok(())
+}
+
+/// The wall time of each step `ci` ran, printed as each ends and at the
+/// end, so a slow step is found without a profiler.
+#[derive(Debug, Default)]
+struct Steps(Vec<(&'static str, std::time::Duration)>);
+
+impl Steps {
+    fn run(&mut self, name: &'static str, step: impl FnOnce() -> Result) -> Result {
+        let started = std::time::Instant::now();
+        let result = step();
+        let took = started.elapsed();
+        self.0.push((name, took));
+        let outcome = if result.is_ok() { "passed" } else { "failed" };
+        eprintln!("xtask: step {name} {outcome} in {:.0?}", took);
+        result
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, took)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name} {:.0?}", took)?;
+        }
+        Ok(())
+    }
 }
 
 fn fmt(check: bool) -> Result {
