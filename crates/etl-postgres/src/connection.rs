@@ -15,7 +15,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::conninfo;
 use crate::error::describe;
-use crate::tls::{self, SslMode, TlsSettings, Tracked};
+use crate::tls::{self, SslMode, SslModeError, TlsSettings, Tracked};
 use crate::{PostgresError, PostgresSinkConfig};
 
 /// Idle connections kept for reuse; more may be open while writes are in
@@ -100,14 +100,12 @@ impl Connector {
             mode: match (config.sslmode, url_mode) {
                 (Some(mode), _) => mode,
                 // The value is the URL's text, so it is not quoted back.
-                (None, Some(text)) => SslMode::parse(&text).map_err(|_| {
-                    url_error(if text == "allow" {
-                        "option `sslmode`: `allow` is not supported; use `prefer` or `disable`"
-                            .to_owned()
-                    } else {
-                        "option `sslmode` is not one of disable, prefer, require, verify-ca, \
-                         verify-full"
-                            .to_owned()
+                (None, Some(text)) => SslMode::parse(&text).map_err(|e| {
+                    url_error(match e {
+                        SslModeError::Allow => format!("option `sslmode`: {e}"),
+                        _ => "option `sslmode` is not one of disable, prefer, require, \
+                              verify-ca, verify-full"
+                            .to_owned(),
                     })
                 })?,
                 (None, None) => SslMode::default(),

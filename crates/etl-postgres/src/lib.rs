@@ -72,4 +72,4 @@ pub use client_settings::ClientSettings;
 pub use config::{ColumnConfig, PostgresSinkConfig, ProgressLock, WriteMethod};
 pub use error::PostgresError;
 pub use sink::PostgresSink;
-pub use tls::SslMode;
+pub use tls::{SslMode, SslModeError};

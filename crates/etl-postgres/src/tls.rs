@@ -57,24 +57,31 @@ impl SslMode {
     ///
     /// # Errors
     ///
-    /// The reason, naming the accepted values.
-    pub fn parse(text: &str) -> Result<SslMode, String> {
+    /// [`SslModeError`], whose message names the accepted values.
+    pub fn parse(text: &str) -> Result<SslMode, SslModeError> {
         Ok(match text {
             "disable" => SslMode::Disable,
             "prefer" => SslMode::Prefer,
             "require" => SslMode::Require,
             "verify-ca" => SslMode::VerifyCa,
             "verify-full" => SslMode::VerifyFull,
-            "allow" => {
-                return Err("`allow` is not supported; use `prefer` or `disable`".to_owned());
-            }
-            other => {
-                return Err(format!(
-                    "`{other}` is not an sslmode (disable, prefer, require, verify-ca, verify-full)"
-                ));
-            }
+            "allow" => return Err(SslModeError::Allow),
+            other => return Err(SslModeError::Unknown(other.to_owned())),
         })
     }
+}
+
+/// Why a text is not an [`SslMode`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SslModeError {
+    /// libpq's `allow` (plain text first, TLS when refused), which this
+    /// client does not offer.
+    #[error("`allow` is not supported; use `prefer` or `disable`")]
+    Allow,
+    /// No libpq mode of that name.
+    #[error("`{0}` is not an sslmode (disable, prefer, require, verify-ca, verify-full)")]
+    Unknown(String),
 }
 
 /// The TLS settings of a connection, merged from the URL and the config.
@@ -380,4 +387,26 @@ pub(crate) fn is_tls_failure(err: &(dyn std::error::Error + 'static)) -> bool {
             || e.is::<rustls::Error>()
             || e.to_string().contains("server does not support TLS")
     })
+}
+
+#[cfg(test)]
+mod sslmode_tests {
+    use super::*;
+
+    #[test]
+    fn an_sslmode_is_read_by_its_libpq_name_and_allow_is_refused_apart() {
+        for mode in [
+            SslMode::Disable,
+            SslMode::Prefer,
+            SslMode::Require,
+            SslMode::VerifyCa,
+            SslMode::VerifyFull,
+        ] {
+            assert_eq!(SslMode::parse(mode.as_str()), Ok(mode));
+        }
+        assert_eq!(SslMode::parse("allow"), Err(SslModeError::Allow));
+        let e = SslMode::parse("verify").unwrap_err();
+        assert_eq!(e, SslModeError::Unknown("verify".to_owned()));
+        assert!(e.to_string().contains("verify-full"), "{e}");
+    }
 }

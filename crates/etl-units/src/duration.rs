@@ -1,5 +1,6 @@
 //! Durations as `"500ms"`, `"10s"`, `"2m"`, at most [`MAX_DURATION`].
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
@@ -9,20 +10,63 @@ use serde::{Deserialize, Deserializer};
 /// added to the current time.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
+/// Why a text is not a duration. Its message quotes the text and shows
+/// the expected form.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// Not a number with a unit.
+    Invalid {
+        /// The text read.
+        text: String,
+        /// What `humantime` found wrong.
+        source: humantime::DurationError,
+    },
+    /// Longer than [`MAX_DURATION`].
+    OutOfRange {
+        /// The text read.
+        text: String,
+    },
+}
+
+impl fmt::Display for DurationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurationError::Invalid { text, source } => write!(
+                f,
+                "invalid duration {text:?}: {source} (write e.g. \"500ms\", \"10s\", \"2m\")"
+            ),
+            DurationError::OutOfRange { text } => {
+                write!(f, "duration {text:?} is out of range: at most 365 days")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DurationError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DurationError::Invalid { source, .. } => Some(source),
+            DurationError::OutOfRange { .. } => None,
+        }
+    }
+}
+
 /// Parse a duration written as `"1s"`, `"250ms"`, `"2m 30s"`, at most
 /// [`MAX_DURATION`].
 ///
 /// # Errors
 ///
-/// A message quoting the text and showing the expected form.
-pub fn parse(text: &str) -> Result<Duration, String> {
-    let parsed = humantime::parse_duration(text).map_err(|e| {
-        format!("invalid duration {text:?}: {e} (write e.g. \"500ms\", \"10s\", \"2m\")")
+/// [`DurationError`], quoting the text and showing the expected form.
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    let parsed = humantime::parse_duration(text).map_err(|source| DurationError::Invalid {
+        text: text.to_owned(),
+        source,
     })?;
     if parsed > MAX_DURATION {
-        return Err(format!(
-            "duration {text:?} is out of range: at most 365 days"
-        ));
+        return Err(DurationError::OutOfRange {
+            text: text.to_owned(),
+        });
     }
     Ok(parsed)
 }
@@ -71,6 +115,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("string"), "{e}");
+    }
+
+    #[test]
+    fn a_duration_that_does_not_parse_keeps_humantimes_reason_as_its_source() {
+        let e = parse("ten seconds").unwrap_err();
+        assert!(matches!(e, DurationError::Invalid { .. }), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some());
+        assert!(e.to_string().contains("\"ten seconds\""), "{e}");
     }
 
     #[test]

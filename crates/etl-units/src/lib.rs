@@ -1,4 +1,5 @@
-//! The units of the configuration file, one form for every crate.
+//! The units of the configuration file, one form for every crate:
+//! durations ([`duration`]) and sizes ([`ByteSize`]).
 //!
 //! A duration is written as text with its unit (`"500ms"`, `"30s"`,
 //! `"2m 30s"`, parsed by `humantime`), never as a bare integer whose unit
@@ -29,5 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod duration;
+pub mod size;
 
-pub use duration::MAX_DURATION;
+pub use duration::{DurationError, MAX_DURATION};
+pub use size::{ByteSize, SizeError};
