@@ -221,6 +221,11 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// beside that chain), but only `xtask` and `etl-tests` may depend on it
 /// for real.
 const TEST_SUPPORT: &str = "etl-test-support";
+/// Crates above a crate's layer that its tests alone may use (a
+/// dev-dependency, never a normal one): `etl`'s whole-pipeline
+/// simulation drives the object-store sink, which does not build on `etl`.
+const TESTS_ONLY: &[(&str, &[&str])] = &[("etl", &["etl-object-store"])];
+
 /// Crates whose tests may use the test-support crate.
 const TEST_SUPPORT_IN_TESTS: &[&str] = &[
     "etl-sink",
@@ -337,7 +342,15 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             // A crate's tests may enable its own test features through a
             // dev-dependency on itself.
             let on_itself = dep_name == name && kind == "dev";
-            if members.contains(&dep_name) && !allowed.contains(&dep_name) && !on_itself {
+            let in_tests = kind == "dev"
+                && TESTS_ONLY
+                    .iter()
+                    .any(|(c, deps)| *c == name && deps.contains(&dep_name));
+            if members.contains(&dep_name)
+                && !allowed.contains(&dep_name)
+                && !on_itself
+                && !in_tests
+            {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}` ({kind}), which breaks the layer order"
                 ));
@@ -531,6 +544,25 @@ mod tests {
         let problems = layer_violations(&metadata);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("`etl-record` depends on `etl-ack`"));
+    }
+
+    #[test]
+    fn a_crate_above_the_runtime_is_allowed_in_its_tests_only() {
+        let metadata = |kind: &str| {
+            json!({
+                "packages": [
+                    {
+                        "name": "etl",
+                        "dependencies": [{ "name": "etl-object-store", "kind": kind }],
+                    },
+                    package("etl-object-store", &[]),
+                ]
+            })
+        };
+        assert!(layer_violations(&metadata("dev")).is_empty());
+        let problems = layer_violations(&metadata("normal"));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("`etl` depends on `etl-object-store` (normal)"));
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! replays, assignments and revocations, transforms that keep, filter,
 //! expand, reject and panic, sinks that fail, hang, time out and merge
 //! batches, routes (conditions, exclusive routes, an unmatched sink, each
-//! sink's own steps), dead-letter sinks that fail, exactly-once and at-least-once
-//! sinks, graceful stops and crashes) run on the real runtime under a
-//! paused clock, each checked after every run against a model of the
-//! delivery contract. See docs/reliability.md, "The simulation".
+//! sink's own steps), dead-letter sinks that fail, exactly-once and
+//! at-least-once sinks, the object-store sink over an in-memory store that
+//! fails, loses and delays requests, graceful stops and crashes) run on
+//! the real runtime under a paused clock, each checked after every run
+//! against a model of the delivery contract. See docs/reliability.md, "The simulation".
 //!
 //! `cargo xtask sim --cases N --seed S` runs more cases or replays one;
 //! the environment variables it sets are read here:
@@ -24,6 +25,7 @@
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
 mod sim {
+    pub mod lake;
     pub mod model;
     pub mod run;
     pub mod scenario;
@@ -58,6 +60,9 @@ fn simulate(s: &Scenario, features: Features) -> Result<(), String> {
             state.panics_this_run = 0;
         }
         let ended = run_once(s, &world, plan);
+        if let Some(lake) = &s.lake {
+            sim::lake::observe(lake, &world);
+        }
         let state = world.lock();
         check(s, &state, &ended, recovery, features)
             .map_err(|e| format!("run {i} ({plan:?}, {}): {e}", describe(&ended)))?;

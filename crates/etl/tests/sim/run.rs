@@ -23,6 +23,7 @@ use etl_source::{PoisonPolicy, SourceDriverConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::lake::{LakeSink, QuotedValues};
 use super::scenario::{RunEnd, Scenario, When};
 use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World, hits};
 
@@ -91,7 +92,12 @@ impl Plan {
 
 /// Build the scenario's pipeline on the world's stores, for one process
 /// `life`.
-fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineError> {
+fn build(
+    s: &Scenario,
+    world: &World,
+    life: &Life,
+    mut lake: Option<(LakeSink, QuotedValues)>,
+) -> Result<Pipeline, PipelineError> {
     let parts = s.partitions.len() as u32;
     let mut builder = Pipeline::builder()
         .transform_workers(if s.parallel_transforms { 2 } else { 1 })
@@ -177,7 +183,10 @@ fn build(s: &Scenario, world: &World, life: &Life) -> Result<Pipeline, PipelineE
             }
             builder = builder.route(name.clone(), route);
         }
-        builder = if s.exactly_once {
+        builder = if let Some((sink, encoder)) = lake.take() {
+            let (driver, progress) = SinkDriver::exactly_once(sink, encoder);
+            builder.exactly_once_sink(name, driver.config(config), progress)
+        } else if s.exactly_once {
             let (driver, progress) = SinkDriver::exactly_once(sink, RawLinesEncoder::new());
             builder.exactly_once_sink(name, driver.config(config), progress)
         } else {
@@ -256,7 +265,19 @@ pub fn run_once(s: &Scenario, world: &World, plan: Plan) -> Ended {
     };
     let bound = plan.bound(s);
     let ended = runtime.block_on(async {
-        let pipeline = match build(s, world, &life) {
+        let lake = match &s.lake {
+            // A starting process reads the sink's progress from the store.
+            Some(lake) => match super::lake::open(lake, world, &life).await {
+                Ok(opened) => Some(opened),
+                Err(e) => {
+                    return Ended::Returned(Err(PipelineError::Invalid(format!(
+                        "sim: the object-store sink cannot start: {e}"
+                    ))));
+                }
+            },
+            None => None,
+        };
+        let pipeline = match build(s, world, &life, lake) {
             Ok(p) => p,
             Err(e) => return Ended::Returned(Err(e)),
         };

@@ -55,6 +55,10 @@ pub struct Features {
     /// own that filter, expand, reject and panic; exclusive routes; an
     /// unmatched sink.
     pub routing: bool,
+    /// Exactly-once pipelines whose sink is the object-store sink
+    /// (`etl-object-store`) over an in-memory store that fails requests,
+    /// loses their answers and answers late.
+    pub lake: bool,
 }
 
 impl Features {
@@ -69,10 +73,11 @@ impl Features {
         exactly_once_rebalances: true,
         store_outages: true,
         routing: true,
+        lake: true,
     };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 9] = [
         "transform_panics",
         "exactly_once_dead_letters",
         "exact_poison_attribution",
@@ -81,6 +86,7 @@ impl Features {
         "exactly_once_rebalances",
         "store_outages",
         "routing",
+        "lake",
     ];
 
     /// Turn on the named switch (or every switch for `all`).
@@ -94,6 +100,7 @@ impl Features {
             "exactly_once_rebalances" => self.exactly_once_rebalances = true,
             "store_outages" => self.store_outages = true,
             "routing" => self.routing = true,
+            "lake" => self.lake = true,
             "all" => {
                 for n in Self::NAMES {
                     self.enable(n)?;
@@ -153,12 +160,56 @@ pub struct Scenario {
     /// Commit calls `from..from + calls` of the offset store (counted over
     /// all runs but the recovery run) fail.
     pub store_outage: Option<(u16, u16)>,
+    /// The exactly-once sink is the object-store sink, over the world's
+    /// in-memory store with these faults.
+    pub lake: Option<Lake>,
     /// Each record goes to the first sink whose condition it matches
     /// (rather than to every one).
     pub exclusive: bool,
     /// The sink (index) that takes what no condition matched; it has no
     /// condition of its own.
     pub unmatched: Option<u8>,
+}
+
+/// The object-store sink of an exactly-once scenario.
+#[derive(Clone, Debug)]
+pub struct Lake {
+    /// The store's scripted faults.
+    pub faults: Vec<StoreFault>,
+    /// Offsets an object covers at most (`max_object_offsets`).
+    pub max_object_offsets: Option<u8>,
+    /// Objects go up as multipart uploads (a part, then the completion).
+    pub multipart: bool,
+}
+
+/// A fault of the object store (requests are counted over the whole
+/// scenario, so a fault at request `n` fires once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFault {
+    /// Request `n` fails, and is not done.
+    Fail(u16),
+    /// Request `n` is done, but its answer is an error.
+    Lose(u16),
+    /// Request `n` is done, and answered this many virtual ms later.
+    Late(u16, u16),
+}
+
+fn lake() -> impl Strategy<Value = Lake> {
+    let fault = prop_oneof![
+        (0u16..80).prop_map(StoreFault::Fail),
+        (0u16..80).prop_map(StoreFault::Lose),
+        (0u16..80, 1u16..=1500).prop_map(|(n, ms)| StoreFault::Late(n, ms)),
+    ];
+    (
+        vec(fault, 0..=4),
+        prop::option::weighted(0.3, 1u8..=8),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(faults, max_object_offsets, multipart)| Lake {
+            faults,
+            max_object_offsets,
+            multipart,
+        })
 }
 
 /// A revocation announced after `after` source events, and the
@@ -456,8 +507,13 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     } else {
         Just((false, None)).boxed()
     };
-    (shape, pipeline, policy, store_outage, routing).prop_map(
-        move |(shape, pipeline, policy, store_outage, (exclusive, unmatched))| {
+    let lake = if features.lake {
+        prop::option::weighted(0.5, lake()).boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (shape, pipeline, policy, store_outage, routing, lake).prop_map(
+        move |(shape, pipeline, policy, store_outage, (exclusive, unmatched), lake)| {
             let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
             let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
             let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) =
@@ -482,9 +538,17 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
                 store_outage,
                 exclusive,
                 unmatched: None,
+                lake: None,
             };
             if s.exactly_once {
                 sinks.truncate(1);
+                if lake.is_some() {
+                    // The store's faults stand for the sink's.
+                    for sink in &mut sinks {
+                        sink.faults.clear();
+                    }
+                    s.lake = lake;
+                }
                 if !features.exactly_once_rebalances {
                     // Hole 10: no rebalance in an exactly-once pipeline until
                     // that hole is closed.

@@ -54,6 +54,11 @@ pub struct State {
     pub healed: bool,
     /// Commit calls of the offset store so far (over all runs).
     pub store_calls: u64,
+    /// The object store of a scenario whose sink is the object-store sink
+    /// (`Scenario::lake`).
+    pub lake: std::sync::Arc<object_store::memory::InMemory>,
+    /// Requests to that store so far (over all runs).
+    pub lake_calls: u64,
 }
 
 /// The shared world.
