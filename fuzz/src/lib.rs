@@ -291,7 +291,7 @@ pub fn toml_config(data: &[u8]) {
         return;
     };
     let env = |name: &str| (name == "SET").then(|| "value".to_owned());
-    let _ = etl::parse_config_with_env(text, Path::new("/nonexistent/etl-fuzz"), env);
+    let _ = etl::registry().loader().env(env).text(text, Path::new("/nonexistent/etl-fuzz"));
 }
 
 /// The connection-string parser: what it hands tokio-postgres reads back

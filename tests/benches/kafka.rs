@@ -425,7 +425,9 @@ store = {{ type = "source" }}
 "#,
         group = new_group("etl"),
     );
-    let config = etl::parse_config(&config, std::path::Path::new("."))
+    let config = etl::registry()
+        .loader()
+        .text(&config, std::path::Path::new("."))
         .unwrap_or_else(|e| fail(&format!("configuration: {e:?}")));
     let pipeline = etl::pipeline_from_config(&config)
         .await

@@ -149,7 +149,7 @@ mod tests {
         let dir = Path::new("/data");
         let mut toml = PipelineToml::new(dir, vec![dir.join("a b.ndjson")]);
         toml.exactly_once = true;
-        let config = etl::parse_config(&toml.render(), dir).unwrap();
+        let config = etl::registry().loader().text(&toml.render(), dir).unwrap();
         assert_eq!(config.sinks.len(), 1);
         assert_eq!(config.transforms.len(), 2);
         assert_eq!(config.limits.max_in_flight_batches, 8);

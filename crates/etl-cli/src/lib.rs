@@ -129,7 +129,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
 }
 
 fn validate(path: &std::path::Path, registry: &Registry) -> Result<(), Exit> {
-    let config = registry.load_config(path).map_err(Exit::from_config)?;
+    let config = registry.loader().file(path).map_err(Exit::from_config)?;
     // Warnings go where problems go, and do not fail the check.
     for w in &config.warnings {
         exit::say_err(format_args!("warning: {}:{w}", path.display()));

@@ -28,7 +28,8 @@ struct View {
 impl View {
     fn load(config_path: &Path, registry: &Registry) -> Result<Self, Exit> {
         let config = registry
-            .load_config(config_path)
+            .loader()
+            .file(config_path)
             .map_err(Exit::from_config)?;
         // A Kafka source's offsets live in its consumer group whatever
         // `[checkpoint]` says (a store other than the group is refused at

@@ -8,7 +8,8 @@ use etl::Registry;
 
 pub(crate) fn run(args: &RunArgs, status_line: bool, registry: &Registry) -> Result<(), Exit> {
     let config = registry
-        .load_config(&args.config)
+        .loader()
+        .file(&args.config)
         .map_err(Exit::from_config)?;
     for w in &config.warnings {
         tracing::warn!(config = %args.config.display(), "{w}");

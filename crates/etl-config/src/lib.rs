@@ -1,8 +1,8 @@
 //! The TOML configuration language of the `etl` pipelines: its schema
 //! ([`config`]), loading with `${VAR}` interpolation and units
-//! ([`load_config`], [`parse_config`]: every problem reported at its line
-//! and column), and the [`Registry`] every source, sink and transform type
-//! plugs into, the built-ins included.
+//! ([`Registry::loader`], [`ConfigLoader`]: every problem reported at its
+//! line and column), and the [`Registry`] every source, sink and transform
+//! type plugs into, the built-ins included.
 //!
 //! This crate knows no runtime: `etl::pipeline_from_config` (crate `etl`)
 //! builds a pipeline from a [`Config`], and the connectors with heavy
@@ -12,7 +12,7 @@
 //! # Example
 //!
 //! ```
-//! let config = etl_config::parse_config(
+//! let config = etl_config::Registry::new().loader().text(
 //!     r#"
 //!     [source]
 //!     type = "generator"
@@ -40,12 +40,9 @@ mod registry;
 use etl_json::{VrlError, VrlProgram};
 use etl_transform::Transform;
 
-pub use config::{
-    CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, RouteMode, load_config,
-    parse_config, parse_config_with_env,
-};
+pub use config::{CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, RouteMode};
 pub use registry::{
     BoxError, BoxFuture, BoxedProgressSink, BuiltSink, BuiltSource, CheckReport, Component,
-    ComponentContext, ContextParts, ErrorKind, ErrorKindFn, ProgressCheck, Registry, SinkHold,
-    SinkPlugin, SourcePlugin, SourceStart, StartWithHandle,
+    ComponentContext, ConfigLoader, ContextParts, ErrorKind, ErrorKindFn, ProgressCheck, Registry,
+    SinkHold, SinkPlugin, SourcePlugin, SourceStart, StartWithHandle,
 };

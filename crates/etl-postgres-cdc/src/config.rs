@@ -267,7 +267,8 @@ mod tests {
         };
         let base = std::path::Path::new("/base");
         let config = registry
-            .parse_config(
+            .loader()
+            .text(
                 &text("status_interval = \"2s\"\nconnect_timeout = \"500ms\""),
                 base,
             )
@@ -280,7 +281,8 @@ mod tests {
         assert_eq!(read.connect_timeout, Duration::from_millis(500));
 
         let problems = registry
-            .parse_config(
+            .loader()
+            .text(
                 &text("status_interval_secs = 2\nconnect_timeout_secs = 3"),
                 base,
             )
@@ -306,7 +308,8 @@ mod tests {
                     status_interval = \"0s\"\nconnect_timeout = \"0s\"\n\
                     snapshot = \"always\"\n\n[[sinks]]\ntype = \"blackhole\"\n";
         let problems = registry
-            .parse_config(text, std::path::Path::new("/base"))
+            .loader()
+            .text(text, std::path::Path::new("/base"))
             .expect_err("problems");
         // An unknown snapshot mode is serde's, and stops the table there.
         assert!(
@@ -316,7 +319,8 @@ mod tests {
             "{problems:#?}"
         );
         let problems = registry
-            .parse_config(
+            .loader()
+            .text(
                 &text.replace("snapshot = \"always\"", "snapshot = \"never\""),
                 std::path::Path::new("/base"),
             )
@@ -338,7 +342,8 @@ mod tests {
 
         let long = format!("p{}", "x".repeat(63));
         let problems = registry
-            .parse_config(
+            .loader()
+            .text(
                 &text
                     .replace("publication = \"\"", &format!("publication = \"{long}\""))
                     .replace("snapshot = \"always\"\n", ""),

@@ -101,7 +101,10 @@ fn transforms(c: &mut Criterion) {
          [[transforms]]\ntype = \"remap\"\nsource = \"\"\"{ORDERS}\"\"\"\n\
          [[sinks]]\ntype = \"blackhole\"\n"
     );
-    let config = etl::parse_config(&config, std::path::Path::new(".")).unwrap();
+    let config = etl::registry()
+        .loader()
+        .text(&config, std::path::Path::new("."))
+        .unwrap();
     let chain = etl::try_chain_from_config(&config.transforms).unwrap();
     cases.push(("nested_remap_run", &nested, chain));
     let mut chain = TransformChain::new();

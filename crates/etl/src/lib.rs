@@ -22,10 +22,11 @@
 //! * [`Pipeline::metrics`] gives a [`MetricsHub`]: counters and gauges of
 //!   the run as a [`PipelineSnapshot`], as Prometheus text, or registered
 //!   into your own `prometheus-client` registry.
-//! * The TOML configuration the `etl` command reads: [`load_config`] and
-//!   [`parse_config`] give a [`Config`] (every problem reported, with the
-//!   key it is about), [`pipeline_from_config`] turns it into a
-//!   [`Pipeline`].
+//! * The TOML configuration the `etl` command reads:
+//!   `etl::registry().loader()` (a [`ConfigLoader`] with every built-in of
+//!   this build) reads a file or text into a [`Config`] (every problem
+//!   reported, with the key it is about), [`pipeline_from_config`] turns
+//!   it into a [`Pipeline`].
 //!
 //! # Example
 //!
@@ -69,7 +70,7 @@
 //! // Relative paths (here the offset store's `.etl-state/`) are resolved
 //! // against the folder given, as `etl run` does against the file's.
 //! let folder = tempfile::tempdir()?;
-//! let config = etl::parse_config(
+//! let config = etl::registry().loader().text(
 //!     r#"
 //!     [source]
 //!     type = "generator"
@@ -110,14 +111,14 @@ mod runtime;
 mod signal;
 mod transform;
 
-pub use connectors::{load_config, parse_config, parse_config_with_env, registry, with_connectors};
+pub use connectors::{registry, with_connectors};
 // The configuration language is `etl-config`'s: its sections and options
 // are in [`config`], named apart from the library types they become.
 pub use etl_config::config;
 pub use etl_config::{
     BoxError, BoxFuture, BuiltSink, BuiltSource, CheckReport, CompareOp, Component,
-    ComponentContext, Config, ConfigError, ConfigProblem, ErrorKind, ErrorKindFn, FailurePolicy,
-    ProgressCheck, Registry, RouteMode, SinkPlugin, SourcePlugin, StartWithHandle,
+    ComponentContext, Config, ConfigError, ConfigLoader, ConfigProblem, ErrorKind, ErrorKindFn,
+    FailurePolicy, ProgressCheck, Registry, RouteMode, SinkPlugin, SourcePlugin, StartWithHandle,
 };
 /// The engine's inner readers for the fuzz targets in `fuzz/` (feature
 /// `fuzzing`; not a stable interface).

@@ -67,7 +67,7 @@ async fn open_file(path: &Path) -> Result<FileSink, BoxError> {
 }
 
 async fn run(path: &Path, seed: u64) -> Result<(), BoxError> {
-    let config: Config = etl::load_config(path)?;
+    let config: Config = etl::registry().loader().file(path)?;
     let Some(source) = config.source.options_of::<FileSourceOptions>("file") else {
         return Err("only a file source is supported here".into());
     };

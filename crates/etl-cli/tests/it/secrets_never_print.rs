@@ -586,8 +586,10 @@ columns = [{{ name = "id", type = "bigint" }}]
 
 #[test]
 fn debug_of_every_configuration_type_leaves_secrets_out() {
-    let config =
-        etl::parse_config(&everywhere(), Path::new(".")).unwrap_or_else(|p| panic!("{p:?}"));
+    let config = etl::registry()
+        .loader()
+        .text(&everywhere(), Path::new("."))
+        .unwrap_or_else(|p| panic!("{p:?}"));
     let mut shown = vec![
         format!("{config:?}"),
         format!("{config:#?}"),
@@ -653,8 +655,10 @@ fn debug_of_every_configuration_type_leaves_secrets_out() {
 
 #[test]
 fn debug_of_the_postgres_sink_config_leaves_secrets_out() {
-    let config =
-        etl::parse_config(&everywhere(), Path::new(".")).unwrap_or_else(|p| panic!("{p:?}"));
+    let config = etl::registry()
+        .loader()
+        .text(&everywhere(), Path::new("."))
+        .unwrap_or_else(|p| panic!("{p:?}"));
     for kind in [&config.sinks[1].kind, config.dead_letter.as_ref().unwrap()] {
         assert_eq!(kind.type_name(), "postgres", "a postgres sink");
         let table = kind.table();
@@ -772,7 +776,11 @@ async fn no_registered_component_prints_a_secret_from_any_table_or_depth() {
     let mut failures = Vec::new();
     for (name, transforms) in &problems {
         let text = vault_config(transforms);
-        match vault_registry().parse_config_with_env(&text, Path::new("."), env) {
+        match vault_registry()
+            .loader()
+            .env(env)
+            .text(&text, Path::new("."))
+        {
             Ok(config) => failures.push(format!("{name}: parsed: {config:?}")),
             Err(problems) => {
                 let shown = format!("{problems:?}");
@@ -810,7 +818,11 @@ async fn no_registered_component_prints_a_secret_from_any_table_or_depth() {
     ];
     for (name, transforms) in &builds {
         let text = vault_config(transforms);
-        let config = match vault_registry().parse_config_with_env(&text, Path::new("."), env) {
+        let config = match vault_registry()
+            .loader()
+            .env(env)
+            .text(&text, Path::new("."))
+        {
             Ok(config) => config,
             Err(problems) => {
                 failures.push(format!("{name}: does not parse: {problems:?}"));

@@ -70,31 +70,6 @@ fn render(path: &Path, problems: &[ConfigProblem]) -> String {
     out
 }
 
-/// Read and check a configuration file; relative paths in it are resolved
-/// against the file's folder, and `${VAR}` in its string values is taken
-/// from the environment (see [`parse_config`]).
-///
-/// # Errors
-///
-/// [`ConfigError::Read`] when the file cannot be read,
-/// [`ConfigError::Invalid`] with every problem found otherwise.
-pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    load_config_in(&Registry::new(), path)
-}
-
-/// [`load_config`] with `registry`'s components.
-pub(crate) fn load_config_in(registry: &Registry, path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    parse_config_in(registry, &text, base).map_err(|problems| ConfigError::Invalid {
-        path: path.to_owned(),
-        problems,
-    })
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDoc {
@@ -124,21 +99,9 @@ const SINK_OPTION_KEYS: &[&str] = &[
 /// The shortest `[checkpoint] shutdown_timeout` a file may set.
 const MIN_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Parse and check configuration text; `base` resolves relative paths.
-///
-/// `${VAR}` and `${VAR:-default}` in string values are taken from the
-/// environment first (`$$` is a literal `$`); see
-/// [`parse_config_with_env`].
-///
-/// # Errors
-///
-/// Every problem found, in file order.
-pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
-    parse_config_in(&Registry::new(), text, base)
-}
-
-/// [`parse_config`] with `registry`'s components.
-pub(crate) fn parse_config_in(
+/// Parse and check `text` with `registry`'s components, `${VAR}` from
+/// the process environment (see [`crate::ConfigLoader`]).
+pub(crate) fn parse_with_process_env(
     registry: &Registry,
     text: &str,
     base: &Path,
@@ -151,37 +114,15 @@ pub(crate) fn parse_config_in(
     parse_interpolated(registry, text, base, &env)
 }
 
-/// [`parse_config`] with the variables of `env` instead of the
-/// environment's (`None`: not set).
-///
-/// Only string values are interpolated, once, after the text is parsed:
-/// comments, keys and other values never are, and a variable's value is
-/// never read as TOML. `${NAME}` is the variable's value, `${NAME:-default}`
-/// the default when it is unset or empty, `${NAME-default}` when it is
-/// unset; `$$` is a literal `$`, and any other `$` stays as it is. An
-/// unset variable without a default is a problem at the line of its
-/// string. A value a variable gives to a secret (a key or variable whose
-/// name says password, secret, key, token, url...) appears in no problem.
-///
-/// # Errors
-///
-/// Every problem found, in file order.
-pub fn parse_config_with_env(
-    text: &str,
-    base: &Path,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Config, Vec<ConfigProblem>> {
-    parse_config_with_env_in(&Registry::new(), text, base, env)
-}
-
-/// [`parse_config_with_env`] with `registry`'s components.
-pub(crate) fn parse_config_with_env_in(
+/// Parse and check `text` with `registry`'s components, `${VAR}` from
+/// `env` (`Some(Err(()))`: set, but not text).
+pub(crate) fn parse_with_env(
     registry: &Registry,
     text: &str,
     base: &Path,
-    env: impl Fn(&str) -> Option<String>,
+    env: &dyn Fn(&str) -> Option<Result<String, ()>>,
 ) -> Result<Config, Vec<ConfigProblem>> {
-    parse_interpolated(registry, text, base, &|name: &str| env(name).map(Ok))
+    parse_interpolated(registry, text, base, env)
 }
 
 fn parse_interpolated(

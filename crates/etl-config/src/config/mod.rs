@@ -19,7 +19,7 @@ mod schema;
 mod units;
 
 pub(crate) use interpolate::Secrets;
-pub use load::{ConfigError, ConfigProblem, load_config, parse_config, parse_config_with_env};
-pub(crate) use load::{load_config_in, parse_config_in, parse_config_with_env_in};
+pub use load::{ConfigError, ConfigProblem};
+pub(crate) use load::{parse_with_env, parse_with_process_env};
 pub use schema::*;
 pub use units::ByteSize;

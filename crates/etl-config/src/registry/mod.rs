@@ -5,8 +5,8 @@
 //! takes (any `serde::Deserialize`). [`Registry::new`] holds the built-ins
 //! (`file`, `generator`, `stdout`, `blackhole`, `kafka`, `postgres`, the
 //! JSON steps), registered through the methods below like any other. A
-//! configuration read through the registry ([`Registry::load_config`],
-//! [`Registry::parse_config`]) reads a `[source]`, `[[transforms]]`,
+//! configuration read through the registry ([`Registry::loader`], one
+//! [`ConfigLoader`] for a file or for text) reads a `[source]`, `[[transforms]]`,
 //! `[[sinks]]` or `[dead_letter]` table whose `type` the registry knows
 //! into that struct, with every problem reported at its line and column;
 //! [`pipeline_from_config`] then builds the component with its factory.
@@ -33,11 +33,11 @@
 //! [`pipeline_from_config`]: https://docs.rs/etl/latest/etl/fn.pipeline_from_config.html
 
 mod component;
+mod loader;
 mod plugin;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::Path;
 use std::sync::Arc;
 
 use etl_sink::Sink;
@@ -52,7 +52,7 @@ pub use plugin::{
 };
 
 use crate::Transform;
-use crate::config::{Config, ConfigError, ConfigProblem};
+pub use loader::ConfigLoader;
 
 /// An error a factory returns, for any cause.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -100,7 +100,8 @@ pub type ErrorKindFn =
 /// });
 ///
 /// let config = registry
-///     .parse_config(
+///     .loader()
+///     .text(
 ///         r#"
 ///         [source]
 ///         type = "generator"
@@ -120,7 +121,8 @@ pub type ErrorKindFn =
 ///
 /// // A problem in the table is reported at its line, like a built-in's.
 /// let problems = registry
-///     .parse_config(
+///     .loader()
+///     .text(
 ///         "[source]\ntype = \"generator\"\n[[transforms]]\ntype = \"suffix\"\nsufix = \"!\"\n[[sinks]]\ntype = \"blackhole\"\n",
 ///         ".".as_ref(),
 ///     )
@@ -379,37 +381,12 @@ impl Registry {
             .find_map(|e| self.error_kinds.iter().find_map(|classify| classify(e)))
     }
 
-    /// [`crate::parse_config`] with this registry's components.
-    ///
-    /// # Errors
-    ///
-    /// Every problem found, in file order.
-    pub fn parse_config(&self, text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
-        crate::config::parse_config_in(self, text, base)
-    }
-
-    /// [`crate::parse_config_with_env`] with this registry's components:
-    /// `${VAR}` references read from `env` instead of the process
-    /// environment.
-    ///
-    /// # Errors
-    ///
-    /// Every problem found, in file order.
-    pub fn parse_config_with_env(
-        &self,
-        text: &str,
-        base: &Path,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config, Vec<ConfigProblem>> {
-        crate::config::parse_config_with_env_in(self, text, base, env)
-    }
-
-    /// [`crate::load_config`] with this registry's components.
-    ///
-    /// # Errors
-    ///
-    /// As [`crate::load_config`].
-    pub fn load_config(&self, path: &Path) -> Result<Config, ConfigError> {
-        crate::config::load_config_in(self, path)
+    /// The one way to read a configuration with this registry's
+    /// components: [`ConfigLoader::file`] or [`ConfigLoader::text`],
+    /// `${VAR}` from the process environment unless
+    /// [`ConfigLoader::env`] gives the variables.
+    #[must_use]
+    pub fn loader(&self) -> ConfigLoader<'_> {
+        ConfigLoader::new(self)
     }
 }

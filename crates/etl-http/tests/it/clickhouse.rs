@@ -44,9 +44,9 @@ fn example(url: &str, dir: &Path, source_extra: &str, extra: &str) -> etl::Confi
         .replace("\n[[sinks]]", &format!("{source_extra}\n\n[[sinks]]"));
     let url = url.to_owned();
     etl_http::register(Registry::new())
-        .parse_config_with_env(&text, dir, move |name| {
-            (name == "CLICKHOUSE_URL").then(|| url.clone())
-        })
+        .loader()
+        .env(move |name| (name == "CLICKHOUSE_URL").then(|| url.clone()))
+        .text(&text, dir)
         .unwrap()
 }
 

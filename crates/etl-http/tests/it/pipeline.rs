@@ -17,7 +17,7 @@ async fn the_http_type_runs_from_a_configuration_and_delivers_every_record() {
     let server = FaultServer::start().unwrap();
     let registry = etl_http::register(Registry::new());
     let text = generated(&server.uri("/"), "compression = \"gzip\"");
-    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let config = registry.loader().text(&text, folder.path()).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
     assert_eq!(server.accepted_lines().len(), 1000);
@@ -33,7 +33,7 @@ async fn a_refused_credential_halts_the_pipeline_as_the_configurations_error() {
         &server.uri("/ingest"),
         "auth = { strategy = \"bearer\", token = \"wrong\" }",
     );
-    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let config = registry.loader().text(&text, folder.path()).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     let err = pipeline.run(CancellationToken::new()).await.unwrap_err();
     let text = err.to_string();
@@ -100,7 +100,7 @@ fn validation_places_what_the_sink_would_refuse_at_its_line_without_a_secret() {
         let text = format!(
             "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\n[[sinks]]\ntype = \"http\"\nname = \"svc\"\n{table}\n"
         );
-        let problems = registry.parse_config(&text, ".".as_ref()).unwrap_err();
+        let problems = registry.loader().text(&text, ".".as_ref()).unwrap_err();
         let line = text
             .lines()
             .position(|l| l.starts_with(key))

@@ -32,7 +32,8 @@ async fn every_sample_imported_into_victoria_metrics_is_exported_back() {
         server.url()
     );
     let config = etl_http::register(Registry::new())
-        .parse_config(&text, dir.path())
+        .loader()
+        .text(&text, dir.path())
         .unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();

@@ -87,7 +87,7 @@ async fn the_object_store_type_runs_from_a_configuration_through_the_registry() 
     let folder = tempfile::tempdir().unwrap();
     let registry = etl_object_store::register(Registry::new());
     let text = generated_pipeline(300, "");
-    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let config = registry.loader().text(&text, folder.path()).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
     let counts = id_counts(&folder.path().join("lake"));
@@ -103,7 +103,7 @@ async fn an_exactly_once_sink_from_the_configuration_resumes_from_the_store_not_
     let text = generated_pipeline(300, "exactly_once = true");
     let mut objects = Vec::new();
     for _ in 0..2 {
-        let config = registry.parse_config(&text, folder.path()).unwrap();
+        let config = registry.loader().text(&text, folder.path()).unwrap();
         let pipeline = etl::pipeline_from_config(&config).await.unwrap();
         pipeline.run(CancellationToken::new()).await.unwrap();
         objects.push(files_by_inode(&folder.path().join("lake")));
@@ -127,7 +127,7 @@ async fn the_lake_example_runs_against_a_local_folder() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/lake/pipeline.toml");
     let text = std::fs::read_to_string(example).unwrap();
     let registry = etl_object_store::register(Registry::new());
-    let config = registry.parse_config(&text, folder.path()).unwrap();
+    let config = registry.loader().text(&text, folder.path()).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
     let objects = read_folder(&folder.path().join("lake"), "orders");

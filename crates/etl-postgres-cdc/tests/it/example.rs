@@ -18,9 +18,9 @@ async fn the_example_configuration_builds_a_pipeline() {
     let base = std::env::temp_dir().join(format!("etl-cdc-example-{}", std::process::id()));
     std::fs::create_dir_all(&base).unwrap();
     let config = registry()
-        .parse_config_with_env(&text, &base, |name| {
-            (name == "DATABASE_URL").then(|| "postgres://etl@127.0.0.1:1/shop".to_owned())
-        })
+        .loader()
+        .env(|name| (name == "DATABASE_URL").then(|| "postgres://etl@127.0.0.1:1/shop".to_owned()))
+        .text(&text, &base)
         .unwrap();
     // The source connects nowhere until it is positioned: building the
     // pipeline needs no server.
@@ -32,11 +32,7 @@ async fn the_example_configuration_builds_a_pipeline() {
 #[test]
 fn a_misspelt_option_of_the_source_is_reported_at_its_line() {
     let problems = registry()
-        .parse_config_with_env(
-            "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://h/d\"\npublication = \"p\"\nslot = \"s\"\nslto = \"x\"\n[[sinks]]\ntype = \"blackhole\"\n",
-            ".".as_ref(),
-            |_| None,
-        )
+        .loader().env(|_| None).text("[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://h/d\"\npublication = \"p\"\nslot = \"s\"\nslto = \"x\"\n[[sinks]]\ntype = \"blackhole\"\n", ".".as_ref())
         .unwrap_err();
     assert!(
         problems
@@ -57,7 +53,7 @@ async fn an_exactly_once_sink_is_refused_beside_the_source() {
     let text = "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://etl@127.0.0.1:1/shop\"\n\
                 publication = \"p\"\nslot = \"s\"\n\n[[sinks]]\ntype = \"file\"\n\
                 path = \"out.ndjson\"\nexactly_once = true\n";
-    let config = registry().parse_config(text, &folder).unwrap();
+    let config = registry().loader().text(text, &folder).unwrap();
     let built = pipeline_from_config(&config).await;
     let _ = std::fs::remove_dir_all(&folder);
     let Err(error) = built else {

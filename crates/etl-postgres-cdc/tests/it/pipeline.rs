@@ -239,7 +239,7 @@ async fn a_pipeline_built_from_the_configuration_moves_the_slot_while_it_runs() 
         names.slot()
     );
     let registry = etl_postgres_cdc::register(etl::registry());
-    let config = registry.parse_config(&text, &folder).unwrap();
+    let config = registry.loader().text(&text, &folder).unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     let stop = CancellationToken::new();
     let run = tokio::spawn(pipeline.run(stop.clone()));

@@ -7,9 +7,7 @@ mod kafka;
 #[cfg(feature = "postgres")]
 mod postgres;
 
-use std::path::Path;
-
-use crate::{Config, ConfigError, ConfigProblem, Registry};
+use crate::Registry;
 
 /// Every built-in source, sink and transform of this build: the
 /// configuration language's ([`Registry::new`]) and the connectors'
@@ -37,38 +35,4 @@ pub fn with_connectors(registry: Registry) -> Registry {
         postgres::register(registry)
     };
     registry.sealed()
-}
-
-/// Read and check a configuration file with every built-in of this build
-/// (see [`etl_config::load_config`]).
-///
-/// # Errors
-///
-/// As [`etl_config::load_config`].
-pub fn load_config(path: &Path) -> Result<Config, ConfigError> {
-    registry().load_config(path)
-}
-
-/// Parse and check configuration text with every built-in of this build
-/// (see [`etl_config::parse_config`]).
-///
-/// # Errors
-///
-/// Every problem found, in file order.
-pub fn parse_config(text: &str, base: &Path) -> Result<Config, Vec<ConfigProblem>> {
-    registry().parse_config(text, base)
-}
-
-/// [`parse_config`] with the variables of `env` instead of the
-/// environment's (see [`etl_config::parse_config_with_env`]).
-///
-/// # Errors
-///
-/// Every problem found, in file order.
-pub fn parse_config_with_env(
-    text: &str,
-    base: &Path,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Config, Vec<ConfigProblem>> {
-    registry().parse_config_with_env(text, base, env)
 }

@@ -49,10 +49,10 @@ impl PipelineBuilder {
     /// ```no_run
     /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
     /// use bytes::Bytes;
-    /// use etl::{PipelineBuilder, load_config, map, shutdown_signal};
+    /// use etl::{PipelineBuilder, map, shutdown_signal};
     /// use etl_record::Record;
     ///
-    /// let config = load_config("pipeline.toml".as_ref())?;
+    /// let config = etl::registry().loader().file("pipeline.toml".as_ref())?;
     /// let pipeline = PipelineBuilder::from_config(&config)
     ///     .await?
     ///     .transform(map("stamp", |mut record: Record| {
@@ -288,7 +288,10 @@ mod tests {
 
     fn config(source: &str, transforms: &str) -> Config {
         let text = format!("[source]\n{source}\n{transforms}\n[[sinks]]\ntype = \"blackhole\"\n");
-        crate::parse_config(&text, std::path::Path::new(".")).unwrap_or_else(|e| panic!("{e:?}"))
+        etl_config::Registry::new()
+            .loader()
+            .text(&text, std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("{e:?}"))
     }
 
     #[test]

@@ -368,7 +368,10 @@ path = "rest.ndjson"
 [checkpoint]
 store = { type = "file", path = "state" }
 "#;
-    let config = crate::parse_config(text, dir.path()).unwrap();
+    let config = etl_config::Registry::new()
+        .loader()
+        .text(text, dir.path())
+        .unwrap();
     let pipeline = super::pipeline_from_config(&config).await.unwrap();
     let summary = pipeline.run(CancellationToken::new()).await.unwrap();
     assert_eq!(summary.read, 300);
@@ -398,7 +401,10 @@ fn routing_problems_are_placed_and_never_matching_routes_warned() {
     let dir = tempfile::tempdir().unwrap();
     let head = "[source]\ntype = \"generator\"\n";
     let problems = |text: &str| -> Vec<String> {
-        match crate::parse_config(&format!("{head}{text}"), dir.path()) {
+        match etl_config::Registry::new()
+            .loader()
+            .text(&format!("{head}{text}"), dir.path())
+        {
             Ok(_) => Vec::new(),
             Err(problems) => problems.iter().map(ToString::to_string).collect(),
         }
@@ -433,16 +439,13 @@ fn routing_problems_are_placed_and_never_matching_routes_warned() {
         problems("[[sinks]]\ntype = \"blackhole\"\nwhen = { field = \"a\", opp = \"==\" }\n");
     assert!(unknown.iter().any(|p| p.contains("opp")), "{unknown:?}");
 
-    let config = crate::parse_config(
-        &format!(
+    let config = etl_config::Registry::new().loader().text(&format!(
             "{head}[routing]\nmode = \"exclusive\"\n\
              [[sinks]]\nname = \"a\"\ntype = \"blackhole\"\nwhen = {{ field = \"x\", op = \"exists\" }}\n\
              [[sinks]]\nname = \"b\"\ntype = \"blackhole\"\nwhen = {{ field = \"x\", op = \"exists\" }}\n\
              [[sinks]]\nname = \"all\"\ntype = \"blackhole\"\n\
              [[sinks]]\nname = \"never\"\ntype = \"blackhole\"\n"
-        ),
-        dir.path(),
-    )
+        ), dir.path())
     .unwrap();
     let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
     assert!(
@@ -466,7 +469,9 @@ fn a_when_program_that_does_not_compile_is_placed_at_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let text =
         "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\nwhen = '.level ==== 1'\n";
-    let problems: Vec<String> = crate::parse_config(text, dir.path())
+    let problems: Vec<String> = etl_config::Registry::new()
+        .loader()
+        .text(text, dir.path())
         .unwrap_err()
         .iter()
         .map(ToString::to_string)
@@ -486,7 +491,10 @@ async fn the_routing_example_writes_what_its_readme_says() {
     )
     .unwrap();
     let text = std::fs::read_to_string(example.join("pipeline.toml")).unwrap();
-    let config = crate::parse_config(&text, dir.path()).unwrap();
+    let config = etl_config::Registry::new()
+        .loader()
+        .text(&text, dir.path())
+        .unwrap();
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
     let pipeline = super::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
@@ -542,7 +550,10 @@ path = "dead.ndjson"
 [checkpoint]
 store = { type = "file", path = "state" }
 "#;
-    let config = crate::parse_config(text, dir.path()).unwrap();
+    let config = etl_config::Registry::new()
+        .loader()
+        .text(text, dir.path())
+        .unwrap();
     let pipeline = super::pipeline_from_config(&config).await.unwrap();
     let summary = pipeline.run(CancellationToken::new()).await.unwrap();
     assert_eq!(summary.read, 90);
@@ -583,7 +594,10 @@ batch_max_records = 7
 store = { type = "file", path = "state" }
 "#;
     for _ in 0..2 {
-        let config = crate::parse_config(text, dir.path()).unwrap();
+        let config = etl_config::Registry::new()
+            .loader()
+            .text(text, dir.path())
+            .unwrap();
         let pipeline = super::pipeline_from_config(&config).await.unwrap();
         pipeline.run(CancellationToken::new()).await.unwrap();
         // The offsets are lost: the next run resumes from what the
@@ -611,7 +625,10 @@ async fn braces_in_the_configuration_files_folder_are_no_placeholders() {
                 [[sinks]]\nname = \"plain\"\ntype = \"file\"\npath = \"out.ndjson\"\n\
                 [[sinks]]\nname = \"by_k\"\ntype = \"file\"\npath = \"by/{k}.ndjson\"\n\
                 [checkpoint]\nstore = { type = \"memory\" }\n";
-    let config = crate::parse_config(text, &dir).unwrap();
+    let config = etl_config::Registry::new()
+        .loader()
+        .text(text, &dir)
+        .unwrap();
     let pipeline = super::pipeline_from_config(&config).await.unwrap();
     pipeline.run(CancellationToken::new()).await.unwrap();
     assert_eq!(lines(&dir.join("out.ndjson")).len(), 2);
@@ -691,7 +708,10 @@ fn a_templated_dead_letter_path_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let text = "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\n\
                 [dead_letter]\ntype = \"file\"\npath = \"dead/{reason}.ndjson\"\n";
-    let problems = crate::parse_config(text, dir.path()).unwrap_err();
+    let problems = etl_config::Registry::new()
+        .loader()
+        .text(text, dir.path())
+        .unwrap_err();
     assert!(
         problems
             .iter()
@@ -708,7 +728,9 @@ fn a_problem_in_a_sinks_own_step_is_placed_in_that_step() {
                 [[sinks]]\ntype = \"blackhole\"\n\
                 [[sinks.transforms]]\ntype = \"remap\"\nsource = '.a = 1'\n\
                 [[sinks.transforms]]\ntype = \"remap\"\nsource = '.b = ===='\n";
-    let problems: Vec<String> = crate::parse_config(text, dir.path())
+    let problems: Vec<String> = etl_config::Registry::new()
+        .loader()
+        .text(text, dir.path())
         .unwrap_err()
         .iter()
         .map(ToString::to_string)
@@ -722,7 +744,9 @@ fn a_problem_in_a_sinks_own_step_is_placed_in_that_step() {
     let inline = "[source]\ntype = \"generator\"\n\
                   [[sinks]]\ntype = \"blackhole\"\n\
                   transforms = [\n  { type = \"drop_field\", field = \"a\" },\n  { type = \"drop_field\", fild = \"b\" },\n]\n";
-    let problems: Vec<String> = crate::parse_config(inline, dir.path())
+    let problems: Vec<String> = etl_config::Registry::new()
+        .loader()
+        .text(inline, dir.path())
         .unwrap_err()
         .iter()
         .map(ToString::to_string)

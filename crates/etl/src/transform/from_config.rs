@@ -14,7 +14,7 @@ use crate::config::TransformConfig;
 /// `remap` step and each filter with a `condition` is a stage of its own,
 /// and a run of them with a fast form reads each record once.
 ///
-/// A configuration that [`parse_config`](crate::parse_config) accepted
+/// A configuration that [`ConfigLoader`](crate::ConfigLoader) accepted
 /// always builds; for one that did not, a program that fails to compile
 /// becomes a stage that sends every record to the dead-letter path with
 /// the compiler's message. [`try_chain_from_config`] reports it instead.
@@ -292,8 +292,10 @@ mod tests {
 
     #[test]
     fn config_transforms_fuse_into_one_stage() {
-        let config = crate::parse_config(
-            r#"
+        let config = etl_config::Registry::new()
+            .loader()
+            .text(
+                r#"
             [source]
             type = "generator"
             records_per_partition = 1
@@ -311,9 +313,9 @@ mod tests {
             [[sinks]]
             type = "blackhole"
             "#,
-            std::path::Path::new("."),
-        )
-        .unwrap();
+                std::path::Path::new("."),
+            )
+            .unwrap();
         let mut chain = chain_from_config(&config.transforms);
         assert_eq!(chain.len(), 1);
         let mut out = ChainOutput::default();
@@ -325,8 +327,10 @@ mod tests {
     #[cfg(feature = "remap")]
     #[test]
     fn programs_split_the_json_run_and_every_stage_forks() {
-        let config = crate::parse_config(
-            r#"
+        let config = etl_config::Registry::new()
+            .loader()
+            .text(
+                r#"
             [source]
             type = "generator"
             records_per_partition = 1
@@ -347,9 +351,9 @@ mod tests {
             [[sinks]]
             type = "blackhole"
             "#,
-            std::path::Path::new("."),
-        )
-        .unwrap();
+                std::path::Path::new("."),
+            )
+            .unwrap();
         let chain = try_chain_from_config(&config.transforms).unwrap();
         assert_eq!(
             chain.len(),
@@ -380,8 +384,10 @@ mod tests {
     #[cfg(feature = "remap")]
     #[test]
     fn a_run_of_filters_conditions_and_remap_is_one_stage() {
-        let config = crate::parse_config(
-            r#"
+        let config = etl_config::Registry::new()
+            .loader()
+            .text(
+                r#"
             [source]
             type = "generator"
             records_per_partition = 1
@@ -409,9 +415,9 @@ mod tests {
             [[sinks]]
             type = "blackhole"
             "#,
-            std::path::Path::new("."),
-        )
-        .expect("the configuration parses");
+                std::path::Path::new("."),
+            )
+            .expect("the configuration parses");
         let mut chain = try_chain_from_config(&config.transforms).expect("it builds");
         assert_eq!(
             chain.len(),

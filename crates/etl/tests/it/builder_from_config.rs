@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use etl::{PipelineBuilder, Refused, map, parse_config, pipeline_from_config};
+use etl::{PipelineBuilder, Refused, map, pipeline_from_config};
 use etl_record::Record;
 use tokio_util::sync::CancellationToken;
 
@@ -56,7 +56,10 @@ async fn a_rust_step_runs_after_the_files_steps_and_its_non_json_is_dead_lettere
         "{\"id\":1,\"amount\":5}\n{\"id\":2,\"amount\":50}\n{\"id\":3,\"amount\":500}\n{\"id\":4,\"amount\":70}\n",
     )
     .unwrap();
-    let config = parse_config(&config_text(dir.path()), dir.path()).unwrap();
+    let config = etl::registry()
+        .loader()
+        .text(&config_text(dir.path()), dir.path())
+        .unwrap();
 
     let summary = PipelineBuilder::from_config(&config)
         .await
@@ -95,7 +98,10 @@ async fn the_same_file_built_whole_gives_the_same_records_without_the_rust_step(
         "{\"id\":1,\"amount\":5}\n{\"id\":2,\"amount\":50}\n",
     )
     .unwrap();
-    let config = parse_config(&config_text(dir.path()), dir.path()).unwrap();
+    let config = etl::registry()
+        .loader()
+        .text(&config_text(dir.path()), dir.path())
+        .unwrap();
     let summary = pipeline_from_config(&config)
         .await
         .unwrap()

@@ -8,7 +8,7 @@ use etl::config::{
     ByteSize, FileSinkOptions, FileSourceOptions, GeneratorOptions, StdoutSinkOptions, StoreConfig,
     TransformConfig,
 };
-use etl::{CompareOp, ConfigError, load_config, parse_config};
+use etl::{CompareOp, ConfigError};
 
 const GOOD: &str = r#"
 [source]
@@ -44,7 +44,10 @@ commit_interval = "250ms"
 
 #[test]
 fn a_good_config_loads_with_defaults_and_resolved_paths() {
-    let config = parse_config(GOOD, Path::new("/etc/etl")).unwrap();
+    let config = etl::registry()
+        .loader()
+        .text(GOOD, Path::new("/etc/etl"))
+        .unwrap();
     let Some(f) = config.source.options_of::<FileSourceOptions>("file") else {
         panic!("file source expected")
     };
@@ -101,7 +104,10 @@ type = "teleport"
 [checkpoint]
 commit_interval = "0s"
 "#;
-    let problems = parse_config(bad, Path::new(".")).unwrap_err();
+    let problems = etl::registry()
+        .loader()
+        .text(bad, Path::new("."))
+        .unwrap_err();
     let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert_eq!(problems.len(), 6, "{shown:#?}");
     // The misspelled key, and the key it should have been, both reported.
@@ -124,14 +130,20 @@ commit_interval = "0s"
 
 #[test]
 fn syntax_errors_have_a_place_too() {
-    let problems = parse_config("[source\ntype = 1\n", Path::new(".")).unwrap_err();
+    let problems = etl::registry()
+        .loader()
+        .text("[source\ntype = 1\n", Path::new("."))
+        .unwrap_err();
     assert_eq!(problems.len(), 1);
     assert_eq!(problems[0].line, 1);
 }
 
 #[test]
 fn missing_sections_and_exactly_once_with_fan_out_are_rejected() {
-    let problems = parse_config("", Path::new(".")).unwrap_err();
+    let problems = etl::registry()
+        .loader()
+        .text("", Path::new("."))
+        .unwrap_err();
     let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert!(
         text.iter().any(|p| p.contains("missing [source]")),
@@ -153,7 +165,10 @@ exactly_once = true
 [[sinks]]
 type = "blackhole"
 "#;
-    let problems = parse_config(fan_out, Path::new(".")).unwrap_err();
+    let problems = etl::registry()
+        .loader()
+        .text(fan_out, Path::new("."))
+        .unwrap_err();
     assert!(problems[0].message.contains("single sink"), "{problems:?}");
 }
 
@@ -161,13 +176,13 @@ type = "blackhole"
 fn load_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.toml");
-    let err = load_config(&missing).unwrap_err();
+    let err = etl::registry().loader().file(&missing).unwrap_err();
     assert!(matches!(err, ConfigError::Read { .. }));
     assert!(err.to_string().contains("nope.toml"));
 
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[source]\ntype = \"generator\"\n").unwrap();
-    let err = load_config(&bad).unwrap_err().to_string();
+    let err = etl::registry().loader().file(&bad).unwrap_err().to_string();
     assert!(err.contains("bad.toml:"), "{err}");
     assert!(err.contains("at least one sink"), "{err}");
 }
@@ -264,7 +279,7 @@ fn every_limit_out_of_range_is_refused_naming_its_key() {
     let mut accepted = Vec::new();
     for (section, line, key) in cases {
         let text = with_setting(section, line);
-        match parse_config(&text, Path::new(".")) {
+        match etl::registry().loader().text(&text, Path::new(".")) {
             Ok(_) => accepted.push(format!("{section} {line}")),
             Err(problems) => {
                 let named = problems.iter().any(|p| p.message.contains(key));
@@ -299,7 +314,10 @@ fn zero_sink_limits_are_refused() {
             "[source]\ntype = \"generator\"\nrecords_per_partition = 1\n\
              [[sinks]]\ntype = \"blackhole\"\n{option} = {value}\n"
         );
-        let problems = parse_config(&config, Path::new(".")).unwrap_err();
+        let problems = etl::registry()
+            .loader()
+            .text(&config, Path::new("."))
+            .unwrap_err();
         assert_eq!(problems.len(), 1, "{option}: {problems:?}");
         assert!(
             problems[0].message.contains(option),
@@ -325,7 +343,10 @@ path = "out.ndjson"
 linger = 5
 concurrency = 0
 "#;
-    let problems = parse_config(bad, Path::new(".")).unwrap_err();
+    let problems = etl::registry()
+        .loader()
+        .text(bad, Path::new("."))
+        .unwrap_err();
     let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert_eq!(problems.len(), 4, "{shown:#?}");
     assert!(
@@ -348,8 +369,10 @@ concurrency = 0
 
 #[test]
 fn an_option_left_out_takes_the_default_of_the_rust_setting_it_becomes() {
-    let config = parse_config(
-        r#"
+    let config = etl::registry()
+        .loader()
+        .text(
+            r#"
 [source]
 type = "file"
 paths = ["in.ndjson"]
@@ -357,9 +380,9 @@ paths = ["in.ndjson"]
 [[sinks]]
 type = "blackhole"
 "#,
-        Path::new("/base"),
-    )
-    .unwrap();
+            Path::new("/base"),
+        )
+        .unwrap();
     let Some(file) = config.source.options_of::<FileSourceOptions>("file") else {
         panic!("not a file source: {:?}", config.source);
     };
@@ -411,11 +434,13 @@ type = "blackhole"
     assert_eq!(config.delivery.max_replays, driver.max_replays);
     assert_eq!(config.delivery.poison, driver.poison);
 
-    let generator = parse_config(
-        "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\n",
-        Path::new("/base"),
-    )
-    .unwrap();
+    let generator = etl::registry()
+        .loader()
+        .text(
+            "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"blackhole\"\n",
+            Path::new("/base"),
+        )
+        .unwrap();
     let Some(g) = generator.source.options_of::<GeneratorOptions>("generator") else {
         panic!("not a generator: {:?}", generator.source);
     };
@@ -423,11 +448,13 @@ type = "blackhole"
     assert_eq!(g.max_batch_records, rust.max_batch_records);
     assert_eq!(g.partitions, rust.partitions);
 
-    let stdout = parse_config(
-        "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"stdout\"\n",
-        Path::new("/base"),
-    )
-    .unwrap();
+    let stdout = etl::registry()
+        .loader()
+        .text(
+            "[source]\ntype = \"generator\"\n[[sinks]]\ntype = \"stdout\"\n",
+            Path::new("/base"),
+        )
+        .unwrap();
     let Some(s) = stdout.sinks[0]
         .kind
         .options_of::<StdoutSinkOptions>("stdout")
@@ -462,7 +489,10 @@ fn a_renamed_option_points_to_its_new_name() {
         } else {
             format!("{text}[[sinks]]\ntype = \"blackhole\"\n")
         };
-        let problems = parse_config(&text, Path::new("/base")).unwrap_err();
+        let problems = etl::registry()
+            .loader()
+            .text(&text, Path::new("/base"))
+            .unwrap_err();
         assert!(
             problems.iter().any(|p| p.message.contains(hint)),
             "{hint}: {problems:?}"
@@ -472,8 +502,10 @@ fn a_renamed_option_points_to_its_new_name() {
 
 #[test]
 fn a_sink_retry_table_sets_the_whole_retry_policy() {
-    let config = parse_config(
-        r#"
+    let config = etl::registry()
+        .loader()
+        .text(
+            r#"
 [source]
 type = "file"
 paths = ["in.ndjson"]
@@ -483,9 +515,9 @@ type = "blackhole"
 write_timeout = "2s"
 retry = { initial_backoff = "10ms", max_backoff = "1s", max_elapsed = "5s", max_retries = 7 }
 "#,
-        Path::new("/base"),
-    )
-    .unwrap();
+            Path::new("/base"),
+        )
+        .unwrap();
     let driver = config.sinks[0].options.driver_config();
     assert_eq!(driver.write_timeout, Some(Duration::from_secs(2)));
     assert_eq!(
@@ -513,8 +545,10 @@ fn renamed_at(problems: &[etl::ConfigProblem], line: usize, old: &str, new: &str
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_durations_are_written_with_their_unit_and_the_old_names_point_to_the_new_ones() {
-    let config = parse_config(
-        r#"
+    let config = etl::registry()
+        .loader()
+        .text(
+            r#"
 [source]
 type = "kafka"
 brokers = "127.0.0.1:9"
@@ -533,9 +567,9 @@ message_timeout = "2s"
 [checkpoint]
 revoke_deadline = "3s"
 "#,
-        Path::new("/base"),
-    )
-    .unwrap();
+            Path::new("/base"),
+        )
+        .unwrap();
     let source = config
         .source
         .options_of::<etl_kafka::KafkaSourceConfig>("kafka")
@@ -549,8 +583,10 @@ revoke_deadline = "3s"
         .unwrap();
     assert_eq!(sink.message_timeout, Duration::from_secs(2));
 
-    let problems = parse_config(
-        r#"
+    let problems = etl::registry()
+        .loader()
+        .text(
+            r#"
 [source]
 type = "kafka"
 brokers = "127.0.0.1:9"
@@ -564,9 +600,9 @@ brokers = "127.0.0.1:9"
 topic = "out"
 message_timeout_ms = 2000
 "#,
-        Path::new("/base"),
-    )
-    .unwrap_err();
+            Path::new("/base"),
+        )
+        .unwrap_err();
     assert!(
         renamed_at(&problems, 7, "session_timeout_ms", "session_timeout"),
         "{problems:#?}"
@@ -586,14 +622,20 @@ fn the_postgres_connect_timeout_is_a_duration_and_its_old_name_points_to_it() {
              url = \"postgres://etl@127.0.0.1:9/shop\"\ntable = \"orders\"\n{line}\n"
         )
     };
-    let config = parse_config(&sink("connect_timeout = \"3s\""), Path::new("/base")).unwrap();
+    let config = etl::registry()
+        .loader()
+        .text(&sink("connect_timeout = \"3s\""), Path::new("/base"))
+        .unwrap();
     let read = config.sinks[0]
         .kind
         .options_of::<etl_postgres::PostgresSinkConfig>("postgres")
         .unwrap();
     assert_eq!(read.connect_timeout, Duration::from_secs(3));
 
-    let problems = parse_config(&sink("connect_timeout_secs = 3"), Path::new("/base")).unwrap_err();
+    let problems = etl::registry()
+        .loader()
+        .text(&sink("connect_timeout_secs = 3"), Path::new("/base"))
+        .unwrap_err();
     assert!(
         renamed_at(&problems, 8, "connect_timeout_secs", "connect_timeout"),
         "{problems:#?}"

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use etl::{ConfigProblem, parse_config_with_env};
+use etl::ConfigProblem;
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -19,7 +19,10 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn parse(text: &str) -> Result<etl::Config, Vec<ConfigProblem>> {
-    parse_config_with_env(text, Path::new("/base"), env)
+    etl::registry()
+        .loader()
+        .env(env)
+        .text(text, Path::new("/base"))
 }
 
 fn file_sink_path(config: &etl::Config) -> String {

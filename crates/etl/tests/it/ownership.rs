@@ -32,7 +32,7 @@ store = {{ type = "file", path = "{state}" }}
         ),
     )
     .unwrap();
-    etl::load_config(&path).unwrap()
+    etl::registry().loader().file(&path).unwrap()
 }
 
 #[tokio::test]

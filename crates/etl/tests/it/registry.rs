@@ -66,7 +66,8 @@ async fn run(dir: &Path, transforms: &str) -> (String, String) {
     )
     .unwrap();
     let config = registry()
-        .parse_config(&config_text(dir, transforms), dir)
+        .loader()
+        .text(&config_text(dir, transforms), dir)
         .unwrap();
     pipeline_from_config(&config)
         .await
@@ -148,7 +149,9 @@ async fn a_registered_table_takes_variables_from_the_given_environment_and_never
     // An unset variable is a problem naming it, from the given
     // environment, not the process's.
     let problems = registry
-        .parse_config_with_env(&text, dir.path(), |_| None)
+        .loader()
+        .env(|_| None)
+        .text(&text, dir.path())
         .unwrap_err();
     assert!(
         problems
@@ -157,9 +160,7 @@ async fn a_registered_table_takes_variables_from_the_given_environment_and_never
         "{problems:?}"
     );
 
-    let config = registry
-        .parse_config_with_env(&text, dir.path(), env)
-        .unwrap();
+    let config = registry.loader().env(env).text(&text, dir.path()).unwrap();
     assert!(!format!("{config:?}").contains(SECRET));
     std::fs::write(dir.path().join("in.ndjson"), "{\"id\":1}\n").unwrap();
     pipeline_from_config(&config)
@@ -229,7 +230,8 @@ fn ledger_registry(offsets: std::sync::Arc<std::sync::Mutex<Vec<i64>>>) -> Regis
 async fn a_registered_exactly_once_sink_resumes_from_the_progress_it_stored() {
     let offsets = std::sync::Arc::default();
     let config = ledger_registry(std::sync::Arc::clone(&offsets))
-        .parse_config(
+        .loader()
+        .text(
             "[source]\ntype = \"generator\"\nrecords_per_partition = 8\npartitions = 1\n\
              [[sinks]]\ntype = \"ledger\"\nresume_at = 5\n\
              [checkpoint]\nstore = { type = \"memory\" }\n",
@@ -250,7 +252,8 @@ async fn a_registered_exactly_once_sink_resumes_from_the_progress_it_stored() {
 #[test]
 fn a_registered_exactly_once_sink_must_be_the_only_sink() {
     let problems = ledger_registry(std::sync::Arc::default())
-        .parse_config(
+        .loader()
+        .text(
             "[source]\ntype = \"generator\"\n\
              [[sinks]]\ntype = \"ledger\"\nresume_at = 0\n\
              [[sinks]]\ntype = \"blackhole\"\n",
@@ -299,7 +302,7 @@ async fn a_registered_source_starts_with_the_checkpoint_handle_and_may_keep_its_
     );
     let dir = tempfile::tempdir().unwrap();
     let text = "[source]\ntype = \"counted\"\nrecords = 4\n[[sinks]]\ntype = \"blackhole\"\n";
-    let config = registry.parse_config(text, dir.path()).unwrap();
+    let config = registry.loader().text(text, dir.path()).unwrap();
     assert!(config.source.keeps_offsets());
     let summary = pipeline_from_config(&config)
         .await
@@ -315,7 +318,8 @@ async fn a_registered_source_starts_with_the_checkpoint_handle_and_may_keep_its_
 
     // Its check's problem is placed at the key it names.
     let problems = registry
-        .parse_config(&text.replace("records = 4", "records = 0"), dir.path())
+        .loader()
+        .text(&text.replace("records = 4", "records = 0"), dir.path())
         .unwrap_err();
     assert_eq!(
         problems

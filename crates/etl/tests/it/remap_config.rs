@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use etl::{ConfigProblem, parse_config};
+use etl::ConfigProblem;
 
 fn with_transforms(transforms: &str) -> String {
     format!(
@@ -14,7 +14,10 @@ fn with_transforms(transforms: &str) -> String {
 }
 
 fn problems(transforms: &str) -> Vec<ConfigProblem> {
-    parse_config(&with_transforms(transforms), Path::new(".")).unwrap_err()
+    etl::registry()
+        .loader()
+        .text(&with_transforms(transforms), Path::new("."))
+        .unwrap_err()
 }
 
 #[cfg(feature = "remap")]
@@ -60,27 +63,33 @@ fn a_remap_file_is_read_beside_the_config_and_named_in_its_errors() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("good.vrl"), ".n = 1\n").unwrap();
     std::fs::write(dir.path().join("bad.vrl"), ".n = to_int(.s)\n").unwrap();
-    let config = parse_config(
-        &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"good.vrl\"\n"),
-        dir.path(),
-    )
-    .unwrap();
+    let config = etl::registry()
+        .loader()
+        .text(
+            &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"good.vrl\"\n"),
+            dir.path(),
+        )
+        .unwrap();
     assert!(matches!(
         &config.transforms[0],
         etl::config::TransformConfig::Remap { source: Some(s), drop_on_error: true, .. } if s == ".n = 1\n"
     ));
-    let found = parse_config(
-        &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"bad.vrl\"\n"),
-        dir.path(),
-    )
-    .unwrap_err();
+    let found = etl::registry()
+        .loader()
+        .text(
+            &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"bad.vrl\"\n"),
+            dir.path(),
+        )
+        .unwrap_err();
     assert!(found[0].message.contains("bad.vrl"), "{found:?}");
     assert!(found[0].message.contains("unhandled fallible"), "{found:?}");
-    let found = parse_config(
-        &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"none.vrl\"\n"),
-        dir.path(),
-    )
-    .unwrap_err();
+    let found = etl::registry()
+        .loader()
+        .text(
+            &with_transforms("[[transforms]]\ntype = \"remap\"\nfile = \"none.vrl\"\n"),
+            dir.path(),
+        )
+        .unwrap_err();
     assert!(
         found[0].message.contains("cannot read the program"),
         "{found:?}"
@@ -124,7 +133,7 @@ fn a_condition_must_be_boolean_and_read_only() {
     assert!(found[0].message.contains("boolean"), "{found:?}");
     let found = problems("[[transforms]]\ntype = \"filter\"\ncondition = '.a = true'\n");
     assert!(found[0].message.contains("read-only"), "{found:?}");
-    let ok = parse_config(
+    let ok = etl::registry().loader().text(
         &with_transforms(
             "[[transforms]]\ntype = \"filter\"\ncondition = '.order.status == \"paid\"'\n",
         ),
@@ -139,7 +148,7 @@ fn array_paths_are_written_with_dots() {
         "[[transforms]]\ntype = \"filter\"\nfield = \"order.items[0].qty\"\nop = \"exists\"\n",
     );
     assert!(found[0].message.contains("items.0.qty"), "{found:?}");
-    let ok = parse_config(
+    let ok = etl::registry().loader().text(
         &with_transforms(
             "[[transforms]]\ntype = \"filter\"\nfield = \"order.items.0.qty\"\nop = \"exists\"\n",
         ),

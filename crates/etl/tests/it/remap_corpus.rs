@@ -179,7 +179,9 @@ fn run_case_behind(path: &Path, before: &str) -> Result<(), String> {
         "[source]\ntype = \"generator\"\n{before}\n[[transforms]]\ntype = \"remap\"\n\
          source = '''\n{program}'''\n[[sinks]]\ntype = \"blackhole\"\n"
     );
-    let config = etl::parse_config(&config, Path::new("."))
+    let config = etl::registry()
+        .loader()
+        .text(&config, Path::new("."))
         .map_err(|e| format!("the configuration does not parse: {e:?}"))?;
     let mut chain = etl::try_chain_from_config(&config.transforms)?;
     let mut fork = chain.fork().ok_or("the chain does not fork")?;

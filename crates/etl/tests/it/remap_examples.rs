@@ -15,7 +15,10 @@ async fn run_example(name: &str) -> (tempfile::TempDir, etl::Summary) {
         .join(name);
     let dir = tempfile::tempdir().unwrap();
     copy(&from, dir.path());
-    let config = etl::load_config(&dir.path().join("pipeline.toml")).unwrap();
+    let config = etl::registry()
+        .loader()
+        .file(&dir.path().join("pipeline.toml"))
+        .unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     let summary = pipeline.run(CancellationToken::new()).await.unwrap();
     (dir, summary)
@@ -118,7 +121,10 @@ path = "dead.ndjson"
 "#,
     )
     .unwrap();
-    let config = etl::load_config(&dir.path().join("pipeline.toml")).unwrap();
+    let config = etl::registry()
+        .loader()
+        .file(&dir.path().join("pipeline.toml"))
+        .unwrap();
     let pipeline = etl::pipeline_from_config(&config).await.unwrap();
     let err = pipeline.run(CancellationToken::new()).await.unwrap_err();
     assert!(
