@@ -119,11 +119,8 @@ fn position(key: &str) -> (u32, i64) {
     }
 }
 
-/// What the bucket holds: each partition's stored progress (its next
-/// offset), then how many objects hold each record id. The progress is
-/// read first: it is written after the objects it covers, so the objects
-/// read after it hold at least what it says, even while a member writes.
-fn tally(location: &Location) -> (BTreeMap<u32, i64>, BTreeMap<u64, usize>) {
+/// Each partition's progress as the bucket stores it (its next offset).
+fn progress_of(location: &Location) -> BTreeMap<u32, i64> {
     let mut progress = BTreeMap::new();
     for (key, _, rows) in read_objects(location, PROGRESS).expect("pyarrow reads the progress") {
         for row in rows {
@@ -137,6 +134,15 @@ fn tally(location: &Location) -> (BTreeMap<u32, i64>, BTreeMap<u64, usize>) {
             progress.insert(partition, next);
         }
     }
+    progress
+}
+
+/// What the bucket holds: each partition's stored progress, then how
+/// many objects hold each record id. The progress is read first: it is
+/// written after the objects it covers, so the objects read after it hold
+/// at least what it says, even while a member writes.
+fn tally(location: &Location) -> (BTreeMap<u32, i64>, BTreeMap<u64, usize>) {
+    let progress = progress_of(location);
     let mut counts = BTreeMap::new();
     for (key, _, rows) in read_objects(location, OBJECTS).expect("pyarrow reads the objects") {
         assert!(
@@ -311,27 +317,10 @@ fn a_group_of_two_killed_in_turn_writes_every_record_into_exactly_one_object() {
         let end = ends.entry(partition).or_insert(0);
         *end = (*end).max(offset + 1);
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (progress, _) = tally(&location);
-        if progress == ends {
-            break;
-        }
-        for m in [&mut a, &mut b] {
-            assert!(
-                m.running(),
-                "{} exited on its own:\n{}",
-                m.name,
-                m.log(m.runs)
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "progress {progress:?} short of the ends {ends:?} after 120 s:\n{}",
-            states(&[&a, &b])
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    let caught_up = format!("the progress at the ends {ends:?}");
+    wait_until(&caught_up, &mut [&mut a, &mut b], |_| {
+        progress_of(&location) == ends
+    });
     for m in [&mut a, &mut b] {
         let status = m.terminate();
         assert!(
