@@ -21,7 +21,7 @@ use crate::key::{KeyParts, lookup};
 use crate::progress::ProgressStore;
 use crate::schema::{RowSchema, timestamp_micros};
 use crate::store::build_store;
-use crate::upload::upload;
+use crate::upload::{AbortWindow, upload};
 use crate::{
     EncodingConfig, KeyTemplate, ObjectStoreSinkConfig, ObjectStoreSinkError, StoreConfig,
     ValueEncoder,
@@ -61,6 +61,8 @@ struct Inner {
     max_object_offsets: Option<i64>,
     multipart_threshold: usize,
     part_size: usize,
+    /// Shared by the multipart uploads this sink abandons at once.
+    abort_window: AbortWindow,
     exactly_once: Option<(ProgressStore, Mutex<Progress>)>,
 }
 
@@ -294,6 +296,7 @@ impl Inner {
             max_object_offsets,
             multipart_threshold: config.multipart_threshold,
             part_size: config.part_size,
+            abort_window: AbortWindow::default(),
             exactly_once,
         })
     }
@@ -469,6 +472,7 @@ impl ObjectStoreSink {
             body,
             inner.multipart_threshold,
             inner.part_size,
+            &inner.abort_window,
         )
         .await
         .map_err(|(op, e)| classify(op, &inner.name, &inner.location, key, e))

@@ -1,13 +1,15 @@
 //! Finding the `etl` binary, and building it when it is missing or older
 //! than the sources it is built from: one way for every suite that runs
-//! the command.
+//! the command. And the runs of the suites that kill it again and again:
+//! each started with its output in files of its own ([`start_run`],
+//! [`run_stderr`]), waited for within a bound ([`wait_exit`]).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::workspace_root;
+use crate::{Error, workspace_root};
 
 /// The target profile folder this process runs from (`target/debug` for a
 /// test binary in `target/debug/deps`), and whether it is a release build.
@@ -113,6 +115,77 @@ pub fn etl_binary() -> PathBuf {
         .clone()
 }
 
+/// The file run `run` in `dir` writes its standard output (`out`) or
+/// error (`err`) to.
+fn run_file(dir: &Path, run: u32, stream: &str) -> PathBuf {
+    dir.join(format!("run-{run}.{stream}"))
+}
+
+/// Start `etl ARGS run CONFIG` ([`etl_binary`]) in `dir`, run number
+/// `run` of a suite: standard input closed, standard output into
+/// `dir/run-N.out`, standard error into `dir/run-N.err` (see
+/// [`run_stderr`]).
+///
+/// # Errors
+///
+/// When the output files cannot be created or the command cannot start.
+pub fn start_run(dir: &Path, args: &[&str], config: &Path, run: u32) -> Result<Child, Error> {
+    let file = |stream: &str| {
+        let path = run_file(dir, run, stream);
+        std::fs::File::create(&path)
+            .map_err(|e| Error(format!("cannot create {}: {e}", path.display())))
+    };
+    let binary = etl_binary();
+    Command::new(&binary)
+        .args(args)
+        .arg("run")
+        .arg(config)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(file("out")?)
+        .stderr(file("err")?)
+        .spawn()
+        .map_err(|e| Error(format!("cannot start {}: {e}", binary.display())))
+}
+
+/// What run `run` of [`start_run`] in `dir` wrote to its standard error
+/// so far (nothing before it exists).
+#[must_use]
+pub fn run_stderr(dir: &Path, run: u32) -> String {
+    std::fs::read_to_string(run_file(dir, run, "err")).unwrap_or_default()
+}
+
+/// Wait for `child` to exit, at most `limit`.
+///
+/// # Errors
+///
+/// When it still runs after `limit` (it is then killed), or its state
+/// cannot be read.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Result<ExitStatus, Error> {
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(Error(format!(
+                    "cannot wait for process {}: {e}",
+                    child.id()
+                )));
+            }
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error(format!(
+                "process {} still ran after {limit:?}: killed",
+                child.id()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +218,23 @@ mod tests {
             }
         }
         seen
+    }
+
+    #[test]
+    fn a_process_past_its_bound_is_killed_and_the_wait_says_so() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let started = Instant::now();
+        let waited = wait_exit(&mut child, Duration::from_millis(200));
+        assert!(waited.is_err(), "{waited:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // Killed: it has exited.
+        assert!(child.try_wait().unwrap().is_some());
+        let mut quick = Command::new("true").spawn().unwrap();
+        assert!(
+            wait_exit(&mut quick, Duration::from_secs(10))
+                .unwrap()
+                .success()
+        );
     }
 
     #[test]

@@ -37,7 +37,10 @@
 //!   became of each, for the tests of sinks.
 //!
 //! - [`etl_binary`]: the `etl` command of the running test's profile,
-//!   built first when it is missing or older than any crate's sources.
+//!   built first when it is missing or older than any crate's sources;
+//!   [`start_run`], [`run_stderr`] and [`wait_exit`]: the numbered runs of
+//!   a suite that kills it again and again, each with its output in files
+//!   of its own and waited for within a bound.
 //!
 //! `cargo xtask test`, `cargo xtask postgres` and `cargo xtask kafka` start
 //! their servers with this same code, so a suite run by hand behaves as it
@@ -63,7 +66,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-pub use binary::{etl_binary, profile_dir};
+pub use binary::{etl_binary, profile_dir, run_stderr, start_run, wait_exit};
 
 #[cfg(feature = "acks")]
 pub mod acks;

@@ -13,6 +13,7 @@ mod kafka_broker_down;
 mod kafka_broker_restart;
 mod kafka_group_crash;
 mod kafka_handover;
+mod kafka_lake;
 mod kafka_postgres_group;
 mod kafka_reassign;
 mod kafka_tls;

@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use object_store::{
 
 /// Fails the PUTs of keys starting with a prefix, or the parts of
 /// multipart uploads, or holds those parts unanswered; counts aborted
-/// uploads.
+/// uploads, and is slow to abort on request.
 #[derive(Debug)]
 pub(crate) struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
@@ -28,6 +29,8 @@ pub(crate) struct FaultyStore {
     /// Parts that never get an answer (a store that stopped answering).
     pub(crate) hang_parts: Arc<AtomicBool>,
     pub(crate) aborted: Arc<AtomicUsize>,
+    /// How long an abort waits before it is sent (a slow store).
+    pub(crate) abort_delay: Arc<Mutex<Duration>>,
 }
 
 impl FaultyStore {
@@ -39,6 +42,7 @@ impl FaultyStore {
             fail_parts: Arc::new(AtomicBool::new(false)),
             hang_parts: Arc::new(AtomicBool::new(false)),
             aborted: Arc::new(AtomicUsize::new(0)),
+            abort_delay: Arc::new(Mutex::new(Duration::ZERO)),
         }
     }
 }
@@ -93,6 +97,7 @@ impl ObjectStore for FaultyStore {
             fail_parts: self.fail_parts.clone(),
             hang_parts: self.hang_parts.clone(),
             aborted: self.aborted.clone(),
+            abort_delay: self.abort_delay.clone(),
         }))
     }
 
@@ -144,6 +149,7 @@ struct FaultyUpload {
     fail_parts: Arc<AtomicBool>,
     hang_parts: Arc<AtomicBool>,
     aborted: Arc<AtomicUsize>,
+    abort_delay: Arc<Mutex<Duration>>,
 }
 
 #[async_trait]
@@ -165,6 +171,8 @@ impl MultipartUpload for FaultyUpload {
 
     async fn abort(&mut self) -> object_store::Result<()> {
         self.aborted.fetch_add(1, Ordering::SeqCst);
+        let delay = *self.abort_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         self.inner.abort().await
     }
 }

@@ -213,26 +213,57 @@ async fn a_credential_garage_denies_or_refuses_halts_at_once_without_the_secret(
     assert!(objects.is_empty(), "{objects:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_multipart_upload_on_garage_is_aborted_on_the_server() {
-    let server = Garage::start().unwrap();
+/// A Parquet sink named `lake` on the bucket `orders` of `server`
+/// (created), through a [`FaultyStore`]: the store is returned to set
+/// its faults on.
+fn faulty_sink(server: &Garage) -> (ObjectStoreSink, Arc<FaultyStore>) {
     server.create_bucket("orders").unwrap();
-    let config = garage_config(&server, "orders", server.key_id(), server.secret());
+    let config = garage_config(server, "orders", server.key_id(), server.secret());
     let s3 = ObjectStoreSink::new("lake", std::path::Path::new("."), config.clone())
         .unwrap()
         .store();
-    // The upload is started on the server, then its parts fail.
     let store = Arc::new(FaultyStore::new(s3));
-    store.fail_parts.store(true, Ordering::SeqCst);
     let sink = ObjectStoreSink::with_store("lake", config, store.clone()).unwrap();
+    (sink, store)
+}
+
+/// The driver of `sink` for one batch of large records: never retried,
+/// given up at `write_timeout`.
+fn multipart_driver(
+    sink: ObjectStoreSink,
+    write_timeout: Option<std::time::Duration>,
+) -> etl_sink::SinkHandle {
     let encoder = sink.encoder();
-    let driver = SinkDriver::new(sink, encoder)
+    SinkDriver::new(sink, encoder)
         .config(SinkDriverConfig {
             batch_max_bytes: 64 << 20,
+            write_timeout,
             retry: etl_sink::RetryPolicy::never(),
             ..SinkDriverConfig::default()
         })
-        .spawn();
+        .spawn()
+}
+
+/// Wait until the server shows a multipart upload unfinished in
+/// `orders`: the upload started, its parts held unanswered.
+async fn upload_under_way(server: &Garage) {
+    let seen = std::time::Instant::now();
+    while server.unfinished_multipart_uploads("orders").unwrap() == 0 {
+        assert!(
+            seen.elapsed() < std::time::Duration::from_secs(4),
+            "the server never showed the upload"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_multipart_upload_on_garage_is_aborted_on_the_server() {
+    let server = Garage::start().unwrap();
+    // The upload is started on the server, then its parts fail.
+    let (sink, store) = faulty_sink(&server);
+    store.fail_parts.store(true, Ordering::SeqCst);
+    let driver = multipart_driver(sink, None);
     let (statuses, closed) = deliver(driver, vec![padded(0, 200)]).await;
     assert!(closed.is_err());
     assert_eq!(statuses, [AckStatus::Failed]);
@@ -245,36 +276,15 @@ async fn a_failed_multipart_upload_on_garage_is_aborted_on_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multipart_upload_abandoned_at_the_write_timeout_is_aborted_on_the_server() {
     let server = Garage::start().unwrap();
-    server.create_bucket("orders").unwrap();
-    let config = garage_config(&server, "orders", server.key_id(), server.secret());
-    let s3 = ObjectStoreSink::new("lake", std::path::Path::new("."), config.clone())
-        .unwrap()
-        .store();
     // The upload is started on the server; its parts never get an
     // answer, so the driver gives the write up at its timeout and drops
     // it, as a shutdown past its deadline does.
-    let store = Arc::new(FaultyStore::new(s3));
+    let (sink, store) = faulty_sink(&server);
     store.hang_parts.store(true, Ordering::SeqCst);
-    let sink = ObjectStoreSink::with_store("lake", config, store.clone()).unwrap();
-    let encoder = sink.encoder();
-    let driver = SinkDriver::new(sink, encoder)
-        .config(SinkDriverConfig {
-            batch_max_bytes: 64 << 20,
-            write_timeout: Some(std::time::Duration::from_secs(4)),
-            retry: etl_sink::RetryPolicy::never(),
-            ..SinkDriverConfig::default()
-        })
-        .spawn();
+    let driver = multipart_driver(sink, Some(std::time::Duration::from_secs(4)));
     let delivery = tokio::spawn(deliver(driver, vec![padded(0, 200)]));
     // While the write hangs, the server shows the upload unfinished.
-    let seen = std::time::Instant::now();
-    while server.unfinished_multipart_uploads("orders").unwrap() == 0 {
-        assert!(
-            seen.elapsed() < std::time::Duration::from_secs(4),
-            "the server never showed the upload"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    upload_under_way(&server).await;
     let (statuses, closed) = delivery.await.unwrap();
     assert!(closed.is_err());
     assert_eq!(statuses, [AckStatus::Failed]);
@@ -290,5 +300,60 @@ async fn a_multipart_upload_abandoned_at_the_write_timeout_is_aborted_on_the_ser
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    assert_eq!(store.aborted.load(Ordering::SeqCst), 1);
+}
+
+/// A run that ends right after its stop deadline, as the `etl` command
+/// does: its multi-thread runtime shut down in the background at once.
+/// The multipart upload the stop gave up was aborted on the server before
+/// the runtime went, though the abort itself is slow to answer.
+#[test]
+fn a_multipart_upload_given_up_at_the_stop_deadline_is_aborted_before_the_runtime_ends() {
+    let server = Garage::start().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let stopped = runtime.block_on(async {
+        // The parts never get an answer; the abort answers only after a
+        // while, so a process that does not wait for it ends first.
+        let (sink, store) = faulty_sink(&server);
+        store.hang_parts.store(true, Ordering::SeqCst);
+        *store.abort_delay.lock().unwrap() = std::time::Duration::from_millis(500);
+        let driver = multipart_driver(sink, None);
+        let (acker, _events) = etl_ack::channel();
+        let records = padded(0, 200);
+        let meta = etl_ack::BatchMeta {
+            id: etl_ack::BatchId {
+                partition: etl_record::PartitionId(0),
+                epoch: 1,
+                seq: 0,
+            },
+            first_offset: etl_record::Offset(0),
+            last_offset: etl_record::Offset(199),
+            records: 200,
+            bytes: records.iter().map(|r| r.value.len() as u64).sum(),
+        };
+        let ack = acker.open(meta).unwrap();
+        driver
+            .send(etl_ack::Acked::new(records, ack))
+            .await
+            .unwrap();
+        upload_under_way(&server).await;
+        let stopped = driver.shutdown(std::time::Duration::from_millis(100)).await;
+        (stopped, store)
+    });
+    let (stopped, store) = stopped;
+    assert!(
+        matches!(stopped, Err(etl_sink::SinkDriverError::ShutdownTimeout(_))),
+        "{stopped:?}"
+    );
+    runtime.shutdown_background();
+    assert_eq!(
+        server.unfinished_multipart_uploads("orders").unwrap(),
+        0,
+        "the upload given up is left unfinished on the server"
+    );
     assert_eq!(store.aborted.load(Ordering::SeqCst), 1);
 }

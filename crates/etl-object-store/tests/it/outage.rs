@@ -5,6 +5,7 @@
 //! covers only what the objects hold).
 
 use std::path::Path;
+use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
 use etl_test_support::garage::Garage;
@@ -12,8 +13,9 @@ use etl_test_support::garage::Garage;
 use crate::garage::garage_location;
 use crate::process::{
     PARTITIONS, PER_PARTITION, assert_progress_covered, etl_binary, garage_store, start, tally,
-    wait, write_pipeline,
+    write_pipeline,
 };
+use etl_test_support::{run_stderr, wait_exit};
 
 /// Request bounds that outlast a restart of a few seconds.
 const PATIENT: &str = r#"
@@ -24,65 +26,77 @@ max_backoff = "1s"
 timeout = "5s"
 "#;
 
-/// What the run printed on standard error.
-fn stderr_of(dir: &Path, run: u32) -> String {
-    std::fs::read_to_string(dir.join(format!("run-{run}.err"))).unwrap_or_default()
+/// One run of `etl` into Garage's bucket `lake`, under way.
+struct Running {
+    server: Garage,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Running {
+    /// Start Garage and a run of `etl` into its bucket `lake` (`rate`
+    /// records a second, `sink` and `requests` lines as
+    /// [`write_pipeline`] takes them), and let it run for `first`.
+    fn start(rate: u64, sink: &str, requests: &str, first: Duration) -> Running {
+        let server = Garage::start().unwrap();
+        server.create_bucket("lake").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = garage_store(&server, "lake");
+        let config = write_pipeline(dir.path(), &store, rate, sink, requests);
+        assert!(etl_binary().is_file());
+        let mut child = start(dir.path(), &config, 1);
+        std::thread::sleep(first);
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        Running { server, dir, child }
+    }
+
+    /// Wait for the run's end (at most `limit`): its status and standard
+    /// error, which holds no secret.
+    fn end(&mut self, limit: Duration) -> (ExitStatus, String) {
+        let status = wait_exit(&mut self.child, limit).unwrap();
+        let err = run_stderr(self.dir.path(), 1);
+        assert!(!err.contains(self.server.secret()), "{err}");
+        (status, err)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[test]
 fn garage_stopped_and_started_mid_run_is_retried_and_every_record_lands_once() {
-    let mut server = Garage::start().unwrap();
-    server.create_bucket("lake").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_pipeline(
-        dir.path(),
-        &garage_store(&server, "lake"),
-        1_000,
-        "",
-        PATIENT,
-    );
-    assert!(etl_binary().is_file());
-    let mut child = start(dir.path(), &config, 1);
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+    let mut run = Running::start(1_000, "", PATIENT, Duration::from_secs(3));
+    let server = &mut run.server;
     server.stop();
     std::thread::sleep(Duration::from_secs(4));
     server.restart().unwrap();
-    let status = wait(&mut child, Duration::from_secs(120));
-    let err = stderr_of(dir.path(), 1);
+    let (status, err) = run.end(Duration::from_secs(120));
     assert!(status.success(), "{status}: {err}");
-    assert!(!err.contains(server.secret()), "{err}");
-    let (counts, progress) = tally(&garage_location(&server, "lake"));
+    let (counts, progress) = tally(&garage_location(&run.server, "lake"));
     assert_progress_covered(&counts, &progress, "at the end");
     assert_eq!(counts.len() as i64, PARTITIONS * PER_PARTITION);
     assert!(counts.values().all(|&n| n == 1));
 }
 
 /// Run `etl` into Garage's bucket `lake`, call `outage` on the server
-/// two seconds in, and return the run's exit code and standard error.
+/// two seconds in, and return the run, its exit code and standard error.
 /// The run would last over a minute: an outage that takes long to bring
 /// about on a loaded machine (a bucket emptied while it is written to)
 /// still lands before the input ends.
-fn halted_by(outage: impl FnOnce(&Garage)) -> (Garage, Option<i32>, String) {
-    let server = Garage::start().unwrap();
-    server.create_bucket("lake").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let rate = 200;
-    let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), rate, "", "");
-    assert!(etl_binary().is_file());
-    let mut child = start(dir.path(), &config, 1);
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(child.try_wait().unwrap().is_none(), "the run ended early");
-    outage(&server);
-    let status = wait(&mut child, Duration::from_secs(60));
-    let err = stderr_of(dir.path(), 1);
-    assert!(!err.contains(server.secret()), "{err}");
-    (server, status.code(), err)
+fn halted_by(outage: impl FnOnce(&Garage)) -> (Running, Option<i32>, String) {
+    let mut run = Running::start(200, "", "", Duration::from_secs(2));
+    outage(&run.server);
+    let (status, err) = run.end(Duration::from_secs(60));
+    (run, status.code(), err)
 }
 
 #[test]
 fn a_bucket_deleted_mid_run_halts_with_74_naming_sink_bucket_and_key() {
-    let (_server, code, err) = halted_by(|server| {
+    let (_run, code, err) = halted_by(|server| {
         // Garage deletes empty buckets only: empty it (the pipeline keeps
         // writing) until the deletion goes through.
         let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -103,7 +117,7 @@ fn a_bucket_deleted_mid_run_halts_with_74_naming_sink_bucket_and_key() {
 
 #[test]
 fn a_write_right_withdrawn_mid_run_halts_with_74_and_the_progress_covers_only_stored_records() {
-    let (server, code, err) = halted_by(|server| {
+    let (run, code, err) = halted_by(|server| {
         server
             .cli(&[
                 "bucket",
@@ -119,7 +133,7 @@ fn a_write_right_withdrawn_mid_run_halts_with_74_and_the_progress_covers_only_st
     for part in ["\"lake\"", "s3://lake/", "credential"] {
         assert!(err.contains(part), "{part} in {err}");
     }
-    let (counts, progress) = tally(&garage_location(&server, "lake"));
+    let (counts, progress) = tally(&garage_location(&run.server, "lake"));
     assert!(!counts.is_empty() && (counts.len() as i64) < PARTITIONS * PER_PARTITION);
     assert_progress_covered(&counts, &progress, "after the halt");
 }
@@ -146,31 +160,18 @@ async fn empty(store: &dyn object_store::ObjectStore) {
 
 #[test]
 fn a_run_stopped_by_sigterm_mid_run_leaves_no_unfinished_multipart_upload() {
-    let server = Garage::start().unwrap();
-    server.create_bucket("lake").unwrap();
-    let dir = tempfile::tempdir().unwrap();
     // Every object a multipart upload.
-    let config = write_pipeline(
-        dir.path(),
-        &garage_store(&server, "lake"),
-        1_000,
-        "multipart_threshold = 1",
-        "",
-    );
-    assert!(etl_binary().is_file());
-    let mut child = start(dir.path(), &config, 1);
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+    let mut run = Running::start(1_000, "multipart_threshold = 1", "", Duration::from_secs(3));
     let term = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &run.child.id().to_string()])
         .status()
         .unwrap();
     assert!(term.success());
-    let status = wait(&mut child, Duration::from_secs(60));
-    let err = stderr_of(dir.path(), 1);
+    let (status, err) = run.end(Duration::from_secs(60));
     assert!(status.success(), "{status}: {err}");
+    let server = &run.server;
     assert_eq!(server.unfinished_multipart_uploads("lake").unwrap(), 0);
-    let (counts, progress) = tally(&garage_location(&server, "lake"));
+    let (counts, progress) = tally(&garage_location(server, "lake"));
     assert!(!counts.is_empty() && (counts.len() as i64) < PARTITIONS * PER_PARTITION);
     assert_progress_covered(&counts, &progress, "after the stop");
 }

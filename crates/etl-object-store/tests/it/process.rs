@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
 pub(crate) use etl_test_support::etl_binary;
 use etl_test_support::garage::Garage;
 use etl_test_support::pyarrow::{Location, read_objects};
+use etl_test_support::{run_stderr, start_run, wait_exit};
 
 use crate::garage::garage_location;
 
@@ -77,30 +78,7 @@ store = {{ type = "file", path = "state" }}
 
 /// `etl run CONFIG` in `dir`, its output in `run-N.out`/`run-N.err`.
 pub(crate) fn start(dir: &Path, config: &Path, run: u32) -> Child {
-    Command::new(etl_binary())
-        .args(["run"])
-        .arg(config)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(dir.join(format!("run-{run}.out"))).unwrap())
-        .stderr(std::fs::File::create(dir.join(format!("run-{run}.err"))).unwrap())
-        .spawn()
-        .unwrap()
-}
-
-/// Wait for `child`, at most `limit`; killed past it.
-pub(crate) fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            panic!("etl still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    start_run(dir, &[], config, run).unwrap()
 }
 
 /// How many objects hold each generated id, and each partition's stored
@@ -243,8 +221,8 @@ fn kill_loop(dir: &Path, config: &Path, location: &Location, kills: u32) {
     }
     run += 1;
     let mut child = start(dir, config, run);
-    let status = wait(&mut child, Duration::from_secs(120));
-    let err = std::fs::read_to_string(dir.join(format!("run-{run}.err"))).unwrap_or_default();
+    let status = wait_exit(&mut child, Duration::from_secs(120)).unwrap();
+    let err = run_stderr(dir, run);
     assert!(status.success(), "the last run: {status}: {err}");
     if let Location::Folder(folder) = location {
         // The partial writes of the killed runs were removed when the

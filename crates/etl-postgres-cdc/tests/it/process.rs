@@ -4,13 +4,13 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_postgres_cdc::Lsn;
-use etl_test_support::etl_binary;
+use etl_test_support::{etl_binary, run_stderr, start_run};
 use serde_json::Value;
 
 use crate::support::{Names, client};
@@ -36,16 +36,9 @@ fn config(dir: &Path, names: &Names) -> PathBuf {
     path
 }
 
+/// Run `run` of the loop, logging JSON.
 fn start(dir: &Path, config: &Path, run: u32) -> Child {
-    Command::new(etl_binary())
-        .args(["--log-format", "json", "run"])
-        .arg(config)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(dir.join(format!("run-{run}.out"))).unwrap())
-        .stderr(std::fs::File::create(dir.join(format!("run-{run}.err"))).unwrap())
-        .spawn()
-        .unwrap()
+    start_run(dir, &["--log-format", "json"], config, run).unwrap()
 }
 
 /// The ids of `grows` rows the file holds (inserted or read), read as
@@ -179,7 +172,7 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
         assert!(
             child.try_wait().unwrap().is_none(),
             "run {run} ended by itself: {}",
-            std::fs::read_to_string(dir.join(format!("run-{run}.err"))).unwrap_or_default()
+            run_stderr(&dir, run)
         );
         child.kill().unwrap();
         child.wait().unwrap();
