@@ -17,7 +17,7 @@
 #[cfg(feature = "remap")]
 use crate::remap_fast::Arena;
 #[cfg(feature = "remap")]
-use crate::remap_fast::judge::{Form, Reading};
+use crate::remap_fast::judge::{Fields, Form, Reading};
 
 /// Without the `remap` feature no condition has a fast form here.
 #[cfg(not(feature = "remap"))]
@@ -103,6 +103,10 @@ impl Condition {
 pub struct Conditions {
     forms: Vec<Option<Form>>,
     checked: bool,
+    /// The top-level fields the conditions read, when all of them are
+    /// declarative filters: each record is then read for those alone.
+    #[cfg(feature = "remap")]
+    fields: Option<Fields>,
     #[cfg(feature = "remap")]
     arena: Arena,
 }
@@ -115,7 +119,7 @@ impl Conditions {
     #[must_use]
     pub fn new(conditions: impl IntoIterator<Item = Option<Condition>>) -> Self {
         let mut checked = true;
-        let forms = conditions
+        let forms: Vec<Option<Form>> = conditions
             .into_iter()
             .map(|c| {
                 c.map(|c| {
@@ -125,6 +129,8 @@ impl Conditions {
             })
             .collect();
         Conditions {
+            #[cfg(feature = "remap")]
+            fields: Fields::of(forms.iter().flatten()),
             forms,
             checked,
             #[cfg(feature = "remap")]
@@ -138,6 +144,8 @@ impl Conditions {
         Conditions {
             forms: self.forms.clone(),
             checked: self.checked,
+            #[cfg(feature = "remap")]
+            fields: self.fields.clone(),
             #[cfg(feature = "remap")]
             arena: Arena::default(),
         }
@@ -158,6 +166,7 @@ impl Conditions {
             state: State::Unread {
                 value,
                 checked: self.checked,
+                fields: self.fields.as_ref(),
                 arena: &mut self.arena,
             },
             #[cfg(not(feature = "remap"))]
@@ -184,6 +193,7 @@ enum State<'s> {
     Unread {
         value: &'s [u8],
         checked: bool,
+        fields: Option<&'s Fields>,
         arena: &'s mut Arena,
     },
     Read(Reading<'s>),
@@ -205,12 +215,13 @@ impl Judging<'_> {
                 let State::Unread {
                     value,
                     checked,
+                    fields,
                     arena,
                 } = std::mem::replace(&mut self.state, State::Unreadable)
                 else {
                     return None;
                 };
-                if let Some(reading) = Reading::open(value, checked, arena) {
+                if let Some(reading) = Reading::open(value, checked, fields, arena) {
                     self.state = State::Read(reading);
                 }
             }

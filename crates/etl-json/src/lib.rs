@@ -73,6 +73,8 @@ mod fused;
 pub mod fuzzing;
 mod json;
 mod json_fast;
+#[cfg(feature = "remap")]
+mod number;
 pub mod ops;
 #[cfg(feature = "remap")]
 mod remap;

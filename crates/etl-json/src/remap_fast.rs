@@ -39,6 +39,7 @@ use vrl::value::Value;
 
 use crate::check;
 use crate::faithful::{self, Verbatim};
+use crate::number;
 use crate::ops::CompareOp;
 use crate::scan::{self, Entries};
 
@@ -764,33 +765,8 @@ impl<'a> Cx<'a> {
         if !self.overlay.0.is_empty() {
             return Err(Stop::Fallback);
         }
-        let (first, rest) = filter.path.split_first().ok_or(Stop::Fallback)?;
-        let mut text = last_of(&self.top, first);
-        for segment in rest {
-            let Some(t) = text else { break };
-            text = match t.as_bytes().first() {
-                Some(b'{') => scan::find(t, segment).ok_or(Stop::Fallback)?,
-                Some(b'[') => match crate::ops::index(segment) {
-                    Some(i) => scan::items(t).ok_or(Stop::Fallback)?.get(i).copied(),
-                    None => None,
-                },
-                _ => None,
-            };
-        }
-        // As the JSON stage reads it: a top-level value that does not
-        // parse is null, a nested one missing.
-        let found: Option<serde_json::Value> = match text {
-            Some(t) if rest.is_empty() => {
-                Some(serde_json::from_str(t).unwrap_or(serde_json::Value::Null))
-            }
-            Some(t) => serde_json::from_str(t).ok(),
-            None => None,
-        };
-        Ok(crate::ops::compare(
-            found.as_ref(),
-            filter.op,
-            &filter.value,
-        ))
+        let first = filter.path.first().ok_or(Stop::Fallback)?;
+        filter_on(last_of(&self.top, first), filter)
     }
 
     fn block(&mut self, exprs: &[Expr]) -> Run<Val<'a>> {
@@ -1247,6 +1223,45 @@ fn call<'a>(func: Func, arg: Val<'a>) -> Run<Val<'a>> {
         Func::Floor => rounded(f64::floor, arg.into_value()?)?,
         Func::Ceil => rounded(f64::ceil, arg.into_value()?)?,
     }))
+}
+
+/// Whether a declarative filter holds on a record whose top-level field
+/// named by the filter's first segment has the text `top` (`None`: no
+/// such field), as [`JsonStage`](crate::JsonStage)'s fast path decides
+/// it.
+fn filter_on(top: Option<&str>, filter: &JsonFilter) -> Run<bool> {
+    let rest = filter.path.get(1..).ok_or(Stop::Fallback)?;
+    let mut text = top;
+    for segment in rest {
+        let Some(t) = text else { break };
+        text = match t.as_bytes().first() {
+            Some(b'{') => scan::find(t, segment).ok_or(Stop::Fallback)?,
+            Some(b'[') => match crate::ops::index(segment) {
+                Some(i) => scan::items(t).ok_or(Stop::Fallback)?.get(i).copied(),
+                None => None,
+            },
+            _ => None,
+        };
+    }
+    // A number's text is compared without parsing it, when read exactly
+    // (the same number serde_json reads).
+    if let Some(held) = text.and_then(|t| number::compare(t, filter.op, &filter.value)) {
+        return Ok(held);
+    }
+    // As the JSON stage reads it: a top-level value that does not parse
+    // is null, a nested one missing.
+    let found: Option<serde_json::Value> = match text {
+        Some(t) if rest.is_empty() => {
+            Some(serde_json::from_str(t).unwrap_or(serde_json::Value::Null))
+        }
+        Some(t) => serde_json::from_str(t).ok(),
+        None => None,
+    };
+    Ok(crate::ops::compare(
+        found.as_ref(),
+        filter.op,
+        &filter.value,
+    ))
 }
 
 /// The last value of `key` among an object's entries.

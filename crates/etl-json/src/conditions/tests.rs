@@ -30,6 +30,14 @@ const PROGRAMS: &[&str] = &[
 ];
 
 fn spec() -> impl Strategy<Value = Spec> {
+    prop_oneof![
+        json_spec(),
+        prop::sample::select(PROGRAMS).prop_map(Spec::Vrl),
+    ]
+}
+
+/// A declarative condition.
+fn json_spec() -> impl Strategy<Value = Spec> {
     let cmp = prop_oneof![
         Just(CompareOp::Eq),
         Just(CompareOp::Ne),
@@ -44,16 +52,13 @@ fn spec() -> impl Strategy<Value = Spec> {
         (-3.0f64..4.0).prop_map(Value::from),
         "[x-z]{0,2}".prop_map(Value::from),
     ];
-    prop_oneof![
-        ("[a-d](\\.([a-d]|[0-1])){0,1}", cmp, constant).prop_map(|(f, op, value)| {
-            Spec::Json(JsonOp::Filter {
-                path: JsonOp::path(&f),
-                op,
-                value,
-            })
-        }),
-        prop::sample::select(PROGRAMS).prop_map(Spec::Vrl),
-    ]
+    ("[a-d](\\.([a-d]|[0-1])){0,1}", cmp, constant).prop_map(|(f, op, value)| {
+        Spec::Json(JsonOp::Filter {
+            path: JsonOp::path(&f),
+            op,
+            value,
+        })
+    })
 }
 
 /// A field's value as users write it.
@@ -194,6 +199,50 @@ proptest! {
                 for &i in order.iter().filter(|i| **i < specs.len()) {
                     if let Some(held) = judging.holds(i) {
                         let want = alone(stages[i].as_mut(), input);
+                        prop_assert_eq!(
+                            Some(held), want,
+                            "condition {:?} on {} (checked: {})", specs[i], input, checked
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Objects of numbers of every shape under keys written plainly or
+/// escaped (`\u0061` is `a`), duplicates included.
+fn numbers() -> impl Strategy<Value = String> {
+    let number = prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        (-1e6f64..1e6).prop_map(|f| f.to_string()),
+        "-?(0|[1-9][0-9]{0,19})(\\.[0-9]{1,18})?([eE][-+]?[0-9]{1,3})?",
+        Just("-0".to_owned()),
+    ];
+    prop::collection::vec(("[a-d]|\\\\u006[1-4]", number), 0..5).prop_map(|fields| {
+        let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        format!("{{{}}}", body.join(","))
+    })
+}
+
+proptest! {
+    /// Declarative conditions alone, on checked input, are judged on a
+    /// reading of the fields they name only: as their stages judge them.
+    #[test]
+    fn prop_declarative_conditions_alone_judge_as_their_stages(
+        specs in prop::collection::vec(json_spec(), 1..5),
+        inputs in prop::collection::vec(prop_oneof![record(), numbers()], 1..6),
+    ) {
+        for checked in [false, true] {
+            let (mut stages, mut conditions) = build(&specs, checked);
+            for input in &inputs {
+                if checked && serde_json::from_str::<Value>(input).is_err() {
+                    continue;
+                }
+                let mut judging = conditions.read(input.as_bytes());
+                for (i, stage) in stages.iter_mut().enumerate() {
+                    if let Some(held) = judging.holds(i) {
+                        let want = alone(stage.as_mut(), input);
                         prop_assert_eq!(
                             Some(held), want,
                             "condition {:?} on {} (checked: {})", specs[i], input, checked

@@ -6,12 +6,20 @@
 //! filter `condition` as [`LiteProgram::run`] without writing), on the
 //! record as read: what one condition's program assigns or deletes is
 //! forgotten before the next is judged.
+//!
+//! Declarative filters alone need less than a program: the values of the few top-level fields their paths
+//! start with. Such a reading ([`Fields`]) reads the record's top level
+//! with the validating reader, which refuses what the checked reading's
+//! searches of the whole text refuse (a number past an `f64`, a surrogate
+//! escape) at less cost than the scanner and those searches together,
+//! and keeps those values only.
 
 use std::sync::Arc;
 
 use vrl::value::Value;
 
-use super::{Arena, Cx, JsonFilter, LiteProgram, Spare, Stop, Val};
+use super::{Arena, Cx, JsonFilter, LiteProgram, Spare, Stop, Val, last_of};
+use crate::{check, scan};
 
 /// The fast form of one condition.
 #[derive(Debug, Clone)]
@@ -22,49 +30,145 @@ pub(crate) enum Form {
     Program(Arc<LiteProgram>),
 }
 
-/// One record, read once, for judging conditions on it. Its vectors go
-/// back to the spare ones when it is dropped.
+/// The most top-level fields a [`Fields`] reading keeps; conditions
+/// naming more are read as programs are.
+const MAX_FIELDS: usize = 8;
+
+/// The top-level fields that declarative filters read, when every fast
+/// form is one and they name at most [`MAX_FIELDS`] fields: a reading
+/// then keeps only their values.
+#[derive(Debug, Clone)]
+pub(crate) struct Fields {
+    keys: Vec<String>,
+}
+
+impl Fields {
+    /// The fields `forms` read, when they are all declarative filters
+    /// naming few enough fields.
+    pub(crate) fn of<'f>(forms: impl IntoIterator<Item = &'f Form>) -> Option<Fields> {
+        let mut keys: Vec<String> = Vec::new();
+        for form in forms {
+            let Form::Filters(filters) = form else {
+                return None;
+            };
+            for filter in filters {
+                let first = filter.path.first()?;
+                if !keys.contains(first) {
+                    keys.push(first.clone());
+                }
+            }
+        }
+        (keys.len() <= MAX_FIELDS).then_some(Fields { keys })
+    }
+}
+
+/// One record, read once, for judging conditions on it. A program's
+/// reading gives its vectors back to the spare ones when it is dropped.
 pub(crate) struct Reading<'a> {
-    cx: Option<Cx<'a>>,
-    spare: &'a mut Spare,
+    how: How<'a>,
+}
+
+/// How the record was read.
+enum How<'a> {
+    /// As a program reads it: its top level, nested objects as reached.
+    Program {
+        cx: Option<Cx<'a>>,
+        spare: &'a mut Spare,
+    },
+    /// The values of the top-level fields `keys` (the last of each, as
+    /// the stages read duplicates), `None` where the record has none.
+    Fields {
+        keys: &'a [String],
+        values: [Option<&'a str>; MAX_FIELDS],
+    },
 }
 
 impl std::fmt::Debug for Reading<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reading")
-            .field("doc", &self.cx.as_ref().map(|cx| cx.doc))
-            .finish_non_exhaustive()
+        match &self.how {
+            How::Program { cx, .. } => f
+                .debug_struct("Reading")
+                .field("doc", &cx.as_ref().map(|cx| cx.doc))
+                .finish_non_exhaustive(),
+            How::Fields { keys, values } => f
+                .debug_struct("Reading")
+                .field("keys", keys)
+                .field("values", values)
+                .finish(),
+        }
     }
 }
 
 impl<'a> Reading<'a> {
     /// Read `input`'s top level (and, unless `checked`, check all of it);
     /// `None` for what the fast path leaves to the conditions' own stages
-    /// (see [`LiteProgram::run`]).
-    pub(crate) fn open(input: &'a [u8], checked: bool, arena: &'a mut Arena) -> Option<Self> {
+    /// (see [`LiteProgram::run`]). With `fields` (every condition a
+    /// declarative filter), only those fields are kept, checked or not.
+    pub(crate) fn open(
+        input: &'a [u8],
+        checked: bool,
+        fields: Option<&'a Fields>,
+        arena: &'a mut Arena,
+    ) -> Option<Self> {
         let spare = &mut arena.spare;
+        if let Some(fields) = fields {
+            return Self::fields(input, &fields.keys, spare);
+        }
         let cx = Cx::open(input, checked, spare)?;
         Some(Reading {
-            cx: Some(cx),
-            spare,
+            how: How::Program {
+                cx: Some(cx),
+                spare,
+            },
+        })
+    }
+
+    /// The values of the top-level fields `keys` of `input`, refused as
+    /// [`Cx::open`] refuses input it checks (and so anything it refuses
+    /// on checked input); `spare` lends the entries' vector.
+    fn fields(input: &'a [u8], keys: &'a [String], spare: &mut Spare) -> Option<Self> {
+        let doc = simdutf8::basic::from_utf8(input).ok()?;
+        let top = check::entries_in(doc, scan::recycle(std::mem::take(&mut spare.top)))?;
+        let mut values = [None; MAX_FIELDS];
+        for (value, key) in values.iter_mut().zip(keys) {
+            *value = last_of(&top, key);
+        }
+        spare.top = scan::recycle(top);
+        Some(Reading {
+            how: How::Fields { keys, values },
         })
     }
 
     /// Whether the condition holds for the record as read; `None` when
     /// its fast form cannot say.
     pub(crate) fn holds(&mut self, form: &Form) -> Option<bool> {
-        let cx = self.cx.as_mut()?;
-        // Another condition's assignments are not this one's record.
-        cx.overlay.0.clear();
-        let held = match form {
-            Form::Filters(filters) => filters
-                .iter()
-                .try_fold(true, |all, f| Ok::<_, Stop>(all && cx.json_filter(f)?)),
-            Form::Program(program) => match cx.program(program).and_then(Val::into_value) {
-                Ok(Value::Boolean(b)) => Ok(b),
-                Ok(_) => Ok(false),
-                Err(e) => Err(e),
-            },
+        let held = match &mut self.how {
+            How::Program { cx, .. } => {
+                let cx = cx.as_mut()?;
+                // Another condition's assignments are not this one's record.
+                cx.overlay.0.clear();
+                match form {
+                    Form::Filters(filters) => filters
+                        .iter()
+                        .try_fold(true, |all, f| Ok::<_, Stop>(all && cx.json_filter(f)?)),
+                    Form::Program(program) => match cx.program(program).and_then(Val::into_value) {
+                        Ok(Value::Boolean(b)) => Ok(b),
+                        Ok(_) => Ok(false),
+                        Err(e) => Err(e),
+                    },
+                }
+            }
+            How::Fields { keys, values } => {
+                let Form::Filters(filters) = form else {
+                    return None;
+                };
+                filters.iter().try_fold(true, |all, f| {
+                    let first = f.path.first().ok_or(Stop::Fallback)?;
+                    let at = keys.iter().position(|k| k == first).ok_or(Stop::Fallback)?;
+                    let top = *values.get(at).ok_or(Stop::Fallback)?;
+                    Ok::<_, Stop>(all && super::filter_on(top, f)?)
+                })
+            }
         };
         match held {
             Ok(held) => Some(held),
@@ -77,8 +181,10 @@ impl<'a> Reading<'a> {
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
-        if let Some(cx) = self.cx.take() {
-            cx.close(self.spare);
+        if let How::Program { cx, spare } = &mut self.how
+            && let Some(cx) = cx.take()
+        {
+            cx.close(spare);
         }
     }
 }

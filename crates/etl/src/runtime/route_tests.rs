@@ -753,3 +753,52 @@ fn a_problem_in_a_sinks_own_step_is_placed_in_that_step() {
         .collect();
     assert!(problems.iter().any(|p| p.starts_with("7:")), "{problems:?}");
 }
+
+/// A condition (a program: declarative ones are read by the validating
+/// reader whatever the claim) whose fast form takes its input as checked
+/// JSON (as the configuration gives it after built-in steps), and shared
+/// steps set
+/// after it that write text a reading of checked input would judge
+/// (`"x":tru` is no JSON, but a scan that trusts its input reads past
+/// it): the builder takes the claim back, so the condition's own stage
+/// judges the text, refuses it, and the record is dead-lettered.
+#[cfg(feature = "remap")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_set_after_a_route_take_back_its_conditions_claim_of_checked_input() {
+    use etl_json::{Condition, VrlFilter, VrlProgram};
+
+    use crate::transform::TransformChain;
+
+    let not_json = || {
+        map("not json", |mut r: Record| {
+            r.value = br#"{"amount":5,"x":tru}"#.to_vec().into();
+            Ok(r)
+        })
+    };
+    for replace in [false, true] {
+        let (picked, dlq) = (Collect::default(), Collect::default());
+        let program = VrlProgram::condition(".amount == 5").unwrap();
+        let fast = Condition::program(&program).map(|c| c.checked_input(true));
+        let when = VrlFilter::new("when", program);
+        assert!(fast.is_some(), "the condition has a fast form");
+        let mut condition = TransformChain::new();
+        condition.push(Box::new(when));
+        let builder = Pipeline::builder()
+            .sink("picked", sink(&picked))
+            .route("picked", Route::new().when_chain(condition).when_fast(fast))
+            .dead_letter(dlq.clone());
+        let builder = if replace {
+            let mut chain = TransformChain::new();
+            chain.push(Box::new(not_json()));
+            builder.transforms(chain)
+        } else {
+            builder.transform(not_json())
+        };
+        let (result, mut store) = run(builder).await;
+        let summary = result.unwrap();
+        assert_eq!(picked.keys(), BTreeSet::new(), "replace: {replace}");
+        assert_eq!(dlq.keys(), every(|_| true), "replace: {replace}");
+        assert_eq!(summary.dead_lettered, every(|_| true).len() as u64);
+        committed_all(&mut store);
+    }
+}
