@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use etl::ProgressTotals;
-use etl_record::PartitionOffsets;
+use etl::{CommittedTotals, ProgressTotals};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// What a source's offsets count, for the units of the lag.
@@ -147,11 +146,7 @@ impl Eta {
 /// The committed offsets, summed: for files, the bytes behind every
 /// commit.
 fn done(totals: &ProgressTotals) -> u64 {
-    totals
-        .committed
-        .values()
-        .map(|o| u64::try_from(o.0).unwrap_or(0))
-        .sum()
+    totals.committed.sum
 }
 
 fn per_second(delta: u64, secs: f64) -> f64 {
@@ -213,15 +208,15 @@ pub(crate) fn report_interval(secs: f64) -> Duration {
     })
 }
 
-fn render_committed(committed: &PartitionOffsets) -> String {
-    const SHOWN: usize = 4;
+pub(crate) fn render_committed(committed: &CommittedTotals) -> String {
     let mut parts: Vec<String> = committed
+        .first
         .iter()
-        .take(SHOWN)
         .map(|(p, o)| format!("{p}={o}"))
         .collect();
-    if committed.len() > SHOWN {
-        parts.push(format!("+{} more", committed.len() - SHOWN));
+    let more = committed.partitions.saturating_sub(parts.len() as u64);
+    if more > 0 {
+        parts.push(format!("+{more} more"));
     }
     if parts.is_empty() {
         "-".to_owned()
@@ -266,7 +261,7 @@ mod tests {
             read,
             written: read,
             lag: 86_377_777,
-            committed: PartitionOffsets::from([(PartitionId(7), Offset(committed))]),
+            committed: CommittedTotals::of([(PartitionId(7), Offset(committed))]),
             ..ProgressTotals::default()
         }
     }
@@ -328,8 +323,8 @@ mod tests {
 
     #[test]
     fn committed_offsets_are_abbreviated() {
-        assert_eq!(render_committed(&PartitionOffsets::new()), "-");
-        let many: PartitionOffsets = (0..6).map(|p| (PartitionId(p), Offset(10))).collect();
+        assert_eq!(render_committed(&CommittedTotals::default()), "-");
+        let many = CommittedTotals::of((0..6).map(|p| (PartitionId(p), Offset(10))));
         assert_eq!(render_committed(&many), "0=10,1=10,2=10,3=10,+2 more");
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");

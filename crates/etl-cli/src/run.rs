@@ -79,11 +79,13 @@ async fn run_async(
         task.abort();
     }
     let summary = result.map_err(|e| Exit::from_pipeline(e, registry))?;
-    let committed: Vec<String> = summary
-        .committed
-        .iter()
-        .map(|(p, o)| format!("{p}={o}"))
-        .collect();
+    // The first few partitions and a count, as the progress line shows
+    // them: a file source has a partition per input file, and every one
+    // of 100,000 rendered at once would be the run's peak of memory
+    // (`etl offsets show` lists them all).
+    let committed = progress::render_committed(&etl::CommittedTotals::of(
+        summary.committed.iter().map(|(p, o)| (*p, *o)),
+    ));
     tracing::info!(
         read = summary.read,
         written = summary.written(),
@@ -91,7 +93,7 @@ async fn run_async(
         dead_lettered = summary.dead_lettered,
         unrouted = summary.unrouted,
         replays = summary.replays,
-        committed = %committed.join(","),
+        committed = %committed,
         stopped_by_signal = summary.stopped,
         "pipeline finished"
     );

@@ -394,6 +394,43 @@ impl Registry {
         id
     }
 
+    /// Register files new to the record (paths it does not hold) in path
+    /// order, each with a new id as [`assign_new`](Self::assign_new) gives
+    /// one; their ids, in the same order. The entries join in sorted runs
+    /// through `append`, which builds packed nodes: inserted one by one in
+    /// order (a first run registers every input, in path order), a
+    /// B-tree's nodes stay about half full, some 90 bytes a file more.
+    pub(crate) fn assign_all_new<'a>(
+        &mut self,
+        files: impl IntoIterator<Item = (&'a Path, FileIdentity, Tail)>,
+    ) -> Vec<PartitionId> {
+        /// New entries merged at a time: the run is the only copy.
+        const RUN: usize = 4096;
+        let mut ids = Vec::new();
+        let mut run = BTreeMap::new();
+        for (path, identity, tail) in files {
+            if let Some(old) = self.entries.get(path) {
+                self.retired.insert(old.id.0);
+            }
+            let id = self.allocate(path);
+            self.used.insert(id.0);
+            let entry = Entry {
+                id,
+                identity,
+                cut: None,
+                tail: Some(tail),
+            };
+            run.insert(Arc::from(path), entry);
+            ids.push(id);
+            if run.len() == RUN {
+                self.entries.append(&mut run);
+            }
+        }
+        self.entries.append(&mut run);
+        self.dirty |= !ids.is_empty();
+        ids
+    }
+
     /// The entry of a file that was renamed to `path`: recorded under
     /// another path that is not in `kept` (paths still holding their
     /// recorded file), with the same device and inode, and the same first

@@ -246,6 +246,18 @@ impl FileSource {
             }
         }
         drop(kept);
+        // Files new to the record (every file, on a first run), at once.
+        let new: Vec<usize> = (0..found.len())
+            .filter(|&i| ids[i].is_none() && registry.get(&found[i].0).is_none())
+            .collect();
+        let assigned = registry.assign_all_new(
+            new.iter()
+                .map(|&i| (found[i].0.as_path(), found[i].1, tails[i])),
+        );
+        for (i, id) in new.into_iter().zip(assigned) {
+            ids[i] = Some(id);
+            changed.remove(&i);
+        }
         let chunks = ChunkPool::new(config.read_chunk_bytes);
         // Sized once: a vector grown by doubling holds up to twice the
         // states it needs, and both copies while it moves.

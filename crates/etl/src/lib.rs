@@ -125,7 +125,7 @@ pub use etl_config::{
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use etl_json::fuzzing;
-pub use metrics::ProgressTotals;
+pub use metrics::{CommittedTotals, ProgressTotals};
 pub use runtime::{
     MetricsHub, Pipeline, PipelineBuilder, PipelineError, PipelineSnapshot, Route, SourceFactory,
     Summary, pipeline_from_config,

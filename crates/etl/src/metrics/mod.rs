@@ -4,4 +4,4 @@
 
 mod progress;
 
-pub use progress::ProgressTotals;
+pub use progress::{CommittedTotals, ProgressTotals};

@@ -4,7 +4,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use etl_checkpoint::{CheckpointHandle, CheckpointMetrics};
-use etl_record::PartitionOffsets;
 use etl_sink::SinkMetrics;
 use etl_source::{SourceMetrics, SourceMetricsHandle};
 
@@ -15,7 +14,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::ProgressTotals;
+use crate::metrics::{CommittedTotals, ProgressTotals};
 
 type SinkMetricsFn = Box<dyn Fn() -> Option<SinkMetrics> + Send + Sync>;
 
@@ -147,18 +146,27 @@ impl MetricsHub {
     /// The progress line's totals, now: the same as
     /// `snapshot().totals()`, summed where the metrics live instead of
     /// from a copy of every partition's figures (a file source has a
-    /// partition per input file, and the report comes every second).
+    /// partition per input file, and the report comes every second);
+    /// nothing held per partition, not even its committed offset.
     #[must_use]
     pub fn totals(&self) -> ProgressTotals {
         let parts = self.parts();
-        let (in_flight_batches, in_flight_bytes, committed) = parts
-            .checkpoint
-            .as_ref()
-            .map(|c| c.with_metrics(checkpoint_totals))
-            .unwrap_or_default();
-        let (lag, source_gauges) = parts.source.as_ref().map_or_else(Default::default, |s| {
-            s.with_metrics(|m| (lag(m, &committed), m.gauges.clone()))
-        });
+        // The lag is read with the checkpointer's figures at hand: the
+        // source's lock is taken inside the checkpointer's (never the
+        // other way round), so neither is copied.
+        let of_source = |checkpoint: &CheckpointMetrics| {
+            parts.source.as_ref().map_or_else(Default::default, |s| {
+                s.with_metrics(|m| (lag(m, checkpoint), m.gauges.clone()))
+            })
+        };
+        let ((in_flight_batches, in_flight_bytes, committed), (lag, source_gauges)) =
+            match &parts.checkpoint {
+                Some(c) => c.with_metrics(|m| (checkpoint_totals(m), of_source(m))),
+                None => {
+                    let none = CheckpointMetrics::default();
+                    (checkpoint_totals(&none), of_source(&none))
+                }
+            };
         ProgressTotals {
             read: self.stage.read.load(Ordering::Relaxed),
             written: parts
@@ -198,26 +206,28 @@ impl MetricsHub {
 }
 
 /// Batches and bytes in flight, summed over partitions, and the
-/// committed offsets.
-fn checkpoint_totals(m: &CheckpointMetrics) -> (u64, u64, PartitionOffsets) {
+/// committed offsets summed up.
+fn checkpoint_totals(m: &CheckpointMetrics) -> (u64, u64, CommittedTotals) {
     let cp = &m.partitions;
     (
         cp.values().map(|p| p.in_flight_batches).sum(),
         cp.values().map(|p| p.in_flight_bytes).sum(),
-        cp.iter()
-            .filter_map(|(p, m)| m.committed.map(|c| (*p, c)))
-            .collect(),
+        CommittedTotals::of(cp.iter().filter_map(|(p, m)| m.committed.map(|c| (*p, c)))),
     )
 }
 
 /// Offsets read and not committed, summed over partitions.
-fn lag(source: &SourceMetrics, committed: &PartitionOffsets) -> u64 {
+fn lag(source: &SourceMetrics, checkpoint: &CheckpointMetrics) -> u64 {
     source
         .partitions
         .iter()
         .filter_map(|(p, s)| {
             let position = s.position?;
-            let committed = committed.get(p).copied().unwrap_or_default();
+            let committed = checkpoint
+                .partitions
+                .get(p)
+                .and_then(|m| m.committed)
+                .unwrap_or_default();
             Some(position.0.saturating_sub(committed.0).max(0) as u64)
         })
         .sum()
@@ -235,7 +245,7 @@ impl PipelineSnapshot {
             dead_lettered: self.dead_letter.as_ref().map_or(0, |m| m.records_written),
             in_flight_batches,
             in_flight_bytes,
-            lag: lag(&self.source, &committed),
+            lag: lag(&self.source, &self.checkpoint),
             committed,
             source_gauges: self.source.gauges.clone(),
         }
@@ -533,8 +543,12 @@ mod tests {
         assert_eq!(totals, hub.snapshot().totals());
         assert_eq!((totals.in_flight_batches, totals.in_flight_bytes), (1, 64));
         assert_eq!(
-            totals.committed.into_iter().collect::<Vec<_>>(),
-            [(PartitionId(0), Offset(10))]
+            totals.committed,
+            CommittedTotals {
+                partitions: 1,
+                sum: 10,
+                first: vec![(PartitionId(0), Offset(10))],
+            }
         );
         drop(acks);
         checkpoint.shutdown().await.expect("shutdown");
