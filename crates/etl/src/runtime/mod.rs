@@ -4,8 +4,6 @@
 mod build;
 mod error;
 mod fanout;
-#[cfg(test)]
-mod halt_tests;
 mod hub;
 mod ordered;
 #[cfg(test)]

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Outputs, Stage, StageStop, Steps};
 use super::hub::SinkSlot;
-use super::ordered::{OnStop, Workers, run_parallel, run_serial};
+use super::ordered::{Workers, run_parallel, run_serial};
 use super::progress_store::SinkProgressStore;
 use super::route::{Route, Router};
 use super::{MetricsHub, PipelineError};
@@ -512,23 +512,11 @@ impl Pipeline {
         }
         hub.set_checkpoint(checkpointer.clone());
 
-        // Sinks, sharing one dead-letter sink. A sink that cannot write
-        // (the dead-letter sink included) ends the run: the checkpointer
-        // hears it before any batch the driver holds fails, so those
-        // failures ask for no replay.
-        let sink_halted = CancellationToken::new();
-        let on_halt = || {
-            let (halting, halted) = (checkpointer.clone(), sink_halted.clone());
-            move || {
-                halting.halt();
-                halted.cancel();
-            }
-        };
+        // Sinks, sharing one dead-letter sink.
         let dlq = dead_letter.map(|sink| {
-            let handle = Arc::new(DeadLetterHandle::spawn_with_halt(
+            let handle = Arc::new(DeadLetterHandle::spawn(
                 sink.clone(),
                 SinkDriverConfig::default(),
-                on_halt(),
             ));
             (sink, handle)
         });
@@ -539,12 +527,20 @@ impl Pipeline {
             slot
         });
         let mut handles = Vec::with_capacity(sinks.len());
+        let sink_halted = CancellationToken::new();
         for SinkSpec { name, mut driver } in sinks {
             if let Some((sink, _)) = &dlq {
                 driver = driver.dead_letters(sink.clone());
             }
             driver = driver.batch_max_bytes_at_most(batch_cap);
-            driver = driver.on_halt(on_halt());
+            // A sink that cannot write ends the run: the checkpointer hears
+            // it before any batch the driver holds fails, so those
+            // failures ask for no replay.
+            let (halting, halted) = (checkpointer.clone(), sink_halted.clone());
+            driver = driver.on_halt(move || {
+                halting.halt();
+                halted.cancel();
+            });
             let handle = Arc::new(driver.spawn());
             let weak = Arc::downgrade(&handle);
             let slot = SinkSlot::new(Box::new(move || weak.upgrade().map(|h| h.metrics())));
@@ -599,26 +595,14 @@ impl Pipeline {
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
         let steps = Steps { chain, router };
-        // A stage that stops (or panics) ends the run: the checkpointer
-        // hears it before anything the stage holds fails.
-        let on_stop: OnStop = {
-            let halting = checkpointer.clone();
-            Arc::new(move || halting.halt())
-        };
         let stage_task = match Workers::spawn(steps, transform_threads(transform_workers)) {
             Ok(workers) => {
                 let stage = Stage::new(Steps::default(), outputs, hub.stage());
-                tokio::spawn(run_parallel(
-                    stage,
-                    workers,
-                    out_rx,
-                    cancel.clone(),
-                    on_stop,
-                ))
+                tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone()))
             }
             Err(steps) => {
                 let stage = Stage::new(steps, outputs, hub.stage());
-                tokio::spawn(run_serial(stage, out_rx, cancel.clone(), on_stop))
+                tokio::spawn(run_serial(stage, out_rx, cancel.clone()))
             }
         };
 
