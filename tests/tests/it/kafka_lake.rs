@@ -22,7 +22,9 @@ use etl_test_support::pyarrow::{Location, read_objects};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use kafka_support::{Member, MemberConfig, TestBroker, produce_range, producer, unique};
+use kafka_support::{
+    Member, MemberConfig, TestBroker, produce_range, producer, unique, wait_until,
+};
 
 const PARTITIONS: i32 = 4;
 /// Kills, alternating between the two members.
@@ -186,46 +188,12 @@ fn assert_progress_covered(
     );
 }
 
-/// Each member's last logged state, for a failure's message.
-fn states(members: &[&Member]) -> String {
-    members
-        .iter()
-        .map(|m| m.state())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Lines of `member`'s current run announcing an assignment.
 fn assignments(member: &Member) -> usize {
     member
         .log(member.runs)
         .matches("partitions assigned")
         .count()
-}
-
-/// Wait (at most 120 s) until `done`, failing if a member exits.
-fn wait_until(
-    what: &str,
-    members: &mut [&mut Member],
-    mut done: impl FnMut(&[&mut Member]) -> bool,
-) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !done(members) {
-        for m in members.iter_mut() {
-            assert!(
-                m.running(),
-                "{} exited on its own:\n{}",
-                m.name,
-                m.log(m.runs)
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not {what} after 120 s:\n{}",
-            states(&members.iter().map(|m| &**m).collect::<Vec<_>>())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 // A plain test: the producer runs on a thread of its own.

@@ -13,33 +13,11 @@ use crate::postgres_support;
 
 use std::time::{Duration, Instant};
 
-use kafka_support::{Member, MemberConfig, TestBroker, produce_range, producer, unique};
+use kafka_support::{
+    Member, MemberConfig, TestBroker, produce_range, producer, unique, wait_until,
+};
 
 const PARTITIONS: i32 = 2;
-
-fn wait_for(what: &str, mut done: impl FnMut(&[&mut Member]) -> bool, members: &mut [&mut Member]) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !done(members) {
-        for m in members.iter_mut() {
-            assert!(
-                m.running(),
-                "{} exited on its own:\n{}",
-                m.name,
-                m.log(m.runs)
-            );
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not {what} after 120 s:\n{}",
-            members
-                .iter()
-                .map(|m| m.state())
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 // A plain test: the PostgreSQL helpers start runtimes of their own.
 #[test]
@@ -76,7 +54,7 @@ fn a_partition_handed_back_resumes_at_the_progress_the_other_member_stored() {
         "kafka",
     ));
     a.start_with(&sink);
-    wait_for("1000 rows", |_| rows() == 1000, &mut [&mut a]);
+    wait_until("1000 rows", &mut [&mut a], |_| rows() == 1000);
     assert!(a.terminate().success(), "{}", a.log(a.runs));
     // Count every write from now on: an upsert of an existing row is a
     // second write of its record.
@@ -94,17 +72,13 @@ fn a_partition_handed_back_resumes_at_the_progress_the_other_member_stored() {
     // `a` again (reading that progress when it starts), then `b` joins
     // and takes one partition; both write.
     a.start_with(&sink);
-    wait_for(
-        "assigned",
-        |m| m[0].log(m[0].runs).contains("partitions assigned"),
-        &mut [&mut a],
-    );
+    wait_until("assigned", &mut [&mut a], |m| {
+        m[0].log(m[0].runs).contains("partitions assigned")
+    });
     b.start_with(&sink);
-    wait_for(
-        "assigned",
-        |m| m[1].log(m[1].runs).contains("partitions assigned"),
-        &mut [&mut a, &mut b],
-    );
+    wait_until("assigned", &mut [&mut a, &mut b], |m| {
+        m[1].log(m[1].runs).contains("partitions assigned")
+    });
     runtime.block_on(produce_range(
         &producer,
         &topic,
@@ -112,7 +86,7 @@ fn a_partition_handed_back_resumes_at_the_progress_the_other_member_stored() {
         1000..2000,
         "kafka",
     ));
-    wait_for("2000 rows", |_| rows() == 2000, &mut [&mut a, &mut b]);
+    wait_until("2000 rows", &mut [&mut a, &mut b], |_| rows() == 2000);
 
     // `b` leaves: its partition goes back to `a`, which must resume it
     // where `b` stored its progress.
@@ -124,7 +98,7 @@ fn a_partition_handed_back_resumes_at_the_progress_the_other_member_stored() {
         2000..2200,
         "kafka",
     ));
-    wait_for("2200 rows", |_| rows() == 2200, &mut [&mut a]);
+    wait_until("2200 rows", &mut [&mut a], |_| rows() == 2200);
     assert!(a.terminate().success(), "{}", a.log(a.runs));
 
     let twice = postgres_support::scalar(

@@ -408,3 +408,38 @@ pub(crate) fn count(ids: &BTreeMap<u64, u32>, count: u64) -> Counts {
     c.missing = (0..count).filter(|id| !ids.contains_key(id)).collect();
     c
 }
+
+/// Each member's last logged state, for a failure's message.
+pub(crate) fn states(members: &[&Member]) -> String {
+    members
+        .iter()
+        .map(|m| m.state())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Wait (at most 120 s) until `done`, failing as soon as a member exits
+/// on its own, and at the deadline with each member's last state.
+pub(crate) fn wait_until(
+    what: &str,
+    members: &mut [&mut Member],
+    mut done: impl FnMut(&[&mut Member]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !done(members) {
+        for m in members.iter_mut() {
+            assert!(
+                m.running(),
+                "{} exited on its own:\n{}",
+                m.name,
+                m.log(m.runs)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {what} after 120 s:\n{}",
+            states(&members.iter().map(|m| &**m).collect::<Vec<_>>())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
