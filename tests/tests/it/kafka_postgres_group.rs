@@ -11,8 +11,6 @@
 use crate::kafka_support;
 use crate::postgres_support;
 
-use std::time::{Duration, Instant};
-
 use kafka_support::{
     Member, MemberConfig, TestBroker, produce_range, producer, unique, wait_until,
 };
