@@ -1,6 +1,6 @@
 //! `cargo xtask sim`: the whole-pipeline simulation
-//! (`crates/etl/tests/sim.rs`) and the storage simulation
-//! (`crates/etl/tests/storage_sim.rs`), each with a chosen case count,
+//! (`tests/tests/sim.rs`) and the storage simulation
+//! (`tests/tests/storage_sim.rs`), each with a chosen case count,
 //! seed and generator switches.
 
 use crate::Result;

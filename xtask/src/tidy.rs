@@ -186,8 +186,10 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-transform",
             "etl-json",
             "etl-config",
+            "etl-fs",
             "etl-kafka",
             "etl-postgres",
+            "etl-object-store",
             "etl",
             "etl-cli",
         ],
@@ -221,11 +223,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// beside that chain), but only `xtask` and `etl-tests` may depend on it
 /// for real.
 const TEST_SUPPORT: &str = "etl-test-support";
-/// Crates above a crate's layer that its tests alone may use (a
-/// dev-dependency, never a normal one): `etl`'s whole-pipeline
-/// simulation drives the object-store sink, which does not build on `etl`.
-const TESTS_ONLY: &[(&str, &[&str])] = &[("etl", &["etl-object-store"])];
-
 /// Crates whose tests may use the test-support crate.
 const TEST_SUPPORT_IN_TESTS: &[&str] = &[
     "etl-sink",
@@ -342,14 +339,9 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             // A crate's tests may enable its own test features through a
             // dev-dependency on itself.
             let on_itself = dep_name == name && kind == "dev";
-            let in_tests = kind == "dev"
-                && TESTS_ONLY
-                    .iter()
-                    .any(|(c, deps)| *c == name && deps.contains(&dep_name));
             if members.contains(&dep_name)
                 && !allowed.contains(&dep_name)
                 && !on_itself
-                && !in_tests
             {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}` ({kind}), which breaks the layer order"
@@ -547,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn a_crate_above_the_runtime_is_allowed_in_its_tests_only() {
+    fn a_crate_above_the_runtime_is_refused_in_its_tests_too() {
         let metadata = |kind: &str| {
             json!({
                 "packages": [
@@ -559,10 +551,11 @@ mod tests {
                 ]
             })
         };
-        assert!(layer_violations(&metadata("dev")).is_empty());
-        let problems = layer_violations(&metadata("normal"));
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("`etl` depends on `etl-object-store` (normal)"));
+        for kind in ["dev", "normal"] {
+            let problems = layer_violations(&metadata(kind));
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].contains(&format!("`etl` depends on `etl-object-store` ({kind})")));
+        }
     }
 
     #[test]
