@@ -1,5 +1,5 @@
 //! Running commands: print each one, then run it, failing on a non-zero
-//! exit.
+//! exit; or run a few in the background ([`Background`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,10 +57,8 @@ impl Cmd {
     pub(crate) fn run(self) -> crate::Result {
         let shown = self.to_string();
         eprintln!("$ {shown}");
-        let status = Command::new(&self.program)
-            .args(&self.args)
-            .envs(self.envs.iter().map(|(k, v)| (k, v)))
-            .current_dir(root())
+        let status = self
+            .command(false)
             .status()
             .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
         if status.success() {
@@ -84,5 +82,150 @@ impl std::fmt::Display for Cmd {
             write!(f, " {a}")?;
         }
         Ok(())
+    }
+}
+
+impl Cmd {
+    /// The command as a `std` one, from the workspace root; at the lowest
+    /// CPU priority (`nice -n 19`) when `niced`.
+    fn command(&self, niced: bool) -> Command {
+        let mut command = if niced {
+            let mut nice = Command::new("nice");
+            nice.args(["-n", "19", &self.program]);
+            nice
+        } else {
+            Command::new(&self.program)
+        };
+        command
+            .args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .current_dir(root());
+        command
+    }
+}
+
+/// Commands run one after another on a thread of their own, at the
+/// lowest CPU priority, their output appended to a log file: work that
+/// fills the CPU a foreground step leaves idle (the end-to-end suites
+/// mostly wait on servers and child processes) without taking it from
+/// that step. [`Background::wait`] joins it; dropping it unjoined kills
+/// the command under way, so a failing run leaves nothing building.
+#[derive(Debug)]
+pub(crate) struct Background {
+    name: &'static str,
+    log: PathBuf,
+    thread: Option<std::thread::JoinHandle<crate::Result>>,
+    /// The process group of the command under way, and whether the
+    /// commands are called off.
+    state: std::sync::Arc<std::sync::Mutex<(Option<u32>, bool)>>,
+}
+
+impl Background {
+    /// Start `commands` (in order, stopping at the first that fails),
+    /// logging to `log`.
+    pub(crate) fn start(
+        name: &'static str,
+        log: PathBuf,
+        commands: Vec<Cmd>,
+    ) -> crate::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let file = std::fs::File::create(&log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        eprintln!(
+            "xtask: {name}: started in the background at the lowest CPU priority (log: {})",
+            log.display()
+        );
+        let state = std::sync::Arc::new(std::sync::Mutex::new((None, false)));
+        let shared = std::sync::Arc::clone(&state);
+        let thread = std::thread::spawn(move || -> crate::Result {
+            for cmd in commands {
+                let shown = cmd.to_string();
+                let mut out = file.try_clone().map_err(|e| e.to_string())?;
+                let err = file.try_clone().map_err(|e| e.to_string())?;
+                {
+                    use std::io::Write;
+                    let _ = writeln!(out, "$ {shown}");
+                }
+                let mut command = cmd.command(true);
+                command.stdout(out).stderr(err).process_group(0);
+                let mut child = {
+                    let mut state = shared.lock().map_err(|_| "background state poisoned")?;
+                    if state.1 {
+                        return Err(format!("`{shown}` called off"));
+                    }
+                    let child = command
+                        .spawn()
+                        .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
+                    state.0 = Some(child.id());
+                    child
+                };
+                let status = child
+                    .wait()
+                    .map_err(|e| format!("cannot wait for `{shown}`: {e}"))?;
+                if let Ok(mut state) = shared.lock() {
+                    state.0 = None;
+                }
+                if !status.success() {
+                    return Err(format!("`{shown}` failed: {status}"));
+                }
+            }
+            Ok(())
+        });
+        Ok(Background {
+            name,
+            log,
+            thread: Some(thread),
+            state,
+        })
+    }
+
+    /// Wait for the commands to end; on a failure, print their log.
+    pub(crate) fn wait(mut self) -> crate::Result {
+        let started = std::time::Instant::now();
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let result = thread
+            .join()
+            .unwrap_or_else(|_| Err("the background thread panicked".to_owned()));
+        eprintln!(
+            "xtask: {}: {} (waited {:.0?})",
+            self.name,
+            if result.is_ok() { "done" } else { "failed" },
+            started.elapsed()
+        );
+        if result.is_err() {
+            match std::fs::read_to_string(&self.log) {
+                Ok(text) => eprintln!("{text}"),
+                Err(e) => eprintln!("xtask: cannot read {}: {e}", self.log.display()),
+            }
+        }
+        result.map_err(|e| format!("{}: {e}", self.name))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let group = match self.state.lock() {
+            Ok(mut state) => {
+                state.1 = true;
+                state.0
+            }
+            Err(_) => None,
+        };
+        if let Some(group) = group {
+            // The whole group: cargo and the compilers it started.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{group}")])
+                .status();
+        }
+        let _ = thread.join();
     }
 }

@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::Result;
-use crate::cmd::{Cmd, root};
+use crate::cmd::{Background, Cmd, root};
 
 /// The cargo-fuzz release installed and used.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
@@ -107,30 +107,74 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
+/// Where the fuzz step keeps its tools, builds and corpora.
+struct Paths {
+    /// `target/fuzz`.
+    target: PathBuf,
+    /// The pinned `cargo-fuzz`, under `target/fuzz/tools`.
+    cargo_fuzz: PathBuf,
+    /// cargo-fuzz's target directory.
+    build_dir: String,
+}
+
+impl Paths {
+    fn new() -> Self {
+        let target = target_dir().join("fuzz");
+        let cargo_fuzz = target.join("tools").join("bin").join("cargo-fuzz");
+        let build_dir = target.join("build").to_string_lossy().into_owned();
+        Paths {
+            target,
+            cargo_fuzz,
+            build_dir,
+        }
+    }
+
+    /// `cargo fuzz ARGS` with the options every command shares.
+    fn fuzz(&self, command: &str, args: &[&str]) -> Cmd {
+        let common = [
+            "fuzz",
+            command,
+            "--fuzz-dir",
+            "fuzz",
+            "--sanitizer",
+            "none",
+            "--target-dir",
+            &self.build_dir,
+        ];
+        Cmd::new(&self.cargo_fuzz.to_string_lossy(), &common)
+            .args(args)
+            .env("RUSTC_BOOTSTRAP", "1")
+    }
+
+    /// The install of cargo-fuzz when it is missing or another version,
+    /// then the one build of every target (they share every dependency).
+    fn build_commands(&self) -> Vec<Cmd> {
+        let mut commands = Vec::new();
+        if let Some(install) = install_command(&self.target.join("tools")) {
+            commands.push(install);
+        }
+        commands.push(self.fuzz("build", &[]));
+        commands
+    }
+}
+
+/// Install cargo-fuzz if needed and build every target, in the
+/// background (`cargo xtask ci` does this while the suites run; its fuzz
+/// step then finds the build done).
+pub(crate) fn build_in_background() -> Result<Background> {
+    let paths = Paths::new();
+    let log = paths.target.join("build.log");
+    Background::start("fuzz build", log, paths.build_commands())
+}
+
 /// Build every target, then run each (or the one chosen) for the
 /// options' seconds.
 pub(crate) fn run(options: &Options) -> Result {
-    let target = target_dir().join("fuzz");
-    let cargo_fuzz = install(&target.join("tools"))?;
-    let fuzz = |args: &[&str]| {
-        let mut all = vec!["fuzz"];
-        all.extend_from_slice(args);
-        Cmd::new(&cargo_fuzz.to_string_lossy(), &all).env("RUSTC_BOOTSTRAP", "1")
-    };
-    let build_dir = target.join("build");
-    let build_dir = build_dir.to_string_lossy();
-    let common = [
-        "--fuzz-dir",
-        "fuzz",
-        "--sanitizer",
-        "none",
-        "--target-dir",
-        &build_dir,
-    ];
-    // One build for all the targets: they share every dependency.
-    let mut build = vec!["build"];
-    build.extend_from_slice(&common);
-    fuzz(&build).run()?;
+    let paths = Paths::new();
+    for command in paths.build_commands() {
+        command.run()?;
+    }
+    let target = &paths.target;
     let max_time = format!("-max_total_time={}", options.seconds);
     for name in TARGETS {
         if options.only.as_deref().is_some_and(|only| only != *name) {
@@ -146,9 +190,7 @@ pub(crate) fn run(options: &Options) -> Result {
         let corpus = corpus.to_string_lossy().into_owned();
         let seeds = root().join("fuzz").join("seeds").join(name);
         let seeds = seeds.to_string_lossy().into_owned();
-        let mut args = vec!["run"];
-        args.extend_from_slice(&common);
-        args.extend([*name, corpus.as_str()]);
+        let mut args = vec![*name, corpus.as_str()];
         if Path::new(&seeds).is_dir() {
             args.push(&seeds);
         }
@@ -160,14 +202,14 @@ pub(crate) fn run(options: &Options) -> Result {
         if let Some(flags) = &repeatable {
             args.extend(flags.iter().map(String::as_str));
         }
-        fuzz(&args).run()?;
+        paths.fuzz("run", &args).run()?;
     }
     Ok(())
 }
 
-/// The path of `cargo-fuzz` at the pinned version under `root`,
-/// installed there first when it is missing or another version.
-fn install(root_dir: &Path) -> Result<PathBuf> {
+/// The install of `cargo-fuzz` at the pinned version under `root_dir`,
+/// or `None` when it is there already.
+fn install_command(root_dir: &Path) -> Option<Cmd> {
     let binary = root_dir.join("bin").join("cargo-fuzz");
     let installed = std::process::Command::new(&binary)
         .arg("--version")
@@ -179,11 +221,11 @@ fn install(root_dir: &Path) -> Result<PathBuf> {
                     .ends_with(CARGO_FUZZ_VERSION)
         });
     if installed {
-        return Ok(binary);
+        return None;
     }
     let root_arg = root_dir.to_string_lossy();
     let build = root_dir.join("build");
-    Cmd::cargo(&[
+    Some(Cmd::cargo(&[
         "install",
         "cargo-fuzz",
         "--version",
@@ -193,7 +235,5 @@ fn install(root_dir: &Path) -> Result<PathBuf> {
         &root_arg,
         "--target-dir",
         &build.to_string_lossy(),
-    ])
-    .run()?;
-    Ok(binary)
+    ]))
 }

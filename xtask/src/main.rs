@@ -15,7 +15,7 @@ mod tidy;
 
 use std::process::ExitCode;
 
-use cmd::{Cmd, root};
+use cmd::{Background, Cmd, root};
 
 const HELP: &str = "\
 cargo xtask <TASK>
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("fmt") => fmt(args.iter().any(|a| a == "--check")),
         Some("lint") => lint(),
-        Some("test") => test(),
+        Some("test") => test_then(|| Ok(())),
         Some("doc") => doc(),
         Some("loom") => loom(),
         Some("prop") => prop_cases(&args[1..]).and_then(prop),
@@ -95,11 +95,35 @@ fn ci() -> Result {
     let mut steps = Steps::default();
     steps.run("fmt", || fmt(true))?;
     steps.run("lint", lint)?;
-    steps.run("test", test)?;
+    // The property tests' release build and the fuzz targets' build do
+    // not need the suites: they start once the suites' binaries are
+    // built, at the lowest CPU priority, and take the CPU the suites
+    // leave idle while they wait on servers and child processes. Their
+    // steps then find them built. Each is dropped (killed) if an earlier
+    // step fails.
+    let mut ahead: Option<(Background, Background)> = None;
+    steps.run("test", || {
+        test_then(|| {
+            let prop = Background::start(
+                "prop build",
+                root().join("target").join("xtask").join("prop-build.log"),
+                vec![prop_command(CI_PROP_CASES, true)?],
+            )?;
+            ahead = Some((prop, fuzz::build_in_background()?));
+            Ok(())
+        })
+    })?;
+    let (prop_build, fuzz_build) = ahead.ok_or("the test step started no build ahead")?;
     steps.run("doc", doc)?;
     steps.run("loom", loom)?;
-    steps.run("prop", || prop(CI_PROP_CASES))?;
-    steps.run("fuzz", || fuzz::run(&fuzz::Options::ci()))?;
+    steps.run("prop", || {
+        prop_build.wait()?;
+        prop(CI_PROP_CASES)
+    })?;
+    steps.run("fuzz", || {
+        fuzz_build.wait()?;
+        fuzz::run(&fuzz::Options::ci())
+    })?;
     steps.run("sim", || sim::run(&sim::Options::ci()))?;
     steps.run("tidy", || tidy::run(&root()))?;
     eprintln!("xtask: ci passed in {:.0?} ({})", started.elapsed(), steps);
@@ -174,7 +198,9 @@ fn lint() -> Result {
     .run()
 }
 
-fn test() -> Result {
+/// The test step; `built` runs once every test binary is built, before
+/// any runs.
+fn test_then(built: impl FnOnce() -> Result) -> Result {
     let pg = postgres::start().map_err(|e| e.to_string())?;
     // The HTTP sink's suite starts its own ClickHouse and VictoriaMetrics
     // servers on loopback (stopped when each test ends); installed here,
@@ -190,7 +216,7 @@ fn test() -> Result {
     // so they do not run twice.
     // Benches are built by `lint` (clippy --all-targets) and run by
     // `bench`; criterion's harness does not take libtest's `--skip`.
-    Cmd::cargo(&[
+    let targets = [
         "test",
         "--workspace",
         "--lib",
@@ -199,14 +225,14 @@ fn test() -> Result {
         "--examples",
         "--all-features",
         "--locked",
+    ];
+    Cmd::cargo(&targets).args(&["--no-run"]).run()?;
+    built()?;
+    Cmd::cargo(&targets)
         // Every failing test binary is reported, not only the first.
-        "--no-fail-fast",
-        "--",
-        "--skip",
-        "prop_",
-    ])
-    .env("ETL_TEST_POSTGRES", &pg.url())
-    .run()?;
+        .args(&["--no-fail-fast", "--", "--skip", "prop_"])
+        .env("ETL_TEST_POSTGRES", &pg.url())
+        .run()?;
     Cmd::cargo(&["test", "--workspace", "--doc", "--all-features", "--locked"]).run()
 }
 
@@ -247,6 +273,13 @@ fn prop_cases(args: &[String]) -> Result<u32> {
 }
 
 fn prop(cases: u32) -> Result {
+    prop_command(cases, false)?.run()
+}
+
+/// The property tests' command: `cargo test --release` of the targets
+/// that have them, running `prop_*` with `cases` cases each, or only
+/// building them (`build_only`).
+fn prop_command(cases: u32, build_only: bool) -> Result<Cmd> {
     // Only the targets that have property tests: building the whole
     // workspace in release mode (connectors and every integration test
     // of `etl`, each linking VRL, included) would cost minutes.
@@ -274,10 +307,12 @@ fn prop(cases: u32) -> Result {
     for t in &found.tests {
         args.extend(["--test", t.as_str()]);
     }
-    args.extend(["--", "prop_"]);
-    Cmd::cargo(&args)
-        .env("PROPTEST_CASES", &cases.to_string())
-        .run()
+    if build_only {
+        args.push("--no-run");
+    } else {
+        args.extend(["--", "prop_"]);
+    }
+    Ok(Cmd::cargo(&args).env("PROPTEST_CASES", &cases.to_string()))
 }
 
 /// Where the property tests are.

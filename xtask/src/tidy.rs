@@ -339,10 +339,7 @@ pub(crate) fn layer_violations(metadata: &Value) -> Vec<String> {
             // A crate's tests may enable its own test features through a
             // dev-dependency on itself.
             let on_itself = dep_name == name && kind == "dev";
-            if members.contains(&dep_name)
-                && !allowed.contains(&dep_name)
-                && !on_itself
-            {
+            if members.contains(&dep_name) && !allowed.contains(&dep_name) && !on_itself {
                 problems.push(format!(
                     "`{name}` depends on `{dep_name}` ({kind}), which breaks the layer order"
                 ));
