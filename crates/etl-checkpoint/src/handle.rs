@@ -121,9 +121,13 @@ impl Checkpointer {
         );
         let lost = worker.lost_tx.subscribe();
         let halt = worker.halting.shared();
+        // The thread logs where the thread that started it logs: to its
+        // scoped subscriber if it has one (a test's, an application's
+        // per-pipeline one), else to the global one.
+        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
         std::thread::Builder::new()
             .name("etl-checkpointer".to_owned())
-            .spawn(move || worker.run())
+            .spawn(move || tracing::dispatcher::with_default(&dispatch, || worker.run()))
             .map_err(CheckpointError::Spawn)?;
         Ok((
             CheckpointHandle {

@@ -84,14 +84,33 @@ impl DeadLetterHandle {
     /// `config.on_permanent_error` is ignored: dead letters have no
     /// dead-letter sink of their own, so a failed write fails.
     pub fn spawn(sink: impl Sink + 'static, config: SinkDriverConfig) -> Self {
+        Self::start(Self::driver(sink, config))
+    }
+
+    /// As [`spawn`](Self::spawn), and call `on_halt` once if the driver
+    /// halts (its sink cannot write, whatever the letters), before
+    /// anything it holds fails, as [`SinkDriver::on_halt`] does: a
+    /// pipeline whose dead-letter sink halts ends, and the failures
+    /// that follow are not taken for ones to replay.
+    pub fn spawn_with_halt(
+        sink: impl Sink + 'static,
+        config: SinkDriverConfig,
+        on_halt: impl FnOnce() + Send + 'static,
+    ) -> Self {
+        Self::start(Self::driver(sink, config).on_halt(on_halt))
+    }
+
+    fn driver(sink: impl Sink + 'static, config: SinkDriverConfig) -> SinkDriver {
         let config = SinkDriverConfig {
             on_permanent_error: PermanentErrorPolicy::Fail,
             ..config
         };
+        SinkDriver::new(sink, RawLinesEncoder::new()).config(config)
+    }
+
+    fn start(driver: SinkDriver) -> Self {
         DeadLetterHandle {
-            inner: SinkDriver::new(sink, RawLinesEncoder::new())
-                .config(config)
-                .spawn(),
+            inner: driver.spawn(),
         }
     }
 

@@ -4,6 +4,8 @@
 mod build;
 mod error;
 mod fanout;
+#[cfg(test)]
+mod halt_tests;
 mod hub;
 mod ordered;
 #[cfg(test)]

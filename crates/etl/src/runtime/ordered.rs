@@ -9,14 +9,17 @@
 //! it.
 //!
 //! Invariant: from the moment a batch leaves the source channel until its
-//! result is handed to the sinks, a guard holds a clone of its handle and
-//! fails it if the batch is dropped on the way (a stop, a panic).
+//! result is handed to the sinks, a guard ([`InHand`]) holds a clone of
+//! its handle and fails it if the batch is dropped on the way (a stop, a
+//! panic). A stage that stops ends the run, and nothing replays after it:
+//! the guard records the halt before the handle it holds can fail, so the
+//! checkpointer takes none of those failures for one to replay.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, mpsc as std_mpsc};
 use std::thread;
 
-use etl_ack::{AckRef, AckSet, Acked};
+use etl_ack::{AckRef, Acked};
 use etl_record::{DeadLetter, Record};
 use etl_source::SourceOutput;
 use tokio::sync::{mpsc, oneshot};
@@ -26,6 +29,52 @@ use super::fanout::{Stage, StageOutput, StageStop, Steps};
 
 /// What a worker answers: the batch's output, or the panic of a transform.
 type Answer = thread::Result<StageOutput>;
+
+/// Records the run's halt with the checkpointer
+/// ([`CheckpointHandle::halt`](etl_checkpoint::CheckpointHandle::halt)).
+pub(crate) type OnStop = Arc<dyn Fn() + Send + Sync>;
+
+/// A clone of the handle of an output the stage works on. Given back
+/// with [`done`](Self::done) once the output is handed on; dropped before
+/// that (the stage stopped, a transform panicked, the task was torn
+/// down), it records the run's halt and only then fails the batch.
+struct InHand {
+    held: Option<AckRef>,
+    on_stop: OnStop,
+}
+
+impl InHand {
+    fn new(ack: &AckRef, on_stop: &OnStop) -> Self {
+        InHand {
+            held: Some(ack.clone()),
+            on_stop: on_stop.clone(),
+        }
+    }
+
+    /// The output was handed on: let go of the clone, failing nothing.
+    fn done(mut self) {
+        drop(self.held.take());
+    }
+}
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            // First the word, then the failure: the checkpointer reads
+            // the halt after it took the failure from its channel.
+            (self.on_stop)();
+            held.fail();
+        }
+    }
+}
+
+impl std::fmt::Debug for InHand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InHand")
+            .field("held", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
 
 struct Job {
     records: Vec<Record>,
@@ -156,22 +205,24 @@ enum Pending {
         read: usize,
         answer: oneshot::Receiver<Answer>,
         ack: AckRef,
-        in_hand: AckSet,
+        in_hand: InHand,
     },
     Letter {
         letter: Acked<DeadLetter>,
-        in_hand: AckSet,
+        in_hand: InHand,
     },
 }
 
 /// Run the stage until the source channel closes or the stage stops:
 /// batches go to `workers`, and their results go to the sinks in order.
-/// A transform's panic is resumed on this task, as if it ran here.
+/// A transform's panic is resumed on this task, as if it ran here. A stop
+/// or a panic calls `on_stop` before anything held fails.
 pub(crate) async fn run_parallel(
     mut stage: Stage,
     workers: Workers,
     mut input: mpsc::Receiver<SourceOutput>,
     cancel: CancellationToken,
+    on_stop: OnStop,
 ) -> Result<(), StageStop> {
     let (fifo_tx, mut fifo_rx) = mpsc::channel::<Pending>(workers.count() * 2);
     let stopped = CancellationToken::new();
@@ -191,7 +242,7 @@ pub(crate) async fn run_parallel(
             let pending = match output {
                 SourceOutput::Batch(batch) => {
                     let (records, ack) = batch.into_parts();
-                    let in_hand = AckSet::from(vec![ack.clone()]);
+                    let in_hand = InHand::new(&ack, &on_stop);
                     Pending::Batch {
                         read: records.len(),
                         answer: workers.submit(records),
@@ -200,7 +251,7 @@ pub(crate) async fn run_parallel(
                     }
                 }
                 SourceOutput::DeadLetter(letter) => Pending::Letter {
-                    in_hand: AckSet::from(vec![letter.ack().clone()]),
+                    in_hand: InHand::new(letter.ack(), &on_stop),
                     letter,
                 },
             };
@@ -237,8 +288,11 @@ pub(crate) async fn run_parallel(
                 }
             };
             match result {
-                Ok(in_hand) => in_hand.deliver(),
+                Ok(in_hand) => in_hand.done(),
                 Err(stop) => {
+                    // The erring output's guard is gone (it recorded the
+                    // halt); the rest fail after it too.
+                    on_stop();
                     cancel.cancel();
                     stopped.cancel();
                     // Dropping the rest fails it (its guards).
@@ -255,25 +309,39 @@ pub(crate) async fn run_parallel(
     result
 }
 
-/// The serial stage: every batch on this task, one after another.
+/// The serial stage: every batch on this task, one after another. A stop
+/// or a panic calls `on_stop` before anything held fails.
 pub(crate) async fn run_serial(
     mut stage: Stage,
     mut input: mpsc::Receiver<SourceOutput>,
     cancel: CancellationToken,
+    on_stop: OnStop,
 ) -> Result<(), StageStop> {
     while let Some(output) = input.recv().await {
-        let result = match output {
-            SourceOutput::Batch(batch) => stage.batch(batch).await,
-            SourceOutput::DeadLetter(letter) => stage.dead_letter(letter).await,
-        };
-        if let Err(stop) = result {
-            cancel.cancel();
-            // Fail what is still queued: it never reached a sink.
-            input.close();
-            while let Ok(o) = input.try_recv() {
-                o.fail();
+        let (result, in_hand) = match output {
+            SourceOutput::Batch(batch) => {
+                let in_hand = InHand::new(batch.ack(), &on_stop);
+                (stage.batch(batch).await, in_hand)
             }
-            return Err(stop);
+            SourceOutput::DeadLetter(letter) => {
+                let in_hand = InHand::new(letter.ack(), &on_stop);
+                (stage.dead_letter(letter).await, in_hand)
+            }
+        };
+        match result {
+            Ok(()) => in_hand.done(),
+            Err(stop) => {
+                // The guard records the halt before the batch fails, and
+                // before the source driver stops and fails its own.
+                drop(in_hand);
+                cancel.cancel();
+                // Fail what is still queued: it never reached a sink.
+                input.close();
+                while let Ok(o) = input.try_recv() {
+                    o.fail();
+                }
+                return Err(stop);
+            }
         }
     }
     Ok(())

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Outputs, Stage, StageStop, Steps};
 use super::hub::SinkSlot;
-use super::ordered::{Workers, run_parallel, run_serial};
+use super::ordered::{OnStop, Workers, run_parallel, run_serial};
 use super::progress_store::SinkProgressStore;
 use super::route::{Route, Router};
 use super::{MetricsHub, PipelineError};
@@ -512,11 +512,23 @@ impl Pipeline {
         }
         hub.set_checkpoint(checkpointer.clone());
 
-        // Sinks, sharing one dead-letter sink.
+        // Sinks, sharing one dead-letter sink. A sink that cannot write
+        // (the dead-letter sink included) ends the run: the checkpointer
+        // hears it before any batch the driver holds fails, so those
+        // failures ask for no replay.
+        let part_halted = CancellationToken::new();
+        let on_halt = || {
+            let (halting, halted) = (checkpointer.clone(), part_halted.clone());
+            move || {
+                halting.halt();
+                halted.cancel();
+            }
+        };
         let dlq = dead_letter.map(|sink| {
-            let handle = Arc::new(DeadLetterHandle::spawn(
+            let handle = Arc::new(DeadLetterHandle::spawn_with_halt(
                 sink.clone(),
                 SinkDriverConfig::default(),
+                on_halt(),
             ));
             (sink, handle)
         });
@@ -527,20 +539,12 @@ impl Pipeline {
             slot
         });
         let mut handles = Vec::with_capacity(sinks.len());
-        let sink_halted = CancellationToken::new();
         for SinkSpec { name, mut driver } in sinks {
             if let Some((sink, _)) = &dlq {
                 driver = driver.dead_letters(sink.clone());
             }
             driver = driver.batch_max_bytes_at_most(batch_cap);
-            // A sink that cannot write ends the run: the checkpointer hears
-            // it before any batch the driver holds fails, so those
-            // failures ask for no replay.
-            let (halting, halted) = (checkpointer.clone(), sink_halted.clone());
-            driver = driver.on_halt(move || {
-                halting.halt();
-                halted.cancel();
-            });
+            driver = driver.on_halt(on_halt());
             let handle = Arc::new(driver.spawn());
             let weak = Arc::downgrade(&handle);
             let slot = SinkSlot::new(Box::new(move || weak.upgrade().map(|h| h.metrics())));
@@ -595,14 +599,31 @@ impl Pipeline {
             dead_letters: dlq.as_ref().map(|(_, h)| h.clone()),
         };
         let steps = Steps { chain, router };
+        // A stage that stops (or panics) ends the run as a sink's halt
+        // does: the checkpointer hears it before anything the stage holds
+        // fails (so nothing asks for a replay), and the run is told to
+        // stop (nothing else would end it: no replay request comes).
+        let on_stop: OnStop = {
+            let (halting, halted) = (checkpointer.clone(), part_halted.clone());
+            Arc::new(move || {
+                halting.halt();
+                halted.cancel();
+            })
+        };
         let stage_task = match Workers::spawn(steps, transform_threads(transform_workers)) {
             Ok(workers) => {
                 let stage = Stage::new(Steps::default(), outputs, hub.stage());
-                tokio::spawn(run_parallel(stage, workers, out_rx, cancel.clone()))
+                tokio::spawn(run_parallel(
+                    stage,
+                    workers,
+                    out_rx,
+                    cancel.clone(),
+                    on_stop,
+                ))
             }
             Err(steps) => {
                 let stage = Stage::new(steps, outputs, hub.stage());
-                tokio::spawn(run_serial(stage, out_rx, cancel.clone()))
+                tokio::spawn(run_serial(stage, out_rx, cancel.clone(), on_stop))
             }
         };
 
@@ -614,7 +635,7 @@ impl Pipeline {
             dead_letter_slot: dlq_slot,
             replay_gate,
             halt_rx,
-            sink_halted,
+            part_halted,
             input_ended,
             cancel,
             driver_task,
@@ -640,8 +661,8 @@ struct Running {
     dead_letter_slot: Option<Arc<SinkSlot>>,
     replay_gate: tokio::task::JoinHandle<()>,
     halt_rx: mpsc::UnboundedReceiver<etl_checkpoint::ReplayRequest>,
-    /// Cancelled when a sink driver halts.
-    sink_halted: CancellationToken,
+    /// Cancelled when a sink driver halts or the transform stage stops.
+    part_halted: CancellationToken,
     input_ended: tokio::sync::watch::Receiver<bool>,
     /// Stops the source driver and the stage (a child of the run's
     /// `shutdown`).
@@ -676,9 +697,10 @@ impl Running {
                     self.cancel.cancel();
                     return Some(request);
                 }
-                // A sink halted (it cannot write): the run ends, whether
-                // or not a batch fails after it (none replays any more).
-                () = self.sink_halted.cancelled() => {
+                // A sink halted (it cannot write), or the transform stage
+                // stopped or panicked: the run ends, whether or not a
+                // batch fails after it (none replays any more).
+                () = self.part_halted.cancelled() => {
                     self.cancel.cancel();
                     return None;
                 }
@@ -720,7 +742,7 @@ impl Running {
             dead_letter_slot,
             replay_gate,
             halt_rx: _,
-            sink_halted: _,
+            part_halted: _,
             input_ended: _,
             cancel: _,
             mut driver_task,
