@@ -24,6 +24,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod cases;
 mod sim {
     pub mod lake;
     pub mod model;
@@ -32,8 +33,7 @@ mod sim {
     pub mod world;
 }
 
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-
+use cases::{Cases, env_u64};
 use sim::model::check;
 use sim::run::{Ended, Plan, run_once};
 use sim::scenario::{Features, Scenario, scenario};
@@ -41,8 +41,6 @@ use sim::world::World;
 
 const DEFAULT_CASES: u64 = 48;
 const DEFAULT_SEED: u64 = 0x5eed_0014;
-/// Runs of each shrinking candidate before it counts as passing.
-const SHRINK_TRIES: usize = 3;
 
 /// Run every run of `s` on one world, checking after each.
 fn simulate(s: &Scenario, features: Features) -> Result<(), String> {
@@ -82,36 +80,6 @@ fn describe(ended: &Ended) -> String {
         Ended::Panicked(_) => "panicked".to_owned(),
         Ended::Crashed => "crashed".to_owned(),
         Ended::Hung { .. } => "hung".to_owned(),
-    }
-}
-
-/// SplitMix64: the seed of case `i` from the first seed.
-fn case_seed(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn rng(seed: u64) -> TestRng {
-    let mut bytes = [0u8; 32];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&case_seed(seed, i as u64).to_le_bytes());
-    }
-    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => {
-            let v = v.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => v.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
-        }
-        Err(_) => default,
     }
 }
 
@@ -155,83 +123,29 @@ fn sim_generated_pipelines_keep_the_delivery_contract() {
     }
     eprintln!("sim: {cases} case(s) from seed {first:#x}, switches {features:?}");
     let started = std::time::Instant::now();
-    let mut failures = Vec::new();
-    for i in 0..cases {
-        // Case 0 runs with the given seed itself, so a printed seed
-        // replays with one case.
-        let seed = if i == 0 { first } else { case_seed(first, i) };
-        let mut runner = TestRunner::new_with_rng(
-            Config {
-                cases: 1,
-                failure_persistence: None,
-                max_shrink_iters: 256,
-                // A hang costs real time per try: shrinking stops in time.
-                max_shrink_time: 60_000,
-                ..Config::default()
-            },
-            rng(seed),
-        );
-        // Once the case failed, each smaller candidate gets a few tries:
-        // the checkpointer's thread makes some failures come and go, and
-        // shrinking should not stop at the first candidate that got lucky.
-        let failed = std::cell::Cell::new(false);
-        let result = runner.run(&scenario(features), |s| {
-            let tries = if failed.get() { SHRINK_TRIES } else { 1 };
-            for _ in 0..tries {
-                if let Err(e) = simulate(&s, features) {
-                    failed.set(true);
-                    return Err(TestCaseError::fail(e));
-                }
+    let replay = |seed: u64| {
+        let enable = features.list();
+        format!(
+            "cargo xtask sim --seed {seed:#x} --cases 1{}",
+            if enable.is_empty() {
+                String::new()
+            } else {
+                format!(" --enable {enable}")
             }
-            Ok(())
-        });
-        match result {
-            Ok(()) => {}
-            Err(TestError::Fail(reason, shrunk)) => {
-                let report = format!(
-                    "sim: case {i} failed (seed {seed:#x}): {reason}\n\
-                     shrunk scenario:\n{shrunk:#?}\n\
-                     replay: cargo xtask sim --seed {seed:#x} --cases 1{}",
-                    if list_enabled(features).is_empty() {
-                        String::new()
-                    } else {
-                        format!(" --enable {}", list_enabled(features))
-                    }
-                );
-                eprintln!("{report}");
-                failures.push(report);
-                if !keep_going {
-                    break;
-                }
-            }
-            Err(TestError::Abort(reason)) => {
-                panic!("sim: case {i} (seed {seed:#x}) aborted: {reason}")
-            }
-        }
+        )
+    };
+    let failures = Cases {
+        name: "sim",
+        first,
+        cases,
+        keep_going,
+        replay: &replay,
     }
+    .run(scenario(features), |s, _| simulate(s, features));
     eprintln!(
         "sim: {cases} case(s) in {:.1?}, {} failed",
         started.elapsed(),
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-fn list_enabled(f: Features) -> String {
-    let on = [
-        f.transform_panics,
-        f.exactly_once_dead_letters,
-        f.exact_poison_attribution,
-        f.environment_failures,
-        f.sink_outages,
-        f.exactly_once_rebalances,
-        f.store_outages,
-    ];
-    Features::NAMES
-        .iter()
-        .zip(on)
-        .filter(|(_, on)| *on)
-        .map(|(n, _)| *n)
-        .collect::<Vec<_>>()
-        .join(",")
 }

@@ -22,6 +22,7 @@
 
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]
 
+mod cases;
 mod storage_sim {
     pub mod inputs;
     pub mod model;
@@ -30,8 +31,8 @@ mod storage_sim {
     pub mod world;
 }
 
+use cases::{Cases, env_u64};
 use etl_fs::SimFs;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use storage_sim::inputs::Content;
 use storage_sim::model::check;
@@ -41,8 +42,6 @@ use storage_sim::world::{Excused, Reads};
 
 const DEFAULT_CASES: u64 = 48;
 const DEFAULT_SEED: u64 = 0x5eed_0014;
-/// Runs of each shrinking candidate before it counts as passing.
-const SHRINK_TRIES: usize = 3;
 
 /// Every run of `s` on one disk, checked after each.
 fn simulate(s: &Scenario, seed: u64) -> Result<(), String> {
@@ -97,37 +96,6 @@ fn describe(ended: &Ended) -> String {
         Ended::Hung => "hung".to_owned(),
         Ended::SecondWriter(_) => "a second writer got in".to_owned(),
         Ended::AckedNotDurable(_) => "acknowledged what was not durable".to_owned(),
-    }
-}
-
-/// SplitMix64: the seed of case `i` from the first seed (as the pipeline
-/// simulation derives them).
-fn case_seed(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn rng(seed: u64) -> TestRng {
-    let mut bytes = [0u8; 32];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&case_seed(seed, i as u64).to_le_bytes());
-    }
-    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => {
-            let v = v.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => v.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
-        }
-        Err(_) => default,
     }
 }
 
@@ -205,55 +173,24 @@ fn storage_sim_regression_seeds_keep_the_contract() {
 
 /// Run `cases` cases from `first`; the reports of the failing ones.
 fn run_cases(first: u64, cases: u64, features: Features, keep_going: bool) -> Vec<String> {
-    let mut failures = Vec::new();
-    for i in 0..cases {
-        let seed = if i == 0 { first } else { case_seed(first, i) };
-        let mut runner = TestRunner::new_with_rng(
-            Config {
-                cases: 1,
-                failure_persistence: None,
-                max_shrink_iters: 256,
-                max_shrink_time: 60_000,
-                ..Config::default()
-            },
-            rng(seed),
-        );
-        let failed = std::cell::Cell::new(false);
-        let result = runner.run(&scenario(features), |s| {
-            let tries = if failed.get() { SHRINK_TRIES } else { 1 };
-            for _ in 0..tries {
-                if let Err(e) = simulate(&s, seed) {
-                    failed.set(true);
-                    return Err(TestCaseError::fail(e));
-                }
+    let replay = |seed: u64| {
+        let enable = features.list();
+        format!(
+            "SIM_SEED={seed:#x} SIM_CASES=1{} cargo test -p etl-tests --all-features \
+             --test storage_sim -- --nocapture",
+            if enable.is_empty() {
+                String::new()
+            } else {
+                format!(" SIM_ENABLE={enable}")
             }
-            Ok(())
-        });
-        match result {
-            Ok(()) => {}
-            Err(TestError::Fail(reason, shrunk)) => {
-                let enable = features.list();
-                let report = format!(
-                    "storage sim: case {i} failed (seed {seed:#x}): {reason}\n\
-                     shrunk scenario:\n{shrunk:#?}\n\
-                     replay: SIM_SEED={seed:#x} SIM_CASES=1{} cargo test -p etl --all-features \
-                     --test storage_sim -- --nocapture",
-                    if enable.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" SIM_ENABLE={enable}")
-                    }
-                );
-                eprintln!("{report}");
-                failures.push(report);
-                if !keep_going {
-                    break;
-                }
-            }
-            Err(TestError::Abort(reason)) => {
-                panic!("storage sim: case {i} (seed {seed:#x}) aborted: {reason}")
-            }
-        }
+        )
+    };
+    Cases {
+        name: "storage sim",
+        first,
+        cases,
+        keep_going,
+        replay: &replay,
     }
-    failures
+    .run(scenario(features), simulate)
 }

@@ -89,6 +89,29 @@ impl Features {
         "lake",
     ];
 
+    /// The switches that are on, comma-separated, as `--enable` takes
+    /// them.
+    pub fn list(self) -> String {
+        let on = [
+            self.transform_panics,
+            self.exactly_once_dead_letters,
+            self.exact_poison_attribution,
+            self.environment_failures,
+            self.sink_outages,
+            self.exactly_once_rebalances,
+            self.store_outages,
+            self.routing,
+            self.lake,
+        ];
+        Self::NAMES
+            .iter()
+            .zip(on)
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Turn on the named switch (or every switch for `all`).
     pub fn enable(&mut self, name: &str) -> Result<(), String> {
         match name {
