@@ -17,7 +17,7 @@
 //! `cargo xtask sim` runs it after the pipeline simulation, with the same
 //! environment variables (`SIM_CASES`, `SIM_SEED`, `SIM_KEEP_GOING`;
 //! `SIM_ENABLE` switches named `storage_*` are this binary's). A failure
-//! prints its seed; `SIM_SEED=<seed> SIM_CASES=1 cargo test -p etl
+//! prints its seed; `SIM_SEED=<seed> SIM_CASES=1 cargo test -p etl-tests
 //! --all-features --test storage_sim -- --nocapture` replays it.
 
 #![allow(clippy::unwrap_used, missing_docs, unreachable_pub)]

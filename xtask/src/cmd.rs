@@ -87,12 +87,12 @@ impl std::fmt::Display for Cmd {
 
 impl Cmd {
     /// The command as a `std` one, from the workspace root; at the lowest
-    /// CPU priority (`nice -n 19`) when `niced`.
+    /// CPU and disk priorities (`ionice -c3 nice -n 19`) when `niced`.
     fn command(&self, niced: bool) -> Command {
         let mut command = if niced {
-            let mut nice = Command::new("nice");
-            nice.args(["-n", "19", &self.program]);
-            nice
+            let mut idle = Command::new("ionice");
+            idle.args(["-c3", "nice", "-n", "19", &self.program]);
+            idle
         } else {
             Command::new(&self.program)
         };
@@ -105,18 +105,20 @@ impl Cmd {
 }
 
 /// Commands run one after another on a thread of their own, at the
-/// lowest CPU priority, their output appended to a log file: work that
-/// fills the CPU a foreground step leaves idle (the end-to-end suites
-/// mostly wait on servers and child processes) without taking it from
-/// that step. [`Background::wait`] joins it; dropping it unjoined kills
-/// the command under way, so a failing run leaves nothing building.
+/// lowest CPU and disk priorities, their output appended to a log file:
+/// work that fills the CPU a foreground step leaves idle (the end-to-end
+/// suites mostly wait on servers and child processes) without taking it
+/// from that step. [`Background::wait`] joins it; dropping it unjoined
+/// kills the command under way, so a failing run leaves nothing
+/// building. The commands stay in xtask's process group, so an interrupt
+/// from the terminal (Ctrl-C) stops them with the rest.
 #[derive(Debug)]
 pub(crate) struct Background {
     name: &'static str,
     log: PathBuf,
     thread: Option<std::thread::JoinHandle<crate::Result>>,
-    /// The process group of the command under way, and whether the
-    /// commands are called off.
+    /// The process id of the command under way, and whether the commands
+    /// are called off.
     state: std::sync::Arc<std::sync::Mutex<(Option<u32>, bool)>>,
 }
 
@@ -128,7 +130,6 @@ impl Background {
         log: PathBuf,
         commands: Vec<Cmd>,
     ) -> crate::Result<Self> {
-        use std::os::unix::process::CommandExt;
         if let Some(dir) = log.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -136,7 +137,7 @@ impl Background {
         let file = std::fs::File::create(&log)
             .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         eprintln!(
-            "xtask: {name}: started in the background at the lowest CPU priority (log: {})",
+            "xtask: {name}: started in the background at the lowest priority (log: {})",
             log.display()
         );
         let state = std::sync::Arc::new(std::sync::Mutex::new((None, false)));
@@ -151,7 +152,7 @@ impl Background {
                     let _ = writeln!(out, "$ {shown}");
                 }
                 let mut command = cmd.command(true);
-                command.stdout(out).stderr(err).process_group(0);
+                command.stdout(out).stderr(err);
                 let mut child = {
                     let mut state = shared.lock().map_err(|_| "background state poisoned")?;
                     if state.1 {
@@ -213,19 +214,24 @@ impl Drop for Background {
         let Some(thread) = self.thread.take() else {
             return;
         };
-        let group = match self.state.lock() {
+        let pid = match self.state.lock() {
             Ok(mut state) => {
                 state.1 = true;
                 state.0
             }
             Err(_) => None,
         };
-        if let Some(group) = group {
-            // The whole group: cargo and the compilers it started.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{group}")])
-                .status();
+        // `ionice` and `nice` exec the command, so the id is cargo's; the
+        // compilers it started end with their crate. Should the kill fail,
+        // the thread is left to end on its own rather than waited for.
+        let killed = pid.is_some_and(|pid| {
+            Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        if killed || pid.is_none() {
+            let _ = thread.join();
         }
-        let _ = thread.join();
     }
 }

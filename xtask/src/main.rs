@@ -97,7 +97,7 @@ fn ci() -> Result {
     steps.run("lint", lint)?;
     // The property tests' release build and the fuzz targets' build do
     // not need the suites: they start once the suites' binaries are
-    // built, at the lowest CPU priority, and take the CPU the suites
+    // built, at the lowest CPU and disk priorities, and take the CPU the suites
     // leave idle while they wait on servers and child processes. Their
     // steps then find them built. Each is dropped (killed) if an earlier
     // step fails.

@@ -123,11 +123,18 @@ impl Checkpointer {
         let halt = worker.halting.shared();
         // The thread logs where the thread that started it logs: to its
         // scoped subscriber if it has one (a test's, an application's
-        // per-pipeline one), else to the global one.
-        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+        // per-pipeline one), else to the global one. With neither yet,
+        // it takes none of its own, so a global subscriber installed
+        // later still gets its lines.
+        let dispatch = tracing::dispatcher::get_default(|current| {
+            (!current.is::<tracing::subscriber::NoSubscriber>()).then(|| current.clone())
+        });
         std::thread::Builder::new()
             .name("etl-checkpointer".to_owned())
-            .spawn(move || tracing::dispatcher::with_default(&dispatch, || worker.run()))
+            .spawn(move || match dispatch {
+                Some(dispatch) => tracing::dispatcher::with_default(&dispatch, || worker.run()),
+                None => worker.run(),
+            })
             .map_err(CheckpointError::Spawn)?;
         Ok((
             CheckpointHandle {

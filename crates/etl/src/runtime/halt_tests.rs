@@ -13,7 +13,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etl_record::Record;
+use etl_checkpoint::MemoryStore;
+use etl_record::{Offset, PartitionId, Record};
 use etl_sink::testing::{Broken, MemorySink};
 use etl_sink::{RawLinesEncoder, SinkDriver};
 use etl_source::{GeneratorConfig, GeneratorSource};
@@ -84,6 +85,31 @@ impl Transform for Judge {
     }
 }
 
+/// Panics, or halts, on offset `at` of every partition.
+#[derive(Debug, Clone)]
+struct StopAt {
+    at: i64,
+    panics: bool,
+}
+
+impl Transform for StopAt {
+    fn name(&self) -> &str {
+        "stop_at"
+    }
+
+    fn apply(&mut self, record: Record) -> Outcome {
+        if record.position.offset.0 != self.at {
+            return Outcome::Keep(record);
+        }
+        assert!(!self.panics, "a bug in user code");
+        Outcome::Halt(record, "cannot be processed".to_owned())
+    }
+
+    fn fork(&self) -> Option<Box<dyn Transform>> {
+        Some(Box::new(self.clone()))
+    }
+}
+
 fn source() -> GeneratorSource {
     GeneratorSource::new(GeneratorConfig {
         partitions: 3,
@@ -111,7 +137,37 @@ fn assert_no_replay_announced(log: &str) {
     );
 }
 
+/// What the halt left committed is in the sink, and nothing at or past
+/// the batch that halted (offsets `at` rounded down to the batch of 4) is
+/// committed.
+fn assert_committed_was_written(store: &MemoryStore, sink: &MemorySink, halted_at: i64) {
+    let written: std::collections::BTreeSet<(u32, i64)> = sink
+        .records()
+        .iter()
+        .map(|r| (r.position.partition.0, r.position.offset.0))
+        .collect();
+    let offsets = store.offsets();
+    for partition in 0..3 {
+        let committed = offsets
+            .get(&PartitionId(partition))
+            .copied()
+            .unwrap_or(Offset(0))
+            .0;
+        assert!(
+            committed <= halted_at / 4 * 4,
+            "partition {partition} committed {committed}, past the batch that halted"
+        );
+        for offset in 0..committed {
+            assert!(
+                written.contains(&(partition, offset)),
+                "partition {partition}: offset {offset} committed, never written"
+            );
+        }
+    }
+}
+
 async fn a_transform_halt(workers: usize) {
+    let (store, sink) = (MemoryStore::new(), MemorySink::default());
     let pipeline = Pipeline::builder()
         .source(source())
         .transform(Judge {
@@ -119,10 +175,8 @@ async fn a_transform_halt(workers: usize) {
             reject: None,
         })
         .transform_workers(workers)
-        .sink(
-            "out",
-            SinkDriver::new(MemorySink::default(), RawLinesEncoder::new()),
-        )
+        .sink("out", SinkDriver::new(sink.clone(), RawLinesEncoder::new()))
+        .offset_store(store.clone())
         .build()
         .unwrap();
     let (result, log) = logged(pipeline.run(CancellationToken::new())).await;
@@ -131,6 +185,58 @@ async fn a_transform_halt(workers: usize) {
         "{result:?}"
     );
     assert_no_replay_announced(&log);
+    assert_committed_was_written(&store, &sink, 250);
+}
+
+/// Nothing but the stage's stop can end this run: its source has read
+/// its last record (the stop is in its last batch), so it sends nothing
+/// more that would find the stage gone, and waits for the batches it
+/// handed on; no replay is asked for once the halt is recorded.
+async fn a_stage_stop_ends_a_run_with_nothing_left_to_read(workers: usize, panics: bool) {
+    let (store, sink) = (MemoryStore::new(), MemorySink::default());
+    let read_to_the_end = GeneratorSource::new(GeneratorConfig {
+        partitions: 3,
+        records_per_partition: Some(252),
+        max_batch_records: 4,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let pipeline = Pipeline::builder()
+        .source(read_to_the_end)
+        .transform(StopAt { at: 250, panics })
+        .transform_workers(workers)
+        .sink("out", SinkDriver::new(sink.clone(), RawLinesEncoder::new()))
+        .offset_store(store.clone())
+        .build()
+        .unwrap();
+    let (result, _log) = logged(pipeline.run(CancellationToken::new())).await;
+    if panics {
+        assert!(
+            matches!(result, Err(PipelineError::Internal(_))),
+            "{result:?}"
+        );
+    } else {
+        assert!(
+            matches!(result, Err(PipelineError::TransformHalted { .. })),
+            "{result:?}"
+        );
+    }
+    assert_committed_was_written(&store, &sink, 250);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_transform_panic_on_the_stages_task_ends_a_run_with_nothing_left_to_read() {
+    a_stage_stop_ends_a_run_with_nothing_left_to_read(0, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_panic_on_worker_threads_ends_a_run_with_nothing_left_to_read() {
+    a_stage_stop_ends_a_run_with_nothing_left_to_read(2, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_halt_ends_a_run_with_nothing_left_to_read() {
+    a_stage_stop_ends_a_run_with_nothing_left_to_read(2, false).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
