@@ -357,3 +357,42 @@ fn a_multipart_upload_given_up_at_the_stop_deadline_is_aborted_before_the_runtim
     );
     assert_eq!(store.aborted.load(Ordering::SeqCst), 1);
 }
+
+/// Garage 2.5 takes a PUT whatever its precondition: a second
+/// `If-None-Match: *` (`PutMode::Create`) and an `If-Match` naming an
+/// ETag the object no longer has (`PutMode::Update`) both replace the
+/// object. No conditional write can fence a stale writer there; see
+/// docs/object-storage.md ("Members of one consumer group").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garage_replaces_an_object_whatever_the_put_s_precondition() {
+    use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, UpdateVersion};
+
+    let server = Garage::start().unwrap();
+    server.create_bucket("orders").unwrap();
+    let config = garage_config(&server, "orders", server.key_id(), server.secret());
+    let store = ObjectStoreSink::new("lake", std::path::Path::new("."), config)
+        .unwrap()
+        .store();
+    let path = object_store::path::Path::from("fence/progress.json");
+    let read = |store: Arc<dyn ObjectStore>, path: object_store::path::Path| async move {
+        let got = store.get_opts(&path, GetOptions::default()).await;
+        got.unwrap().bytes().await.unwrap()
+    };
+    let create = PutOptions::from(PutMode::Create);
+    let first = store
+        .put_opts(&path, "first".into(), create.clone())
+        .await
+        .unwrap();
+    let second = store.put_opts(&path, "second".into(), create).await;
+    assert!(second.is_ok(), "If-None-Match: * refused: {second:?}");
+    assert_eq!(read(store.clone(), path.clone()).await, "second");
+
+    // `first`'s ETag is stale now: an update conditional on it is taken.
+    let stale = PutOptions::from(PutMode::Update(UpdateVersion {
+        e_tag: first.e_tag,
+        version: first.version,
+    }));
+    let third = store.put_opts(&path, "third".into(), stale).await;
+    assert!(third.is_ok(), "If-Match on a stale ETag refused: {third:?}");
+    assert_eq!(read(store, path).await, "third");
+}
