@@ -59,7 +59,6 @@ impl SinkSender {
 ///
 /// Dropping the handle asks the driver to close as [`close`](Self::close)
 /// does, without waiting for it.
-#[derive(Debug)]
 pub struct SinkHandle {
     sender: SinkSender,
     close: Option<oneshot::Sender<()>>,
@@ -69,6 +68,18 @@ pub struct SinkHandle {
     /// The driver's sink, to [`settle`](Sink::settle) once the driver
     /// stopped.
     sink: Arc<dyn Sink>,
+}
+
+/// `Debug` by hand: the sink's own is left out (a connector's may show
+/// more of its configuration than a handle needs to).
+impl std::fmt::Debug for SinkHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkHandle")
+            .field("sender", &self.sender)
+            .field("closing", &self.close.is_none())
+            .field("task", &self.task)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SinkHandle {
