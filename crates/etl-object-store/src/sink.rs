@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path as FsPath;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -21,7 +22,7 @@ use crate::key::{KeyParts, lookup};
 use crate::progress::ProgressStore;
 use crate::schema::{RowSchema, timestamp_micros};
 use crate::store::build_store;
-use crate::upload::{AbortWindow, upload};
+use crate::upload::{ABORT_SETTLE, Aborts, upload};
 use crate::{
     EncodingConfig, KeyTemplate, ObjectStoreSinkConfig, ObjectStoreSinkError, StoreConfig,
     ValueEncoder,
@@ -61,8 +62,8 @@ struct Inner {
     max_object_offsets: Option<i64>,
     multipart_threshold: usize,
     part_size: usize,
-    /// Shared by the multipart uploads this sink abandons at once.
-    abort_window: AbortWindow,
+    /// The aborts of the multipart uploads dropped writes gave up.
+    aborts: Aborts,
     exactly_once: Option<(ProgressStore, Mutex<Progress>)>,
 }
 
@@ -296,7 +297,7 @@ impl Inner {
             max_object_offsets,
             multipart_threshold: config.multipart_threshold,
             part_size: config.part_size,
-            abort_window: AbortWindow::default(),
+            aborts: Aborts::default(),
             exactly_once,
         })
     }
@@ -455,6 +456,19 @@ impl Sink for ObjectStoreSink {
             Err(SinkError::Rejected(rejects))
         }
     }
+
+    /// Time for the aborts of uploads given up at a stop: a round trip to
+    /// a store that answers.
+    fn settle_time(&self) -> Duration {
+        ABORT_SETTLE
+    }
+
+    /// Wait for the aborts of the multipart uploads that dropped writes
+    /// gave up, so that none is dropped with the runtime, its parts left
+    /// on the server.
+    async fn settle(&self) {
+        self.inner.aborts.settle().await;
+    }
 }
 
 impl ObjectStoreSink {
@@ -472,7 +486,7 @@ impl ObjectStoreSink {
             body,
             inner.multipart_threshold,
             inner.part_size,
-            &inner.abort_window,
+            &inner.aborts,
         )
         .await
         .map_err(|(op, e)| classify(op, &inner.name, &inner.location, key, e))

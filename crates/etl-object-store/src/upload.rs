@@ -1,16 +1,16 @@
 //! Uploading one object: a single PUT, or a multipart upload that is
 //! aborted if it fails or is abandoned, so it leaves no orphaned parts;
-//! an abandoned one's abort is waited for before its drop returns.
+//! an abandoned one's abort runs as a task the sink owns and its stop
+//! waits for.
 
-use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, PutMultipartOptions, PutOptions, PutPayload};
-use tokio::runtime::RuntimeFlavor;
+use tokio::sync::watch;
 
 /// Parts uploaded at once.
 const PARTS_AT_ONCE: usize = 4;
@@ -18,15 +18,15 @@ const PARTS_AT_ONCE: usize = 4;
 /// Upload `body` to `path`: in one PUT below `threshold` bytes, else in
 /// parts of `part_size`. Returns once the store acknowledged the object
 /// (the PUT or the completion returned). `Err` names the operation that
-/// failed. A multipart upload dropped mid-way waits for its abort within
-/// `window`.
+/// failed. A multipart upload dropped mid-way is aborted by a task handed
+/// to `aborts`.
 pub(crate) async fn upload(
     store: &dyn ObjectStore,
     path: &Path,
     body: Bytes,
     threshold: usize,
     part_size: usize,
-    window: &AbortWindow,
+    aborts: &Aborts,
 ) -> Result<(), (&'static str, object_store::Error)> {
     if body.len() < threshold {
         return store
@@ -42,7 +42,7 @@ pub(crate) async fn upload(
                 .await
                 .map_err(|e| ("start a multipart upload of", e))?,
         ),
-        window,
+        aborts,
     };
     let parts: Vec<_> = {
         let Some(u) = upload.upload.as_mut() else {
@@ -81,45 +81,81 @@ pub(crate) async fn upload(
     }
 }
 
-/// How long the drop of an abandoned multipart upload waits for its
-/// abort, at most, for all the uploads a sink abandons at once.
-const ABORT_WAIT: Duration = Duration::from_secs(1);
+/// How long a stop waits, at most, for the aborts of the multipart
+/// uploads the sink gave up ([`Aborts::settle`]): the sink's
+/// [`settle_time`](etl_sink::Sink::settle_time).
+pub(crate) const ABORT_SETTLE: Duration = Duration::from_secs(1);
 
-/// The window in which a sink's abandoned uploads wait for their aborts:
-/// opened by the first one dropped, shared by those dropped while it is
-/// open, so that a write abandoning many uploads to a store that no longer
-/// answers holds the stop [`ABORT_WAIT`] at most, not that once per upload.
-#[derive(Debug, Default)]
-pub(crate) struct AbortWindow(Mutex<Option<Instant>>);
+/// The aborts of the multipart uploads a sink's dropped writes gave up:
+/// tasks the sink owns, counted until each ends (done, failed, or dropped
+/// with its runtime), so that the sink's stop can wait for them all at
+/// once ([`settle`](Self::settle)) before the runtime that runs them ends.
+#[derive(Debug)]
+pub(crate) struct Aborts {
+    pending: Arc<watch::Sender<usize>>,
+}
 
-impl AbortWindow {
-    /// Until when an upload dropped now waits for its abort.
-    fn deadline(&self) -> Instant {
-        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        match *open {
-            Some(until) if until > now => until,
-            _ => *open.insert(now + ABORT_WAIT),
+impl Default for Aborts {
+    fn default() -> Self {
+        Aborts {
+            pending: Arc::new(watch::channel(0).0),
         }
     }
 }
 
+impl Aborts {
+    /// Abort `upload` in a task of its own, counted while it runs; never
+    /// waits. Outside a runtime there is nothing to run it on: the
+    /// upload's parts stay until the bucket's lifecycle rule removes them.
+    fn spawn(&self, mut upload: Box<dyn MultipartUpload>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "a multipart upload abandoned outside a runtime cannot be aborted; its parts stay until the bucket's lifecycle rule removes them"
+            );
+            return;
+        };
+        let counted = Pending::new(self.pending.clone());
+        runtime.spawn(async move {
+            let _counted = counted;
+            if let Err(e) = upload.abort().await {
+                tracing::warn!(error = %e, "cannot abort an abandoned multipart upload; its parts stay until the bucket's lifecycle rule removes them");
+            }
+        });
+    }
+
+    /// Wait until no abort is under way.
+    pub(crate) async fn settle(&self) {
+        let mut pending = self.pending.subscribe();
+        // `Err` only once the sender is gone, and `self` holds it.
+        let _ = pending.wait_for(|&n| n == 0).await;
+    }
+}
+
+/// One abort under way, counted in [`Aborts`] until it is dropped: by its
+/// task's end, or with the task when the runtime drops it.
+struct Pending(Arc<watch::Sender<usize>>);
+
+impl Pending {
+    fn new(pending: Arc<watch::Sender<usize>>) -> Self {
+        pending.send_modify(|n| *n += 1);
+        Pending(pending)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
 /// A multipart upload that is aborted unless it completed: explicitly
-/// after a failure, or when the write is dropped mid-way (a write
-/// timeout, a stop past its deadline) by a task of its own that the drop
-/// waits for, within the sink's [`AbortWindow`].
-///
-/// The wait is what makes the abort happen at all when the write is
-/// dropped because the run ends: the `etl` command shuts its runtime down
-/// right after the stop, and a task merely spawned would be dropped with
-/// it, its request never sent, the upload's parts left on the server. The
-/// wait leaves the worker thread to the runtime's other tasks
-/// (`block_in_place`), so the abort runs meanwhile. On a current-thread
-/// runtime the drop cannot wait (the abort would need the very thread it
-/// blocks): the abort is only spawned there.
+/// after a failure, or, when the write is dropped mid-way (a write
+/// timeout, a stop past its deadline), by a task handed to the sink's
+/// [`Aborts`]. The drop never waits: the sink's stop waits for the task
+/// ([`Aborts::settle`]), within its own settle time.
 struct AbortOnDrop<'a> {
     upload: Option<Box<dyn MultipartUpload>>,
-    window: &'a AbortWindow,
+    aborts: &'a Aborts,
 }
 
 impl AbortOnDrop<'_> {
@@ -134,34 +170,9 @@ impl AbortOnDrop<'_> {
 
 impl Drop for AbortOnDrop<'_> {
     fn drop(&mut self) {
-        let Some(mut u) = self.upload.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                "a multipart upload abandoned outside a runtime cannot be aborted; its parts stay until the bucket's lifecycle rule removes them"
-            );
-            return;
-        };
-        // Answered when the abort is done, or dropped with its task (a
-        // runtime shutting down): either ends the wait.
-        let (done, aborted) = std::sync::mpsc::sync_channel::<()>(1);
-        runtime.spawn(async move {
-            if let Err(e) = u.abort().await {
-                tracing::warn!(error = %e, "cannot abort an abandoned multipart upload; its parts stay until the bucket's lifecycle rule removes them");
-            }
-            let _ = done.send(());
-        });
-        if runtime.runtime_flavor() != RuntimeFlavor::MultiThread {
-            return;
+        if let Some(upload) = self.upload.take() {
+            self.aborts.spawn(upload);
         }
-        let deadline = self.window.deadline();
-        tokio::task::block_in_place(|| {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if let Err(RecvTimeoutError::Timeout) = aborted.recv_timeout(left) {
-                tracing::warn!(waited = ?ABORT_WAIT, "the abort of an abandoned multipart upload did not answer in time; its parts may stay until the bucket's lifecycle rule removes them");
-            }
-        });
     }
 }
 

@@ -175,6 +175,7 @@ impl SinkDriver {
         let (close_tx, close_rx) = oneshot::channel();
         let (ended_tx, ended_rx) = watch::channel(false);
         let metrics = Arc::new(MetricsCell::default());
+        let sink = self.sink.clone();
         let driver = Driver {
             shared: Arc::new(Shared {
                 sink: self.sink,
@@ -206,7 +207,7 @@ impl SinkDriver {
             }),
             None => tokio::spawn(driver.run()),
         };
-        SinkHandle::new(tx, close_tx, ended_tx, task, metrics)
+        SinkHandle::new(tx, close_tx, ended_tx, task, metrics, sink)
     }
 }
 

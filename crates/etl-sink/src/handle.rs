@@ -7,9 +7,10 @@ use etl_ack::Acked;
 use etl_record::Record;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::metrics::MetricsCell;
-use crate::{SendError, SinkDriverError, SinkMetrics};
+use crate::{SendError, Sink, SinkDriverError, SinkMetrics};
 
 /// Sends records to a sink driver. Cloneable; a clone per producer.
 #[derive(Clone, Debug)]
@@ -58,13 +59,27 @@ impl SinkSender {
 ///
 /// Dropping the handle asks the driver to close as [`close`](Self::close)
 /// does, without waiting for it.
-#[derive(Debug)]
 pub struct SinkHandle {
     sender: SinkSender,
     close: Option<oneshot::Sender<()>>,
     input_ended: watch::Sender<bool>,
     task: JoinHandle<Result<(), SinkDriverError>>,
     metrics: Arc<MetricsCell>,
+    /// The driver's sink, to [`settle`](Sink::settle) once the driver
+    /// stopped.
+    sink: Arc<dyn Sink>,
+}
+
+/// `Debug` by hand: the sink's own is left out (a connector's may show
+/// more of its configuration than a handle needs to).
+impl std::fmt::Debug for SinkHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkHandle")
+            .field("sender", &self.sender)
+            .field("closing", &self.close.is_none())
+            .field("task", &self.task)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SinkHandle {
@@ -74,6 +89,7 @@ impl SinkHandle {
         input_ended: watch::Sender<bool>,
         task: JoinHandle<Result<(), SinkDriverError>>,
         metrics: Arc<MetricsCell>,
+        sink: Arc<dyn Sink>,
     ) -> Self {
         SinkHandle {
             sender: SinkSender { tx },
@@ -81,6 +97,7 @@ impl SinkHandle {
             input_ended,
             task,
             metrics,
+            sink,
         }
     }
 
@@ -125,7 +142,9 @@ impl SinkHandle {
     }
 
     /// Stop taking input, write everything queued and batched, flush the
-    /// sink, and wait for the driver to finish.
+    /// sink, wait for the driver to finish, then for the sink to
+    /// [`settle`](Sink::settle) (its [`settle_time`](Sink::settle_time)
+    /// at most).
     ///
     /// # Errors
     ///
@@ -135,20 +154,31 @@ impl SinkHandle {
     pub async fn close(mut self) -> Result<SinkMetrics, SinkDriverError> {
         self.request_close();
         let joined = (&mut self.task).await;
+        self.settle(Instant::now() + self.sink.settle_time()).await;
         self.finish(joined)
     }
 
     /// As [`close`](Self::close), but abort the driver if it has not
-    /// finished within `deadline`: every batch it still holds fails (and
-    /// will replay).
+    /// finished in time: every batch it still holds fails (and will
+    /// replay).
+    ///
+    /// The sink's [`settle_time`](Sink::settle_time) comes out of
+    /// `deadline` (half of it at most): the driver is aborted that long
+    /// before `deadline`, and the sink settles until `deadline`. So the
+    /// whole stop takes `deadline` at most, or the settle time when
+    /// `deadline` is shorter: what a caller does after the stop (a final
+    /// commit) keeps the time it kept for itself.
     ///
     /// # Errors
     ///
-    /// [`SinkDriverError::ShutdownTimeout`] past the deadline, otherwise as
-    /// [`close`](Self::close).
+    /// [`SinkDriverError::ShutdownTimeout`] when the driver was aborted,
+    /// otherwise as [`close`](Self::close).
     pub async fn shutdown(mut self, deadline: Duration) -> Result<SinkMetrics, SinkDriverError> {
+        let started = Instant::now();
+        let settle_time = self.sink.settle_time();
+        let kept = settle_time.min(deadline / 2);
         self.request_close();
-        match tokio::time::timeout(deadline, &mut self.task).await {
+        let ended = match tokio::time::timeout(deadline - kept, &mut self.task).await {
             Ok(joined) => self.finish(joined),
             Err(_) => {
                 self.task.abort();
@@ -156,15 +186,33 @@ impl SinkHandle {
                 let _ = (&mut self.task).await;
                 Err(SinkDriverError::ShutdownTimeout(deadline))
             }
-        }
+        };
+        self.settle(started + deadline.max(settle_time)).await;
+        ended
     }
 
     /// Abort the driver now and wait until it is gone: every batch it held
     /// (queued, batched or being written) has failed when this returns.
+    /// Then wait for the sink to [`settle`](Sink::settle), its
+    /// [`settle_time`](Sink::settle_time) at most.
     pub async fn abort(mut self) -> SinkMetrics {
         self.task.abort();
         let _ = (&mut self.task).await;
+        self.settle(Instant::now() + self.sink.settle_time()).await;
         self.metrics.snapshot()
+    }
+
+    /// Wait for the sink's background work, until `until` at most.
+    async fn settle(&self, until: Instant) {
+        if tokio::time::timeout_at(until, self.sink.settle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                settle_time = ?self.sink.settle_time(),
+                "a sink's background work did not end within its settle time"
+            );
+        }
     }
 
     fn finish(

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -44,6 +45,24 @@ pub trait Sink: Send + Sync + fmt::Debug {
     async fn flush(&self) -> Result<(), SinkError> {
         Ok(())
     }
+
+    /// How long [`settle`](Sink::settle) may take: the driver keeps this
+    /// much of a stop's deadline for it (see
+    /// [`SinkHandle::shutdown`](crate::SinkHandle::shutdown)). Zero, the
+    /// default, for a sink that runs nothing in the background.
+    fn settle_time(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Wait until the work the sink runs in the background for writes
+    /// that are over has ended: the abort of an upload that a dropped
+    /// write gave up, say. The driver calls it once it stopped, however it
+    /// stopped (closed, halted, aborted at a deadline), and stops waiting
+    /// after [`settle_time`](Sink::settle_time), so that this work is done
+    /// before the runtime that runs it ends. It acknowledges nothing: a
+    /// sink MUST NOT need it for a write to count as durable. The default
+    /// returns at once.
+    async fn settle(&self) {}
 }
 
 /// A boxed, type-erased sink.
@@ -61,6 +80,14 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     async fn flush(&self) -> Result<(), SinkError> {
         (**self).flush().await
     }
+
+    fn settle_time(&self) -> Duration {
+        (**self).settle_time()
+    }
+
+    async fn settle(&self) {
+        (**self).settle().await;
+    }
 }
 
 #[async_trait]
@@ -71,5 +98,13 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
 
     async fn flush(&self) -> Result<(), SinkError> {
         (**self).flush().await
+    }
+
+    fn settle_time(&self) -> Duration {
+        (**self).settle_time()
+    }
+
+    async fn settle(&self) {
+        (**self).settle().await;
     }
 }

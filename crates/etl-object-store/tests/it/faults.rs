@@ -28,6 +28,10 @@ pub(crate) struct FaultyStore {
     pub(crate) fail_parts: Arc<AtomicBool>,
     /// Parts that never get an answer (a store that stopped answering).
     pub(crate) hang_parts: Arc<AtomicBool>,
+    /// Parts still answered before `hang_parts` takes effect.
+    pub(crate) parts_before_hanging: Arc<AtomicUsize>,
+    /// Parts held unanswered so far.
+    pub(crate) hung: Arc<AtomicUsize>,
     pub(crate) aborted: Arc<AtomicUsize>,
     /// How long an abort waits before it is sent (a slow store).
     pub(crate) abort_delay: Arc<Mutex<Duration>>,
@@ -41,6 +45,8 @@ impl FaultyStore {
             puts_before_failing: AtomicUsize::new(0),
             fail_parts: Arc::new(AtomicBool::new(false)),
             hang_parts: Arc::new(AtomicBool::new(false)),
+            parts_before_hanging: Arc::new(AtomicUsize::new(0)),
+            hung: Arc::new(AtomicUsize::new(0)),
             aborted: Arc::new(AtomicUsize::new(0)),
             abort_delay: Arc::new(Mutex::new(Duration::ZERO)),
         }
@@ -96,6 +102,8 @@ impl ObjectStore for FaultyStore {
             location: location.clone(),
             fail_parts: self.fail_parts.clone(),
             hang_parts: self.hang_parts.clone(),
+            parts_before_hanging: self.parts_before_hanging.clone(),
+            hung: self.hung.clone(),
             aborted: self.aborted.clone(),
             abort_delay: self.abort_delay.clone(),
         }))
@@ -148,6 +156,8 @@ struct FaultyUpload {
     location: Path,
     fail_parts: Arc<AtomicBool>,
     hang_parts: Arc<AtomicBool>,
+    parts_before_hanging: Arc<AtomicUsize>,
+    hung: Arc<AtomicUsize>,
     aborted: Arc<AtomicUsize>,
     abort_delay: Arc<Mutex<Duration>>,
 }
@@ -159,7 +169,13 @@ impl MultipartUpload for FaultyUpload {
             let err = injected(&self.location);
             return Box::pin(async move { Err(err) });
         }
-        if self.hang_parts.load(Ordering::SeqCst) {
+        let spared = || {
+            self.parts_before_hanging
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if self.hang_parts.load(Ordering::SeqCst) && !spared() {
+            self.hung.fetch_add(1, Ordering::SeqCst);
             return Box::pin(futures::future::pending());
         }
         self.inner.put_part(data)

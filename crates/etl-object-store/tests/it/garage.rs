@@ -63,7 +63,7 @@ pub(crate) fn garage_location(server: &Garage, bucket: &str) -> Location {
 
 /// `n` records of partition `p` whose padding, random-looking, does not
 /// compress: `n` = 1400 makes a Parquet object of about 8 MiB.
-fn padded(p: u32, n: i64) -> Vec<etl_record::Record> {
+pub(crate) fn padded(p: u32, n: i64) -> Vec<etl_record::Record> {
     let mut seed = 7u64;
     (0..n)
         .map(|o| {
@@ -216,7 +216,7 @@ async fn a_credential_garage_denies_or_refuses_halts_at_once_without_the_secret(
 /// A Parquet sink named `lake` on the bucket `orders` of `server`
 /// (created), through a [`FaultyStore`]: the store is returned to set
 /// its faults on.
-fn faulty_sink(server: &Garage) -> (ObjectStoreSink, Arc<FaultyStore>) {
+pub(crate) fn faulty_sink(server: &Garage) -> (ObjectStoreSink, Arc<FaultyStore>) {
     server.create_bucket("orders").unwrap();
     let config = garage_config(server, "orders", server.key_id(), server.secret());
     let s3 = ObjectStoreSink::new("lake", std::path::Path::new("."), config.clone())
@@ -229,7 +229,7 @@ fn faulty_sink(server: &Garage) -> (ObjectStoreSink, Arc<FaultyStore>) {
 
 /// The driver of `sink` for one batch of large records: never retried,
 /// given up at `write_timeout`.
-fn multipart_driver(
+pub(crate) fn multipart_driver(
     sink: ObjectStoreSink,
     write_timeout: Option<std::time::Duration>,
 ) -> etl_sink::SinkHandle {
@@ -244,11 +244,11 @@ fn multipart_driver(
         .spawn()
 }
 
-/// Wait until the server shows a multipart upload unfinished in
-/// `orders`: the upload started, its parts held unanswered.
-async fn upload_under_way(server: &Garage) {
+/// Wait until the server shows `n` multipart uploads unfinished in
+/// `orders`: the uploads started, their parts held unanswered.
+pub(crate) async fn uploads_under_way(server: &Garage, n: u64) {
     let seen = std::time::Instant::now();
-    while server.unfinished_multipart_uploads("orders").unwrap() == 0 {
+    while server.unfinished_multipart_uploads("orders").unwrap() < n {
         assert!(
             seen.elapsed() < std::time::Duration::from_secs(4),
             "the server never showed the upload"
@@ -284,7 +284,7 @@ async fn a_multipart_upload_abandoned_at_the_write_timeout_is_aborted_on_the_ser
     let driver = multipart_driver(sink, Some(std::time::Duration::from_secs(4)));
     let delivery = tokio::spawn(deliver(driver, vec![padded(0, 200)]));
     // While the write hangs, the server shows the upload unfinished.
-    upload_under_way(&server).await;
+    uploads_under_way(&server, 1).await;
     let (statuses, closed) = delivery.await.unwrap();
     assert!(closed.is_err());
     assert_eq!(statuses, [AckStatus::Failed]);
@@ -340,7 +340,7 @@ fn a_multipart_upload_given_up_at_the_stop_deadline_is_aborted_before_the_runtim
             .send(etl_ack::Acked::new(records, ack))
             .await
             .unwrap();
-        upload_under_way(&server).await;
+        uploads_under_way(&server, 1).await;
         let stopped = driver.shutdown(std::time::Duration::from_millis(100)).await;
         (stopped, store)
     });
@@ -356,4 +356,43 @@ fn a_multipart_upload_given_up_at_the_stop_deadline_is_aborted_before_the_runtim
         "the upload given up is left unfinished on the server"
     );
     assert_eq!(store.aborted.load(Ordering::SeqCst), 1);
+}
+
+/// Garage 2.5 takes a PUT whatever its precondition: a second
+/// `If-None-Match: *` (`PutMode::Create`) and an `If-Match` naming an
+/// ETag the object no longer has (`PutMode::Update`) both replace the
+/// object. No conditional write can fence a stale writer there; see
+/// docs/object-storage.md ("Members of one consumer group").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garage_replaces_an_object_whatever_the_put_s_precondition() {
+    use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, UpdateVersion};
+
+    let server = Garage::start().unwrap();
+    server.create_bucket("orders").unwrap();
+    let config = garage_config(&server, "orders", server.key_id(), server.secret());
+    let store = ObjectStoreSink::new("lake", std::path::Path::new("."), config)
+        .unwrap()
+        .store();
+    let path = object_store::path::Path::from("fence/progress.json");
+    let read = |store: Arc<dyn ObjectStore>, path: object_store::path::Path| async move {
+        let got = store.get_opts(&path, GetOptions::default()).await;
+        got.unwrap().bytes().await.unwrap()
+    };
+    let create = PutOptions::from(PutMode::Create);
+    let first = store
+        .put_opts(&path, "first".into(), create.clone())
+        .await
+        .unwrap();
+    let second = store.put_opts(&path, "second".into(), create).await;
+    assert!(second.is_ok(), "If-None-Match: * refused: {second:?}");
+    assert_eq!(read(store.clone(), path.clone()).await, "second");
+
+    // `first`'s ETag is stale now: an update conditional on it is taken.
+    let stale = PutOptions::from(PutMode::Update(UpdateVersion {
+        e_tag: first.e_tag,
+        version: first.version,
+    }));
+    let third = store.put_opts(&path, "third".into(), stale).await;
+    assert!(third.is_ok(), "If-Match on a stale ETag refused: {third:?}");
+    assert_eq!(read(store, path).await, "third");
 }

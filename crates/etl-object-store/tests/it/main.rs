@@ -11,5 +11,6 @@ mod local;
 mod outage;
 mod pipeline;
 mod process;
+mod stop;
 mod support;
 mod throttle;

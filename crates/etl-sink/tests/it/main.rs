@@ -9,4 +9,5 @@ mod failure_kinds;
 mod file_sink;
 mod prop_driver;
 mod send_sync;
+mod settle;
 mod writing_a_sink;
