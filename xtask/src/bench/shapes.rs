@@ -15,6 +15,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
+use std::io::BufRead as _;
 use std::path::Path;
 
 use super::records;
@@ -306,12 +307,14 @@ fn long_text(h: u64, len: usize) -> String {
 /// (escapes, number text, spacing) where orjson writes its own.
 pub(super) fn same_records(a: &Path, b: &Path) -> Result<()> {
     let hashes = |path: &Path| -> Result<Vec<u64>> {
-        let text = std::fs::read_to_string(path)
+        let file = std::fs::File::open(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let mut out = Vec::new();
         let mut canonical = String::new();
-        for (n, line) in text.lines().enumerate() {
-            let value: serde_json::Value = serde_json::from_str(line)
+        // Line by line: the outputs are hundreds of megabytes.
+        for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let value: serde_json::Value = serde_json::from_str(&line)
                 .map_err(|e| format!("{} line {}: not JSON: {e}", path.display(), n + 1))?;
             canonical.clear();
             write_canonical(&value, &mut canonical);
