@@ -1410,7 +1410,7 @@ mod records;
 
 /// The inputs of the transform rows: `records` records of `shape` (`w1`,
 /// the file-to-file records; `nested`, orders in the shapes of
-/// [`shapes::SHAPES`], about 500 bytes on average) split
+/// [`shapes::SHAPES`], about 705 bytes on average) split
 /// over `files` files `dir/NN.ndjson` (rewritten only when their size
 /// differs). How many the row's filter keeps (`amount >= 1`, or
 /// `order.status == "paid"`).
