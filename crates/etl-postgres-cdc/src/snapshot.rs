@@ -108,6 +108,10 @@ pub(crate) async fn take(
     let tables = tables(shared, &mut reader).await?;
 
     let first = shared.progress().snapshot_start(*floor);
+    // The rows' offsets stay below the consistent point, where the
+    // stream's offsets start: the first transaction streamed is then anchored
+    // (crate::progress), so a restart gives it its offsets again.
+    let limit = i64::try_from(consistent.0).unwrap_or(i64::MAX);
     let mut next = first;
     let mut batch = PollBatch::new(PARTITION);
     for table in &tables {
@@ -143,6 +147,9 @@ pub(crate) async fn take(
                     old: None,
                     new: Some(&tuple),
                 };
+                if next >= limit {
+                    return Err(too_many_rows(holder.target(), first, consistent));
+                }
                 match record(&shared.source, PARTITION, next, &txn, &change) {
                     Ok(record) => batch.records.push(record),
                     Err(reason) => {
@@ -288,4 +295,22 @@ async fn tables(shared: &Shared, reader: &mut Connection) -> Result<Vec<Table>, 
         });
     }
     Ok(tables)
+}
+
+/// The error when a snapshot's rows, taking offsets from `first` on,
+/// reach the consistent point, where the stream's offsets start.
+fn too_many_rows(target: &str, first: i64, consistent: Lsn) -> CdcError {
+    CdcError::Setup {
+        target: target.to_owned(),
+        reason: format!(
+            "the initial snapshot's rows take offsets from {first} on (the committed offset), \
+             and there are more of them than fit below the slot's consistent point {consistent} \
+             ({} offsets), where the stream's offsets start; the pipeline's stored progress is \
+             that of an earlier stream: stop the pipeline and start it with an empty offset \
+             store and sink progress, or with snapshot = \"never\"",
+            i64::try_from(consistent.0)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(first)
+        ),
+    }
 }
