@@ -20,11 +20,13 @@
 //! * Offsets: the slot is partition 0; a transaction's changes take
 //!   consecutive offsets from its commit LSN (or right after the previous
 //!   transaction's). The slot is confirmed (`flush_lsn` in standby
-//!   status updates) only past transactions every change of which the
-//!   checkpointer committed ([`Source::commit`](etl_source::Source::commit)),
-//!   so a partially delivered transaction is sent again after any
-//!   restart. Keepalives are answered from a task of their own, and with
-//!   nothing unconfirmed a keepalive moves the slot on (a quiet
+//!   status updates) never past a change the checkpointer has not
+//!   committed ([`Source::commit`](etl_source::Source::commit)), and only
+//!   where the first transaction the server sends again takes its commit
+//!   LSN as its first offset: after any restart every change sent again
+//!   takes the offset it had, so an exactly-once sink stores each change
+//!   once. Keepalives are answered from a task of their own, and with
+//!   everything delivered a keepalive moves the slot on (a quiet
 //!   publication does not pin WAL).
 //! * The replication connection is this crate's own, on
 //!   `postgres-protocol` (tokio-postgres has no replication protocol):

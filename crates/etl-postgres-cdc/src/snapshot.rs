@@ -16,7 +16,11 @@
 //! A crash before that (a kill, a lost connection) drops the temporary
 //! slot with its connection, and the next start takes the snapshot
 //! again from the beginning: rows delivered by the interrupted one come
-//! twice (at least once), none is lost.
+//! twice (at least once), none is lost. The rows take offsets at or above
+//! the committed offset and an exactly-once sink's stored progress (so
+//! neither skips them), and below the consistent point, where the
+//! stream's offsets start (so the first transaction streamed is anchored,
+//! see `crate::progress`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
