@@ -160,9 +160,8 @@ pub(super) fn rows(etl: &Path, work: &Path) -> Result<Vec<Row>> {
     let (mut recv, mut blackhole, mut postgres) = (0f64, 0f64, 0f64);
     for round in 0..ROUNDS {
         recv = recv.max(changes / recvlogical(&server, &slot("recvlogical", round), &end)?);
-        blackhole = blackhole.max(
-            changes / etl_run(etl, &dir, &server, &slot("blackhole", round), &end, None)?,
-        );
+        blackhole = blackhole
+            .max(changes / etl_run(etl, &dir, &server, &slot("blackhole", round), &end, None)?);
         let target = format!("bench_target_{round}");
         postgres = postgres.max(
             changes
