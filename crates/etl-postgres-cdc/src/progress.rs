@@ -37,6 +37,9 @@ use crate::Lsn;
 #[derive(Clone, Copy, Debug)]
 struct Txn {
     final_lsn: Lsn,
+    /// Where its first change is in the WAL (a restart that sends it
+    /// again decodes the WAL from there).
+    first_lsn: Lsn,
     /// The end of its commit record, once the commit was read.
     end_lsn: Option<Lsn>,
     /// Its changes, once the commit was read.
@@ -107,15 +110,21 @@ impl Progress {
         self.server_end = self.server_end.max(lsn);
     }
 
-    /// Bytes of WAL the slot retains past the position to confirm: the
-    /// server's end of WAL as last heard minus that position
-    /// (`pg_current_wal_lsn() - confirmed_flush_lsn` as of the last
-    /// message).
+    /// Bytes of WAL the slot retains for the pipeline: the server's end
+    /// of WAL as last heard minus the position to confirm or, when
+    /// earlier, the first change of a transaction the server would send
+    /// again (the slot may be confirmed at the commit of a transaction
+    /// not delivered, whose changes lie before it).
     pub(crate) fn retained(&self) -> u64 {
+        let from = self
+            .txns
+            .values()
+            .map(|txn| txn.first_lsn)
+            .fold(self.flushed, Lsn::min);
         self.server_end
             .0
             .max(self.received.0)
-            .saturating_sub(self.flushed.0)
+            .saturating_sub(from.0)
     }
 
     /// The offset the server's end of WAL stands for: every change it
@@ -171,8 +180,9 @@ impl Progress {
         self.received = self.received.max(lsn);
     }
 
-    /// A transaction committing at `final_lsn` starts.
-    pub(crate) fn begin(&mut self, final_lsn: Lsn) -> Result<Begun, String> {
+    /// A transaction committing at `final_lsn` starts, its first change
+    /// at `first_lsn` (where the server says its `BEGIN` message is).
+    pub(crate) fn begin_at(&mut self, final_lsn: Lsn, first_lsn: Lsn) -> Result<Begun, String> {
         if final_lsn < self.flushed {
             return Ok(Begun::Confirmed);
         }
@@ -186,6 +196,7 @@ impl Progress {
             first,
             Txn {
                 final_lsn,
+                first_lsn: first_lsn.min(final_lsn),
                 end_lsn: None,
                 changes: 0,
             },
@@ -288,6 +299,14 @@ impl Progress {
 /// `lsn` as an offset, when it is in the offsets' range.
 fn lsn_offset(lsn: Lsn) -> Option<i64> {
     i64::try_from(lsn.0).ok()
+}
+
+#[cfg(test)]
+impl Progress {
+    /// [`begin_at`](Self::begin_at) a transaction of one record.
+    fn begin(&mut self, final_lsn: Lsn) -> Result<Begun, String> {
+        self.begin_at(final_lsn, final_lsn)
+    }
 }
 
 #[cfg(test)]
@@ -668,5 +687,27 @@ mod tests {
         // The slot starts at the consistent point, above the rows.
         p.server_confirmed(Lsn(4096));
         assert_eq!(begun(&mut p, 4200), 4200, "the first change is anchored");
+    }
+
+    #[test]
+    fn a_transaction_read_and_not_delivered_counts_as_retained_from_its_first_change() {
+        let mut p = Progress::new(Lsn(1000));
+        let Ok(Begun::At(at)) = p.begin_at(Lsn(9000), Lsn(1100)) else {
+            panic!("a new transaction")
+        };
+        p.server_end(Lsn(9100));
+        p.commit(at, Lsn(9040), 500);
+        // Nothing before it undelivered: the slot may go to its commit,
+        // but a restart decodes it again from its first change.
+        assert!(p.delivered(0));
+        assert_eq!(p.flushed(), Lsn(9000));
+        assert_eq!(p.retained(), 8000);
+        // Delivered, but its offsets run past its commit record: the slot
+        // stays at its commit, and a restart decodes it again.
+        assert!(!p.delivered(at + 500));
+        assert_eq!(p.retained(), 8000);
+        // A keepalive past its offsets: nothing retained.
+        assert!(p.idle(Lsn(9600)));
+        assert_eq!(p.retained(), 0);
     }
 }

@@ -132,11 +132,12 @@ impl PostgresCdcSource {
         self.shared.progress().flushed()
     }
 
-    /// Bytes of WAL the slot retains past the position confirmed (or
-    /// about to be): the server's end of WAL as its last message said,
-    /// minus that position. What `pg_current_wal_lsn() -
-    /// confirmed_flush_lsn` in `pg_replication_slots` gives, as of the
-    /// server's last message; it grows while the pipeline cannot deliver.
+    /// Bytes of WAL the slot retains for the pipeline: the server's end
+    /// of WAL as its last message said, minus the position confirmed (or
+    /// about to be) or, when earlier, the first change of a transaction
+    /// a restart would decode again (the slot may be confirmed at the
+    /// commit of a transaction not yet delivered). It grows while the
+    /// pipeline cannot deliver.
     #[must_use]
     pub fn retained_wal_bytes(&self) -> u64 {
         self.shared.progress().retained()
