@@ -24,7 +24,7 @@ use super::{Row, si};
 use crate::Result;
 
 /// pgbench transactions per client.
-const TRANSACTIONS_PER_CLIENT: u64 = 25_000;
+const TRANSACTIONS_PER_CLIENT: u64 = 100_000;
 /// pgbench clients.
 const CLIENTS: u64 = 2;
 /// Changes per pgbench transaction (the script below).
@@ -41,9 +41,10 @@ const READ_LIMIT: Duration = Duration::from_secs(300);
 const SCRIPT: &str = "\\set aid random(1, 100000)
 \\set bid random(1, 100000)
 \\set delta random(-5000, 5000)
+\\set back 0 - :delta
 BEGIN;
-UPDATE bench_accounts SET balance = balance - :delta WHERE id = :aid;
-INSERT INTO bench_history (account, delta) VALUES (:aid, -:delta);
+UPDATE bench_accounts SET balance = balance + :back WHERE id = :aid;
+INSERT INTO bench_history (account, delta) VALUES (:aid, :back);
 UPDATE bench_accounts SET balance = balance + :delta WHERE id = :bid;
 INSERT INTO bench_history (account, delta) VALUES (:bid, :delta);
 END;
@@ -141,7 +142,7 @@ pub(super) fn rows(etl: &Path, work: &Path) -> Result<Vec<Row>> {
     );
     let status = server
         .program("pgbench")
-        .args(["-n", "-q", "-c", &CLIENTS.to_string(), "-j"])
+        .args(["-n", "-c", &CLIENTS.to_string(), "-j"])
         .arg(CLIENTS.to_string())
         .arg("-t")
         .arg(TRANSACTIONS_PER_CLIENT.to_string())
