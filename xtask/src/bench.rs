@@ -41,6 +41,7 @@ const KAFKA_PARTITIONS: u64 = 4;
 /// Runs of each Kafka consumer, alternated; the best of each counts.
 const KAFKA_ROUNDS: usize = 3;
 
+mod cdc;
 mod lake;
 mod shapes;
 
@@ -76,6 +77,7 @@ pub(crate) fn run(args: &[String]) -> Result {
             "http",
             "file-to-file",
             "lake",
+            "cdc",
         ]
         .contains(o)
     }) {
@@ -105,6 +107,7 @@ pub(crate) fn run(args: &[String]) -> Result {
             "routing" => routing_rows(&etl, &work)?,
             "http" => http_rows(&etl, &work)?,
             "lake" => lake::rows(&etl, &work)?,
+            "cdc" => cdc::rows(&etl, &work)?,
             "file-to-file" => {
                 file_to_file(&etl, &build_harness("etl-cli", "pipeline")?, &work)?.rows
             }

@@ -20,11 +20,13 @@
 //! * Offsets: the slot is partition 0; a transaction's changes take
 //!   consecutive offsets from its commit LSN (or right after the previous
 //!   transaction's). The slot is confirmed (`flush_lsn` in standby
-//!   status updates) only past transactions every change of which the
-//!   checkpointer committed ([`Source::commit`](etl_source::Source::commit)),
-//!   so a partially delivered transaction is sent again after any
-//!   restart. Keepalives are answered from a task of their own, and with
-//!   nothing unconfirmed a keepalive moves the slot on (a quiet
+//!   status updates) never past a change the checkpointer has not
+//!   committed ([`Source::commit`](etl_source::Source::commit)), and only
+//!   where the first transaction the server sends again takes its commit
+//!   LSN as its first offset: after any restart every change sent again
+//!   takes the offset it had, so an exactly-once sink stores each change
+//!   once. Keepalives are answered from a task of their own, and with
+//!   everything delivered a keepalive moves the slot on (a quiet
 //!   publication does not pin WAL).
 //! * The replication connection is this crate's own, on
 //!   `postgres-protocol` (tokio-postgres has no replication protocol):
@@ -85,11 +87,6 @@ pub use pgoutput::{
 };
 pub use source::PostgresCdcSource;
 
-/// Why an exactly-once sink is refused beside this source.
-const NOT_EXACTLY_ONCE: &str = "an exactly-once sink cannot follow postgres_cdc yet: a \
-    transaction the server sends again after a restart takes new offsets, so it would be \
-    stored twice; use the sink at least once (its upserts or keys make replays harmless)";
-
 /// Register the `postgres_cdc` source type in `registry`, as a user's
 /// connector crate registers its own: the `etl` command's one line for
 /// this crate.
@@ -98,8 +95,10 @@ const NOT_EXACTLY_ONCE: &str = "an exactly-once sink cannot follow postgres_cdc 
 /// commits ([`PostgresCdcSource::following`]), so the slot moves past
 /// delivered transactions while the pipeline runs. Its table is checked
 /// when the configuration is loaded (a slot name the server would refuse,
-/// an empty publication), an exactly-once sink beside it is refused when
-/// the pipeline is built (docs/postgres-cdc.md, "Offsets"), and a
+/// an empty publication); an exactly-once sink's stored progress is
+/// passed to it ([`PostgresCdcSource::stored_progress`]) so that the
+/// initial snapshot's rows are never skipped by it (docs/postgres-cdc.md,
+/// "Offsets"); and a
 /// [`CdcError`] of the configuration or the
 /// server's setup is [`ErrorKind::Config`](etl_config::ErrorKind::Config)
 /// (exit 78).
@@ -114,14 +113,20 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
 
     let plugin = SourcePlugin::new(|config: PostgresCdcConfig, _context| {
         let source = PostgresCdcSource::new(config)?;
+        let stored = source.progress_keeper();
         Ok(BuiltSource::with_handle(move |handle| {
             let source: Box<dyn etl_source::Source> = Box::new(source.following(handle.clone()));
             Ok(source)
         })
-        // A transaction sent again after a restart takes the offsets that
-        // follow the committed one, not those it had: an exactly-once
-        // sink would store it a second time.
-        .check_stored_progress(|_| Err(NOT_EXACTLY_ONCE.into())))
+        // Offsets given again after a restart are those given before, so
+        // an exactly-once sink skips exactly what it holds; the snapshot's
+        // rows, a new read, take offsets at or above its progress.
+        .check_stored_progress(move |progress| {
+            if let Some(offset) = progress.get(session::PARTITION) {
+                stored.stored_progress(offset.0);
+            }
+            Ok(())
+        }))
     })
     .check(|config, report| {
         for (field, reason) in config.problems() {

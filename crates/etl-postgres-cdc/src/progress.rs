@@ -5,17 +5,29 @@
 //! transaction's last offset when that is higher (a large transaction
 //! followed closely by another): offsets increase strictly in the order
 //! the server sends, which is commit order, and stay near the commit LSN.
+//! A transaction whose offsets start at its commit LSN (every offset given
+//! before it lies below that LSN) is *anchored*.
 //!
-//! A transaction is delivered when the checkpointer's committed offset is
-//! past its last change; only then may the slot be confirmed at the end
-//! of its commit record. A partially delivered transaction keeps the slot
-//! before its start, so after any restart the server sends it again.
-//! While the process runs, the offsets each unconfirmed transaction was
-//! given are kept, so a replay (a seek, a reconnect) gives its changes
-//! the same offsets again and skips exactly the delivered ones. After a
-//! process restart they are not known: the transactions the server sends
-//! again get fresh offsets at or after the committed one, so a partially
-//! delivered transaction is delivered again whole (at least once).
+//! The server sends, after a restart, exactly the transactions whose
+//! commit record starts at or after the slot's confirmed position (it
+//! skips the others while decoding). So the slot is confirmed only where
+//! the first transaction it sends again is anchored, and nothing before
+//! is undelivered: at the commit LSN of an anchored transaction with
+//! every transaction before it delivered, at the end of a delivered
+//! commit record that lies above every offset given, or at the server's
+//! end of WAL from a keepalive when everything read is delivered and it
+//! lies above every offset given. The first transaction after any
+//! restart, of the process or of the server (which may go back to a
+//! position confirmed earlier), then takes its commit LSN as its first
+//! offset, as it did before, and every later one follows as before:
+//! offsets given again are the offsets given before, and the committed
+//! offset skips exactly the changes delivered. The cost is that the slot
+//! may stay at the start of a delivered transaction (or of a chain of
+//! transactions that were not anchored) until the next position allowed.
+//!
+//! While the process runs, the offsets of unconfirmed transactions are
+//! kept as well, so a replay within the run (a seek, a reconnect) needs
+//! no anchor.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -25,10 +37,21 @@ use crate::Lsn;
 #[derive(Clone, Copy, Debug)]
 struct Txn {
     final_lsn: Lsn,
+    /// Where its first change is in the WAL (a restart that sends it
+    /// again decodes the WAL from there).
+    first_lsn: Lsn,
     /// The end of its commit record, once the commit was read.
     end_lsn: Option<Lsn>,
     /// Its changes, once the commit was read.
     changes: i64,
+}
+
+impl Txn {
+    /// Whether its changes start at its commit LSN (`first` is its first
+    /// offset): every offset given before it lies below its commit LSN.
+    fn anchored(&self, first: i64) -> bool {
+        lsn_offset(self.final_lsn) == Some(first)
+    }
 }
 
 /// What the source knows of offsets and confirmations, shared by the
@@ -50,6 +73,9 @@ pub(crate) struct Progress {
     committed: i64,
     /// The server's end of WAL, as its last message said.
     server_end: Lsn,
+    /// An exactly-once sink's stored progress, read when the pipeline was
+    /// built: the sink skips every offset below it.
+    stored: i64,
 }
 
 /// What [`Progress::begin`] decided for a transaction.
@@ -62,17 +88,19 @@ pub(crate) enum Begun {
 }
 
 impl Progress {
-    /// Nothing read yet; the slot is confirmed at `confirmed`, and offsets
-    /// start at `floor` (the committed offset).
-    pub(crate) fn new(confirmed: Lsn, floor: i64) -> Self {
+    /// Nothing read yet; the slot is confirmed at `confirmed`. The first
+    /// transaction read takes offsets from its commit LSN on, whatever
+    /// the committed offset: it is anchored (module docs).
+    pub(crate) fn new(confirmed: Lsn) -> Self {
         Progress {
             txns: BTreeMap::new(),
             by_lsn: HashMap::new(),
             flushed: confirmed,
             received: confirmed,
-            next_free: floor,
+            next_free: 0,
             committed: 0,
             server_end: confirmed,
+            stored: 0,
         }
     }
 
@@ -82,15 +110,21 @@ impl Progress {
         self.server_end = self.server_end.max(lsn);
     }
 
-    /// Bytes of WAL the slot retains past the position to confirm: the
-    /// server's end of WAL as last heard minus that position
-    /// (`pg_current_wal_lsn() - confirmed_flush_lsn` as of the last
-    /// message).
+    /// Bytes of WAL the slot retains for the pipeline: the server's end
+    /// of WAL as last heard minus the position to confirm or, when
+    /// earlier, the first change of a transaction the server would send
+    /// again (the slot may be confirmed at the commit of a transaction
+    /// not delivered, whose changes lie before it).
     pub(crate) fn retained(&self) -> u64 {
+        let from = self
+            .txns
+            .values()
+            .map(|txn| txn.first_lsn)
+            .fold(self.flushed, Lsn::min);
         self.server_end
             .0
             .max(self.received.0)
-            .saturating_sub(self.flushed.0)
+            .saturating_sub(from.0)
     }
 
     /// The offset the server's end of WAL stands for: every change it
@@ -107,11 +141,19 @@ impl Progress {
         self.committed
     }
 
+    /// An exactly-once sink stored progress up to `offset`: it skips
+    /// every record below it, so a snapshot's rows (a new read, not a
+    /// replay) take offsets at or above it.
+    pub(crate) fn stored_progress(&mut self, offset: i64) {
+        self.stored = self.stored.max(offset);
+    }
+
     /// An initial snapshot starts: its rows take offsets from the one
-    /// returned on, which is at or above `floor` and above every offset
-    /// given before.
+    /// returned on, which is at or above `floor`, at or above an
+    /// exactly-once sink's stored progress and above every offset given
+    /// before, so no stale progress skips them.
     pub(crate) fn snapshot_start(&mut self, floor: i64) -> i64 {
-        self.next_free = self.next_free.max(floor);
+        self.next_free = self.next_free.max(floor).max(self.stored);
         self.next_free
     }
 
@@ -138,26 +180,23 @@ impl Progress {
         self.received = self.received.max(lsn);
     }
 
-    /// Seeking to `floor`: new transactions take offsets from there on.
-    pub(crate) fn seek(&mut self, floor: i64) {
-        self.next_free = self.next_free.max(floor);
-    }
-
-    /// A transaction committing at `final_lsn` starts.
-    pub(crate) fn begin(&mut self, final_lsn: Lsn) -> Result<Begun, String> {
+    /// A transaction committing at `final_lsn` starts, its first change
+    /// at `first_lsn` (where the server says its `BEGIN` message is).
+    pub(crate) fn begin_at(&mut self, final_lsn: Lsn, first_lsn: Lsn) -> Result<Begun, String> {
         if final_lsn < self.flushed {
             return Ok(Begun::Confirmed);
         }
         if let Some(first) = self.by_lsn.get(&final_lsn) {
             return Ok(Begun::At(*first));
         }
-        let lsn = i64::try_from(final_lsn.0)
-            .map_err(|_| format!("commit LSN {final_lsn} is beyond the offsets' range"))?;
+        let lsn = lsn_offset(final_lsn)
+            .ok_or_else(|| format!("commit LSN {final_lsn} is beyond the offsets' range"))?;
         let first = lsn.max(self.next_free);
         self.txns.insert(
             first,
             Txn {
                 final_lsn,
+                first_lsn: first_lsn.min(final_lsn),
                 end_lsn: None,
                 changes: 0,
             },
@@ -186,17 +225,46 @@ impl Progress {
     }
 
     /// The checkpointer committed `offset` (the offset after the last
-    /// delivered change): confirm past every transaction it covers.
-    /// Returns whether the position to confirm moved.
+    /// delivered change): move the position to confirm as far as the
+    /// rule allows (see the module docs). Returns whether it moved.
     pub(crate) fn delivered(&mut self, offset: i64) -> bool {
         self.committed = self.committed.max(offset);
         let before = self.flushed;
-        while let Some((&first, txn)) = self.txns.first_key_value() {
+        let mut best = self.flushed;
+        // The end of a delivered transaction's commit record, kept until
+        // the next transaction's commit LSN shows it is not past it.
+        let mut pending_end: Option<Lsn> = None;
+        for (&first, txn) in &self.txns {
+            if let Some(end) = pending_end.take()
+                && end <= txn.final_lsn
+            {
+                best = best.max(end);
+            }
+            if txn.anchored(first) {
+                // Everything before it is delivered: a restart here
+                // gives it, and so everything after it, the same offsets.
+                best = best.max(txn.final_lsn);
+            }
             let Some(end_lsn) = txn.end_lsn else { break };
-            if first.saturating_add(txn.changes) > offset {
+            if first.saturating_add(txn.changes) > self.committed {
                 break;
             }
-            self.flushed = self.flushed.max(end_lsn);
+            // Delivered whole: its commit record's end is a position to
+            // confirm when every offset given so far lies below it (the
+            // next transaction commits there or later, so it is anchored).
+            if lsn_offset(end_lsn).is_some_and(|end| end >= first.saturating_add(txn.changes)) {
+                pending_end = Some(end_lsn);
+            }
+        }
+        if let Some(end) = pending_end {
+            // The last transaction read, delivered whole.
+            best = best.max(end);
+        }
+        self.flushed = best;
+        while let Some((&first, txn)) = self.txns.first_key_value() {
+            if txn.final_lsn >= self.flushed {
+                break;
+            }
             self.by_lsn.remove(&txn.final_lsn);
             self.txns.remove(&first);
         }
@@ -204,17 +272,40 @@ impl Progress {
     }
 
     /// The server says it has sent everything before `wal_end` and the
-    /// reader has taken all of it: with nothing unconfirmed, the slot may
-    /// move there (a quiet publication on a busy server does not pin
-    /// WAL). Returns whether the position to confirm moved.
+    /// reader has taken all of it: with every transaction read delivered
+    /// and every offset given below `wal_end`, the slot may move there
+    /// (the next transaction commits there or later and is anchored), so
+    /// a quiet publication on a busy server does not pin WAL. Returns
+    /// whether the position to confirm moved.
     pub(crate) fn idle(&mut self, wal_end: Lsn) -> bool {
         self.received = self.received.max(wal_end);
         self.server_end = self.server_end.max(wal_end);
-        if self.txns.is_empty() && wal_end > self.flushed {
+        let all_delivered = self.txns.iter().all(|(&first, txn)| {
+            txn.end_lsn.is_some()
+                && txn.final_lsn < wal_end
+                && first.saturating_add(txn.changes) <= self.committed
+        });
+        let above_offsets = lsn_offset(wal_end).is_some_and(|end| end >= self.next_free);
+        if all_delivered && above_offsets && wal_end > self.flushed {
             self.flushed = wal_end;
+            self.txns.clear();
+            self.by_lsn.clear();
             return true;
         }
         false
+    }
+}
+
+/// `lsn` as an offset, when it is in the offsets' range.
+fn lsn_offset(lsn: Lsn) -> Option<i64> {
+    i64::try_from(lsn.0).ok()
+}
+
+#[cfg(test)]
+impl Progress {
+    /// [`begin_at`](Self::begin_at) a transaction of one record.
+    fn begin(&mut self, final_lsn: Lsn) -> Result<Begun, String> {
+        self.begin_at(final_lsn, final_lsn)
     }
 }
 
@@ -222,85 +313,291 @@ impl Progress {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_slot_moves_only_past_transactions_delivered_whole() {
-        let mut p = Progress::new(Lsn(100), 0);
-        let Begun::At(a) = p.begin(Lsn(1000)).expect("begin") else {
-            panic!("new transaction")
-        };
-        assert_eq!(a, 1000);
-        p.commit(a, Lsn(1040), 3);
-        // A large transaction right after: its offsets start after the
-        // first one's, not at its commit LSN.
-        let Begun::At(b) = p.begin(Lsn(1001)).expect("begin") else {
-            panic!("new transaction")
-        };
-        assert_eq!(b, 1003);
-        p.commit(b, Lsn(1100), 5000);
+    /// A started transaction, its first offset.
+    fn begun(p: &mut Progress, lsn: u64) -> i64 {
+        match p.begin(Lsn(lsn)) {
+            Ok(Begun::At(first)) => first,
+            other => panic!("a new transaction at {lsn}: {other:?}"),
+        }
+    }
 
-        // Two of the first transaction's three changes delivered.
-        assert!(!p.delivered(1002));
-        assert_eq!(p.flushed(), Lsn(100));
-        assert!(p.delivered(1003));
-        assert_eq!(p.flushed(), Lsn(1040));
-        // All but the last change of the second.
-        assert!(!p.delivered(1003 + 4999));
-        assert_eq!(p.flushed(), Lsn(1040));
-        assert!(p.delivered(1003 + 5000));
-        assert_eq!(p.flushed(), Lsn(1100));
+    #[test]
+    fn the_slot_is_confirmed_only_where_a_restart_gives_the_same_offsets() {
+        let mut p = Progress::new(Lsn(100));
+        // Anchored: its offsets start at its commit LSN.
+        let a = begun(&mut p, 1000);
+        assert_eq!(a, 1000);
+        p.commit(a, Lsn(1040), 100);
+        // A large transaction committing right after: its offsets start
+        // after the first one's, not at its commit LSN (not anchored).
+        let b = begun(&mut p, 1040);
+        assert_eq!(b, 1100);
+        p.commit(b, Lsn(1100), 5000);
+        // Anchored again once the commit LSNs pass the offsets.
+        let c = begun(&mut p, 7000);
+        assert_eq!(c, 7000);
+        p.commit(c, Lsn(7050), 2);
+
+        // Nothing delivered: the slot may go to the first transaction's
+        // commit, which the server then sends again.
+        assert!(p.delivered(0));
+        assert_eq!(p.flushed(), Lsn(1000));
+        // The first delivered: its commit record ends below its offsets,
+        // and the second is not anchored, so a restart past the first
+        // would give the second other offsets: the slot stays.
+        assert!(!p.delivered(1099));
+        assert!(!p.delivered(1100));
+        assert_eq!(p.flushed(), Lsn(1000));
+        assert!(!p.delivered(1100 + 4999));
+        // The second delivered: the third's commit LSN, anchored, is the
+        // position to confirm.
+        assert!(p.delivered(1100 + 5000));
+        assert_eq!(p.flushed(), Lsn(7000));
+        // Sent again within the run, the delivered ones are skipped, the
+        // third takes its offsets again.
+        assert_eq!(p.begin(Lsn(1040)).expect("again"), Begun::Confirmed);
+        assert_eq!(p.begin(Lsn(7000)).expect("again"), Begun::At(7000));
+        // The third delivered: its commit record's end lies above its
+        // offsets.
+        assert!(p.delivered(7002));
+        assert_eq!(p.flushed(), Lsn(7050));
     }
 
     proptest::proptest! {
-        /// Against a model: offsets grow strictly in commit order, and
-        /// after any committed offset the position to confirm is past
-        /// exactly the transactions delivered whole, in order.
+        /// Against a model: the position to confirm never passes a
+        /// change not delivered, and is the furthest position from which
+        /// the server sends again transactions that take the offsets they
+        /// had: the commit LSN of an anchored transaction after which
+        /// nothing is delivered, or the end of a delivered commit record
+        /// above every offset given.
         #[test]
-        fn the_confirmed_position_is_the_end_of_the_delivered_prefix(
-            txns in proptest::collection::vec((1u64..64, 0i64..40), 1..30),
+        fn the_confirmed_position_never_passes_an_undelivered_change(
+            txns in proptest::collection::vec((0u64..64, 0i64..40), 1..30),
             commits in proptest::collection::vec(0usize..2000, 1..20),
         ) {
-            let mut p = Progress::new(Lsn(8), 0);
+            let mut p = Progress::new(Lsn(8));
             let mut lsn = 8u64;
-            // (first offset, changes, end of commit record)
-            let mut made: Vec<(i64, i64, Lsn)> = Vec::new();
+            // (commit LSN, end of commit record, first offset, changes)
+            let mut made: Vec<(Lsn, Lsn, i64, i64)> = Vec::new();
             let mut last = -1i64;
             for (gap, changes) in txns {
                 lsn += gap * 8;
-                let Ok(Begun::At(first)) = p.begin(Lsn(lsn)) else {
-                    panic!("a new transaction at {lsn}");
-                };
+                let first = begun(&mut p, lsn);
                 if changes > 0 {
                     proptest::prop_assert!(first > last, "offsets go back: {first} after {last}");
+                    proptest::prop_assert!(first >= lsn as i64);
                     last = first + changes - 1;
                 }
                 let end = Lsn(lsn + 8);
                 lsn += 8;
                 p.commit(first, end, changes);
-                made.push((first, changes, end));
+                if changes > 0 {
+                    made.push((Lsn(end.0 - 8), end, first, changes));
+                }
             }
             let mut committed = 0i64;
+            let mut expected = Lsn(8);
             for step in commits {
-                committed = committed.max(made[step % made.len()].0 + (step as i64 % 3));
+                if made.is_empty() {
+                    break;
+                }
+                committed = committed.max(made[step % made.len()].2 + (step as i64 % 3));
                 p.delivered(committed);
-                // The model: the end of the last transaction before the
-                // first one not delivered whole.
-                let mut expected = Lsn(8);
-                for &(first, changes, end) in &made {
-                    if changes > 0 && first + changes > committed {
+                let undelivered = made.iter().position(|t| t.2 + t.3 > committed);
+                for (i, &(commit, end, first, changes)) in made.iter().enumerate() {
+                    if undelivered.is_some_and(|u| i > u) {
                         break;
                     }
-                    if changes > 0 {
-                        expected = end;
+                    if first == commit.0 as i64 {
+                        expected = expected.max(commit);
+                    }
+                    let delivered = undelivered.is_none_or(|u| i < u);
+                    let next_commit = made.get(i + 1).map(|t| t.0);
+                    if delivered
+                        && end.0 as i64 >= first + changes
+                        && next_commit.is_none_or(|next| next >= end)
+                    {
+                        expected = expected.max(end);
                     }
                 }
                 proptest::prop_assert_eq!(p.flushed(), expected, "committed {}", committed);
+                if let Some(u) = undelivered {
+                    proptest::prop_assert!(p.flushed() <= made[u].0, "past an undelivered change");
+                }
+            }
+        }
+    }
+
+    /// The write-ahead log of a model run: each transaction's commit LSN,
+    /// the end of its commit record and its number of changes. Commits
+    /// follow each other closely, so a large transaction's offsets often
+    /// run past the next commit LSN.
+    fn model_wal(spec: &[(u64, u64, i64)]) -> Vec<(Lsn, Lsn, i64)> {
+        let mut lsn = 64u64;
+        spec.iter()
+            .map(|&(gap, len, changes)| {
+                let commit = lsn + gap;
+                lsn = commit + len;
+                (Lsn(commit), Lsn(lsn), changes)
+            })
+            .collect()
+    }
+
+    /// What a model pipeline with an exactly-once sink saw over runs of
+    /// the source separated by crashes.
+    #[derive(Default)]
+    struct ModelSink {
+        /// The sink's stored progress: the offset after the last change
+        /// it holds.
+        progress: i64,
+        /// The offset every change (transaction, index) was given.
+        given: HashMap<(usize, i64), i64>,
+        /// How many times each change was stored.
+        stored: HashMap<(usize, i64), u32>,
+        /// Every position confirmed to the server (a restarted server may
+        /// go back to any of them).
+        confirmed: Vec<Lsn>,
+    }
+
+    impl ModelSink {
+        /// The commit LSN of the first transaction not stored whole, if
+        /// any was read.
+        fn first_undelivered(&self, wal: &[(Lsn, Lsn, i64)]) -> Option<Lsn> {
+            wal.iter()
+                .enumerate()
+                .find(|(i, (_, _, changes))| {
+                    (0..*changes).any(|j| !self.stored.contains_key(&(*i, j)))
+                })
+                .map(|(_, (commit, _, _))| *commit)
+        }
+
+        /// One run of the source: the server streams from `start`; the
+        /// pipeline reads `reads` transactions, storing the changes read
+        /// `lag` changes behind, then the process dies (`reads` past the
+        /// end: the run reads and stores everything).
+        fn run(
+            &mut self,
+            wal: &[(Lsn, Lsn, i64)],
+            start: Lsn,
+            reads: usize,
+            lag: usize,
+        ) -> Result<(), proptest::test_runner::TestCaseError> {
+            let mut p = Progress::new(Lsn(0));
+            p.server_confirmed(start);
+            // The source skips what lies below the sink's progress.
+            let mut next = self.progress;
+            let mut queue: std::collections::VecDeque<((usize, i64), i64)> =
+                std::collections::VecDeque::new();
+            let sent: Vec<usize> = (0..wal.len()).filter(|&i| wal[i].0 >= start).collect();
+            let whole = reads >= sent.len();
+            for (n, &i) in sent.iter().enumerate().take(reads) {
+                let (commit, end, changes) = wal[i];
+                let first = match p.begin(commit) {
+                    Ok(Begun::At(first)) => first,
+                    other => {
+                        return Err(proptest::test_runner::TestCaseError::fail(format!(
+                            "transaction {i} at {commit} sent again: {other:?}"
+                        )));
+                    }
+                };
+                for j in 0..changes {
+                    let offset = first + j;
+                    let before = *self.given.entry((i, j)).or_insert(offset);
+                    proptest::prop_assert_eq!(
+                        before,
+                        offset,
+                        "change {} of transaction {} at {} took another offset after a restart at {}",
+                        j,
+                        i,
+                        commit,
+                        start
+                    );
+                    if offset >= next {
+                        next = offset + 1;
+                        queue.push_back(((i, j), offset));
+                    }
+                }
+                p.commit(first, end, changes);
+                // Store what lies `lag` changes behind the reader.
+                let keep = if whole { 0 } else { lag };
+                while queue.len() > keep {
+                    let Some((change, offset)) = queue.pop_front() else {
+                        break;
+                    };
+                    *self.stored.entry(change).or_insert(0) += 1;
+                    self.progress = offset + 1;
+                    if p.delivered(self.progress) {
+                        self.confirmed.push(p.flushed());
+                    }
+                    if let Some(undelivered) = self.first_undelivered(&wal[..=i]) {
+                        proptest::prop_assert!(
+                            p.flushed() <= undelivered,
+                            "confirmed at {} past an undelivered transaction at {}",
+                            p.flushed(),
+                            undelivered
+                        );
+                    }
+                }
+                // A keepalive: the server's end of WAL is at most the next
+                // commit.
+                if queue.is_empty() {
+                    let wal_end = sent.get(n + 1).map_or(end, |&k| wal[k].0);
+                    if p.idle(wal_end) {
+                        self.confirmed.push(p.flushed());
+                    }
+                    if let Some(undelivered) = self.first_undelivered(&wal[..=i]) {
+                        proptest::prop_assert!(p.flushed() <= undelivered);
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    proptest::proptest! {
+        /// Exactly once over crashes: whatever the transactions and
+        /// wherever the process dies (and the server restarts from any
+        /// position it was confirmed at before), a transaction sent again
+        /// gives every change the offset it had, the sink's progress skips
+        /// exactly what it holds, and in the end every change is stored
+        /// once.
+        #[test]
+        fn transactions_sent_again_after_a_restart_take_the_offsets_they_had(
+            spec in proptest::collection::vec((0u64..48, 8u64..40, 0i64..40), 1..24),
+            runs in proptest::collection::vec((0usize..8, 0usize..24, 0usize..60, proptest::bool::ANY), 1..8),
+        ) {
+            let wal = model_wal(&spec);
+            let mut sink = ModelSink { confirmed: vec![Lsn(64)], ..ModelSink::default() };
+            for (back, reads, lag, server_restarted) in runs {
+                // The server streams from its confirmed position: the
+                // last one, or an older one after its own crash.
+                let last = sink.confirmed.len() - 1;
+                let start = if server_restarted {
+                    sink.confirmed[last.saturating_sub(back)]
+                } else {
+                    sink.confirmed[last]
+                };
+                if let Some(undelivered) = sink.first_undelivered(&wal) {
+                    proptest::prop_assert!(start <= undelivered, "restart at {start} loses {undelivered}");
+                }
+                sink.run(&wal, start, reads, lag)?;
+            }
+            let start = *sink.confirmed.last().unwrap_or(&Lsn(64));
+            sink.run(&wal, start, usize::MAX, 0)?;
+            for (i, &(_, _, changes)) in wal.iter().enumerate() {
+                for j in 0..changes {
+                    proptest::prop_assert_eq!(
+                        sink.stored.get(&(i, j)).copied(), Some(1),
+                        "change {} of transaction {}", j, i
+                    );
+                }
             }
         }
     }
 
     #[test]
     fn the_retained_wal_is_the_servers_end_past_the_position_to_confirm() {
-        let mut p = Progress::new(Lsn(1000), 0);
+        let mut p = Progress::new(Lsn(1000));
         assert_eq!(p.retained(), 0);
         let Begun::At(at) = p.begin(Lsn(1100)).expect("begin") else {
             panic!("new transaction")
@@ -328,12 +625,12 @@ mod tests {
 
     #[test]
     fn a_replayed_transaction_gets_its_offsets_again() {
-        let mut p = Progress::new(Lsn(0), 0);
+        let mut p = Progress::new(Lsn(0));
         let first = p.begin(Lsn(500)).expect("begin");
         if let Begun::At(at) = first {
             p.commit(at, Lsn(520), 4);
         }
-        p.seek(502);
+        // Sent again within the run (a seek, a reconnect).
         assert_eq!(p.begin(Lsn(500)).expect("again"), first);
         // Confirmed transactions are skipped when sent again.
         assert!(p.delivered(504));
@@ -342,7 +639,7 @@ mod tests {
 
     #[test]
     fn keepalives_confirm_only_when_nothing_is_unconfirmed() {
-        let mut p = Progress::new(Lsn(10), 0);
+        let mut p = Progress::new(Lsn(10));
         let Begun::At(at) = p.begin(Lsn(50)).expect("begin") else {
             panic!("new transaction")
         };
@@ -359,5 +656,58 @@ mod tests {
         };
         p.commit(at, Lsn(99), 0);
         assert!(p.idle(Lsn(120)));
+    }
+
+    #[test]
+    fn keepalives_confirm_no_position_below_the_offsets_given() {
+        let mut p = Progress::new(Lsn(10));
+        let at = begun(&mut p, 50);
+        p.commit(at, Lsn(60), 100);
+        assert!(p.delivered(at + 100));
+        // Its commit record ends below its offsets: a transaction
+        // committing at 60 would take offsets from 150 on, not from 60.
+        assert_eq!(p.flushed(), Lsn(50));
+        assert!(!p.idle(Lsn(120)), "the offsets given reach 149");
+        assert_eq!(p.flushed(), Lsn(50));
+        assert!(p.idle(Lsn(150)));
+        assert_eq!(p.flushed(), Lsn(150));
+        // Still anchored after the keepalive: the next takes its commit LSN.
+        assert_eq!(begun(&mut p, 160), 160);
+    }
+
+    #[test]
+    fn a_snapshot_below_its_consistent_point_leaves_the_stream_anchored() {
+        let mut p = Progress::new(Lsn(0));
+        // An exactly-once sink holds offsets below 300 (rows of a snapshot
+        // interrupted earlier): the new snapshot's rows start above them.
+        p.stored_progress(300);
+        let first = p.snapshot_start(120);
+        assert_eq!(first, 300);
+        p.snapshot_end(first + 500);
+        // The slot starts at the consistent point, above the rows.
+        p.server_confirmed(Lsn(4096));
+        assert_eq!(begun(&mut p, 4200), 4200, "the first change is anchored");
+    }
+
+    #[test]
+    fn a_transaction_read_and_not_delivered_counts_as_retained_from_its_first_change() {
+        let mut p = Progress::new(Lsn(1000));
+        let Ok(Begun::At(at)) = p.begin_at(Lsn(9000), Lsn(1100)) else {
+            panic!("a new transaction")
+        };
+        p.server_end(Lsn(9100));
+        p.commit(at, Lsn(9040), 500);
+        // Nothing before it undelivered: the slot may go to its commit,
+        // but a restart decodes it again from its first change.
+        assert!(p.delivered(0));
+        assert_eq!(p.flushed(), Lsn(9000));
+        assert_eq!(p.retained(), 8000);
+        // Delivered, but its offsets run past its commit record: the slot
+        // stays at its commit, and a restart decodes it again.
+        assert!(!p.delivered(at + 500));
+        assert_eq!(p.retained(), 8000);
+        // A keepalive past its offsets: nothing retained.
+        assert!(p.idle(Lsn(9600)));
+        assert_eq!(p.retained(), 0);
     }
 }

@@ -398,7 +398,7 @@ impl Reader<'_> {
         };
         match message {
             Message::Begin(begin) => {
-                let begun = self.shared.progress().begin(begin.final_lsn);
+                let begun = self.shared.progress().begin_at(begin.final_lsn, lsn);
                 let first = match begun {
                     Ok(Begun::At(first)) => Some(first),
                     Ok(Begun::Confirmed) => None,

@@ -16,7 +16,11 @@
 //! A crash before that (a kill, a lost connection) drops the temporary
 //! slot with its connection, and the next start takes the snapshot
 //! again from the beginning: rows delivered by the interrupted one come
-//! twice (at least once), none is lost.
+//! twice (at least once), none is lost. The rows take offsets at or above
+//! the committed offset and an exactly-once sink's stored progress (so
+//! neither skips them), and below the consistent point, where the
+//! stream's offsets start (so the first transaction streamed is anchored,
+//! see `crate::progress`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -108,6 +112,10 @@ pub(crate) async fn take(
     let tables = tables(shared, &mut reader).await?;
 
     let first = shared.progress().snapshot_start(*floor);
+    // The rows' offsets stay below the consistent point, where the
+    // stream's offsets start: the first transaction streamed is then anchored
+    // (crate::progress), so a restart gives it its offsets again.
+    let limit = i64::try_from(consistent.0).unwrap_or(i64::MAX);
     let mut next = first;
     let mut batch = PollBatch::new(PARTITION);
     for table in &tables {
@@ -143,6 +151,9 @@ pub(crate) async fn take(
                     old: None,
                     new: Some(&tuple),
                 };
+                if next >= limit {
+                    return Err(too_many_rows(holder.target(), first, consistent));
+                }
                 match record(&shared.source, PARTITION, next, &txn, &change) {
                     Ok(record) => batch.records.push(record),
                     Err(reason) => {
@@ -288,4 +299,22 @@ async fn tables(shared: &Shared, reader: &mut Connection) -> Result<Vec<Table>, 
         });
     }
     Ok(tables)
+}
+
+/// The error when a snapshot's rows, taking offsets from `first` on,
+/// reach the consistent point, where the stream's offsets start.
+fn too_many_rows(target: &str, first: i64, consistent: Lsn) -> CdcError {
+    CdcError::Setup {
+        target: target.to_owned(),
+        reason: format!(
+            "the initial snapshot's rows take offsets from {first} on (the committed offset), \
+             and there are more of them than fit below the slot's consistent point {consistent} \
+             ({} offsets), where the stream's offsets start; the pipeline's stored progress is \
+             that of an earlier stream: stop the pipeline and start it with an empty offset \
+             store and sink progress, or with snapshot = \"never\"",
+            i64::try_from(consistent.0)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(first)
+        ),
+    }
 }

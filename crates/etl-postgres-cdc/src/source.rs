@@ -68,7 +68,7 @@ impl PostgresCdcSource {
             max_batch: config.max_batch_records,
             status_interval: config.status_interval,
             connect_timeout: config.connect_timeout,
-            progress: Mutex::new(Progress::new(Lsn(0), 0)),
+            progress: Mutex::new(Progress::new(Lsn(0))),
             status_now: Notify::new(),
             checkpoint: Mutex::new(None),
         };
@@ -107,6 +107,24 @@ impl PostgresCdcSource {
         self
     }
 
+    /// An exactly-once sink beside the source stored progress up to
+    /// `offset` (it skips every record below it): the initial snapshot's
+    /// rows, a new read of the tables rather than a replay, take offsets
+    /// at or above it, so none is skipped as held already. Streamed
+    /// changes need nothing: a restart gives them the offsets they had.
+    /// [`register`](crate::register) passes the sink's progress when the
+    /// pipeline is built; a program that builds the pipeline itself with
+    /// an exactly-once sink passes it the same way.
+    pub fn stored_progress(&self, offset: i64) {
+        self.shared.progress().stored_progress(offset);
+    }
+
+    /// A handle that passes an exactly-once sink's progress to the
+    /// source once it has moved into the pipeline.
+    pub(crate) fn progress_keeper(&self) -> StoredProgress {
+        StoredProgress(Arc::clone(&self.shared))
+    }
+
     /// The position confirmed (or about to be) to the server: every
     /// change before it is delivered.
     #[must_use]
@@ -114,11 +132,12 @@ impl PostgresCdcSource {
         self.shared.progress().flushed()
     }
 
-    /// Bytes of WAL the slot retains past the position confirmed (or
-    /// about to be): the server's end of WAL as its last message said,
-    /// minus that position. What `pg_current_wal_lsn() -
-    /// confirmed_flush_lsn` in `pg_replication_slots` gives, as of the
-    /// server's last message; it grows while the pipeline cannot deliver.
+    /// Bytes of WAL the slot retains for the pipeline: the server's end
+    /// of WAL as its last message said, minus the position confirmed (or
+    /// about to be) or, when earlier, the first change of a transaction
+    /// a restart would decode again (the slot may be confirmed at the
+    /// commit of a transaction not yet delivered). It grows while the
+    /// pipeline cannot deliver.
     #[must_use]
     pub fn retained_wal_bytes(&self) -> u64 {
         self.shared.progress().retained()
@@ -129,6 +148,17 @@ impl PostgresCdcSource {
             task.abort();
         }
         self.events = None;
+    }
+}
+
+/// Passes an exactly-once sink's stored progress to a source
+/// ([`PostgresCdcSource::stored_progress`]).
+pub(crate) struct StoredProgress(Arc<Shared>);
+
+impl StoredProgress {
+    /// As [`PostgresCdcSource::stored_progress`].
+    pub(crate) fn stored_progress(&self, offset: i64) {
+        self.0.progress().stored_progress(offset);
     }
 }
 
@@ -176,7 +206,6 @@ impl Source for PostgresCdcSource {
             return Err(SourceError::UnknownPartition { partition });
         }
         self.stop_session();
-        self.shared.progress().seek(offset.0);
         let (tx, rx) = mpsc::channel(READ_AHEAD);
         self.events = Some(rx);
         self.task = Some(tokio::spawn(session::run(

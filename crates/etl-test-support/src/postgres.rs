@@ -83,6 +83,13 @@ impl Postgres {
         &self.password
     }
 
+    /// The folder of the server's programs (`psql`, `pgbench`,
+    /// `pg_recvlogical` beside `initdb` and `pg_ctl`): clients of the
+    /// same version as the server.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
     /// Stop the server (fast shutdown: open sessions are terminated), for
     /// outage tests. The directory stays; [`Postgres::restart`] brings the
     /// server back on the same port.

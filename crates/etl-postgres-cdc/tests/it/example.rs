@@ -42,12 +42,11 @@ fn a_misspelt_option_of_the_source_is_reported_at_its_line() {
     );
 }
 
-/// A transaction sent again after a restart takes other offsets than it
-/// had (they follow the committed offset), so an exactly-once sink would
-/// store it twice: the combination is refused when the pipeline is built,
-/// before anything is read.
+/// Offsets given again after a restart are those given before, so an
+/// exactly-once sink beside the source is accepted: the pipeline builds
+/// (connecting nowhere), with the file sink's `exactly_once = true`.
 #[tokio::test]
-async fn an_exactly_once_sink_is_refused_beside_the_source() {
+async fn an_exactly_once_sink_is_accepted_beside_the_source() {
     let folder = std::env::temp_dir().join(format!("etl-cdc-exactly-once-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     let text = "[source]\ntype = \"postgres_cdc\"\nurl = \"postgres://etl@127.0.0.1:1/shop\"\n\
@@ -56,8 +55,7 @@ async fn an_exactly_once_sink_is_refused_beside_the_source() {
     let config = registry().loader().text(text, &folder).unwrap();
     let built = pipeline_from_config(&config).await;
     let _ = std::fs::remove_dir_all(&folder);
-    let Err(error) = built else {
-        panic!("an exactly-once sink was accepted beside postgres_cdc");
-    };
-    assert!(error.to_string().contains("exactly-once"), "{error}");
+    if let Err(error) = built {
+        panic!("an exactly-once sink was refused beside postgres_cdc: {error}");
+    }
 }

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod exactly_once;
 mod example;
 mod pipeline;
 mod process;
