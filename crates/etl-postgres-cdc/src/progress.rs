@@ -58,10 +58,16 @@ impl Txn {
 /// reading task, the status task and [`Source::commit`](etl_source::Source::commit).
 #[derive(Debug)]
 pub(crate) struct Progress {
-    /// Unconfirmed transactions by first offset.
-    txns: BTreeMap<i64, Txn>,
-    /// First offsets by commit LSN.
+    /// Unconfirmed transactions by first offset, then commit LSN: a
+    /// transaction without changes takes no offset, so the next one
+    /// starts at the same first offset.
+    txns: BTreeMap<(i64, Lsn), Txn>,
+    /// First offsets by commit LSN, kept for transactions without
+    /// changes too (until the slot passes them), so that one sent again
+    /// takes its place in commit order again.
     by_lsn: HashMap<Lsn, i64>,
+    /// The transaction being read: the stream sends one at a time.
+    reading: Option<(i64, Lsn)>,
     /// The position the server may confirm: everything before it is
     /// delivered. Never decreases.
     flushed: Lsn,
@@ -95,6 +101,7 @@ impl Progress {
         Progress {
             txns: BTreeMap::new(),
             by_lsn: HashMap::new(),
+            reading: None,
             flushed: confirmed,
             received: confirmed,
             next_free: 0,
@@ -141,6 +148,12 @@ impl Progress {
         self.committed
     }
 
+    /// What the pipeline holds as delivered: `floor` (the committed
+    /// offset) or an exactly-once sink's stored progress, the higher.
+    pub(crate) fn held(&self, floor: i64) -> i64 {
+        floor.max(self.stored)
+    }
+
     /// An exactly-once sink stored progress up to `offset`: it skips
     /// every record below it, so a snapshot's rows (a new read, not a
     /// replay) take offsets at or above it.
@@ -183,42 +196,55 @@ impl Progress {
     /// A transaction committing at `final_lsn` starts, its first change
     /// at `first_lsn` (where the server says its `BEGIN` message is).
     pub(crate) fn begin_at(&mut self, final_lsn: Lsn, first_lsn: Lsn) -> Result<Begun, String> {
+        self.reading = None;
         if final_lsn < self.flushed {
             return Ok(Begun::Confirmed);
         }
-        if let Some(first) = self.by_lsn.get(&final_lsn) {
-            return Ok(Begun::At(*first));
-        }
-        let lsn = lsn_offset(final_lsn)
-            .ok_or_else(|| format!("commit LSN {final_lsn} is beyond the offsets' range"))?;
-        let first = lsn.max(self.next_free);
-        self.txns.insert(
-            first,
-            Txn {
-                final_lsn,
-                first_lsn: first_lsn.min(final_lsn),
-                end_lsn: None,
-                changes: 0,
-            },
-        );
-        self.by_lsn.insert(final_lsn, first);
+        let first = match self.by_lsn.get(&final_lsn) {
+            Some(first) => *first,
+            None => {
+                let lsn = lsn_offset(final_lsn).ok_or_else(|| {
+                    format!("commit LSN {final_lsn} is beyond the offsets' range")
+                })?;
+                let first = lsn.max(self.next_free);
+                self.by_lsn.insert(final_lsn, first);
+                first
+            }
+        };
+        // Sent again, a transaction without changes is read anew (it was
+        // let go of at its commit); any other keeps what it had.
+        self.txns.entry((first, final_lsn)).or_insert(Txn {
+            final_lsn,
+            first_lsn: first_lsn.min(final_lsn),
+            end_lsn: None,
+            changes: 0,
+        });
+        self.reading = Some((first, final_lsn));
         Ok(Begun::At(first))
     }
 
-    /// The transaction that started at `first` committed with `changes`
-    /// changes; its commit record ends at `end_lsn`.
+    /// The transaction being read, which started at `first`, committed
+    /// with `changes` changes; its commit record ends at `end_lsn`.
     pub(crate) fn commit(&mut self, first: i64, end_lsn: Lsn, changes: i64) {
         self.next_free = self.next_free.max(first.saturating_add(changes));
         self.received = self.received.max(end_lsn);
+        let key = match self.reading.take() {
+            Some(key) if key.0 == first => Some(key),
+            _ => self
+                .txns
+                .iter()
+                .find(|((f, _), txn)| *f == first && txn.end_lsn.is_none())
+                .map(|(key, _)| *key),
+        };
+        let Some(key) = key else { return };
         if changes == 0 {
             // Nothing to deliver: a later delivered transaction, or the
-            // next keepalive, confirms past it.
-            if let Some(txn) = self.txns.remove(&first) {
-                self.by_lsn.remove(&txn.final_lsn);
-            }
+            // next keepalive, confirms past it. Its first offset stays
+            // known (`by_lsn`) until then.
+            self.txns.remove(&key);
             return;
         }
-        if let Some(txn) = self.txns.get_mut(&first) {
+        if let Some(txn) = self.txns.get_mut(&key) {
             txn.end_lsn = Some(end_lsn);
             txn.changes = changes;
         }
@@ -234,7 +260,7 @@ impl Progress {
         // The end of a delivered transaction's commit record, kept until
         // the next transaction's commit LSN shows it is not past it.
         let mut pending_end: Option<Lsn> = None;
-        for (&first, txn) in &self.txns {
+        for (&(first, _), txn) in &self.txns {
             if let Some(end) = pending_end.take()
                 && end <= txn.final_lsn
             {
@@ -261,13 +287,9 @@ impl Progress {
             best = best.max(end);
         }
         self.flushed = best;
-        while let Some((&first, txn)) = self.txns.first_key_value() {
-            if txn.final_lsn >= self.flushed {
-                break;
-            }
-            self.by_lsn.remove(&txn.final_lsn);
-            self.txns.remove(&first);
-        }
+        let flushed = self.flushed;
+        self.txns.retain(|_, txn| txn.final_lsn >= flushed);
+        self.by_lsn.retain(|final_lsn, _| *final_lsn >= flushed);
         self.flushed != before
     }
 
@@ -280,7 +302,7 @@ impl Progress {
     pub(crate) fn idle(&mut self, wal_end: Lsn) -> bool {
         self.received = self.received.max(wal_end);
         self.server_end = self.server_end.max(wal_end);
-        let all_delivered = self.txns.iter().all(|(&first, txn)| {
+        let all_delivered = self.txns.iter().all(|(&(first, _), txn)| {
             txn.end_lsn.is_some()
                 && txn.final_lsn < wal_end
                 && first.saturating_add(txn.changes) <= self.committed
@@ -312,6 +334,61 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A transaction without a change in the publication (PostgreSQL 14
+    /// and older send their BEGIN and COMMIT), sent again by a reconnect
+    /// while a later transaction was being read, took the later one's
+    /// first offset and replaced its entry: the slot was then confirmed
+    /// past that transaction's changes, none of them delivered.
+    #[test]
+    fn an_empty_transaction_sent_again_keeps_the_one_read_after_it() {
+        let mut p = Progress::new(Lsn(900));
+        // A large transaction runs the offsets past the next commits.
+        let l = begun(&mut p, 1000);
+        p.commit(l, Lsn(1050), 500);
+        let e = begun(&mut p, 1100);
+        assert_eq!(e, 1500);
+        p.commit(e, Lsn(1150), 0);
+        let x = begun(&mut p, 1200);
+        assert_eq!(x, 1500);
+        // The connection drops in X; the server sends L, E and X again.
+        assert_eq!(begun(&mut p, 1000), 1000);
+        p.commit(1000, Lsn(1050), 500);
+        let e = begun(&mut p, 1100);
+        p.commit(e, Lsn(1150), 0);
+        assert_eq!(begun(&mut p, 1200), 1500);
+        p.commit(1500, Lsn(1250), 3);
+        assert_eq!(begun(&mut p, 5000), 5000);
+        // L delivered, X not: the slot stays at or before X's commit.
+        p.delivered(1500);
+        assert!(p.flushed() <= Lsn(1200), "confirmed at {}", p.flushed());
+        // Nor does a keepalive move it past X.
+        p.commit(5000, Lsn(5050), 1);
+        assert!(!p.idle(Lsn(6000)));
+        assert!(p.flushed() <= Lsn(1200), "confirmed at {}", p.flushed());
+        // X and the last delivered: the slot moves on.
+        assert!(p.delivered(5001));
+        assert_eq!(p.flushed(), Lsn(5050));
+    }
+
+    /// The same with a keepalive right after the empty transaction sent
+    /// again, while X is read.
+    #[test]
+    fn a_keepalive_after_an_empty_transaction_sent_again_keeps_the_slot_before_x() {
+        let mut p = Progress::new(Lsn(900));
+        let l = begun(&mut p, 1000);
+        p.commit(l, Lsn(1050), 500);
+        let e = begun(&mut p, 1100);
+        p.commit(e, Lsn(1150), 0);
+        let _x = begun(&mut p, 1200);
+        assert_eq!(begun(&mut p, 1000), 1000);
+        p.commit(1000, Lsn(1050), 500);
+        let e = begun(&mut p, 1100);
+        p.commit(e, Lsn(1150), 0);
+        p.delivered(1500);
+        assert!(!p.idle(Lsn(1600)));
+        assert!(p.flushed() <= Lsn(1200), "confirmed at {}", p.flushed());
+    }
 
     /// A started transaction, its first offset.
     fn begun(p: &mut Progress, lsn: u64) -> i64 {

@@ -182,6 +182,26 @@ async fn prepare(shared: &Shared, conn: &mut Connection) -> Result<Option<Lsn>, 
     }
 }
 
+/// Why a slot made at `consistent` cannot follow what the pipeline
+/// `held` (its committed offset, or an exactly-once sink's stored
+/// progress): the changes after it take offsets from their commit LSNs
+/// on, below what is held, and would be skipped as delivered. This is a
+/// server restored from a backup or failed over to a standby behind the
+/// one the pipeline read (slots are in neither), or a sink's progress
+/// kept from another server.
+pub(crate) fn new_slot_below(consistent: Lsn, held: i64) -> Option<String> {
+    let start = i64::try_from(consistent.0).unwrap_or(i64::MAX);
+    (start < held).then(|| {
+        format!(
+            "the slot was missing and was made at {consistent}, below what the pipeline already \
+             delivered (offset {held}): the server's WAL is behind the one the pipeline read (a \
+             restore, a failover), so its changes would be skipped; the slot was dropped again. \
+             Start the pipeline with an empty offset store and sink progress to read this \
+             server from now on (with snapshot = \"initial\" to copy its tables first)"
+        )
+    })
+}
+
 /// Create the slot without a snapshot and return its consistent point.
 async fn create_slot(shared: &Shared, conn: &mut Connection) -> Result<Lsn, CdcError> {
     let rows = conn
@@ -229,7 +249,28 @@ async fn stream(
                 None => return Ok(()),
             }
         }
-        None => create_slot(shared, &mut conn).await?,
+        None => {
+            let consistent = create_slot(shared, &mut conn).await?;
+            let held = shared.progress().held(*floor);
+            if let Some(reason) = new_slot_below(consistent, held) {
+                // Left in place, the slot would be found at the next
+                // start, and this check would not be made again.
+                let dropped = conn
+                    .query(&format!(
+                        "DROP_REPLICATION_SLOT {}",
+                        identifier(&shared.slot)
+                    ))
+                    .await;
+                if let Err(e) = dropped {
+                    tracing::warn!(error = %e, slot = %shared.slot, "cannot drop the slot just made");
+                }
+                return Err(CdcError::Setup {
+                    target: conn.target().to_owned(),
+                    reason,
+                });
+            }
+            consistent
+        }
     };
     shared.progress().server_confirmed(confirmed);
     let command = format!(
@@ -530,5 +571,19 @@ impl Reader<'_> {
             Err(reason) => self.reject(offset, data.clone(), format!("at LSN {lsn}: {reason}")),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_made_below_what_was_delivered_is_refused() {
+        assert!(new_slot_below(Lsn(5_000), 4_999).is_none());
+        assert!(new_slot_below(Lsn(5_000), 5_000).is_none());
+        let reason = new_slot_below(Lsn(3_000), 5_000).unwrap_or_default();
+        assert!(reason.contains("offset 5000"), "{reason}");
+        assert!(reason.contains("empty offset store"), "{reason}");
     }
 }
