@@ -154,7 +154,8 @@ impl SinkHandle {
     pub async fn close(mut self) -> Result<SinkMetrics, SinkDriverError> {
         self.request_close();
         let joined = (&mut self.task).await;
-        self.settle(Instant::now() + self.sink.settle_time()).await;
+        self.settle(later(Instant::now(), self.sink.settle_time()))
+            .await;
         self.finish(joined)
     }
 
@@ -187,7 +188,7 @@ impl SinkHandle {
                 Err(SinkDriverError::ShutdownTimeout(deadline))
             }
         };
-        self.settle(started + deadline.max(settle_time)).await;
+        self.settle(later(started, deadline.max(settle_time))).await;
         ended
     }
 
@@ -198,7 +199,8 @@ impl SinkHandle {
     pub async fn abort(mut self) -> SinkMetrics {
         self.task.abort();
         let _ = (&mut self.task).await;
-        self.settle(Instant::now() + self.sink.settle_time()).await;
+        self.settle(later(Instant::now(), self.sink.settle_time()))
+            .await;
         self.metrics.snapshot()
     }
 
@@ -234,4 +236,12 @@ impl SinkHandle {
             Err(_) => Err(SinkDriverError::Closed),
         }
     }
+}
+
+/// `start + wait`, or a year from `start` when that is past what an
+/// instant holds (a stop given `Duration::MAX`).
+fn later(start: Instant, wait: Duration) -> Instant {
+    start
+        .checked_add(wait)
+        .unwrap_or_else(|| start + Duration::from_secs(365 * 24 * 60 * 60))
 }

@@ -483,6 +483,14 @@ impl Sink for BoxedProgressSink {
     async fn flush(&self) -> Result<(), etl_sink::SinkError> {
         self.0.flush().await
     }
+
+    fn settle_time(&self) -> std::time::Duration {
+        self.0.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.0.settle().await;
+    }
 }
 
 #[async_trait::async_trait]
@@ -493,5 +501,60 @@ impl ProgressSink for BoxedProgressSink {
 
     async fn reload_progress(&self) -> Result<Progress, etl_sink::SinkError> {
         self.0.reload_progress().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Waker};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An exactly-once sink with background work to settle.
+    #[derive(Debug, Default)]
+    struct Settling {
+        settled: Arc<AtomicBool>,
+    }
+
+    #[async_trait::async_trait]
+    impl Sink for Settling {
+        async fn write(&self, _: &etl_sink::EncodedBatch) -> Result<(), etl_sink::SinkError> {
+            Ok(())
+        }
+
+        fn settle_time(&self) -> Duration {
+            Duration::from_secs(3)
+        }
+
+        async fn settle(&self) {
+            self.settled.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl ProgressSink for Settling {
+        fn progress(&self) -> Progress {
+            Progress::default()
+        }
+    }
+
+    /// The driver settles the box it is given: a box that kept the
+    /// defaults left an object-store sink's aborts to the runtime's end.
+    #[test]
+    fn a_boxed_exactly_once_sink_settles_as_the_sink_it_holds() {
+        let settled = Arc::new(AtomicBool::new(false));
+        let boxed = BoxedProgressSink(Box::new(Settling {
+            settled: settled.clone(),
+        }));
+        assert_eq!(boxed.settle_time(), Duration::from_secs(3));
+        let settle = boxed.settle();
+        let mut settle = std::pin::pin!(settle);
+        let polled = settle
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+        assert!(polled.is_ready());
+        assert!(settled.load(Ordering::SeqCst));
     }
 }

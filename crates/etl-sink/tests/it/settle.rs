@@ -89,3 +89,21 @@ async fn an_aborted_driver_waits_for_its_sink_to_settle_for_the_settle_time_at_m
     assert_eq!(started.elapsed(), Duration::from_secs(1));
     assert!(!settled.load(Ordering::SeqCst));
 }
+
+/// A stop without a deadline (`Duration::MAX`) is no overflow: the
+/// driver closes and the sink settles.
+#[tokio::test(start_paused = true)]
+async fn a_stop_without_a_deadline_settles_the_sink_and_ends() {
+    let settled = Arc::new(AtomicBool::new(false));
+    let sink = SinkDriver::new(
+        Settling {
+            settle_takes: Some(Duration::from_millis(10)),
+            settled: settled.clone(),
+        },
+        NdjsonEncoder::new(),
+    )
+    .spawn();
+    sink.input_ended();
+    sink.shutdown(Duration::MAX).await.unwrap();
+    assert!(settled.load(Ordering::SeqCst));
+}
