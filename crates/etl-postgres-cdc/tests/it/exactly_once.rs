@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_postgres_cdc::Lsn;
-use etl_test_support::{etl_binary, run_stderr, start_run, wait_exit};
+use etl_test_support::{etl_binary, start_run, wait_exit};
 use tokio_postgres::Client;
 
-use crate::support::{Names, client};
+use crate::support::{KillLoop, Names, client, kill_after_a_while};
 
 /// Rows in the first table before the pipeline starts: its snapshot.
 const PREFILLED: i64 = 20_000;
@@ -338,33 +338,25 @@ async fn killed_again_and_again_the_exactly_once_sink_writes_every_change_once()
         })
     };
 
-    let (mut in_snapshot, mut streaming) = (0u32, 0u32);
-    let mut no_slot = 0u64;
+    let mut kills = KillLoop {
+        in_snapshot: 0,
+        snapshot_kills: SNAPSHOT_KILLS,
+        streaming: 0,
+        no_slot: 0,
+        // Early or late in a run, while transactions commit.
+        streaming_delays: [700, 1500, 2500, 1100],
+    };
     let mut run = 0;
-    while streaming < STREAMING_KILLS {
+    while kills.streaming < STREAMING_KILLS {
         run += 1;
         assert!(
             run <= MAX_RUNS,
-            "{streaming} kills while streaming after {MAX_RUNS} runs"
+            "{} kills while streaming after {MAX_RUNS} runs",
+            kills.streaming
         );
         let before = tables.target_rows(&db).await;
         let mut child: Child = start_run(&dir, &["--log-format", "json"], &config, run).unwrap();
-        let delay = if streaming > 0 {
-            [700, 1500, 2500, 1100][run as usize % 4]
-        } else if in_snapshot < SNAPSHOT_KILLS {
-            // In the snapshot: soon after its first rows.
-            300 + 300 * no_slot
-        } else {
-            2000 + 1500 * no_slot
-        };
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "run {run} ended by itself: {}",
-            run_stderr(&dir, run)
-        );
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let delay = kill_after_a_while(&mut child, &kills, &dir, run).await;
 
         let confirmed = names.confirmed(&db).await;
         eprintln!(
@@ -372,16 +364,16 @@ async fn killed_again_and_again_the_exactly_once_sink_writes_every_change_once()
             tables.target_rows(&db).await
         );
         let Some(confirmed) = confirmed else {
-            no_slot += 1;
+            kills.no_slot += 1;
             if tables.target_rows(&db).await > before {
-                in_snapshot += 1;
+                kills.in_snapshot += 1;
             }
             continue;
         };
         // The snapshot is delivered: the writes begin.
         go.store(true, Ordering::Relaxed);
-        no_slot = 0;
-        streaming += 1;
+        kills.no_slot = 0;
+        kills.streaming += 1;
         let xids: Vec<i64> = committed
             .lock()
             .unwrap()
@@ -395,6 +387,11 @@ async fn killed_again_and_again_the_exactly_once_sink_writes_every_change_once()
             "kill {run}: the slot is confirmed at {confirmed}, past changes the target does not hold"
         );
     }
+    let KillLoop {
+        in_snapshot,
+        streaming,
+        ..
+    } = kills;
     eprintln!("{in_snapshot} kills while the snapshot was written, {streaming} while streaming");
     assert!(
         in_snapshot >= 1,

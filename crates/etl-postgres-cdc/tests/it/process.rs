@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etl_postgres_cdc::Lsn;
-use etl_test_support::{etl_binary, run_stderr, start_run};
+use etl_test_support::{etl_binary, start_run};
 use serde_json::Value;
 
-use crate::support::{Names, client};
+use crate::support::{KillLoop, Names, client, kill_after_a_while};
 
 /// A configuration from the slot into `out.ndjson` beside it, offsets
 /// in the file store `state`.
@@ -150,32 +150,19 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
     // Kills that came while the snapshot's rows were being written (no
     // slot yet, the file grew), and kills while streaming (the slot
     // exists).
-    let (mut in_snapshot, mut streaming) = (0u32, 0u32);
+    let mut kills = KillLoop {
+        in_snapshot: 0,
+        snapshot_kills: SNAPSHOT_KILLS,
+        streaming: 0,
+        no_slot: 0,
+        // Early or late in a run, while transactions commit.
+        streaming_delays: [400, 1500, 3000, 900],
+    };
     let mut delivered = Delivered::default();
-    // Kills in a row that came before the slot existed: each makes the
-    // next run longer, so that the snapshot is reached, and once enough
-    // kills hit it, completes on a loaded machine.
-    let mut no_slot = 0u64;
     for run in 1..=KILLS {
         let before = output_len(&dir);
         let mut child = start(&dir, &config, run);
-        let delay = if streaming > 0 {
-            // Early or late in a run, while transactions commit.
-            [400, 1500, 3000, 900][run as usize % 4]
-        } else if in_snapshot < SNAPSHOT_KILLS {
-            // In the snapshot: soon after its first rows.
-            300 + 300 * no_slot
-        } else {
-            2000 + 1500 * no_slot
-        };
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "run {run} ended by itself: {}",
-            run_stderr(&dir, run)
-        );
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let delay = kill_after_a_while(&mut child, &kills, &dir, run).await;
 
         let confirmed = names.confirmed(&db).await;
         eprintln!(
@@ -184,14 +171,14 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
         );
         let Some(confirmed) = confirmed else {
             // No slot yet: killed before the snapshot was delivered whole.
-            no_slot += 1;
+            kills.no_slot += 1;
             if output_len(&dir) > before {
-                in_snapshot += 1;
+                kills.in_snapshot += 1;
             }
             continue;
         };
-        no_slot = 0;
-        streaming += 1;
+        kills.no_slot = 0;
+        kills.streaming += 1;
         let have = delivered.read(&dir);
         for txn in committed.lock().unwrap().iter() {
             if txn.after <= confirmed {
@@ -206,6 +193,11 @@ async fn the_etl_process_killed_again_and_again_loses_no_committed_row() {
             }
         }
     }
+    let KillLoop {
+        in_snapshot,
+        streaming,
+        ..
+    } = kills;
     eprintln!("{in_snapshot} kills while the snapshot was written, {streaming} while streaming");
     assert!(
         in_snapshot >= 1,

@@ -288,3 +288,46 @@ pub(crate) fn has_sentinel(records: &[Record], round: i32) -> bool {
         change["op"] == "insert" && change["key"]["id"] == -round
     })
 }
+
+/// Where a kill loop's run stands, for [`kill_after_a_while`].
+pub(crate) struct KillLoop {
+    /// Kills that came while the snapshot was being delivered.
+    pub(crate) in_snapshot: u32,
+    /// How many kills the snapshot should get before the runs grow.
+    pub(crate) snapshot_kills: u32,
+    /// Kills while streaming (the slot existed).
+    pub(crate) streaming: u32,
+    /// Kills in a row before the slot existed: each makes the next run
+    /// longer, so that a snapshot completes on a loaded machine.
+    pub(crate) no_slot: u64,
+    /// How long a run lives once streaming, by run number (mod 4), in ms.
+    pub(crate) streaming_delays: [u64; 4],
+}
+
+/// Let run `run` of the `etl` command (`child`, logging under `dir`) go
+/// for a while chosen from where the loop stands, then SIGKILL it. It
+/// must not have ended by itself. Returns how long it ran, in ms.
+pub(crate) async fn kill_after_a_while(
+    child: &mut std::process::Child,
+    state: &KillLoop,
+    dir: &std::path::Path,
+    run: u32,
+) -> u64 {
+    let delay = if state.streaming > 0 {
+        state.streaming_delays[run as usize % 4]
+    } else if state.in_snapshot < state.snapshot_kills {
+        // In the snapshot: soon after its first rows.
+        300 + 300 * state.no_slot
+    } else {
+        2000 + 1500 * state.no_slot
+    };
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "run {run} ended by itself: {}",
+        etl_test_support::run_stderr(dir, run)
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    delay
+}
