@@ -22,4 +22,5 @@ pub(crate) use interpolate::Secrets;
 pub use load::{ConfigError, ConfigProblem};
 pub(crate) use load::{parse_with_env, parse_with_process_env};
 pub use schema::*;
+pub(crate) use schema::{FileSinkTable, FsyncKey, INTERVAL_NEEDS_ITS_LENGTH};
 pub use units::ByteSize;

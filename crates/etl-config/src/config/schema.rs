@@ -8,8 +8,9 @@
 //! `etl_sink::SinkDriverConfig`, `etl_checkpoint::CheckpointOptions`, ...),
 //! so the two cannot drift apart. Policies that are one enum in the
 //! library (`LineFormat`, `EofPolicy`, `ReplacedPolicy`, `PoisonPolicy`,
-//! `PermanentErrorPolicy`) are that enum here. The option structs are
-//! named `*Options` where a library type of the same concept exists.
+//! `PermanentErrorPolicy`, `FsyncPolicy`) are that enum here. The option
+//! structs are named `*Options` where a library type of the same concept
+//! exists.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -19,10 +20,12 @@ use secrecy::zeroize::Zeroize;
 use secrecy::{CloneableSecret, ExposeSecret, SecretBox};
 use serde::Deserialize;
 
+// The policies are the library's own enums.
+pub use etl_sink::{FsyncPolicy, PermanentErrorPolicy};
+pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
+
 // A comparison in a `filter` transform is the engine's own.
 pub use etl_json::ops::CompareOp;
-pub use etl_sink::PermanentErrorPolicy;
-pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
 
 use super::units::{ByteSize, duration, opt_duration};
 use crate::registry::{BoxError, BoxFuture, BuiltSink, BuiltSource, Component};
@@ -324,23 +327,14 @@ pub struct RoutingConfig {
 /// built-ins are registered there too), built by its factory.
 pub type SinkKind = Component<BoxFuture<Result<BuiltSink, BoxError>>>;
 
-/// When the file sink calls fsync.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum FsyncMode {
-    /// After every batch, before acknowledging it.
-    #[default]
-    Batch,
-    /// Group commit, for `concurrency` above 1: a write's `fsync` waits,
-    /// up to `fsync_interval` since the last one, while other writes are
-    /// still appending, then covers them too. Acknowledgements wait for
-    /// the `fsync` that covers them.
-    Interval,
-}
-
 /// `type = "file"` sink options.
+///
+/// Read from the sink's table as the file writes it: `fsync = "batch"`
+/// (the default), or `fsync = "interval"` with `fsync_interval = "5ms"`,
+/// two keys for one [`FsyncPolicy`], checked together at their place
+/// when the configuration is loaded.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "FileSinkTable")]
 pub struct FileSinkOptions {
     /// Output file; with `{field}` placeholders, one output per value
     /// (`out/{level}/events.ndjson`).
@@ -348,31 +342,99 @@ pub struct FileSinkOptions {
     /// How a record becomes a line (`encoding`): its value as one JSON
     /// document (`ndjson`, checked unless the steps or the source vouch
     /// for it), or its value's bytes as they are (`lines`).
-    #[serde(default)]
     pub encoding: LineFormat,
-    /// When to fsync.
-    #[serde(default)]
-    pub fsync: FsyncMode,
-    /// Interval for `fsync = "interval"`.
-    #[serde(default, deserialize_with = "opt_duration")]
-    pub fsync_interval: Option<Duration>,
+    /// When to fsync: [`FsyncPolicy::EveryBatch`] for `fsync = "batch"`,
+    /// [`FsyncPolicy::Interval`] for `fsync = "interval"` with its
+    /// `fsync_interval`.
+    pub fsync: FsyncPolicy,
     /// Start a new file past this size.
     pub rotate_bytes: Option<ByteSize>,
     /// Start a new file after this long.
-    #[serde(default, deserialize_with = "opt_duration")]
     pub rotate_interval: Option<Duration>,
     /// Store progress with the data and resume from it: every record
     /// exactly once in the file, even after a crash. Needs a single sink.
-    #[serde(default)]
     pub exactly_once: bool,
     /// With a templated `path`: outputs open at once (the least recently
     /// written one is closed to make room).
-    #[serde(default = "defaults::max_open_outputs")]
     pub max_open_outputs: usize,
     /// With a templated `path`: an output nothing was written to for this
     /// long is closed.
-    #[serde(default = "defaults::close_idle_after", deserialize_with = "duration")]
     pub close_idle_after: Duration,
+}
+
+impl FileSinkOptions {
+    /// The configuration of the [`FileSink`](etl_sink::FileSink) (or of
+    /// each output of a templated `path`) these options stand for.
+    #[must_use]
+    pub fn file_config(&self) -> etl_sink::FileSinkConfig {
+        etl_sink::FileSinkConfig {
+            fsync: self.fsync,
+            rotate_bytes: self.rotate_bytes.map(|b| b.0),
+            rotate_after: self.rotate_interval,
+            exactly_once: self.exactly_once,
+        }
+    }
+}
+
+/// A file sink's table as the file writes it, what the `file` type's
+/// check reads: each key where the file has it, so that a problem is
+/// shown at its key.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileSinkTable {
+    pub(crate) path: PathBuf,
+    #[serde(default)]
+    pub(crate) encoding: LineFormat,
+    #[serde(default)]
+    pub(crate) fsync: FsyncKey,
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub(crate) fsync_interval: Option<Duration>,
+    pub(crate) rotate_bytes: Option<ByteSize>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub(crate) rotate_interval: Option<Duration>,
+    #[serde(default)]
+    pub(crate) exactly_once: bool,
+    #[serde(default = "defaults::max_open_outputs")]
+    pub(crate) max_open_outputs: usize,
+    #[serde(default = "defaults::close_idle_after", deserialize_with = "duration")]
+    pub(crate) close_idle_after: Duration,
+}
+
+/// The `fsync` key of a file sink's table: which [`FsyncPolicy`], the
+/// interval of which is `fsync_interval`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum FsyncKey {
+    /// [`FsyncPolicy::EveryBatch`].
+    #[default]
+    Batch,
+    /// [`FsyncPolicy::Interval`], of `fsync_interval`.
+    Interval,
+}
+
+/// Why a file sink's table gives no [`FileSinkOptions`].
+pub(crate) const INTERVAL_NEEDS_ITS_LENGTH: &str = "fsync = \"interval\" needs fsync_interval";
+
+impl TryFrom<FileSinkTable> for FileSinkOptions {
+    type Error = &'static str;
+
+    fn try_from(table: FileSinkTable) -> Result<Self, Self::Error> {
+        let fsync = match (table.fsync, table.fsync_interval) {
+            (FsyncKey::Batch, _) => FsyncPolicy::EveryBatch,
+            (FsyncKey::Interval, Some(every)) => FsyncPolicy::Interval(every),
+            (FsyncKey::Interval, None) => return Err(INTERVAL_NEEDS_ITS_LENGTH),
+        };
+        Ok(FileSinkOptions {
+            path: table.path,
+            encoding: table.encoding,
+            fsync,
+            rotate_bytes: table.rotate_bytes,
+            rotate_interval: table.rotate_interval,
+            exactly_once: table.exactly_once,
+            max_open_outputs: table.max_open_outputs,
+            close_idle_after: table.close_idle_after,
+        })
+    }
 }
 
 /// `type = "stdout"` sink options.

@@ -2,13 +2,11 @@
 //! files, and a local file appended to (exactly once if asked).
 
 use etl_record::SourceId;
-use etl_sink::{
-    FileOutputs, FileOutputsConfig, FileSink, FileSinkConfig, FsyncPolicy, PathTemplate,
-};
+use etl_sink::{FileOutputs, FileOutputsConfig, FileSink, PathTemplate};
 use etl_source::{FileSource, FileSourceConfig, LineFormat};
 
 use super::encoder;
-use crate::config::{FileSinkOptions, FileSourceOptions, FsyncMode};
+use crate::config::{FileSinkOptions, FileSinkTable, FileSourceOptions, FsyncKey};
 use crate::registry::{BuiltSink, BuiltSource, CheckReport, Registry, SinkPlugin, SourcePlugin};
 
 pub(super) fn register(registry: Registry) -> Registry {
@@ -21,7 +19,7 @@ pub(super) fn register(registry: Registry) -> Registry {
         )
         .sink_plugin(
             "file",
-            SinkPlugin::new_async(|f: FileSinkOptions, context| {
+            SinkPlugin::new_async(|f: FileSinkTable, context| {
                 let encoder = encoder(f.encoding, context);
                 let base = context.base_dir().to_owned();
                 async move { open_sink(f, &base).await.map(|sink| sink.encoder(encoder)) }
@@ -95,19 +93,9 @@ fn template_of(
     parsed.map_err(|e| format!("{:?}: {e}", path.display().to_string()))
 }
 
-async fn open_sink(
-    f: FileSinkOptions,
-    base: &std::path::Path,
-) -> Result<BuiltSink, crate::BoxError> {
-    let config = FileSinkConfig {
-        fsync: match (f.fsync, f.fsync_interval) {
-            (FsyncMode::Interval, Some(every)) => FsyncPolicy::Interval(every),
-            _ => FsyncPolicy::EveryBatch,
-        },
-        rotate_bytes: f.rotate_bytes.map(|b| b.0),
-        rotate_after: f.rotate_interval,
-        exactly_once: f.exactly_once,
-    };
+async fn open_sink(f: FileSinkTable, base: &std::path::Path) -> Result<BuiltSink, crate::BoxError> {
+    let f = FileSinkOptions::try_from(f)?;
+    let config = f.file_config();
     if let Some(template) = template_of(&f.path, base)? {
         let outputs = FileOutputs::new(
             template,
@@ -138,9 +126,9 @@ async fn open_sink(
     })
 }
 
-fn check_sink(f: &FileSinkOptions, report: &mut CheckReport<'_>) {
-    if f.fsync == FsyncMode::Interval && f.fsync_interval.is_none() {
-        report.problem("fsync", "fsync = \"interval\" needs fsync_interval");
+fn check_sink(f: &FileSinkTable, report: &mut CheckReport<'_>) {
+    if f.fsync == FsyncKey::Interval && f.fsync_interval.is_none() {
+        report.problem("fsync", crate::config::INTERVAL_NEEDS_ITS_LENGTH);
     }
     if let Some(every) = f.fsync_interval {
         report.above_zero("fsync_interval", every);
@@ -172,5 +160,64 @@ fn check_sink(f: &FileSinkOptions, report: &mut CheckReport<'_>) {
     }
     if f.exactly_once {
         report.exactly_once();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use crate::Registry;
+    use crate::config::{FileSinkOptions, FsyncPolicy};
+
+    fn with_fsync(lines: &str) -> String {
+        format!(
+            "[source]\ntype = \"generator\"\n\n[[sinks]]\ntype = \"file\"\npath = \"out.ndjson\"\n{lines}\n"
+        )
+    }
+
+    #[test]
+    fn fsync_interval_reads_into_the_sink_s_own_policy() {
+        let text = with_fsync("fsync = \"interval\"\nfsync_interval = \"5ms\"");
+        let config = Registry::new()
+            .loader()
+            .text(&text, Path::new("."))
+            .expect("it loads");
+        let options = config.sinks[0]
+            .kind
+            .options_of::<FileSinkOptions>("file")
+            .expect("a file sink");
+        assert_eq!(
+            options.fsync,
+            FsyncPolicy::Interval(Duration::from_millis(5))
+        );
+        assert_eq!(options.file_config().fsync, options.fsync);
+
+        let text = with_fsync("");
+        let config = Registry::new().loader().text(&text, Path::new("."));
+        let options = config.expect("it loads").sinks[0]
+            .kind
+            .options_of::<FileSinkOptions>("file")
+            .expect("a file sink");
+        assert_eq!(options.fsync, FsyncPolicy::EveryBatch);
+    }
+
+    #[test]
+    fn an_fsync_interval_without_its_length_is_refused_at_the_fsync_key() {
+        let text = with_fsync("rotate_bytes = 1000\nfsync = \"interval\"");
+        let problems = Registry::new()
+            .loader()
+            .text(&text, Path::new("."))
+            .expect_err("refused");
+        let at: Vec<_> = problems
+            .iter()
+            .map(|p| (p.line, p.column, p.message.as_str()))
+            .collect();
+        assert_eq!(
+            at,
+            vec![(8, 1, "fsync = \"interval\" needs fsync_interval")],
+            "{problems:?}"
+        );
     }
 }
