@@ -50,6 +50,7 @@
 mod budget;
 mod commits;
 mod error;
+mod failure;
 mod file_store;
 mod halt;
 mod handle;
@@ -65,6 +66,7 @@ mod worker;
 
 pub use budget::{InFlight, InFlightBudget, InFlightLimits};
 pub use error::CheckpointError;
+pub use failure::FailurePolicy;
 pub use file_store::FileStore;
 pub use handle::{
     Assigned, CheckpointConfig, CheckpointHandle, CheckpointSummary, Checkpointer, ReplayRequests,

@@ -115,10 +115,12 @@ pub use connectors::{registry, with_connectors};
 // The configuration language is `etl-config`'s: its sections and options
 // are in [`config`], named apart from the library types they become.
 pub use etl_config::config;
+// What `Pipeline::builder().on_failure(...)` takes is the checkpointer's.
+pub use etl_checkpoint::FailurePolicy;
 pub use etl_config::{
     BoxError, BoxFuture, BuiltSink, BuiltSource, CheckReport, CompareOp, Component,
     ComponentContext, Config, ConfigError, ConfigLoader, ConfigProblem, ErrorKind, ErrorKindFn,
-    FailurePolicy, ProgressCheck, Registry, RouteMode, SinkPlugin, SourcePlugin, StartWithHandle,
+    ProgressCheck, Registry, RouteMode, SinkPlugin, SourcePlugin, StartWithHandle,
 };
 /// The engine's inner readers for the fuzz targets in `fuzz/` (feature
 /// `fuzzing`; not a stable interface).

@@ -8,9 +8,9 @@
 //! `etl_sink::SinkDriverConfig`, `etl_checkpoint::CheckpointOptions`, ...),
 //! so the two cannot drift apart. Policies that are one enum in the
 //! library (`LineFormat`, `EofPolicy`, `ReplacedPolicy`, `PoisonPolicy`,
-//! `PermanentErrorPolicy`, `FsyncPolicy`) are that enum here. The option
-//! structs are named `*Options` where a library type of the same concept
-//! exists.
+//! `PermanentErrorPolicy`, `FsyncPolicy`, `FailurePolicy`) are that enum
+//! here. The option structs are named `*Options` where a library type of
+//! the same concept exists.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ use secrecy::{CloneableSecret, ExposeSecret, SecretBox};
 use serde::Deserialize;
 
 // The policies are the library's own enums.
+pub use etl_checkpoint::FailurePolicy;
 pub use etl_sink::{FsyncPolicy, PermanentErrorPolicy};
 pub use etl_source::{EofPolicy, LineFormat, PoisonPolicy, ReplacedPolicy};
 
@@ -584,17 +585,6 @@ pub enum RouteMode {
     /// condition it matches; a sink without a condition matches every
     /// record.
     Exclusive,
-}
-
-/// What happens after a batch fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum FailurePolicy {
-    /// Replay the partition from its watermark.
-    #[default]
-    Replay,
-    /// Stop the pipeline with an error.
-    Halt,
 }
 
 /// The `[delivery]` section.

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etl_checkpoint::{
-    CheckpointConfig, CheckpointHandle, Checkpointer, MemoryStore, OffsetStore, PartitionOffsets,
+    CheckpointConfig, CheckpointHandle, Checkpointer, FailurePolicy, MemoryStore, OffsetStore,
+    PartitionOffsets,
 };
 use etl_sink::{
     DeadLetterHandle, ProgressSink, Sink, SinkDriver, SinkDriverConfig, SinkDriverError,
@@ -21,7 +22,7 @@ use super::ordered::{OnStop, Workers, run_parallel, run_serial};
 use super::progress_store::SinkProgressStore;
 use super::route::{Route, Router};
 use super::{MetricsHub, PipelineError};
-use crate::config::{FailurePolicy, RouteMode};
+use crate::config::RouteMode;
 use crate::transform::{Transform, TransformChain};
 
 /// Creates the source once the checkpointer runs, for sources that need
