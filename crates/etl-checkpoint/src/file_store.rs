@@ -367,7 +367,7 @@ fn render(generation: u64, offsets: &PartitionOffsets) -> String {
 }
 
 fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
-    let body = crate::sealed::unseal(bytes)?;
+    let body = crate::sealed::unseal(bytes).map_err(|e| e.to_string())?;
     let mut lines = body.lines();
     if lines.next() != Some(MAGIC) {
         return Err(format!("not an offset store file (expected {MAGIC:?})"));

@@ -72,6 +72,6 @@ pub use handle::{
     Assigned, CheckpointConfig, CheckpointHandle, CheckpointSummary, Checkpointer, ReplayRequests,
 };
 pub use metrics::{CheckpointMetrics, PartitionMetrics};
-pub use sealed::{seal, unseal};
+pub use sealed::{UnsealError, seal, unseal};
 pub use store::{MemoryStore, OffsetStore, PartitionOffsets};
 pub use tracker::{Effect, PartitionTracker, Release, ReplayRequest};

@@ -42,7 +42,7 @@ use etl_transform::Transform;
 
 pub use config::{CompareOp, Config, ConfigError, ConfigProblem, FailurePolicy, RouteMode};
 pub use registry::{
-    BoxError, BoxFuture, BoxedProgressSink, BuiltSink, BuiltSource, CheckReport, Component,
-    ComponentContext, ConfigLoader, ContextParts, ErrorKind, ErrorKindFn, ProgressCheck, Registry,
-    SinkHold, SinkPlugin, SourcePlugin, SourceStart, StartWithHandle,
+    BoxError, BoxFuture, BoxedProgressSink, BuildError, BuiltSink, BuiltSource, CheckReport,
+    Component, ComponentContext, ConfigLoader, ContextParts, ErrorKind, ErrorKindFn, ProgressCheck,
+    RedactedError, Registry, SinkHold, SinkPlugin, SourcePlugin, SourceStart, StartWithHandle,
 };

@@ -104,7 +104,7 @@ pub use config::{
 };
 pub use error::{HttpSinkError, RequestError};
 pub use sink::HttpSink;
-pub use template::UriTemplate;
+pub use template::{UriError, UriTemplate};
 
 /// Register the `http` sink type in `registry`, as a user's connector
 /// crate registers its own: the `etl` command's one line for this crate.

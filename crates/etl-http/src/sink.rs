@@ -164,7 +164,7 @@ impl Inner {
                         groups.push(Group { uri, rows: vec![i] });
                     }
                 },
-                Err(why) => rejects.push(Reject::new(i, why)),
+                Err(why) => rejects.push(Reject::new(i, why.to_string())),
             }
         }
         (groups, rejects)

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use etl_record::{Template, TemplateError, TemplatePart};
+use etl_record::{FieldPath, Template, TemplateError, TemplatePart};
 use serde_json::Value;
 
 /// A request URI with `{field}` placeholders, each a
@@ -46,21 +46,22 @@ impl UriTemplate {
     ///
     /// # Errors
     ///
-    /// Why the record gives no URI: a field it lacks, or whose value is
-    /// not a string, a number or a boolean.
-    pub fn render(&self, value: Option<&Value>) -> Result<String, String> {
+    /// Why the record gives no URI ([`UriError`]): a field it lacks, or
+    /// whose value is not a string, a number or a boolean, or that would
+    /// change the path's levels.
+    pub fn render(&self, value: Option<&Value>) -> Result<String, UriError> {
         let mut placed = Vec::new();
         let uri = self.template.render(|path, out| {
             let text = value
                 .and_then(|v| path.get(v))
                 .and_then(etl_record::scalar_text)
-                .ok_or_else(|| {
-                    format!("the request URI needs field `{path}`, a string, a number or a boolean")
+                .ok_or_else(|| UriError::Field {
+                    field: path.clone(),
                 })?;
             let start = out.len();
             percent_encode(&text, out);
-            placed.push((start..out.len(), path.to_string()));
-            Ok::<(), String>(())
+            placed.push((start..out.len(), path.clone()));
+            Ok::<(), UriError>(())
         })?;
         // A value is percent-encoded, so a `?` or `#` is the template's
         // own. In the path, a segment a value made `.`, `..` (even as
@@ -76,11 +77,10 @@ impl UriTemplate {
                 .map_or(path_end, |at| range.end + at);
             let segment = uri[from..to].replace("%2E", ".").replace("%2e", ".");
             if matches!(segment.as_str(), "" | "." | "..") {
-                return Err(format!(
-                    "field `{path}` makes the path segment {:?} of the request URI, which \
-                     would change the path's levels",
-                    &uri[from..to]
-                ));
+                return Err(UriError::PathLevel {
+                    field: path,
+                    segment: uri[from..to].to_owned(),
+                });
             }
         }
         Ok(uri)
@@ -110,6 +110,31 @@ impl UriTemplate {
             Err(never) => match never {},
         }
     }
+}
+
+/// Why a record gives no request URI ([`UriTemplate::render`]); the sink
+/// sends the record to the dead-letter path with this reason. It names
+/// the field, never the URI's own text (which may hold a key).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UriError {
+    /// The record lacks the field, or its value is not a string, a number
+    /// or a boolean (or the record is not JSON).
+    #[error("the request URI needs field `{field}`, a string, a number or a boolean")]
+    Field {
+        /// The placeholder's field.
+        field: FieldPath,
+    },
+    /// The field's value would make a path segment `.`, `..` or nothing.
+    #[error(
+        "field `{field}` makes the path segment {segment:?} of the request URI, which would \
+         change the path's levels"
+    )]
+    PathLevel {
+        /// The placeholder's field.
+        field: FieldPath,
+        /// The segment it would make, percent-encoded.
+        segment: String,
+    },
 }
 
 /// Everything but RFC 3986's unreserved characters, as `%XX`.
@@ -174,7 +199,7 @@ mod tests {
         assert!(t.has_fields());
         let v = json!({"a": {"b": "p/q?r"}, "n": 7});
         assert_eq!(t.render(Some(&v)).unwrap(), "http://h/p%2Fq%3Fr/x{y}?q=7");
-        assert!(t.render(None).unwrap_err().contains("`a.b`"));
+        assert!(t.render(None).unwrap_err().to_string().contains("`a.b`"));
         assert!(t.render(Some(&json!({"a": {"b": [1]}, "n": 1}))).is_err());
         for bad in [
             "http://h/{a",
@@ -202,7 +227,11 @@ mod tests {
         let t = UriTemplate::parse("http://h/t/{a}/x?q={a}#{a}").unwrap();
         for bad in ["..", ".", ""] {
             let error = t.render(Some(&json!({ "a": bad }))).unwrap_err();
-            assert!(error.contains("`a`"), "{bad:?}: {error}");
+            assert!(
+                matches!(error, UriError::PathLevel { .. }),
+                "{bad:?}: {error:?}"
+            );
+            assert!(error.to_string().contains("`a`"), "{bad:?}: {error}");
         }
         assert_eq!(
             t.render(Some(&json!({"a": "..."}))).unwrap(),

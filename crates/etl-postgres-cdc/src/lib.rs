@@ -81,7 +81,7 @@ mod wire;
 
 pub use config::{PostgresCdcConfig, Snapshot};
 pub use error::CdcError;
-pub use lsn::Lsn;
+pub use lsn::{Lsn, LsnError};
 pub use pgoutput::{
     Begin, Column, Commit, DecodeError, Message, OldTuple, Relation, Tuple, Value, decode,
 };

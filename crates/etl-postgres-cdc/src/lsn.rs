@@ -14,11 +14,21 @@ impl fmt::Display for Lsn {
     }
 }
 
-impl FromStr for Lsn {
-    type Err = String;
+/// Text that is not a log sequence number ([`Lsn`]'s `FromStr`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a log sequence number (like 16/B374D848)")]
+pub struct LsnError {
+    /// The text read.
+    pub text: String,
+}
 
-    fn from_str(text: &str) -> Result<Lsn, String> {
-        let bad = || format!("{text:?} is not a log sequence number (like 16/B374D848)");
+impl FromStr for Lsn {
+    type Err = LsnError;
+
+    fn from_str(text: &str) -> Result<Lsn, LsnError> {
+        let bad = || LsnError {
+            text: text.to_owned(),
+        };
         let (high, low) = text.split_once('/').ok_or_else(bad)?;
         let high = u32::from_str_radix(high, 16).map_err(|_| bad())?;
         let low = u32::from_str_radix(low, 16).map_err(|_| bad())?;
@@ -36,7 +46,10 @@ mod tests {
         assert_eq!(lsn, Lsn(0x16_B374_D848));
         assert_eq!(lsn.to_string(), "16/B374D848");
         assert_eq!(Lsn(0).to_string(), "0/0");
-        assert!("16B374D848".parse::<Lsn>().is_err());
+        assert_eq!(
+            "16B374D848".parse::<Lsn>().unwrap_err().to_string(),
+            "\"16B374D848\" is not a log sequence number (like 16/B374D848)"
+        );
         assert!("x/1".parse::<Lsn>().is_err());
     }
 }

@@ -111,10 +111,11 @@ impl PathTemplate {
     ///
     /// # Errors
     ///
-    /// Why no path can be made for it (see the module's docs).
-    pub fn render(&self, record: &Record) -> Result<PathBuf, String> {
-        let value: serde_json::Value = serde_json::from_slice(&record.value)
-            .map_err(|e| format!("the value is not JSON ({e}): no output path"))?;
+    /// Why no path can be made for it (see the module's docs): an
+    /// [`OutputPathError`].
+    pub fn render(&self, record: &Record) -> Result<PathBuf, OutputPathError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(&record.value).map_err(OutputPathError::NotJson)?;
         let path = PathBuf::from(
             self.template
                 .render(|field, out| segment(&value, field).map(|text| out.push_str(&text)))?,
@@ -122,20 +123,63 @@ impl PathTemplate {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         let name = name.as_deref().unwrap_or_default();
         if name.len() > 255 {
-            return Err(format!(
-                "the output file name is {} bytes long, more than 255",
-                name.len()
-            ));
+            return Err(OutputPathError::NameTooLong { bytes: name.len() });
         }
         if let Some(kept) = side_file(name) {
-            return Err(format!(
-                "the output {:?} ends like a file another output keeps beside it ({kept}): \
-                 the record would write into it",
-                path.display().to_string()
-            ));
+            return Err(OutputPathError::SideFile { path, kept });
         }
         Ok(path)
     }
+}
+
+/// Why a record gives no output path ([`PathTemplate::render`]); the
+/// driver sends the record to the dead-letter path with this reason.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputPathError {
+    /// The record's value is not JSON.
+    #[error("the value is not JSON ({0}): no output path")]
+    NotJson(#[source] serde_json::Error),
+    /// The value has no field at a placeholder's path.
+    #[error("field \"{field}\" of the output path is missing")]
+    Missing {
+        /// The placeholder's field.
+        field: FieldPath,
+    },
+    /// The field is null, an object or an array.
+    #[error("field \"{field}\" of the output path is not a string, number or boolean")]
+    NotScalar {
+        /// The placeholder's field.
+        field: FieldPath,
+    },
+    /// The field's text cannot be part of a file name.
+    #[error(
+        "field \"{field}\" of the output path is {text:?}: not a file name part \
+         (empty, `.`, `..`, or holding `/` or NUL)"
+    )]
+    NotAName {
+        /// The placeholder's field.
+        field: FieldPath,
+        /// Its text.
+        text: String,
+    },
+    /// The output's file name is longer than a file system takes.
+    #[error("the output file name is {bytes} bytes long, more than 255")]
+    NameTooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The output's name is one another output keeps beside its file.
+    #[error(
+        "the output {:?} ends like a file another output keeps beside it ({kept}): \
+         the record would write into it",
+        .path.display().to_string()
+    )]
+    SideFile {
+        /// The output's path.
+        path: PathBuf,
+        /// What such a file is (`a lock`, `a rotated file`).
+        kept: &'static str,
+    },
 }
 
 /// What `name` would be beside another output's file, if anything: its
@@ -158,18 +202,21 @@ fn side_file(name: &str) -> Option<&'static str> {
 
 /// The text of the field at `path` of `value`, fit to be (part of) one
 /// path component.
-fn segment<'v>(value: &'v serde_json::Value, path: &FieldPath) -> Result<Cow<'v, str>, String> {
-    let at = path
-        .get(value)
-        .ok_or_else(|| format!("field \"{path}\" of the output path is missing"))?;
-    let text = etl_record::scalar_text(at).ok_or_else(|| {
-        format!("field \"{path}\" of the output path is not a string, number or boolean")
+fn segment<'v>(
+    value: &'v serde_json::Value,
+    path: &FieldPath,
+) -> Result<Cow<'v, str>, OutputPathError> {
+    let at = path.get(value).ok_or_else(|| OutputPathError::Missing {
+        field: path.clone(),
+    })?;
+    let text = etl_record::scalar_text(at).ok_or_else(|| OutputPathError::NotScalar {
+        field: path.clone(),
     })?;
     if text.is_empty() || text == "." || text == ".." || text.contains(['/', '\0']) {
-        return Err(format!(
-            "field \"{path}\" of the output path is {text:?}: not a file name part \
-             (empty, `.`, `..`, or holding `/` or NUL)"
-        ));
+        return Err(OutputPathError::NotAName {
+            field: path.clone(),
+            text: text.into_owned(),
+        });
     }
     Ok(text)
 }
@@ -455,7 +502,7 @@ impl Sink for FileOutputs {
                     });
                     groups[at].1.push(i);
                 }
-                Err(reason) => rejects.push(Reject::new(i, reason)),
+                Err(reason) => rejects.push(Reject::new(i, reason.to_string())),
             }
         }
         // A retry of a write that failed part-way: the outputs it wrote

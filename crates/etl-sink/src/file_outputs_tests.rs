@@ -72,6 +72,45 @@ fn a_value_never_chooses_a_folder_outside_the_template() {
     }
 }
 
+#[test]
+fn a_record_given_no_output_path_says_why_in_a_typed_error() {
+    let t = PathTemplate::parse("out/{a}").unwrap().unwrap();
+    let err = t.render(&record(0, "not json")).unwrap_err();
+    assert!(matches!(err, OutputPathError::NotJson(_)), "{err:?}");
+    assert!(
+        err.to_string().starts_with("the value is not JSON (")
+            && err.to_string().ends_with("): no output path"),
+        "{err}"
+    );
+    let cause = std::error::Error::source(&err).expect("serde_json's error");
+    assert!(cause.is::<serde_json::Error>(), "{cause:?}");
+
+    let shown = |value: &str| t.render(&record(0, value)).unwrap_err().to_string();
+    assert_eq!(
+        shown(r#"{"b":1}"#),
+        "field \"a\" of the output path is missing"
+    );
+    assert_eq!(
+        shown(r#"{"a":null}"#),
+        "field \"a\" of the output path is not a string, number or boolean"
+    );
+    assert_eq!(
+        shown(r#"{"a":".."}"#),
+        "field \"a\" of the output path is \"..\": not a file name part \
+         (empty, `.`, `..`, or holding `/` or NUL)"
+    );
+    assert_eq!(
+        shown(r#"{"a":"x.lock"}"#),
+        "the output \"out/x.lock\" ends like a file another output keeps beside it \
+         (a lock): the record would write into it"
+    );
+    let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(256));
+    assert!(matches!(
+        t.render(&record(0, &long)),
+        Err(OutputPathError::NameTooLong { bytes: 256 })
+    ));
+}
+
 #[tokio::test]
 async fn each_record_lands_in_the_file_its_field_names_and_bad_ones_are_refused() {
     let dir = tempfile::tempdir().unwrap();

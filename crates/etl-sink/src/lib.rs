@@ -96,7 +96,7 @@ pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
 pub use driver::SinkDriver;
 pub use encoder::{Encoder, NdjsonEncoder, RawLinesEncoder};
 pub use error::{BoxError, FailureKind, Reject, SendError, SinkDriverError, SinkError};
-pub use file_outputs::{FileOutputs, FileOutputsConfig, PathTemplate};
+pub use file_outputs::{FileOutputs, FileOutputsConfig, OutputPathError, PathTemplate};
 pub use file_sink::{FileSink, FileSinkConfig, FsyncPolicy};
 pub use handle::{SinkHandle, SinkSender};
 pub use metrics::SinkMetrics;

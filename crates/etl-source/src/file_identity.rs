@@ -700,7 +700,7 @@ type Parsed = (BTreeMap<Arc<Path>, Entry>, BTreeSet<u32>);
 const RUN: usize = 4096;
 
 fn parse(bytes: &[u8]) -> Result<Parsed, String> {
-    let body = etl_checkpoint::unseal(bytes)?;
+    let body = etl_checkpoint::unseal(bytes).map_err(|e| e.to_string())?;
     let mut lines = body.lines();
     let with_tails = match lines.next() {
         Some(MAGIC) => true,

@@ -134,9 +134,9 @@ pub use runtime::{
 };
 pub use signal::{ABORT_EXIT_CODE, shutdown_signal};
 pub use transform::{
-    ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Refused, Transform,
-    TransformChain, chain_from_config, filter, filter_mut, flat_map, flat_map_mut, map, map_mut,
-    try_chain_from_config,
+    ChainError, ChainOutput, FilterFn, FlatMapFn, JsonOp, JsonStage, MapFn, Outcome, Refused,
+    Transform, TransformChain, chain_from_config, filter, filter_mut, flat_map, flat_map_mut, map,
+    map_mut, try_chain_from_config,
 };
 #[cfg(feature = "remap")]
 pub use transform::{Remap, VrlError, VrlFilter, VrlProgram};

@@ -279,10 +279,67 @@ impl<T> Component<T> {
     ///
     /// # Errors
     ///
-    /// As [`build`](Self::build), shown as [`redacted`](Self::redacted).
-    pub fn build_alone(&self, name: &str) -> Result<T, String> {
-        self.build(name, &NO_PARTS)
-            .map_err(|e| self.redacted(name, &e))
+    /// As [`build`](Self::build): a [`BuildError`] naming the type and
+    /// `name`, the factory's error and its sources with every secret of
+    /// the configuration taken out (its text is what
+    /// [`redacted`](Self::redacted) shows).
+    pub fn build_alone(&self, name: &str) -> Result<T, BuildError> {
+        self.build(name, &NO_PARTS).map_err(|e| BuildError {
+            type_name: self.type_name.clone(),
+            name: name.to_owned(),
+            source: RedactedError::new(&*e, &self.secrets),
+        })
+    }
+}
+
+/// A component its factory could not build
+/// ([`Component::build_alone`]): its type, its name, and the factory's
+/// error as shown. Shown as `<type> "<name>": <the factory's error>`.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{type_name} {name:?}: {source}")]
+pub struct BuildError {
+    /// The type the component was registered under.
+    pub type_name: String,
+    /// The name it was built as (`transform 2`, a sink's name).
+    pub name: String,
+    /// The factory's error, secrets taken out.
+    #[source]
+    pub source: RedactedError,
+}
+
+/// An error as it may be shown: the text of an error and of each of its
+/// sources, in their order, with every secret of the configuration it
+/// came from replaced by `***`. The error itself is not kept (its text or
+/// `Debug` could quote a password); [`source`](std::error::Error::source)
+/// walks the same chain, redacted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedactedError {
+    message: String,
+    source: Option<Box<RedactedError>>,
+}
+
+impl RedactedError {
+    fn new(error: &(dyn std::error::Error + 'static), secrets: &Secrets) -> Self {
+        RedactedError {
+            message: secrets.redact(&error.to_string()),
+            source: error
+                .source()
+                .map(|source| Box::new(RedactedError::new(source, secrets))),
+        }
+    }
+}
+
+impl fmt::Display for RedactedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RedactedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -310,5 +367,56 @@ impl<T> fmt::Debug for Component<T> {
         f.debug_struct("Component")
             .field("type", &self.type_name)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::path::Path;
+
+    use crate::Registry;
+    use crate::config::TransformConfig;
+
+    /// What a factory may fail with: a cause that quotes its table.
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot reach {0}")]
+    struct Unreachable(String, #[source] std::io::Error);
+
+    #[test]
+    fn a_factory_s_error_keeps_its_sources_with_the_secrets_taken_out() {
+        #[derive(serde::Deserialize)]
+        struct Options {
+            host: String,
+            token: String,
+        }
+        let registry = Registry::new().transform("lookup", |o: Options, _| {
+            let cause = std::io::Error::other(format!("refused with token {}", o.token));
+            Err(Unreachable(o.host, cause).into())
+        });
+        let config = registry
+            .loader()
+            .text(
+                "[source]\ntype = \"generator\"\n\n[[transforms]]\ntype = \"lookup\"\n\
+                 host = \"svc\"\ntoken = \"hunter22\"\n\n[[sinks]]\ntype = \"blackhole\"\n",
+                Path::new("."),
+            )
+            .expect("it loads");
+        let TransformConfig::Custom(lookup) = &config.transforms[0] else {
+            panic!("a registered step: {:?}", config.transforms[0]);
+        };
+        let Err(err) = lookup.build_alone("transform 1") else {
+            panic!("the factory fails");
+        };
+        assert_eq!(err.to_string(), "lookup \"transform 1\": cannot reach svc");
+        assert_eq!(
+            (err.type_name.as_str(), err.name.as_str()),
+            ("lookup", "transform 1")
+        );
+        let chain: Vec<String> = std::iter::successors(err.source(), |e| (*e).source())
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(chain, ["cannot reach svc", "refused with token ***"]);
+        assert!(!format!("{err:?}").contains("hunter22"), "{err:?}");
     }
 }

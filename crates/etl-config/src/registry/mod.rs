@@ -45,7 +45,7 @@ use etl_source::Source;
 use serde::de::DeserializeOwned;
 
 pub(crate) use component::Factory;
-pub use component::{Component, ComponentContext, ContextParts};
+pub use component::{BuildError, Component, ComponentContext, ContextParts, RedactedError};
 pub use plugin::{
     BoxFuture, BoxedProgressSink, BuiltSink, BuiltSource, CheckReport, ProgressCheck, SinkHold,
     SinkPlugin, SourcePlugin, SourceStart, StartWithHandle,

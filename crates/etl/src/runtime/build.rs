@@ -81,7 +81,7 @@ async fn builder_from_config(
     trusted: bool,
 ) -> Result<PipelineBuilder, PipelineError> {
     let builder = Pipeline::builder()
-        .transforms(try_chain_from_config(&config.transforms).map_err(PipelineError::Invalid)?)
+        .transforms(try_chain_from_config(&config.transforms).map_err(invalid)?)
         .checkpoint(config.checkpoint_config())
         .source_driver(SourceDriverConfig {
             max_replays: config.delivery.max_replays.max(1),
@@ -157,13 +157,12 @@ fn route_of(sink: &SinkConfig, after_json: bool) -> Result<Option<Route>, Pipeli
     let mut route = Route::new();
     if let Some(when) = &sink.route.when {
         let condition = try_chain_labelled(std::slice::from_ref(when), &format!("{label}when "))
-            .map_err(PipelineError::Invalid)?;
+            .map_err(invalid)?;
         route = route
             .when_chain(condition)
             .when_fast(condition_form(when, after_json));
     }
-    let steps =
-        try_chain_labelled(&sink.route.transforms, &label).map_err(PipelineError::Invalid)?;
+    let steps = try_chain_labelled(&sink.route.transforms, &label).map_err(invalid)?;
     Ok(Some(route.transforms(steps)))
 }
 
@@ -194,6 +193,11 @@ fn factory_error(e: BoxError, shown: String, section: &str) -> PipelineError {
     };
     drop(e);
     PipelineError::Invalid(format!("{section}: {shown}"))
+}
+
+/// A chain that cannot be built, as the pipeline reports it.
+fn invalid(e: crate::transform::ChainError) -> PipelineError {
+    PipelineError::Invalid(e.to_string())
 }
 
 /// Build the sink of a `[[sinks]]` entry or of `[dead_letter]`.

@@ -3,6 +3,7 @@
 //! from their factories, with the runs that can read each record once
 //! fused (see `etl_json::Fuser`).
 
+use etl_config::BuildError;
 use etl_json::{Condition, Fuser};
 use etl_record::Record;
 
@@ -28,10 +29,48 @@ pub fn chain_from_config(transforms: &[TransformConfig]) -> TransformChain {
 ///
 /// # Errors
 ///
-/// The step and the compiler's message, for a VRL program that does not
-/// compile, or the step and its factory's error, for a registered step.
-pub fn try_chain_from_config(transforms: &[TransformConfig]) -> Result<TransformChain, String> {
+/// A [`ChainError`]: the step and the compiler's message, for a VRL
+/// program that does not compile, or the step and its factory's error,
+/// for a registered step.
+pub fn try_chain_from_config(transforms: &[TransformConfig]) -> Result<TransformChain, ChainError> {
     build(transforms, false, "")
+}
+
+/// Why a configuration's `[[transforms]]` (or a sink's own steps, or its
+/// `when`) give no chain ([`try_chain_from_config`]). Each names the
+/// step: its 1-based place, after the sink's label when it is one of a
+/// sink's (`sink "errors" remap #1`).
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// A registered step's factory failed.
+    #[error("{label}[[transforms]] #{step}: {source}")]
+    Registered {
+        /// The sink's label (`sink "errors" `), empty for the shared steps.
+        label: String,
+        /// The step's place, from 1.
+        step: usize,
+        /// The factory's error, secrets taken out.
+        #[source]
+        source: BuildError,
+    },
+    /// A `remap` step or a filter `condition` whose program does not
+    /// compile.
+    #[cfg(feature = "remap")]
+    #[error("{name}: the VRL program does not compile:\n{source}")]
+    Program {
+        /// The step's name (`remap #2`, `sink "errors" filter #1`).
+        name: String,
+        /// The compiler's diagnostics.
+        #[source]
+        source: super::VrlError,
+    },
+    /// A `remap` step or a filter `condition` in a build without the
+    /// `remap` feature.
+    #[error("{name}: this build of etl has no VRL support (built without the `remap` feature)")]
+    NoRemap {
+        /// The step's name (`transform #2`).
+        name: String,
+    },
 }
 
 /// [`try_chain_from_config`] for the steps of one sink's branch (or its
@@ -40,7 +79,7 @@ pub fn try_chain_from_config(transforms: &[TransformConfig]) -> Result<Transform
 pub(crate) fn try_chain_labelled(
     transforms: &[TransformConfig],
     label: &str,
-) -> Result<TransformChain, String> {
+) -> Result<TransformChain, ChainError> {
     build(transforms, false, label)
 }
 
@@ -91,7 +130,7 @@ fn build(
     transforms: &[TransformConfig],
     lenient: bool,
     label: &str,
-) -> Result<TransformChain, String> {
+) -> Result<TransformChain, ChainError> {
     use TransformConfig as T;
 
     let mut chain = Fuser::new();
@@ -116,8 +155,17 @@ fn build(
                 let name = format!("{label}transform {}", i + 1);
                 match custom.build_alone(&name) {
                     Ok(stage) => chain.push(stage),
-                    Err(e) if lenient => chain.push(Box::new(Unbuilt { name, reason: e })),
-                    Err(e) => return Err(format!("{label}[[transforms]] #{}: {e}", i + 1)),
+                    Err(e) if lenient => chain.push(Box::new(Unbuilt {
+                        name,
+                        reason: e.to_string(),
+                    })),
+                    Err(source) => {
+                        return Err(ChainError::Registered {
+                            label: label.to_owned(),
+                            step: i + 1,
+                            source,
+                        });
+                    }
                 }
                 custom_before = true;
                 continue;
@@ -215,7 +263,7 @@ fn program_stage(
     remap: Option<bool>,
     lenient: bool,
     checked: bool,
-) -> Result<(), String> {
+) -> Result<(), ChainError> {
     use super::{Remap, VrlFilter, VrlProgram};
 
     let (kind, compiled) = match remap {
@@ -233,7 +281,7 @@ fn program_stage(
             None => chain.condition(VrlFilter::new(name, program).checked_input(checked)),
         },
         Err(e) if lenient => chain.push(Box::new(Broken(name, e.message))),
-        Err(e) => return Err(format!("{name}: the VRL program does not compile:\n{e}")),
+        Err(source) => return Err(ChainError::Program { name, source }),
     }
     Ok(())
 }
@@ -246,14 +294,14 @@ fn program_stage(
     _remap: Option<bool>,
     lenient: bool,
     _checked: bool,
-) -> Result<(), String> {
+) -> Result<(), ChainError> {
     let name = format!("{label}transform #{}", i + 1);
-    let message = "this build of etl has no VRL support (built without the `remap` feature)";
     if lenient {
+        let message = "this build of etl has no VRL support (built without the `remap` feature)";
         chain.push(Box::new(Broken(name, message.to_owned())));
         Ok(())
     } else {
-        Err(format!("{name}: {message}"))
+        Err(ChainError::NoRemap { name })
     }
 }
 
@@ -447,6 +495,75 @@ mod tests {
                 .starts_with("transform json: invalid JSON"),
             "the stage that failed is named: {}",
             out.rejected[0].reason
+        );
+    }
+
+    #[cfg(feature = "remap")]
+    #[test]
+    fn a_program_that_does_not_compile_names_its_step_and_keeps_the_diagnostic() {
+        let config = etl_config::Registry::new()
+            .loader()
+            .text(
+                "[source]\ntype = \"generator\"\n[[transforms]]\ntype = \"parse_json\"\n\
+                 [[sinks]]\ntype = \"blackhole\"\n",
+                std::path::Path::new("."),
+            )
+            .expect("it loads");
+        let mut transforms = config.transforms;
+        transforms.push(TransformConfig::Remap {
+            source: Some(".a = ".to_owned()),
+            drop_on_error: false,
+            file: None,
+        });
+        let Err(err) = try_chain_from_config(&transforms) else {
+            panic!("the program does not compile");
+        };
+        let ChainError::Program { name, source } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(name, "remap #2");
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("remap #2: the VRL program does not compile:\n"),
+            "{shown}"
+        );
+        let cause = std::error::Error::source(&err).expect("a source");
+        assert_eq!(cause.to_string(), source.message);
+    }
+
+    #[test]
+    fn a_registered_step_that_fails_names_its_place_and_its_factory_s_error() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("no such table")]
+        struct Missing;
+        let registry = etl_config::Registry::new()
+            .transform("lookup", |_: toml::Table, _| Err(Missing.into()));
+        let config = registry
+            .loader()
+            .text(
+                "[source]\ntype = \"generator\"\n[[transforms]]\ntype = \"parse_json\"\n\
+                 [[transforms]]\ntype = \"lookup\"\n[[sinks]]\ntype = \"blackhole\"\n",
+                std::path::Path::new("."),
+            )
+            .expect("it loads");
+        let Err(err) = try_chain_from_config(&config.transforms) else {
+            panic!("the factory fails");
+        };
+        assert_eq!(
+            err.to_string(),
+            "[[transforms]] #2: lookup \"transform 2\": no such table"
+        );
+        assert!(
+            matches!(err, ChainError::Registered { step: 2, .. }),
+            "{err:?}"
+        );
+        let chain: Vec<String> =
+            std::iter::successors(std::error::Error::source(&err), |e| (*e).source())
+                .map(ToString::to_string)
+                .collect();
+        assert_eq!(
+            chain,
+            ["lookup \"transform 2\": no such table", "no such table"]
         );
     }
 }

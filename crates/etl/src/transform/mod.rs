@@ -15,5 +15,5 @@ pub use etl_transform::{
     ChainOutput, FilterFn, FlatMapFn, MapFn, Outcome, Refused, Transform, TransformChain, filter,
     filter_mut, flat_map, flat_map_mut, map, map_mut,
 };
-pub use from_config::{chain_from_config, try_chain_from_config};
+pub use from_config::{ChainError, chain_from_config, try_chain_from_config};
 pub(crate) use from_config::{condition_form, steps_write_json, try_chain_labelled};

@@ -183,7 +183,7 @@ fn run_case_behind(path: &Path, before: &str) -> Result<(), String> {
         .loader()
         .text(&config, Path::new("."))
         .map_err(|e| format!("the configuration does not parse: {e:?}"))?;
-    let mut chain = etl::try_chain_from_config(&config.transforms)?;
+    let mut chain = etl::try_chain_from_config(&config.transforms).map_err(|e| e.to_string())?;
     let mut fork = chain.fork().ok_or("the chain does not fork")?;
     for (i, (input, expected)) in case.input.iter().zip(&case.output).enumerate() {
         for chain in [&mut chain, &mut fork] {
