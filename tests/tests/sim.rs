@@ -4,7 +4,8 @@
 //! batches, routes (conditions, exclusive routes, an unmatched sink, each
 //! sink's own steps), dead-letter sinks that fail, exactly-once and
 //! at-least-once sinks, the object-store sink over an in-memory store that
-//! fails, loses and delays requests, graceful stops and crashes) run on
+//! fails, loses and delays requests, a source that behaves like a
+//! PostgreSQL replication slot, graceful stops and crashes) run on
 //! the real runtime under a paused clock, each checked after every run
 //! against a model of the delivery contract. See docs/reliability.md, "The simulation".
 //!
@@ -30,6 +31,7 @@ mod sim {
     pub mod model;
     pub mod run;
     pub mod scenario;
+    pub mod slot;
     pub mod world;
 }
 

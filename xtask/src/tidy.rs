@@ -189,6 +189,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "etl-fs",
             "etl-kafka",
             "etl-postgres",
+            "etl-postgres-cdc",
             "etl-object-store",
             "etl",
             "etl-cli",

@@ -79,6 +79,10 @@ mod source;
 mod value;
 mod wire;
 
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
+
 pub use config::{PostgresCdcConfig, Snapshot};
 pub use error::CdcError;
 pub use lsn::{Lsn, LsnError};

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::run::Ended;
-use super::scenario::{Features, Scenario};
+use etl_postgres_cdc::Lsn;
+
+use super::scenario::{Features, Scenario, Slot};
 use super::world::{State, apply_steps, hits, value};
 
 /// The fate the transform steps give each record, as the model sees it.
@@ -26,9 +28,9 @@ fn fates(s: &Scenario) -> Fates {
         .collect();
     let mut kept = BTreeMap::new();
     let mut rejected = BTreeSet::new();
-    for (p, count) in s.partitions.iter().enumerate() {
-        let p = p as u32;
-        for o in 0..i64::from(*count) {
+    for pi in 0..s.partitions.len() {
+        let p = pi as u32;
+        for o in s.offsets(pi) {
             if source_rejects.contains(&(p, o)) {
                 rejected.insert((p, o));
                 continue;
@@ -163,6 +165,10 @@ pub fn check(
         _ => {}
     }
 
+    if let Some(slot) = &s.slot {
+        check_slot_offsets(slot, state)?;
+    }
+
     // A sink holds only what its route sends it: no record routed
     // elsewhere, filtered, or set aside by the steps.
     for (i, sink) in state.sinks[..dlq_index].iter().enumerate() {
@@ -226,6 +232,25 @@ pub fn check(
         for o in 0..c.0 {
             delivered(p, o, &mut (0..dlq_index))
                 .map_err(|e| format!("partition {p} committed {}: {e}", c.0))?;
+        }
+    }
+
+    if let Some(slot) = &s.slot {
+        // No position the server was ever confirmed at (a restarted
+        // server comes back at one of them) passes a change that is not
+        // delivered.
+        let server = &state.slot;
+        for at in server.history.iter().chain([&server.confirmed]) {
+            for t in slot.layout().iter().filter(|t| t.commit < at.0) {
+                for o in t.first..t.first + t.changes {
+                    delivered(0, o, &mut (0..dlq_index)).map_err(|e| {
+                        format!(
+                            "slot confirmed at {at}, past the transaction committing at {}: {e}",
+                            etl_postgres_cdc::Lsn(t.commit)
+                        )
+                    })?;
+                }
+            }
         }
     }
 
@@ -313,8 +338,8 @@ pub fn check(
 
     // After the recovery run, everything is committed.
     if recovery && can_finish(s, &fates) {
-        for (p, count) in s.partitions.iter().enumerate() {
-            let want = i64::from(*count);
+        for p in 0..s.partitions.len() {
+            let want = s.end_offset(p);
             if want == 0 {
                 continue;
             }
@@ -330,6 +355,43 @@ pub fn check(
                     "after the recovery run partition {p} committed {got} of {want} records"
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// A slot's offsets and confirmations: every change took the offset the
+/// rule gives it from the WAL alone (its commit LSN, or right after the
+/// previous transaction's last offset), whenever it was sent; and each
+/// position confirmed lay below every change not committed by then.
+fn check_slot_offsets(slot: &Slot, state: &State) -> Result<(), String> {
+    let layout = slot.layout();
+    let server = &state.slot;
+    if let Some(v) = server.violations.first() {
+        return Err(v.clone());
+    }
+    for (&(i, j), &offset) in &server.given {
+        let want = layout[i].first + j;
+        if offset != want {
+            return Err(format!(
+                "slot: change {j} of transaction {i} (commit {}) took offset {offset}, not {want}",
+                Lsn(layout[i].commit)
+            ));
+        }
+    }
+    for &(at, committed) in &server.confirmations {
+        let passed = layout
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.commit < at.0 && t.changes > 0 && t.first + t.changes > committed);
+        if let Some((i, t)) = passed {
+            return Err(format!(
+                "slot confirmed at {at} with offset {committed} committed: past transaction {i} \
+                 (commit {}, offsets {}..{})",
+                Lsn(t.commit),
+                t.first,
+                t.first + t.changes
+            ));
         }
     }
     Ok(())

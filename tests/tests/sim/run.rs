@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lake::{LakeSink, QuotedValues};
 use super::scenario::{RunEnd, Scenario, When};
+use super::slot::SlotSource;
 use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World, hits};
 
 /// Largest step of virtual time while the runtime waits.
@@ -138,7 +139,16 @@ fn build(
             outage: s.store_outage,
         });
     let source_scenario = s.clone();
+    let (source_world, source_life) = (world.clone(), life.clone());
     builder = builder.source_factory(move |checkpoint| {
+        if source_scenario.slot.is_some() {
+            return Ok(Box::new(SlotSource::new(
+                &source_scenario,
+                source_world.clone(),
+                source_life.clone(),
+                checkpoint.clone(),
+            )));
+        }
         Ok(Box::new(SimSource::new(
             &source_scenario,
             checkpoint.clone(),

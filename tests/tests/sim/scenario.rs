@@ -59,6 +59,12 @@ pub struct Features {
     /// (`etl-object-store`) over an in-memory store that fails requests,
     /// loses their answers and answers late.
     pub lake: bool,
+    /// A source that behaves like a PostgreSQL replication slot (one
+    /// scenario in four): transactions over one partition, offsets and
+    /// confirmations by `etl-postgres-cdc`'s own rule, a stream that
+    /// drops mid-transaction and a server that falls back to an older
+    /// confirmed position (`sim/slot.rs`).
+    pub slot: bool,
 }
 
 impl Features {
@@ -74,10 +80,11 @@ impl Features {
         store_outages: true,
         routing: true,
         lake: true,
+        slot: true,
     };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "transform_panics",
         "exactly_once_dead_letters",
         "exact_poison_attribution",
@@ -87,6 +94,7 @@ impl Features {
         "store_outages",
         "routing",
         "lake",
+        "slot",
     ];
 
     /// The switches that are on, comma-separated, as `--enable` takes
@@ -102,6 +110,7 @@ impl Features {
             self.store_outages,
             self.routing,
             self.lake,
+            self.slot,
         ];
         Self::NAMES
             .iter()
@@ -124,6 +133,7 @@ impl Features {
             "store_outages" => self.store_outages = true,
             "routing" => self.routing = true,
             "lake" => self.lake = true,
+            "slot" => self.slot = true,
             "all" => {
                 for n in Self::NAMES {
                     self.enable(n)?;
@@ -144,7 +154,8 @@ impl Features {
 /// stores, then a recovery run with every fault healed.
 #[derive(Clone, Debug)]
 pub struct Scenario {
-    /// Records per partition (offsets 0..n); 1 to 8 partitions.
+    /// Records per partition (offsets 0..n); 1 to 8 partitions. A slot
+    /// scenario has one partition, whose records `slot` makes.
     pub partitions: Vec<u8>,
     /// Records per source batch.
     pub source_batch: u8,
@@ -192,6 +203,149 @@ pub struct Scenario {
     /// The sink (index) that takes what no condition matched; it has no
     /// condition of its own.
     pub unmatched: Option<u8>,
+    /// The source is a simulated replication slot over this WAL.
+    pub slot: Option<Slot>,
+}
+
+impl Scenario {
+    /// The offsets of partition `p`'s records, in order.
+    pub fn offsets(&self, p: usize) -> Vec<i64> {
+        match &self.slot {
+            Some(slot) => slot
+                .layout()
+                .iter()
+                .flat_map(|t| t.first..t.first + t.changes)
+                .collect(),
+            None => (0..self.partitions.get(p).map_or(0, |c| i64::from(*c))).collect(),
+        }
+    }
+
+    /// The offset after partition `p`'s last record (0 without records):
+    /// what it has committed once everything is delivered.
+    pub fn end_offset(&self, p: usize) -> i64 {
+        self.offsets(p).last().map_or(0, |o| o + 1)
+    }
+}
+
+/// A replication slot's server: its WAL (transactions in commit order)
+/// and where its stream drops.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    /// The transactions, in commit order.
+    pub wal: Vec<SlotTxn>,
+    /// The stream drops when the server is about to send message `at`
+    /// (counted over the scenario's runs, so each drop comes once); the
+    /// server then restarted too when `back > 0`, and came back at the
+    /// position it was confirmed at `back` confirmations before the last.
+    pub drops: Vec<(u16, u8)>,
+}
+
+/// One transaction of a slot's WAL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotTxn {
+    /// Bytes of WAL between the previous commit record's end and its
+    /// commit record.
+    pub gap: u8,
+    /// Its commit record's length.
+    pub len: u8,
+    /// Its first change lies this many bytes before its commit record
+    /// (it ran beside the transactions committing before it).
+    pub began_before: u8,
+    /// Its changes in the publication (0: PostgreSQL 14 and older send
+    /// its `BEGIN` and `COMMIT` all the same).
+    pub changes: u8,
+    /// After its commit the server sends a keepalive, its end of WAL this
+    /// many bytes past the commit record's end (never past the next
+    /// commit).
+    pub keepalive: Option<u8>,
+    /// The next transaction is already buffered at its commit, so the
+    /// batch being filled goes on (only a full batch is handed over).
+    pub buffered_after: bool,
+}
+
+/// Where a slot transaction lies in the WAL and the offsets its changes
+/// take: what the model expects, by the rule docs/postgres-cdc.md states
+/// ("Offsets"), computed here independently of the source's own code.
+#[derive(Clone, Copy, Debug)]
+pub struct TxnAt {
+    /// Its commit LSN (where its commit record starts).
+    pub commit: u64,
+    /// Where its commit record ends.
+    pub end: u64,
+    /// Where its first change is.
+    pub first_lsn: u64,
+    /// Its first change's offset: its commit LSN, or right after the
+    /// previous transaction's last offset when that is higher.
+    pub first: i64,
+    /// Its changes.
+    pub changes: i64,
+    /// The end of WAL of the keepalive the server sends after it.
+    pub keepalive: Option<u64>,
+    /// See [`SlotTxn::buffered_after`].
+    pub buffered_after: bool,
+}
+
+impl Slot {
+    /// Each transaction's place and offsets (see [`TxnAt`]).
+    pub fn layout(&self) -> Vec<TxnAt> {
+        let mut lsn = 0u64;
+        let mut next_free = 0i64;
+        let mut out: Vec<TxnAt> = Vec::with_capacity(self.wal.len());
+        for t in &self.wal {
+            let commit = lsn + u64::from(t.gap);
+            let end = commit + u64::from(t.len.max(1));
+            lsn = end;
+            let first = (commit as i64).max(next_free);
+            let changes = i64::from(t.changes);
+            if changes > 0 {
+                next_free = first + changes;
+            }
+            out.push(TxnAt {
+                commit,
+                end,
+                first_lsn: commit.saturating_sub(u64::from(t.began_before)),
+                first,
+                changes,
+                keepalive: t.keepalive.map(|k| end + u64::from(k)),
+                buffered_after: t.buffered_after,
+            });
+        }
+        // A keepalive's end of WAL is never past the next commit: the
+        // server has not decoded that commit yet.
+        for i in 1..out.len() {
+            let next = out[i].commit;
+            if let Some(k) = out[i - 1].keepalive.as_mut() {
+                *k = (*k).min(next);
+            }
+        }
+        out
+    }
+}
+
+fn slot() -> impl Strategy<Value = Slot> {
+    // One transaction in four is empty; a large one closely followed by
+    // others runs the offsets past their commit LSNs (not anchored).
+    let changes = prop_oneof![1 => Just(0u8), 3 => 1u8..=24];
+    let txn = (
+        0u8..=24,
+        8u8..=24,
+        0u8..=64,
+        changes,
+        prop::option::weighted(0.4, 0u8..=24),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(
+            |(gap, len, began_before, changes, keepalive, buffered_after)| SlotTxn {
+                gap,
+                len,
+                began_before,
+                changes,
+                keepalive,
+                buffered_after,
+            },
+        );
+    (vec(txn, 1..=10), vec((0u16..120, 0u8..=3), 0..=3))
+        .prop_map(|(wal, drops)| Slot { wal, drops })
 }
 
 /// The object-store sink of an exactly-once scenario.
@@ -535,8 +689,13 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     } else {
         Just(None).boxed()
     };
-    (shape, pipeline, policy, store_outage, routing, lake).prop_map(
-        move |(shape, pipeline, policy, store_outage, (exclusive, unmatched), lake)| {
+    let slot = if features.slot {
+        prop::option::weighted(0.25, slot()).boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (shape, pipeline, policy, store_outage, routing, (lake, slot)).prop_map(
+        move |(shape, pipeline, policy, store_outage, (exclusive, unmatched), (lake, slot))| {
             let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
             let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
             let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) =
@@ -562,7 +721,14 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
                 exclusive,
                 unmatched: None,
                 lake: None,
+                slot: None,
             };
+            if let Some(slot) = slot {
+                // A slot is one partition, announced once: no rebalance.
+                s.partitions = vec![0];
+                s.rebalances.clear();
+                s.slot = Some(slot);
+            }
             if s.exactly_once {
                 sinks.truncate(1);
                 if lake.is_some() {

@@ -59,6 +59,8 @@ pub struct State {
     pub lake: std::sync::Arc<object_store::memory::InMemory>,
     /// Requests to that store so far (over all runs).
     pub lake_calls: u64,
+    /// The replication slot's server, in a slot scenario.
+    pub slot: super::slot::SlotServer,
 }
 
 /// The shared world.
