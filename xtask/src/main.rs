@@ -27,7 +27,7 @@ Tasks:
                    etl without default features
   test             unit, integration and end-to-end tests, then doc tests
   doc              cargo doc with warnings denied (broken links fail)
-  loom             loom models (--cfg etl_loom, release, own target dir)
+  loom             loom models (--cfg etl_loom, own target dir)
   prop [--cases N] every property test (functions named prop_*, release, with
                    the remap language) with N cases each (default 1024; ci
                    runs 10000)
@@ -95,13 +95,13 @@ fn ci() -> Result {
     let mut steps = Steps::default();
     steps.run("fmt", || fmt(true))?;
     steps.run("lint", lint)?;
-    // The property tests' release build and the fuzz targets' build do
-    // not need the suites: they start once the suites' binaries are
-    // built, at the lowest CPU and disk priorities, and take the CPU the suites
-    // leave idle while they wait on servers and child processes. Their
-    // steps then find them built. Each is dropped (killed) if an earlier
-    // step fails.
-    let mut ahead: Option<(Background, Background)> = None;
+    // The property tests' release build, the fuzz targets' build and the
+    // loom models' build do not need the suites: they start once the
+    // suites' binaries are built, at the lowest CPU and disk priorities,
+    // and take the CPU the suites leave idle while they wait on servers
+    // and child processes. Their steps then find them built. Each is
+    // dropped (killed) if an earlier step fails.
+    let mut ahead: Option<(Background, Background, Background)> = None;
     steps.run("test", || {
         test_then(|| {
             let prop = Background::start(
@@ -109,13 +109,22 @@ fn ci() -> Result {
                 root().join("target").join("xtask").join("prop-build.log"),
                 vec![prop_command(CI_PROP_CASES, true)?],
             )?;
-            ahead = Some((prop, fuzz::build_in_background()?));
+            let loom = Background::start(
+                "loom build",
+                root().join("target").join("xtask").join("loom-build.log"),
+                vec![loom_command(true)],
+            )?;
+            ahead = Some((prop, fuzz::build_in_background()?, loom));
             Ok(())
         })
     })?;
-    let (prop_build, fuzz_build) = ahead.ok_or("the test step started no build ahead")?;
+    let (prop_build, fuzz_build, loom_build) =
+        ahead.ok_or("the test step started no build ahead")?;
     steps.run("doc", doc)?;
-    steps.run("loom", loom)?;
+    steps.run("loom", || {
+        loom_build.wait()?;
+        loom()
+    })?;
     steps.run("prop", || {
         prop_build.wait()?;
         prop(CI_PROP_CASES)
@@ -249,17 +258,31 @@ fn doc() -> Result {
 }
 
 fn loom() -> Result {
+    loom_command(false).run()
+}
+
+/// The loom models' command: the lib tests of [`LOOM_CRATES`] built with
+/// `--cfg etl_loom` in a target directory of their own (the flag changes
+/// every dependency's build), run, or only built (`build_only`). In the
+/// dev profile: the models with two preemptions explore in well under a
+/// second unoptimised, and an optimised build of the crates'
+/// dependencies (tokio, criterion, proptest) would cost CI minutes.
+fn loom_command(build_only: bool) -> Cmd {
     let target = root().join("target").join("loom");
-    let mut args = vec!["test", "--release", "--locked"];
+    let mut args = vec!["test", "--locked"];
     for krate in LOOM_CRATES {
         args.extend(["-p", krate]);
     }
-    args.extend(["--lib", "--", "--test-threads=2"]);
+    args.push("--lib");
+    if build_only {
+        args.push("--no-run");
+    } else {
+        args.extend(["--", "--test-threads=2"]);
+    }
     Cmd::cargo(&args)
         .env("RUSTFLAGS", "--cfg etl_loom")
         .env("LOOM_MAX_PREEMPTIONS", "2")
         .env("CARGO_TARGET_DIR", &target.to_string_lossy())
-        .run()
 }
 
 fn prop_cases(args: &[String]) -> Result<u32> {
