@@ -1,15 +1,18 @@
 //! The fuzz targets' checks, one function per target (`fuzz_targets/`
 //! calls them): each panics when an invariant of the project does not
-//! hold, which libFuzzer reports with the input.
+//! hold, which libFuzzer reports with the input. The workspace's tests
+//! run the same functions on the seeds, the saved failures and
+//! mutations of the seeds (`tests/tests/it/fuzz_seeds.rs`), so this file
+//! compiles without libFuzzer too.
 
 use std::path::Path;
 
+use arbitrary::{Result, Unstructured};
 use etl::fuzzing::{
     checked_entries, checked_objects, json_stage_without_fast_path, scanned_entries,
 };
 use etl::{CompareOp, JsonOp, JsonStage, Outcome, Remap, Transform, VrlFilter, VrlProgram};
 use etl_record::{Position, Record};
-use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use serde_json::{Map, Value};
 
 /// The checking pass takes only what serde_json reads as an object, with
@@ -291,7 +294,10 @@ pub fn toml_config(data: &[u8]) {
         return;
     };
     let env = |name: &str| (name == "SET").then(|| "value".to_owned());
-    let _ = etl::registry().loader().env(env).text(text, Path::new("/nonexistent/etl-fuzz"));
+    let _ = etl::registry()
+        .loader()
+        .env(env)
+        .text(text, Path::new("/nonexistent/etl-fuzz"));
 }
 
 /// The connection-string parser: what it hands tokio-postgres reads back

@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::Result;
-use crate::cmd::{Background, Cmd, root};
+use crate::cmd::{Cmd, root};
 
 /// The cargo-fuzz release installed and used.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
@@ -28,12 +28,12 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Every target in `fuzz/fuzz_targets/`.
 const TARGETS: &[&str] = &["json_check", "fast_paths", "toml_config", "conninfo"];
 
-/// Seconds per target in `cargo xtask ci`, at most.
+/// Seconds per target of a `--repeatable` run, at most.
 const CI_SECONDS: u32 = 30;
-/// Inputs per target in `cargo xtask ci`, from a fixed seed and a fresh
-/// corpus: the same inputs on every run, so a run that passed here
-/// passes in CI, and a fuzz finding is a test that fails, not a coin
-/// CI tosses. Longer, random runs are `cargo xtask fuzz`'s own.
+/// Inputs per target of a `--repeatable` run, from a fixed seed and a
+/// fresh corpus: the same inputs on every run, so a run that passed on
+/// one machine passes on another, and a finding is a test that fails,
+/// not a coin tossed. Longer, random runs are the default.
 const CI_RUNS: u32 = 20_000;
 const CI_SEED: u32 = 1;
 const DEFAULT_SECONDS: u32 = 60;
@@ -49,8 +49,8 @@ pub(crate) struct Options {
 }
 
 impl Options {
-    /// What CI runs: every target, briefly.
-    pub(crate) fn ci() -> Self {
+    /// `--repeatable`: every target, briefly, the same inputs every time.
+    pub(crate) fn repeatable() -> Self {
         Options {
             seconds: CI_SECONDS,
             only: None,
@@ -58,12 +58,12 @@ impl Options {
         }
     }
 
-    /// `--ci` (what CI runs), or `[--seconds N] [--target NAME]`.
+    /// `--repeatable`, or `[--seconds N] [--target NAME]`.
     pub(crate) fn parse(args: &[String]) -> Result<Self> {
         if let [flag] = args
-            && flag == "--ci"
+            && flag == "--repeatable"
         {
-            return Ok(Options::ci());
+            return Ok(Options::repeatable());
         }
         let mut options = Options {
             seconds: DEFAULT_SECONDS,
@@ -97,7 +97,7 @@ impl Options {
 
 fn usage() -> String {
     format!(
-        "usage: cargo xtask fuzz --ci | [--seconds N] [--target {}]",
+        "usage: cargo xtask fuzz --repeatable | [--seconds N] [--target {}]",
         TARGETS.join("|")
     )
 }
@@ -156,15 +156,6 @@ impl Paths {
         commands.push(self.fuzz("build", &[]));
         commands
     }
-}
-
-/// Install cargo-fuzz if needed and build every target, in the
-/// background (`cargo xtask ci` does this while the suites run; its fuzz
-/// step then finds the build done).
-pub(crate) fn build_in_background() -> Result<Background> {
-    let paths = Paths::new();
-    let log = paths.target.join("build.log");
-    Background::start("fuzz build", log, paths.build_commands())
 }
 
 /// Build every target, then run each (or the one chosen) for the

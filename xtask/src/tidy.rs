@@ -461,8 +461,20 @@ fn names_crate(code: &str, ident: &str) -> bool {
 fn rust_text(path: &Path, out: &mut String) {
     if path.is_file() {
         if path.extension().is_some_and(|e| e == "rs") {
-            out.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            out.push_str(&text);
             out.push('\n');
+            // A module brought in with `#[path = "..."]` from outside the
+            // folders read (the fuzz checks the tests run) is this
+            // crate's code too; read once, not followed further.
+            let dir = path.parent().unwrap_or(Path::new("."));
+            for included in path_attributes(&text) {
+                let file = dir.join(included);
+                if file.is_file() && file.extension().is_some_and(|e| e == "rs") {
+                    out.push_str(&std::fs::read_to_string(&file).unwrap_or_default());
+                    out.push('\n');
+                }
+            }
         }
         return;
     }
@@ -477,6 +489,16 @@ fn rust_text(path: &Path, out: &mut String) {
             rust_text(&entry, out);
         }
     }
+}
+
+/// The paths of the `#[path = "..."]` attributes in `text`.
+fn path_attributes(text: &str) -> Vec<&str> {
+    text.match_indices("#[path = \"")
+        .filter_map(|(at, found)| {
+            let rest = &text[at + found.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+        .collect()
 }
 
 fn missing_module_docs(dir: &Path, root: &Path, problems: &mut Vec<String>) {
@@ -712,6 +734,29 @@ mod tests {
             problems[0].contains("`etl-ack`") && problems[0].contains("make it a dev-dependency")
         );
         assert!(problems[1].contains("dev-dependency `proptest`"));
+    }
+
+    #[test]
+    fn a_module_a_path_attribute_brings_in_from_outside_the_crate_is_its_code() {
+        let package = manifest(
+            "etl-demo-path",
+            json!([{ "name": "arbitrary", "kind": "dev" }]),
+        );
+        let dir = std::path::PathBuf::from(package["manifest_path"].as_str().unwrap());
+        let dir = dir.parent().unwrap();
+        let outside = dir.with_extension("outside");
+        std::fs::create_dir_all(dir.join("tests")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("checks.rs"), "use arbitrary::Unstructured;\n").unwrap();
+        let included = format!(
+            "#[path = \"../../{}/checks.rs\"]\nmod checks;\n",
+            outside.file_name().unwrap().to_str().unwrap()
+        );
+        std::fs::write(dir.join("tests/it.rs"), included).unwrap();
+        let problems = unused_dependencies(&json!({ "packages": [package] }));
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
     }
 
     #[test]

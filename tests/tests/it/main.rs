@@ -9,6 +9,7 @@ mod postgres_support;
 
 mod bad_input;
 mod crash_loop;
+mod fuzz_seeds;
 mod kafka_broker_down;
 mod kafka_broker_restart;
 mod kafka_group_crash;

@@ -91,6 +91,14 @@ impl<S: Sink> Sink for FailEveryNth<S> {
         self.inner.write(batch).await
     }
 
+    fn settle_time(&self) -> Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
+    }
+
     async fn flush(&self) -> Result<(), SinkError> {
         self.inner.flush().await
     }
@@ -147,6 +155,14 @@ impl<S: Sink> Sink for Flaky<S> {
             return Err(SinkError::retryable("injected transient failure"));
         }
         self.inner.write(batch).await
+    }
+
+    fn settle_time(&self) -> Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
     }
 
     async fn flush(&self) -> Result<(), SinkError> {
@@ -211,6 +227,14 @@ impl<S: Sink> Sink for Panic<S> {
         self.inner.write(batch).await
     }
 
+    fn settle_time(&self) -> Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
+    }
+
     async fn flush(&self) -> Result<(), SinkError> {
         self.inner.flush().await
     }
@@ -240,6 +264,14 @@ impl<S: Sink> Sink for Slow<S> {
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         tokio::time::sleep(self.delay).await;
         self.inner.write(batch).await
+    }
+
+    fn settle_time(&self) -> Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
     }
 
     async fn flush(&self) -> Result<(), SinkError> {
@@ -301,6 +333,14 @@ impl<S: Sink> Sink for Rejecting<S> {
         Err(SinkError::Rejected(rejects))
     }
 
+    fn settle_time(&self) -> Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
+    }
+
     async fn flush(&self) -> Result<(), SinkError> {
         self.inner.flush().await
     }
@@ -357,6 +397,14 @@ impl<S: Sink> Sink for FailWhere<S> {
             )));
         }
         self.inner.write(batch).await
+    }
+
+    fn settle_time(&self) -> Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
     }
 
     async fn flush(&self) -> Result<(), SinkError> {

@@ -62,6 +62,14 @@ impl<S: Sink> Sink for Gated<S> {
         self.inner.write(batch).await
     }
 
+    fn settle_time(&self) -> std::time::Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
+    }
+
     async fn flush(&self) -> Result<(), SinkError> {
         self.inner.flush().await
     }

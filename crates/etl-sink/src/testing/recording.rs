@@ -138,6 +138,14 @@ impl<S: Sink> Sink for Recording<S> {
         result
     }
 
+    fn settle_time(&self) -> std::time::Duration {
+        self.inner.settle_time()
+    }
+
+    async fn settle(&self) {
+        self.inner.settle().await;
+    }
+
     async fn flush(&self) -> Result<(), SinkError> {
         let result = self.inner.flush().await;
         self.journal.push(Event::FlushDone { ok: result.is_ok() });

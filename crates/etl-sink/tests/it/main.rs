@@ -10,4 +10,5 @@ mod file_sink;
 mod prop_driver;
 mod send_sync;
 mod settle;
+mod testing_wrappers;
 mod writing_a_sink;

@@ -1,0 +1,132 @@
+//! The fuzz targets' checks (`fuzz/src/lib.rs`) without libFuzzer, in
+//! every test run: on each target's seeds (`fuzz/seeds/<target>/`), on the
+//! inputs a fuzzing run saved as failures (`fuzz/artifacts/<target>/`,
+//! kept until their fix is in), and on mutations of the seeds drawn from
+//! a fixed seed (bytes flipped, inserted, removed and spliced from
+//! another seed), the same inputs on every run. The coverage-guided
+//! search itself is `cargo xtask fuzz`'s.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    dead_code,
+    unreachable_pub
+)]
+#[path = "../../../fuzz/src/lib.rs"]
+mod checks;
+
+/// Mutations per target and test run.
+const MUTATIONS: usize = 2_000;
+
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+}
+
+/// The files in `fuzz/<kind>/<target>/`, sorted (none when the folder is
+/// missing: a target may have no saved failure).
+fn inputs(kind: &str, target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = fuzz_dir().join(kind).join(target);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .map(|e| e.expect("a readable folder entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, bytes)
+        })
+        .collect()
+}
+
+/// One mutation of `input`, splicing from `other`.
+fn mutate(rng: &mut SmallRng, input: &[u8], other: &[u8]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    for _ in 0..rng.gen_range(1..=4) {
+        let at = rng.gen_range(0..=out.len());
+        match rng.gen_range(0..5) {
+            0 if at < out.len() => out[at] ^= 1 << rng.gen_range(0..8),
+            1 => out.insert(at, rng.r#gen()),
+            2 if at < out.len() => {
+                out.remove(at);
+            }
+            3 if !other.is_empty() => {
+                let from = rng.gen_range(0..other.len());
+                let to = rng.gen_range(from..=other.len().min(from + 32));
+                out.splice(at..at, other[from..to].iter().copied());
+            }
+            // A byte the grammars care about.
+            _ => out.insert(
+                at,
+                *b"{}[]\":,.=\\ '\n0-+e$"
+                    .get(rng.gen_range(0..19))
+                    .unwrap_or(&b'x'),
+            ),
+        }
+    }
+    out
+}
+
+/// Run `check` on every seed, saved failure and mutation of `target`,
+/// reporting every input that fails rather than the first.
+fn replay(target: &str, check: fn(&[u8])) {
+    let seeds = inputs("seeds", target);
+    assert!(
+        !seeds.is_empty(),
+        "no seeds for {target} in fuzz/seeds/{target}/"
+    );
+    let mut cases: Vec<(String, Vec<u8>)> = seeds
+        .iter()
+        .chain(inputs("artifacts", target).iter())
+        .map(|(p, b)| (p.display().to_string(), b.clone()))
+        .collect();
+    let mut rng = SmallRng::seed_from_u64(0x00f0_22ed);
+    for i in 0..MUTATIONS {
+        let input = &seeds[rng.gen_range(0..seeds.len())].1;
+        let other = &seeds[rng.gen_range(0..seeds.len())].1;
+        cases.push((format!("mutation {i}"), mutate(&mut rng, input, other)));
+    }
+    let failed: Vec<String> = cases
+        .iter()
+        .filter(|(_, bytes)| catch_unwind(AssertUnwindSafe(|| check(bytes))).is_err())
+        .map(|(name, bytes)| format!("{name}: {:?}", String::from_utf8_lossy(bytes)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{target} failed on {} of {} inputs:\n{}",
+        failed.len(),
+        cases.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn the_json_checking_pass_holds_on_the_fuzz_seeds_and_their_mutations() {
+    replay("json_check", checks::json_check);
+}
+
+#[test]
+fn the_fast_paths_agree_with_the_general_ones_on_the_fuzz_seeds_and_their_mutations() {
+    replay("fast_paths", checks::fast_paths);
+}
+
+#[test]
+fn the_configuration_loader_never_panics_on_the_fuzz_seeds_and_their_mutations() {
+    replay("toml_config", checks::toml_config);
+}
+
+#[test]
+fn the_connection_string_parser_holds_on_the_fuzz_seeds_and_their_mutations() {
+    replay("conninfo", checks::conninfo);
+}
