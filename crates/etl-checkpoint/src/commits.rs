@@ -218,7 +218,7 @@ impl Worker {
                 .filter_map(|(p, s)| s.committed.map(|c| (*p, c)))
                 .collect(),
             timed_out: unresolved > 0,
-            metrics: lock(&self.metrics).clone(),
+            metrics: lock(&self.metrics).to_metrics(),
         });
         Some(ShutdownAnswer {
             reply: self.shutdown.take().map(|(_, reply)| reply),
