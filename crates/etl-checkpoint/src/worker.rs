@@ -31,11 +31,15 @@ const METRICS_EVERY: Duration = Duration::from_millis(100);
 /// Polling period while the ack side reports readiness without events.
 const POLL: Duration = Duration::from_millis(2);
 
-/// One assigned partition.
+/// One assigned partition: a checkpointer may hold a great many (a file
+/// source has one per input file), so nothing is wider than it needs.
 pub(crate) struct Partition {
     pub(crate) tracker: PartitionTracker,
-    /// Last committed offset (stored, or by this checkpointer).
-    pub(crate) committed: Option<Offset>,
+    /// Last committed offset (stored, or by this checkpointer), when
+    /// `has_committed`: kept apart from its flag, as an `Option<Offset>`
+    /// costs 8 bytes more a partition.
+    committed: Offset,
+    has_committed: bool,
     /// A watermark is committed only once it passes this: the stored
     /// offset or the start, whichever is higher, then each commit. So
     /// commits never regress and an untouched partition is not rewritten.
@@ -44,6 +48,21 @@ pub(crate) struct Partition {
     /// later assignment of the same partition.
     pub(crate) assignment: u64,
     pub(crate) revoking: bool,
+}
+
+impl Partition {
+    /// Last committed offset (stored, or by this checkpointer).
+    pub(crate) fn committed(&self) -> Option<Offset> {
+        self.has_committed.then_some(self.committed)
+    }
+
+    /// A commit of `offset` succeeded: it is the last committed offset,
+    /// and what a later watermark must pass.
+    pub(crate) fn set_committed(&mut self, offset: Offset) {
+        self.committed = offset;
+        self.has_committed = true;
+        self.floor = offset;
+    }
 }
 
 /// A revoke waiting for in-flight batches.
@@ -321,7 +340,8 @@ impl Worker {
                 partition,
                 Partition {
                     tracker: PartitionTracker::new(partition, epoch, start),
-                    committed,
+                    committed: committed.unwrap_or_default(),
+                    has_committed: committed.is_some(),
                     floor: committed.map_or(start, |c| c.max(start)),
                     assignment: self.assignments,
                     revoking: false,
@@ -387,7 +407,7 @@ impl Worker {
                 let metrics = PartitionMetrics {
                     epoch: t.epoch(),
                     watermark: t.watermark(),
-                    committed: s.committed,
+                    committed: s.committed(),
                     in_flight_batches: t.unresolved() as u64,
                     in_flight_bytes: t.in_flight_bytes(),
                     oldest_unresolved_age: t.oldest_unresolved().map(|at| now - at),
