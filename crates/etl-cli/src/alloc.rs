@@ -23,8 +23,9 @@
 /// allocated at start by a few threads and freed by others), every arena
 /// keeps its own freed blocks resident. Measured on 100,000 input files
 /// (docs/benchmarks.md, "Many files"): peak RSS of a rerun 75.2 MiB with
-/// the default arenas, 61.9 MiB with four, 58.7 MiB with two, and the
-/// file-to-file row's rate unchanged.
+/// the default arenas, 61.9 MiB with four, 58.7 MiB with two (one rerun
+/// each; with two, some runs still reach about 70 MiB, with how the
+/// threads share them), and the file-to-file row's rate unchanged.
 ///
 /// ```
 /// // First in `main`, then build and run pipelines.
