@@ -82,7 +82,7 @@ impl Worker {
             let result = self.commit_partitions(&partitions).map(|_| {
                 partitions
                     .iter()
-                    .filter_map(|p| Some((*p, self.partitions.get(p)?.committed?)))
+                    .filter_map(|p| Some((*p, self.partitions.get(p)?.committed()?)))
                     .collect::<PartitionOffsets>()
             });
             for p in &partitions {
@@ -126,8 +126,7 @@ impl Worker {
             Ok(()) => {
                 for (p, o) in &moved {
                     if let Some(state) = self.partitions.get_mut(p) {
-                        state.committed = Some(*o);
-                        state.floor = *o;
+                        state.set_committed(*o);
                     }
                 }
                 self.commits += 1;
@@ -215,10 +214,10 @@ impl Worker {
             committed: self
                 .partitions
                 .iter()
-                .filter_map(|(p, s)| s.committed.map(|c| (*p, c)))
+                .filter_map(|(p, s)| s.committed().map(|c| (*p, c)))
                 .collect(),
             timed_out: unresolved > 0,
-            metrics: lock(&self.metrics).clone(),
+            metrics: lock(&self.metrics).to_metrics(),
         });
         Some(ShutdownAnswer {
             reply: self.shutdown.take().map(|(_, reply)| reply),

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::CheckpointError;
 use crate::budget::{InFlightBudget, InFlightLimits};
 use crate::halt::Halt;
-use crate::metrics::CheckpointMetrics;
+use crate::metrics::{CheckpointMetrics, PublishedMetrics};
 use crate::store::{OffsetStore, PartitionOffsets};
 use crate::sync::{Arc, Mutex, lock};
 use crate::tracker::ReplayRequest;
@@ -109,7 +109,7 @@ impl Checkpointer {
         let (control_tx, control_rx) = crossbeam_channel::unbounded();
         let (replay_tx, replay_rx) = mpsc::unbounded_channel();
         let budget = InFlightBudget::new(config.limits);
-        let metrics = Arc::new(Mutex::new(CheckpointMetrics::default()));
+        let metrics = Arc::new(Mutex::new(PublishedMetrics::default()));
         let worker = Worker::new(
             config,
             store,
@@ -155,7 +155,7 @@ impl Checkpointer {
 pub struct CheckpointHandle {
     control: Sender<Control>,
     budget: InFlightBudget,
-    metrics: Arc<Mutex<CheckpointMetrics>>,
+    metrics: Arc<Mutex<PublishedMetrics>>,
     /// Whether the store is lost.
     lost: watch::Receiver<bool>,
     /// Whether the run halts.
@@ -283,13 +283,14 @@ impl CheckpointHandle {
     /// message and a few times a second while acknowledgements flow.
     #[must_use]
     pub fn metrics(&self) -> CheckpointMetrics {
-        lock(&self.metrics).clone()
+        lock(&self.metrics).to_metrics()
     }
 
-    /// Read the metrics snapshot in place: `f` sees it under its lock,
-    /// so a figure summed over many partitions needs no copy of them all.
-    /// Keep `f` short: the checkpointer waits for it to publish.
-    pub fn with_metrics<R>(&self, f: impl FnOnce(&CheckpointMetrics) -> R) -> R {
+    /// Read the published metrics in place: `f` sees them under their
+    /// lock, so a figure summed over many partitions needs no copy of
+    /// them all. Keep `f` short: the checkpointer waits for it to
+    /// publish.
+    pub fn with_metrics<R>(&self, f: impl FnOnce(&PublishedMetrics) -> R) -> R {
         f(&lock(&self.metrics))
     }
 

@@ -71,7 +71,7 @@ pub use file_store::FileStore;
 pub use handle::{
     Assigned, CheckpointConfig, CheckpointHandle, CheckpointSummary, Checkpointer, ReplayRequests,
 };
-pub use metrics::{CheckpointMetrics, PartitionMetrics};
+pub use metrics::{CheckpointMetrics, PartitionMetrics, PublishedMetrics};
 pub use sealed::{UnsealError, seal, unseal};
 pub use store::{MemoryStore, OffsetStore, PartitionOffsets};
 pub use tracker::{Effect, PartitionTracker, Release, ReplayRequest};

@@ -6,7 +6,6 @@
 //! never interleave with the revoke or replay that bumps it. Commits,
 //! revokes and shutdown live in `commits.rs`.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
@@ -18,7 +17,7 @@ use crate::CheckpointError;
 use crate::budget::InFlightBudget;
 use crate::halt::{Halt, Halting, Verdict};
 use crate::handle::{Assigned, CheckpointConfig, CheckpointSummary, Control, Reply};
-use crate::metrics::{CheckpointMetrics, PartitionMetrics};
+use crate::metrics::{PartitionMetrics, PublishedMetrics};
 use crate::partition_map::PartitionMap;
 use crate::store::{OffsetStore, PartitionOffsets};
 use crate::sync::{Arc, Mutex, lock};
@@ -32,11 +31,15 @@ const METRICS_EVERY: Duration = Duration::from_millis(100);
 /// Polling period while the ack side reports readiness without events.
 const POLL: Duration = Duration::from_millis(2);
 
-/// One assigned partition.
+/// One assigned partition: a checkpointer may hold a great many (a file
+/// source has one per input file), so nothing is wider than it needs.
 pub(crate) struct Partition {
     pub(crate) tracker: PartitionTracker,
-    /// Last committed offset (stored, or by this checkpointer).
-    pub(crate) committed: Option<Offset>,
+    /// Last committed offset (stored, or by this checkpointer), when
+    /// `has_committed`: kept apart from its flag, as an `Option<Offset>`
+    /// costs 8 bytes more a partition.
+    committed: Offset,
+    has_committed: bool,
     /// A watermark is committed only once it passes this: the stored
     /// offset or the start, whichever is higher, then each commit. So
     /// commits never regress and an untouched partition is not rewritten.
@@ -45,6 +48,21 @@ pub(crate) struct Partition {
     /// later assignment of the same partition.
     pub(crate) assignment: u64,
     pub(crate) revoking: bool,
+}
+
+impl Partition {
+    /// Last committed offset (stored, or by this checkpointer).
+    pub(crate) fn committed(&self) -> Option<Offset> {
+        self.has_committed.then_some(self.committed)
+    }
+
+    /// A commit of `offset` succeeded: it is the last committed offset,
+    /// and what a later watermark must pass.
+    pub(crate) fn set_committed(&mut self, offset: Offset) {
+        self.committed = offset;
+        self.has_committed = true;
+        self.floor = offset;
+    }
 }
 
 /// A revoke waiting for in-flight batches.
@@ -64,7 +82,7 @@ pub(crate) struct Worker {
     control: Receiver<Control>,
     replays: mpsc::UnboundedSender<ReplayRequest>,
     pub(crate) budget: InFlightBudget,
-    pub(crate) metrics: Arc<Mutex<CheckpointMetrics>>,
+    pub(crate) metrics: Arc<Mutex<PublishedMetrics>>,
     pub(crate) partitions: PartitionMap<Partition>,
     pub(crate) next_epoch: PartitionMap<u32>,
     assignments: u64,
@@ -93,7 +111,7 @@ impl Worker {
         control: Receiver<Control>,
         replays: mpsc::UnboundedSender<ReplayRequest>,
         budget: InFlightBudget,
-        metrics: Arc<Mutex<CheckpointMetrics>>,
+        metrics: Arc<Mutex<PublishedMetrics>>,
     ) -> Self {
         Worker {
             config,
@@ -322,7 +340,8 @@ impl Worker {
                 partition,
                 Partition {
                     tracker: PartitionTracker::new(partition, epoch, start),
-                    committed,
+                    committed: committed.unwrap_or_default(),
+                    has_committed: committed.is_some(),
                     floor: committed.map_or(start, |c| c.max(start)),
                     assignment: self.assignments,
                     revoking: false,
@@ -374,46 +393,31 @@ impl Worker {
         }
     }
 
-    /// Refresh the metrics snapshot in place: each partition's entry is
-    /// overwritten, not the map rebuilt, so publishing never holds two
-    /// copies of every partition's metrics (a file source has a
-    /// partition per input file). New partitions join in sorted runs
-    /// through `append`, which builds packed nodes: inserted one by one
-    /// in order, a B-tree's nodes stay about half full.
+    /// Refresh the published metrics in place (see
+    /// [`PublishedMetrics::refresh`]): publishing never holds two copies
+    /// of every partition's figures (a file source has a partition per
+    /// input file).
     pub(crate) fn publish_metrics(&self) {
-        /// New partitions merged at a time: the run is the only copy.
-        const RUN: usize = 4096;
         let now = Instant::now();
         let mut m = lock(&self.metrics);
-        m.partitions.retain(|p, _| self.partitions.contains_key(p));
-        let mut run = Vec::new();
-        for (p, s) in self.partitions.iter() {
-            let t = &s.tracker;
-            let metrics = PartitionMetrics {
-                epoch: t.epoch(),
-                watermark: t.watermark(),
-                committed: s.committed,
-                in_flight_batches: t.unresolved() as u64,
-                in_flight_bytes: t.in_flight_bytes(),
-                oldest_unresolved_age: t.oldest_unresolved().map(|at| now - at),
-                failed_batches: t.failed_batches(),
-                replays: t.replays(),
-                stale_acks: t.stale(),
-            };
-            if let Some(entry) = m.partitions.get_mut(p) {
-                *entry = metrics;
-                continue;
-            }
-            run.push((*p, metrics));
-            if run.len() == RUN {
-                m.partitions
-                    .append(&mut run.drain(..).collect::<BTreeMap<_, _>>());
-            }
-        }
-        if !run.is_empty() {
-            m.partitions
-                .append(&mut run.into_iter().collect::<BTreeMap<_, _>>());
-        }
+        m.refresh(
+            self.partitions.len(),
+            self.partitions.iter().map(|(p, s)| {
+                let t = &s.tracker;
+                let metrics = PartitionMetrics {
+                    epoch: t.epoch(),
+                    watermark: t.watermark(),
+                    committed: s.committed(),
+                    in_flight_batches: t.unresolved() as u64,
+                    in_flight_bytes: t.in_flight_bytes(),
+                    oldest_unresolved_age: t.oldest_unresolved().map(|at| now - at),
+                    failed_batches: t.failed_batches(),
+                    replays: t.replays(),
+                    stale_acks: t.stale(),
+                };
+                (*p, metrics)
+            }),
+        );
         m.commits = self.commits;
         m.commit_errors = self.commit_errors;
         m.last_commit_error.clone_from(&self.last_commit_error);

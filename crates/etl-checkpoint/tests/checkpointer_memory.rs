@@ -135,12 +135,15 @@ async fn bytes_per_idle_partition(partitions: u32) -> isize {
     held / isize::try_from(partitions).unwrap()
 }
 
+/// 191 bytes while the published metrics were a B-tree of every
+/// partition's `PartitionMetrics`; 129 with a compact row each; 121 once
+/// the partition's state keeps its committed offset without an `Option`.
 #[tokio::test]
-async fn an_idle_committed_partition_costs_the_checkpointer_under_256_bytes() {
+async fn an_idle_committed_partition_costs_the_checkpointer_under_130_bytes() {
     let per_partition = bytes_per_idle_partition(20_000).await;
     eprintln!("heap bytes per idle, committed partition: {per_partition}");
     assert!(
-        per_partition < 256,
+        per_partition < 130,
         "{per_partition} bytes per idle, committed partition"
     );
 }

@@ -72,7 +72,7 @@ impl Shared {
             let Some(handle) = handle.as_ref() else {
                 return false;
             };
-            handle.with_metrics(|m| m.partitions.get(&PARTITION).and_then(|p| p.committed))
+            handle.with_metrics(|m| m.partition(PARTITION).and_then(|p| p.committed))
         };
         match committed {
             Some(offset) => self.progress().delivered(offset.0),

@@ -349,10 +349,7 @@ impl SourceDriver {
                 .iter()
                 .all(|(p, state)| match state.last_emitted() {
                     None => true,
-                    Some(last) => metrics
-                        .partitions
-                        .get(p)
-                        .is_some_and(|m| m.watermark > last),
+                    Some(last) => metrics.partition(*p).is_some_and(|m| m.watermark > last),
                 })
         })
     }

@@ -203,12 +203,49 @@ pub(crate) struct Entry {
     /// the same place, and what was appended to it is a line of its own.
     /// Boxed: rare, and an entry is kept for every input file.
     pub(crate) cut: Option<Box<(u64, u64)>>,
-    /// The furthest tail recorded; `None` in an entry of a version 1
-    /// registry until it is taken.
-    pub(crate) tail: Option<Tail>,
+    /// The end of the furthest tail recorded, [`NO_TAIL`] in an entry of
+    /// a version 1 registry until it is taken. The tail's two fields are
+    /// kept apart, not as an `Option<Tail>`, which costs 8 bytes more an
+    /// entry (an entry is kept for every input file).
+    tail_end: u64,
+    tail_crc: u32,
 }
 
+/// [`Entry::tail_end`] of an entry without a tail. No file reaches it:
+/// offsets are `i64`.
+const NO_TAIL: u64 = u64::MAX;
+
 impl Entry {
+    /// An entry of `id` for `identity`, with its cut and tail if any.
+    pub(crate) fn new(
+        id: PartitionId,
+        identity: FileIdentity,
+        cut: Option<Box<(u64, u64)>>,
+        tail: Option<Tail>,
+    ) -> Self {
+        Entry {
+            id,
+            identity,
+            cut,
+            tail_end: tail.map_or(NO_TAIL, |t| t.end),
+            tail_crc: tail.map_or(0, |t| t.crc),
+        }
+    }
+
+    /// The furthest tail recorded; `None` in an entry of a version 1
+    /// registry until it is taken.
+    pub(crate) fn tail(&self) -> Option<Tail> {
+        (self.tail_end != NO_TAIL).then_some(Tail {
+            end: self.tail_end,
+            crc: self.tail_crc,
+        })
+    }
+
+    fn set_tail(&mut self, tail: Tail) {
+        self.tail_end = tail.end;
+        self.tail_crc = tail.crc;
+    }
+
     /// Why the file at `path` (identity `now`) is not the one this entry
     /// stands for, if it is not: another inode, other first bytes, or
     /// other bytes before the recorded tail.
@@ -221,7 +258,7 @@ impl Entry {
         if let Some(reason) = self.identity.differs(fs, now, path)? {
             return Ok(Some(reason));
         }
-        let Some(tail) = self.tail else {
+        let Some(tail) = self.tail() else {
             return Ok(None);
         };
         let file = open_to_read(fs, path)?;
@@ -381,15 +418,8 @@ impl Registry {
         let id = self.allocate(path);
         self.used.insert(id.0);
         let shared = self.shared(path);
-        self.entries.insert(
-            shared,
-            Entry {
-                id,
-                identity,
-                cut: None,
-                tail: Some(tail),
-            },
-        );
+        self.entries
+            .insert(shared, Entry::new(id, identity, None, Some(tail)));
         self.dirty = true;
         id
     }
@@ -414,12 +444,7 @@ impl Registry {
             }
             let id = self.allocate(path);
             self.used.insert(id.0);
-            let entry = Entry {
-                id,
-                identity,
-                cut: None,
-                tail: Some(tail),
-            };
+            let entry = Entry::new(id, identity, None, Some(tail));
             run.insert(Arc::from(path), entry);
             ids.push(id);
             if run.len() == RUN {
@@ -484,9 +509,9 @@ impl Registry {
     /// was seen to reach `tail.end`). It is written with the next save.
     pub(crate) fn set_tail(&mut self, path: &Path, tail: Tail) {
         if let Some(entry) = self.entries.get_mut(path)
-            && entry.tail.is_none_or(|t| t.end < tail.end)
+            && entry.tail().is_none_or(|t| t.end < tail.end)
         {
-            entry.tail = Some(tail);
+            entry.set_tail(tail);
             self.dirty = true;
         }
     }
@@ -679,7 +704,7 @@ fn render(
             Some((s, end)) => write!(line, "{s} {end} "),
             None => write!(line, "- - "),
         };
-        let _ = match e.tail {
+        let _ = match e.tail() {
             Some(t) => write!(line, "{} {:08x} ", t.end, t.crc),
             None => write!(line, "- - "),
         };
@@ -752,9 +777,9 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         let path = unescape(next("path")?)?;
         run.push((
             Arc::<Path>::from(path),
-            Entry {
-                id: PartitionId(id),
-                identity: FileIdentity {
+            Entry::new(
+                PartitionId(id),
+                FileIdentity {
                     dev,
                     ino,
                     fp_len,
@@ -762,7 +787,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, String> {
                 },
                 cut,
                 tail,
-            },
+            ),
         ));
         if run.len() == RUN {
             extend_packed(&mut entries, run.drain(..));

@@ -311,7 +311,6 @@ impl FileSource {
                     registry.shared(&path),
                     (identity.dev, identity.ino),
                     tail,
-                    config.name.clone(),
                     partition,
                     cut,
                 ),
@@ -461,7 +460,6 @@ impl FileSource {
             self.registry.shared(&path),
             (identity.dev, identity.ino),
             tail,
-            self.config.name.clone(),
             new,
             None,
         );

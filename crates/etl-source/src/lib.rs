@@ -66,6 +66,8 @@ pub use file_config::{
 pub use file_identity::{registered_inputs, registered_inputs_in};
 pub use file_source::FileSource;
 pub use generator::{GeneratorConfig, GeneratorSource};
-pub use metrics::{PartitionSourceMetrics, SourceMetrics, SourceMetricsHandle};
+pub use metrics::{
+    PartitionSourceMetrics, PublishedSourceMetrics, SourceMetrics, SourceMetricsHandle,
+};
 pub use poison::PoisonPolicy;
 pub use source::{BoxSource, Source, SourceEvent, SourceGauge};

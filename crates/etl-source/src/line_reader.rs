@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use etl_fs::{FileHandle, Fs};
-use etl_record::{DeadLetter, Offset, PartitionId, Position, Record, SourceId};
+use etl_record::{DeadLetter, Offset, PartitionId, Position, Record};
 
 use crate::file_identity::{Tail, open_to_read, regular_file_metadata};
 use crate::read_buf::{ChunkPool, ReadBuf};
@@ -41,7 +41,6 @@ pub(crate) struct LineReader {
     /// The bytes before the furthest position the file was seen to reach:
     /// a file that no longer holds them was rewritten.
     tail: Tail,
-    source: SourceId,
     partition: PartitionId,
     /// The first byte not turned into a record yet: where the read buffer
     /// starts, and where a reopened file is read from.
@@ -103,7 +102,6 @@ impl LineReader {
         path: Arc<Path>,
         dev_ino: (u64, u64),
         tail: Tail,
-        source: SourceId,
         partition: PartitionId,
         cut: Option<(u64, u64)>,
     ) -> Self {
@@ -112,7 +110,6 @@ impl LineReader {
             open: None,
             dev_ino,
             tail,
-            source,
             partition,
             buf_pos: 0,
             skipping: false,
@@ -436,7 +433,7 @@ impl LineReader {
                     );
                     batch
                         .rejected
-                        .push(self.dead_letter(start, preview, reason));
+                        .push(self.dead_letter(start, preview, reason, config));
                     self.skipping = true;
                 }
                 (None, _) => {
@@ -481,7 +478,7 @@ impl LineReader {
             let reason = "truncated last line: no newline at the end of the file";
             batch
                 .rejected
-                .push(self.dead_letter(start, preview, reason.into()));
+                .push(self.dead_letter(start, preview, reason.into(), config));
         } else {
             self.push_line(batch, start, line, config);
         }
@@ -528,21 +525,33 @@ impl LineReader {
             None
         };
         match problem {
-            None => batch.records.push(Record::new(self.position(start), line)),
+            None => batch
+                .records
+                .push(Record::new(self.position(start, config), line)),
             Some(reason) => {
                 let value = line.slice(..PREVIEW_BYTES.min(line.len()));
-                batch.rejected.push(self.dead_letter(start, value, reason));
+                batch
+                    .rejected
+                    .push(self.dead_letter(start, value, reason, config));
             }
         }
     }
 
-    fn dead_letter(&self, start: u64, value: Bytes, reason: String) -> DeadLetter {
+    fn dead_letter(
+        &self,
+        start: u64,
+        value: Bytes,
+        reason: String,
+        config: &FileSourceConfig,
+    ) -> DeadLetter {
         let reason = format!("{} at byte {start}: {reason}", self.path.display());
-        DeadLetter::new(Record::new(self.position(start), value), reason)
+        DeadLetter::new(Record::new(self.position(start, config), value), reason)
     }
 
-    fn position(&self, start: u64) -> Position {
-        Position::new(self.source.clone(), self.partition, Offset(start as i64))
+    /// Where the line starting at `start` is: the source is named by its
+    /// configuration rather than by every reader (one per input file).
+    fn position(&self, start: u64, config: &FileSourceConfig) -> Position {
+        Position::new(config.name.clone(), self.partition, Offset(start as i64))
     }
 
     /// Split the first `n` buffered bytes off as a shared, frozen slice.

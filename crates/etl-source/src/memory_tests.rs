@@ -93,9 +93,10 @@ const FILES: u32 = 20_000;
 /// The record of inputs, as a rerun loads it, costs little more than its
 /// entries: read back in path order, one by one, a B-tree's nodes stay
 /// about half full (about 170 bytes a file, where the entry and its key
-/// are about 90).
+/// are about 90); packed, 136 bytes, and 120 since an entry keeps its
+/// tail's two fields without an `Option` around them.
 #[test]
-fn a_reloaded_record_of_inputs_costs_under_140_heap_bytes_per_file() {
+fn a_reloaded_record_of_inputs_costs_under_125_heap_bytes_per_file() {
     let sim = SimFs::new(1);
     let state = Path::new("/state");
     sim.create_dir_all(state).unwrap();
@@ -120,7 +121,7 @@ fn a_reloaded_record_of_inputs_costs_under_140_heap_bytes_per_file() {
         "record of inputs reloaded: {per_file} heap bytes per file, {} at the peak",
         peak / isize::try_from(FILES).unwrap()
     );
-    assert!(per_file < 140, "{per_file} heap bytes per file");
+    assert!(per_file < 125, "{per_file} heap bytes per file");
     drop(registry);
 }
 
@@ -152,8 +153,10 @@ impl Source for AssignsThenEnds {
 /// The driver's own state per partition (its epochs and counters), and
 /// what it holds at once while it checks that everything it emitted is
 /// delivered: no copy of the checkpointer's metrics of every partition.
+/// 148 bytes while the counters were a B-tree of every partition's
+/// `PartitionSourceMetrics`; 102 with a compact row each.
 #[test]
-fn the_source_driver_holds_under_150_heap_bytes_per_idle_partition_at_its_peak() {
+fn the_source_driver_holds_under_110_heap_bytes_per_idle_partition_at_its_peak() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -185,7 +188,7 @@ fn the_source_driver_holds_under_150_heap_bytes_per_idle_partition_at_its_peak()
     let per_partition = peak / isize::try_from(FILES).unwrap();
     eprintln!("source driver: {per_partition} heap bytes per partition at its peak");
     assert!(
-        per_partition < 150,
+        per_partition < 110,
         "{per_partition} heap bytes per partition at the peak"
     );
     drop(rt.block_on(checkpoint.shutdown()));

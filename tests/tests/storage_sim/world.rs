@@ -145,12 +145,8 @@ impl Trip {
         // Not beside another program's change: what it destroyed is
         // excused in the same step.
         let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        let watermarks: Vec<(u32, i64)> = checkpoint.with_metrics(|m| {
-            m.partitions
-                .iter()
-                .map(|(p, m)| (p.0, m.watermark.0))
-                .collect()
-        });
+        let watermarks: Vec<(u32, i64)> = checkpoint
+            .with_metrics(|m| m.partitions().map(|(p, m)| (p.0, m.watermark.0)).collect());
         let durable = durable_lines(&self.sim.durable_copy());
         for (p, w) in watermarks {
             let below: Vec<(u32, i64)> = if self.file_source {

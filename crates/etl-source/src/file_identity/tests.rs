@@ -97,12 +97,12 @@ fn a_version_1_registry_is_read_with_no_tails_and_written_as_version_2() {
     let entry = r.get(a).unwrap().clone();
     assert_eq!(entry.id, PartitionId(7));
     assert_eq!(entry.cut.as_deref(), Some(&(3, 9)));
-    assert_eq!(entry.tail, None);
+    assert_eq!(entry.tail(), None);
     r.set_tail(a, tail());
     r.save().unwrap();
     assert!(stored(&sim).starts_with(b"etl-file-inputs 2\n"));
     let again = load(&sim);
-    assert_eq!(again.get(a).unwrap().tail, Some(tail()));
+    assert_eq!(again.get(a).unwrap().tail(), Some(tail()));
     assert_eq!(again.retired, BTreeSet::from([4]));
 }
 

@@ -3,9 +3,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use etl_checkpoint::{CheckpointHandle, CheckpointMetrics};
+use etl_checkpoint::{CheckpointHandle, CheckpointMetrics, PartitionMetrics, PublishedMetrics};
+use etl_record::{Offset, PartitionId};
 use etl_sink::SinkMetrics;
-use etl_source::{SourceMetrics, SourceMetricsHandle};
+use etl_source::{PartitionSourceMetrics, SourceMetrics, SourceMetricsHandle};
 
 use super::fanout::StageCounters;
 use prometheus_client::collector::Collector;
@@ -154,17 +155,20 @@ impl MetricsHub {
         // The lag is read with the checkpointer's figures at hand: the
         // source's lock is taken inside the checkpointer's (never the
         // other way round), so neither is copied.
-        let of_source = |checkpoint: &CheckpointMetrics| {
+        let of_source = |checkpoint: &PublishedMetrics| {
             parts.source.as_ref().map_or_else(Default::default, |s| {
-                s.with_metrics(|m| (lag(m, checkpoint), m.gauges.clone()))
+                s.with_metrics(|m| {
+                    let committed = |p| checkpoint.partition(p).and_then(|c| c.committed);
+                    (lag(m.partitions(), committed), m.gauges.clone())
+                })
             })
         };
         let ((in_flight_batches, in_flight_bytes, committed), (lag, source_gauges)) =
             match &parts.checkpoint {
-                Some(c) => c.with_metrics(|m| (checkpoint_totals(m), of_source(m))),
+                Some(c) => c.with_metrics(|m| (checkpoint_totals(m.partitions()), of_source(m))),
                 None => {
-                    let none = CheckpointMetrics::default();
-                    (checkpoint_totals(&none), of_source(&none))
+                    let none = PublishedMetrics::default();
+                    (checkpoint_totals(none.partitions()), of_source(&none))
                 }
             };
         ProgressTotals {
@@ -207,27 +211,28 @@ impl MetricsHub {
 
 /// Batches and bytes in flight, summed over partitions, and the
 /// committed offsets summed up.
-fn checkpoint_totals(m: &CheckpointMetrics) -> (u64, u64, CommittedTotals) {
-    let cp = &m.partitions;
-    (
-        cp.values().map(|p| p.in_flight_batches).sum(),
-        cp.values().map(|p| p.in_flight_bytes).sum(),
-        CommittedTotals::of(cp.iter().filter_map(|(p, m)| m.committed.map(|c| (*p, c)))),
-    )
+fn checkpoint_totals(
+    partitions: impl Iterator<Item = (PartitionId, PartitionMetrics)>,
+) -> (u64, u64, CommittedTotals) {
+    let (mut batches, mut bytes) = (0, 0);
+    let committed = CommittedTotals::of(partitions.filter_map(|(p, m)| {
+        batches += m.in_flight_batches;
+        bytes += m.in_flight_bytes;
+        m.committed.map(|c| (p, c))
+    }));
+    (batches, bytes, committed)
 }
 
-/// Offsets read and not committed, summed over partitions.
-fn lag(source: &SourceMetrics, checkpoint: &CheckpointMetrics) -> u64 {
+/// Offsets read and not committed, summed over partitions: each source
+/// partition's position past its `committed` offset.
+fn lag(
+    source: impl Iterator<Item = (PartitionId, PartitionSourceMetrics)>,
+    committed: impl Fn(PartitionId) -> Option<Offset>,
+) -> u64 {
     source
-        .partitions
-        .iter()
         .filter_map(|(p, s)| {
             let position = s.position?;
-            let committed = checkpoint
-                .partitions
-                .get(p)
-                .and_then(|m| m.committed)
-                .unwrap_or_default();
+            let committed = committed(p).unwrap_or_default();
             Some(position.0.saturating_sub(committed.0).max(0) as u64)
         })
         .sum()
@@ -237,7 +242,12 @@ impl PipelineSnapshot {
     /// The progress line's totals.
     #[must_use]
     pub fn totals(&self) -> ProgressTotals {
-        let (in_flight_batches, in_flight_bytes, committed) = checkpoint_totals(&self.checkpoint);
+        let (in_flight_batches, in_flight_bytes, committed) = checkpoint_totals(
+            self.checkpoint
+                .partitions
+                .iter()
+                .map(|(p, m)| (*p, m.clone())),
+        );
         ProgressTotals {
             read: self.read,
             written: self.sinks.iter().map(|(_, m)| m.records_written).sum(),
@@ -245,7 +255,9 @@ impl PipelineSnapshot {
             dead_lettered: self.dead_letter.as_ref().map_or(0, |m| m.records_written),
             in_flight_batches,
             in_flight_bytes,
-            lag: lag(&self.source, &self.checkpoint),
+            lag: lag(self.source.partitions.iter().map(|(p, m)| (*p, *m)), |p| {
+                self.checkpoint.partitions.get(&p).and_then(|m| m.committed)
+            }),
             committed,
             source_gauges: self.source.gauges.clone(),
         }
