@@ -220,7 +220,7 @@ impl SlotSource {
     fn follow(&mut self) {
         let committed = self
             .checkpoint
-            .with_metrics(|m| m.partitions.get(&PARTITION).and_then(|p| p.committed));
+            .with_metrics(|m| m.partition(PARTITION).and_then(|p| p.committed));
         if let Some(offset) = committed
             && self.progress.delivered(offset.0)
         {
