@@ -159,11 +159,11 @@ impl Paths {
 }
 
 /// `cargo check` of the fuzz crate and its targets, without libFuzzer's
-/// instrumentation, in a target directory of its own: what `ci` runs so
-/// that a change that breaks the targets, their manifest or their lock
-/// file fails there rather than at the next fuzzing run.
+/// instrumentation, in the workspace's target directory (the
+/// dependencies it shares with the workspace are checked already): what
+/// `ci` runs so that a change that breaks the targets, their manifest or
+/// their lock file fails there rather than at the next fuzzing run.
 pub(crate) fn check_command() -> Cmd {
-    let dir = target_dir().join("fuzz").join("check");
     Cmd::cargo(&[
         "check",
         "--manifest-path",
@@ -171,7 +171,7 @@ pub(crate) fn check_command() -> Cmd {
         "--locked",
         "--all-targets",
     ])
-    .env("CARGO_TARGET_DIR", &dir.to_string_lossy())
+    .env("CARGO_TARGET_DIR", &target_dir().to_string_lossy())
 }
 
 /// Build every target, then run each (or the one chosen) for the

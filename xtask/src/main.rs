@@ -24,7 +24,7 @@ Tasks:
   ci               everything below, in order, failing fast
   fmt [--check]    rustfmt the workspace (CI checks only)
   lint             clippy on all targets and features, warnings denied, and on
-                   etl without default features
+                   etl without default features; cargo check of fuzz/
   test             unit, integration and end-to-end tests, then doc tests
   doc              cargo doc with warnings denied (broken links fail)
   loom             loom models (--cfg etl_loom, own target dir)
@@ -108,7 +108,7 @@ fn ci() -> Result {
     // saved failures and mutations (`etl-tests`, `fuzz_seeds`); the
     // coverage-guided search (`cargo xtask fuzz`) needs an instrumented
     // optimised build of VRL of its own, minutes of CI, and stays out.
-    let mut ahead: Option<(Background, Background, Background)> = None;
+    let mut ahead: Option<(Background, Background)> = None;
     steps.run("test", || {
         test_then(|| {
             let prop = Background::start(
@@ -121,19 +121,11 @@ fn ci() -> Result {
                 root().join("target").join("xtask").join("loom-build.log"),
                 vec![loom_command(true)],
             )?;
-            // The fuzz crate (its own workspace) is compiled nowhere else:
-            // its targets, manifest and lock file are checked here.
-            let fuzz = Background::start(
-                "fuzz check",
-                root().join("target").join("xtask").join("fuzz-check.log"),
-                vec![fuzz::check_command()],
-            )?;
-            ahead = Some((prop, loom, fuzz));
+            ahead = Some((prop, loom));
             Ok(())
         })
     })?;
-    let (prop_build, loom_build, fuzz_check) =
-        ahead.ok_or("the test step started no build ahead")?;
+    let (prop_build, loom_build) = ahead.ok_or("the test step started no build ahead")?;
     steps.run("doc", doc)?;
     steps.run("loom", || {
         loom_build.wait()?;
@@ -143,7 +135,6 @@ fn ci() -> Result {
         prop_build.wait()?;
         prop(CI_PROP_CASES)
     })?;
-    steps.run("fuzz check", || fuzz_check.wait())?;
     steps.run("sim", || sim::run(&sim::Options::ci()))?;
     steps.run("tidy", || tidy::run(&root()))?;
     eprintln!("xtask: ci passed in {:.0?} ({})", started.elapsed(), steps);
@@ -215,7 +206,12 @@ fn lint() -> Result {
         "-D",
         "warnings",
     ])
-    .run()
+    .run()?;
+    // The fuzz crate (a workspace of its own) is compiled nowhere else:
+    // its targets, manifest and lock file are checked here, in the
+    // workspace's target directory, where the checks above left its
+    // dependencies.
+    fuzz::check_command().run()
 }
 
 /// The test step; `built` runs once every test binary is built, before
