@@ -59,6 +59,7 @@ mod loom_tests;
 mod metrics;
 mod partition_map;
 mod sealed;
+pub mod sparse;
 mod store;
 mod sync;
 mod tracker;

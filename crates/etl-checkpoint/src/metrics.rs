@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use etl_record::{Offset, PartitionId};
 
+use crate::sparse;
+
 /// One partition, as the checkpointer sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionMetrics {
@@ -95,6 +97,16 @@ struct Busy {
     stale_acks: u64,
 }
 
+impl sparse::DenseRow for Row {
+    fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    fn has_extra(&self) -> bool {
+        self.busy
+    }
+}
+
 impl Row {
     fn metrics(&self, busy: Busy) -> PartitionMetrics {
         PartitionMetrics {
@@ -127,29 +139,14 @@ impl PublishedMetrics {
     /// The figures of `partition`, if it is assigned.
     #[must_use]
     pub fn partition(&self, partition: PartitionId) -> Option<PartitionMetrics> {
-        let i = self
-            .rows
-            .binary_search_by_key(&partition, |r| r.partition)
-            .ok()?;
-        let row = &self.rows[i];
-        Some(row.metrics(self.busy_of(row)))
+        let row = &self.rows[sparse::find(&self.rows, partition).ok()?];
+        Some(row.metrics(sparse::extra_of(row, &self.busy)))
     }
 
     /// Every assigned partition with its figures, in partition order.
     pub fn partitions(&self) -> impl Iterator<Item = (PartitionId, PartitionMetrics)> + '_ {
-        let mut busy = self.busy.iter().peekable();
-        self.rows.iter().map(move |row| {
-            let figures = if row.busy {
-                // Both sorted by partition: the next busy entry at or
-                // after this row is this row's.
-                while busy.next_if(|(p, _)| *p < row.partition).is_some() {}
-                busy.next_if(|(p, _)| *p == row.partition)
-                    .map_or_else(Busy::default, |(_, b)| *b)
-            } else {
-                Busy::default()
-            };
-            (row.partition, row.metrics(figures))
-        })
+        sparse::with_extras(&self.rows, &self.busy)
+            .map(|(row, busy)| (row.partition, row.metrics(busy)))
     }
 
     /// The snapshot of these figures.
@@ -162,15 +159,6 @@ impl PublishedMetrics {
             last_commit_error: self.last_commit_error.clone(),
             stale_acks_unassigned: self.stale_acks_unassigned,
         }
-    }
-
-    fn busy_of(&self, row: &Row) -> Busy {
-        if !row.busy {
-            return Busy::default();
-        }
-        self.busy
-            .binary_search_by_key(&row.partition, |(p, _)| *p)
-            .map_or_else(|_| Busy::default(), |i| self.busy[i].1)
     }
 
     /// Replace every partition's figures with `partitions` (`len` of

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use etl_checkpoint::sparse;
 use etl_record::{Offset, PartitionId};
 
 use crate::SourceGauge;
@@ -99,6 +100,16 @@ struct More {
     high_watermark: Option<Offset>,
 }
 
+impl sparse::DenseRow for Row {
+    fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    fn has_extra(&self) -> bool {
+        self.more
+    }
+}
+
 impl Row {
     fn new(partition: PartitionId) -> Self {
         Row {
@@ -144,27 +155,15 @@ impl PublishedSourceMetrics {
     /// The counters of `partition`, if it was ever assigned.
     #[must_use]
     pub fn partition(&self, partition: PartitionId) -> Option<PartitionSourceMetrics> {
-        let i = self.find(partition).ok()?;
-        let row = &self.rows[i];
-        Some(row.metrics(self.more_of(row)))
+        let row = &self.rows[self.find(partition).ok()?];
+        Some(row.metrics(sparse::extra_of(row, &self.more)))
     }
 
     /// Every partition ever assigned with its counters, in partition
     /// order.
     pub fn partitions(&self) -> impl Iterator<Item = (PartitionId, PartitionSourceMetrics)> + '_ {
-        let mut more = self.more.iter().peekable();
-        self.rows.iter().map(move |row| {
-            let figures = if row.more {
-                // Both sorted by partition: the next entry at or after
-                // this row is this row's.
-                while more.next_if(|(p, _)| *p < row.partition).is_some() {}
-                more.next_if(|(p, _)| *p == row.partition)
-                    .map_or_else(More::default, |(_, m)| *m)
-            } else {
-                More::default()
-            };
-            (row.partition, row.metrics(figures))
-        })
+        sparse::with_extras(&self.rows, &self.more)
+            .map(|(row, more)| (row.partition, row.metrics(more)))
     }
 
     /// The sum of a counter over all partitions.
@@ -183,16 +182,7 @@ impl PublishedSourceMetrics {
     }
 
     fn find(&self, partition: PartitionId) -> Result<usize, usize> {
-        self.rows.binary_search_by_key(&partition, |r| r.partition)
-    }
-
-    fn more_of(&self, row: &Row) -> More {
-        if !row.more {
-            return More::default();
-        }
-        self.more
-            .binary_search_by_key(&row.partition, |(p, _)| *p)
-            .map_or_else(|_| More::default(), |i| self.more[i].1)
+        sparse::find(&self.rows, partition)
     }
 
     /// Apply `f` to the counters of `partition` (zero if it has none yet)
@@ -206,7 +196,7 @@ impl PublishedSourceMetrics {
             }
         };
         let row = self.rows[i];
-        let mut m = row.metrics(self.more_of(&row));
+        let mut m = row.metrics(sparse::extra_of(&row, &self.more));
         f(&mut m);
         let more = More {
             rejected: m.rejected,
