@@ -572,3 +572,24 @@ fn random_hex() -> String {
     );
     format!("{:016x}", hasher.finish())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_that_is_not_one_word_is_refused_before_anything_starts() {
+        for (name, value) in [
+            ("wal_level", "replica -c fsync=on"),
+            ("wal_level", ""),
+            ("work mem", "4MB"),
+            ("wal_level", "'logical'"),
+        ] {
+            let error = start_with(&[(name, value)]).unwrap_err();
+            assert!(
+                error.0.contains("not one word"),
+                "{name} = {value}: {error:?}"
+            );
+        }
+    }
+}
