@@ -5,7 +5,8 @@
 //! temporary directory, starts the server with `pg_ctl` on a free
 //! `127.0.0.1` port and `wal_level = logical` (the change-data-capture
 //! suites stream from it), creates a database and returns a [`Postgres`]
-//! guard.
+//! guard; [`start_with`] adds server settings of the test's own (a server
+//! with `wal_level = replica`, say).
 //! [`shared_url`] is what most suites want: the server `ETL_TEST_POSTGRES`
 //! names (`cargo xtask test` starts one for the whole run), or else one
 //! started on first use and kept for the test process.
@@ -55,6 +56,9 @@ pub struct Postgres {
     bin: PathBuf,
     port: u16,
     password: String,
+    /// `-c NAME=VALUE` settings given after the defaults, which they
+    /// override.
+    settings: Vec<String>,
     reaper: Option<Reaper>,
 }
 
@@ -180,11 +184,15 @@ impl Postgres {
     }
 
     fn pg_ctl_start(&self) -> Res {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c wal_level=logical",
             self.port,
             self.dir.display()
         );
+        for setting in &self.settings {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
         let log = self.dir.join("server.log");
         let result = self.pg_ctl(&[
             "start",
@@ -226,10 +234,36 @@ impl Drop for Postgres {
 /// Start a fresh server on a free loopback port with a random password and
 /// an empty `etl_test` database.
 pub fn start() -> Result<Postgres, Error> {
-    try_start().map_err(Error)
+    start_with(&[])
 }
 
-fn try_start() -> Res<Postgres> {
+/// [`start`] with server settings of its own, given to the server as
+/// `-c NAME=VALUE` after the defaults (`listen_addresses`, `fsync = off`,
+/// `wal_level = logical`), which they override, also across
+/// [`Postgres::restart`]: `start_with(&[("wal_level", "replica")])` is a
+/// server logical decoding refuses. A value must be one word (no blank,
+/// no quote); a setting the server does not know, or a value it
+/// refuses, makes it fail to start, which is the error.
+pub fn start_with(settings: &[(&str, &str)]) -> Result<Postgres, Error> {
+    try_start(settings).map_err(Error)
+}
+
+fn try_start(settings: &[(&str, &str)]) -> Res<Postgres> {
+    let mut options = Vec::with_capacity(settings.len());
+    for (name, value) in settings {
+        let word = |text: &str| {
+            !text.is_empty()
+                && !text
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '\'' || c == '"' || c == '\\' || c == '=')
+        };
+        if !word(name) || !word(value) {
+            return Err(format!(
+                "the server setting {name:?} = {value:?} is not one word each"
+            ));
+        }
+        options.push(format!("{name}={value}"));
+    }
     let bin = binaries()?;
     let dir = make_dir()?;
     let mut server = Postgres {
@@ -238,6 +272,7 @@ fn try_start() -> Res<Postgres> {
         bin,
         port: 0,
         password: random_hex(),
+        settings: options,
     };
     initdb(&server)?;
     let mut last = String::new();
@@ -536,4 +571,25 @@ fn random_hex() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("{:016x}", hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_that_is_not_one_word_is_refused_before_anything_starts() {
+        for (name, value) in [
+            ("wal_level", "replica -c fsync=on"),
+            ("wal_level", ""),
+            ("work mem", "4MB"),
+            ("wal_level", "'logical'"),
+        ] {
+            let error = start_with(&[(name, value)]).unwrap_err();
+            assert!(
+                error.0.contains("not one word"),
+                "{name} = {value}: {error:?}"
+            );
+        }
+    }
 }

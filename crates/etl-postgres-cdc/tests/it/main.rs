@@ -11,3 +11,4 @@ mod snapshot;
 mod source;
 mod support;
 mod tls;
+mod wal_level;
