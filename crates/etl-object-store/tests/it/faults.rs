@@ -35,6 +35,9 @@ pub(crate) struct FaultyStore {
     pub(crate) aborted: Arc<AtomicUsize>,
     /// How long an abort waits before it is sent (a slow store).
     pub(crate) abort_delay: Arc<Mutex<Duration>>,
+    /// The most aborts under way at one time.
+    pub(crate) most_aborting: Arc<AtomicUsize>,
+    aborting: Arc<AtomicUsize>,
 }
 
 impl FaultyStore {
@@ -49,6 +52,8 @@ impl FaultyStore {
             hung: Arc::new(AtomicUsize::new(0)),
             aborted: Arc::new(AtomicUsize::new(0)),
             abort_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            most_aborting: Arc::new(AtomicUsize::new(0)),
+            aborting: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -106,6 +111,8 @@ impl ObjectStore for FaultyStore {
             hung: self.hung.clone(),
             aborted: self.aborted.clone(),
             abort_delay: self.abort_delay.clone(),
+            most_aborting: self.most_aborting.clone(),
+            aborting: self.aborting.clone(),
         }))
     }
 
@@ -160,6 +167,8 @@ struct FaultyUpload {
     hung: Arc<AtomicUsize>,
     aborted: Arc<AtomicUsize>,
     abort_delay: Arc<Mutex<Duration>>,
+    most_aborting: Arc<AtomicUsize>,
+    aborting: Arc<AtomicUsize>,
 }
 
 #[async_trait]
@@ -187,8 +196,12 @@ impl MultipartUpload for FaultyUpload {
 
     async fn abort(&mut self) -> object_store::Result<()> {
         self.aborted.fetch_add(1, Ordering::SeqCst);
+        let now = self.aborting.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_aborting.fetch_max(now, Ordering::SeqCst);
         let delay = *self.abort_delay.lock().unwrap();
         tokio::time::sleep(delay).await;
-        self.inner.abort().await
+        let aborted = self.inner.abort().await;
+        self.aborting.fetch_sub(1, Ordering::SeqCst);
+        aborted
     }
 }
