@@ -61,6 +61,7 @@ use crate::SourceError;
 use crate::file_config::file_partition_id;
 pub(crate) use crate::file_tail::Tail;
 use crate::file_tail::read_at_most;
+use crate::line_reader::Known;
 use crate::packed::extend_packed;
 
 /// Bytes of a file's start covered by its fingerprint.
@@ -393,6 +394,18 @@ impl Registry {
 
     pub(crate) fn get(&self, path: &Path) -> Option<&Entry> {
         self.entries.get(path)
+    }
+
+    /// What the file recorded at `path` is known by (device, inode and
+    /// tail), for the checks of its reader: `None` when the registry holds
+    /// no entry for `path`, or one without a tail (a version 1 entry not
+    /// yet taken; the source takes every input's at open).
+    pub(crate) fn known(&self, path: &Path) -> Option<Known> {
+        let entry = self.entries.get(path)?;
+        Some(Known {
+            dev_ino: (entry.identity.dev, entry.identity.ino),
+            tail: entry.tail()?,
+        })
     }
 
     /// `path` as the registry holds it, shared (a new copy when it holds

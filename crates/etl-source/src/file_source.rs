@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::file_config::resolve_inputs_in;
 use crate::file_identity::{FileIdentity, Registry};
-use crate::line_reader::LineReader;
+use crate::line_reader::{Known, LineReader};
 use crate::read_buf::ChunkPool;
 use crate::{EofPolicy, FileSourceConfig, ReplacedPolicy, Source, SourceError, SourceEvent};
 
@@ -307,13 +307,7 @@ impl FileSource {
             );
             files.push(FileState {
                 partition,
-                reader: LineReader::new(
-                    registry.shared(&path),
-                    (identity.dev, identity.ino),
-                    tail,
-                    partition,
-                    cut,
-                ),
+                reader: LineReader::new(registry.shared(&path), partition, cut),
                 done: false,
                 paused: false,
                 awaiting_seek: false,
@@ -456,13 +450,7 @@ impl FileSource {
         self.by_partition.insert(new, index);
         let file = &mut self.files[index];
         file.partition = new;
-        file.reader = LineReader::new(
-            self.registry.shared(&path),
-            (identity.dev, identity.ino),
-            tail,
-            new,
-            None,
-        );
+        file.reader = LineReader::new(self.registry.shared(&path), new, None);
         file.done = false;
         file.paused = false;
         file.awaiting_seek = true;
@@ -501,7 +489,12 @@ impl FileSource {
                     can_open = false;
                     continue;
                 }
-                if let Some(reason) = self.files[index].reader.open(&*self.fs, &self.chunks)? {
+                let known = self.known(index)?;
+                if let Some(reason) =
+                    self.files[index]
+                        .reader
+                        .open(&*self.fs, known, &self.chunks)?
+                {
                     if self.replace(index, reason)? {
                         return Ok(self.events.pop_front());
                     }
@@ -578,8 +571,9 @@ impl FileSource {
     /// truncated or written over in place, at once. Whether it was
     /// replaced (its events are queued): then nothing is read now.
     fn check_at_end(&mut self, index: usize) -> Result<bool, SourceError> {
+        let known = self.known(index)?;
         let reader = &self.files[index].reader;
-        match reader.changed_on_disk(&*self.fs)? {
+        match reader.changed_on_disk(&*self.fs, known)? {
             Some(change) if change.moved_away && reader.unread_on_descriptor()? => Ok(false),
             Some(change) => self.replace(index, change.reason),
             None => {
@@ -592,12 +586,28 @@ impl FileSource {
     /// Note how far the file at `index` was seen to reach, for the next
     /// save of the registry.
     fn record_tail(&mut self, index: usize) -> Result<(), SourceError> {
-        let reader = &mut self.files[index].reader;
-        if let Some(tail) = reader.advance_tail()? {
-            let path = reader.path().to_path_buf();
-            self.registry.set_tail(&path, tail);
+        let known = self.known(index)?;
+        let reader = &self.files[index].reader;
+        if let Some(tail) = reader.advance_tail(known.tail)? {
+            self.registry.set_tail(reader.path(), tail);
         }
         Ok(())
+    }
+
+    /// What the file at `index` is known by, from its path's entry in the
+    /// record of inputs (the one copy of it: its reader keeps none).
+    fn known(&self, index: usize) -> Result<Known, SourceError> {
+        let file = &self.files[index];
+        let path = file.reader.path();
+        self.registry
+            .known(path)
+            .ok_or_else(|| SourceError::Contract {
+                partition: file.partition,
+                reason: format!(
+                    "the record of the input files holds no identity for {}",
+                    path.display()
+                ),
+            })
     }
 }
 

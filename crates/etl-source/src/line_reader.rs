@@ -29,18 +29,15 @@ const PREVIEW_BYTES: usize = 1024;
 /// is boxed apart ([`OpenFile`]), so a closed file, of which a source may
 /// hold a great many, keeps its position and identity and nothing else.
 /// The file system is the source's, passed to each call that needs it
-/// rather than held by every reader.
+/// rather than held by every reader, and so is what the file is known by
+/// ([`Known`]: its device, inode and tail), kept once in the record of
+/// inputs' entry for the path and passed to each check.
 #[derive(Debug)]
 pub(crate) struct LineReader {
     /// Shared with the record of inputs' entry: one copy a file.
     path: Arc<Path>,
     /// The descriptor and read buffer, while open.
     open: Option<Box<OpenFile>>,
-    /// Device and inode of the file this reader's offsets belong to.
-    dev_ino: (u64, u64),
-    /// The bytes before the furthest position the file was seen to reach:
-    /// a file that no longer holds them was rewritten.
-    tail: Tail,
     partition: PartitionId,
     /// The first byte not turned into a record yet: where the read buffer
     /// starts, and where a reopened file is read from.
@@ -56,6 +53,18 @@ pub(crate) struct LineReader {
     /// Just past a cut: a newline here only ends the cut line (it was its
     /// missing terminator), so it is not read as an empty line.
     after_cut: bool,
+}
+
+/// What the file a reader's offsets belong to is known by: the record of
+/// inputs' entry for its path holds it, and the source passes it to the
+/// reader's checks rather than every reader keeping a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Known {
+    /// Device and inode of the file.
+    pub(crate) dev_ino: (u64, u64),
+    /// The bytes before the furthest position the file was seen to reach:
+    /// a file that no longer holds them was rewritten.
+    pub(crate) tail: Tail,
 }
 
 /// What a reader holds while its file is open.
@@ -96,20 +105,12 @@ pub(crate) struct ReadOutcome {
 }
 
 impl LineReader {
-    /// A reader of the file at `path` (device and inode `dev_ino`, seen
-    /// to hold `tail`), positioned at its start. Nothing is opened yet.
-    pub(crate) fn new(
-        path: Arc<Path>,
-        dev_ino: (u64, u64),
-        tail: Tail,
-        partition: PartitionId,
-        cut: Option<(u64, u64)>,
-    ) -> Self {
+    /// A reader of the file at `path`, positioned at its start. Nothing
+    /// is opened yet.
+    pub(crate) fn new(path: Arc<Path>, partition: PartitionId, cut: Option<(u64, u64)>) -> Self {
         LineReader {
             path,
             open: None,
-            dev_ino,
-            tail,
             partition,
             buf_pos: 0,
             skipping: false,
@@ -144,11 +145,12 @@ impl LineReader {
     }
 
     /// Open the file at the reader's position. `Ok(Some(reason))` when
-    /// the path no longer names the file this reader's offsets belong to
-    /// (then nothing is opened).
+    /// the path no longer names the file this reader's offsets belong to,
+    /// `known` (then nothing is opened).
     pub(crate) fn open(
         &mut self,
         fs: &dyn Fs,
+        known: Known,
         chunks: &Arc<ChunkPool>,
     ) -> Result<Option<String>, SourceError> {
         if self.open.is_some() {
@@ -164,14 +166,14 @@ impl LineReader {
             }
             Err(e) => return Err(e),
         };
-        if meta.dev_ino() != self.dev_ino {
+        if meta.dev_ino() != known.dev_ino {
             return Ok(Some("another file now has this name".to_owned()));
         }
         let mut file = open_to_read(fs, &self.path)?;
         let meta = file
             .metadata()
             .map_err(|e| SourceError::io(&*self.path, e))?;
-        if meta.dev_ino() != self.dev_ino {
+        if meta.dev_ino() != known.dev_ino {
             return Ok(Some("another file now has this name".to_owned()));
         }
         if meta.len() < self.buf_pos {
@@ -181,7 +183,7 @@ impl LineReader {
                 self.buf_pos
             )));
         }
-        if let Some(reason) = self
+        if let Some(reason) = known
             .tail
             .differs(&*file, meta.len())
             .map_err(|e| SourceError::io(&*self.path, e))?
@@ -227,8 +229,13 @@ impl LineReader {
 
     /// Why the path no longer names the file being read, or why that file
     /// cannot hold the position read so far (it was truncated or
-    /// rewritten in place), if so.
-    pub(crate) fn changed_on_disk(&self, fs: &dyn Fs) -> Result<Option<Change>, SourceError> {
+    /// rewritten in place), if so; `known` is what the file read is known
+    /// by.
+    pub(crate) fn changed_on_disk(
+        &self,
+        fs: &dyn Fs,
+        known: Known,
+    ) -> Result<Option<Change>, SourceError> {
         let moved = |reason: &str| {
             Ok(Some(Change {
                 reason: reason.to_owned(),
@@ -240,7 +247,7 @@ impl LineReader {
             Err(e) if e.kind() == ErrorKind::NotFound => return moved("the file was removed"),
             Err(e) => return Err(SourceError::io(&*self.path, e)),
         };
-        if meta.dev_ino() != self.dev_ino {
+        if meta.dev_ino() != known.dev_ino {
             return moved("another file now has this name (rotated?)");
         }
         let rewritten = |reason: String| {
@@ -259,8 +266,8 @@ impl LineReader {
         // The same inode at least as long: written over in place (`cat
         // new > file`) unless the bytes before the tail are still there.
         let differs = match &self.open {
-            Some(o) => self.tail.differs(&*o.file, meta.len()),
-            None => self
+            Some(o) => known.tail.differs(&*o.file, meta.len()),
+            None => known
                 .tail
                 .differs(&*open_to_read(fs, &self.path)?, meta.len()),
         };
@@ -290,21 +297,18 @@ impl LineReader {
         Ok(len > self.read_to())
     }
 
-    /// Move the tail to the position read up to, if that is further, from
-    /// the open descriptor; the new tail, to be recorded.
-    pub(crate) fn advance_tail(&mut self) -> Result<Option<Tail>, SourceError> {
+    /// The tail at the position read up to, if that is further than
+    /// `known`'s, from the open descriptor: to be recorded.
+    pub(crate) fn advance_tail(&self, known: Tail) -> Result<Option<Tail>, SourceError> {
         let read_to = self.read_to();
         let Some(o) = &self.open else {
             return Ok(None);
         };
-        if read_to <= self.tail.end {
+        if read_to <= known.end {
             return Ok(None);
         }
         match Tail::of(&*o.file, read_to) {
-            Ok(tail) => {
-                self.tail = tail;
-                Ok(Some(tail))
-            }
+            Ok(tail) => Ok(Some(tail)),
             // Truncated since it was read: the next check finds it so.
             Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(None),
             Err(e) => Err(SourceError::io(&*self.path, e)),
