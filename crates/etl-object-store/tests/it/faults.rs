@@ -37,7 +37,8 @@ pub(crate) struct FaultyStore {
     pub(crate) abort_delay: Arc<Mutex<Duration>>,
     /// The most aborts under way at one time.
     pub(crate) most_aborting: Arc<AtomicUsize>,
-    aborting: Arc<AtomicUsize>,
+    /// Aborts under way now.
+    pub(crate) aborting: Arc<AtomicUsize>,
 }
 
 impl FaultyStore {

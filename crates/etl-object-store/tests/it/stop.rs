@@ -17,7 +17,7 @@ use object_store::local::LocalFileSystem;
 use tokio_util::sync::CancellationToken;
 
 use crate::faults::FaultyStore;
-use crate::garage::{faulty_sink, multipart_driver, padded, uploads_under_way};
+use crate::garage::{faulty_sink, multipart_driver, padded};
 use crate::support::config;
 
 /// Every object a multipart upload of one part, into a local folder.
@@ -129,8 +129,26 @@ fn give_up_at_the_stop(runtime: tokio::runtime::Runtime, uploads: u32) -> (usize
             .send(etl_ack::Acked::new(records, ack))
             .await
             .unwrap();
-        uploads_under_way(&server, u64::from(uploads)).await;
+        // Every upload started, each with a part held unanswered: what
+        // the store saw itself (the server's count of unfinished uploads
+        // is a counter it updates apart from them).
+        let waited = Instant::now();
+        while store.hung.load(Ordering::SeqCst) < uploads as usize {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "{} of {uploads} uploads have a part held; the server counts {} unfinished",
+                store.hung.load(Ordering::SeqCst),
+                server.unfinished_multipart_uploads("orders").unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let stopped = driver.shutdown(Duration::from_millis(100)).await;
+        // The stop returned with every abort done, not only begun.
+        assert_eq!(
+            store.aborting.load(Ordering::SeqCst),
+            0,
+            "an abort was still under way"
+        );
         (stopped, store.most_aborting.load(Ordering::SeqCst), store)
     });
     assert!(
@@ -138,11 +156,15 @@ fn give_up_at_the_stop(runtime: tokio::runtime::Runtime, uploads: u32) -> (usize
         "{stopped:?}"
     );
     runtime.shutdown_background();
-    (
-        together,
-        store.aborted.load(Ordering::SeqCst),
-        server.unfinished_multipart_uploads("orders").unwrap(),
-    )
+    // The aborts reached the server: its count of unfinished uploads (a
+    // counter it updates apart from them) comes down to what is left.
+    let waited = Instant::now();
+    let mut unfinished = server.unfinished_multipart_uploads("orders").unwrap();
+    while unfinished > 0 && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+        unfinished = server.unfinished_multipart_uploads("orders").unwrap();
+    }
+    (together, store.aborted.load(Ordering::SeqCst), unfinished)
 }
 
 /// Several multipart uploads of one write given up at once, at a stop's
