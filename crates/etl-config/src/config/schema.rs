@@ -384,7 +384,7 @@ impl FileSinkOptions {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileSinkTable {
     pub(crate) path: PathBuf,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "line_encoding")]
     pub(crate) encoding: LineFormat,
     #[serde(default)]
     pub(crate) fsync: FsyncKey,
@@ -399,6 +399,28 @@ pub(crate) struct FileSinkTable {
     pub(crate) max_open_outputs: usize,
     #[serde(default = "defaults::close_idle_after", deserialize_with = "duration")]
     pub(crate) close_idle_after: Duration,
+}
+
+/// Why a file sink takes no `encoding = "parquet"`.
+pub(crate) const PARQUET_IS_WRITTEN_WHOLE: &str = "a file sink appends lines, and a Parquet file is readable only once its footer is written: \
+     Parquet goes to a folder as whole objects with type = \"object_store\" and [sinks.store] kind = \"local\" \
+     (see docs/object-storage.md)";
+
+/// A file sink's `encoding`: one of [`LineFormat`]'s names, and for
+/// `"parquet"` a pointer to the sink that writes it.
+fn line_encoding<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<LineFormat, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    match name.as_str() {
+        "ndjson" => Ok(LineFormat::Ndjson),
+        "lines" => Ok(LineFormat::Lines),
+        "parquet" => Err(serde::de::Error::custom(PARQUET_IS_WRITTEN_WHOLE)),
+        other => Err(serde::de::Error::unknown_variant(
+            other,
+            &["ndjson", "lines"],
+        )),
+    }
 }
 
 /// The `fsync` key of a file sink's table: which [`FsyncPolicy`], the

@@ -204,6 +204,26 @@ mod tests {
     }
 
     #[test]
+    fn a_parquet_encoding_on_a_file_sink_is_refused_at_its_key_pointing_to_the_local_store() {
+        let text = with_fsync("encoding = \"parquet\"");
+        let problems = Registry::new()
+            .loader()
+            .text(&text, Path::new("."))
+            .expect_err("refused");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let problem = &problems[0];
+        assert_eq!((problem.line, problem.column), (7, 13), "{problems:?}");
+        for part in [
+            "Parquet",
+            "type = \"object_store\"",
+            "kind = \"local\"",
+            "docs/object-storage.md",
+        ] {
+            assert!(problem.message.contains(part), "{part:?} in {problems:?}");
+        }
+    }
+
+    #[test]
     fn an_fsync_interval_without_its_length_is_refused_at_the_fsync_key() {
         let text = with_fsync("rotate_bytes = 1000\nfsync = \"interval\"");
         let problems = Registry::new()
