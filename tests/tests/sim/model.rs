@@ -23,7 +23,7 @@ fn fates(s: &Scenario) -> Fates {
     let source_rejects: BTreeSet<(u32, i64)> = s
         .source_rejects
         .iter()
-        .map(|(p, o)| (u32::from(*p), i64::from(*o)))
+        .map(|(p, o)| (u32::from(*p), *o))
         .filter(|(p, _)| *p < n)
         .collect();
     let mut kept = BTreeMap::new();

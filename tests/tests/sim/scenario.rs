@@ -160,7 +160,7 @@ pub struct Scenario {
     /// Records per source batch.
     pub source_batch: u8,
     /// Input the source rejects as bad (partition, offset): dead letters.
-    pub source_rejects: Vec<(u8, u8)>,
+    pub source_rejects: Vec<(u8, i64)>,
     /// Revocations (and later reassignments) the source announces.
     pub rebalances: Vec<Rebalance>,
     /// The source asks the checkpointer to commit every this many batches
@@ -211,13 +211,17 @@ impl Scenario {
     /// The offsets of partition `p`'s records, in order.
     pub fn offsets(&self, p: usize) -> Vec<i64> {
         match &self.slot {
-            Some(slot) => slot
-                .layout()
-                .iter()
-                .flat_map(|t| t.first..t.first + t.changes)
-                .collect(),
+            Some(slot) => self.offsets_of_slot(slot),
             None => (0..self.partitions.get(p).map_or(0, |c| i64::from(*c))).collect(),
         }
+    }
+
+    /// The offsets of a slot's changes, in order.
+    fn offsets_of_slot(&self, slot: &Slot) -> Vec<i64> {
+        slot.layout()
+            .iter()
+            .flat_map(|t| t.first..t.first + t.changes)
+            .collect()
     }
 
     /// The offset after partition `p`'s last record (0 without records):
@@ -703,7 +707,10 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
             let mut s = Scenario {
                 partitions,
                 source_batch,
-                source_rejects: rejects.into_iter().collect(),
+                source_rejects: rejects
+                    .into_iter()
+                    .map(|(p, o)| (p, i64::from(o)))
+                    .collect(),
                 rebalances,
                 commit_every,
                 steps,
@@ -727,6 +734,18 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
                 // A slot is one partition, announced once: no rebalance.
                 s.partitions = vec![0];
                 s.rebalances.clear();
+                // The drawn rejects pick changes by their place in the
+                // WAL: a slot's offsets follow its positions, most far
+                // past the drawn numbers.
+                let changes = s.offsets_of_slot(&slot);
+                s.source_rejects = s
+                    .source_rejects
+                    .iter()
+                    .filter_map(|(_, o)| {
+                        let at = usize::try_from(*o).ok()? % changes.len().max(1);
+                        Some((0, *changes.get(at)?))
+                    })
+                    .collect();
                 s.slot = Some(slot);
             }
             if s.exactly_once {

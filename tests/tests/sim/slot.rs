@@ -153,7 +153,7 @@ impl SlotSource {
                 .source_rejects
                 .iter()
                 .filter(|(p, _)| *p == 0)
-                .map(|(_, o)| i64::from(*o))
+                .map(|(_, o)| *o)
                 .collect(),
             progress: SlotProgress::new(),
             floor: 0,

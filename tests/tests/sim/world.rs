@@ -196,7 +196,7 @@ impl SimSource {
             rejects: s
                 .source_rejects
                 .iter()
-                .map(|(p, o)| (u32::from(*p), i64::from(*o)))
+                .map(|(p, o)| (u32::from(*p), *o))
                 .collect(),
             script: script.into(),
             events: 0,
