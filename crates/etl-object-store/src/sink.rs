@@ -184,15 +184,18 @@ impl ObjectStoreSink {
         self.inner.store.clone()
     }
 
-    /// Why `record` cannot be stored, if it cannot.
-    pub(crate) fn refusal(&self, record: &Record) -> Option<String> {
+    /// Whether `record` can be stored: `Ok(true)` when its value was
+    /// read as JSON to tell (so it is known to be JSON), `Ok(false)` when
+    /// nothing needed reading it; `Err` says why it cannot be stored.
+    pub(crate) fn fits(&self, record: &Record) -> Result<bool, String> {
         let inner = &*self.inner;
         let value = if inner.reads_values() {
             serde_json::from_slice::<Value>(&record.value).ok()
         } else {
             None
         };
-        inner.place(record, value.as_ref(), Utc::now()).err()
+        inner.place(record, value.as_ref(), Utc::now())?;
+        Ok(value.is_some())
     }
 }
 

@@ -16,6 +16,8 @@ use crate::ObjectStoreSink;
 pub struct ValueEncoder {
     sink: ObjectStoreSink,
     ndjson: NdjsonEncoder,
+    /// For a value the check already read as JSON: it is not read again.
+    read: NdjsonEncoder,
 }
 
 impl ValueEncoder {
@@ -23,18 +25,20 @@ impl ValueEncoder {
         ValueEncoder {
             sink,
             ndjson: NdjsonEncoder::new(),
+            read: NdjsonEncoder::trusted(),
         }
     }
 }
 
 impl Encoder for ValueEncoder {
     fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
-        if let Some(reason) = self.sink.refusal(record) {
-            return Err(SinkError::Encode {
+        match self.sink.fits(record) {
+            Ok(true) => self.read.encode(record, out),
+            Ok(false) => self.ndjson.encode(record, out),
+            Err(reason) => Err(SinkError::Encode {
                 key: record.idempotency_key(),
                 reason,
-            });
+            }),
         }
-        self.ndjson.encode(record, out)
     }
 }
