@@ -94,6 +94,19 @@ impl ObjectFormat {
         matches!(self, ObjectFormat::Parquet { .. })
     }
 
+    /// Whether a record's value surely fits a declared Parquet schema,
+    /// judged on its bytes in one pass (`false`: read it into a `Value`
+    /// and [`check`](Self::check) it).
+    pub(crate) fn surely_fits(&self, bytes: &[u8]) -> bool {
+        match self {
+            ObjectFormat::Parquet {
+                schema: SchemaSource::Declared(schema),
+                ..
+            } => schema.surely_fits(bytes),
+            _ => false,
+        }
+    }
+
     /// Check one record's value against the schema.
     pub(crate) fn check(&self, value: Option<&Value>) -> Result<(), String> {
         match self {

@@ -17,6 +17,8 @@ use serde_json::Value;
 use crate::ObjectStoreSinkError;
 use crate::key::lookup;
 
+mod fast;
+
 /// One column of a declared Parquet schema.
 ///
 /// ```toml
@@ -94,6 +96,9 @@ pub(crate) struct RowSchema {
     /// not fit (it would be written without it). A declared schema leaves
     /// such fields out by design.
     strict: bool,
+    /// The columns by their paths, for the one-pass check
+    /// ([`surely_fits`](Self::surely_fits)); `None` where it cannot tell.
+    trie: Option<fast::Trie>,
 }
 
 #[derive(Clone, Debug)]
@@ -103,6 +108,8 @@ struct Column {
     kind: ColumnType,
     nullable: bool,
     children: Vec<Column>,
+    /// A struct's fields by their paths, for the one-pass check.
+    trie: Option<fast::Trie>,
     field: Arc<Field>,
 }
 
@@ -123,6 +130,7 @@ impl RowSchema {
             columns.iter().map(|c| c.field.clone()).collect::<Fields>(),
         ));
         Ok(RowSchema {
+            trie: fast::Trie::of(&columns),
             columns,
             arrow,
             strict: false,
@@ -287,6 +295,10 @@ impl Column {
             kind: config.column_type,
             nullable: config.nullable,
             field: Arc::new(Field::new(&config.name, data_type, config.nullable)),
+            trie: match config.column_type {
+                ColumnType::Struct => fast::Trie::of(&children),
+                _ => None,
+            },
             children,
         })
     }

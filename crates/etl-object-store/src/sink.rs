@@ -189,6 +189,14 @@ impl ObjectStoreSink {
     /// nothing needed reading it; `Err` says why it cannot be stored.
     pub(crate) fn fits(&self, record: &Record) -> Result<bool, String> {
         let inner = &*self.inner;
+        if !inner.key.reads_fields()
+            && inner.date_field.is_none()
+            && inner.format.surely_fits(&record.value)
+        {
+            // Nothing else reads the value: the key's parts need no field.
+            inner.parts(record, None, Utc::now())?;
+            return Ok(true);
+        }
         let value = if inner.reads_values() {
             serde_json::from_slice::<Value>(&record.value).ok()
         } else {
@@ -318,6 +326,16 @@ impl Inner {
         now: DateTime<Utc>,
     ) -> Result<KeyParts, String> {
         self.format.check(value)?;
+        self.parts(record, value, now)
+    }
+
+    /// The key parts of `record`, whose value is known to fit.
+    fn parts(
+        &self,
+        record: &Record,
+        value: Option<&Value>,
+        now: DateTime<Utc>,
+    ) -> Result<KeyParts, String> {
         let time = if !self.key.uses_time() {
             now
         } else if let Some(path) = &self.date_field {

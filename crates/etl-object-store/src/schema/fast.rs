@@ -1,0 +1,675 @@
+//! A record's fit to a declared schema, judged in one pass over its bytes
+//! without building a [`Value`]: the check a sink's own encoder makes of
+//! every record before the write.
+//!
+//! It only ever says "fits" where [`RowSchema::check`] would: a record it
+//! is not sure of (a wrong type, a null or missing value for a column
+//! that is not nullable, a key given twice on the way to a column, a
+//! path through an array, bytes that are not JSON) is left to the check
+//! over [`Value`], which also words the reason.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Number, Value};
+
+use super::{Column, ColumnType, RowSchema};
+
+/// The columns of one object (the record, or a struct's value), by the
+/// path segments that lead to them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Trie {
+    entries: Vec<(String, Slot)>,
+}
+
+#[derive(Clone, Debug)]
+enum Slot {
+    /// The value of this key is the column's, by its index.
+    Column(usize),
+    /// The value of this key is an object holding columns further down.
+    Inner(Trie),
+}
+
+/// The most columns, and the most keys of one object, the one-pass check
+/// takes (its bookkeeping is a bit mask).
+const MOST: usize = 64;
+
+impl Trie {
+    /// The trie of `columns`' paths; `None` when one path leads through
+    /// another column's value, two columns read one field, or there are
+    /// too many to track.
+    pub(super) fn of(columns: &[Column]) -> Option<Trie> {
+        if columns.len() > MOST {
+            return None;
+        }
+        let mut root = Trie::default();
+        for (i, column) in columns.iter().enumerate() {
+            let (last, inner) = column.path.split_last()?;
+            let mut at = &mut root;
+            for segment in inner {
+                let k = match at.entries.iter().position(|(s, _)| s == segment) {
+                    Some(k) => k,
+                    None => {
+                        at.entries
+                            .push((segment.clone(), Slot::Inner(Trie::default())));
+                        at.entries.len() - 1
+                    }
+                };
+                at = match &mut at.entries.get_mut(k)?.1 {
+                    Slot::Inner(trie) => trie,
+                    Slot::Column(_) => return None,
+                };
+            }
+            if at.entries.iter().any(|(s, _)| s == last) {
+                return None;
+            }
+            at.entries.push((last.clone(), Slot::Column(i)));
+        }
+        root.fits_mask().then_some(root)
+    }
+
+    fn fits_mask(&self) -> bool {
+        self.entries.len() <= MOST
+            && self.entries.iter().all(|(_, slot)| match slot {
+                Slot::Column(_) => true,
+                Slot::Inner(trie) => trie.fits_mask(),
+            })
+    }
+}
+
+impl RowSchema {
+    /// Whether `bytes`, a record's value, surely fits: `true` only where
+    /// [`check`](Self::check) of its [`Value`] says it does. `false`
+    /// says nothing: ask `check`.
+    pub(crate) fn surely_fits(&self, bytes: &[u8]) -> bool {
+        let Some(trie) = &self.trie else {
+            return false;
+        };
+        if self.strict || std::str::from_utf8(bytes).is_err() {
+            return false;
+        }
+        let mut reader = serde_json::Deserializer::from_slice(bytes);
+        let seed = ObjectSeed {
+            trie,
+            columns: &self.columns,
+        };
+        seed.deserialize(&mut reader).is_ok() && reader.end().is_ok()
+    }
+}
+
+/// Not sure: the one-pass check stops, and the check over [`Value`]
+/// decides.
+fn unsure<E: de::Error>() -> E {
+    E::custom("")
+}
+
+/// An object whose fields hold `columns` (as `trie` leads to them); its
+/// columns it lacks must be nullable.
+struct ObjectSeed<'s> {
+    trie: &'s Trie,
+    columns: &'s [Column],
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        let mut seen = 0u64;
+        d.deserialize_any(InnerVisitor {
+            trie: self.trie,
+            columns: self.columns,
+            seen: &mut seen,
+        })?;
+        let every_missing_one_nullable = self
+            .columns
+            .iter()
+            .enumerate()
+            .all(|(i, c)| seen & (1 << i) != 0 || c.nullable);
+        if every_missing_one_nullable {
+            Ok(())
+        } else {
+            Err(unsure())
+        }
+    }
+}
+
+/// The fields of one object on the way to columns: each column found is
+/// checked and marked in `seen`.
+struct InnerVisitor<'s, 'm> {
+    trie: &'s Trie,
+    columns: &'s [Column],
+    seen: &'m mut u64,
+}
+
+impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // The entries of this object met so far: a key given twice is
+        // left to the check over `Value` (where the last one counts).
+        let mut met = 0u64;
+        while let Some(at) = map.next_key_seed(KeySeed { trie: self.trie })? {
+            let Some(k) = at else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if met & (1 << k) != 0 {
+                return Err(unsure());
+            }
+            met |= 1 << k;
+            match self.trie.entries.get(k).map(|(_, slot)| slot) {
+                Some(Slot::Column(i)) => {
+                    let column = self.columns.get(*i).ok_or_else(unsure)?;
+                    map.next_value_seed(ColumnSeed { column })?;
+                    *self.seen |= 1 << i;
+                }
+                Some(Slot::Inner(trie)) => map.next_value_seed(InnerSeed {
+                    trie,
+                    columns: self.columns,
+                    seen: &mut *self.seen,
+                })?,
+                None => return Err(unsure()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An object further down a path, whose columns count in the outer
+/// object's `seen`.
+struct InnerSeed<'s, 'm> {
+    trie: &'s Trie,
+    columns: &'s [Column],
+    seen: &'m mut u64,
+}
+
+impl<'de> DeserializeSeed<'de> for InnerSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(InnerVisitor {
+            trie: self.trie,
+            columns: self.columns,
+            seen: self.seen,
+        })
+    }
+}
+
+/// A key: the index of its entry in `trie`, or `None` for a field no
+/// column reads.
+struct KeySeed<'s> {
+    trie: &'s Trie,
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+        Ok(self.trie.entries.iter().position(|(s, _)| s == key))
+    }
+}
+
+/// One column's value: judged by [`Column::check`] on the scalar itself,
+/// field by field for a struct, item by item for a list.
+struct ColumnSeed<'s> {
+    column: &'s Column,
+}
+
+impl<'de> DeserializeSeed<'de> for ColumnSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl ColumnSeed<'_> {
+    fn scalar<E: de::Error>(&self, value: Value) -> Result<(), E> {
+        self.column.check(Some(&value)).map_err(|_| unsure())
+    }
+}
+
+impl<'de> Visitor<'de> for ColumnSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a column's value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.scalar(Value::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(Value::Number(Number::from(v)))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(Value::Number(Number::from(v)))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.scalar(Value::Number(Number::from_f64(v).ok_or_else(unsure)?))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        match self.column.kind {
+            // Any string is one: no copy to tell.
+            ColumnType::String => Ok(()),
+            _ => self.scalar(Value::String(v.to_owned())),
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        let (ColumnType::Struct, Some(trie)) = (self.column.kind, &self.column.trie) else {
+            return Err(unsure());
+        };
+        let mut seen = 0u64;
+        InnerVisitor {
+            trie,
+            columns: &self.column.children,
+            seen: &mut seen,
+        }
+        .visit_map(map)?;
+        let every_missing_one_nullable = self
+            .column
+            .children
+            .iter()
+            .enumerate()
+            .all(|(i, c)| seen & (1 << i) != 0 || c.nullable);
+        if every_missing_one_nullable {
+            Ok(())
+        } else {
+            Err(unsure())
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let (ColumnType::List, Some(item)) = (self.column.kind, self.column.children.first())
+        else {
+            return Err(unsure());
+        };
+        while seq
+            .next_element_seed(ColumnSeed { column: item })?
+            .is_some()
+        {}
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::ColumnConfig;
+    use super::*;
+
+    fn schema(toml_columns: &str) -> RowSchema {
+        #[derive(serde::Deserialize)]
+        struct Columns {
+            columns: Vec<ColumnConfig>,
+        }
+        let c: Columns = toml::from_str(toml_columns).unwrap();
+        RowSchema::new(&c.columns).unwrap()
+    }
+
+    /// Every column type, nested structs and lists, paths of several
+    /// segments inside and outside a struct, nullable and not.
+    const WIDE: &str = r#"columns = [
+        { name = "id", type = "int64", nullable = false },
+        { name = "user", type = "string" },
+        { name = "amount", type = "float64" },
+        { name = "ts", type = "timestamp" },
+        { name = "d", type = "date" },
+        { name = "flag", type = "boolean" },
+        { name = "small", type = "int32" },
+        { name = "deep", type = "int64", field = "meta.inner.v", nullable = false },
+        { name = "customer", type = "struct", fields = [
+            { name = "name", type = "string", nullable = false },
+            { name = "region", type = "string", field = "address.region" },
+        ] },
+        { name = "tags", type = "list", item = { name = "tag", type = "string" } },
+        { name = "items", type = "list", item = { name = "item", type = "struct", nullable = false, fields = [
+            { name = "sku", type = "string", nullable = false },
+            { name = "qty", type = "int32" },
+        ] } },
+    ]"#;
+
+    /// The same columns, every one nullable.
+    fn loose() -> String {
+        WIDE.replace("nullable = false", "nullable = true")
+    }
+
+    /// A JSON text whose objects may give a key twice or escape it.
+    #[derive(Clone, Debug)]
+    enum Node {
+        Null,
+        Bool(bool),
+        Int(i64),
+        Big(u64),
+        Float(f64),
+        Text(String),
+        List(Vec<Node>),
+        Object(Vec<(String, bool, Node)>),
+    }
+
+    impl Node {
+        fn write(&self, out: &mut String) {
+            match self {
+                Node::Null => out.push_str("null"),
+                Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+                Node::Int(n) => out.push_str(&n.to_string()),
+                Node::Big(n) => out.push_str(&n.to_string()),
+                Node::Float(f) => out.push_str(&serde_json::to_string(f).unwrap()),
+                Node::Text(s) => out.push_str(&serde_json::to_string(s).unwrap()),
+                Node::List(items) => {
+                    out.push('[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        item.write(out);
+                    }
+                    out.push(']');
+                }
+                Node::Object(fields) => {
+                    out.push('{');
+                    for (i, (key, escaped, value)) in fields.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        if *escaped {
+                            // The same key, its first character escaped.
+                            let mut chars = key.chars();
+                            let first = chars.next().map_or(0, u32::from);
+                            out.push_str(&format!("\"\\u{first:04x}{}\"", chars.as_str()));
+                        } else {
+                            out.push_str(&serde_json::to_string(key).unwrap());
+                        }
+                        out.push(':');
+                        value.write(out);
+                    }
+                    out.push('}');
+                }
+            }
+        }
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "id", "user", "amount", "ts", "d", "flag", "small", "meta", "inner", "v", "customer",
+            "name", "address", "region", "tags", "items", "sku", "qty", "0", "other",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn scalar() -> impl Strategy<Value = Node> {
+        prop_oneof![
+            Just(Node::Null),
+            any::<bool>().prop_map(Node::Bool),
+            prop_oneof![
+                Just(0i64),
+                Just(-1),
+                Just(i64::from(i32::MAX)),
+                Just(i64::from(i32::MAX) + 1),
+                Just(i64::from(i32::MIN) - 1),
+                Just(i64::MAX),
+                Just(1_733_500_000_000),
+                any::<i64>(),
+            ]
+            .prop_map(Node::Int),
+            prop_oneof![Just(u64::MAX), Just(1u64 << 63)].prop_map(Node::Big),
+            prop_oneof![Just(1.5f64), Just(-0.0), Just(1e300), any::<f64>()]
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Node::Float),
+            prop::sample::select(vec![
+                "",
+                "x",
+                "2026-12-06T10:00:00Z",
+                "2026-12-06T10:00:00.123+02:00",
+                "2026-13-06T10:00:00Z",
+                "2026-12-06",
+                "2026-02-30",
+                "\u{e9}t\u{e9}",
+                "line\nbreak \"quoted\"",
+            ])
+            .prop_map(|s| Node::Text(s.to_owned())),
+        ]
+    }
+
+    fn node() -> impl Strategy<Value = Node> {
+        scalar().prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Node::List),
+                prop::collection::vec((key(), prop::bool::weighted(0.1), inner), 0..7)
+                    .prop_map(Node::Object),
+            ]
+        })
+    }
+
+    /// A record shaped like the schema's, most fields right, some not.
+    fn record() -> impl Strategy<Value = Node> {
+        let field = |name: &'static str, value: BoxedStrategy<Node>| {
+            (
+                prop::bool::weighted(0.85),
+                prop::bool::weighted(0.05),
+                value,
+            )
+                .prop_map(move |(present, escaped, v)| {
+                    present.then(|| (name.to_owned(), escaped, v))
+                })
+        };
+        let or_any = |good: BoxedStrategy<Node>| prop_oneof![4 => good, 1 => node()].boxed();
+        let text = |s: &'static str| Just(Node::Text(s.to_owned())).boxed();
+        let int = |n: i64| Just(Node::Int(n)).boxed();
+        let customer = prop::collection::vec(
+            prop_oneof![
+                Just(("name".to_owned(), false, Node::Text("ann".to_owned()))),
+                Just((
+                    "address".to_owned(),
+                    false,
+                    Node::Object(vec![(
+                        "region".to_owned(),
+                        false,
+                        Node::Text("eu".to_owned())
+                    )])
+                )),
+                (key(), Just(false), node()),
+            ],
+            0..4,
+        )
+        .prop_map(Node::Object)
+        .boxed();
+        let items = prop::collection::vec(
+            or_any(
+                Just(Node::Object(vec![
+                    ("sku".to_owned(), false, Node::Text("a".to_owned())),
+                    ("qty".to_owned(), false, Node::Int(2)),
+                ]))
+                .boxed(),
+            ),
+            0..3,
+        )
+        .prop_map(Node::List)
+        .boxed();
+        let deep = Just(Node::Object(vec![(
+            "inner".to_owned(),
+            false,
+            Node::Object(vec![("v".to_owned(), false, Node::Int(7))]),
+        )]))
+        .boxed();
+        (
+            (
+                field("id", or_any(int(1))),
+                field("user", or_any(text("bob"))),
+                field("amount", or_any(Just(Node::Float(2.5)).boxed())),
+                field("ts", or_any(text("2026-12-06T10:00:00Z"))),
+                field("d", or_any(text("2026-12-06"))),
+                field("flag", or_any(Just(Node::Bool(true)).boxed())),
+            ),
+            (
+                field("small", or_any(int(3))),
+                field("meta", or_any(deep)),
+                field("customer", or_any(customer)),
+                field(
+                    "tags",
+                    or_any(Just(Node::List(vec![Node::Text("t".to_owned())])).boxed()),
+                ),
+                field("items", items),
+                prop::collection::vec((key(), prop::bool::weighted(0.1), node()), 0..2),
+            ),
+            // A field given again, later, with another value (`{}` often).
+            prop::option::weighted(
+                0.3,
+                (
+                    any::<prop::sample::Index>(),
+                    prop_oneof![Just(Node::Object(Vec::new())), node()],
+                ),
+            ),
+        )
+            .prop_map(|((a, b, c, d, e, f), (g, h, i, j, k, extra), again)| {
+                let mut fields: Vec<_> = [a, b, c, d, e, f, g, h, i, j, k]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                fields.extend(extra);
+                if let Some((at, value)) = again
+                    && !fields.is_empty()
+                {
+                    let key = fields[at.index(fields.len())].0.clone();
+                    fields.push((key, false, value));
+                }
+                Node::Object(fields)
+            })
+    }
+
+    fn text(node: &Node) -> String {
+        let mut out = String::new();
+        node.write(&mut out);
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The one-pass check never says "fits" of a record the check over
+        /// `Value` refuses, or of bytes that are not JSON.
+        #[test]
+        fn what_the_one_pass_check_lets_through_the_value_check_lets_through(
+            node in prop_oneof![3 => record(), 1 => node()],
+            loose_schema in any::<bool>(),
+            cut in prop::option::weighted(0.05, any::<prop::sample::Index>()),
+        ) {
+            let schema = if loose_schema { schema(&loose()) } else { schema(WIDE) };
+            let mut bytes = text(&node).into_bytes();
+            if let Some(cut) = cut {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            if schema.surely_fits(&bytes) {
+                let value: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| TestCaseError::fail(format!("not JSON: {e}")))?;
+                prop_assert_eq!(schema.check(&value), Ok(()), "{}", String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+
+    #[test]
+    fn records_that_fit_are_known_to_in_one_pass() {
+        let wide = schema(WIDE);
+        assert!(wide.trie.is_some());
+        for record in [
+            r#"{"id":1,"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":-3,"user":"b\u00f6b","amount":2,"ts":"2026-12-06T10:00:00Z","d":"2026-12-06","flag":false,"small":-2147483648,"meta":{"inner":{"v":7,"w":[1]},"x":{}},"customer":{"name":"ann","address":{"region":null}},"tags":["a",null],"items":[{"sku":"a"},{"sku":"b","qty":null}],"other":{"deep":[[]]}}"#,
+            r#" {"id":1,"ts":1733500000000,"meta":{"inner":{"v":0}},"customer":null} "#,
+        ] {
+            let value: Value = serde_json::from_str(record).unwrap();
+            assert_eq!(wide.check(&value), Ok(()), "{record}");
+            assert!(wide.surely_fits(record.as_bytes()), "{record}");
+        }
+    }
+
+    #[test]
+    fn records_the_one_pass_check_is_not_sure_of_are_left_to_the_value_check() {
+        let wide = schema(WIDE);
+        for record in [
+            // Missing or null where the column may not be.
+            r#"{"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":null,"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"customer":{}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"items":[null]}"#,
+            // Of another type, or out of range.
+            r#"{"id":"1","meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1.0,"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":18446744073709551615,"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1,"small":2147483648,"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1,"ts":"yesterday","meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1,"d":"2026-02-30","meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1,"tags":"a","meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1,"meta":[{"inner":{"v":7}}]}"#,
+            // A key given twice on the way to a column: the last counts.
+            r#"{"id":1,"id":null,"meta":{"inner":{"v":7}}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"meta":{}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"customer":{"name":"a","name":null}}"#,
+            // Not an object, not JSON, not UTF-8.
+            r#"[1]"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}}} x"#,
+        ] {
+            assert!(!wide.surely_fits(record.as_bytes()), "{record}");
+        }
+        assert!(!wide.surely_fits(b"{\"id\":1,\"user\":\"\xff\",\"meta\":{\"inner\":{\"v\":7}}}"));
+        // A duplicate key the check over `Value` takes (the last counts and
+        // fits) is still left to it.
+        let twice = r#"{"id":null,"id":1,"meta":{"inner":{"v":7}}}"#;
+        assert!(!wide.surely_fits(twice.as_bytes()));
+        assert_eq!(wide.check(&serde_json::from_str(twice).unwrap()), Ok(()));
+    }
+
+    #[test]
+    fn schemas_whose_paths_cross_are_left_to_the_value_check() {
+        for columns in [
+            // One column's path leads through another's value.
+            r#"columns = [
+                { name = "a", type = "struct", fields = [{ name = "b", type = "int64" }] },
+                { name = "ab", type = "int64", field = "a.b" },
+            ]"#,
+            // Two columns read one field.
+            r#"columns = [
+                { name = "x", type = "int64" },
+                { name = "y", type = "int64", field = "x" },
+            ]"#,
+        ] {
+            let s = schema(columns);
+            assert!(s.trie.is_none(), "{columns}");
+            assert!(!s.surely_fits(br#"{"a":{"b":1},"x":1}"#));
+        }
+        let inferred =
+            RowSchema::inferred(&super::super::infer(&serde_json::json!({"a": 1})).unwrap())
+                .unwrap();
+        assert!(
+            !inferred.surely_fits(br#"{"a":1}"#),
+            "an inferred schema is strict"
+        );
+    }
+}
