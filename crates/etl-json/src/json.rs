@@ -55,6 +55,7 @@ impl JsonStage {
                     path: path.clone(),
                     op: *op,
                     value: value.clone(),
+                    constant: crate::number::Constant::of(value),
                 }),
                 _ => None,
             })

@@ -1,21 +1,24 @@
 //! A number's text read without serde_json's parser, for comparing a
 //! field against a `filter`'s constant.
 //!
-//! [`read`] gives the [`Number`] serde_json reads from the same text, or
-//! `None` for text it is not sure of: anything but a JSON number, an
-//! integer of more than 18 digits, a decimal of more than 15 significant
-//! digits, or a power of ten beyond 10^22 either way. Inside those
-//! bounds the value is exact: an integer fits `i64`, and a decimal's
-//! digits fit an `f64` exactly (below 2^53) and are scaled by one exact
-//! power of ten in one correctly rounded multiplication or division,
-//! which is what serde_json computes for such text (its fast path, and
-//! the correctly rounded value its `float_roundtrip` reading gives).
+//! [`read`] gives the number serde_json reads from the same text (of the
+//! same kind: an integer or a float), or `None` for text it is not sure
+//! of: anything but a JSON number, an integer of more than 18 digits, a
+//! decimal of more than 15 significant digits, or a power of ten beyond
+//! 10^22 either way. Inside those bounds the value is exact: an integer
+//! fits `i64`, and a decimal's digits fit an `f64` exactly (below 2^53)
+//! and are scaled by one exact power of ten in one correctly rounded
+//! multiplication or division, which is what serde_json computes for
+//! such text (its fast path, and the correctly rounded value its
+//! `float_roundtrip` reading gives).
+//!
+//! The constant a number is compared with is read once, as a
+//! [`Constant`], when the filter is made; a number read once from a
+//! record can be compared with several constants.
 //!
 //! Invariant: `read(text)` is `None` or serde_json's own number for
-//! `text`; the comparison then goes through the same
-//! [`compare`](crate::ops::compare) as the tree path's.
-
-use serde_json::Number;
+//! `text`, and [`Read::passes`] judges it against a constant as
+//! [`compare`](crate::ops::compare) judges serde_json's values.
 
 use crate::ops::CompareOp;
 
@@ -24,7 +27,7 @@ const MAX_INTEGER_DIGITS: usize = 18;
 
 /// The most significant digits of a decimal read here: any 15 digits are
 /// below 2^53, so exact as an `f64`.
-const MAX_DECIMAL_DIGITS: u32 = 15;
+const MAX_DECIMAL_DIGITS: usize = 15;
 
 /// 10^0 to 10^22, each exact as an `f64`.
 const POWERS_OF_TEN: [f64; 23] = [
@@ -32,42 +35,133 @@ const POWERS_OF_TEN: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// A number as serde_json holds it once read: an integer (`i64`) or a
+/// float.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Read {
+    Int(i64),
+    Float(f64),
+}
+
+impl Read {
+    /// serde_json's own number of the same kind and value.
+    #[cfg(test)]
+    fn number(self) -> Option<serde_json::Number> {
+        match self {
+            Read::Int(i) => Some(serde_json::Number::from(i)),
+            Read::Float(f) => serde_json::Number::from_f64(f),
+        }
+    }
+
+    /// Whether this number passes `op` against `constant`, as
+    /// [`compare`](crate::ops::compare) judges the same number against
+    /// the constant's value.
+    pub(crate) fn passes(self, op: CompareOp, constant: &Constant) -> bool {
+        if op == CompareOp::Exists {
+            return true;
+        }
+        let ordering = constant.float.and_then(|c| match (self, constant.int) {
+            (Read::Int(a), Some(b)) => Some(a.cmp(&b)),
+            #[allow(clippy::cast_precision_loss)]
+            (Read::Int(a), None) => (a as f64).partial_cmp(&c),
+            (Read::Float(a), _) => a.partial_cmp(&c),
+        });
+        crate::ops::decide(op, ordering)
+    }
+}
+
+/// A filter's constant as [`compare`](crate::ops::compare) reads it
+/// against a number, read once rather than per record.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Constant {
+    /// The constant as an `i64`, when it is an integer that fits.
+    int: Option<i64>,
+    /// The constant as an `f64`; `None` when it is not a number (then no
+    /// number is ordered against it).
+    float: Option<f64>,
+}
+
+impl Constant {
+    /// `value` read for comparing numbers with it.
+    pub(crate) fn of(value: &serde_json::Value) -> Self {
+        match value {
+            serde_json::Value::Number(n) => Constant {
+                int: n.as_i64(),
+                float: n.as_f64(),
+            },
+            _ => Constant {
+                int: None,
+                float: None,
+            },
+        }
+    }
+}
+
 /// The number serde_json reads from `text` (a value's whole text, no
 /// surrounding whitespace), or `None` when `text` is not a number read
 /// here (see the module's documentation).
-pub(crate) fn read(text: &str) -> Option<Number> {
+pub(crate) fn read(text: &str) -> Option<Read> {
     let b = text.as_bytes();
     let (negative, digits) = match b.split_first()? {
         (b'-', rest) => (true, rest),
         _ => (false, b),
     };
-    // The integer part: `0` or digits without a leading zero.
-    let int_len = digits.iter().take_while(|c| c.is_ascii_digit()).count();
-    if int_len == 0 || (int_len > 1 && digits.first() == Some(&b'0')) {
-        return None;
-    }
-    let (int, rest) = digits.split_at(int_len);
-    if rest.is_empty() {
+    // The integer part: `0` or digits without a leading zero, read in one
+    // pass (at most 18 digits: any fit an `i64`, and a decimal with more
+    // has more than 15 significant ones).
+    let mut significand = 0u64;
+    let mut int_len = 0usize;
+    while let Some(d) = digits.get(int_len).map(|c| c.wrapping_sub(b'0')) {
+        if d > 9 {
+            break;
+        }
+        int_len += 1;
         if int_len > MAX_INTEGER_DIGITS {
             return None;
         }
-        let magnitude = int.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        significand = significand * 10 + u64::from(d);
+    }
+    if int_len == 0 || (int_len > 1 && digits.first() == Some(&b'0')) {
+        return None;
+    }
+    let rest = digits.get(int_len..)?;
+    if rest.is_empty() {
+        let magnitude = i64::try_from(significand).ok()?;
         // serde_json reads `-0` as the float -0.0.
         return Some(match (negative, magnitude) {
-            (true, 0) => Number::from_f64(-0.0)?,
-            (true, m) => Number::from(-m),
-            (false, m) => Number::from(m),
+            (true, 0) => Read::Float(-0.0),
+            (true, m) => Read::Int(-m),
+            (false, m) => Read::Int(m),
         });
     }
-    let (frac, rest) = match rest.split_first() {
+    // The significant digits so far: the integer part's, unless it is `0`.
+    let mut significant = if significand == 0 { 0 } else { int_len };
+    if significant > MAX_DECIMAL_DIGITS {
+        return None;
+    }
+    // The fraction: each digit moves the exponent one down.
+    let mut frac_len = 0usize;
+    let rest = match rest.split_first() {
         Some((b'.', after)) => {
-            let len = after.iter().take_while(|c| c.is_ascii_digit()).count();
-            if len == 0 {
+            while let Some(d) = after.get(frac_len).map(|c| c.wrapping_sub(b'0')) {
+                if d > 9 {
+                    break;
+                }
+                frac_len += 1;
+                if significant > 0 || d != 0 {
+                    significant += 1;
+                    if significant > MAX_DECIMAL_DIGITS {
+                        return None;
+                    }
+                }
+                significand = significand * 10 + u64::from(d);
+            }
+            if frac_len == 0 {
                 return None;
             }
-            after.split_at(len)
+            after.get(frac_len..)?
         }
-        _ => (&[][..], rest),
+        _ => rest,
     };
     let exponent = match rest.split_first() {
         None => 0,
@@ -91,20 +185,7 @@ pub(crate) fn read(text: &str) -> Option<Number> {
         }
         Some(_) => return None,
     };
-    // The significand: every digit, leading zeros skipped; the exponent
-    // moves one down per fraction digit.
-    let mut significand = 0u64;
-    let mut significant = 0u32;
-    for d in int.iter().chain(frac) {
-        if significant > 0 || *d != b'0' {
-            significant += 1;
-        }
-        significand = significand * 10 + u64::from(d - b'0');
-        if significant > MAX_DECIMAL_DIGITS {
-            return None;
-        }
-    }
-    let exponent = exponent - i32::try_from(frac.len()).ok()?;
+    let exponent = exponent - i32::try_from(frac_len).ok()?;
     let power = POWERS_OF_TEN.get(usize::try_from(exponent.unsigned_abs()).ok()?)?;
     // Below 2^53: exact.
     #[allow(clippy::cast_precision_loss)]
@@ -114,27 +195,22 @@ pub(crate) fn read(text: &str) -> Option<Number> {
     } else {
         f /= power;
     }
-    Number::from_f64(if negative { -f } else { f })
+    Some(Read::Float(if negative { -f } else { f }))
 }
 
 /// Whether a field whose value's text is `text` passes `op` against
 /// `constant`, as [`compare`](crate::ops::compare) judges the value
 /// serde_json reads from it; `None` when `text` is not a number
 /// [`read`] reads (then parse it).
-pub(crate) fn compare(text: &str, op: CompareOp, constant: &serde_json::Value) -> Option<bool> {
-    let number = read(text)?;
-    Some(crate::ops::compare(
-        Some(&serde_json::Value::Number(number)),
-        op,
-        constant,
-    ))
+pub(crate) fn compare(text: &str, op: CompareOp, constant: &Constant) -> Option<bool> {
+    Some(read(text)?.passes(op, constant))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use proptest::prelude::*;
-    use serde_json::Value;
+    use serde_json::{Number, Value};
 
     use super::*;
 
@@ -149,7 +225,7 @@ mod tests {
 
     fn check(text: &str) {
         let serde = serde_json::from_str::<Value>(text).ok();
-        if let Some(ours) = read(text) {
+        if let Some(ours) = read(text).map(|r| r.number().unwrap()) {
             let Some(Value::Number(theirs)) = &serde else {
                 panic!("{text:?}: read {ours:?}, serde_json reads {serde:?}");
             };
@@ -292,7 +368,7 @@ mod tests {
             op in op(),
         ) {
             check(&text);
-            if let Some(held) = compare(&text, op, &constant) {
+            if let Some(held) = compare(&text, op, &Constant::of(&constant)) {
                 let value: Value = serde_json::from_str(&text).unwrap();
                 prop_assert_eq!(held, crate::ops::compare(Some(&value), op, &constant), "{}", text);
             }
@@ -312,7 +388,7 @@ mod tests {
             let text = format!("{}{}.{:02}", if cents < 0 { "-" } else { "" }, cents.abs() / 100, cents.abs() % 100);
             let constant = Value::from(cents / 100);
             let equal = cents % 100 == 0;
-            prop_assert_eq!(compare(&text, CompareOp::Eq, &constant), Some(equal), "{}", text);
+            prop_assert_eq!(compare(&text, CompareOp::Eq, &Constant::of(&constant)), Some(equal), "{}", text);
         }
     }
 }

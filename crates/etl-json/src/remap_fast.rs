@@ -365,6 +365,8 @@ pub(crate) struct JsonFilter {
     pub(crate) op: CompareOp,
     /// The constant.
     pub(crate) value: serde_json::Value,
+    /// The constant, read for comparing numbers with it.
+    pub(crate) constant: number::Constant,
 }
 
 /// What a run of steps made of a record.
@@ -1245,7 +1247,7 @@ fn filter_on(top: Option<&str>, filter: &JsonFilter) -> Run<bool> {
     }
     // A number's text is compared without parsing it, when read exactly
     // (the same number serde_json reads).
-    if let Some(held) = text.and_then(|t| number::compare(t, filter.op, &filter.value)) {
+    if let Some(held) = text.and_then(|t| number::compare(t, filter.op, &filter.constant)) {
         return Ok(held);
     }
     // As the JSON stage reads it: a top-level value that does not parse

@@ -253,3 +253,83 @@ proptest! {
         }
     }
 }
+
+/// A threshold as users write one: integers and decimals of every size,
+/// and now and then something that is not a number.
+fn threshold() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        4 => (-1_000i64..1_000).prop_map(Value::from),
+        2 => (-1e3f64..1e3).prop_map(Value::from),
+        1 => any::<i64>().prop_map(Value::from),
+        1 => any::<u64>().prop_map(Value::from),
+        1 => (-1e6f64..1e6).prop_map(|f| Value::from(f.trunc())),
+        1 => Just(Value::from(-0.0)),
+        1 => Just(Value::Null),
+        1 => Just(Value::from("5")),
+    ]
+}
+
+/// Amounts near the thresholds, as integers and decimals.
+fn amounts() -> impl Strategy<Value = String> {
+    let amount = prop_oneof![
+        (-1_000i64..1_000).prop_map(|n| n.to_string()),
+        (-100_000i64..100_000).prop_map(|c| format!(
+            "{}{}.{:02}",
+            if c < 0 { "-" } else { "" },
+            c.abs() / 100,
+            c.abs() % 100
+        )),
+        (-1e3f64..1e3).prop_map(|f| f.to_string()),
+        "-?(0|[1-9][0-9]{0,19})(\\.[0-9]{1,18})?([eE][-+]?[0-9]{1,3})?",
+        Just("-0".to_owned()),
+        Just("null".to_owned()),
+        Just(r#""7""#.to_owned()),
+    ];
+    prop::collection::vec(
+        (prop_oneof![Just("a"), Just("b"), Just("\\u0061")], amount),
+        0..4,
+    )
+    .prop_map(|fields| {
+        let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        format!("{{{}}}", body.join(","))
+    })
+}
+
+proptest! {
+    /// Thresholds on one field, as a router's routes by amount have them,
+    /// compare the field's number read once per record: each as its
+    /// stage, run alone, judges it.
+    #[test]
+    fn prop_thresholds_on_one_field_judge_as_their_stages(
+        thresholds in prop::collection::vec((threshold(), prop_oneof![
+            Just(CompareOp::Lt),
+            Just(CompareOp::Le),
+            Just(CompareOp::Gt),
+            Just(CompareOp::Ge),
+            Just(CompareOp::Eq),
+            Just(CompareOp::Ne),
+            Just(CompareOp::Exists),
+        ]), 1..5),
+        inputs in prop::collection::vec(amounts(), 1..6),
+    ) {
+        let specs: Vec<Spec> = thresholds
+            .into_iter()
+            .map(|(value, op)| Spec::Json(JsonOp::Filter { path: JsonOp::path("a"), op, value }))
+            .collect();
+        for checked in [false, true] {
+            let (mut stages, mut conditions) = build(&specs, checked);
+            for input in &inputs {
+                let mut judging = conditions.read(input.as_bytes());
+                for (i, stage) in stages.iter_mut().enumerate() {
+                    if let Some(held) = judging.holds(i) {
+                        let want = alone(stage.as_mut(), input);
+                        prop_assert_eq!(
+                            Some(held), want,
+                            "condition {:?} on {} (checked: {})", specs[i], input, checked
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -7,19 +7,23 @@
 //! record as read: what one condition's program assigns or deletes is
 //! forgotten before the next is judged.
 //!
-//! Declarative filters alone need less than a program: the values of the few top-level fields their paths
-//! start with. Such a reading ([`Fields`]) reads the record's top level
-//! with the validating reader, which refuses what the checked reading's
-//! searches of the whole text refuse (a number past an `f64`, a surrogate
-//! escape) at less cost than the scanner and those searches together,
-//! and keeps those values only.
+//! Declarative filters alone need less than a program: the values of
+//! the few top-level fields their paths start with. Such a reading
+//! ([`Fields`]) reads the record's top level with the validating reader,
+//! which refuses what the checked reading's searches of the whole text
+//! refuse (a number past an `f64`, a surrogate escape) at less cost than
+//! the scanner and those searches together, and keeps those values
+//! only. A field's number is read once for the filters that compare it
+//! one after the other, each against its constant as read when the
+//! filter was made: several thresholds on one field (routes by amount)
+//! cost one reading of its number.
 
 use std::sync::Arc;
 
 use vrl::value::Value;
 
 use super::{Arena, Cx, JsonFilter, LiteProgram, Spare, Stop, Val, last_of};
-use crate::{check, scan};
+use crate::{check, number, scan};
 
 /// The fast form of one condition.
 #[derive(Debug, Clone)]
@@ -76,11 +80,25 @@ enum How<'a> {
         spare: &'a mut Spare,
     },
     /// The values of the top-level fields `keys` (the last of each, as
-    /// the stages read duplicates), `None` where the record has none.
+    /// the stages read duplicates), `None` where the record has none;
+    /// and the number of the field a filter last compared (its index in
+    /// `keys`), kept for the next filter on that field.
     Fields {
         keys: &'a [String],
         values: [Option<&'a str>; MAX_FIELDS],
+        number: (usize, Number),
     },
+}
+
+/// A field's value as a number, read once while the filters compare that
+/// field: several thresholds on one field (a router's routes by amount)
+/// compare one reading.
+#[derive(Debug, Clone, Copy)]
+enum Number {
+    Unread,
+    /// Not a number [`number::read`] reads: the filter reads the text.
+    Not,
+    Is(number::Read),
 }
 
 impl std::fmt::Debug for Reading<'_> {
@@ -90,11 +108,11 @@ impl std::fmt::Debug for Reading<'_> {
                 .debug_struct("Reading")
                 .field("doc", &cx.as_ref().map(|cx| cx.doc))
                 .finish_non_exhaustive(),
-            How::Fields { keys, values } => f
+            How::Fields { keys, values, .. } => f
                 .debug_struct("Reading")
                 .field("keys", keys)
                 .field("values", values)
-                .finish(),
+                .finish_non_exhaustive(),
         }
     }
 }
@@ -135,7 +153,11 @@ impl<'a> Reading<'a> {
         }
         spare.top = scan::recycle(top);
         Some(Reading {
-            how: How::Fields { keys, values },
+            how: How::Fields {
+                keys,
+                values,
+                number: (0, Number::Unread),
+            },
         })
     }
 
@@ -158,7 +180,11 @@ impl<'a> Reading<'a> {
                     },
                 }
             }
-            How::Fields { keys, values } => {
+            How::Fields {
+                keys,
+                values,
+                number,
+            } => {
                 let Form::Filters(filters) = form else {
                     return None;
                 };
@@ -166,7 +192,21 @@ impl<'a> Reading<'a> {
                     let first = f.path.first().ok_or(Stop::Fallback)?;
                     let at = keys.iter().position(|k| k == first).ok_or(Stop::Fallback)?;
                     let top = *values.get(at).ok_or(Stop::Fallback)?;
-                    Ok::<_, Stop>(all && super::filter_on(top, f)?)
+                    if !all {
+                        return Ok(false);
+                    }
+                    // A top-level field's number, read once for every
+                    // filter comparing it; anything else as the stage.
+                    if let (Some(text), [_]) = (top, f.path.as_slice()) {
+                        if number.0 != at || matches!(number.1, Number::Unread) {
+                            let read = number::read(text).map_or(Number::Not, Number::Is);
+                            *number = (at, read);
+                        }
+                        if let Number::Is(n) = number.1 {
+                            return Ok(n.passes(f.op, &f.constant));
+                        }
+                    }
+                    super::filter_on(top, f)
                 })
             }
         };
