@@ -563,6 +563,13 @@ mod tests {
             })
     }
 
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2000)
+    }
+
     fn text(node: &Node) -> String {
         let mut out = String::new();
         node.write(&mut out);
@@ -570,7 +577,9 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4000))]
+        // A connector's property tests run in the test step (the prop
+        // step builds no connector): 2,000 cases there, or `PROPTEST_CASES`.
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
 
         /// The one-pass check never says "fits" of a record the check over
         /// `Value` refuses, or of bytes that are not JSON.
