@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use std::sync::OnceLock;
 
-use crate::schema::{RowSchema, infer};
+use crate::schema::{Row, RowSchema, infer};
 use crate::{NdjsonCompression, ParquetCompression};
 
 /// How records become an object's bytes. Every form is deterministic: the
@@ -49,6 +49,18 @@ impl SchemaSource {
     pub(crate) fn is_inferred(&self) -> bool {
         matches!(self, SchemaSource::Inferred(_))
     }
+}
+
+/// A batch's records as a write read them, by their place in the batch.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// Nothing read: NDJSON objects whose keys need no field.
+    Nothing,
+    /// Each record's JSON value, `None` where it is not JSON.
+    Values(Vec<Option<Value>>),
+    /// Each record's row of a declared Parquet schema, or why it does not
+    /// fit.
+    Rows(Vec<Result<Row, String>>),
 }
 
 #[derive(Debug)]
@@ -107,6 +119,17 @@ impl ObjectFormat {
         }
     }
 
+    /// The declared Parquet schema, if this is one.
+    pub(crate) fn declared(&self) -> Option<&RowSchema> {
+        match self {
+            ObjectFormat::Parquet {
+                schema: SchemaSource::Declared(schema),
+                ..
+            } => Some(schema),
+            _ => None,
+        }
+    }
+
     /// Check one record's value against the schema.
     pub(crate) fn check(&self, value: Option<&Value>) -> Result<(), String> {
         match self {
@@ -119,12 +142,12 @@ impl ObjectFormat {
     }
 
     /// The bytes of an object of records `rows` of `batch` (each checked
-    /// already), `values` their parsed values for Parquet.
+    /// already), `read` what the write read of them for Parquet.
     pub(crate) fn encode(
         &self,
         batch: &EncodedBatch,
         rows: &[usize],
-        values: &[Option<Value>],
+        read: &Read,
     ) -> Result<Bytes, String> {
         match self {
             ObjectFormat::Ndjson(compression) => {
@@ -139,15 +162,32 @@ impl ObjectFormat {
                 compress(*compression, plain).map_err(|e| format!("cannot compress: {e}"))
             }
             ObjectFormat::Parquet { schema, properties } => {
-                let refs: Vec<&Value> = rows
-                    .iter()
-                    .filter_map(|&i| values.get(i).and_then(Option::as_ref))
-                    .collect();
-                if refs.len() != rows.len() {
-                    return Err("a record's value was not read".to_owned());
-                }
-                let schema = schema.get(refs.first().copied())?;
-                let columns = schema.columns(&refs)?;
+                let not_read = || "a record's value was not read".to_owned();
+                let (schema, columns) = match read {
+                    Read::Rows(read) => {
+                        let refs: Vec<&Row> = rows
+                            .iter()
+                            .filter_map(|&i| read.get(i).and_then(|row| row.as_ref().ok()))
+                            .collect();
+                        if refs.len() != rows.len() {
+                            return Err(not_read());
+                        }
+                        let schema = schema.get(None)?;
+                        (schema, schema.columns_of_rows(&refs)?)
+                    }
+                    Read::Values(values) => {
+                        let refs: Vec<&Value> = rows
+                            .iter()
+                            .filter_map(|&i| values.get(i).and_then(Option::as_ref))
+                            .collect();
+                        if refs.len() != rows.len() {
+                            return Err(not_read());
+                        }
+                        let schema = schema.get(refs.first().copied())?;
+                        (schema, schema.columns(&refs)?)
+                    }
+                    Read::Nothing => return Err(not_read()),
+                };
                 let batch = RecordBatch::try_new(schema.arrow(), columns)
                     .map_err(|e| format!("cannot build the rows: {e}"))?;
                 let mut out = Vec::new();
@@ -201,10 +241,10 @@ mod tests {
     fn gzip_and_zstd_decompress_to_the_lines_and_repeat_byte_for_byte() {
         let b = batch(&["{\"a\":1}", "{\"a\":2}"]);
         let gz = ObjectFormat::Ndjson(NdjsonCompression::Gzip)
-            .encode(&b, &[0, 1], &[])
+            .encode(&b, &[0, 1], &super::Read::Nothing)
             .unwrap();
         let again = ObjectFormat::Ndjson(NdjsonCompression::Gzip)
-            .encode(&b, &[0, 1], &[])
+            .encode(&b, &[0, 1], &super::Read::Nothing)
             .unwrap();
         assert_eq!(gz, again);
         let mut text = String::new();
@@ -213,7 +253,7 @@ mod tests {
             .unwrap();
         assert_eq!(text, "{\"a\":1}\n{\"a\":2}\n");
         let zst = ObjectFormat::Ndjson(NdjsonCompression::Zstd)
-            .encode(&b, &[1], &[])
+            .encode(&b, &[1], &super::Read::Nothing)
             .unwrap();
         assert_eq!(zstd::stream::decode_all(&zst[..]).unwrap(), b"{\"a\":2}\n");
     }

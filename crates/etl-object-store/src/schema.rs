@@ -179,6 +179,53 @@ impl RowSchema {
             })
             .collect()
     }
+
+    /// The [`Row`] of `value`, which passed [`check`](Self::check).
+    pub(crate) fn row_of(&self, value: &Value) -> Result<Row, String> {
+        self.columns
+            .iter()
+            .map(|c| c.cell(lookup(value, &c.path).cloned()))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Row)
+    }
+
+    /// The columns of `rows`: the same arrays [`columns`](Self::columns)
+    /// builds of the values they were read from.
+    pub(crate) fn columns_of_rows(&self, rows: &[&Row]) -> Result<Vec<ArrayRef>, String> {
+        self.columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let cells = rows
+                    .iter()
+                    .map(|row| row.0.get(i).ok_or_else(|| c.changed()))
+                    .collect::<Result<Vec<&Cell>, String>>()?;
+                c.build_cells(&cells)
+            })
+            .collect()
+    }
+}
+
+/// One record's value as its columns store it, one [`Cell`] per column of
+/// the schema, read from a value that fits it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Row(Vec<Cell>);
+
+/// One column's value in a [`Row`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Cell {
+    /// Missing or null.
+    Null,
+    /// A boolean column's.
+    Bool(bool),
+    /// An integer column's, a timestamp's microseconds or a date's days.
+    Int(i64),
+    /// A float column's.
+    Float(f64),
+    /// A string column's.
+    Text(String),
+    /// A struct's or a list's, as JSON.
+    Nested(Value),
 }
 
 /// The first field of the object `value` that holds data (not null, `[]`
@@ -350,6 +397,94 @@ impl Column {
         } else {
             Err(self.mismatch(value))
         }
+    }
+
+    /// What a value that passed [`check`](Self::check) stores as.
+    fn cell(&self, value: Option<Value>) -> Result<Cell, String> {
+        let value = match value {
+            None | Some(Value::Null) => return Ok(Cell::Null),
+            Some(value) => value,
+        };
+        let cell = match self.kind {
+            ColumnType::Boolean => value.as_bool().map(Cell::Bool),
+            ColumnType::Int32 => value
+                .as_i64()
+                .filter(|n| i32::try_from(*n).is_ok())
+                .map(Cell::Int),
+            ColumnType::Int64 => value.as_i64().map(Cell::Int),
+            ColumnType::Float64 => value.as_f64().map(Cell::Float),
+            ColumnType::Date => date_days(&value).map(|d| Cell::Int(i64::from(d))),
+            ColumnType::Timestamp => timestamp_micros(&value).map(Cell::Int),
+            ColumnType::String => match value {
+                Value::String(s) => Some(Cell::Text(s)),
+                _ => None,
+            },
+            ColumnType::Struct | ColumnType::List => Some(Cell::Nested(value)),
+        };
+        cell.ok_or_else(|| self.changed())
+    }
+
+    fn changed(&self) -> String {
+        format!(
+            "column `{}`: a value changed type after its check",
+            self.name
+        )
+    }
+
+    /// The column of `cells` ([`cell`](Self::cell)s of this column): the
+    /// array [`build`](Self::build) makes of the values they were read
+    /// from.
+    fn build_cells<'c>(&self, cells: &[&'c Cell]) -> Result<ArrayRef, String> {
+        macro_rules! scalar {
+            ($builder:expr, $variant:ident, $get:expr) => {{
+                let mut b = $builder;
+                for cell in cells {
+                    match cell {
+                        Cell::Null => b.append_null(),
+                        Cell::$variant(v) => b.append_value($get(v).ok_or_else(|| self.changed())?),
+                        _ => return Err(self.changed()),
+                    }
+                }
+                Arc::new(b.finish()) as ArrayRef
+            }};
+        }
+        let n = cells.len();
+        Ok(match self.kind {
+            ColumnType::Boolean => {
+                scalar!(BooleanBuilder::with_capacity(n), Bool, |v: &bool| Some(*v))
+            }
+            ColumnType::Int32 => scalar!(Int32Builder::with_capacity(n), Int, |v: &i64| {
+                i32::try_from(*v).ok()
+            }),
+            ColumnType::Int64 => scalar!(Int64Builder::with_capacity(n), Int, |v: &i64| Some(*v)),
+            ColumnType::Float64 => {
+                scalar!(Float64Builder::with_capacity(n), Float, |v: &f64| Some(*v))
+            }
+            ColumnType::Date => scalar!(Date32Builder::with_capacity(n), Int, |v: &i64| {
+                i32::try_from(*v).ok()
+            }),
+            ColumnType::Timestamp => scalar!(
+                TimestampMicrosecondBuilder::with_capacity(n).with_timezone("UTC"),
+                Int,
+                |v: &i64| Some(*v)
+            ),
+            ColumnType::String => scalar!(
+                StringBuilder::with_capacity(n, n * 16),
+                Text,
+                |v: &'c String| Some(v.as_str())
+            ),
+            ColumnType::Struct | ColumnType::List => {
+                let values = cells
+                    .iter()
+                    .map(|cell| match cell {
+                        Cell::Null => Ok(None),
+                        Cell::Nested(v) => Ok(Some(v)),
+                        _ => Err(self.changed()),
+                    })
+                    .collect::<Result<Vec<Option<&Value>>, String>>()?;
+                self.build(&values)?
+            }
+        })
     }
 
     fn mismatch(&self, value: &Value) -> String {

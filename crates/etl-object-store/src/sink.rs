@@ -16,7 +16,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde_json::Value;
 
-use crate::encode::{ObjectFormat, SchemaSource};
+use crate::encode::{ObjectFormat, Read, SchemaSource};
 use crate::error::classify;
 use crate::key::{KeyParts, lookup};
 use crate::progress::ProgressStore;
@@ -364,16 +364,59 @@ impl Inner {
             .is_some_and(|n| first.div_euclid(n) != offset.div_euclid(n))
     }
 
+    /// Read what the objects of `batch` need of its records: for a
+    /// declared Parquet schema whose keys need no field, each record's row,
+    /// in one pass over its bytes where it surely fits and through its
+    /// `Value` otherwise; else the values, where anything reads them.
+    fn read(&self, batch: &EncodedBatch) -> Read {
+        let records = batch.records().iter();
+        if let Some(schema) = self.format.declared()
+            && !self.key.reads_fields()
+            && self.date_field.is_none()
+        {
+            return Read::Rows(
+                records
+                    .map(|r| match schema.read_row(&r.value) {
+                        Some(row) => Ok(row),
+                        None => match serde_json::from_slice::<Value>(&r.value) {
+                            Ok(value) => schema.check(&value).and_then(|()| schema.row_of(&value)),
+                            Err(_) => Err("the value is not JSON".to_owned()),
+                        },
+                    })
+                    .collect(),
+            );
+        }
+        if self.reads_values() {
+            Read::Values(
+                records
+                    .map(|r| serde_json::from_slice(&r.value).ok())
+                    .collect(),
+            )
+        } else {
+            Read::Nothing
+        }
+    }
+
     /// Cut `batch` into objects; the records that cannot be stored are
     /// rejected.
-    fn plan(&self, batch: &EncodedBatch, values: &[Option<Value>]) -> (Vec<Planned>, Vec<Reject>) {
+    fn plan(&self, batch: &EncodedBatch, read: &Read) -> (Vec<Planned>, Vec<Reject>) {
         let now = Utc::now();
         let mut planned: Vec<Planned> = Vec::new();
         let mut open: BTreeMap<PartitionId, usize> = BTreeMap::new();
         let mut rejects = Vec::new();
         for (i, record) in batch.records().iter().enumerate() {
-            let value = values.get(i).and_then(Option::as_ref);
-            let parts = match self.place(record, value, now) {
+            let placed = match read {
+                Read::Rows(rows) => match rows.get(i) {
+                    Some(Ok(_)) => self.parts(record, None, now),
+                    Some(Err(why)) => Err(why.clone()),
+                    None => Err("the record was not read".to_owned()),
+                },
+                Read::Values(values) => {
+                    self.place(record, values.get(i).and_then(Option::as_ref), now)
+                }
+                Read::Nothing => self.place(record, None, now),
+            };
+            let parts = match placed {
                 Ok(parts) => parts,
                 Err(why) => {
                     rejects.push(Reject::new(i, why));
@@ -408,16 +451,8 @@ impl Inner {
 impl Sink for ObjectStoreSink {
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let inner = &*self.inner;
-        let values: Vec<Option<Value>> = if inner.reads_values() {
-            batch
-                .records()
-                .iter()
-                .map(|r| serde_json::from_slice(&r.value).ok())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let (planned, rejects) = inner.plan(batch, &values);
+        let read = inner.read(batch);
+        let (planned, rejects) = inner.plan(batch, &read);
         if inner.exactly_once.is_some() && !rejects.is_empty() {
             // Progress past a rejected record would be stored before its
             // dead letter is durable: refuse the batch instead (the
@@ -434,7 +469,7 @@ impl Sink for ObjectStoreSink {
             let key = inner.key.render(&object.parts, object.first_offset);
             let body = inner
                 .format
-                .encode(batch, &object.rows, &values)
+                .encode(batch, &object.rows, &read)
                 .map_err(|why| {
                     SinkError::permanent(format!(
                         "sink {:?}: cannot encode {}/{key}: {why}",

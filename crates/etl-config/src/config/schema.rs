@@ -411,16 +411,12 @@ pub(crate) const PARQUET_IS_WRITTEN_WHOLE: &str = "a file sink appends lines, an
 fn line_encoding<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<LineFormat, D::Error> {
+    use serde::de::IntoDeserializer;
     let name = String::deserialize(deserializer)?;
-    match name.as_str() {
-        "ndjson" => Ok(LineFormat::Ndjson),
-        "lines" => Ok(LineFormat::Lines),
-        "parquet" => Err(serde::de::Error::custom(PARQUET_IS_WRITTEN_WHOLE)),
-        other => Err(serde::de::Error::unknown_variant(
-            other,
-            &["ndjson", "lines"],
-        )),
+    if name == "parquet" {
+        return Err(serde::de::Error::custom(PARQUET_IS_WRITTEN_WHOLE));
     }
+    LineFormat::deserialize(name.into_deserializer())
 }
 
 /// The `fsync` key of a file sink's table: which [`FsyncPolicy`], the

@@ -10,10 +10,11 @@
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Number, Value};
 
-use super::{Column, ColumnType, RowSchema};
+use super::{Cell, Column, ColumnType, Row, RowSchema};
 
 /// The columns of one object (the record, or a struct's value), by the
 /// path segments that lead to them.
@@ -82,6 +83,21 @@ impl RowSchema {
     /// [`check`](Self::check) of its [`Value`] says it does. `false`
     /// says nothing: ask `check`.
     pub(crate) fn surely_fits(&self, bytes: &[u8]) -> bool {
+        self.one_pass(bytes, None)
+    }
+
+    /// The [`Row`] of `bytes` when they surely fit (see
+    /// [`surely_fits`](Self::surely_fits)): the row
+    /// [`row_of`](Self::row_of) makes of their [`Value`]. `None` says
+    /// nothing: read the `Value`, check it, and take its row.
+    pub(crate) fn read_row(&self, bytes: &[u8]) -> Option<Row> {
+        let mut cells = vec![Cell::Null; self.columns.len()];
+        self.one_pass(bytes, Some(&mut cells)).then_some(Row(cells))
+    }
+
+    /// Judge `bytes` in one pass, storing each column's cell in `cells`
+    /// (in the columns' order) if given.
+    fn one_pass(&self, bytes: &[u8], cells: Option<&mut Vec<Cell>>) -> bool {
         let Some(trie) = &self.trie else {
             return false;
         };
@@ -92,6 +108,7 @@ impl RowSchema {
         let seed = ObjectSeed {
             trie,
             columns: &self.columns,
+            cells,
         };
         seed.deserialize(&mut reader).is_ok() && reader.end().is_ok()
     }
@@ -104,13 +121,15 @@ fn unsure<E: de::Error>() -> E {
 }
 
 /// An object whose fields hold `columns` (as `trie` leads to them); its
-/// columns it lacks must be nullable.
-struct ObjectSeed<'s> {
+/// columns it lacks must be nullable. Each column's cell goes to `cells`,
+/// if given.
+struct ObjectSeed<'s, 'm> {
     trie: &'s Trie,
     columns: &'s [Column],
+    cells: Option<&'m mut Vec<Cell>>,
 }
 
-impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_, '_> {
     type Value = ();
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -119,6 +138,7 @@ impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
             trie: self.trie,
             columns: self.columns,
             seen: &mut seen,
+            cells: self.cells,
         })?;
         let every_missing_one_nullable = self
             .columns
@@ -134,11 +154,12 @@ impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
 }
 
 /// The fields of one object on the way to columns: each column found is
-/// checked and marked in `seen`.
+/// checked and marked in `seen`, and its cell stored in `cells` if given.
 struct InnerVisitor<'s, 'm> {
     trie: &'s Trie,
     columns: &'s [Column],
     seen: &'m mut u64,
+    cells: Option<&'m mut Vec<Cell>>,
 }
 
 impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
@@ -148,13 +169,13 @@ impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
         f.write_str("an object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         // The entries of this object met so far: a key given twice is
         // left to the check over `Value` (where the last one counts).
         let mut met = 0u64;
         while let Some(at) = map.next_key_seed(KeySeed { trie: self.trie })? {
             let Some(k) = at else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
                 continue;
             };
             if met & (1 << k) != 0 {
@@ -164,13 +185,18 @@ impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
             match self.trie.entries.get(k).map(|(_, slot)| slot) {
                 Some(Slot::Column(i)) => {
                     let column = self.columns.get(*i).ok_or_else(unsure)?;
-                    map.next_value_seed(ColumnSeed { column })?;
+                    let out = match self.cells.as_deref_mut() {
+                        Some(cells) => Some(cells.get_mut(*i).ok_or_else(unsure)?),
+                        None => None,
+                    };
+                    map.next_value_seed(ColumnSeed { column, out })?;
                     *self.seen |= 1 << i;
                 }
                 Some(Slot::Inner(trie)) => map.next_value_seed(InnerSeed {
                     trie,
                     columns: self.columns,
                     seen: &mut *self.seen,
+                    cells: self.cells.as_deref_mut(),
                 })?,
                 None => return Err(unsure()),
             }
@@ -185,6 +211,7 @@ struct InnerSeed<'s, 'm> {
     trie: &'s Trie,
     columns: &'s [Column],
     seen: &'m mut u64,
+    cells: Option<&'m mut Vec<Cell>>,
 }
 
 impl<'de> DeserializeSeed<'de> for InnerSeed<'_, '_> {
@@ -195,7 +222,65 @@ impl<'de> DeserializeSeed<'de> for InnerSeed<'_, '_> {
             trie: self.trie,
             columns: self.columns,
             seen: self.seen,
+            cells: self.cells,
         })
+    }
+}
+
+/// A value no column reads, read through as the `Value` parse reads it
+/// (string escapes, numbers' range, the nesting depth) but not kept.
+/// `IgnoredAny` would not do: serde_json skips it without those checks.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
     }
 }
 
@@ -226,26 +311,43 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 }
 
 /// One column's value: judged by [`Column::check`] on the scalar itself,
-/// field by field for a struct, item by item for a list.
-struct ColumnSeed<'s> {
+/// field by field for a struct, item by item for a list; its cell stored
+/// in `out`, if given (a struct's or list's read whole, as JSON).
+struct ColumnSeed<'s, 'm> {
     column: &'s Column,
+    out: Option<&'m mut Cell>,
 }
 
-impl<'de> DeserializeSeed<'de> for ColumnSeed<'_> {
+impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, '_> {
     type Value = ();
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
+        match (self.out, self.column.kind) {
+            (Some(out), ColumnType::Struct | ColumnType::List) => {
+                let value = Value::deserialize(d)?;
+                self.column.check(Some(&value)).map_err(|_| unsure())?;
+                *out = self.column.cell(Some(value)).map_err(|_| unsure())?;
+                Ok(())
+            }
+            (out, _) => d.deserialize_any(ColumnSeed {
+                column: self.column,
+                out,
+            }),
+        }
     }
 }
 
-impl ColumnSeed<'_> {
-    fn scalar<E: de::Error>(&self, value: Value) -> Result<(), E> {
-        self.column.check(Some(&value)).map_err(|_| unsure())
+impl ColumnSeed<'_, '_> {
+    fn scalar<E: de::Error>(self, value: Value) -> Result<(), E> {
+        self.column.check(Some(&value)).map_err(|_| unsure())?;
+        if let Some(out) = self.out {
+            *out = self.column.cell(Some(value)).map_err(|_| unsure())?;
+        }
+        Ok(())
     }
 }
 
-impl<'de> Visitor<'de> for ColumnSeed<'_> {
+impl<'de> Visitor<'de> for ColumnSeed<'_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -275,7 +377,12 @@ impl<'de> Visitor<'de> for ColumnSeed<'_> {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
         match self.column.kind {
             // Any string is one: no copy to tell.
-            ColumnType::String => Ok(()),
+            ColumnType::String => {
+                if let Some(out) = self.out {
+                    *out = Cell::Text(v.to_owned());
+                }
+                Ok(())
+            }
             _ => self.scalar(Value::String(v.to_owned())),
         }
     }
@@ -289,6 +396,7 @@ impl<'de> Visitor<'de> for ColumnSeed<'_> {
             trie,
             columns: &self.column.children,
             seen: &mut seen,
+            cells: None,
         }
         .visit_map(map)?;
         let every_missing_one_nullable = self
@@ -310,7 +418,10 @@ impl<'de> Visitor<'de> for ColumnSeed<'_> {
             return Err(unsure());
         };
         while seq
-            .next_element_seed(ColumnSeed { column: item })?
+            .next_element_seed(ColumnSeed {
+                column: item,
+                out: None,
+            })?
             .is_some()
         {}
         Ok(())
@@ -319,6 +430,7 @@ impl<'de> Visitor<'de> for ColumnSeed<'_> {
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::Array;
     use proptest::prelude::*;
 
     use super::super::ColumnConfig;
@@ -369,6 +481,8 @@ mod tests {
         Big(u64),
         Float(f64),
         Text(String),
+        /// JSON-looking text as it is: what only a full parse refuses.
+        Raw(String),
         List(Vec<Node>),
         Object(Vec<(String, bool, Node)>),
     }
@@ -382,6 +496,7 @@ mod tests {
                 Node::Big(n) => out.push_str(&n.to_string()),
                 Node::Float(f) => out.push_str(&serde_json::to_string(f).unwrap()),
                 Node::Text(s) => out.push_str(&serde_json::to_string(s).unwrap()),
+                Node::Raw(s) => out.push_str(s),
                 Node::List(items) => {
                     out.push('[');
                     for (i, item) in items.iter().enumerate() {
@@ -425,6 +540,17 @@ mod tests {
 
     fn scalar() -> impl Strategy<Value = Node> {
         prop_oneof![
+            prop::sample::select(vec![
+                r#""\ud800""#.to_owned(),
+                r#""a\udc00""#.to_owned(),
+                r#""\ud83d\ude00""#.to_owned(),
+                "1e400".to_owned(),
+                "-1e400".to_owned(),
+                "18446744073709551616".to_owned(),
+                "1E-400".to_owned(),
+                format!("{}{}", "[".repeat(130), "]".repeat(130)),
+            ])
+            .prop_map(Node::Raw),
             Just(Node::Null),
             any::<bool>().prop_map(Node::Bool),
             prop_oneof![
@@ -452,6 +578,7 @@ mod tests {
                 "2026-02-30",
                 "\u{e9}t\u{e9}",
                 "line\nbreak \"quoted\"",
+                " padded ",
             ])
             .prop_map(|s| Node::Text(s.to_owned())),
         ]
@@ -471,7 +598,7 @@ mod tests {
     fn record() -> impl Strategy<Value = Node> {
         let field = |name: &'static str, value: BoxedStrategy<Node>| {
             (
-                prop::bool::weighted(0.85),
+                prop::bool::weighted(0.93),
                 prop::bool::weighted(0.05),
                 value,
             )
@@ -479,12 +606,19 @@ mod tests {
                     present.then(|| (name.to_owned(), escaped, v))
                 })
         };
-        let or_any = |good: BoxedStrategy<Node>| prop_oneof![4 => good, 1 => node()].boxed();
+        let or_any = |good: BoxedStrategy<Node>| prop_oneof![12 => good, 1 => node()].boxed();
+        // Any short text: spaces, escapes, line breaks, non-ASCII.
+        let any_text = || {
+            "[ a-z\u{e9}\u{1F600}\\\"\n\t/]{0,8}"
+                .prop_map(Node::Text)
+                .boxed()
+        };
         let text = |s: &'static str| Just(Node::Text(s.to_owned())).boxed();
         let int = |n: i64| Just(Node::Int(n)).boxed();
         let customer = prop::collection::vec(
             prop_oneof![
-                Just(("name".to_owned(), false, Node::Text("ann".to_owned()))),
+                any_text().prop_map(|t| ("name".to_owned(), false, t)),
+                any_text().prop_map(|t| ("name".to_owned(), false, t)),
                 Just((
                     "address".to_owned(),
                     false,
@@ -521,7 +655,7 @@ mod tests {
         (
             (
                 field("id", or_any(int(1))),
-                field("user", or_any(text("bob"))),
+                field("user", or_any(any_text())),
                 field("amount", or_any(Just(Node::Float(2.5)).boxed())),
                 field("ts", or_any(text("2026-12-06T10:00:00Z"))),
                 field("d", or_any(text("2026-12-06"))),
@@ -602,6 +736,44 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        /// Records read in one pass build the columns their values build
+        /// (each of which fits), and a record's row is the row of its
+        /// value.
+        #[test]
+        fn rows_read_in_one_pass_build_the_columns_their_values_build(
+            nodes in prop::collection::vec(prop_oneof![6 => record(), 1 => node()], 1..12),
+            loose_schema in any::<bool>(),
+        ) {
+            let schema = if loose_schema { schema(&loose()) } else { schema(WIDE) };
+            let mut values = Vec::new();
+            let mut rows = Vec::new();
+            for node in &nodes {
+                let bytes = text(node);
+                let Ok(value) = serde_json::from_str::<Value>(&bytes) else { continue };
+                let row = schema.read_row(bytes.as_bytes());
+                if schema.check(&value).is_err() {
+                    prop_assert!(row.is_none(), "{}", bytes);
+                    continue;
+                }
+                let of_value = schema.row_of(&value).map_err(TestCaseError::fail)?;
+                if let Some(row) = row {
+                    prop_assert_eq!(&row, &of_value, "{}", bytes);
+                }
+                values.push(value);
+                rows.push(of_value);
+            }
+            let by_value = schema.columns(&values.iter().collect::<Vec<_>>()).map_err(TestCaseError::fail)?;
+            let by_row = schema.columns_of_rows(&rows.iter().collect::<Vec<_>>()).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(by_value.len(), by_row.len());
+            for (a, b) in by_value.iter().zip(&by_row) {
+                prop_assert_eq!(a.to_data(), b.to_data());
+            }
+        }
+    }
+
     #[test]
     fn records_that_fit_are_known_to_in_one_pass() {
         let wide = schema(WIDE);
@@ -614,6 +786,10 @@ mod tests {
             let value: Value = serde_json::from_str(record).unwrap();
             assert_eq!(wide.check(&value), Ok(()), "{record}");
             assert!(wide.surely_fits(record.as_bytes()), "{record}");
+            assert_eq!(
+                wide.read_row(record.as_bytes()),
+                Some(wide.row_of(&value).unwrap())
+            );
         }
     }
 
@@ -648,6 +824,28 @@ mod tests {
             assert!(!wide.surely_fits(record.as_bytes()), "{record}");
         }
         assert!(!wide.surely_fits(b"{\"id\":1,\"user\":\"\xff\",\"meta\":{\"inner\":{\"v\":7}}}"));
+        // Bytes the `Value` parse refuses in a field no column reads, or
+        // in one inside a struct column or a list item: a lone surrogate
+        // (valid UTF-8 text, not a valid JSON string), a number out of
+        // range, nesting past the parser's depth.
+        let deep = format!(
+            r#"{{"id":1,"meta":{{"inner":{{"v":7}}}},"x":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for record in [
+            r#"{"id":1,"meta":{"inner":{"v":7}},"x":"\ud800"}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"x":{"\udc00":1}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"x":1e400}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"customer":{"name":"a","zz":1e400}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7},"w":-1e400}}"#,
+            r#"{"id":1,"meta":{"inner":{"v":7}},"items":[{"sku":"a","zz":"\udfff"}]}"#,
+            &deep,
+        ] {
+            assert!(serde_json::from_str::<Value>(record).is_err(), "{record}");
+            assert!(!wide.surely_fits(record.as_bytes()), "{record}");
+            assert_eq!(wide.read_row(record.as_bytes()), None, "{record}");
+        }
         // A duplicate key the check over `Value` takes (the last counts and
         // fits) is still left to it.
         let twice = r#"{"id":null,"id":1,"meta":{"inner":{"v":7}}}"#;
