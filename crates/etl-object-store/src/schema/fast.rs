@@ -140,16 +140,21 @@ impl<'de> DeserializeSeed<'de> for ObjectSeed<'_, '_> {
             seen: &mut seen,
             cells: self.cells,
         })?;
-        let every_missing_one_nullable = self
-            .columns
-            .iter()
-            .enumerate()
-            .all(|(i, c)| seen & (1 << i) != 0 || c.nullable);
-        if every_missing_one_nullable {
-            Ok(())
-        } else {
-            Err(unsure())
-        }
+        missing_ones_nullable(self.columns, seen)
+    }
+}
+
+/// Whether every one of `columns` not marked in `seen` may be null;
+/// else not sure (the check over `Value` names the one missing).
+fn missing_ones_nullable<E: de::Error>(columns: &[Column], seen: u64) -> Result<(), E> {
+    if columns
+        .iter()
+        .enumerate()
+        .all(|(i, c)| seen & (1 << i) != 0 || c.nullable)
+    {
+        Ok(())
+    } else {
+        Err(unsure())
     }
 }
 
@@ -192,7 +197,7 @@ impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
                     map.next_value_seed(ColumnSeed { column, out })?;
                     *self.seen |= 1 << i;
                 }
-                Some(Slot::Inner(trie)) => map.next_value_seed(InnerSeed {
+                Some(Slot::Inner(trie)) => map.next_value_seed(InnerVisitor {
                     trie,
                     columns: self.columns,
                     seen: &mut *self.seen,
@@ -207,23 +212,11 @@ impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
 
 /// An object further down a path, whose columns count in the outer
 /// object's `seen`.
-struct InnerSeed<'s, 'm> {
-    trie: &'s Trie,
-    columns: &'s [Column],
-    seen: &'m mut u64,
-    cells: Option<&'m mut Vec<Cell>>,
-}
-
-impl<'de> DeserializeSeed<'de> for InnerSeed<'_, '_> {
+impl<'de> DeserializeSeed<'de> for InnerVisitor<'_, '_> {
     type Value = ();
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(InnerVisitor {
-            trie: self.trie,
-            columns: self.columns,
-            seen: self.seen,
-            cells: self.cells,
-        })
+        d.deserialize_any(self)
     }
 }
 
@@ -399,17 +392,7 @@ impl<'de> Visitor<'de> for ColumnSeed<'_, '_> {
             cells: None,
         }
         .visit_map(map)?;
-        let every_missing_one_nullable = self
-            .column
-            .children
-            .iter()
-            .enumerate()
-            .all(|(i, c)| seen & (1 << i) != 0 || c.nullable);
-        if every_missing_one_nullable {
-            Ok(())
-        } else {
-            Err(unsure())
-        }
+        missing_ones_nullable(&self.column.children, seen)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
