@@ -27,13 +27,14 @@
 /// spread over the arenas. Measured on 100,000 input files
 /// (docs/benchmarks.md, "Many files"): peak RSS of a rerun 75.2 MiB with
 /// the default arenas, 61.9 MiB with four; with two, most runs 55-60 MiB
-/// but about one in four 68-71 MiB (the second arena held 6-10 MiB more
-/// in those, the first the same); with one, every run and rerun measured
-/// 55.4-58.6 MiB. glibc serves most small allocations from a cache of
+/// but about one in four 68-71 MiB (the second arena held about 6 MiB
+/// more in one sampled, the first the same); with one, every run and rerun measured
+/// 55.4-58.8 MiB. glibc serves most small allocations from a cache of
 /// each thread's without taking the arena's lock, and the large buffers
 /// are mappings of their own (above): the file-to-file and transform
 /// runs took the same time and CPU within the machine's noise (see
-/// docs/benchmarks-history.md, "Many files, one arena").
+/// docs/benchmarks-history.md, "Many files, one copy of each path at
+/// open and one arena").
 ///
 /// ```
 /// // First in `main`, then build and run pipelines.
