@@ -287,6 +287,15 @@ impl OffsetStore for FileStore {
         Ok(self.offsets.clone())
     }
 
+    fn load_with(
+        &mut self,
+        read: &mut dyn FnMut(&PartitionOffsets),
+    ) -> Result<(), CheckpointError> {
+        self.reload()?;
+        read(&self.offsets);
+        Ok(())
+    }
+
     fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
         // Merged in place, not into a copy of every partition's offset: a
         // failed write makes the store lost, and a lost store is never
@@ -309,6 +318,10 @@ fn read_newest(
     let mut best: Option<(u64, PartitionOffsets)> = None;
     let mut problems = Vec::new();
     let mut present = 0;
+    // Each file's checksum and generation first; then the offsets of the
+    // newest valid one only: a map of every offset is built once, not
+    // once per file (a file source has a partition per input file).
+    let mut sealed = Vec::with_capacity(SLOTS.len());
     for slot in SLOTS {
         let path = dir.join(slot);
         let bytes = match fs.read(&path) {
@@ -317,11 +330,17 @@ fn read_newest(
             Err(e) => return Err(io(&path, "read")(e)),
         };
         present += 1;
+        match generation_of(&bytes) {
+            Ok(generation) => sealed.push((generation, path, bytes)),
+            Err(why) => problems.push(format!("{}: {why}", path.display())),
+        }
+    }
+    sealed.sort_by_key(|(generation, _, _)| std::cmp::Reverse(*generation));
+    for (_, path, bytes) in sealed {
         match parse(&bytes) {
-            Ok((generation, offsets)) => {
-                if best.as_ref().is_none_or(|(g, _)| generation > *g) {
-                    best = Some((generation, offsets));
-                }
+            Ok(found) => {
+                best = Some(found);
+                break;
             }
             Err(why) => problems.push(format!("{}: {why}", path.display())),
         }
@@ -367,6 +386,29 @@ fn render(generation: u64, offsets: &PartitionOffsets) -> String {
 }
 
 fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
+    let (generation, lines) = header(bytes)?;
+    // Collected, not inserted one by one: the lines are in partition
+    // order, and a B-tree filled by inserts in order keeps its nodes about
+    // half full, where one collected is built packed.
+    let offsets = lines
+        .map(|line| {
+            let (p, o) = line.split_once(' ').ok_or("malformed line")?;
+            let p = p.parse().map_err(|_| format!("bad partition {p:?}"))?;
+            let o = o.parse().map_err(|_| format!("bad offset {o:?}"))?;
+            Ok((PartitionId(p), Offset(o)))
+        })
+        .collect::<Result<PartitionOffsets, String>>()?;
+    Ok((generation, offsets))
+}
+
+/// The generation of a sealed store file whose checksum holds, without
+/// reading its offsets.
+fn generation_of(bytes: &[u8]) -> Result<u64, String> {
+    header(bytes).map(|(generation, _)| generation)
+}
+
+/// The generation of a sealed store file, and its lines after the header.
+fn header(bytes: &[u8]) -> Result<(u64, std::str::Lines<'_>), String> {
     let body = crate::sealed::unseal(bytes).map_err(|e| e.to_string())?;
     let mut lines = body.lines();
     if lines.next() != Some(MAGIC) {
@@ -377,14 +419,7 @@ fn parse(bytes: &[u8]) -> Result<(u64, PartitionOffsets), String> {
         .and_then(|l| l.strip_prefix("generation "))
         .and_then(|g| g.parse().ok())
         .ok_or("missing generation")?;
-    let mut offsets = PartitionOffsets::new();
-    for line in lines {
-        let (p, o) = line.split_once(' ').ok_or("malformed line")?;
-        let p = p.parse().map_err(|_| format!("bad partition {p:?}"))?;
-        let o = o.parse().map_err(|_| format!("bad offset {o:?}"))?;
-        offsets.insert(PartitionId(p), Offset(o));
-    }
-    Ok((generation, offsets))
+    Ok((generation, lines))
 }
 
 #[cfg(test)]

@@ -18,6 +18,24 @@ pub trait OffsetStore: Send + 'static {
     /// The store cannot be read; it MUST NOT pretend to be empty then.
     fn load(&mut self) -> Result<PartitionOffsets, CheckpointError>;
 
+    /// Every committed offset, lent to `read` rather than returned: the
+    /// checkpointer reads the store this way when partitions are assigned.
+    /// The provided method calls [`load`](Self::load); a store that keeps
+    /// its offsets in memory lends its own instead of a copy (a file
+    /// source assigns a partition per input file at once, so a copy of
+    /// every offset is a peak of memory at start).
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load); `read` is not called then.
+    fn load_with(
+        &mut self,
+        read: &mut dyn FnMut(&PartitionOffsets),
+    ) -> Result<(), CheckpointError> {
+        read(&self.load()?);
+        Ok(())
+    }
+
     /// Durably record `offsets`, merged into what is stored (partitions not
     /// named keep their offsets). When this returns `Ok`, a crash at any
     /// later instant MUST still load these offsets; when it returns `Err`,
@@ -32,6 +50,13 @@ pub trait OffsetStore: Send + 'static {
 impl OffsetStore for Box<dyn OffsetStore> {
     fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         (**self).load()
+    }
+
+    fn load_with(
+        &mut self,
+        read: &mut dyn FnMut(&PartitionOffsets),
+    ) -> Result<(), CheckpointError> {
+        (**self).load_with(read)
     }
 
     fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
@@ -78,6 +103,14 @@ impl MemoryStore {
 impl OffsetStore for MemoryStore {
     fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
         Ok(self.offsets())
+    }
+
+    fn load_with(
+        &mut self,
+        read: &mut dyn FnMut(&PartitionOffsets),
+    ) -> Result<(), CheckpointError> {
+        read(&lock(&self.offsets));
+        Ok(())
     }
 
     fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {

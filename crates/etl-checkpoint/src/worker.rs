@@ -317,14 +317,18 @@ impl Worker {
         partitions: Vec<(PartitionId, Option<Offset>)>,
     ) -> Result<Vec<Assigned>, CheckpointError> {
         // Reload on every assignment: another group member may have
-        // committed since the last load.
-        let stored = self.store.load()?;
+        // committed since the last load. The committed offsets are looked
+        // up in the store's own, not in a copy of every one.
+        let mut committed_of = Vec::with_capacity(partitions.len());
+        self.store.load_with(&mut |stored| {
+            committed_of.extend(partitions.iter().map(|(p, _)| stored.get(p).copied()));
+        })?;
         let mut assigned = Vec::with_capacity(partitions.len());
         // Grown once, not step by step (a file source assigns its
         // partitions, one per input file, at once).
         self.partitions.reserve(partitions.len());
         self.next_epoch.reserve(partitions.len());
-        for (partition, start) in partitions {
+        for ((partition, start), committed) in partitions.into_iter().zip(committed_of) {
             if let Some(mut old) = self.partitions.remove(&partition) {
                 // Re-assignment: end the old epoch first.
                 let release = old.tracker.end_epoch();
@@ -333,7 +337,6 @@ impl Worker {
             }
             let epoch = self.next_epoch.get(&partition).copied().unwrap_or(1);
             self.next_epoch.insert(partition, epoch.wrapping_add(1));
-            let committed = stored.get(&partition).copied();
             let start = start.or(committed).unwrap_or(Offset(0));
             self.assignments += 1;
             self.partitions.insert(

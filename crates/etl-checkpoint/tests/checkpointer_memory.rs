@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use etl_ack::{BatchId, BatchMeta};
 use etl_checkpoint::{
-    CheckpointConfig, CheckpointError, Checkpointer, InFlightLimits, OffsetStore, PartitionOffsets,
+    CheckpointConfig, CheckpointError, Checkpointer, FileStore, InFlightLimits, OffsetStore,
+    PartitionOffsets,
 };
 use etl_record::{Offset, PartitionId};
 
@@ -23,12 +24,19 @@ use etl_record::{Offset, PartitionId};
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The most bytes live at once since the last [`reset_peak`].
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+fn grew(by: isize) {
+    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
 
 // SAFETY: every call is passed to the system allocator unchanged; the
 // counter only adds up the sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        grew(layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
     }
@@ -40,10 +48,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
+        grew(new_size as isize - layout.size() as isize);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -55,6 +60,19 @@ static ALLOCATOR: Counting = Counting;
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
+
+/// Start measuring the peak from the bytes live now.
+fn reset_peak() {
+    PEAK.store(live(), Ordering::Relaxed);
+}
+
+fn peak() -> isize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Held by each test while it counts: the counters are the process's,
+/// and the test harness runs tests on threads of their own at once.
+static COUNTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A store that keeps nothing, so only the checkpointer's own bytes are
 /// counted.
@@ -140,10 +158,70 @@ async fn bytes_per_idle_partition(partitions: u32) -> isize {
 /// the partition's state keeps its committed offset without an `Option`.
 #[tokio::test]
 async fn an_idle_committed_partition_costs_the_checkpointer_under_130_bytes() {
+    let _alone = COUNTING.lock().await;
     let per_partition = bytes_per_idle_partition(20_000).await;
     eprintln!("heap bytes per idle, committed partition: {per_partition}");
     assert!(
         per_partition < 130,
         "{per_partition} bytes per idle, committed partition"
+    );
+}
+
+/// The most heap bytes per partition held at once while `partitions`
+/// partitions, each with an offset committed in a file store by an
+/// earlier run, are assigned at once (as a file source's are when a run
+/// starts again over the same input files): the store read back, the
+/// request and the reply, the checkpointer's state. The store's own
+/// offsets, loaded when it was opened, are counted before.
+async fn peak_bytes_per_partition_assigned_from_a_file_store(partitions: u32) -> isize {
+    let dir = tempfile::tempdir().unwrap();
+    let all: PartitionOffsets = (0..partitions)
+        .map(|p| (PartitionId(p), Offset(i64::from(p) * 100)))
+        .collect();
+    {
+        let mut store = FileStore::open(dir.path()).unwrap();
+        // Two commits: both of the store's files hold every offset.
+        store.commit(&all).unwrap();
+        store.commit(&all).unwrap();
+    }
+    drop(all);
+    let store = FileStore::open(dir.path()).unwrap();
+    let (_acker, acks) = etl_ack::channel();
+    let config = CheckpointConfig {
+        commit_interval: Duration::from_secs(3600),
+        ..CheckpointConfig::default()
+    };
+    let (handle, _replays) = Checkpointer::spawn(config, Box::new(store), acks).unwrap();
+    handle.commit().await.unwrap();
+    let request: Vec<(PartitionId, Option<Offset>)> =
+        (0..partitions).map(|p| (PartitionId(p), None)).collect();
+    let before = live();
+    reset_peak();
+    let assigned = handle.assign(request).await.unwrap();
+    let most = peak() - before;
+    assert_eq!(assigned.len(), partitions as usize);
+    assert!(
+        assigned
+            .iter()
+            .all(|a| a.start == Offset(i64::from(a.partition.0) * 100)),
+        "every partition starts at its committed offset"
+    );
+    drop(assigned);
+    handle.shutdown().await.unwrap();
+    most / isize::try_from(partitions).unwrap()
+}
+
+/// 130 bytes while the checkpointer looked the committed offsets up in a
+/// copy of the store's; 120 once it reads the store's own (the store now
+/// also builds its map once, from the newest valid file, and packed). The
+/// rest is the partitions' state, the request and the reply.
+#[tokio::test]
+async fn assigning_partitions_committed_in_a_file_store_peaks_under_125_bytes_each() {
+    let _alone = COUNTING.lock().await;
+    let per_partition = peak_bytes_per_partition_assigned_from_a_file_store(20_000).await;
+    eprintln!("heap bytes per partition at the peak of the assignment: {per_partition}");
+    assert!(
+        per_partition < 125,
+        "{per_partition} bytes per partition at the peak of the assignment"
     );
 }

@@ -16,19 +16,25 @@
 /// nested jobs (docs/benchmarks.md): peak RSS 61-72 MiB with the moving
 /// threshold, 40-44 MiB with it fixed, the same run time.
 ///
-/// It also caps glibc's arenas at two (`M_ARENA_MAX`). glibc gives each
-/// thread that allocates an arena of its own, up to eight per core, and
-/// memory freed in one arena serves only the threads of that arena: with
-/// a file source of many input files (a partition each, whose state is
-/// allocated at start by a few threads and freed by others), every arena
-/// keeps its own freed blocks resident. Measured on 100,000 input files
+/// It also keeps every thread in one arena of glibc's (`M_ARENA_MAX` 1).
+/// glibc gives each thread that allocates an arena of its own, up to
+/// eight per core, and memory freed in one arena serves only the threads
+/// of that arena. With a file source of many input files (a partition
+/// each, whose state is built at start by several threads), blocks freed
+/// in the arena of the thread that opened the source stayed resident
+/// there while the threads that built the rest of the state took new
+/// memory in another arena, or not, by how the threads happened to be
+/// spread over the arenas. Measured on 100,000 input files
 /// (docs/benchmarks.md, "Many files"): peak RSS of a rerun 75.2 MiB with
-/// the default arenas, 61.9 MiB with four, 58.7 MiB with two (one rerun
-/// each; with two, some runs still reach about 70 MiB, with how the
-/// threads share them), and the file-to-file row's rate unchanged. On
-/// a machine of more cores the cap is one arena per core (glibc's default
-/// is eight), so threads allocating at once on every core do not queue
-/// on one arena's lock.
+/// the default arenas, 61.9 MiB with four; with two, most runs 55-60 MiB
+/// but about one in four 68-71 MiB (the second arena held about 6 MiB
+/// more in one sampled, the first the same); with one, every run and rerun measured
+/// 55.4-58.8 MiB. glibc serves most small allocations from a cache of
+/// each thread's without taking the arena's lock, and the large buffers
+/// are mappings of their own (above): the file-to-file and transform
+/// runs took the same time and CPU within the machine's noise (see
+/// docs/benchmarks-history.md, "Many files, one copy of each path at
+/// open and one arena").
 ///
 /// ```
 /// // First in `main`, then build and run pipelines.
@@ -52,15 +58,8 @@ pub fn keep_large_buffers_out_of_the_heap() {
     // A refusal (0) leaves the default, which is only a memory cost.
     unsafe {
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-        mallopt(M_ARENA_MAX, arenas());
+        mallopt(M_ARENA_MAX, 1);
     }
-}
-
-/// glibc's arenas: one per core the process may run on, two at least.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn arenas() -> std::ffi::c_int {
-    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-    std::ffi::c_int::try_from(cores.max(2)).unwrap_or(std::ffi::c_int::MAX)
 }
 
 /// Does nothing: only glibc's allocator needs it (see the Linux build's

@@ -7,7 +7,7 @@ use etl_fs::Fs;
 use etl_record::{PartitionId, SourceId};
 
 use crate::SourceError;
-use crate::file_glob::{expand, is_pattern};
+use crate::file_glob::{expand_each, is_pattern};
 
 /// How a line becomes a record (`format` of a file source in a
 /// configuration file: `"ndjson"` or `"lines"`), and, for a sink that
@@ -187,25 +187,44 @@ pub fn resolve_inputs(inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
 ///
 /// As [`resolve_inputs`].
 pub fn resolve_inputs_in(fs: &dyn Fs, inputs: &[String]) -> Result<Vec<PathBuf>, SourceError> {
-    let mut files: Vec<PathBuf> = Vec::new();
+    resolve_inputs_as(fs, inputs, |path| path)
+}
+
+/// [`resolve_inputs_in`], keeping `keep` of each canonical path (the
+/// file source keeps the one shared copy of it its record of inputs
+/// holds): the paths are made canonical as they are matched, one at a
+/// time, so neither a copy of every match nor of every canonical path is
+/// held at once besides what `keep` returns.
+pub(crate) fn resolve_inputs_as<T: Ord>(
+    fs: &dyn Fs,
+    inputs: &[String],
+    mut keep: impl FnMut(PathBuf) -> T,
+) -> Result<Vec<T>, SourceError> {
+    let mut files: Vec<T> = Vec::new();
     for input in inputs {
-        let paths: Vec<PathBuf> = if is_pattern(input) {
-            let mut paths = expand(fs, input)?;
-            paths.retain(|path| fs.metadata(path).is_ok_and(|m| m.is_file()));
-            if paths.is_empty() {
+        if is_pattern(input) {
+            let before = files.len();
+            expand_each(fs, input, |path| {
+                if fs.metadata(&path).is_ok_and(|m| m.is_file()) {
+                    let canonical = fs
+                        .canonicalize(&path)
+                        .map_err(|e| SourceError::io(&path, e))?;
+                    drop(path);
+                    files.push(keep(canonical));
+                }
+                Ok(())
+            })?;
+            if files.len() == before {
                 return Err(SourceError::NoMatch {
                     pattern: input.clone(),
                 });
             }
-            paths
         } else {
-            vec![PathBuf::from(input)]
-        };
-        for path in paths {
+            let path = Path::new(input);
             let canonical = fs
-                .canonicalize(&path)
-                .map_err(|e| SourceError::io(&path, e))?;
-            files.push(canonical);
+                .canonicalize(path)
+                .map_err(|e| SourceError::io(path, e))?;
+            files.push(keep(canonical));
         }
     }
     files.sort();

@@ -38,14 +38,37 @@ enum Part {
 ///
 /// # Errors
 ///
-/// [`SourceError::Pattern`] for a bad pattern, [`SourceError::Io`] for a
-/// folder the pattern reaches that cannot be listed.
+/// As [`expand_each`].
+#[cfg(test)]
 pub(crate) fn expand(fs: &dyn Fs, pattern: &str) -> Result<Vec<PathBuf>, SourceError> {
+    let mut found = Vec::new();
+    expand_each(fs, pattern, |path| {
+        found.push(path);
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// Hand each path on `fs` that `pattern` matches (files, folders and
+/// others) to `each`, in no particular order, as its last component is
+/// matched: the matches of a folder of many files are never all held at
+/// once (`each` keeps what it needs of each, and the path it was given is
+/// freed before the next one is made).
+///
+/// # Errors
+///
+/// [`SourceError::Pattern`] for a bad pattern, [`SourceError::Io`] for a
+/// folder the pattern reaches that cannot be listed, and the first error
+/// `each` returns.
+pub(crate) fn expand_each(
+    fs: &dyn Fs,
+    pattern: &str,
+    mut each: impl FnMut(PathBuf) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
     let bad = |e: glob::PatternError| SourceError::Pattern {
         pattern: pattern.to_owned(),
         reason: e.to_string(),
     };
-    // The whole pattern first, for the error the `glob` crate gives.
     Pattern::new(pattern).map_err(bad)?;
     let absolute = Path::new(pattern).has_root();
     let mut parts = Vec::new();
@@ -61,8 +84,6 @@ pub(crate) fn expand(fs: &dyn Fs, pattern: &str) -> Result<Vec<PathBuf>, SourceE
             Part::Literal(component.into())
         });
     }
-    // The empty path is the working folder: names found there stay
-    // relative, as the `glob` crate gives them.
     let mut found = vec![if absolute {
         PathBuf::from("/")
     } else {
@@ -71,34 +92,51 @@ pub(crate) fn expand(fs: &dyn Fs, pattern: &str) -> Result<Vec<PathBuf>, SourceE
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
         let mut next = Vec::new();
+        // The last component's matches go to `each` as they are found;
+        // the folders of the others are kept for the next component.
+        let mut emit = |path: PathBuf| {
+            if last {
+                each(path)
+            } else {
+                next.push(path);
+                Ok(())
+            }
+        };
         for at in &found {
             match part {
                 Part::Literal(name) => {
                     let path = at.join(name);
                     if fs.symlink_metadata(&path).is_ok() {
-                        next.push(path);
+                        emit(path)?;
                     }
                 }
-                Part::Recursive => folders_below(fs, at, &mut next)?,
+                Part::Recursive => {
+                    let mut folders = Vec::new();
+                    folders_below(fs, at, &mut folders)?;
+                    for folder in folders {
+                        emit(folder)?;
+                    }
+                }
                 Part::Wild(pattern) => {
                     for name in list(fs, at)? {
                         if name
                             .to_str()
                             .is_some_and(|n| pattern.matches_with(n, MatchOptions::new()))
                         {
-                            next.push(at.join(name));
+                            emit(at.join(name))?;
                         }
                     }
                 }
             }
         }
-        if !last {
-            // Only folders have anything below them.
-            next.retain(|p| is_dir(fs, p));
+        if last {
+            return Ok(());
         }
+        next.retain(|p| is_dir(fs, p));
         found = next;
     }
-    Ok(found)
+    // A pattern of no components (`/`): the root, or the current folder.
+    found.into_iter().try_for_each(each)
 }
 
 fn dir_or_cwd(at: &Path) -> &Path {

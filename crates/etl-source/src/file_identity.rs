@@ -443,22 +443,23 @@ impl Registry {
     /// through `append`, which builds packed nodes: inserted one by one in
     /// order (a first run registers every input, in path order), a
     /// B-tree's nodes stay about half full, some 90 bytes a file more.
-    pub(crate) fn assign_all_new<'a>(
+    pub(crate) fn assign_all_new(
         &mut self,
-        files: impl IntoIterator<Item = (&'a Path, FileIdentity, Tail)>,
+        files: impl IntoIterator<Item = (Arc<Path>, FileIdentity, Tail)>,
     ) -> Vec<PartitionId> {
         /// New entries merged at a time: the run is the only copy.
         const RUN: usize = 4096;
         let mut ids = Vec::new();
         let mut run = BTreeMap::new();
         for (path, identity, tail) in files {
-            if let Some(old) = self.entries.get(path) {
+            if let Some(old) = self.entries.get(&*path) {
                 self.retired.insert(old.id.0);
             }
-            let id = self.allocate(path);
+            let id = self.allocate(&path);
             self.used.insert(id.0);
             let entry = Entry::new(id, identity, None, Some(tail));
-            run.insert(Arc::from(path), entry);
+            // The caller's copy of the path, shared: not another one.
+            run.insert(path, entry);
             ids.push(id);
             if run.len() == RUN {
                 self.entries.append(&mut run);

@@ -10,7 +10,7 @@ use etl_fs::Fs;
 use etl_record::{Offset, PartitionId};
 use tokio::time::Instant;
 
-use crate::file_config::resolve_inputs_in;
+use crate::file_config::resolve_inputs_as;
 use crate::file_identity::{FileIdentity, Registry};
 use crate::line_reader::{Known, LineReader};
 use crate::read_buf::ChunkPool;
@@ -193,9 +193,14 @@ impl FileSource {
                  taken to belong to the files now at their paths (checked against their length)"
             );
         }
+        // Each path as the one copy the file keeps (its record's, when it
+        // has one), made as it is matched: with many files, a copy of every
+        // path held beside it while the source opens is a peak of memory,
+        // and the copies freed after it are holes in the heap of the
+        // thread that opened the source, which other threads do not fill.
         let mut found = Vec::new();
         let mut tails = Vec::new();
-        for path in resolve_inputs_in(&*fs, &config.paths)? {
+        for path in resolve_inputs_as(&*fs, &config.paths, |path| registry.shared(&path))? {
             let (identity, tail) = FileIdentity::of_path(&*fs, &path)?;
             found.push((path, identity));
             tails.push(tail);
@@ -224,13 +229,18 @@ impl FileSource {
             }
         }
         // Borrowed, not copied: with many files a copy of every path is a
-        // peak of memory at open.
-        let kept: BTreeSet<&Path> = found
-            .iter()
-            .zip(&ids)
-            .filter(|(_, id)| id.is_some())
-            .map(|((path, _), _)| path.as_path())
-            .collect();
+        // peak of memory at open. Only made when a file has no id yet (a
+        // rerun over the same files needs none).
+        let kept: BTreeSet<&Path> = if ids.iter().any(Option::is_none) {
+            found
+                .iter()
+                .zip(&ids)
+                .filter(|(_, id)| id.is_some())
+                .map(|((path, _), _)| &**path)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         for (i, (path, identity)) in found.iter().enumerate() {
             if ids[i].is_none()
                 && let Some(entry) = registry.take_moved(path, identity, &kept)?
@@ -252,7 +262,7 @@ impl FileSource {
             .collect();
         let assigned = registry.assign_all_new(
             new.iter()
-                .map(|&i| (found[i].0.as_path(), found[i].1, tails[i])),
+                .map(|&i| (Arc::clone(&found[i].0), found[i].1, tails[i])),
         );
         for (i, id) in new.into_iter().zip(assigned) {
             ids[i] = Some(id);
@@ -277,7 +287,7 @@ impl FileSource {
                     {
                         if config.on_replaced == ReplacedPolicy::Fail {
                             return Err(SourceError::InputReplaced {
-                                path,
+                                path: path.to_path_buf(),
                                 partition: id,
                                 reason,
                             });
