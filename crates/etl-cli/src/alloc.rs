@@ -16,7 +16,8 @@
 /// nested jobs (docs/benchmarks.md): peak RSS 61-72 MiB with the moving
 /// threshold, 40-44 MiB with it fixed, the same run time.
 ///
-/// It also keeps every thread in one arena of glibc's (`M_ARENA_MAX` 1).
+/// It also keeps every thread in one arena of glibc's (`M_ARENA_MAX` 1),
+/// unless the environment sets `MALLOC_ARENA_MAX`, which then stands.
 /// glibc gives each thread that allocates an arena of its own, up to
 /// eight per core, and memory freed in one arena serves only the threads
 /// of that arena. With a file source of many input files (a partition
@@ -58,7 +59,32 @@ pub fn keep_large_buffers_out_of_the_heap() {
     // A refusal (0) leaves the default, which is only a memory cost.
     unsafe {
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-        mallopt(M_ARENA_MAX, 1);
+        if let Some(arenas) = arenas(std::env::var_os("MALLOC_ARENA_MAX").as_deref()) {
+            mallopt(M_ARENA_MAX, arenas);
+        }
+    }
+}
+
+/// The arenas to ask glibc for: one, unless the environment sets
+/// `MALLOC_ARENA_MAX`, which glibc has read then: an operator's choice (more
+/// arenas on a machine of many cores, where threads allocating at once
+/// would queue on one arena's lock) stands.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn arenas(from_environment: Option<&std::ffi::OsStr>) -> Option<std::ffi::c_int> {
+    match from_environment {
+        Some(_) => None,
+        None => Some(1),
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use std::ffi::OsStr;
+
+    #[test]
+    fn one_arena_unless_the_environment_sets_malloc_arena_max() {
+        assert_eq!(super::arenas(None), Some(1));
+        assert_eq!(super::arenas(Some(OsStr::new("8"))), None);
     }
 }
 
