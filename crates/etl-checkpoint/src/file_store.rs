@@ -348,7 +348,7 @@ fn read_newest(
     match best {
         Some(best) => {
             for p in &problems {
-                tracing::warn!(store = %dir.display(), problem = %p, "ignoring an invalid offset store file; using the previous generation");
+                tracing::warn!(store = %dir.display(), problem = %p, "ignoring an invalid offset store file; using the newest valid generation");
             }
             Ok(Some(best))
         }
@@ -467,6 +467,36 @@ mod tests {
             FileStore::open(dir.path()).unwrap().load().unwrap(),
             offsets(&[(0, 3)])
         );
+    }
+
+    #[test]
+    fn a_newest_file_sealed_whole_whose_lines_do_not_read_falls_back_to_the_previous() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileStore::open(dir.path()).unwrap();
+        s.commit(&offsets(&[(0, 1)])).unwrap();
+        drop(s);
+        // Generation 1 lives in slot 1; slot 0 gets a newer generation
+        // whose checksum holds but whose offsets do not read.
+        let mut bad = format!("{MAGIC}\ngeneration 9\nnot a line\n");
+        crate::seal(&mut bad);
+        fs::write(dir.path().join("offsets.0"), &bad).unwrap();
+        let mut s = FileStore::open(dir.path()).unwrap();
+        assert_eq!(s.load().unwrap(), offsets(&[(0, 1)]));
+        assert_eq!(s.generation(), 1);
+        // The next commit overwrites the unreadable slot, not the good one.
+        s.commit(&offsets(&[(0, 3)])).unwrap();
+        drop(s);
+        assert_eq!(
+            FileStore::open(dir.path()).unwrap().load().unwrap(),
+            offsets(&[(0, 3)])
+        );
+        // Both slots sealed whole and unreadable: an error naming both.
+        fs::write(dir.path().join("offsets.0"), &bad).unwrap();
+        fs::write(dir.path().join("offsets.1"), &bad).unwrap();
+        let err = FileStore::open(dir.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, CheckpointError::Corrupt { .. }), "{text}");
+        assert!(text.contains("offsets.0") && text.contains("offsets.1"), "{text}");
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub trait OffsetStore: Send + 'static {
     /// source assigns a partition per input file at once, so a copy of
     /// every offset is a peak of memory at start).
     ///
+    /// On `Ok`, it MUST have called `read` exactly once, with every
+    /// committed offset (the checkpointer fails the assignment otherwise).
+    /// `read` may be called with a lock of the store's held: it does not
+    /// call back into the store.
+    ///
     /// # Errors
     ///
     /// As [`load`](Self::load); `read` is not called then.

@@ -320,9 +320,20 @@ impl Worker {
         // committed since the last load. The committed offsets are looked
         // up in the store's own, not in a copy of every one.
         let mut committed_of = Vec::with_capacity(partitions.len());
+        let mut lent = 0usize;
         self.store.load_with(&mut |stored| {
+            lent += 1;
+            committed_of.clear();
             committed_of.extend(partitions.iter().map(|(p, _)| stored.get(p).copied()));
         })?;
+        if lent != 1 {
+            // Not lent: no partition would be assigned; lent in pieces:
+            // the partitions of all but the last would start from 0.
+            return Err(CheckpointError::Store(
+                format!("the offset store's load_with lent its offsets {lent} times, not once")
+                    .into(),
+            ));
+        }
         let mut assigned = Vec::with_capacity(partitions.len());
         // Grown once, not step by step (a file source assigns its
         // partitions, one per input file, at once).

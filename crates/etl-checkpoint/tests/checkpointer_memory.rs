@@ -71,8 +71,23 @@ fn peak() -> isize {
 }
 
 /// Held by each test while it counts: the counters are the process's,
-/// and the test harness runs tests on threads of their own at once.
-static COUNTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// and the test harness runs tests on threads of their own at once. Each
+/// test builds and drops its runtime while it holds it, so another test's
+/// runtime is not counted either.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Run `test` alone on a runtime of its own, made and dropped while no
+/// other test counts.
+fn alone<F: std::future::Future>(test: F) -> F::Output {
+    let _alone = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(test)
+}
 
 /// A store that keeps nothing, so only the checkpointer's own bytes are
 /// counted.
@@ -156,10 +171,9 @@ async fn bytes_per_idle_partition(partitions: u32) -> isize {
 /// 191 bytes while the published metrics were a B-tree of every
 /// partition's `PartitionMetrics`; 129 with a compact row each; 121 once
 /// the partition's state keeps its committed offset without an `Option`.
-#[tokio::test]
-async fn an_idle_committed_partition_costs_the_checkpointer_under_130_bytes() {
-    let _alone = COUNTING.lock().await;
-    let per_partition = bytes_per_idle_partition(20_000).await;
+#[test]
+fn an_idle_committed_partition_costs_the_checkpointer_under_130_bytes() {
+    let per_partition = alone(bytes_per_idle_partition(20_000));
     eprintln!("heap bytes per idle, committed partition: {per_partition}");
     assert!(
         per_partition < 130,
@@ -215,10 +229,9 @@ async fn peak_bytes_per_partition_assigned_from_a_file_store(partitions: u32) ->
 /// copy of the store's; 120 once it reads the store's own (the store now
 /// also builds its map once, from the newest valid file, and packed). The
 /// rest is the partitions' state, the request and the reply.
-#[tokio::test]
-async fn assigning_partitions_committed_in_a_file_store_peaks_under_125_bytes_each() {
-    let _alone = COUNTING.lock().await;
-    let per_partition = peak_bytes_per_partition_assigned_from_a_file_store(20_000).await;
+#[test]
+fn assigning_partitions_committed_in_a_file_store_peaks_under_125_bytes_each() {
+    let per_partition = alone(peak_bytes_per_partition_assigned_from_a_file_store(20_000));
     eprintln!("heap bytes per partition at the peak of the assignment: {per_partition}");
     assert!(
         per_partition < 125,

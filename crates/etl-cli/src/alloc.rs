@@ -17,7 +17,8 @@
 /// threshold, 40-44 MiB with it fixed, the same run time.
 ///
 /// It also keeps every thread in one arena of glibc's (`M_ARENA_MAX` 1),
-/// unless the environment sets `MALLOC_ARENA_MAX`, which then stands.
+/// unless the environment sets glibc's arenas (`MALLOC_ARENA_MAX`, or
+/// `glibc.malloc.arena_max` in `GLIBC_TUNABLES`), which then stand.
 /// glibc gives each thread that allocates an arena of its own, up to
 /// eight per core, and memory freed in one arena serves only the threads
 /// of that arena. With a file source of many input files (a partition
@@ -59,21 +60,30 @@ pub fn keep_large_buffers_out_of_the_heap() {
     // A refusal (0) leaves the default, which is only a memory cost.
     unsafe {
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-        if let Some(arenas) = arenas(std::env::var_os("MALLOC_ARENA_MAX").as_deref()) {
+        if let Some(arenas) = arenas(
+            std::env::var_os("MALLOC_ARENA_MAX").as_deref(),
+            std::env::var_os("GLIBC_TUNABLES").as_deref(),
+        ) {
             mallopt(M_ARENA_MAX, arenas);
         }
     }
 }
 
-/// The arenas to ask glibc for: one, unless the environment sets
-/// `MALLOC_ARENA_MAX`, which glibc has read then: an operator's choice (more
-/// arenas on a machine of many cores, where threads allocating at once
-/// would queue on one arena's lock) stands.
+/// The arenas to ask glibc for: one, unless the environment sets them,
+/// as `MALLOC_ARENA_MAX` or in `GLIBC_TUNABLES` (`glibc.malloc.arena_max`),
+/// which glibc has read then: an operator's choice (more arenas on a
+/// machine of many cores, where threads allocating at once would queue on
+/// one arena's lock) stands.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn arenas(from_environment: Option<&std::ffi::OsStr>) -> Option<std::ffi::c_int> {
-    match from_environment {
-        Some(_) => None,
-        None => Some(1),
+fn arenas(
+    malloc_arena_max: Option<&std::ffi::OsStr>,
+    tunables: Option<&std::ffi::OsStr>,
+) -> Option<std::ffi::c_int> {
+    let tuned = tunables.is_some_and(|t| t.to_string_lossy().contains("glibc.malloc.arena_max"));
+    if malloc_arena_max.is_some() || tuned {
+        None
+    } else {
+        Some(1)
     }
 }
 
@@ -82,9 +92,13 @@ mod tests {
     use std::ffi::OsStr;
 
     #[test]
-    fn one_arena_unless_the_environment_sets_malloc_arena_max() {
-        assert_eq!(super::arenas(None), Some(1));
-        assert_eq!(super::arenas(Some(OsStr::new("8"))), None);
+    fn one_arena_unless_the_environment_sets_glibcs_arenas() {
+        assert_eq!(super::arenas(None, None), Some(1));
+        assert_eq!(super::arenas(Some(OsStr::new("8")), None), None);
+        let tuned = OsStr::new("glibc.malloc.tcache_count=0:glibc.malloc.arena_max=4");
+        assert_eq!(super::arenas(None, Some(tuned)), None);
+        let other = OsStr::new("glibc.malloc.tcache_count=0");
+        assert_eq!(super::arenas(None, Some(other)), Some(1));
     }
 }
 

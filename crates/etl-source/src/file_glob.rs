@@ -51,9 +51,10 @@ pub(crate) fn expand(fs: &dyn Fs, pattern: &str) -> Result<Vec<PathBuf>, SourceE
 
 /// Hand each path on `fs` that `pattern` matches (files, folders and
 /// others) to `each`, in no particular order, as its last component is
-/// matched: the matches of a folder of many files are never all held at
-/// once (`each` keeps what it needs of each, and the path it was given is
-/// freed before the next one is made).
+/// matched: the full paths of a folder of many files are never all held
+/// at once (`each` keeps what it needs of each, and the path it was given
+/// is freed before the next one is made; a folder's entry names are
+/// listed whole first).
 ///
 /// # Errors
 ///

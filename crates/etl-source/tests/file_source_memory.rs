@@ -67,7 +67,8 @@ fn peak() -> isize {
 /// file is read, and the most it held at once on the way (open, reads and
 /// saves of the record of inputs); then the most a second source over the
 /// same files and state held at once (a rerun: the record of inputs read
-/// back, every file found unchanged and at its end).
+/// back and every file found unchanged; nothing was committed, so each is
+/// read again from its start).
 struct PerFile {
     opened: isize,
     ended: isize,

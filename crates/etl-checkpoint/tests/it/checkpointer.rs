@@ -626,3 +626,47 @@ async fn metrics_follow_acks_without_waiting_for_a_commit() {
     }
     assert!(f.store.offsets().is_empty(), "no commit was asked for");
 }
+
+/// A store whose `load_with` breaks its contract: it lends its offsets
+/// `times` times (0: never).
+struct LendsWrongly {
+    inner: MemoryStore,
+    times: usize,
+}
+
+impl OffsetStore for LendsWrongly {
+    fn load(&mut self) -> Result<PartitionOffsets, CheckpointError> {
+        self.inner.load()
+    }
+
+    fn load_with(
+        &mut self,
+        read: &mut dyn FnMut(&PartitionOffsets),
+    ) -> Result<(), CheckpointError> {
+        let offsets = self.inner.load()?;
+        for _ in 0..self.times {
+            read(&offsets);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, offsets: &PartitionOffsets) -> Result<(), CheckpointError> {
+        self.inner.commit(offsets)
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_lends_its_offsets_other_than_once_fails_the_assignment() {
+    for times in [0, 2] {
+        let inner = MemoryStore::new();
+        inner.clone().commit(&offsets(&[(P0, 40)])).unwrap();
+        let store = LendsWrongly { inner, times };
+        let (_acker, acks) = etl_ack::channel();
+        let (handle, _replays) = Checkpointer::spawn(config(), Box::new(store), acks).unwrap();
+        let refused = handle.assign(vec![(P0, None), (P1, None)]).await;
+        let Err(e) = refused else {
+            panic!("lent {times} times: assigned {refused:?}");
+        };
+        assert!(e.to_string().contains("load_with"), "{e}");
+    }
+}
