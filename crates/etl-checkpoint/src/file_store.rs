@@ -496,7 +496,10 @@ mod tests {
         let err = FileStore::open(dir.path()).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, CheckpointError::Corrupt { .. }), "{text}");
-        assert!(text.contains("offsets.0") && text.contains("offsets.1"), "{text}");
+        assert!(
+            text.contains("offsets.0") && text.contains("offsets.1"),
+            "{text}"
+        );
     }
 
     #[test]
