@@ -357,8 +357,6 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4096))]
-
         /// What is read is serde_json's number; what is compared is
         /// judged as the tree path judges serde_json's value.
         #[test]

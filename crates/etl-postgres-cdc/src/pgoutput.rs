@@ -520,8 +520,17 @@ mod tests {
         assert!(e.to_string().contains("1 bytes after"), "{e}");
     }
 
+    /// A connector's property tests run in the test step (the prop step
+    /// builds no connector): 2,000 cases there, or `PROPTEST_CASES`.
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2000)
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
 
         /// Whatever the bytes, decoding returns; it never panics and
         /// never reserves memory a length field claims without the
