@@ -111,12 +111,28 @@ impl From<String> for Error {
 /// The workspace root: the nearest folder above this crate holding
 /// `Cargo.lock` (where `target/` and its caches live).
 pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .find(|d| d.join("Cargo.lock").is_file())
-        .unwrap_or(manifest)
-        .to_path_buf()
+    root_above(
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+}
+
+/// The nearest folder holding `Cargo.lock` above the manifest folder of
+/// the package cargo is running (`running`, cargo's `CARGO_MANIFEST_DIR`
+/// at run time), else above this crate's as it was built: a build folder
+/// copied to another checkout keeps the first checkout's path compiled in.
+fn root_above(running: Option<PathBuf>, built: &Path) -> PathBuf {
+    let above = |manifest: &Path| {
+        manifest
+            .ancestors()
+            .find(|d| d.join("Cargo.lock").is_file())
+            .map(Path::to_path_buf)
+    };
+    running
+        .as_deref()
+        .and_then(above)
+        .or_else(|| above(built))
+        .unwrap_or_else(|| built.to_path_buf())
 }
 
 /// Hold an exclusive lock on `target/<name>.lock` while `f` runs, so that
@@ -345,6 +361,25 @@ mod tests {
             .stderr(Stdio::null())
             .spawn()
             .unwrap()
+    }
+
+    #[test]
+    fn the_workspace_is_the_one_cargo_runs_the_tests_in_not_where_this_crate_was_built() {
+        // A build folder copied to another checkout of the workspace keeps
+        // this crate compiled with the first checkout's path: its suites
+        // must still build and run the second checkout's `etl`.
+        let checkouts =
+            std::env::temp_dir().join(format!("etl-test-support-roots-{}", std::process::id()));
+        let (first, second) = (checkouts.join("a"), checkouts.join("b"));
+        for checkout in [&first, &second] {
+            std::fs::create_dir_all(checkout.join("crates").join("x")).unwrap();
+            std::fs::write(checkout.join("Cargo.lock"), "").unwrap();
+        }
+        let built = first.join("crates").join("x");
+        let running = second.join("crates").join("x");
+        assert_eq!(root_above(Some(running), &built), second);
+        assert_eq!(root_above(None, &built), first);
+        std::fs::remove_dir_all(&checkouts).unwrap();
     }
 
     #[test]
