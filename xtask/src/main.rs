@@ -60,7 +60,16 @@ const DEFAULT_PROP_CASES: u32 = 1024;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
+    let builds = !matches!(
+        args.first().map(String::as_str),
+        Some("fmt" | "tidy" | "help" | "--help" | "-h") | None
+    );
+    let result = if builds {
+        build_prerequisites()
+    } else {
+        Ok(())
+    };
+    let result = result.and_then(|()| match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("fmt") => fmt(args.iter().any(|a| a == "--check")),
         Some("lint") => lint(),
@@ -80,7 +89,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}")),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -91,6 +100,57 @@ fn main() -> ExitCode {
 }
 
 type Result<T = ()> = std::result::Result<T, String>;
+
+/// What building the workspace needs from the system beyond a C compiler:
+/// OpenSSL's headers and `pkg-config`, through which librdkafka's TLS
+/// links the system's OpenSSL. Installed from Debian's packages when
+/// missing and we are root (each command printed), as the suites install
+/// their servers; otherwise an error saying what to install.
+fn build_prerequisites() -> Result {
+    let found = || {
+        std::process::Command::new("pkg-config")
+            .args(["--exists", "openssl"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if found() {
+        return Ok(());
+    }
+    let packages = "libssl-dev pkg-config";
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        return Err(format!(
+            "OpenSSL's headers or pkg-config are missing (librdkafka's TLS links the \
+             system's OpenSSL); install them, e.g. `sudo apt-get install {packages}`"
+        ));
+    }
+    Cmd::new("apt-get", &["update", "-q"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .run()?;
+    Cmd::new(
+        "apt-get",
+        &[
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "libssl-dev",
+            "pkg-config",
+        ],
+    )
+    .env("DEBIAN_FRONTEND", "noninteractive")
+    .run()?;
+    if found() {
+        Ok(())
+    } else {
+        Err(format!(
+            "apt-get installed {packages} but pkg-config finds no openssl"
+        ))
+    }
+}
 
 fn ci() -> Result {
     let started = std::time::Instant::now();

@@ -1,5 +1,5 @@
 //! Kafka over TLS, with SASL (SCRAM, PLAIN) and with client certificates, through
-//! the real `etl` binary and librdkafka's vendored OpenSSL.
+//! the real `etl` binary and librdkafka's TLS over the system's OpenSSL.
 //!
 //! The broker is the pinned test broker behind real terminators (see
 //! `kafka_support/secure.rs` for why the broker cannot terminate them
