@@ -120,6 +120,7 @@ impl Checkpointer {
             metrics.clone(),
         );
         let lost = worker.lost_tx.subscribe();
+        let unsettled = worker.unsettled_tx.subscribe();
         let halt = worker.halting.shared();
         // The thread logs where the thread that started it logs: to its
         // scoped subscriber if it has one (a test's, an application's
@@ -143,6 +144,7 @@ impl Checkpointer {
                 metrics,
                 lost,
                 halt,
+                unsettled,
             },
             replay_rx,
         ))
@@ -160,6 +162,8 @@ pub struct CheckpointHandle {
     lost: watch::Receiver<bool>,
     /// Whether the run halts.
     halt: Arc<Halt>,
+    /// The partitions whose revocation halted the run, and its deadline.
+    unsettled: watch::Receiver<Option<(Vec<PartitionId>, Duration)>>,
 }
 
 // Compile-time check: a handle is shared by the source driver, the sink
@@ -235,10 +239,25 @@ impl CheckpointHandle {
     /// partition that has one. Other partitions are untouched; partitions
     /// not assigned are ignored.
     ///
+    /// As the revocation begins, the partitions' epochs close on the
+    /// acknowledgement channel's [`WriteFence`](etl_ack::WriteFence): an
+    /// exactly-once sink starts no write of their batches from then on
+    /// (a queued batch or a retry fails instead, and is not replayed).
+    /// A write already under way goes on, and the revocation waits for
+    /// it. If the deadline passes while one is still under way, the run
+    /// halts ([`halt`](Self::halt), [`revoke_halted`](Self::revoke_halted))
+    /// and the revocation waits on until that write ended (the halt tears
+    /// it down), then answers [`CheckpointError::RevokeUnsettled`]: the
+    /// partitions are never handed over while the write can land. Batches
+    /// of a sink that fences nothing (an at-least-once sink) are released
+    /// at the deadline, as before.
+    ///
     /// # Errors
     ///
     /// The commit failed (the partitions are dropped all the same; their
-    /// previous commit stands), or the checkpointer stopped.
+    /// previous commit stands), the revocation halted the run
+    /// ([`CheckpointError::RevokeUnsettled`]), or the checkpointer
+    /// stopped.
     pub async fn revoke(
         &self,
         partitions: Vec<PartitionId>,
@@ -331,6 +350,32 @@ impl CheckpointHandle {
     /// replay. Call it before the first batch opens.
     pub fn halt_on_failure(&self) {
         self.halt.on_failure();
+    }
+
+    /// Resolves once a revocation halted the run: its deadline passed with
+    /// an exactly-once write of a revoked partition still under way (see
+    /// [`revoke`](Self::revoke)). Never resolves otherwise. The run should
+    /// stop at once, tearing its sinks down rather than draining them, so
+    /// that the write ends and the revocation can answer.
+    pub async fn revoke_halted(&self) {
+        let mut unsettled = self.unsettled.clone();
+        if unsettled.wait_for(Option::is_some).await.is_err() {
+            // The checkpointer ended with no revocation halting the run.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The error of a revocation that halted the run
+    /// ([`CheckpointError::RevokeUnsettled`]), if one did.
+    #[must_use]
+    pub fn revoke_halt(&self) -> Option<CheckpointError> {
+        self.unsettled
+            .borrow()
+            .as_ref()
+            .map(|(partitions, deadline)| CheckpointError::RevokeUnsettled {
+                partitions: partitions.clone(),
+                deadline: *deadline,
+            })
     }
 
     /// Whether [`halt`](Self::halt) was called (by any clone).
