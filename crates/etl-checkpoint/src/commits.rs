@@ -22,9 +22,12 @@ use crate::sync::lock;
 use crate::worker::{PendingRevoke, Worker};
 
 impl Worker {
+    /// Begin revoking `partitions`; with `hand_over` (they go to another
+    /// owner), close their epochs on the write fence.
     pub(crate) fn start_revoke(
         &mut self,
         partitions: Vec<PartitionId>,
+        hand_over: bool,
         reply: Reply<PartitionOffsets>,
     ) {
         let mut known = Vec::with_capacity(partitions.len());
@@ -33,7 +36,9 @@ impl Worker {
                 state.revoking = true;
                 // From now on no exactly-once write of this epoch (or an
                 // earlier one) starts: not a queued batch, not a retry.
-                self.fence.close(p, state.tracker.epoch());
+                if hand_over {
+                    self.fence.close(p, state.tracker.epoch());
+                }
                 known.push((p, state.assignment));
             }
         }

@@ -75,7 +75,9 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, CheckpointError>>;
 /// A request to the checkpointer thread.
 pub(crate) enum Control {
     Assign(Vec<(PartitionId, Option<Offset>)>, Reply<Vec<Assigned>>),
-    Revoke(Vec<PartitionId>, Reply<PartitionOffsets>),
+    /// The partitions, whether they go to another owner (then their
+    /// epochs close on the write fence), and whom to answer.
+    Revoke(Vec<PartitionId>, bool, Reply<PartitionOffsets>),
     Commit(Reply<PartitionOffsets>),
     Shutdown(Reply<CheckpointSummary>),
 }
@@ -239,18 +241,12 @@ impl CheckpointHandle {
     /// partition that has one. Other partitions are untouched; partitions
     /// not assigned are ignored.
     ///
-    /// As the revocation begins, the partitions' epochs close on the
-    /// acknowledgement channel's [`WriteFence`](etl_ack::WriteFence): an
-    /// exactly-once sink starts no write of their batches from then on
-    /// (a queued batch or a retry fails instead, and is not replayed).
-    /// A write already under way goes on, and the revocation waits for
-    /// it. If the deadline passes while one is still under way, the run
-    /// halts ([`halt`](Self::halt), [`revoke_halted`](Self::revoke_halted))
-    /// and the revocation waits on until that write ended (the halt tears
-    /// it down), then answers [`CheckpointError::RevokeUnsettled`]: the
-    /// partitions are never handed over while the write can land. Batches
-    /// of a sink that fences nothing (an at-least-once sink) are released
-    /// at the deadline, as before.
+    /// A revocation that hands nothing to another owner (an input file
+    /// retired) keeps the partitions' epochs open: what the sinks hold of
+    /// them is still written. For partitions that go to another owner,
+    /// use [`hand_over`](Self::hand_over). Either kind, at its deadline,
+    /// waits for an exactly-once write of a partition whose epoch another
+    /// revocation closed, as `hand_over` does.
     ///
     /// # Errors
     ///
@@ -262,7 +258,47 @@ impl CheckpointHandle {
         &self,
         partitions: Vec<PartitionId>,
     ) -> Result<PartitionOffsets, CheckpointError> {
-        self.call(|r| Control::Revoke(partitions, r)).await
+        self.call(|r| Control::Revoke(partitions, false, r)).await
+    }
+
+    /// [`revoke`](Self::revoke) partitions that go to another owner (a
+    /// consumer group's rebalance). As the revocation begins, their epochs
+    /// close on the acknowledgement channel's
+    /// [`WriteFence`](etl_ack::WriteFence): an exactly-once sink starts
+    /// no write of their batches from then on (a queued batch or a retry
+    /// fails instead, and is not replayed: the next owner reads it from
+    /// the sink's stored progress). A write already under way goes on,
+    /// and the revocation waits for it. If the deadline passes while one
+    /// is still under way, the run halts ([`halt`](Self::halt),
+    /// [`revoke_halted`](Self::revoke_halted)) and the revocation waits
+    /// on until that write ended (the halt tears it down), then answers
+    /// [`CheckpointError::RevokeUnsettled`]: the partitions are never
+    /// handed over while the write can land. Batches of a sink that
+    /// fences nothing (an at-least-once sink) are released at the
+    /// deadline, as before.
+    ///
+    /// # Errors
+    ///
+    /// As [`revoke`](Self::revoke).
+    pub async fn hand_over(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<PartitionOffsets, CheckpointError> {
+        self.call(|r| Control::Revoke(partitions, true, r)).await
+    }
+
+    /// As [`hand_over`](Self::hand_over), blocking the calling thread (a
+    /// rebalance callback). Must not be called from inside an async
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`revoke`](Self::revoke).
+    pub fn hand_over_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<PartitionOffsets, CheckpointError> {
+        self.call_blocking(|r| Control::Revoke(partitions, true, r))
     }
 
     /// As [`revoke`](Self::revoke), blocking the calling thread. Must not
@@ -275,7 +311,7 @@ impl CheckpointHandle {
         &self,
         partitions: Vec<PartitionId>,
     ) -> Result<PartitionOffsets, CheckpointError> {
-        self.call_blocking(|r| Control::Revoke(partitions, r))
+        self.call_blocking(|r| Control::Revoke(partitions, false, r))
     }
 
     /// Commit every watermark that moved since its last commit; returns

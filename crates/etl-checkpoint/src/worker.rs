@@ -312,7 +312,9 @@ impl Worker {
                 self.publish_metrics();
                 let _ = reply.send(result);
             }
-            Control::Revoke(partitions, reply) => self.start_revoke(partitions, reply),
+            Control::Revoke(partitions, hand_over, reply) => {
+                self.start_revoke(partitions, hand_over, reply);
+            }
             Control::Commit(reply) => {
                 let result = self.commit_moved();
                 self.publish_metrics();

@@ -267,7 +267,7 @@ async fn a_revoke_deadline_passing_with_an_exactly_once_write_under_way_halts_an
 
     let revoke = {
         let handle = f.handle.clone();
-        tokio::spawn(async move { handle.revoke(vec![P0]).await })
+        tokio::spawn(async move { handle.hand_over(vec![P0]).await })
     };
     tokio::time::timeout(GUARD, async {
         while !queued.iter().all(AckRef::is_fenced) {
@@ -311,6 +311,32 @@ async fn a_revoke_deadline_passing_with_an_exactly_once_write_under_way_halts_an
     ));
     assert!(f.replays.try_recv().is_err(), "the failures replay nothing");
     other.deliver();
+}
+
+/// A partition revoked without a handover (an input file retired) keeps
+/// its epoch open: its queued batches may still be written, and a write
+/// under way at the deadline does not halt the run.
+#[tokio::test]
+async fn a_revoke_that_hands_nothing_over_leaves_the_epoch_open() {
+    let config = CheckpointConfig {
+        revoke_deadline: Duration::from_millis(50),
+        ..config()
+    };
+    let f = start_with(config, MemoryStore::new());
+    let e = f.epoch(P0).await;
+    let writing: AckSet = vec![f.open(P0, e, 0, 0).await].into();
+    let queued: AckSet = vec![f.open(P0, e, 1, 10).await].into();
+    let guard = writing.begin_write().expect("nothing revoked yet");
+    let revoked = tokio::time::timeout(GUARD, f.handle.revoke(vec![P0]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(revoked, PartitionOffsets::new(), "nothing delivered");
+    assert!(!f.handle.is_halting());
+    assert!(queued.begin_write().is_some(), "its batches may be written");
+    drop(guard);
+    writing.deliver();
+    queued.deliver();
 }
 
 #[tokio::test]

@@ -151,7 +151,7 @@ async fn a_slow_write_of_a_revoked_partition_never_lands_after_the_next_owner_s(
     .await;
     let revoking = {
         let checkpointer = checkpointer.clone();
-        tokio::spawn(async move { checkpointer.revoke(vec![P]).await })
+        tokio::spawn(async move { checkpointer.hand_over(vec![P]).await })
     };
     // What the pipeline does: a halt stops the sinks at once.
     let mut old_driver = Some(old_driver);

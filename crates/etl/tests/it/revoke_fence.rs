@@ -1,7 +1,8 @@
 //! A revocation whose `revoke_deadline` passes while the exactly-once sink
 //! is still writing a batch of the revoked partition halts the run: the
 //! partition is not handed over while that write can land. An
-//! at-least-once sink is released at the deadline, as before.
+//! at-least-once sink, and a partition retired rather than handed over
+//! (an input file replaced), are released at the deadline, as before.
 
 #![allow(clippy::unwrap_used)]
 
@@ -50,6 +51,9 @@ impl ProgressSink for Stuck {
 struct RevokesWhileWriting {
     writes: Arc<AtomicUsize>,
     step: u32,
+    /// The partition goes to another owner (a consumer group), rather
+    /// than being retired (an input file replaced).
+    hands_over: bool,
 }
 
 #[async_trait]
@@ -77,6 +81,10 @@ impl Source for RevokesWhileWriting {
     async fn seek(&mut self, _partition: PartitionId, _offset: Offset) -> Result<(), SourceError> {
         Ok(())
     }
+
+    fn hands_over_revoked(&self) -> bool {
+        self.hands_over
+    }
 }
 
 fn checkpoint() -> CheckpointConfig {
@@ -101,6 +109,7 @@ async fn a_revoke_deadline_passing_with_an_exactly_once_write_under_way_halts_th
     let source = RevokesWhileWriting {
         writes: sink.writes.clone(),
         step: 0,
+        hands_over: true,
     };
     let (driver, progress) = SinkDriver::exactly_once(sink.clone(), RawLinesEncoder::new());
     let pipeline = Pipeline::builder()
@@ -134,6 +143,7 @@ async fn an_at_least_once_sink_s_write_under_way_does_not_halt_the_revocation() 
     let source = RevokesWhileWriting {
         writes: sink.writes.clone(),
         step: 0,
+        hands_over: true,
     };
     let pipeline = Pipeline::builder()
         .source(source)
@@ -141,6 +151,46 @@ async fn an_at_least_once_sink_s_write_under_way_does_not_halt_the_revocation() 
             "table",
             SinkDriver::new(sink.clone(), RawLinesEncoder::new()).config(driver_config()),
         )
+        .offset_store(MemoryStore::new())
+        .checkpoint(CheckpointConfig {
+            shutdown_timeout: Duration::from_secs(1),
+            ..checkpoint()
+        })
+        .build()
+        .unwrap();
+    let err = tokio::time::timeout(GUARD, pipeline.run(CancellationToken::new()))
+        .await
+        .expect("the stop gives the stuck sink up")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PipelineError::Sink {
+                source: etl_sink::SinkDriverError::ShutdownTimeout(_),
+                ..
+            }
+        ),
+        "the revocation did not halt the run: {err}"
+    );
+}
+
+/// A source that retires its revoked partition (a file source whose input
+/// was replaced) rather than handing it over: nobody else will write it,
+/// so the exactly-once sink's write is not fenced and the run goes on
+/// past the deadline (here to its end, whose graceful stop then gives the
+/// stuck sink up).
+#[tokio::test]
+async fn a_retired_partition_s_exactly_once_write_under_way_does_not_halt_the_revocation() {
+    let sink = Stuck::default();
+    let source = RevokesWhileWriting {
+        writes: sink.writes.clone(),
+        step: 0,
+        hands_over: false,
+    };
+    let (driver, progress) = SinkDriver::exactly_once(sink.clone(), RawLinesEncoder::new());
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .exactly_once_sink("table", driver.config(driver_config()), progress)
         .offset_store(MemoryStore::new())
         .checkpoint(CheckpointConfig {
             shutdown_timeout: Duration::from_secs(1),
