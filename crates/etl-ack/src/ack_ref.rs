@@ -5,6 +5,7 @@ use std::fmt;
 use etl_record::{Offset, PartitionId};
 
 use crate::batch::{AckMsg, AckStatus, BatchId};
+use crate::fence::WriteFence;
 use crate::sync::{Arc, AtomicU8, Ordering};
 
 /// Where a batch's resolution message is delivered: normally the
@@ -55,6 +56,8 @@ struct AckState {
     last_offset: Offset,
     status: AtomicU8,
     tx: AckTx,
+    /// The fence of the channel the batch was opened on.
+    fence: Option<Arc<WriteFence>>,
 }
 
 impl Drop for AckState {
@@ -81,13 +84,34 @@ impl AckRef {
     /// Create the handle for a new batch. Called by the source driver once
     /// per poll batch (through [`Acker::open`](crate::Acker::open));
     /// everything downstream only clones.
-    pub(crate) fn new(id: BatchId, last_offset: Offset, tx: AckTx) -> Self {
+    pub(crate) fn new(
+        id: BatchId,
+        last_offset: Offset,
+        tx: AckTx,
+        fence: Option<Arc<WriteFence>>,
+    ) -> Self {
         AckRef(Arc::new(AckState {
             id,
             last_offset,
             status: AtomicU8::new(AckStatus::Delivered as u8),
             tx,
+            fence,
         }))
+    }
+
+    /// The fence of the channel the batch was opened on (none for a
+    /// handle made for a test).
+    pub(crate) fn fence(&self) -> Option<&Arc<WriteFence>> {
+        self.0.fence.as_ref()
+    }
+
+    /// Whether the batch's epoch is closed: its partition is being
+    /// revoked (or was), so an exactly-once sink must start no write of
+    /// it ([`WriteFence`]).
+    #[must_use]
+    pub fn is_fenced(&self) -> bool {
+        self.fence()
+            .is_some_and(|fence| fence.is_closed(self.batch_id()))
     }
 
     /// Mark the batch failed. Idempotent; any single failure poisons the
@@ -135,6 +159,7 @@ impl AckRef {
                 },
                 Offset(0),
                 AckTx::Channel(tx),
+                None,
             ),
             rx,
         )
@@ -153,7 +178,7 @@ pub mod loom_support {
     /// channel, so loom sees every step.
     #[must_use]
     pub fn recorded(id: BatchId, last_offset: Offset, recorder: &Recorder) -> AckRef {
-        AckRef::new(id, last_offset, AckTx::Recorder(recorder.clone()))
+        AckRef::new(id, last_offset, AckTx::Recorder(recorder.clone()), None)
     }
 }
 
@@ -170,6 +195,7 @@ mod tests {
             },
             Offset(last_offset),
             AckTx::Channel(tx),
+            None,
         )
     }
 

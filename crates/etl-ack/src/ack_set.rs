@@ -1,6 +1,7 @@
 //! The fail-safe collection of handles on the sink path.
 
 use crate::ack_ref::AckRef;
+use crate::fence::WriteGuard;
 
 /// A fail-safe collection of acknowledgement handles for data that has not
 /// been durably written yet (encoded chunks, sink batches).
@@ -74,6 +75,46 @@ impl AckSet {
     /// The handles held, in insertion order.
     pub fn iter(&self) -> std::slice::Iter<'_, AckRef> {
         self.0.iter()
+    }
+
+    /// Move the handles for which `take(index, handle)` is true into a
+    /// set of their own (both keep their order; both still fail what they
+    /// hold when dropped). `index` counts the handles as held before the
+    /// call.
+    #[must_use]
+    pub fn take_where(&mut self, mut take: impl FnMut(usize, &AckRef) -> bool) -> AckSet {
+        let mut taken = AckSet::new();
+        let mut kept = Vec::with_capacity(self.0.len());
+        for (i, ack) in std::mem::take(&mut self.0).into_iter().enumerate() {
+            if take(i, &ack) {
+                taken.0.push(ack);
+            } else {
+                kept.push(ack);
+            }
+        }
+        self.0 = kept;
+        taken
+    }
+
+    /// Begin a write of the batches this set holds: register it with
+    /// their channel's [`WriteFence`](crate::WriteFence) until the guard
+    /// drops, unless a batch's epoch is closed (its partition is being
+    /// revoked): then nothing is registered and `None` says the write
+    /// must not start. Handles made for tests have no fence and never
+    /// refuse. Call it before each attempt of a write, retries included.
+    #[must_use]
+    pub fn begin_write(&self) -> Option<WriteGuard> {
+        let mut guard = WriteGuard::new();
+        for ack in &self.0 {
+            if let Some(fence) = ack.fence() {
+                if !fence.register(ack.batch_id()) {
+                    // Dropping the guard releases what was registered.
+                    return None;
+                }
+                guard.push(fence.clone(), ack.batch_id());
+            }
+        }
+        Some(guard)
     }
 
     /// Resolve the set as delivered: the data it covers is durably

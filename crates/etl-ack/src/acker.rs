@@ -7,6 +7,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError
 
 use crate::ack_ref::{AckRef, AckTx};
 use crate::batch::{AckMsg, BatchMeta};
+use crate::fence::WriteFence;
+use crate::sync::Arc;
 
 /// Create the two ends of acknowledgement tracking: the [`Acker`] the
 /// source side opens batches with, and the [`AckReceiver`] the
@@ -17,15 +19,18 @@ use crate::batch::{AckMsg, BatchMeta};
 pub fn channel() -> (Acker, AckReceiver) {
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
     let (open_tx, open_rx) = crossbeam_channel::unbounded();
+    let fence = Arc::new(WriteFence::new());
     (
         Acker {
             tx: AckTx::Channel(ack_tx),
             opens: open_tx,
+            fence: fence.clone(),
         },
         AckReceiver {
             acks: ack_rx,
             opens: open_rx,
             stashed: None,
+            fence,
         },
     )
 }
@@ -36,6 +41,7 @@ pub fn channel() -> (Acker, AckReceiver) {
 pub struct Acker {
     tx: AckTx,
     opens: Sender<BatchMeta>,
+    fence: Arc<WriteFence>,
 }
 
 impl fmt::Debug for Acker {
@@ -76,7 +82,12 @@ impl Acker {
         self.opens
             .send(meta)
             .map_err(|e| ReceiverClosed(e.into_inner()))?;
-        Ok(AckRef::new(meta.id, meta.last_offset, self.tx.clone()))
+        Ok(AckRef::new(
+            meta.id,
+            meta.last_offset,
+            self.tx.clone(),
+            Some(self.fence.clone()),
+        ))
     }
 }
 
@@ -98,9 +109,19 @@ pub struct AckReceiver {
     /// A resolution received while announcements sent before it may still
     /// be queued; it is returned once those are drained.
     stashed: Option<AckMsg>,
+    /// The fence of every handle opened on this channel.
+    fence: Arc<WriteFence>,
 }
 
 impl AckReceiver {
+    /// The fence of this channel's handles: its owner (the checkpointer)
+    /// closes the epochs of a partition being revoked, and an
+    /// exactly-once sink then starts no write of their batches.
+    #[must_use]
+    pub fn fence(&self) -> Arc<WriteFence> {
+        self.fence.clone()
+    }
+
     /// The next event, if one is ready.
     ///
     /// # Errors

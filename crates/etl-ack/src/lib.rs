@@ -62,6 +62,7 @@ mod ack_set;
 mod acked;
 mod acker;
 mod batch;
+mod fence;
 #[cfg(all(test, etl_loom))]
 mod loom_tests;
 mod sync;
@@ -74,6 +75,7 @@ pub use batch::{AckMsg, AckStatus, BatchId, BatchMeta};
 /// Channel types of the receiving side, re-exported so callers can wait on
 /// an [`AckReceiver`] together with their own channels.
 pub use crossbeam_channel;
+pub use fence::{WriteFence, WriteGuard};
 
 #[cfg(etl_loom)]
 #[doc(hidden)]

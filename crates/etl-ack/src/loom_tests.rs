@@ -126,3 +126,37 @@ fn clones_dropped_from_three_threads_resolve_once() {
         assert_eq!(msgs[0].id, id());
     });
 }
+
+/// A sink registering a write races a revocation closing the epoch and
+/// then asking whether a write is under way: either the write is refused,
+/// or the revocation sees it under way until it ends. So a write never
+/// runs once the revocation handed the partition over.
+#[test]
+fn a_registered_write_races_the_close_and_the_handover() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::WriteFence;
+
+    loom::model(|| {
+        let fence = Arc::new(WriteFence::new());
+        let handed_over = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (fence, handed_over) = (fence.clone(), handed_over.clone());
+            thread::spawn(move || {
+                if fence.register(id()) {
+                    assert!(
+                        !handed_over.load(Ordering::SeqCst),
+                        "a write runs after the handover"
+                    );
+                    fence.release(id());
+                }
+            })
+        };
+        fence.close(id().partition, id().epoch);
+        if !fence.writing(id().partition) {
+            handed_over.store(true, Ordering::SeqCst);
+        }
+        writer.join().expect("no panic");
+        assert!(!fence.register(id()), "the closed epoch stays closed");
+    });
+}

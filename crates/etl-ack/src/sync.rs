@@ -4,11 +4,19 @@
 
 #[cfg(etl_loom)]
 pub(crate) use loom::sync::{
-    Arc,
+    Arc, Mutex, MutexGuard,
     atomic::{AtomicU8, Ordering},
 };
 #[cfg(not(etl_loom))]
 pub(crate) use std::sync::{
-    Arc,
+    Arc, Mutex, MutexGuard,
     atomic::{AtomicU8, Ordering},
 };
+
+/// Lock `mutex`, taking the data of a poisoned one as it is: every
+/// critical section of this crate leaves its data whole.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

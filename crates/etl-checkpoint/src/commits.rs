@@ -22,15 +22,23 @@ use crate::sync::lock;
 use crate::worker::{PendingRevoke, Worker};
 
 impl Worker {
+    /// Begin revoking `partitions`; with `hand_over` (they go to another
+    /// owner), close their epochs on the write fence.
     pub(crate) fn start_revoke(
         &mut self,
         partitions: Vec<PartitionId>,
+        hand_over: bool,
         reply: Reply<PartitionOffsets>,
     ) {
         let mut known = Vec::with_capacity(partitions.len());
         for p in partitions {
             if let Some(state) = self.partitions.get_mut(&p) {
                 state.revoking = true;
+                // From now on no exactly-once write of this epoch (or an
+                // earlier one) starts: not a queued batch, not a retry.
+                if hand_over {
+                    self.fence.close(p, state.tracker.epoch());
+                }
                 known.push((p, state.assignment));
             }
         }
@@ -38,6 +46,7 @@ impl Worker {
             partitions: known,
             deadline: Instant::now() + self.config.revoke_deadline,
             reply,
+            unsettled: None,
         });
         self.finish_revokes(false);
     }
@@ -72,6 +81,13 @@ impl Worker {
                 i += 1;
                 continue;
             }
+            if !force && unresolved > 0 && self.write_under_way(i, &partitions) {
+                // Past the deadline, an exactly-once write of a revoked
+                // partition may still land: the partition is not handed
+                // over until it ended.
+                i += 1;
+                continue;
+            }
             let revoke = self.revokes.swap_remove(i);
             if unresolved > 0 {
                 tracing::warn!(
@@ -94,8 +110,47 @@ impl Worker {
                 }
             }
             self.publish_metrics();
+            let result = match revoke.unsettled {
+                None => result,
+                Some(partitions) => {
+                    if let Err(e) = result {
+                        tracing::error!(error = %e, "the commit of a revocation that halted the run failed");
+                    }
+                    Err(CheckpointError::RevokeUnsettled {
+                        partitions,
+                        deadline: self.config.revoke_deadline,
+                    })
+                }
+            };
             let _ = revoke.reply.send(result);
         }
+    }
+
+    /// Whether revoke `i`, past its deadline, waits for an exactly-once
+    /// write of `partitions` still under way. The first time it finds
+    /// one, the run halts: the write must end (the halt tears it down)
+    /// before the partitions are handed to another owner, or it could
+    /// land after the new owner's first write and set its progress back.
+    fn write_under_way(&mut self, i: usize, partitions: &[PartitionId]) -> bool {
+        let writing: Vec<PartitionId> = partitions
+            .iter()
+            .copied()
+            .filter(|p| self.fence.writing(*p))
+            .collect();
+        if writing.is_empty() {
+            return false;
+        }
+        if self.revokes[i].unsettled.is_none() {
+            tracing::error!(
+                partitions = ?writing, deadline = ?self.config.revoke_deadline,
+                "revoke deadline passed with an exactly-once write of the revoked partitions under way; halting the run rather than handing them over while it can land"
+            );
+            self.halting.record();
+            self.unsettled_tx
+                .send_replace(Some((writing.clone(), self.config.revoke_deadline)));
+            self.revokes[i].unsettled = Some(writing);
+        }
+        true
     }
 
     /// Commit the watermarks of `partitions` that moved past their floor;

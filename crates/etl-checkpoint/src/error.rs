@@ -47,6 +47,22 @@ pub enum CheckpointError {
         #[source]
         source: Box<CheckpointError>,
     },
+    /// A revocation's `revoke_deadline` passed while an exactly-once
+    /// sink was still writing a batch of a revoked partition: handing the
+    /// partition over then would let that write land after the next
+    /// owner's, so the run halts instead.
+    #[error(
+        "the revocation of partitions {partitions:?} passed its revoke_deadline ({deadline:?}) \
+         with an exactly-once write of them still under way; the run halts rather than hand \
+         them to another owner while that write can land (the next run starts from the \
+         sink's stored progress)"
+    )]
+    RevokeUnsettled {
+        /// The revoked partitions with a write under way.
+        partitions: Vec<PartitionId>,
+        /// The revoke deadline that passed.
+        deadline: std::time::Duration,
+    },
     /// The checkpointer thread is gone (shut down or panicked).
     #[error("the checkpointer has stopped")]
     Stopped,

@@ -93,6 +93,12 @@ impl Halting {
         self.halt.clone()
     }
 
+    /// Record the halt from the checkpointer's side (a revocation that
+    /// cannot hand its partitions over).
+    pub(crate) fn record(&self) {
+        self.halt.record();
+    }
+
     /// What becomes of `replay`. The first one of each partition that is
     /// not replayed is logged: where its next run starts.
     pub(crate) fn judge(&mut self, replay: &ReplayRequest) -> Verdict {

@@ -75,7 +75,9 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, CheckpointError>>;
 /// A request to the checkpointer thread.
 pub(crate) enum Control {
     Assign(Vec<(PartitionId, Option<Offset>)>, Reply<Vec<Assigned>>),
-    Revoke(Vec<PartitionId>, Reply<PartitionOffsets>),
+    /// The partitions, whether they go to another owner (then their
+    /// epochs close on the write fence), and whom to answer.
+    Revoke(Vec<PartitionId>, bool, Reply<PartitionOffsets>),
     Commit(Reply<PartitionOffsets>),
     Shutdown(Reply<CheckpointSummary>),
 }
@@ -120,6 +122,7 @@ impl Checkpointer {
             metrics.clone(),
         );
         let lost = worker.lost_tx.subscribe();
+        let unsettled = worker.unsettled_tx.subscribe();
         let halt = worker.halting.shared();
         // The thread logs where the thread that started it logs: to its
         // scoped subscriber if it has one (a test's, an application's
@@ -143,6 +146,7 @@ impl Checkpointer {
                 metrics,
                 lost,
                 halt,
+                unsettled,
             },
             replay_rx,
         ))
@@ -160,6 +164,8 @@ pub struct CheckpointHandle {
     lost: watch::Receiver<bool>,
     /// Whether the run halts.
     halt: Arc<Halt>,
+    /// The partitions whose revocation halted the run, and its deadline.
+    unsettled: watch::Receiver<Option<(Vec<PartitionId>, Duration)>>,
 }
 
 // Compile-time check: a handle is shared by the source driver, the sink
@@ -235,15 +241,64 @@ impl CheckpointHandle {
     /// partition that has one. Other partitions are untouched; partitions
     /// not assigned are ignored.
     ///
+    /// A revocation that hands nothing to another owner (an input file
+    /// retired) keeps the partitions' epochs open: what the sinks hold of
+    /// them is still written. For partitions that go to another owner,
+    /// use [`hand_over`](Self::hand_over). Either kind, at its deadline,
+    /// waits for an exactly-once write of a partition whose epoch another
+    /// revocation closed, as `hand_over` does.
+    ///
     /// # Errors
     ///
     /// The commit failed (the partitions are dropped all the same; their
-    /// previous commit stands), or the checkpointer stopped.
+    /// previous commit stands), the revocation halted the run
+    /// ([`CheckpointError::RevokeUnsettled`]), or the checkpointer
+    /// stopped.
     pub async fn revoke(
         &self,
         partitions: Vec<PartitionId>,
     ) -> Result<PartitionOffsets, CheckpointError> {
-        self.call(|r| Control::Revoke(partitions, r)).await
+        self.call(|r| Control::Revoke(partitions, false, r)).await
+    }
+
+    /// [`revoke`](Self::revoke) partitions that go to another owner (a
+    /// consumer group's rebalance). As the revocation begins, their epochs
+    /// close on the acknowledgement channel's
+    /// [`WriteFence`](etl_ack::WriteFence): an exactly-once sink starts
+    /// no write of their batches from then on (a queued batch or a retry
+    /// fails instead, and is not replayed: the next owner reads it from
+    /// the sink's stored progress). A write already under way goes on,
+    /// and the revocation waits for it. If the deadline passes while one
+    /// is still under way, the run halts ([`halt`](Self::halt),
+    /// [`revoke_halted`](Self::revoke_halted)) and the revocation waits
+    /// on until that write ended (the halt tears it down), then answers
+    /// [`CheckpointError::RevokeUnsettled`]: the partitions are never
+    /// handed over while the write can land. Batches of a sink that
+    /// fences nothing (an at-least-once sink) are released at the
+    /// deadline, as before.
+    ///
+    /// # Errors
+    ///
+    /// As [`revoke`](Self::revoke).
+    pub async fn hand_over(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<PartitionOffsets, CheckpointError> {
+        self.call(|r| Control::Revoke(partitions, true, r)).await
+    }
+
+    /// As [`hand_over`](Self::hand_over), blocking the calling thread (a
+    /// rebalance callback). Must not be called from inside an async
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`revoke`](Self::revoke).
+    pub fn hand_over_blocking(
+        &self,
+        partitions: Vec<PartitionId>,
+    ) -> Result<PartitionOffsets, CheckpointError> {
+        self.call_blocking(|r| Control::Revoke(partitions, true, r))
     }
 
     /// As [`revoke`](Self::revoke), blocking the calling thread. Must not
@@ -256,7 +311,7 @@ impl CheckpointHandle {
         &self,
         partitions: Vec<PartitionId>,
     ) -> Result<PartitionOffsets, CheckpointError> {
-        self.call_blocking(|r| Control::Revoke(partitions, r))
+        self.call_blocking(|r| Control::Revoke(partitions, false, r))
     }
 
     /// Commit every watermark that moved since its last commit; returns
@@ -331,6 +386,32 @@ impl CheckpointHandle {
     /// replay. Call it before the first batch opens.
     pub fn halt_on_failure(&self) {
         self.halt.on_failure();
+    }
+
+    /// Resolves once a revocation halted the run: its deadline passed with
+    /// an exactly-once write of a revoked partition still under way (see
+    /// [`revoke`](Self::revoke)). Never resolves otherwise. The run should
+    /// stop at once, tearing its sinks down rather than draining them, so
+    /// that the write ends and the revocation can answer.
+    pub async fn revoke_halted(&self) {
+        let mut unsettled = self.unsettled.clone();
+        if unsettled.wait_for(Option::is_some).await.is_err() {
+            // The checkpointer ended with no revocation halting the run.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The error of a revocation that halted the run
+    /// ([`CheckpointError::RevokeUnsettled`]), if one did.
+    #[must_use]
+    pub fn revoke_halt(&self) -> Option<CheckpointError> {
+        self.unsettled
+            .borrow()
+            .as_ref()
+            .map(|(partitions, deadline)| CheckpointError::RevokeUnsettled {
+                partitions: partitions.clone(),
+                deadline: *deadline,
+            })
     }
 
     /// Whether [`halt`](Self::halt) was called (by any clone).

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
-use etl_ack::{AckEvent, AckReceiver};
+use etl_ack::{AckEvent, AckReceiver, WriteFence};
 use etl_record::{Offset, PartitionId};
 use tokio::sync::{mpsc, watch};
 
@@ -71,7 +71,15 @@ pub(crate) struct PendingRevoke {
     pub(crate) partitions: Vec<(PartitionId, u64)>,
     pub(crate) deadline: Instant,
     pub(crate) reply: Reply<PartitionOffsets>,
+    /// The deadline passed with an exactly-once write of these partitions
+    /// under way: the run halts, and the revocation waits for that write
+    /// to end (the halt tears it down) before it hands anything over.
+    pub(crate) unsettled: Option<Vec<PartitionId>>,
 }
+
+/// How often a revocation that halted the run looks whether the write it
+/// waits for ended (that write's end also wakes it, through its batch).
+pub(crate) const UNSETTLED_POLL: Duration = Duration::from_millis(10);
 
 /// The checkpointer thread's state.
 pub(crate) struct Worker {
@@ -101,6 +109,12 @@ pub(crate) struct Worker {
     pub(crate) lost_tx: watch::Sender<bool>,
     /// Whether the run halts: then a failure asks for no replay.
     pub(crate) halting: Halting,
+    /// The acknowledgement channel's write fence: a revocation closes its
+    /// partitions' epochs there, and asks it at its deadline whether an
+    /// exactly-once write of them is still under way.
+    pub(crate) fence: Arc<WriteFence>,
+    /// Tells the handles a revocation halted the run, and why.
+    pub(crate) unsettled_tx: watch::Sender<Option<(Vec<PartitionId>, Duration)>>,
 }
 
 impl Worker {
@@ -113,9 +127,12 @@ impl Worker {
         budget: InFlightBudget,
         metrics: Arc<Mutex<PublishedMetrics>>,
     ) -> Self {
+        let fence = acks.fence();
         Worker {
             config,
             store,
+            fence,
+            unsettled_tx: watch::Sender::new(None),
             acks,
             acks_open: true,
             control,
@@ -295,7 +312,9 @@ impl Worker {
                 self.publish_metrics();
                 let _ = reply.send(result);
             }
-            Control::Revoke(partitions, reply) => self.start_revoke(partitions, reply),
+            Control::Revoke(partitions, hand_over, reply) => {
+                self.start_revoke(partitions, hand_over, reply);
+            }
             Control::Commit(reply) => {
                 let result = self.commit_moved();
                 self.publish_metrics();
@@ -373,7 +392,10 @@ impl Worker {
     fn next_deadline(&self) -> Instant {
         let mut at = self.last_commit + self.config.commit_interval;
         for r in &self.revokes {
-            at = at.min(r.deadline);
+            at = at.min(match r.unsettled {
+                None => r.deadline,
+                Some(_) => Instant::now() + UNSETTLED_POLL,
+            });
         }
         if let Some((d, _)) = &self.shutdown {
             at = at.min(*d);

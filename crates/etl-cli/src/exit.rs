@@ -155,6 +155,22 @@ fn held_by_another_run(e: &(dyn std::error::Error + 'static)) -> bool {
 mod tests {
     use super::*;
 
+    /// docs/operations.md: a revocation that halted the run (its
+    /// deadline passed with an exactly-once write under way) exits 1.
+    #[test]
+    fn a_revocation_that_halted_the_run_is_a_failure() {
+        let registry = etl::registry();
+        let exit = Exit::from_pipeline(
+            etl::PipelineError::Checkpoint(etl_checkpoint::CheckpointError::RevokeUnsettled {
+                partitions: vec![etl_record::PartitionId(3)],
+                deadline: std::time::Duration::from_secs(10),
+            }),
+            &registry,
+        );
+        assert_eq!(exit.code, code::FAILURE);
+        assert!(exit.message.contains("revoke_deadline"), "{}", exit.message);
+    }
+
     #[test]
     fn a_failed_final_commit_is_an_io_error_and_a_forced_stop_a_failure() {
         let registry = etl::registry();

@@ -37,7 +37,10 @@ impl RevokeHandler for CheckpointHandle {
         &self,
         partitions: Vec<PartitionId>,
     ) -> Result<PartitionOffsets, Box<dyn std::error::Error + Send + Sync>> {
-        match CheckpointHandle::revoke_blocking(self, partitions) {
+        // The partitions go to another member: fenced (an exactly-once
+        // sink starts nothing more of them; a write of them still under
+        // way at the deadline halts the run).
+        match CheckpointHandle::hand_over_blocking(self, partitions) {
             Err(CheckpointError::Stopped) => {
                 tracing::debug!("revoke after the checkpointer's final commit: nothing to commit");
                 Ok(BTreeMap::new())

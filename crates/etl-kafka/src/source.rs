@@ -288,6 +288,11 @@ impl Source for KafkaSource {
     async fn commit(&mut self, _offsets: &PartitionOffsets) -> Result<(), SourceError> {
         Ok(())
     }
+
+    /// A revoked partition goes to another member of the group.
+    fn hands_over_revoked(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -204,6 +204,17 @@ impl SinkHandle {
         self.metrics.snapshot()
     }
 
+    /// Abort the driver now, without waiting: the write under way is
+    /// dropped and every batch the driver holds fails. A later
+    /// [`close`](Self::close), [`shutdown`](Self::shutdown) or
+    /// [`abort`](Self::abort) waits for it to be gone (and then for the
+    /// sink to settle); `close` and `shutdown` report
+    /// [`SinkDriverError::Closed`]. For a run that must not let a write
+    /// land any later than now (a revocation that halted it).
+    pub fn tear_down(&self) {
+        self.task.abort();
+    }
+
     /// Wait for the sink's background work, until `until` at most.
     async fn settle(&self, until: Instant) {
         if tokio::time::timeout_at(until, self.sink.settle())

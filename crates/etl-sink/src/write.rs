@@ -2,8 +2,9 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use etl_ack::AckSet;
+use etl_ack::{AckRef, AckSet};
 use etl_record::DeadLetter;
 use tokio::time::Instant;
 
@@ -58,6 +59,10 @@ pub(crate) enum Outcome {
 
 /// How the write of one part (one source batch, or the whole job) ended.
 enum Part {
+    /// Not written: its partition is being revoked (an exactly-once
+    /// driver). Its handles fail, which replays nothing (the epoch is
+    /// over), and the driver goes on.
+    Fenced,
     /// Durable, once `letters` are.
     Written,
     /// Failed because of its records: its handles fail and it replays.
@@ -83,17 +88,52 @@ impl Shared {
         self.config
             .retry
             .run(
-                || async move {
-                    match timeout {
-                        Some(limit) => tokio::time::timeout(limit, sink.write(batch))
-                            .await
-                            .unwrap_or(Err(SinkError::Timeout(limit))),
-                        None => sink.write(batch).await,
+                || attempt(sink, batch, timeout),
+                |_| add(&self.metrics.retries, 1),
+            )
+            .await
+    }
+
+    /// A write to the sink of `batch`, whose handles are `acks`, as
+    /// [`write_to`](Self::write_to). An exactly-once driver first asks
+    /// the handles' write fence, before the first attempt and before each
+    /// retry: once a batch's partition is being revoked, no attempt
+    /// starts ([`Attempted::Fenced`]), and an attempt under way is
+    /// registered, so the revocation knows it may still land.
+    async fn write_fenced(&self, batch: &EncodedBatch, acks: &AckSet) -> Attempted {
+        if !self.exactly_once {
+            return Attempted::Done(self.write_to(&*self.sink, batch).await);
+        }
+        let fenced = AtomicBool::new(false);
+        let timeout = self.config.write_timeout;
+        let sink = &*self.sink;
+        let fenced_ref = &fenced;
+        let result = self
+            .config
+            .retry
+            .run(
+                || {
+                    // Registered now, before the attempt starts; released
+                    // when it ends.
+                    let guard = acks.begin_write();
+                    async move {
+                        let Some(_guard) = guard else {
+                            fenced_ref.store(true, Ordering::Relaxed);
+                            return Err(SinkError::Permanent(
+                                "a partition of the batch is being revoked".into(),
+                            ));
+                        };
+                        attempt(sink, batch, timeout).await
                     }
                 },
                 |_| add(&self.metrics.retries, 1),
             )
-            .await
+            .await;
+        if fenced.load(Ordering::Relaxed) {
+            Attempted::Fenced
+        } else {
+            Attempted::Done(result)
+        }
     }
 
     /// Write dead letters durably; `Err` says why they are not.
@@ -120,6 +160,84 @@ impl Shared {
     }
 }
 
+/// One attempt of a write, bounded by `timeout`.
+async fn attempt(
+    sink: &dyn Sink,
+    batch: &EncodedBatch,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), SinkError> {
+    match timeout {
+        Some(limit) => tokio::time::timeout(limit, sink.write(batch))
+            .await
+            .unwrap_or(Err(SinkError::Timeout(limit))),
+        None => sink.write(batch).await,
+    }
+}
+
+/// How a fenced write ended.
+enum Attempted {
+    /// With this result, after the retry policy.
+    Done(Result<(), SinkError>),
+    /// Not started (or not retried): a batch's partition is being revoked.
+    Fenced,
+}
+
+/// The records, handles and encoder refusals of a job, less those of
+/// batches whose partition is being revoked (an exactly-once driver):
+/// their handles fail now, which replays nothing (their epoch is over:
+/// the next owner reads them from the stored progress). `false` when the
+/// handles and `ends` do not match (never, as the driver builds jobs): the
+/// job cannot be split, and fails whole.
+fn drop_fenced(
+    batch: &mut EncodedBatch,
+    acks: &mut AckSet,
+    ends: &mut Vec<(usize, usize)>,
+    refused: &mut Vec<DeadLetter>,
+) -> bool {
+    let fenced: Vec<bool> = acks.iter().map(AckRef::is_fenced).collect();
+    if !fenced.contains(&true) {
+        return true;
+    }
+    if ends.len() != fenced.len() {
+        return false;
+    }
+    let taken = acks.take_where(|i, _| fenced[i]);
+    for ack in taken.iter() {
+        let id = ack.batch_id();
+        tracing::info!(
+            partition = %id.partition, epoch = id.epoch, seq = id.seq,
+            "the partition is being revoked: its batch is not written (its next owner writes it)"
+        );
+    }
+    taken.fail();
+    let mut keep = vec![false; batch.len()];
+    let old_refused = std::mem::take(refused);
+    let mut kept_ends = Vec::with_capacity(ends.len());
+    let (mut start, mut refused_start, mut kept_records) = (0, 0, 0);
+    for (&(end, refused_end), &fenced) in ends.iter().zip(&fenced) {
+        let (end, refused_end) = (end.min(keep.len()), refused_end.min(old_refused.len()));
+        if !fenced {
+            for k in keep.iter_mut().take(end).skip(start) {
+                *k = true;
+            }
+            kept_records += end.saturating_sub(start);
+            refused.extend(
+                old_refused
+                    .get(refused_start.min(refused_end)..refused_end)
+                    .unwrap_or_default()
+                    .iter()
+                    .cloned(),
+            );
+            kept_ends.push((kept_records, refused.len()));
+        }
+        start = end;
+        refused_start = refused_end;
+    }
+    *batch = batch.select(|i| keep.get(i).copied().unwrap_or(false));
+    *ends = kept_ends;
+    true
+}
+
 /// Why dead letters are not durable.
 enum LetterFailure {
     /// There is no dead-letter sink, or it refused the letters.
@@ -141,11 +259,22 @@ enum LetterFailure {
 pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
     let started = Instant::now();
     let Job {
-        batch,
+        mut batch,
         mut acks,
-        ends,
+        mut ends,
         mut refused,
     } = job;
+    if shared.exactly_once && !drop_fenced(&mut batch, &mut acks, &mut ends, &mut refused) {
+        add(&shared.metrics.batches_failed, 1);
+        return Outcome::Failed(
+            "a write's handles do not match its records".into(),
+            vec![acks],
+        );
+    }
+    if acks.is_empty() {
+        // Every batch of the job was fenced (and has failed).
+        return Outcome::Delivered;
+    }
     if shared.exactly_once && !refused.is_empty() {
         // The write stores progress past these records: their dead
         // letters must be durable first, or a crash or a failed letter
@@ -166,10 +295,27 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
             }
         }
     }
-    let written = if batch.is_empty() {
-        Ok(())
-    } else {
-        shared.write_to(&*shared.sink, &batch).await
+    let written = loop {
+        if batch.is_empty() {
+            break Ok(());
+        }
+        match shared.write_fenced(&batch, &acks).await {
+            Attempted::Done(result) => break result,
+            // A partition's revocation began before an attempt: write the
+            // others' records afresh, without it.
+            Attempted::Fenced => {
+                if !drop_fenced(&mut batch, &mut acks, &mut ends, &mut refused) {
+                    add(&shared.metrics.batches_failed, 1);
+                    return Outcome::Failed(
+                        "a write's handles do not match its records".into(),
+                        vec![acks],
+                    );
+                }
+                if acks.is_empty() {
+                    return Outcome::Delivered;
+                }
+            }
+        }
     };
     // Each part's handles with its outcome, in batch order, and the dead
     // letters of the parts written.
@@ -212,10 +358,17 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
                 let result = if part.is_empty() {
                     Ok(())
                 } else {
-                    shared.write_to(&*shared.sink, &part).await
+                    match shared.write_fenced(&part, &set).await {
+                        Attempted::Done(result) => result,
+                        Attempted::Fenced => {
+                            parts.push((set, Part::Fenced));
+                            continue;
+                        }
+                    }
                 };
                 let outcome = finish_part(&shared, result, part, &mut own).await;
                 stop = match &outcome {
+                    Part::Fenced => false,
                     Part::Halt(_) => true,
                     Part::Failed(_) => shared.exactly_once,
                     Part::Written => {
@@ -360,7 +513,7 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
     let mut failure = None;
     for (_, part) in &parts {
         match part {
-            Part::Halt(_) | Part::Written => {}
+            Part::Fenced | Part::Halt(_) | Part::Written => {}
             Part::Failed(reason) => {
                 failure.get_or_insert_with(|| reason.clone());
             }
@@ -368,7 +521,17 @@ async fn resolve(shared: &Shared, parts: Vec<(AckSet, Part)>, letters: Vec<DeadL
     }
     let mut parts: Vec<(AckSet, bool)> = parts
         .into_iter()
+        .filter_map(|(acks, part)| match part {
+            // Their partition is being revoked: they fail now, which
+            // replays nothing, and halt nothing.
+            Part::Fenced => {
+                acks.fail();
+                None
+            }
+            part => Some((acks, part)),
+        })
         .map(|(acks, part)| match part {
+            Part::Fenced => (acks, false),
             Part::Written => (acks, true),
             Part::Failed(_) => (acks, false),
             Part::Halt(err) => {

@@ -382,7 +382,12 @@ impl SourceDriver {
             self.poison.reset(*p);
             self.metrics.update(*p, |m| m.assigned = false);
         }
-        let committed = match self.checkpoint.revoke(partitions.clone()).await {
+        let revoked = if self.source.hands_over_revoked() {
+            self.checkpoint.hand_over(partitions.clone()).await
+        } else {
+            self.checkpoint.revoke(partitions.clone()).await
+        };
+        let committed = match revoked {
             Ok(committed) => committed,
             // The partitions are gone either way (a consumer group that
             // dropped this member while its coordinator was unreachable):

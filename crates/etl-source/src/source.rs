@@ -183,6 +183,19 @@ pub trait Source: Send {
     fn gauges(&self) -> Vec<SourceGauge> {
         Vec::new()
     }
+
+    /// Whether the partitions this source revokes go to another owner (a
+    /// member of a consumer group), rather than being retired (an input
+    /// file replaced). Then the driver revokes them with
+    /// [`CheckpointHandle::hand_over`](etl_checkpoint::CheckpointHandle::hand_over):
+    /// an exactly-once sink writes nothing more of them once the
+    /// revocation began, and a write of them still under way at the
+    /// revoke deadline halts the run, so that no late write of this
+    /// process lands after the new owner's. A retired partition's
+    /// batches are still written. The default is `false`.
+    fn hands_over_revoked(&self) -> bool {
+        false
+    }
 }
 
 /// A source behind a box, as the driver and the runtime hold it.
@@ -216,6 +229,10 @@ impl<S: Source + ?Sized> Source for Box<S> {
 
     fn gauges(&self) -> Vec<SourceGauge> {
         (**self).gauges()
+    }
+
+    fn hands_over_revoked(&self) -> bool {
+        (**self).hands_over_revoked()
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use etl_ack::{AckRef, Acker, BatchId, BatchMeta};
+use etl_ack::{AckRef, AckSet, Acker, BatchId, BatchMeta};
 use etl_checkpoint::{
     CheckpointConfig, CheckpointError, CheckpointHandle, Checkpointer, InFlight, InFlightLimits,
     MemoryStore, OffsetStore, PartitionOffsets, ReplayRequest, ReplayRequests,
@@ -239,6 +239,104 @@ async fn revoke_gives_up_at_its_deadline_and_late_acks_are_stale() {
     assert_eq!(again[0].start, Offset(10));
     assert_eq!(f.handle.metrics().stale_acks_unassigned, 1);
     assert_eq!(f.store.offsets(), offsets(&[(P0, 10)]));
+    // No write of the stuck batch was registered (an at-least-once sink
+    // registers none): the deadline released the partition, and the run
+    // goes on.
+    assert!(!f.handle.is_halting());
+    assert!(f.handle.revoke_halt().is_none());
+}
+
+/// An exactly-once sink registers its writes on the channel's fence. A
+/// revocation closes the partition's epoch at once (a queued batch may
+/// start no write), and if its deadline passes while a write is still
+/// under way, the run halts and the partition is not handed over until
+/// that write ended.
+#[tokio::test]
+async fn a_revoke_deadline_passing_with_an_exactly_once_write_under_way_halts_and_waits_for_it() {
+    let config = CheckpointConfig {
+        revoke_deadline: Duration::from_millis(50),
+        ..config()
+    };
+    let mut f = start_with(config, MemoryStore::new());
+    let e = f.epoch(P0).await;
+    let e1 = f.epoch(P1).await;
+    let writing: AckSet = vec![f.open(P0, e, 0, 0).await].into();
+    let queued: AckSet = vec![f.open(P0, e, 1, 10).await].into();
+    let other: AckSet = vec![f.open(P1, e1, 0, 0).await].into();
+    let guard = writing.begin_write().expect("nothing revoked yet");
+
+    let revoke = {
+        let handle = f.handle.clone();
+        tokio::spawn(async move { handle.hand_over(vec![P0]).await })
+    };
+    tokio::time::timeout(GUARD, async {
+        while !queued.iter().all(AckRef::is_fenced) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the revocation closes the epoch");
+    assert!(
+        queued.begin_write().is_none(),
+        "a queued batch starts no write"
+    );
+    assert!(other.begin_write().is_some(), "another partition's does");
+
+    tokio::time::timeout(GUARD, f.handle.revoke_halted())
+        .await
+        .expect("the deadline halts the run");
+    assert!(f.handle.is_halting());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !revoke.is_finished(),
+        "not handed over while the write can land"
+    );
+
+    // The halt tears the write down: then the revocation answers.
+    drop(guard);
+    drop((writing, queued));
+    let err = tokio::time::timeout(GUARD, revoke)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::RevokeUnsettled { partitions, .. } if partitions == &[P0]),
+        "{err}"
+    );
+    assert!(err.to_string().contains("revoke_deadline"), "{err}");
+    assert!(matches!(
+        f.handle.revoke_halt(),
+        Some(CheckpointError::RevokeUnsettled { .. })
+    ));
+    assert!(f.replays.try_recv().is_err(), "the failures replay nothing");
+    other.deliver();
+}
+
+/// A partition revoked without a handover (an input file retired) keeps
+/// its epoch open: its queued batches may still be written, and a write
+/// under way at the deadline does not halt the run.
+#[tokio::test]
+async fn a_revoke_that_hands_nothing_over_leaves_the_epoch_open() {
+    let config = CheckpointConfig {
+        revoke_deadline: Duration::from_millis(50),
+        ..config()
+    };
+    let f = start_with(config, MemoryStore::new());
+    let e = f.epoch(P0).await;
+    let writing: AckSet = vec![f.open(P0, e, 0, 0).await].into();
+    let queued: AckSet = vec![f.open(P0, e, 1, 10).await].into();
+    let guard = writing.begin_write().expect("nothing revoked yet");
+    let revoked = tokio::time::timeout(GUARD, f.handle.revoke(vec![P0]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(revoked, PartitionOffsets::new(), "nothing delivered");
+    assert!(!f.handle.is_halting());
+    assert!(queued.begin_write().is_some(), "its batches may be written");
+    drop(guard);
+    writing.deliver();
+    queued.deliver();
 }
 
 #[tokio::test]

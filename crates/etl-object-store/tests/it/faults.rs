@@ -39,6 +39,10 @@ pub(crate) struct FaultyStore {
     pub(crate) most_aborting: Arc<AtomicUsize>,
     /// Aborts under way now.
     pub(crate) aborting: Arc<AtomicUsize>,
+    /// How long a PUT takes on its way to the store (a slow network).
+    pub(crate) put_delay: Mutex<Duration>,
+    /// PUTs slowed so far (counted as their delay begins).
+    pub(crate) puts_slowed: AtomicUsize,
 }
 
 impl FaultyStore {
@@ -55,6 +59,8 @@ impl FaultyStore {
             abort_delay: Arc::new(Mutex::new(Duration::ZERO)),
             most_aborting: Arc::new(AtomicUsize::new(0)),
             aborting: Arc::new(AtomicUsize::new(0)),
+            put_delay: Mutex::new(Duration::ZERO),
+            puts_slowed: AtomicUsize::new(0),
         }
     }
 }
@@ -93,6 +99,11 @@ impl ObjectStore for FaultyStore {
                 .is_ok();
         if fail && !spared {
             return Err(injected(location));
+        }
+        let delay = *self.put_delay.lock().unwrap();
+        if !delay.is_zero() {
+            self.puts_slowed.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
         }
         self.inner.put_opts(location, payload, opts).await
     }

@@ -7,6 +7,7 @@
 
 mod faults;
 mod garage;
+mod handover;
 mod local;
 mod outage;
 mod pipeline;

@@ -6,6 +6,7 @@
 mod driver;
 mod example;
 mod failure_kinds;
+mod fence;
 mod file_sink;
 mod prop_driver;
 mod send_sync;

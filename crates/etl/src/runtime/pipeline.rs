@@ -679,7 +679,8 @@ struct Running {
 impl Running {
     /// The run phase: until the driver ends, a replay is refused by
     /// `on_failure = "halt"` (returned), a sink halts, the offset store
-    /// is lost, or `shutdown` is cancelled. Once
+    /// is lost, a revocation halts the run (the sinks are torn down
+    /// then), or `shutdown` is cancelled. Once
     /// the source has read all its input, the sinks write their last
     /// partial batches at once: a bounded run does not end a linger late.
     async fn until_stop(
@@ -702,6 +703,18 @@ impl Running {
                 // stopped or panicked: the run ends, whether or not a
                 // batch fails after it (none replays any more).
                 () = self.part_halted.cancelled() => {
+                    self.cancel.cancel();
+                    return None;
+                }
+                // A revocation's deadline passed while an exactly-once
+                // sink was writing a revoked partition: the sinks are torn
+                // down at once (not drained), so that write ends and the
+                // partition is handed over only then.
+                () = self.checkpointer.revoke_halted() => {
+                    tracing::error!("a revocation halted the run; tearing the sinks down");
+                    for (_, handle, _) in &self.handles {
+                        handle.tear_down();
+                    }
                     self.cancel.cancel();
                     return None;
                 }
@@ -830,6 +843,12 @@ impl Running {
 
         let final_commit = final_commit(&checkpointer, end_at, shutdown_timeout).await;
 
+        // A revocation that halted the run is its root cause: what the
+        // parts report (a sink torn down) followed from it.
+        if let Some(err) = checkpointer.revoke_halt() {
+            let _ = final_commit;
+            return Err(err.into());
+        }
         let exit = root_cause(Ended {
             halted,
             first_error,

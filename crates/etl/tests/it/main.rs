@@ -24,6 +24,7 @@ mod remap_corpus;
 mod remap_examples;
 #[cfg(feature = "remap")]
 mod remap_metadata;
+mod revoke_fence;
 mod runtime;
 mod send_sync;
 mod sink_batches;

@@ -1,0 +1,295 @@
+//! The write fence: once a partition's revocation began (its epoch closed
+//! on the acknowledgement channel's fence), an exactly-once driver starts
+//! no write of it, neither a queued batch nor a retry, and goes on with
+//! the other partitions. An at-least-once driver writes as before.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etl_ack::{AckEvent, AckReceiver, AckStatus, Acked, Acker, BatchId, BatchMeta, WriteFence};
+use etl_record::{Offset, PartitionId, Record};
+use etl_sink::{
+    EncodedBatch, NdjsonEncoder, Progress, ProgressSink, RetryPolicy, Sink, SinkDriver,
+    SinkDriverConfig, SinkError,
+};
+use etl_test_support::acks::record;
+use tokio::sync::watch;
+
+const GUARD: Duration = Duration::from_secs(20);
+
+/// A sink keeping its progress with its data: each write's records as
+/// (partition, offset). The first `hold` attempts wait for the gate; the
+/// first `fail` attempts then fail with a retryable error.
+#[derive(Clone, Debug)]
+struct Ledger {
+    state: Arc<Mutex<LedgerState>>,
+    gate: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct LedgerState {
+    written: Vec<Vec<(u32, i64)>>,
+    progress: Progress,
+    attempts: usize,
+    hold: usize,
+    fail: usize,
+}
+
+impl Ledger {
+    fn new(hold: usize, fail: usize) -> Self {
+        Ledger {
+            state: Arc::new(Mutex::new(LedgerState {
+                hold,
+                fail,
+                ..LedgerState::default()
+            })),
+            gate: watch::Sender::new(false),
+        }
+    }
+
+    fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
+
+    fn attempts(&self) -> usize {
+        self.state.lock().unwrap().attempts
+    }
+
+    /// Every (partition, offset) written, write by write.
+    fn written(&self) -> Vec<Vec<(u32, i64)>> {
+        self.state.lock().unwrap().written.clone()
+    }
+}
+
+#[async_trait]
+impl Sink for Ledger {
+    async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+        let (held, failing) = {
+            let mut s = self.state.lock().unwrap();
+            s.attempts += 1;
+            (s.attempts <= s.hold, s.attempts <= s.fail)
+        };
+        if held {
+            let mut open = self.gate.subscribe();
+            let _ = open.wait_for(|o| *o).await;
+        }
+        if failing {
+            return Err(SinkError::Retryable("the store is busy".into()));
+        }
+        let mut s = self.state.lock().unwrap();
+        s.written.push(
+            batch
+                .records()
+                .iter()
+                .map(|r| (r.position.partition.0, r.position.offset.0))
+                .collect(),
+        );
+        s.progress.advance_past(batch.records());
+        Ok(())
+    }
+}
+
+impl ProgressSink for Ledger {
+    fn progress(&self) -> Progress {
+        self.state.lock().unwrap().progress.clone()
+    }
+}
+
+/// Batches opened on one channel, and the channel's fence.
+struct Batches {
+    acker: Acker,
+    receiver: AckReceiver,
+    fence: Arc<WriteFence>,
+    seq: u64,
+}
+
+impl Batches {
+    fn new() -> Self {
+        let (acker, receiver) = etl_ack::channel();
+        let fence = receiver.fence();
+        Batches {
+            acker,
+            receiver,
+            fence,
+            seq: 0,
+        }
+    }
+
+    fn batch(&mut self, partition: u32, offsets: std::ops::Range<i64>) -> Acked<Vec<Record>> {
+        let records: Vec<Record> = offsets.clone().map(|o| record(partition, o)).collect();
+        self.seq += 1;
+        let ack = self
+            .acker
+            .open(BatchMeta {
+                id: BatchId {
+                    partition: PartitionId(partition),
+                    epoch: 1,
+                    seq: self.seq,
+                },
+                first_offset: Offset(offsets.start),
+                last_offset: Offset(offsets.end - 1),
+                records: records.len() as u32,
+                bytes: 10,
+            })
+            .unwrap();
+        Acked::new(records, ack)
+    }
+
+    /// Each batch's resolution, by (partition, first offset seq).
+    fn resolutions(&mut self) -> Vec<(u32, u64, AckStatus)> {
+        let mut out = Vec::new();
+        while let Ok(event) = self.receiver.try_next() {
+            if let AckEvent::Resolved(m) = event {
+                out.push((m.id.partition.0, m.id.seq, m.status));
+            }
+        }
+        out.sort_by_key(|(_, seq, _)| *seq);
+        out
+    }
+}
+
+fn config(retry: RetryPolicy) -> SinkDriverConfig {
+    SinkDriverConfig {
+        batch_max_records: 10,
+        linger: Duration::from_millis(20),
+        retry,
+        ..SinkDriverConfig::default()
+    }
+}
+
+fn offsets(partition: u32, range: std::ops::Range<i64>) -> Vec<(u32, i64)> {
+    range.map(|o| (partition, o)).collect()
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    tokio::time::timeout(GUARD, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("waited too long for {what}"));
+}
+
+/// Partition 1's batch is queued behind a write under way when its
+/// revocation begins; after that write, it is merged with partition 0's
+/// next batch into one job. Only partition 0's records are written; the
+/// revoked batch fails (which, its epoch being over, replays nothing);
+/// the driver goes on and closes without an error.
+#[tokio::test]
+async fn a_queued_batch_of_a_revoked_partition_is_not_written_and_the_others_are() {
+    let sink = Ledger::new(1, 0);
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let handle = driver.config(config(RetryPolicy::never())).spawn();
+
+    handle.send(batches.batch(0, 0..10)).await.unwrap();
+    wait_for("the first write", || sink.attempts() == 1).await;
+    handle.send(batches.batch(1, 0..5)).await.unwrap();
+    handle.send(batches.batch(0, 10..15)).await.unwrap();
+    // The revocation of partition 1 begins while the first write is
+    // under way.
+    batches.fence.close(PartitionId(1), 1);
+    sink.open_gate();
+    handle.close().await.expect("the driver does not halt");
+
+    assert_eq!(
+        sink.written(),
+        vec![offsets(0, 0..10), offsets(0, 10..15)],
+        "partition 1's batch is not written"
+    );
+    assert_eq!(
+        batches.resolutions(),
+        vec![
+            (0, 1, AckStatus::Delivered),
+            (1, 2, AckStatus::Failed),
+            (0, 3, AckStatus::Delivered),
+        ]
+    );
+    assert_eq!(
+        sink.progress().get(PartitionId(1)),
+        None,
+        "no progress for the revoked partition"
+    );
+}
+
+/// The first attempt of a write fails (retryable) after the revocation of
+/// its partition began: no retry starts. While it was under way, the
+/// fence counted it as a write that may still land.
+#[tokio::test]
+async fn no_retry_of_a_revoked_partition_s_failed_write_starts() {
+    let sink = Ledger::new(1, 1);
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let retry = RetryPolicy {
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(1),
+        max_elapsed: Duration::from_secs(60),
+        max_retries: Some(5),
+    };
+    let handle = driver.config(config(retry)).spawn();
+
+    handle.send(batches.batch(0, 0..10)).await.unwrap();
+    wait_for("the first attempt", || sink.attempts() == 1).await;
+    batches.fence.close(PartitionId(0), 1);
+    assert!(
+        batches.fence.writing(PartitionId(0)),
+        "the attempt under way is registered"
+    );
+    sink.open_gate();
+    wait_for("the batch to resolve", || {
+        !batches.fence.writing(PartitionId(0))
+    })
+    .await;
+    // Another partition is written on.
+    handle.send(batches.batch(1, 0..10)).await.unwrap();
+    handle.close().await.expect("the driver does not halt");
+
+    assert_eq!(sink.attempts(), 2, "one attempt each, no retry");
+    assert_eq!(sink.written(), vec![offsets(1, 0..10)]);
+    assert_eq!(
+        batches.resolutions(),
+        vec![(0, 1, AckStatus::Failed), (1, 2, AckStatus::Delivered)]
+    );
+}
+
+/// An at-least-once driver ignores the fence: a late write only
+/// duplicates, which at-least-once allows. Its queued batch and its
+/// retry are written as before.
+#[tokio::test]
+async fn an_at_least_once_driver_writes_a_revoked_partition_s_batches_as_before() {
+    let sink = Ledger::new(1, 1);
+    let mut batches = Batches::new();
+    let retry = RetryPolicy {
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(1),
+        max_elapsed: Duration::from_secs(60),
+        max_retries: Some(5),
+    };
+    let handle = SinkDriver::new(sink.clone(), NdjsonEncoder::new())
+        .config(SinkDriverConfig {
+            concurrency: 1,
+            ..config(retry)
+        })
+        .spawn();
+    handle.send(batches.batch(0, 0..10)).await.unwrap();
+    wait_for("the first attempt", || sink.attempts() == 1).await;
+    handle.send(batches.batch(0, 10..15)).await.unwrap();
+    batches.fence.close(PartitionId(0), 1);
+    assert!(
+        !batches.fence.writing(PartitionId(0)),
+        "an at-least-once write is not registered"
+    );
+    sink.open_gate();
+    handle.close().await.unwrap();
+
+    assert_eq!(sink.attempts(), 3, "the retry, then the queued batch");
+    assert_eq!(sink.written(), vec![offsets(0, 0..10), offsets(0, 10..15)]);
+    assert_eq!(
+        batches.resolutions(),
+        vec![(0, 1, AckStatus::Delivered), (0, 2, AckStatus::Delivered)]
+    );
+}
