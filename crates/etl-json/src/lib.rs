@@ -82,7 +82,7 @@ mod remap;
 mod remap_fast;
 mod scan;
 
-pub use conditions::{Condition, Conditions, Judging};
+pub use conditions::{Condition, Conditions, Judging, Verdict, Verdicts};
 #[cfg(feature = "remap")]
 pub use fused::FusedRun;
 pub use fused::Fuser;
