@@ -7,6 +7,13 @@
 //! judges them on one reading of the record: read lazily, at the first
 //! condition with a fast form, and kept for the others.
 //!
+//! The steps that wrote the record can do better than one reading: a
+//! fused run at the end of the shared steps, asked with
+//! [`Conditions::judge_in`], judges the declarative conditions while it
+//! holds its own reading of the record, and hands each kept record's
+//! verdicts on with its bytes ([`Verdicts`]); the router reads a record
+//! only for what they leave out.
+//!
 //! Invariant: a condition is judged here only when its own stage's fast
 //! path would have judged the record, with the same result;
 //! [`Judging::holds`] says `None` for anything else (a condition without
@@ -157,7 +164,7 @@ impl Conditions {
     /// Ask `stage`, the last of the steps whose output these conditions
     /// judge, to judge them on each record it keeps, as it wrote it, and
     /// to hand the verdicts on ([`Verdicts::take_from`]). Whether it
-    /// will: only a fused run does (a [`FusedRun`](crate::FusedRun)),
+    /// will: only a fused run does (a `FusedRun`, with the `remap` feature),
     /// only the declarative filters among the conditions, and only for
     /// at most [`Verdict::MAX`] conditions naming few top-level fields.
     /// Asked again, it judges these instead.

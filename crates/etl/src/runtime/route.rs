@@ -19,7 +19,10 @@
 //! The conditions with a fast form (see [`etl_json::Conditions`]) are
 //! judged on one reading of each record, whatever their number; a
 //! condition the fast form cannot judge on a record runs as its own
-//! stage on it. Each record is first given its sinks, then moved (and,
+//! stage on it. When the shared steps end in a fused run, that run
+//! judges the declarative conditions while it writes each record and
+//! hands the verdicts on ([`etl_json::Verdicts`]): a record whose value
+//! is the very bytes judged is not read for them. Each record is first given its sinks, then moved (and,
 //! for all of them but the last, cloned: its bytes are shared) into
 //! vectors of the size each sink takes.
 
