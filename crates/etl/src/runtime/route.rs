@@ -22,9 +22,10 @@
 //! stage on it. When the shared steps end in a fused run, that run
 //! judges the declarative conditions while it writes each record and
 //! hands the verdicts on ([`etl_json::Verdicts`]): a record whose value
-//! is the very bytes judged is not read for them. Each record is first given its sinks, then moved (and,
-//! for all of them but the last, cloned: its bytes are shared) into
-//! vectors of the size each sink takes.
+//! is the very bytes judged is not read for them. Each record is first
+//! given its sinks, then moved (and, for all of them but the last,
+//! cloned: its bytes are shared) into vectors of the size each sink
+//! takes.
 
 use etl_json::{Condition, Conditions, Verdicts};
 use etl_record::{DeadLetter, Record, reuse};
