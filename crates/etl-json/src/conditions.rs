@@ -7,12 +7,22 @@
 //! judges them on one reading of the record: read lazily, at the first
 //! condition with a fast form, and kept for the others.
 //!
+//! The steps that wrote the record can do better than one reading: a
+//! fused run at the end of the shared steps, asked with
+//! [`Conditions::judge_in`], judges the declarative conditions while it
+//! holds its own reading of the record, and hands each kept record's
+//! verdicts on with its bytes ([`Verdicts`]); the router reads a record
+//! only for what they leave out.
+//!
 //! Invariant: a condition is judged here only when its own stage's fast
 //! path would have judged the record, with the same result;
 //! [`Judging::holds`] says `None` for anything else (a condition without
 //! a fast form, a record the fast path does not read, a value it does not
 //! handle), and the caller runs that condition's own stage on the record,
 //! as if there were no one reading.
+
+use bytes::Bytes;
+use etl_transform::Transform;
 
 #[cfg(feature = "remap")]
 use crate::remap_fast::Arena;
@@ -151,6 +161,35 @@ impl Conditions {
         }
     }
 
+    /// Ask `stage`, the last of the steps whose output these conditions
+    /// judge, to judge them on each record it keeps, as it wrote it, and
+    /// to hand the verdicts on ([`Verdicts::take_from`]). Whether it
+    /// will: only a fused run does (a `FusedRun`, with the `remap` feature),
+    /// only the declarative filters among the conditions, and only for
+    /// at most [`Verdict::MAX`] conditions naming few top-level fields.
+    /// Asked again, it judges these instead.
+    #[cfg_attr(not(feature = "remap"), allow(clippy::unused_self))]
+    pub fn judge_in(&self, stage: &mut dyn Transform) -> bool {
+        #[cfg(feature = "remap")]
+        {
+            let Some(run) = crate::fused::as_fused(stage) else {
+                return false;
+            };
+            match crate::remap_fast::judge::Plan::of(&self.forms) {
+                Some(plan) => {
+                    run.judge(plan);
+                    true
+                }
+                None => false,
+            }
+        }
+        #[cfg(not(feature = "remap"))]
+        {
+            let _ = stage;
+            false
+        }
+    }
+
     /// Whether any condition has a fast form.
     #[must_use]
     pub fn any_fast(&self) -> bool {
@@ -172,6 +211,117 @@ impl Conditions {
             #[cfg(not(feature = "remap"))]
             _value: value,
         }
+    }
+}
+
+/// Whether each of a record's conditions holds, as its own stage would
+/// judge the record, for those judged: what a fused run hands on for a
+/// record it kept (see [`Conditions::judge_in`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Bit `i`: condition `i` was judged.
+    known: u64,
+    /// Bit `i`: condition `i` holds.
+    held: u64,
+}
+
+impl Verdict {
+    /// The most conditions a verdict holds.
+    pub const MAX: usize = 64;
+
+    /// Whether condition `i` holds; `None` when it was not judged.
+    #[must_use]
+    pub fn holds(self, i: usize) -> Option<bool> {
+        let bit = u32::try_from(i).ok().and_then(|i| 1u64.checked_shl(i))?;
+        (self.known & bit != 0).then_some(self.held & bit != 0)
+    }
+
+    /// Whether no condition was judged.
+    #[must_use]
+    pub fn is_empty(self) -> bool {
+        self.known == 0
+    }
+
+    /// Condition `i` judged: it holds or not (ignored past [`Verdict::MAX`]).
+    #[cfg(feature = "remap")]
+    pub(crate) fn set(&mut self, i: usize, held: bool) {
+        let Some(bit) = u32::try_from(i).ok().and_then(|i| 1u64.checked_shl(i)) else {
+            return;
+        };
+        self.known |= bit;
+        if held {
+            self.held |= bit;
+        }
+    }
+}
+
+/// The verdicts a fused run handed on, per record it kept, in order,
+/// each with the record's value as the run wrote it.
+///
+/// A verdict is given to a record only when its value is those very
+/// bytes: the same address and length as the value held here. Held, the
+/// bytes cannot be freed, so no other value can be at that address, and
+/// bytes shared by a [`Bytes`] are never changed: the record's value is
+/// the text the verdict was judged on, whatever happened to the record
+/// in between. A record without a verdict is judged as if there were
+/// none (a record the run left to its stages, or one a later step
+/// rewrote).
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    kept: Vec<(Bytes, Verdict)>,
+    /// The first verdict not given yet.
+    next: usize,
+}
+
+impl Verdicts {
+    /// None yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Verdicts::default()
+    }
+
+    /// Take the verdicts `stage` gave since it last handed them on
+    /// (nothing unless it was asked to judge, see
+    /// [`Conditions::judge_in`]), dropping those held here.
+    pub fn take_from(&mut self, stage: &mut dyn Transform) {
+        self.clear();
+        #[cfg(feature = "remap")]
+        if let Some(run) = crate::fused::as_fused(stage) {
+            run.hand_verdicts(&mut self.kept);
+        }
+        #[cfg(not(feature = "remap"))]
+        let _ = stage;
+    }
+
+    /// The verdict on a record whose value is `value`, when it is the
+    /// next one given and was judged on exactly these bytes (see
+    /// [`Verdicts`]); `None` otherwise, and the next record is tried
+    /// against the same verdict.
+    pub fn of(&mut self, value: &Bytes) -> Option<Verdict> {
+        let (held, verdict) = self.kept.get(self.next)?;
+        if held.as_ptr() != value.as_ptr() || held.len() != value.len() {
+            return None;
+        }
+        self.next += 1;
+        Some(*verdict)
+    }
+
+    /// Drop the verdicts, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.kept.clear();
+        self.next = 0;
+    }
+
+    /// How many records have a verdict here.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Whether no record has a verdict here.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
     }
 }
 

@@ -21,6 +21,8 @@
 use std::sync::Arc;
 
 #[cfg(feature = "remap")]
+use bytes::Bytes;
+#[cfg(feature = "remap")]
 use etl_record::Record;
 
 #[cfg(feature = "remap")]
@@ -31,7 +33,8 @@ use crate::JsonStage;
 #[cfg(feature = "remap")]
 use crate::{
     Remap, VrlFilter,
-    remap_fast::{Arena, Step, Steps, run_steps},
+    conditions::Verdict,
+    remap_fast::{Arena, Step, Steps, judge::Plan, run_steps},
 };
 
 /// Stages in chain order, gathered to be put in a chain with their runs
@@ -237,6 +240,19 @@ pub struct FusedRun {
     arena: Arena,
     /// The stage that decided the last record.
     decided: usize,
+    /// The conditions judged on each record kept, when asked (see
+    /// [`Conditions::judge_in`](crate::Conditions::judge_in)); none
+    /// otherwise.
+    judged: Option<Plan>,
+    /// The records kept since the verdicts were last handed on, as
+    /// written, with their verdicts.
+    verdicts: Vec<(Bytes, Verdict)>,
+}
+
+/// The fused run `stage` is, if it is one.
+#[cfg(feature = "remap")]
+pub(crate) fn as_fused(stage: &mut dyn Transform) -> Option<&mut FusedRun> {
+    stage.as_any_mut()?.downcast_mut::<FusedRun>()
 }
 
 #[cfg(feature = "remap")]
@@ -249,7 +265,23 @@ impl FusedRun {
             checked,
             arena: Arena::default(),
             decided: 0,
+            judged: None,
+            verdicts: Vec::new(),
         }
+    }
+
+    /// Judge the conditions of `plan` on each record kept, as written,
+    /// from now on.
+    pub(crate) fn judge(&mut self, plan: Plan) {
+        self.judged = Some(plan);
+        self.verdicts.clear();
+    }
+
+    /// Hand the verdicts given since the last call on: swapped with
+    /// `into`, which must be empty (its allocation is reused).
+    pub(crate) fn hand_verdicts(&mut self, into: &mut Vec<(Bytes, Verdict)>) {
+        into.clear();
+        std::mem::swap(into, &mut self.verdicts);
     }
 }
 
@@ -266,14 +298,31 @@ impl Transform for FusedRun {
             checked: self.checked,
             arena: Arena::default(),
             decided: 0,
+            // A copy judges what it is asked to.
+            judged: None,
+            verdicts: Vec::new(),
         }))
     }
 
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
     fn apply(&mut self, mut record: Record) -> Outcome {
-        match run_steps(&self.steps, &record.value, &mut self.arena, self.checked) {
+        let (steps, verdict) = run_steps(
+            &self.steps,
+            &record.value,
+            &mut self.arena,
+            self.checked,
+            self.judged.as_ref(),
+        );
+        match steps {
             Steps::Keep(value) => {
                 if let Some(value) = value {
                     record.value = value;
+                }
+                if !verdict.is_empty() {
+                    self.verdicts.push((record.value.clone(), verdict));
                 }
                 self.decided = self.stages.len().saturating_sub(1);
                 return Outcome::Keep(record);

@@ -13,7 +13,8 @@
 //!   fast path's subset runs on the text too, and anything else on VRL's
 //!   runtime. This is the only crate that depends on `vrl`.
 //! * [`Conditions`] judges several conditions (a router's, one per
-//!   sink) on one reading of each record.
+//!   sink) on one reading of each record, or has the fused run that
+//!   wrote the record judge them and hand the [`Verdicts`] on.
 //! * [`Fuser`] takes stages in chain order and makes each run of filters,
 //!   conditions and a `remap` step with a fast form one `FusedRun`
 //!   stage that reads each record once. A fused run is an ordinary
@@ -82,7 +83,7 @@ mod remap;
 mod remap_fast;
 mod scan;
 
-pub use conditions::{Condition, Conditions, Judging};
+pub use conditions::{Condition, Conditions, Judging, Verdict, Verdicts};
 #[cfg(feature = "remap")]
 pub use fused::FusedRun;
 pub use fused::Fuser;

@@ -28,7 +28,7 @@
 //! order, new keys after, sorted.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -38,6 +38,7 @@ use vrl::path::{OwnedSegment, PathPrefix};
 use vrl::value::Value;
 
 use crate::check;
+use crate::conditions::Verdict;
 use crate::faithful::{self, Verbatim};
 use crate::number;
 use crate::ops::CompareOp;
@@ -383,14 +384,26 @@ pub(crate) enum Steps {
 /// Run `steps` in order on one record, read once: each program sees the
 /// changes of the programs before it, as it would see them in the record
 /// they wrote. Like [`LiteProgram::run`], nothing has an effect unless
-/// every step is decided here.
-pub(crate) fn run_steps(steps: &[Step], input: &[u8], arena: &mut Arena, checked: bool) -> Steps {
+/// every step is decided here. On a record kept, the verdicts of the
+/// conditions of `plan` on the record as written (see
+/// [`judge::judge_written`]; none without a plan).
+pub(crate) fn run_steps(
+    steps: &[Step],
+    input: &[u8],
+    arena: &mut Arena,
+    checked: bool,
+    plan: Option<&judge::Plan>,
+) -> (Steps, Verdict) {
     let Some(mut cx) = Cx::open(input, checked, &mut arena.spare) else {
-        return Steps::Fallback;
+        return (Steps::Fallback, Verdict::default());
     };
     let outcome = run_on(&mut cx, steps, arena);
+    let verdict = match (&outcome, plan) {
+        (Steps::Keep(_), Some(plan)) => judge::judge_written(&cx, plan),
+        _ => Verdict::default(),
+    };
     cx.close(&mut arena.spare);
-    outcome
+    (outcome, verdict)
 }
 
 fn run_on(cx: &mut Cx<'_>, steps: &[Step], arena: &mut Arena) -> Steps {
@@ -652,7 +665,13 @@ struct Cx<'a> {
     /// the object starts in `doc`: an object a program reads twice
     /// (`.order.status`, then `.order.items`) is scanned once.
     objects: RefCell<Objects<'a>>,
+    /// The text whose number was read last (where it starts and its
+    /// length), and what it read as (see [`Cx::number`]).
+    number: Cell<Option<(TextAt, Option<number::Read>)>>,
 }
+
+/// Where a text of the record starts, and its length.
+type TextAt = (usize, usize);
 
 /// The entries of a record's nested objects read so far.
 #[derive(Debug)]
@@ -723,6 +742,7 @@ impl<'a> Cx<'a> {
             vars: scan::recycle(std::mem::take(&mut spare.vars)),
             overlay: Obj::default(),
             objects: RefCell::new(objects),
+            number: Cell::new(None),
         })
     }
 
@@ -768,7 +788,31 @@ impl<'a> Cx<'a> {
             return Err(Stop::Fallback);
         }
         let first = filter.path.first().ok_or(Stop::Fallback)?;
-        filter_on(last_of(&self.top, first), filter)
+        let top = last_of(&self.top, first);
+        // A top-level number, read once for every filter comparing it
+        // (as `filter_on` compares it: `number::compare` is this).
+        if let (Some(text), [_]) = (top, filter.path.as_slice())
+            && let Some(n) = self.number(text)
+        {
+            return Ok(n.passes(filter.op, &filter.constant));
+        }
+        filter_on(top, filter)
+    }
+
+    /// The number `text` reads as ([`number::read`]), read once while
+    /// the filters of the run and a router's conditions compare the same
+    /// value: the last text read is kept, by its place and length (a
+    /// slice of the record, which does not change while it is read).
+    fn number(&self, text: &'a str) -> Option<number::Read> {
+        let at = (text.as_ptr().addr(), text.len());
+        if let Some((was, read)) = self.number.get()
+            && was == at
+        {
+            return read;
+        }
+        let read = number::read(text);
+        self.number.set(Some((at, read)));
+        read
     }
 
     fn block(&mut self, exprs: &[Expr]) -> Run<Val<'a>> {
@@ -1776,7 +1820,13 @@ mod tests {
                         Step::Condition(condition.lite().unwrap()),
                         Step::Remap(remap.lite().unwrap()),
                     ];
-                    let ran = run_steps(&steps, input.as_bytes(), &mut Arena::default(), checked);
+                    let (ran, _) = run_steps(
+                        &steps,
+                        input.as_bytes(),
+                        &mut Arena::default(),
+                        checked,
+                        None,
+                    );
                     assert_eq!(
                         ran == Steps::Fallback,
                         levels >= 128,

@@ -58,6 +58,11 @@ impl TransformChain {
         self.stages.is_empty()
     }
 
+    /// The last stage, whose output is the chain's.
+    pub fn last_mut(&mut self) -> Option<&mut (dyn Transform + 'static)> {
+        self.stages.last_mut().map(|s| &mut **s)
+    }
+
     /// An independent copy of the chain for another worker, when every
     /// stage can [`fork`](Transform::fork); `None` otherwise.
     #[must_use]

@@ -106,6 +106,13 @@ pub trait Transform: Send {
     fn fork(&self) -> Option<Box<dyn Transform>> {
         None
     }
+    /// The stage as its own type, for the code that built it and knows
+    /// what more it offers (a fused run of JSON stages that also judges
+    /// a router's conditions); `None` (the default) for a stage that
+    /// offers nothing beyond this trait.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 impl std::fmt::Debug for dyn Transform {

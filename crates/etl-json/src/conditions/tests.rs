@@ -333,3 +333,141 @@ proptest! {
         }
     }
 }
+
+/// `remap` programs a fused run ends with: leaving the conditions'
+/// fields alone, assigning, deleting or changing inside them, aborting,
+/// and one outside the fast subset.
+const REMAPS: &[&str] = &[
+    ".e = 1",
+    ".a = 7",
+    "del(.a)",
+    ".b.c = 2",
+    r#".d = "x""#,
+    ".a = .a",
+    ".e = .a",
+    r#".b = {"c": 3}"#,
+    "if .a == 3 { abort }\n.e = 2",
+    ".e = to_int(round(to_float!(.a) * 100))",
+    r#".e = upcase(string!(.d))"#,
+];
+
+/// A fused run of a condition and `remap` (the shared steps before a
+/// router), asked to judge `conditions`; `None` when the stages did not
+/// make one run (a program outside the fast subset).
+fn judging_run(remap: &str, conditions: &Conditions) -> Option<Box<dyn Transform>> {
+    let mut fuser = crate::Fuser::new();
+    let condition = VrlProgram::condition(r#".d != "skip""#).unwrap();
+    fuser.condition(VrlFilter::new("filter", condition));
+    let program = VrlProgram::remap(remap).unwrap();
+    fuser.remap(crate::Remap::new("remap", program).checked_input(true));
+    let mut stages = fuser.finish();
+    if stages.len() != 1 {
+        return None;
+    }
+    let mut run = stages.pop()?;
+    conditions.judge_in(run.as_mut()).then_some(run)
+}
+
+/// What a condition's stage says of a record's bytes: kept
+/// (`Some(true)`), filtered (`Some(false)`), or neither (`None`).
+fn alone_on(stage: &mut dyn Transform, value: &bytes::Bytes) -> Option<bool> {
+    let mut record = rec("");
+    record.value = value.clone();
+    match stage.apply(record) {
+        Outcome::Keep(_) => Some(true),
+        Outcome::Filtered => Some(false),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_fused_run_hands_on_verdicts_on_fields_it_left_alone_only() {
+    let below = |limit: i64| {
+        Spec::Json(JsonOp::Filter {
+            path: JsonOp::path("a"),
+            op: CompareOp::Lt,
+            value: limit.into(),
+        })
+    };
+    let specs = [below(100), Spec::Vrl(".a == 1"), below(500)];
+    let (mut stages, conditions) = build(&specs, false);
+    let mut run = judging_run(".e = to_int(round(to_float!(.a) * 100))", &conditions)
+        .expect("the filter and the remap step fuse");
+    let mut verdicts = Verdicts::new();
+    let Outcome::Keep(kept) = run.apply(rec(r#"{"a":250.5,"d":"y"}"#)) else {
+        panic!("kept");
+    };
+    assert_eq!(&kept.value[..], br#"{"a":250.5,"d":"y","e":25050}"#);
+    verdicts.take_from(run.as_mut());
+    assert_eq!(verdicts.len(), 1);
+    let verdict = verdicts.of(&kept.value).expect("the bytes judged");
+    assert_eq!(verdict.holds(0), Some(false));
+    assert_eq!(verdict.holds(1), None, "a program: judged by its stage");
+    assert_eq!(verdict.holds(2), Some(true));
+    assert_eq!(alone_on(stages[2].as_mut(), &kept.value), Some(true));
+    // The same text elsewhere is not the bytes judged.
+    assert_eq!(
+        verdicts.of(&bytes::Bytes::copy_from_slice(&kept.value)),
+        None
+    );
+    // Handed on once.
+    verdicts.take_from(run.as_mut());
+    assert!(verdicts.is_empty());
+    // A program that assigns the field leaves its conditions unjudged.
+    let mut run = judging_run(".a = 7", &conditions).expect("fused");
+    let Outcome::Keep(kept) = run.apply(rec(r#"{"a":250.5}"#)) else {
+        panic!("kept");
+    };
+    verdicts.take_from(run.as_mut());
+    assert!(verdicts.of(&kept.value).is_none());
+    // Not JSON: left to the stages, no verdict.
+    assert!(!matches!(run.apply(rec("not json")), Outcome::Keep(_)));
+    verdicts.take_from(run.as_mut());
+    assert!(verdicts.is_empty());
+}
+
+proptest! {
+    /// The verdicts a fused run hands on, for the records it keeps, are
+    /// what each condition's own stage says of the record as written:
+    /// on records the run cannot judge, duplicate keys, non-numbers, and
+    /// programs that change the conditions' fields.
+    #[test]
+    fn prop_verdicts_handed_on_are_the_stages_on_the_record_written(
+        specs in prop::collection::vec(prop_oneof![spec(), json_spec()], 1..5),
+        thresholds in prop::collection::vec(threshold(), 0..3),
+        remap in prop::sample::select(REMAPS),
+        inputs in prop::collection::vec(prop_oneof![record(), numbers(), amounts()], 1..8),
+    ) {
+        let mut specs = specs;
+        specs.extend(thresholds.into_iter().map(|value| Spec::Json(JsonOp::Filter {
+            path: JsonOp::path("a"),
+            op: CompareOp::Lt,
+            value,
+        })));
+        let (mut stages, conditions) = build(&specs, false);
+        let Some(mut run) = judging_run(remap, &conditions) else {
+            return Ok(());
+        };
+        let mut verdicts = Verdicts::new();
+        for input in &inputs {
+            let Outcome::Keep(kept) = run.apply(rec(input)) else {
+                verdicts.take_from(run.as_mut());
+                prop_assert!(verdicts.is_empty(), "a verdict on {} not kept", input);
+                continue;
+            };
+            verdicts.take_from(run.as_mut());
+            let Some(verdict) = verdicts.of(&kept.value) else {
+                continue;
+            };
+            for (i, stage) in stages.iter_mut().enumerate() {
+                if let Some(held) = verdict.holds(i) {
+                    prop_assert_eq!(
+                        Some(held), alone_on(stage.as_mut(), &kept.value),
+                        "condition {:?} after {:?} on {} written {:?}",
+                        specs[i], remap, input, String::from_utf8_lossy(&kept.value)
+                    );
+                }
+            }
+        }
+    }
+}

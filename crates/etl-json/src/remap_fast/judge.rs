@@ -23,6 +23,7 @@ use std::sync::Arc;
 use vrl::value::Value;
 
 use super::{Arena, Cx, JsonFilter, LiteProgram, Spare, Stop, Val, last_of};
+use crate::conditions::Verdict;
 use crate::{check, number, scan};
 
 /// The fast form of one condition.
@@ -227,4 +228,122 @@ impl Drop for Reading<'_> {
             cx.close(spare);
         }
     }
+}
+
+/// The declarative filters among a router's conditions, as a run of
+/// steps judges them on the records it keeps (see [`judge_written`]):
+/// the top-level fields they name, each read once for all of them.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// The top-level fields the filters start with.
+    keys: Vec<String>,
+    /// The conditions judged, in order.
+    conditions: Vec<Planned>,
+}
+
+/// A condition of declarative filters in a [`Plan`].
+#[derive(Debug, Clone)]
+struct Planned {
+    /// Its index among the conditions.
+    index: usize,
+    /// The fields its filters name: bit `k` for the plan's `keys[k]`.
+    fields: u32,
+    /// Its filters, each with the index of its field in the plan's keys.
+    filters: Vec<(usize, JsonFilter)>,
+}
+
+impl Plan {
+    /// The plan of `forms`, one per condition; `None` when there is no
+    /// declarative filter among them, more than [`Verdict::MAX`]
+    /// conditions, or more than [`MAX_FIELDS`] fields.
+    pub(crate) fn of(forms: &[Option<Form>]) -> Option<Plan> {
+        if forms.len() > Verdict::MAX {
+            return None;
+        }
+        let mut keys: Vec<String> = Vec::new();
+        let mut conditions = Vec::new();
+        for (index, form) in forms.iter().enumerate() {
+            let Some(Form::Filters(filters)) = form else {
+                continue;
+            };
+            let mut planned = Planned {
+                index,
+                fields: 0,
+                filters: Vec::with_capacity(filters.len()),
+            };
+            for filter in filters {
+                let first = filter.path.first()?;
+                let at = match keys.iter().position(|k| k == first) {
+                    Some(at) => at,
+                    None => {
+                        keys.push(first.clone());
+                        keys.len() - 1
+                    }
+                };
+                if at >= MAX_FIELDS {
+                    return None;
+                }
+                planned.fields |= 1 << at;
+                planned.filters.push((at, filter.clone()));
+            }
+            conditions.push(planned);
+        }
+        (!conditions.is_empty()).then_some(Plan { keys, conditions })
+    }
+}
+
+/// The verdicts of `plan`'s conditions on the record a run of steps has
+/// just kept, as the conditions' own stages would judge the record it
+/// wrote. Only declarative filters on top-level fields the programs
+/// left alone are judged: the writer copies such a field's last value
+/// as read and writes no other of its name, so the record written has
+/// the value read. Each filter is judged as [`Reading::holds`] judges
+/// it on a record as read, a top-level number read once for the run's
+/// own filters and these ([`Cx::number`]). A condition on a field a
+/// program assigned, deleted or changed inside, or a filter the fast
+/// path leaves to the stage, is left unjudged.
+pub(super) fn judge_written(cx: &Cx<'_>, plan: &Plan) -> Verdict {
+    let mut verdict = Verdict::default();
+    // Per field: its last value as read (`None`: the record has none),
+    // unless a program changed it (its bit in `changed`).
+    let mut values: [Option<&str>; MAX_FIELDS] = [None; MAX_FIELDS];
+    let mut changed = 0u32;
+    for (at, (value, key)) in values.iter_mut().zip(&plan.keys).enumerate() {
+        if cx.overlay.get(key).is_some() {
+            changed |= 1 << at;
+        } else {
+            *value = last_of(&cx.top, key);
+        }
+    }
+    'conditions: for condition in &plan.conditions {
+        // A field changed leaves the condition to its stage, whatever
+        // the other filters say.
+        if condition.fields & changed != 0 {
+            continue;
+        }
+        let mut held = true;
+        for (at, f) in &condition.filters {
+            let top = values.get(*at).copied().flatten();
+            // A top-level number is read once for the run's filters and
+            // these (see `Cx::number`).
+            let passes = match (top, f.path.as_slice()) {
+                (Some(text), [_]) => match cx.number(text) {
+                    Some(n) => Ok(n.passes(f.op, &f.constant)),
+                    None => super::filter_on(top, f),
+                },
+                _ => super::filter_on(top, f),
+            };
+            match passes {
+                Ok(true) => {}
+                // As the condition's stage: `abort` filters the record.
+                Ok(false) | Err(Stop::Abort) => {
+                    held = false;
+                    break;
+                }
+                Err(Stop::Fallback) => continue 'conditions,
+            }
+        }
+        verdict.set(condition.index, held);
+    }
+    verdict
 }

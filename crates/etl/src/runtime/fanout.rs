@@ -74,14 +74,25 @@ impl Steps {
     }
 
     /// Run a batch through the shared transforms and the routes.
+    ///
+    /// The routes' conditions are judged on the records the shared
+    /// transforms' last stage kept, by that stage when it can (a fused
+    /// run judging them while it writes each record, see
+    /// [`Router::link`]).
     pub(crate) fn run(&mut self, records: Vec<Record>) -> StageOutput {
         let mut out = ChainOutput::default();
+        if let Some(router) = &mut self.router {
+            router.link(&mut self.chain);
+        }
         self.chain.apply(records, &mut out);
         let routed = match &mut self.router {
-            Some(router) if out.halted.is_none() => {
-                Some(router.route(std::mem::take(&mut out.kept)))
+            Some(router) => {
+                router.take_verdicts(&mut self.chain);
+                out.halted
+                    .is_none()
+                    .then(|| router.route(std::mem::take(&mut out.kept)))
             }
-            _ => None,
+            None => None,
         };
         StageOutput { out, routed }
     }

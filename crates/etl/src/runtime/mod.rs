@@ -17,6 +17,8 @@ mod route;
 mod route_fast_tests;
 #[cfg(test)]
 mod route_tests;
+#[cfg(all(test, feature = "remap"))]
+mod route_verdict_tests;
 
 pub use build::pipeline_from_config;
 pub use error::PipelineError;

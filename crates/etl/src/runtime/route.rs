@@ -19,12 +19,16 @@
 //! The conditions with a fast form (see [`etl_json::Conditions`]) are
 //! judged on one reading of each record, whatever their number; a
 //! condition the fast form cannot judge on a record runs as its own
-//! stage on it. Each record is first given its sinks, then moved (and,
-//! for all of them but the last, cloned: its bytes are shared) into
-//! vectors of the size each sink takes.
+//! stage on it. When the shared steps end in a fused run, that run
+//! judges the declarative conditions while it writes each record and
+//! hands the verdicts on ([`etl_json::Verdicts`]): a record whose value
+//! is the very bytes judged is not read for them. Each record is first
+//! given its sinks, then moved (and, for all of them but the last,
+//! cloned: its bytes are shared) into vectors of the size each sink
+//! takes.
 
-use etl_json::{Condition, Conditions};
-use etl_record::{DeadLetter, Record};
+use etl_json::{Condition, Conditions, Verdicts};
+use etl_record::{DeadLetter, Record, reuse};
 
 use crate::config::RouteMode;
 use crate::transform::{ChainOutput, Transform, TransformChain};
@@ -150,8 +154,16 @@ pub(crate) struct Router {
     /// The one-record batch a condition judges, its allocation reused.
     scratch: Vec<Record>,
     /// Where the records of the batch being routed go: per record, in
-    /// order, the indexes of its sinks, then [`END`].
+    /// order, the indexes of its sinks, then [`END`]; with
+    /// [`RouteMode::Exclusive`], one entry per record: its sink, or
+    /// [`END`] when it has none.
     targets: Vec<u32>,
+    /// The verdicts the shared steps' last stage gave on the batch being
+    /// routed, when it judges the conditions (see [`Router::link`]).
+    verdicts: Verdicts,
+    /// Whether the shared steps' last stage was asked to judge the
+    /// conditions.
+    linked: bool,
 }
 
 /// Ends a record's sinks in [`Router::targets`].
@@ -170,6 +182,31 @@ impl Router {
             out: ChainOutput::default(),
             scratch: Vec::with_capacity(1),
             targets: Vec::new(),
+            verdicts: Verdicts::new(),
+            linked: false,
+        }
+    }
+
+    /// Ask the last stage of `chain`, the shared steps whose output this
+    /// router takes, to judge the conditions on each record it keeps and
+    /// hand the verdicts on (a fused run does; see
+    /// [`Conditions::judge_in`]); once, the first time.
+    pub(crate) fn link(&mut self, chain: &mut TransformChain) {
+        if std::mem::replace(&mut self.linked, true) {
+            return;
+        }
+        if let Some(last) = chain.last_mut() {
+            self.conditions.judge_in(last);
+        }
+    }
+
+    /// Take the verdicts `chain`'s last stage gave on the batch it just
+    /// ran, for [`route`](Router::route) to use on the records that are
+    /// the very ones judged.
+    pub(crate) fn take_verdicts(&mut self, chain: &mut TransformChain) {
+        match chain.last_mut() {
+            Some(last) if self.linked => self.verdicts.take_from(last),
+            _ => self.verdicts.clear(),
         }
     }
 
@@ -199,6 +236,8 @@ impl Router {
             out: ChainOutput::default(),
             scratch: Vec::with_capacity(1),
             targets: Vec::new(),
+            verdicts: Verdicts::new(),
+            linked: false,
         })
     }
 
@@ -213,7 +252,10 @@ impl Router {
     /// Decide where each of `records` goes, and run each sink's branch.
     pub(crate) fn route(&mut self, records: Vec<Record>) -> Routed {
         let mut routed = Routed::default();
-        if self.target(&records, &mut routed).is_err() {
+        let targeted = self.target(&records, &mut routed);
+        // The verdicts hold the bytes judged: let them go with the batch.
+        self.verdicts.clear();
+        if targeted.is_err() {
             return routed;
         }
         routed.to = self.distribute(records);
@@ -246,85 +288,127 @@ impl Router {
     fn target(&mut self, records: &[Record], routed: &mut Routed) -> Result<(), ()> {
         let exclusive = self.mode == RouteMode::Exclusive;
         self.targets.clear();
-        self.targets.reserve(records.len() * 2);
+        self.targets
+            .reserve(records.len() * if exclusive { 1 } else { 2 });
         for record in records {
-            let mut judging = self.conditions.read(&record.value);
+            let start = self.targets.len();
+            // The shared steps' verdict on these very bytes, if any; the
+            // record is read, once, only for a condition it leaves out.
+            let verdict = self.verdicts.of(&record.value).unwrap_or_default();
+            let mut conditions = Some(&mut self.conditions);
+            let mut judging = None;
             let mut matched = false;
             let mut judged = true;
             for (i, route) in self.routes.iter_mut().enumerate() {
                 if Some(i) == self.unmatched {
                     continue;
                 }
-                let decision = match &mut route.when {
-                    None => Decision::Match,
-                    Some(when) => match judging.holds(i) {
-                        Some(true) => Decision::Match,
-                        Some(false) => Decision::NoMatch,
-                        None => decide(when, &mut self.out, &mut self.scratch, record),
-                    },
+                let held = match &mut route.when {
+                    None => true,
+                    Some(when) => {
+                        let mut held = verdict.holds(i);
+                        if held.is_none() {
+                            if let Some(conditions) = conditions.take() {
+                                judging = Some(conditions.read(&record.value));
+                            }
+                            held = judging.as_mut().and_then(|j| j.holds(i));
+                        }
+                        match held {
+                            Some(held) => held,
+                            None => match decide(when, &mut self.out, &mut self.scratch, record) {
+                                Decision::Match => true,
+                                Decision::NoMatch => false,
+                                Decision::Reject(letter) => {
+                                    if judged {
+                                        routed.rejected.push(letter);
+                                    }
+                                    judged = false;
+                                    if exclusive {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                                Decision::Halt(letter) => {
+                                    routed.halted = Some(letter);
+                                    return Err(());
+                                }
+                            },
+                        }
+                    }
                 };
-                match decision {
-                    Decision::Match => {
-                        // A sink without a condition is no match of one.
-                        matched |= route.when.is_some();
-                        self.targets.push(sink_index(i));
-                        if exclusive {
-                            matched = true;
-                            break;
-                        }
-                    }
-                    Decision::NoMatch => {}
-                    Decision::Reject(letter) => {
-                        if judged {
-                            routed.rejected.push(letter);
-                        }
-                        judged = false;
-                        if exclusive {
-                            break;
-                        }
-                    }
-                    Decision::Halt(letter) => {
-                        routed.halted = Some(letter);
-                        return Err(());
+                if held {
+                    // A sink without a condition is no match of one.
+                    matched |= route.when.is_some();
+                    self.targets.push(sink_index(i));
+                    if exclusive {
+                        matched = true;
+                        break;
                     }
                 }
             }
             if !matched && judged {
                 match self.unmatched {
                     Some(u) => self.targets.push(sink_index(u)),
-                    None if self.targets.last().is_none_or(|t| *t == END) => routed.unrouted += 1,
+                    None if self.targets.len() == start => routed.unrouted += 1,
                     None => {}
                 }
             }
-            self.targets.push(END);
+            // Exclusive, a record has at most one sink: it stands alone.
+            if !exclusive || self.targets.len() == start {
+                self.targets.push(END);
+            }
         }
         Ok(())
     }
 
     /// Move each record into the vectors of its sinks (`targets`), each
-    /// vector made once at the size it takes; a record with several sinks
+    /// vector taken once at the size it takes; a record with several sinks
     /// is cloned for all but the last (its bytes are shared, not copied).
-    fn distribute(&self, records: Vec<Record>) -> Vec<Vec<Record>> {
+    fn distribute(&self, mut records: Vec<Record>) -> Vec<Vec<Record>> {
         let mut sizes = vec![0usize; self.routes.len()];
         for t in &self.targets {
             if let Some(size) = sizes.get_mut(*t as usize) {
                 *size += 1;
             }
         }
-        let mut to: Vec<Vec<Record>> = sizes.into_iter().map(Vec::with_capacity).collect();
-        let mut targets = self.targets.iter();
-        for record in records {
-            let mut record = Some(record);
-            let mut next = targets.next();
-            while let Some(&sink) = next.filter(|t| **t != END) {
-                next = targets.next();
-                let last = next.is_none_or(|t| *t == END);
-                let copy = if last { record.take() } else { record.clone() };
-                if let (Some(copy), Some(list)) = (copy, to.get_mut(sink as usize)) {
-                    list.push(copy);
+        // The sinks' vectors come from those written batches gave back,
+        // and the batch's own is given back once emptied, as it is when
+        // the batch goes to one sink unrouted (see `etl_record::reuse`).
+        let mut to: Vec<Vec<Record>> = sizes
+            .into_iter()
+            .map(|n| {
+                if n == 0 {
+                    Vec::new()
+                } else {
+                    reuse::records(n)
+                }
+            })
+            .collect();
+        if self.mode == RouteMode::Exclusive {
+            // One entry a record: its sink, or [`END`] for none.
+            let mut targets = self.targets.iter();
+            for record in records.drain(..) {
+                let Some(&sink) = targets.next() else { break };
+                if let Some(list) = to.get_mut(sink as usize) {
+                    list.push(record);
+                }
+            }
+        } else {
+            let mut targets = self.targets.iter();
+            for record in records.drain(..) {
+                let mut record = Some(record);
+                let mut next = targets.next();
+                while let Some(&sink) = next.filter(|t| **t != END) {
+                    next = targets.next();
+                    let last = next.is_none_or(|t| *t == END);
+                    let copy = if last { record.take() } else { record.clone() };
+                    if let (Some(copy), Some(list)) = (copy, to.get_mut(sink as usize)) {
+                        list.push(copy);
+                    }
                 }
             }
         }
+        reuse::give_back(records);
         to
     }
 }
