@@ -180,6 +180,24 @@ pub mod loom_support {
     pub fn recorded(id: BatchId, last_offset: Offset, recorder: &Recorder) -> AckRef {
         AckRef::new(id, last_offset, AckTx::Recorder(recorder.clone()), None)
     }
+
+    /// As [`recorded`], opened on a channel whose fence is `fence`, so
+    /// [`AckSet::begin_write`](crate::AckSet::begin_write) registers its
+    /// writes there.
+    #[must_use]
+    pub fn recorded_fenced(
+        id: BatchId,
+        last_offset: Offset,
+        recorder: &Recorder,
+        fence: &Arc<WriteFence>,
+    ) -> AckRef {
+        AckRef::new(
+            id,
+            last_offset,
+            AckTx::Recorder(recorder.clone()),
+            Some(fence.clone()),
+        )
+    }
 }
 
 #[cfg(all(test, not(etl_loom)))]

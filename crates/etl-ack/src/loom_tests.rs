@@ -130,7 +130,9 @@ fn clones_dropped_from_three_threads_resolve_once() {
 /// A sink registering a write races a revocation closing the epoch and
 /// then asking whether a write is under way: either the write is refused,
 /// or the revocation sees it under way until it ends. So a write never
-/// runs once the revocation handed the partition over.
+/// runs once the revocation handed the partition over. (The revocation's
+/// own decision, with a failure ending the epoch, is modelled where it
+/// lives: etl-checkpoint's `a_hand_over_never_finishes_while_a_write_of_an_ended_epoch_is_under_way`.)
 #[test]
 fn a_registered_write_races_the_close_and_the_handover() {
     use loom::sync::atomic::{AtomicBool, Ordering};

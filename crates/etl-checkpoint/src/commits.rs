@@ -21,6 +21,49 @@ use crate::store::PartitionOffsets;
 use crate::sync::lock;
 use crate::worker::{PendingRevoke, Worker};
 
+/// What a pending revocation does on a pass of the checkpointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RevokeGate {
+    /// Not yet: batches are in flight before the deadline, or a write is
+    /// under way before it.
+    Wait,
+    /// The deadline passed with an exactly-once write under way: the run
+    /// halts, and the revocation waits on until the write ended.
+    Halt,
+    /// Commit, drop the partitions and answer.
+    Finish,
+}
+
+/// The revocation's decision, from `unresolved` (batches of its
+/// partitions the checkpointer counts in flight), whether its deadline
+/// passed and whether the fence has an exactly-once write of one of its
+/// partitions under way ([`WriteFence::writing`]). Unless `force`d (a
+/// shutdown), a write under way keeps the partitions whatever
+/// `unresolved` is: a failure ends the epoch and forgets every batch of
+/// it, while an earlier batch's write may still land.
+///
+/// [`WriteFence::writing`]: etl_ack::WriteFence::writing
+pub(crate) fn revoke_gate(
+    force: bool,
+    unresolved: usize,
+    past_deadline: bool,
+    writing: bool,
+) -> RevokeGate {
+    if force {
+        RevokeGate::Finish
+    } else if writing {
+        if past_deadline {
+            RevokeGate::Halt
+        } else {
+            RevokeGate::Wait
+        }
+    } else if unresolved == 0 || past_deadline {
+        RevokeGate::Finish
+    } else {
+        RevokeGate::Wait
+    }
+}
+
 impl Worker {
     /// Begin revoking `partitions`; with `hand_over` (they go to another
     /// owner), close their epochs on the write fence.
@@ -47,6 +90,7 @@ impl Worker {
             deadline: Instant::now() + self.config.revoke_deadline,
             reply,
             unsettled: None,
+            writing: false,
         });
         self.finish_revokes(false);
     }
@@ -68,25 +112,46 @@ impl Worker {
             .sum()
     }
 
-    /// Complete every revoke whose partitions have nothing in flight, whose
-    /// deadline passed, or all of them with `force`: commit, end the
-    /// epochs, release their credit, drop the state, reply.
+    /// Complete every revoke whose partitions have nothing in flight and
+    /// no exactly-once write under way, whose deadline passed with no
+    /// such write, or all of them with `force`: commit, end the epochs,
+    /// release their credit, drop the state, reply. (See [`revoke_gate`].)
     pub(crate) fn finish_revokes(&mut self, force: bool) {
         let now = Instant::now();
         let mut i = 0;
         while i < self.revokes.len() {
             let partitions = self.revoked(&self.revokes[i].partitions);
             let unresolved = self.unresolved(&partitions);
-            if !(force || unresolved == 0 || now >= self.revokes[i].deadline) {
-                i += 1;
-                continue;
-            }
-            if !force && unresolved > 0 && self.write_under_way(i, &partitions) {
-                // Past the deadline, an exactly-once write of a revoked
-                // partition may still land: the partition is not handed
-                // over until it ended.
-                i += 1;
-                continue;
+            // Asked whatever `unresolved` says: a failure ends the epoch
+            // and forgets every batch of it, while an earlier batch's
+            // write may still be under way.
+            let writing: Vec<PartitionId> = if force {
+                Vec::new()
+            } else {
+                partitions
+                    .iter()
+                    .copied()
+                    .filter(|p| self.fence.writing(*p))
+                    .collect()
+            };
+            let gate = revoke_gate(
+                force,
+                unresolved,
+                now >= self.revokes[i].deadline,
+                !writing.is_empty(),
+            );
+            self.revokes[i].writing = !writing.is_empty();
+            match gate {
+                RevokeGate::Wait => {
+                    i += 1;
+                    continue;
+                }
+                RevokeGate::Halt => {
+                    self.halt_unsettled(i, writing);
+                    i += 1;
+                    continue;
+                }
+                RevokeGate::Finish => {}
             }
             let revoke = self.revokes.swap_remove(i);
             if unresolved > 0 {
@@ -126,31 +191,23 @@ impl Worker {
         }
     }
 
-    /// Whether revoke `i`, past its deadline, waits for an exactly-once
-    /// write of `partitions` still under way. The first time it finds
-    /// one, the run halts: the write must end (the halt tears it down)
-    /// before the partitions are handed to another owner, or it could
-    /// land after the new owner's first write and set its progress back.
-    fn write_under_way(&mut self, i: usize, partitions: &[PartitionId]) -> bool {
-        let writing: Vec<PartitionId> = partitions
-            .iter()
-            .copied()
-            .filter(|p| self.fence.writing(*p))
-            .collect();
-        if writing.is_empty() {
-            return false;
+    /// Revoke `i`'s deadline passed with an exactly-once write of
+    /// `writing` under way. The first time, the run halts: the write must
+    /// end (the halt tears it down) before the partitions are handed to
+    /// another owner, or it could land after the new owner's first write
+    /// and set its progress back.
+    fn halt_unsettled(&mut self, i: usize, writing: Vec<PartitionId>) {
+        if self.revokes[i].unsettled.is_some() {
+            return;
         }
-        if self.revokes[i].unsettled.is_none() {
-            tracing::error!(
-                partitions = ?writing, deadline = ?self.config.revoke_deadline,
-                "revoke deadline passed with an exactly-once write of the revoked partitions under way; halting the run rather than handing them over while it can land"
-            );
-            self.halting.record();
-            self.unsettled_tx
-                .send_replace(Some((writing.clone(), self.config.revoke_deadline)));
-            self.revokes[i].unsettled = Some(writing);
-        }
-        true
+        tracing::error!(
+            partitions = ?writing, deadline = ?self.config.revoke_deadline,
+            "revoke deadline passed with an exactly-once write of the revoked partitions under way; halting the run rather than handing them over while it can land"
+        );
+        self.halting.record();
+        self.unsettled_tx
+            .send_replace(Some((writing.clone(), self.config.revoke_deadline)));
+        self.revokes[i].unsettled = Some(writing);
     }
 
     /// Commit the watermarks of `partitions` that moved past their floor;

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use etl_record::PartitionId;
 
-/// What can go wrong in checkpointing.
+/// What can go wrong in checkpointing. More kinds may be added in a
+/// minor version: a `match` needs a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// An I/O error on an offset store file.
     #[error("offset store {}: {op}: {source}", path.display())]
@@ -39,7 +41,7 @@ pub enum CheckpointError {
     #[error("offset store: {0}")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A commit failed; the previous commit stands.
-    #[error("commit of partitions {partitions:?} failed: {source}")]
+    #[error("commit of partitions {} failed: {source}", list(partitions))]
     Commit {
         /// The partitions that were being committed.
         partitions: Vec<PartitionId>,
@@ -52,10 +54,11 @@ pub enum CheckpointError {
     /// partition over then would let that write land after the next
     /// owner's, so the run halts instead.
     #[error(
-        "the revocation of partitions {partitions:?} passed its revoke_deadline ({deadline:?}) \
+        "the revocation of partitions {} passed its revoke_deadline ({deadline:?}) \
          with an exactly-once write of them still under way; the run halts rather than hand \
          them to another owner while that write can land (the next run starts from the \
-         sink's stored progress)"
+         sink's stored progress)",
+        list(partitions)
     )]
     RevokeUnsettled {
         /// The revoked partitions with a write under way.
@@ -69,4 +72,30 @@ pub enum CheckpointError {
     /// The checkpointer thread could not be started.
     #[error("cannot start the checkpointer thread: {0}")]
     Spawn(#[source] std::io::Error),
+}
+
+/// Partitions as the user reads them: `3, 12`.
+fn list(partitions: &[PartitionId]) -> String {
+    partitions
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(all(test, not(etl_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revocation_that_halted_names_its_partitions_as_the_user_reads_them() {
+        let err = CheckpointError::RevokeUnsettled {
+            partitions: vec![PartitionId(3), PartitionId(12)],
+            deadline: std::time::Duration::from_secs(10),
+        };
+        let text = err.to_string();
+        assert!(text.contains("partitions 3, 12 "), "{text}");
+        assert!(!text.contains("PartitionId"), "{text}");
+        assert!(text.contains("revoke_deadline (10s)"), "{text}");
+    }
 }

@@ -1,8 +1,9 @@
 //! Loom models of the checkpointer core: batches resolving concurrently
 //! from several threads, a revoke racing an in-flight acknowledgement of
 //! the revoked epoch, and credits reserved and released concurrently
-//! (never past the limits, balanced at the end), and a halt racing the
-//! failures it causes.
+//! (never past the limits, balanced at the end), a halt racing the
+//! failures it causes, and a hand-over racing an exactly-once write and a
+//! failure of the same partition.
 //!
 //! The checkpointer serialises every event on its thread; what races is
 //! *when* a resolution is produced relative to what the checkpointer has
@@ -12,13 +13,14 @@
 
 use std::time::Instant;
 
-use etl_ack::loom_support::{Recorder, recorded};
-use etl_ack::{AckMsg, BatchId, BatchMeta};
+use etl_ack::loom_support::{Recorder, recorded, recorded_fenced};
+use etl_ack::{AckMsg, AckSet, BatchId, BatchMeta, WriteFence};
 use etl_record::{Offset, PartitionId};
 use loom::sync::Mutex;
 use loom::thread;
 
 use crate::budget::{InFlightBudget, InFlightLimits};
+use crate::commits::{RevokeGate, revoke_gate};
 use crate::halt::{Halt, Halting, Verdict};
 use crate::sync::Arc;
 use crate::tracker::PartitionTracker;
@@ -292,4 +294,63 @@ fn a_failure_caused_by_a_halt_always_finds_the_halt_recorded() {
         step(&mut t);
         assert_eq!(t.watermark(), Offset(0), "pinned");
     });
+}
+
+/// A hand-over of a partition races a sink writing one of its batches
+/// while another batch of it fails (ending the epoch, so the
+/// checkpointer counts nothing in flight). The checkpointer closes the
+/// epoch, then at any point of the race takes what was resolved and asks
+/// the revocation's real gate, deadline passed or not: it never hands
+/// the partition over while the write can still land, and once the
+/// writer is done it does.
+#[test]
+fn a_hand_over_never_finishes_while_a_write_of_an_ended_epoch_is_under_way() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+
+    for past_deadline in [false, true] {
+        loom::model(move || {
+            let rec = recorder();
+            let fence = Arc::new(WriteFence::new());
+            let mut t = PartitionTracker::new(P, 1, Offset(0));
+            let (m0, m1) = (meta(1, 0), meta(1, 1));
+            t.opened(&m0, Instant::now());
+            t.opened(&m1, Instant::now());
+            let writing: AckSet = vec![recorded_fenced(m0.id, m0.last_offset, &rec, &fence)].into();
+            let failing: AckSet = vec![recorded_fenced(m1.id, m1.last_offset, &rec, &fence)].into();
+            let handed_over = Arc::new(AtomicBool::new(false));
+            let writer = {
+                let handed_over = handed_over.clone();
+                thread::spawn(move || {
+                    let guard = writing.begin_write();
+                    failing.fail();
+                    if let Some(guard) = guard {
+                        assert!(
+                            !handed_over.load(Ordering::SeqCst),
+                            "a write lands after the hand-over"
+                        );
+                        drop(guard);
+                        writing.deliver();
+                    }
+                })
+            };
+            // The checkpointer: the hand-over closes the epoch, then one
+            // pass of the revocation at any point of the race.
+            fence.close(P, 1);
+            let pass = |t: &mut PartitionTracker| {
+                for m in take(&rec) {
+                    let _ = t.resolved(&m);
+                }
+                revoke_gate(false, t.unresolved(), past_deadline, fence.writing(P))
+            };
+            if pass(&mut t) == RevokeGate::Finish {
+                handed_over.store(true, Ordering::SeqCst);
+            }
+            writer.join().expect("no panic");
+            assert_eq!(
+                pass(&mut t),
+                RevokeGate::Finish,
+                "handed over once the write ended"
+            );
+        });
+    }
 }

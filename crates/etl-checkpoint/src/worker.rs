@@ -75,10 +75,15 @@ pub(crate) struct PendingRevoke {
     /// under way: the run halts, and the revocation waits for that write
     /// to end (the halt tears it down) before it hands anything over.
     pub(crate) unsettled: Option<Vec<PartitionId>>,
+    /// On its last look, an exactly-once write of these partitions was
+    /// under way: the revocation looks again every [`UNSETTLED_POLL`]
+    /// (the write's end wakes it through its batch too, unless a failure
+    /// ended that batch's epoch).
+    pub(crate) writing: bool,
 }
 
-/// How often a revocation that halted the run looks whether the write it
-/// waits for ended (that write's end also wakes it, through its batch).
+/// How often a revocation waiting for an exactly-once write looks whether
+/// it ended (that write's end also wakes it, through its batch).
 pub(crate) const UNSETTLED_POLL: Duration = Duration::from_millis(10);
 
 /// The checkpointer thread's state.
@@ -392,9 +397,10 @@ impl Worker {
     fn next_deadline(&self) -> Instant {
         let mut at = self.last_commit + self.config.commit_interval;
         for r in &self.revokes {
-            at = at.min(match r.unsettled {
-                None => r.deadline,
-                Some(_) => Instant::now() + UNSETTLED_POLL,
+            at = at.min(if r.unsettled.is_some() || r.writing {
+                Instant::now() + UNSETTLED_POLL
+            } else {
+                r.deadline
             });
         }
         if let Some((d, _)) = &self.shutdown {

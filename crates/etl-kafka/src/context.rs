@@ -285,6 +285,21 @@ impl ConsumerContext for GroupContext {
                 // of that one is said where it happened).
                 tracing::info!(group = %self.group, ?ids, ?committed, "partitions revoked");
             }
+            Err(err)
+                if matches!(
+                    err.downcast_ref::<etl_checkpoint::CheckpointError>(),
+                    Some(etl_checkpoint::CheckpointError::RevokeUnsettled { .. })
+                ) =>
+            {
+                // The revocation committed the watermark the partitions
+                // pin (a failure of that commit is logged where it
+                // happened) once the write under way ended, and halted
+                // the run: the next owner starts from there.
+                tracing::error!(
+                    group = %self.group, ?ids, %err,
+                    "revoke halted the run: an exactly-once write was under way at revoke_deadline; the partitions were released once it ended, with the watermark they pin committed"
+                );
+            }
             Err(err) => {
                 // Nothing was lost: uncommitted records are read again by
                 // the next owner.

@@ -65,6 +65,12 @@ pub struct Features {
     /// drops mid-transaction and a server that falls back to an older
     /// confirmed position (`sim/slot.rs`).
     pub slot: bool,
+    /// Revocations that hand the partitions to another owner (as a Kafka
+    /// rebalance does, `Source::hands_over_revoked`), not retire them:
+    /// an exactly-once sink's write fence closes their epochs, so queued
+    /// batches are dropped, retries refused, and a write still under way
+    /// at the revoke deadline halts the run.
+    pub exactly_once_handovers: bool,
 }
 
 impl Features {
@@ -81,10 +87,11 @@ impl Features {
         routing: true,
         lake: true,
         slot: true,
+        exactly_once_handovers: true,
     };
 
     /// The switch names, as `--enable` and `SIM_ENABLE` take them.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "transform_panics",
         "exactly_once_dead_letters",
         "exact_poison_attribution",
@@ -95,6 +102,7 @@ impl Features {
         "routing",
         "lake",
         "slot",
+        "exactly_once_handovers",
     ];
 
     /// The switches that are on, comma-separated, as `--enable` takes
@@ -111,6 +119,7 @@ impl Features {
             self.routing,
             self.lake,
             self.slot,
+            self.exactly_once_handovers,
         ];
         Self::NAMES
             .iter()
@@ -134,6 +143,7 @@ impl Features {
             "routing" => self.routing = true,
             "lake" => self.lake = true,
             "slot" => self.slot = true,
+            "exactly_once_handovers" => self.exactly_once_handovers = true,
             "all" => {
                 for n in Self::NAMES {
                     self.enable(n)?;
@@ -205,6 +215,9 @@ pub struct Scenario {
     pub unmatched: Option<u8>,
     /// The source is a simulated replication slot over this WAL.
     pub slot: Option<Slot>,
+    /// The source's revocations hand the partitions to another owner
+    /// (the write fence closes their epochs) rather than retire them.
+    pub hands_over: bool,
 }
 
 impl Scenario {
@@ -698,91 +711,112 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     } else {
         Just(None).boxed()
     };
-    (shape, pipeline, policy, store_outage, routing, (lake, slot)).prop_map(
-        move |(shape, pipeline, policy, store_outage, (exclusive, unmatched), (lake, slot))| {
-            let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
-            let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
-            let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) =
-                policy;
-            let mut s = Scenario {
-                partitions,
-                source_batch,
-                source_rejects: rejects
-                    .into_iter()
-                    .map(|(p, o)| (p, i64::from(o)))
-                    .collect(),
-                rebalances,
-                commit_every,
-                steps,
-                parallel_transforms,
-                sinks: Vec::new(),
-                exactly_once,
-                dead_letter,
-                max_replays,
-                poison_halts,
-                halt_on_failure,
-                max_in_flight,
-                shutdown_timeout_ms: shutdown,
-                runs,
-                store_outage,
-                exclusive,
-                unmatched: None,
-                lake: None,
-                slot: None,
-            };
-            if let Some(slot) = slot {
-                // A slot is one partition, announced once: no rebalance.
-                s.partitions = vec![0];
-                s.rebalances.clear();
-                // The drawn rejects pick changes by their place in the
-                // WAL: a slot's offsets follow its positions, most far
-                // past the drawn numbers.
-                let changes = s.offsets_of_slot(&slot);
-                s.source_rejects = s
-                    .source_rejects
-                    .iter()
-                    .filter_map(|(_, o)| {
-                        let at = usize::try_from(*o).ok()? % changes.len().max(1);
-                        Some((0, *changes.get(at)?))
-                    })
-                    .collect();
-                s.slot = Some(slot);
-            }
-            if s.exactly_once {
-                sinks.truncate(1);
-                if lake.is_some() {
-                    // The store's faults stand for the sink's.
-                    for sink in &mut sinks {
-                        sink.faults.clear();
-                    }
-                    s.lake = lake;
-                }
-                if !features.exactly_once_rebalances {
-                    // Hole 10: no rebalance in an exactly-once pipeline until
-                    // that hole is closed.
-                    s.rebalances.clear();
-                }
-                if !features.exactly_once_dead_letters {
-                    // Hole 2: no record of an exactly-once pipeline may take
-                    // the dead-letter path until that hole is closed.
-                    s.source_rejects.clear();
-                    s.steps.retain(|st| !matches!(st, Step::Reject { .. }));
-                    for sink in &mut sinks {
-                        sink.dead_letter_failures = false;
-                        sink.faults.retain(|f| !matches!(f, Fault::Poison(..)));
-                        sink.branch.retain(|st| !matches!(st, Step::Reject { .. }));
-                    }
-                    s.poison_halts = true;
-                }
-            }
-            // The unmatched sink, if any, is one of the sinks, without a
-            // condition of its own.
-            if let Some(u) = unmatched.filter(|u| usize::from(*u) < sinks.len()) {
-                sinks[usize::from(u)].when = None;
-                s.unmatched = Some(u);
-            }
-            s.sinks = sinks;
-            s
-        },
+    let hands_over = if features.exactly_once_handovers {
+        prop::bool::weighted(0.5).boxed()
+    } else {
+        Just(false).boxed()
+    };
+    (
+        shape,
+        pipeline,
+        policy,
+        store_outage,
+        routing,
+        (lake, slot, hands_over),
     )
+        .prop_map(
+            move |(
+                shape,
+                pipeline,
+                policy,
+                store_outage,
+                (exclusive, unmatched),
+                (lake, slot, hands_over),
+            )| {
+                let (partitions, source_batch, rejects, rebalances, commit_every) = shape;
+                let ((steps, parallel_transforms), exactly_once, mut sinks, dead_letter) = pipeline;
+                let (max_replays, poison_halts, halt_on_failure, max_in_flight, shutdown, runs) =
+                    policy;
+                let mut s = Scenario {
+                    partitions,
+                    source_batch,
+                    source_rejects: rejects
+                        .into_iter()
+                        .map(|(p, o)| (p, i64::from(o)))
+                        .collect(),
+                    rebalances,
+                    commit_every,
+                    steps,
+                    parallel_transforms,
+                    sinks: Vec::new(),
+                    exactly_once,
+                    dead_letter,
+                    max_replays,
+                    poison_halts,
+                    halt_on_failure,
+                    max_in_flight,
+                    shutdown_timeout_ms: shutdown,
+                    runs,
+                    store_outage,
+                    exclusive,
+                    unmatched: None,
+                    lake: None,
+                    slot: None,
+                    hands_over,
+                };
+                if let Some(slot) = slot {
+                    // A slot is one partition, announced once: no rebalance.
+                    s.partitions = vec![0];
+                    s.rebalances.clear();
+                    // The drawn rejects pick changes by their place in the
+                    // WAL: a slot's offsets follow its positions, most far
+                    // past the drawn numbers.
+                    let changes = s.offsets_of_slot(&slot);
+                    s.source_rejects = s
+                        .source_rejects
+                        .iter()
+                        .filter_map(|(_, o)| {
+                            let at = usize::try_from(*o).ok()? % changes.len().max(1);
+                            Some((0, *changes.get(at)?))
+                        })
+                        .collect();
+                    s.slot = Some(slot);
+                }
+                if s.exactly_once {
+                    sinks.truncate(1);
+                    if lake.is_some() {
+                        // The store's faults stand for the sink's.
+                        for sink in &mut sinks {
+                            sink.faults.clear();
+                        }
+                        s.lake = lake;
+                    }
+                    if !features.exactly_once_rebalances {
+                        // Hole 10: no rebalance in an exactly-once pipeline until
+                        // that hole is closed.
+                        s.rebalances.clear();
+                    }
+                    if !features.exactly_once_dead_letters {
+                        // Hole 2: no record of an exactly-once pipeline may take
+                        // the dead-letter path until that hole is closed.
+                        s.source_rejects.clear();
+                        s.steps.retain(|st| !matches!(st, Step::Reject { .. }));
+                        for sink in &mut sinks {
+                            sink.dead_letter_failures = false;
+                            sink.faults.retain(|f| !matches!(f, Fault::Poison(..)));
+                            sink.branch.retain(|st| !matches!(st, Step::Reject { .. }));
+                        }
+                        s.poison_halts = true;
+                    }
+                }
+                // The unmatched sink, if any, is one of the sinks, without a
+                // condition of its own.
+                if let Some(u) = unmatched.filter(|u| usize::from(*u) < sinks.len()) {
+                    sinks[usize::from(u)].when = None;
+                    s.unmatched = Some(u);
+                }
+                s.sinks = sinks;
+                s
+            },
+        )
 }

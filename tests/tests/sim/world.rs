@@ -159,6 +159,9 @@ pub struct SimSource {
     next_partition: usize,
     commit_every: Option<u64>,
     commit_due: bool,
+    /// Revocations hand the partitions over (the write fence closes
+    /// their epochs) rather than retire them.
+    hands_over: bool,
     checkpoint: CheckpointHandle,
 }
 
@@ -205,6 +208,7 @@ impl SimSource {
             next_partition: 0,
             commit_every: s.commit_every.map(u64::from),
             commit_due: false,
+            hands_over: s.hands_over,
             checkpoint,
         }
     }
@@ -288,6 +292,10 @@ impl Source for SimSource {
             self.commit_due = false;
         }
         Ok(self.event())
+    }
+
+    fn hands_over_revoked(&self) -> bool {
+        self.hands_over
     }
 
     async fn seek(&mut self, partition: PartitionId, offset: Offset) -> Result<(), SourceError> {

@@ -313,6 +313,95 @@ async fn a_revoke_deadline_passing_with_an_exactly_once_write_under_way_halts_an
     other.deliver();
 }
 
+/// A failure of a handed-over partition's batch ends its epoch, so no
+/// batch of it is counted in flight any more; an earlier batch's write
+/// may still be under way all the same. The revocation asks the fence,
+/// not the count: it does not answer while that write can land.
+#[tokio::test]
+async fn a_hand_over_waits_for_a_write_under_way_after_a_failure_emptied_the_partition() {
+    let f = start();
+    let e = f.epoch(P0).await;
+    let writing: AckSet = vec![f.open(P0, e, 0, 0).await].into();
+    let failing: AckSet = vec![f.open(P0, e, 1, 10).await].into();
+    let guard = writing.begin_write().expect("nothing revoked yet");
+    let revoke = {
+        let handle = f.handle.clone();
+        tokio::spawn(async move { handle.hand_over(vec![P0]).await })
+    };
+    tokio::time::timeout(GUARD, async {
+        while !failing.iter().all(AckRef::is_fenced) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the revocation closes the epoch");
+    failing.fail();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !revoke.is_finished(),
+        "handed over while a write of the partition can land"
+    );
+    assert!(!f.handle.is_halting(), "the deadline is far");
+
+    drop(guard);
+    let revoked = tokio::time::timeout(GUARD, revoke)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(revoked, PartitionOffsets::new(), "nothing delivered");
+    assert!(!f.handle.is_halting());
+    writing.deliver();
+}
+
+/// As above, with the deadline passing while the write is under way:
+/// the run halts, and the revocation answers `RevokeUnsettled` only once
+/// the write ended.
+#[tokio::test]
+async fn a_hand_over_past_its_deadline_halts_on_a_write_under_way_after_a_failure() {
+    let config = CheckpointConfig {
+        revoke_deadline: Duration::from_millis(50),
+        ..config()
+    };
+    let f = start_with(config, MemoryStore::new());
+    let e = f.epoch(P0).await;
+    let writing: AckSet = vec![f.open(P0, e, 0, 0).await].into();
+    let failing: AckSet = vec![f.open(P0, e, 1, 10).await].into();
+    let guard = writing.begin_write().expect("nothing revoked yet");
+    let revoke = {
+        let handle = f.handle.clone();
+        tokio::spawn(async move { handle.hand_over(vec![P0]).await })
+    };
+    tokio::time::timeout(GUARD, async {
+        while !failing.iter().all(AckRef::is_fenced) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the revocation closes the epoch");
+    failing.fail();
+    tokio::time::timeout(GUARD, f.handle.revoke_halted())
+        .await
+        .expect("the deadline halts the run");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !revoke.is_finished(),
+        "handed over while a write of the partition can land"
+    );
+
+    drop(guard);
+    let err = tokio::time::timeout(GUARD, revoke)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::RevokeUnsettled { partitions, .. } if partitions == &[P0]),
+        "{err}"
+    );
+    writing.deliver();
+}
+
 /// A partition revoked without a handover (an input file retired) keeps
 /// its epoch open: its queued batches may still be written, and a write
 /// under way at the deadline does not halt the run.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etl_ack::{AckEvent, AckReceiver, AckStatus, Acked, Acker, BatchId, BatchMeta, WriteFence};
 use etl_record::{Offset, PartitionId, Record};
+use etl_sink::testing::MemorySink;
 use etl_sink::{
     EncodedBatch, NdjsonEncoder, Progress, ProgressSink, RetryPolicy, Sink, SinkDriver,
     SinkDriverConfig, SinkError,
@@ -119,7 +120,27 @@ impl Batches {
     }
 
     fn batch(&mut self, partition: u32, offsets: std::ops::Range<i64>) -> Acked<Vec<Record>> {
-        let records: Vec<Record> = offsets.clone().map(|o| record(partition, o)).collect();
+        self.batch_refusing(partition, offsets, &[])
+    }
+
+    /// As [`batch`](Self::batch), with the records at `bad` (offsets)
+    /// not JSON: the NDJSON encoder refuses them.
+    fn batch_refusing(
+        &mut self,
+        partition: u32,
+        offsets: std::ops::Range<i64>,
+        bad: &[i64],
+    ) -> Acked<Vec<Record>> {
+        let records: Vec<Record> = offsets
+            .clone()
+            .map(|o| {
+                let mut r = record(partition, o);
+                if bad.contains(&o) {
+                    r.value = bytes::Bytes::from_static(b"\xffnot json");
+                }
+                r
+            })
+            .collect();
         self.seq += 1;
         let ack = self
             .acker
@@ -291,5 +312,66 @@ async fn an_at_least_once_driver_writes_a_revoked_partition_s_batches_as_before(
     assert_eq!(
         batches.resolutions(),
         vec![(0, 1, AckStatus::Delivered), (0, 2, AckStatus::Delivered)]
+    );
+}
+
+/// A merged job holds three partitions' batches, each with a record the
+/// encoder refuses; the middle partition's revocation begins while the
+/// job waits. Its records and its refused record are dropped together:
+/// the other two partitions' refused records are dead-lettered, each
+/// with its own batch, and the fenced one's is not.
+#[tokio::test]
+async fn a_fenced_batch_s_refused_record_is_dropped_with_it_and_the_others_are_dead_lettered() {
+    let sink = Ledger::new(1, 0);
+    let dead = MemorySink::new();
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let handle = driver
+        .config(SinkDriverConfig {
+            batch_max_records: 30,
+            ..config(RetryPolicy::never())
+        })
+        .dead_letters(dead.clone())
+        .spawn();
+
+    handle.send(batches.batch(0, 0..10)).await.unwrap();
+    wait_for("the first write", || sink.attempts() == 1).await;
+    handle
+        .send(batches.batch_refusing(0, 10..15, &[12]))
+        .await
+        .unwrap();
+    handle
+        .send(batches.batch_refusing(1, 0..5, &[1]))
+        .await
+        .unwrap();
+    handle
+        .send(batches.batch_refusing(2, 0..5, &[0]))
+        .await
+        .unwrap();
+    batches.fence.close(PartitionId(1), 1);
+    sink.open_gate();
+    handle.close().await.expect("the driver does not halt");
+
+    let mut second = offsets(0, 10..15);
+    second.retain(|&(_, o)| o != 12);
+    second.extend(offsets(2, 1..5));
+    assert_eq!(
+        sink.written(),
+        vec![offsets(0, 0..10), second],
+        "partition 1's batch is not written, the others' accepted records are"
+    );
+    assert_eq!(
+        dead.positions(),
+        vec![(PartitionId(0), Offset(12)), (PartitionId(2), Offset(0))],
+        "the fenced batch's refused record is not dead-lettered"
+    );
+    assert_eq!(
+        batches.resolutions(),
+        vec![
+            (0, 1, AckStatus::Delivered),
+            (0, 2, AckStatus::Delivered),
+            (1, 3, AckStatus::Failed),
+            (2, 4, AckStatus::Delivered),
+        ]
     );
 }
