@@ -445,6 +445,39 @@ fn a_fused_run_hands_on_verdicts_on_fields_it_left_alone_only() {
 }
 
 #[test]
+fn a_run_never_drained_holds_at_most_the_cap_of_verdicts() {
+    let specs = [Spec::Json(JsonOp::Filter {
+        path: JsonOp::path("a"),
+        op: CompareOp::Lt,
+        value: 100.into(),
+    })];
+    let (_, conditions) = build(&specs, false);
+    let mut run = judging_run(".e = 1", &conditions).expect("fused");
+    let mut last = None;
+    for _ in 0..=Verdicts::MAX_HELD {
+        let Outcome::Keep(kept) = run.apply(rec(r#"{"a":5}"#)) else {
+            panic!("kept");
+        };
+        last = Some(kept.value);
+    }
+    let mut verdicts = Verdicts::new();
+    verdicts.take_from(run.as_mut());
+    assert_eq!(verdicts.len(), Verdicts::MAX_HELD);
+    // The record past the cap has none: it is read.
+    for _ in 0..Verdicts::MAX_HELD {
+        verdicts.next += 1;
+    }
+    assert_eq!(verdicts.of(&last.unwrap()), None);
+    // Drained, the run gives verdicts again.
+    let Outcome::Keep(kept) = run.apply(rec(r#"{"a":5}"#)) else {
+        panic!("kept");
+    };
+    verdicts.take_from(run.as_mut());
+    assert_eq!(verdicts.len(), 1);
+    assert!(verdicts.of(&kept.value).is_some());
+}
+
+#[test]
 fn a_record_written_past_the_nesting_limit_gets_no_verdict() {
     let specs = [Spec::Json(JsonOp::Filter {
         path: JsonOp::path("a"),
