@@ -23,6 +23,10 @@ const FILE_RECORDS: u64 = 2_000_000;
 const ACK_RECORDS: u64 = 2_000_000;
 /// Records per callgrind run (about 20 s each under valgrind).
 const CALLGRIND_RECORDS: u64 = 200_000;
+
+/// Records of the routing row's tiny runs under callgrind, whose counts
+/// (the process's fixed cost) are taken off the `CALLGRIND_RECORDS` runs'.
+const ROUTING_TINY_RECORDS: u64 = 1_000;
 /// Input files of the many-files runs (the file-to-file records, split):
 /// one row each. Memory must not grow with the number of files, so both
 /// have the same budget.
@@ -1263,11 +1267,16 @@ source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
         ),
         sink("large", ""),
     );
-    // The same job over the first records of the input, for callgrind.
+    // The same job over the first records of the input, for callgrind,
+    // and over a tiny input: its count is the process's fixed cost
+    // (start-up, compiling the programs, idle threads), taken off.
     let short = work.join("transform").join("input-w1-callgrind");
     let kept_short = write_transform_input("w1", CALLGRIND_RECORDS, 1, &short)?;
+    let tiny = work.join("transform").join("input-w1-callgrind-tiny");
+    let kept_tiny = write_transform_input("w1", ROUTING_TINY_RECORDS, 1, &tiny)?;
     let mut configs = Vec::new();
     let mut short_configs = Vec::new();
+    let mut tiny_configs = Vec::new();
     for (name, sinks) in [("plain", &plain), ("routed", &routed)] {
         for (run, input, into) in [
             (dir.join(name), &input, &mut configs),
@@ -1275,6 +1284,11 @@ source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
                 dir.join(format!("{name}-callgrind")),
                 &short,
                 &mut short_configs,
+            ),
+            (
+                dir.join(format!("{name}-callgrind-tiny")),
+                &tiny,
+                &mut tiny_configs,
             ),
         ] {
             std::fs::create_dir_all(&run)
@@ -1316,26 +1330,45 @@ source = '.amount_cents = to_int(round(to_float!(.amount) * 100))'
         figure: format!("{} rec/s", si(best_routed)),
         baseline: format!("{} rec/s the same job into one sink", si(best_plain)),
         ratio: best_routed / best_plain,
-        budget: ">= 0.9".into(),
-        met: Some(best_routed / best_plain >= 0.9),
+        // Wall rates on a shared machine move by more than the budget's
+        // margin: the budget is judged by the counts below.
+        budget: "informational".into(),
+        met: None,
     }];
-    // Wall rates on a shared machine move by more than the budget's
-    // margin; the instructions each job executes (callgrind) do not.
+    // The instructions each job executes (callgrind) do not move with
+    // the machine's load. Each count less the same job's on the tiny
+    // input is what the records cost, without the fixed cost spread
+    // over them (which would pull the ratio toward 1).
     let mut counts = [None; 2];
-    for (count, (run, config)) in counts.iter_mut().zip(&short_configs) {
-        reset(run)?;
-        *count = callgrind(etl, &["run".as_ref(), config.as_os_str()])?;
-        if count.is_some() {
-            check_routing_output(run, kept_short)?;
+    for (i, count) in counts.iter_mut().enumerate() {
+        let mut each = [0f64; 2];
+        for (n, (configs, kept)) in each
+            .iter_mut()
+            .zip([(&short_configs, kept_short), (&tiny_configs, kept_tiny)])
+        {
+            let (run, config) = &configs[i];
+            reset(run)?;
+            let counted = callgrind(etl, &["run".as_ref(), config.as_os_str()])?;
+            if counted.is_some() {
+                check_routing_output(run, kept)?;
+            }
+            reset(run)?;
+            let Some(counted) = counted else {
+                break;
+            };
+            *n = counted;
         }
-        reset(run)?;
+        if each[1] > 0.0 {
+            *count = Some(each[0] - each[1]);
+        }
     }
-    let per_record = |n: f64| n / CALLGRIND_RECORDS as f64;
+    let per_record = |n: f64| n / (CALLGRIND_RECORDS - ROUTING_TINY_RECORDS) as f64;
     rows.push(match counts {
         [Some(plain), Some(routed)] => Row {
             name: format!(
-                "routing, instructions ({}k W1 records, callgrind)",
-                CALLGRIND_RECORDS / 1000
+                "routing, instructions ({}k W1 records less {}k, callgrind)",
+                CALLGRIND_RECORDS / 1000,
+                ROUTING_TINY_RECORDS / 1000
             ),
             figure: format!("{:.0} instr/record routed", per_record(routed)),
             baseline: format!("{:.0} instr/record into one sink", per_record(plain)),

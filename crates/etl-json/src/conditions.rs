@@ -168,6 +168,12 @@ impl Conditions {
     /// only the declarative filters among the conditions, and only for
     /// at most [`Verdict::MAX`] conditions naming few top-level fields.
     /// Asked again, it judges these instead.
+    ///
+    /// Once asked, the stage holds each kept record's bytes (a [`Bytes`]
+    /// clone, pinning the buffer it was cut from) with its verdict until
+    /// [`Verdicts::take_from`] takes them: take them after each batch.
+    /// It holds at most [`Verdicts::MAX_HELD`]; a record kept past that
+    /// gets no verdict and is judged by reading it.
     #[cfg_attr(not(feature = "remap"), allow(clippy::unused_self))]
     pub fn judge_in(&self, stage: &mut dyn Transform) -> bool {
         #[cfg(feature = "remap")]
@@ -274,6 +280,10 @@ pub struct Verdicts {
 }
 
 impl Verdicts {
+    /// The most records a stage asked to judge holds verdicts for until
+    /// they are taken ([`Verdicts::take_from`]); it gives none past it.
+    pub const MAX_HELD: usize = 1 << 16;
+
     /// None yet.
     #[must_use]
     pub fn new() -> Self {

@@ -33,7 +33,7 @@ use crate::JsonStage;
 #[cfg(feature = "remap")]
 use crate::{
     Remap, VrlFilter,
-    conditions::Verdict,
+    conditions::{Verdict, Verdicts},
     remap_fast::{Arena, Step, Steps, judge::Plan, run_steps},
 };
 
@@ -245,7 +245,7 @@ pub struct FusedRun {
     /// otherwise.
     judged: Option<Plan>,
     /// The records kept since the verdicts were last handed on, as
-    /// written, with their verdicts.
+    /// written, with their verdicts: at most [`Verdicts::MAX_HELD`].
     verdicts: Vec<(Bytes, Verdict)>,
 }
 
@@ -321,7 +321,9 @@ impl Transform for FusedRun {
                 if let Some(value) = value {
                     record.value = value;
                 }
-                if !verdict.is_empty() {
+                // Past the cap, a record is read again by whoever judges
+                // it: the list held never grows without bound.
+                if !verdict.is_empty() && self.verdicts.len() < Verdicts::MAX_HELD {
                     self.verdicts.push((record.value.clone(), verdict));
                 }
                 self.decided = self.stages.len().saturating_sub(1);

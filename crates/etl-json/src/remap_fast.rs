@@ -776,6 +776,7 @@ impl<'a> Cx<'a> {
             self.doc,
             Some(&self.top),
             &self.overlay,
+            1,
             &mut arena.out,
         )?
         .then(|| arena.keep()))
@@ -1366,11 +1367,19 @@ struct Known<'k, 'a> {
 /// Write the object `text` (its entries `read`, when already read) with
 /// the changes in `obj`, as [`faithful::write`] writes it. Whether it
 /// changed; when it did not, its original text is what was written.
+///
+/// `depth`: the object's nesting, the record's own counting as 1. A value
+/// written that would nest the record deeper than [`scan::MAX_DEPTH`] is
+/// an error (the record is left to the stages): a value read from the
+/// record and written inside an object it was not in (`.a.b = .d`) can
+/// make the record one level deeper than it was read, past what a later
+/// stage, or a router's condition, reads.
 fn write_object(
     known: &Known<'_, '_>,
     text: &str,
     read: Option<&[(Cow<'_, str>, &str)]>,
     obj: &Obj,
+    depth: usize,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<bool> {
     let start = out.len();
@@ -1409,6 +1418,7 @@ fn write_object(
             }
             Some(Node::Deleted) => changed = true,
             Some(Node::Set(new)) => {
+                within(new, depth)?;
                 comma(out, &mut first);
                 write_key(out, key)?;
                 let old: Value = serde_json::from_str(raw)?;
@@ -1419,7 +1429,7 @@ fn write_object(
                 comma(out, &mut first);
                 write_key(out, key)?;
                 let read = known.objects.get(known.doc, raw);
-                changed |= write_object(known, raw, read, inner, out)?;
+                changed |= write_object(known, raw, read, inner, depth + 1, out)?;
             }
         }
     }
@@ -1437,6 +1447,7 @@ fn write_object(
         .collect();
     added.sort_by(|a, b| a.0.cmp(b.0));
     for (key, value) in added {
+        within(value, depth)?;
         changed = true;
         comma(out, &mut first);
         write_key(out, key)?;
@@ -1448,6 +1459,27 @@ fn write_object(
         out.extend_from_slice(text.trim().as_bytes());
     }
     Ok(changed)
+}
+
+/// An error unless `value`, written in an object nested `depth` deep,
+/// leaves the record within [`scan::MAX_DEPTH`] levels.
+fn within(value: &Value, depth: usize) -> serde_json::Result<()> {
+    if deeper_than(value, scan::MAX_DEPTH.saturating_sub(depth)) {
+        return Err(serde::de::Error::custom(
+            "a value written past the nesting the fast path reads",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `value` nests more than `levels` containers deep (a scalar
+/// none, `[]` one); it looks no deeper than `levels`.
+fn deeper_than(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Object(map) => levels == 0 || map.values().any(|v| deeper_than(v, levels - 1)),
+        Value::Array(items) => levels == 0 || items.iter().any(|v| deeper_than(v, levels - 1)),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -1500,6 +1532,16 @@ mod tests {
         ] {
             assert!(LiteProgram::new(outside).is_none(), "{outside}");
         }
+    }
+
+    #[test]
+    fn a_value_written_past_the_nesting_limit_is_left_to_vrl() {
+        let deep = |n: usize| format!(r#"{{"a":{{}},"d":{}{}}}"#, "[".repeat(n), "]".repeat(n));
+        // 126 levels read, 127 written: as deep as the readers go.
+        assert!(written(".a.b = .d", &deep(125)).starts_with(r#"{"a":{"b":[["#));
+        // 127 read, 128 written: past it, VRL writes the record.
+        assert!(matches!(run(".a.b = .d", &deep(126)), Lite::Fallback));
+        assert!(matches!(run(".e = .d", &deep(126)), Lite::Done(Some(_), _)));
     }
 
     #[test]

@@ -349,7 +349,25 @@ const REMAPS: &[&str] = &[
     "if .a == 3 { abort }\n.e = 2",
     ".e = to_int(round(to_float!(.a) * 100))",
     r#".e = upcase(string!(.d))"#,
+    ".b.c = .d",
 ];
+
+/// A record nested as deep as the fast path reads (127 levels) or near
+/// it, with an empty object `b` to write its deep `d` into (`.b.c = .d`
+/// makes it one level deeper than it was read).
+fn deep() -> impl Strategy<Value = String> {
+    (-3i64..4, 123usize..127).prop_map(|(a, n)| {
+        format!(
+            r#"{{"a":{a},"b":{{}},"d":{}{}}}"#,
+            "[".repeat(n),
+            "]".repeat(n)
+        )
+    })
+}
+
+/// A record every fast path keeps and judges: what a fused run that
+/// leaves the conditions' fields alone gives a verdict on.
+const PLAIN: &str = r#"{"a":1,"b":2}"#;
 
 /// A fused run of a condition and `remap` (the shared steps before a
 /// router), asked to judge `conditions`; `None` when the stages did not
@@ -426,6 +444,65 @@ fn a_fused_run_hands_on_verdicts_on_fields_it_left_alone_only() {
     assert!(verdicts.is_empty());
 }
 
+#[test]
+fn a_run_never_drained_holds_at_most_the_cap_of_verdicts() {
+    let specs = [Spec::Json(JsonOp::Filter {
+        path: JsonOp::path("a"),
+        op: CompareOp::Lt,
+        value: 100.into(),
+    })];
+    let (_, conditions) = build(&specs, false);
+    let mut run = judging_run(".e = 1", &conditions).expect("fused");
+    let mut last = None;
+    for _ in 0..=Verdicts::MAX_HELD {
+        let Outcome::Keep(kept) = run.apply(rec(r#"{"a":5}"#)) else {
+            panic!("kept");
+        };
+        last = Some(kept.value);
+    }
+    let mut verdicts = Verdicts::new();
+    verdicts.take_from(run.as_mut());
+    assert_eq!(verdicts.len(), Verdicts::MAX_HELD);
+    // The record past the cap has none: it is read.
+    for _ in 0..Verdicts::MAX_HELD {
+        verdicts.next += 1;
+    }
+    assert_eq!(verdicts.of(&last.unwrap()), None);
+    // Drained, the run gives verdicts again.
+    let Outcome::Keep(kept) = run.apply(rec(r#"{"a":5}"#)) else {
+        panic!("kept");
+    };
+    verdicts.take_from(run.as_mut());
+    assert_eq!(verdicts.len(), 1);
+    assert!(verdicts.of(&kept.value).is_some());
+}
+
+#[test]
+fn a_record_written_past_the_nesting_limit_gets_no_verdict() {
+    let specs = [Spec::Json(JsonOp::Filter {
+        path: JsonOp::path("a"),
+        op: CompareOp::Lt,
+        value: 100.into(),
+    })];
+    let (mut stages, conditions) = build(&specs, false);
+    let mut run = judging_run(".b.c = .d", &conditions).expect("fused");
+    // 127 levels read; `d` written one level deeper makes 128.
+    let input = format!(
+        r#"{{"a":5,"b":{{}},"d":{}{}}}"#,
+        "[".repeat(126),
+        "]".repeat(126)
+    );
+    let Outcome::Keep(kept) = run.apply(rec(&input)) else {
+        panic!("kept");
+    };
+    assert!(kept.value.starts_with(br#"{"a":5,"b":{"c":[[["#));
+    // The condition's stage refuses the record written.
+    assert_eq!(alone_on(stages[0].as_mut(), &kept.value), None);
+    let mut verdicts = Verdicts::new();
+    verdicts.take_from(run.as_mut());
+    assert_eq!(verdicts.of(&kept.value), None);
+}
+
 proptest! {
     /// The verdicts a fused run hands on, for the records it keeps, are
     /// what each condition's own stage says of the record as written:
@@ -436,9 +513,13 @@ proptest! {
         specs in prop::collection::vec(prop_oneof![spec(), json_spec()], 1..5),
         thresholds in prop::collection::vec(threshold(), 0..3),
         remap in prop::sample::select(REMAPS),
-        inputs in prop::collection::vec(prop_oneof![record(), numbers(), amounts()], 1..8),
+        inputs in prop::collection::vec(prop_oneof![
+            4 => record(), 4 => numbers(), 4 => amounts(), 1 => deep()
+        ], 1..8),
     ) {
         let mut specs = specs;
+        let mut inputs = inputs;
+        inputs.push(PLAIN.to_owned());
         specs.extend(thresholds.into_iter().map(|value| Spec::Json(JsonOp::Filter {
             path: JsonOp::path("a"),
             op: CompareOp::Lt,
@@ -457,8 +538,22 @@ proptest! {
             };
             verdicts.take_from(run.as_mut());
             let Some(verdict) = verdicts.of(&kept.value) else {
+                // A program that leaves every condition's field alone
+                // leaves a plain record's declarative conditions judged.
+                prop_assert!(
+                    input != PLAIN || remap != ".e = 1",
+                    "no verdict on {} after {:?}", input, remap
+                );
                 continue;
             };
+            if input == PLAIN && remap == ".e = 1" {
+                for (i, spec) in specs.iter().enumerate() {
+                    prop_assert!(
+                        !matches!(spec, Spec::Json(_)) || verdict.holds(i).is_some(),
+                        "condition {:?} unjudged on {}", spec, input
+                    );
+                }
+            }
             for (i, stage) in stages.iter_mut().enumerate() {
                 if let Some(held) = verdict.holds(i) {
                     prop_assert_eq!(

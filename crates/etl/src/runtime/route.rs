@@ -164,6 +164,9 @@ pub(crate) struct Router {
     /// Whether the shared steps' last stage was asked to judge the
     /// conditions.
     linked: bool,
+    /// How many records so far had a verdict from the shared steps (the
+    /// hand-off at work; see [`Router::by_verdict`]).
+    by_verdict: u64,
 }
 
 /// Ends a record's sinks in [`Router::targets`].
@@ -184,6 +187,7 @@ impl Router {
             targets: Vec::new(),
             verdicts: Verdicts::new(),
             linked: false,
+            by_verdict: 0,
         }
     }
 
@@ -198,6 +202,13 @@ impl Router {
         if let Some(last) = chain.last_mut() {
             self.conditions.judge_in(last);
         }
+    }
+
+    /// How many records this router has routed with a verdict the
+    /// shared steps gave (at least one condition not read again).
+    #[cfg(test)]
+    pub(crate) fn by_verdict(&self) -> u64 {
+        self.by_verdict
     }
 
     /// Take the verdicts `chain`'s last stage gave on the batch it just
@@ -238,6 +249,7 @@ impl Router {
             targets: Vec::new(),
             verdicts: Verdicts::new(),
             linked: false,
+            by_verdict: 0,
         })
     }
 
@@ -295,6 +307,7 @@ impl Router {
             // The shared steps' verdict on these very bytes, if any; the
             // record is read, once, only for a condition it leaves out.
             let verdict = self.verdicts.of(&record.value).unwrap_or_default();
+            self.by_verdict += u64::from(!verdict.is_empty());
             let mut conditions = Some(&mut self.conditions);
             let mut judging = None;
             let mut matched = false;

@@ -38,7 +38,18 @@ const REMAPS: &[&str] = &[
     "if .amount == 5 { abort }\n.x = 1",
     ".x = .amount",
     r#".level = "error""#,
+    ".a.b = .d",
 ];
+
+/// A record with an array `d` nested `n` deep and an empty object `a` to
+/// write it into (`.a.b = .d` makes the record one level deeper).
+fn deep(amount: &str, n: usize) -> String {
+    format!(
+        r#"{{"amount":{amount},"a":{{}},"d":{}{}}}"#,
+        "[".repeat(n),
+        "]".repeat(n)
+    )
+}
 
 /// A sink's condition: on a field, or a program.
 fn when() -> impl Strategy<Value = Option<TransformConfig>> {
@@ -90,6 +101,7 @@ fn value() -> impl Strategy<Value = String> {
             2 => format!(r#"{{"amount":{a},"level":{l},"amount":{b}}}"#),
             _ => format!(r#"{{"\u0061mount":{a},"x":{b}}}"#),
         }),
+        1 => ((0i64..600), 124usize..127).prop_map(|(a, n)| deep(&a.to_string(), n)),
         1 => prop::sample::select(vec![
             "not json",
             r#"{"amount":1"#,
@@ -213,10 +225,35 @@ fn routes_by_amount_after_a_remap_take_the_verdicts_the_run_gave() {
         ),
         "{got}"
     );
+    // Records 0, 1, 2 and 6 are routed by the verdicts handed on (the
+    // string and the number past an `f64` are left to the stages).
+    assert_eq!(fast.router.as_ref().unwrap().by_verdict(), 4);
     let mut alone = steps(remap, &whens, RouteMode::Exclusive, Some(2), false);
     assert_eq!(got, show(&mut alone, &values));
+    assert_eq!(alone.router.as_ref().unwrap().by_verdict(), 0);
     let mut forked = fast.fork().unwrap();
     assert_eq!(got, show(&mut forked, &values));
+    assert_eq!(forked.router.as_ref().unwrap().by_verdict(), 4);
+}
+
+#[test]
+fn a_record_written_past_the_nesting_limit_is_dead_lettered_as_by_its_condition() {
+    let whens = [Some(TransformConfig::Filter {
+        field: "amount".to_owned(),
+        op: etl_json::CompareOp::Lt,
+        value: Some(toml::Value::Integer(100)),
+        condition: None,
+    })];
+    // 127 levels read, 128 written: the condition's stage refuses it.
+    let values = vec![deep("5", 126), deep("6", 125)];
+    let mut fast = steps(".a.b = .d", &whens, RouteMode::All, None, true);
+    let got = show(&mut fast, &values);
+    let mut alone = steps(".a.b = .d", &whens, RouteMode::All, None, false);
+    let want = show(&mut alone, &values);
+    assert!(want.contains("rejected [(0, "), "{want}");
+    assert_eq!(got, want);
+    // The record within the limit is still routed by its verdict.
+    assert_eq!(fast.router.as_ref().unwrap().by_verdict(), 1);
 }
 
 proptest! {
