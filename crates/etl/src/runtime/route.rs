@@ -206,7 +206,7 @@ impl Router {
 
     /// How many records this router has routed with a verdict the
     /// shared steps gave (at least one condition not read again).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "remap"))]
     pub(crate) fn by_verdict(&self) -> u64 {
         self.by_verdict
     }
