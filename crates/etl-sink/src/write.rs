@@ -246,6 +246,27 @@ enum LetterFailure {
     Halt(SinkError),
 }
 
+/// Take the batches of partitions being handed over out of a job
+/// ([`drop_fenced`]); the job's outcome when that ends it: failed if its
+/// handles do not match its records, delivered if every batch was fenced
+/// (and has failed).
+fn fence_out(
+    shared: &Shared,
+    batch: &mut EncodedBatch,
+    acks: &mut AckSet,
+    ends: &mut Vec<(usize, usize)>,
+    refused: &mut Vec<DeadLetter>,
+) -> Option<Outcome> {
+    if !drop_fenced(batch, acks, ends, refused) {
+        add(&shared.metrics.batches_failed, 1);
+        return Some(Outcome::Failed(
+            "a write's handles do not match its records".into(),
+            vec![std::mem::take(acks)],
+        ));
+    }
+    acks.is_empty().then_some(Outcome::Delivered)
+}
+
 /// Run one job to its end. The handles are delivered only after every
 /// record of the batch is durable in the sink or the dead-letter sink;
 /// otherwise they fail. Dropping this future mid-way drops the set, which
@@ -264,16 +285,10 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
         mut ends,
         mut refused,
     } = job;
-    if shared.exactly_once && !drop_fenced(&mut batch, &mut acks, &mut ends, &mut refused) {
-        add(&shared.metrics.batches_failed, 1);
-        return Outcome::Failed(
-            "a write's handles do not match its records".into(),
-            vec![acks],
-        );
-    }
-    if acks.is_empty() {
-        // Every batch of the job was fenced (and has failed).
-        return Outcome::Delivered;
+    if shared.exactly_once
+        && let Some(over) = fence_out(&shared, &mut batch, &mut acks, &mut ends, &mut refused)
+    {
+        return over;
     }
     if shared.exactly_once && !refused.is_empty() {
         // The write stores progress past these records: their dead
@@ -304,15 +319,10 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
             // A partition's revocation began before an attempt: write the
             // others' records afresh, without it.
             Attempted::Fenced => {
-                if !drop_fenced(&mut batch, &mut acks, &mut ends, &mut refused) {
-                    add(&shared.metrics.batches_failed, 1);
-                    return Outcome::Failed(
-                        "a write's handles do not match its records".into(),
-                        vec![acks],
-                    );
-                }
-                if acks.is_empty() {
-                    return Outcome::Delivered;
+                if let Some(over) =
+                    fence_out(&shared, &mut batch, &mut acks, &mut ends, &mut refused)
+                {
+                    return over;
                 }
             }
         }
