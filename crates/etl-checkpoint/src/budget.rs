@@ -5,12 +5,16 @@
 //! checkpointer gives it back when the batch resolves, when its epoch ends
 //! (revoke, replay), or at once when the batch was opened under an epoch
 //! that had already ended. Every reservation is released exactly once.
+//!
+//! A reservation that has to wait says so ([`InFlightBudget::starved`]):
+//! what holds credit only while it waits for more (a sink's partial batch
+//! lingering) should let it go then, or the source waits for the linger.
 
 use std::collections::HashMap;
 use std::fmt;
 
 use etl_record::PartitionId;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::sync::{Arc, Mutex, lock};
 
@@ -76,6 +80,9 @@ struct Inner {
     limits: InFlightLimits,
     state: Mutex<State>,
     notify: Notify,
+    /// Counts the reservations that found no room (see
+    /// [`InFlightBudget::starved`]).
+    starved: watch::Sender<u64>,
 }
 
 /// Credits bounding in-flight batches and bytes, per partition and in
@@ -103,6 +110,7 @@ impl InFlightBudget {
                 limits,
                 state: Mutex::new(State::default()),
                 notify: Notify::new(),
+                starved: watch::Sender::new(0),
             }),
         }
     }
@@ -151,8 +159,23 @@ impl InFlightBudget {
             if self.try_acquire(partition, bytes) {
                 return;
             }
+            self.inner.starved.send_modify(|n| *n = n.wrapping_add(1));
             notified.await;
         }
+    }
+
+    /// Changes each time an [`acquire`](Self::acquire) finds no room and
+    /// waits: everything in flight is held somewhere downstream. What
+    /// holds credit only while it waits for more (a sink's batch that is
+    /// not full, lingering for records that cannot come until credit is
+    /// given back) should be let go now, as a Kafka producer sends its
+    /// batches, full or not, when its buffer memory is exhausted.
+    /// Otherwise a sink that takes a small share of the records (a routed
+    /// one) fills its batch slower than the source fills the bound, and
+    /// every window of credit waits for that sink's linger.
+    #[must_use]
+    pub fn starved(&self) -> watch::Receiver<u64> {
+        self.inner.starved.subscribe()
     }
 
     /// Give back `batches` reservations totalling `bytes`.
@@ -209,6 +232,23 @@ mod tests {
             max_in_flight_batches: 3,
             max_in_flight_bytes: 1000,
         })
+    }
+
+    #[tokio::test]
+    async fn a_reservation_that_waits_says_so_and_one_that_fits_does_not() {
+        let b = budget();
+        let mut starved = b.starved();
+        let p0 = PartitionId(0);
+        b.acquire(p0, 60).await;
+        assert!(!starved.has_changed().unwrap(), "it fit");
+        let waiting = {
+            let b = b.clone();
+            tokio::spawn(async move { b.acquire(p0, 60).await })
+        };
+        starved.changed().await.unwrap();
+        b.release(p0, 60);
+        waiting.await.unwrap();
+        assert_eq!(b.in_flight_of(p0).bytes, 60);
     }
 
     #[test]

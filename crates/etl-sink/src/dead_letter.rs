@@ -132,6 +132,12 @@ impl DeadLetterHandle {
             .map_err(|SendError(back)| SendError(Acked::new(letter, back.into_parts().1)))
     }
 
+    /// As [`SinkHandle::write_held`]: the upstream waits for credit,
+    /// which letters lingering in this driver's batch may be keeping.
+    pub fn write_held(&self) {
+        self.inner.write_held();
+    }
+
     /// What the driver has done so far.
     #[must_use]
     pub fn metrics(&self) -> SinkMetrics {

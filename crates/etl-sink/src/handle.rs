@@ -63,6 +63,7 @@ pub struct SinkHandle {
     sender: SinkSender,
     close: Option<oneshot::Sender<()>>,
     input_ended: watch::Sender<bool>,
+    write_held: watch::Sender<()>,
     task: JoinHandle<Result<(), SinkDriverError>>,
     metrics: Arc<MetricsCell>,
     /// The driver's sink, to [`settle`](Sink::settle) once the driver
@@ -87,6 +88,7 @@ impl SinkHandle {
         tx: mpsc::Sender<Acked<Vec<Record>>>,
         close: oneshot::Sender<()>,
         input_ended: watch::Sender<bool>,
+        write_held: watch::Sender<()>,
         task: JoinHandle<Result<(), SinkDriverError>>,
         metrics: Arc<MetricsCell>,
         sink: Arc<dyn Sink>,
@@ -95,6 +97,7 @@ impl SinkHandle {
             sender: SinkSender { tx },
             close: Some(close),
             input_ended,
+            write_held,
             task,
             metrics,
             sink,
@@ -126,6 +129,19 @@ impl SinkHandle {
     /// once. Unlike [`close`](Self::close) it keeps taking input.
     pub fn input_ended(&self) {
         self.input_ended.send_replace(true);
+    }
+
+    /// Tell the driver that the upstream waits for credit: everything it
+    /// may have in flight is held downstream, some of it perhaps in the
+    /// batch this driver is building. The driver's next write goes as
+    /// soon as its input is idle, full or not, instead of waiting out
+    /// [`linger`](crate::SinkDriverConfig::linger) for records that cannot
+    /// come until credit is given back. Each call moves one write forward;
+    /// the batch after it lingers as usual. A pipeline calls it when its
+    /// source's reservation finds no room (see the checkpointer's
+    /// `InFlightBudget::starved`).
+    pub fn write_held(&self) {
+        self.write_held.send_replace(());
     }
 
     /// What the driver has done so far.

@@ -520,3 +520,31 @@ async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
     sink.close().await.unwrap();
     assert_eq!(tally(&source.resolutions()), (2, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_held_batch_is_written_once_the_upstream_waits_and_the_next_lingers_again() {
+    let mut source = AckedBatches::new();
+    let memory = MemorySink::new();
+    let linger = Duration::from_secs(3600);
+    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+        .config(SinkDriverConfig {
+            batch_max_records: 1000,
+            linger,
+            ..SinkDriverConfig::default()
+        })
+        .spawn();
+    let start = tokio::time::Instant::now();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    sink.write_held();
+    wait_for(|| memory.positions().len() == 10).await;
+    assert!(start.elapsed() < linger / 10, "{:?}", start.elapsed());
+    // One write moved forward per call: the next batch lingers.
+    sink.send(source.batch(0, 10..15)).await.unwrap();
+    tokio::time::sleep(linger / 2).await;
+    assert_eq!(memory.positions().len(), 10, "written before its linger");
+    tokio::time::sleep(linger / 2).await;
+    wait_for(|| memory.positions().len() == 15).await;
+    assert!(start.elapsed() >= linger, "{:?}", start.elapsed());
+    sink.close().await.unwrap();
+    assert_eq!(tally(&source.resolutions()), (2, 0));
+}

@@ -506,6 +506,9 @@ impl Pipeline {
         let batch_cap = batch_bytes_cap(&checkpoint.limits);
         let (acker, receiver) = etl_ack::channel();
         let (checkpointer, mut replays) = Checkpointer::spawn(checkpoint, store, receiver)?;
+        // Watched from before the source starts: a reservation that waits
+        // at once must not go unheard.
+        let starved = checkpointer.budget().starved();
         if on_failure == FailurePolicy::Halt {
             // The first failure halts the run: the checkpointer records
             // it before the failures it causes, and announces no replay.
@@ -630,6 +633,7 @@ impl Pipeline {
 
         Ok(Running {
             checkpointer,
+            starved,
             hub,
             handles,
             dead_letters: dlq.map(|(_, handle)| handle),
@@ -656,6 +660,10 @@ type DriverTask = tokio::task::JoinHandle<Result<etl_source::DriverExit, etl_sou
 /// A started pipeline: the parts' tasks and what stopping them needs.
 struct Running {
     checkpointer: CheckpointHandle,
+    /// Changes when the source waits for credit (see
+    /// `InFlightBudget::starved`): the sinks are told to write what they
+    /// hold.
+    starved: tokio::sync::watch::Receiver<u64>,
     hub: MetricsHub,
     handles: Vec<RunningSink>,
     dead_letters: Option<Arc<DeadLetterHandle>>,
@@ -727,6 +735,19 @@ impl Running {
                     self.cancel.cancel();
                     return None;
                 }
+                // The source waits for credit: the sinks' partial batches
+                // may be what holds it (a routed sink taking one record in
+                // a hundred fills its batch long after the bound is
+                // reached), so each writes what it holds rather than
+                // linger for records that cannot come.
+                Ok(()) = self.starved.changed() => {
+                    for (_, handle, _) in &self.handles {
+                        handle.write_held();
+                    }
+                    if let Some(letters) = &self.dead_letters {
+                        letters.write_held();
+                    }
+                }
                 Ok(_) = self.input_ended.wait_for(|ended| *ended), if !told_sinks => {
                     told_sinks = true;
                     for (_, handle, _) in &self.handles {
@@ -750,6 +771,7 @@ impl Running {
     ) -> Result<Summary, PipelineError> {
         let Running {
             checkpointer,
+            starved: _,
             hub,
             handles,
             dead_letters,

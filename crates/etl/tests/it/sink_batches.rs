@@ -5,11 +5,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use etl::Pipeline;
+use etl::{Pipeline, Route, filter};
 use etl_checkpoint::{CheckpointConfig, InFlightLimits, MemoryStore};
-use etl_sink::{EncodedBatch, NdjsonEncoder, Sink, SinkDriver, SinkError};
+use etl_record::Record;
+use etl_sink::{EncodedBatch, NdjsonEncoder, Sink, SinkDriver, SinkDriverConfig, SinkError};
 use etl_source::{GeneratorConfig, GeneratorSource};
 use tokio_util::sync::CancellationToken;
 
@@ -76,4 +78,74 @@ async fn a_sinks_batches_are_cut_at_a_sixteenth_of_the_in_flight_bound() {
         "a batch of {largest} bytes against an in-flight bound of {IN_FLIGHT} ({} batches)",
         sizes.len()
     );
+}
+
+/// A sink that takes one record in a hundred fills its batch a hundred
+/// times slower than the source fills the in-flight bound. Its partial
+/// batch holds back every source batch it has a record of, so once the
+/// bound is reached the source waits for it: a starved source asks the
+/// sinks to write what they hold (as a Kafka producer sends its batches
+/// when its buffer memory is exhausted) rather than wait for their
+/// linger, once per window.
+///
+/// On real time (a paused clock jumps to the next linger whenever the
+/// runtime idles while the checkpointer's thread works): the linger is an
+/// hour, and a run that waits for it is cut at two minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_starved_by_a_sinks_partial_batch_gets_it_written_before_its_linger() {
+    const RECORDS: u64 = 20_000;
+    const IN_FLIGHT: u64 = 64 << 10;
+    let source = GeneratorSource::new(GeneratorConfig {
+        partitions: 1,
+        records_per_partition: Some(RECORDS),
+        max_batch_records: 10,
+        ..GeneratorConfig::default()
+    })
+    .unwrap();
+    let (all, rare) = (Sizes::default(), Sizes::default());
+    let linger = Duration::from_secs(3600);
+    let config = SinkDriverConfig {
+        batch_max_records: 1000,
+        linger,
+        ..SinkDriverConfig::default()
+    };
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .sink(
+            "all",
+            SinkDriver::new(all.clone(), NdjsonEncoder::new()).config(config),
+        )
+        .sink(
+            "rare",
+            SinkDriver::new(rare.clone(), NdjsonEncoder::new()).config(config),
+        )
+        .route(
+            "rare",
+            Route::new().when(filter("one in a hundred", |r: &Record| {
+                r.position.offset.0 % 100 == 0
+            })),
+        )
+        .offset_store(MemoryStore::new())
+        .checkpoint(CheckpointConfig {
+            limits: InFlightLimits {
+                max_in_flight_bytes: IN_FLIGHT,
+                max_in_flight_bytes_per_partition: IN_FLIGHT,
+                ..InFlightLimits::default()
+            },
+            ..CheckpointConfig::default()
+        })
+        .build()
+        .unwrap();
+    let summary = tokio::time::timeout(
+        Duration::from_secs(120),
+        pipeline.run(CancellationToken::new()),
+    )
+    .await
+    .expect("the run waits for a linger of an hour on a starved source")
+    .unwrap();
+    assert_eq!(summary.written(), RECORDS + RECORDS / 100, "{summary:?}");
+    let written =
+        |sizes: &Sizes| -> u64 { sizes.0.lock().unwrap().iter().map(|&(_, n)| n as u64).sum() };
+    assert_eq!(written(&all), RECORDS);
+    assert_eq!(written(&rare), RECORDS / 100);
 }
