@@ -6,9 +6,10 @@
 //! (revoke, replay), or at once when the batch was opened under an epoch
 //! that had already ended. Every reservation is released exactly once.
 //!
-//! A reservation that has to wait says so ([`InFlightBudget::starved`]):
-//! what holds credit only while it waits for more (a sink's partial batch
-//! lingering) should let it go then, or the source waits for the linger.
+//! A reservation that has to wait says so, for as long as it waits
+//! ([`InFlightBudget::waiting`]): what holds credit only while it waits
+//! for more (a sink's partial batch lingering) should let it go then, or
+//! the source waits for the linger.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -74,15 +75,48 @@ impl InFlight {
 struct State {
     total: InFlight,
     partitions: HashMap<PartitionId, InFlight>,
+    /// Reservations waiting for room.
+    waiters: usize,
 }
 
 struct Inner {
     limits: InFlightLimits,
     state: Mutex<State>,
     notify: Notify,
-    /// Counts the reservations that found no room (see
-    /// [`InFlightBudget::starved`]).
-    starved: watch::Sender<u64>,
+    /// Whether a reservation waits for room (see
+    /// [`InFlightBudget::waiting`]).
+    waiting: watch::Sender<bool>,
+}
+
+/// One [`InFlightBudget::acquire`] counted as waiting until it is dropped
+/// (it returned, or its future was dropped while it waited).
+struct Waiting<'a>(&'a Inner);
+
+impl<'a> Waiting<'a> {
+    fn start(inner: &'a Inner) -> Self {
+        let first = {
+            let mut state = lock(&inner.state);
+            state.waiters += 1;
+            state.waiters == 1
+        };
+        if first {
+            inner.waiting.send_replace(true);
+        }
+        Waiting(inner)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let last = {
+            let mut state = lock(&self.0.state);
+            state.waiters = state.waiters.saturating_sub(1);
+            state.waiters == 0
+        };
+        if last {
+            self.0.waiting.send_replace(false);
+        }
+    }
 }
 
 /// Credits bounding in-flight batches and bytes, per partition and in
@@ -110,7 +144,7 @@ impl InFlightBudget {
                 limits,
                 state: Mutex::new(State::default()),
                 notify: Notify::new(),
-                starved: watch::Sender::new(0),
+                waiting: watch::Sender::new(false),
             }),
         }
     }
@@ -150,6 +184,9 @@ impl InFlightBudget {
     ///
     /// Cancel-safe: a cancelled wait reserves nothing.
     pub async fn acquire(&self, partition: PartitionId, bytes: u64) {
+        // Counted as waiting from the first try that finds no room until
+        // this call returns or is dropped.
+        let mut waiting: Option<Waiting<'_>> = None;
         loop {
             let notified = self.inner.notify.notified();
             tokio::pin!(notified);
@@ -159,23 +196,26 @@ impl InFlightBudget {
             if self.try_acquire(partition, bytes) {
                 return;
             }
-            self.inner.starved.send_modify(|n| *n = n.wrapping_add(1));
+            if waiting.is_none() {
+                waiting = Some(Waiting::start(&self.inner));
+            }
             notified.await;
         }
     }
 
-    /// Changes each time an [`acquire`](Self::acquire) finds no room and
-    /// waits: everything in flight is held somewhere downstream. What
-    /// holds credit only while it waits for more (a sink's batch that is
-    /// not full, lingering for records that cannot come until credit is
-    /// given back) should be let go now, as a Kafka producer sends its
-    /// batches, full or not, when its buffer memory is exhausted.
-    /// Otherwise a sink that takes a small share of the records (a routed
-    /// one) fills its batch slower than the source fills the bound, and
-    /// every window of credit waits for that sink's linger.
+    /// `true` while an [`acquire`](Self::acquire) waits for room:
+    /// everything the bounds allow is in flight, held somewhere
+    /// downstream. What holds credit only while it waits for more (a
+    /// sink's batch that is not full, lingering for records that cannot
+    /// come until credit is given back) should be let go while this is
+    /// `true`, as a Kafka producer sends its batches, full or not, while
+    /// a send waits for buffer memory. Otherwise a sink that takes a small
+    /// share of the records (a routed one) fills its batch slower than the
+    /// source fills the bounds, and every window of credit waits for that
+    /// sink's linger.
     #[must_use]
-    pub fn starved(&self) -> watch::Receiver<u64> {
-        self.inner.starved.subscribe()
+    pub fn waiting(&self) -> watch::Receiver<bool> {
+        self.inner.waiting.subscribe()
     }
 
     /// Give back `batches` reservations totalling `bytes`.
@@ -235,20 +275,33 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_reservation_that_waits_says_so_and_one_that_fits_does_not() {
+    async fn a_reservation_says_it_waits_for_as_long_as_it_waits() {
         let b = budget();
-        let mut starved = b.starved();
+        let mut waiting = b.waiting();
         let p0 = PartitionId(0);
         b.acquire(p0, 60).await;
-        assert!(!starved.has_changed().unwrap(), "it fit");
-        let waiting = {
+        assert!(!*waiting.borrow_and_update(), "it fit");
+        let second = {
             let b = b.clone();
             tokio::spawn(async move { b.acquire(p0, 60).await })
         };
-        starved.changed().await.unwrap();
+        waiting.wait_for(|w| *w).await.unwrap();
         b.release(p0, 60);
-        waiting.await.unwrap();
+        second.await.unwrap();
+        assert!(!*waiting.borrow_and_update(), "it got its room");
         assert_eq!(b.in_flight_of(p0).bytes, 60);
+    }
+
+    #[tokio::test]
+    async fn a_wait_given_up_is_no_longer_counted() {
+        let b = budget();
+        let waiting = b.waiting();
+        let p0 = PartitionId(0);
+        b.acquire(p0, 100).await;
+        let given_up = tokio::time::timeout(Duration::from_millis(10), b.acquire(p0, 1)).await;
+        assert!(given_up.is_err(), "there was no room");
+        assert!(!*waiting.borrow(), "nothing waits any more");
+        assert_eq!(b.in_flight_of(p0).bytes, 100, "nothing reserved");
     }
 
     #[test]

@@ -132,10 +132,11 @@ impl DeadLetterHandle {
             .map_err(|SendError(back)| SendError(Acked::new(letter, back.into_parts().1)))
     }
 
-    /// As [`SinkHandle::write_held`]: the upstream waits for credit,
-    /// which letters lingering in this driver's batch may be keeping.
-    pub fn write_held(&self) {
-        self.inner.write_held();
+    /// As [`SinkHandle::source_waiting`]: while the source waits for
+    /// credit, which letters lingering in this driver's batch may be
+    /// keeping, they are written as soon as the input is idle.
+    pub fn source_waiting(&self, waiting: bool) {
+        self.inner.source_waiting(waiting);
     }
 
     /// What the driver has done so far.

@@ -174,7 +174,7 @@ impl SinkDriver {
         let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
         let (close_tx, close_rx) = oneshot::channel();
         let (ended_tx, ended_rx) = watch::channel(false);
-        let (held_tx, held_rx) = watch::channel(());
+        let (waiting_tx, waiting_rx) = watch::channel(false);
         let metrics = Arc::new(MetricsCell::default());
         let sink = self.sink.clone();
         let driver = Driver {
@@ -189,7 +189,7 @@ impl SinkDriver {
             input: Input(rx),
             close: close_rx,
             input_ended: ended_rx,
-            write_held: held_rx,
+            source_waiting: waiting_rx,
             resume: self.resume,
             progress: self.progress,
             on_halt: self.on_halt,
@@ -209,7 +209,7 @@ impl SinkDriver {
             }),
             None => tokio::spawn(driver.run()),
         };
-        SinkHandle::new(tx, close_tx, ended_tx, held_tx, task, metrics, sink)
+        SinkHandle::new(tx, close_tx, ended_tx, waiting_tx, task, metrics, sink)
     }
 }
 
@@ -226,9 +226,9 @@ struct Driver {
     /// Turns `true` once the upstream read all its input: lingering for
     /// more records is then pointless.
     input_ended: watch::Receiver<bool>,
-    /// Changes when the upstream waits for credit (see
-    /// [`SinkHandle::write_held`](crate::SinkHandle::write_held)).
-    write_held: watch::Receiver<()>,
+    /// `true` while the source waits for credit (see
+    /// [`SinkHandle::source_waiting`](crate::SinkHandle::source_waiting)).
+    source_waiting: watch::Receiver<bool>,
     resume: Option<Progress>,
     progress: Option<Arc<dyn ProgressSink>>,
     on_halt: Option<OnHalt>,
@@ -324,11 +324,11 @@ impl Driver {
         let mut linger = self.shared.config.linger;
         // Whether the end of the upstream's input may still be announced.
         let mut awaiting_end = true;
-        // Whether the upstream may still say it waits for credit, and
-        // whether it did since the last write: the next write then goes
-        // as soon as the input is idle.
-        let mut held_open = true;
-        let mut write_held = false;
+        // Whether the source may still say it waits for credit, and
+        // whether it waits: every batch then goes as soon as the input is
+        // idle.
+        let mut waiting_open = true;
+        let mut source_waits = false;
         let mut in_flight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
         let mut input_open = true;
         let mut closing = false;
@@ -336,14 +336,13 @@ impl Driver {
             if self.has_pending() && in_flight.len() < max && (self.is_full() || !input_open) {
                 let job = self.dispatch();
                 in_flight.push(job);
-                write_held = false;
                 continue;
             }
             if !input_open && !self.has_pending() && in_flight.is_empty() {
                 break;
             }
             let accepting = input_open && in_flight.len() < max && !self.is_full();
-            let wait = if write_held { Duration::ZERO } else { linger };
+            let wait = if source_waits { Duration::ZERO } else { linger };
             let linger_at = self.first_at.map(|t| t + wait);
             tokio::select! {
                 biased;
@@ -398,18 +397,16 @@ impl Driver {
                         }
                     }
                 },
-                // The upstream waits for credit, which what this driver
-                // holds may be keeping: write as soon as the input is idle.
-                // Set even when nothing is held yet: records on their way
-                // here belong to the window the upstream waits on.
-                changed = self.write_held.changed(), if held_open => match changed {
-                    Err(_) => held_open = false,
-                    Ok(()) => write_held = true,
+                // The source waits for credit, which what this driver holds
+                // may be keeping: write as soon as the input is idle, for
+                // as long as it waits.
+                changed = self.source_waiting.changed(), if waiting_open => match changed {
+                    Err(_) => waiting_open = false,
+                    Ok(()) => source_waits = *self.source_waiting.borrow_and_update(),
                 },
                 () = sleep_until(linger_at), if linger_at.is_some() && in_flight.len() < max => {
                     let job = self.dispatch();
                     in_flight.push(job);
-                    write_held = false;
                 }
             }
         }

@@ -63,7 +63,7 @@ pub struct SinkHandle {
     sender: SinkSender,
     close: Option<oneshot::Sender<()>>,
     input_ended: watch::Sender<bool>,
-    write_held: watch::Sender<()>,
+    source_waiting: watch::Sender<bool>,
     task: JoinHandle<Result<(), SinkDriverError>>,
     metrics: Arc<MetricsCell>,
     /// The driver's sink, to [`settle`](Sink::settle) once the driver
@@ -88,7 +88,7 @@ impl SinkHandle {
         tx: mpsc::Sender<Acked<Vec<Record>>>,
         close: oneshot::Sender<()>,
         input_ended: watch::Sender<bool>,
-        write_held: watch::Sender<()>,
+        source_waiting: watch::Sender<bool>,
         task: JoinHandle<Result<(), SinkDriverError>>,
         metrics: Arc<MetricsCell>,
         sink: Arc<dyn Sink>,
@@ -97,7 +97,7 @@ impl SinkHandle {
             sender: SinkSender { tx },
             close: Some(close),
             input_ended,
-            write_held,
+            source_waiting,
             task,
             metrics,
             sink,
@@ -131,17 +131,18 @@ impl SinkHandle {
         self.input_ended.send_replace(true);
     }
 
-    /// Tell the driver that the upstream waits for credit: everything it
-    /// may have in flight is held downstream, some of it perhaps in the
-    /// batch this driver is building. The driver's next write goes as
-    /// soon as its input is idle, full or not, instead of waiting out
+    /// Tell the driver whether the source waits for in-flight credit.
+    /// While it does, everything it may have in flight is held
+    /// downstream, some of it perhaps in the batch this driver is
+    /// building: the driver writes each batch as soon as its input is
+    /// idle, full or not, instead of waiting out
     /// [`linger`](crate::SinkDriverConfig::linger) for records that cannot
-    /// come until credit is given back. Each call moves one write forward;
-    /// the batch after it lingers as usual. A pipeline calls it when its
-    /// source's reservation finds no room (see the checkpointer's
-    /// `InFlightBudget::starved`).
-    pub fn write_held(&self) {
-        self.write_held.send_replace(());
+    /// come until credit is given back. Once told `false`, batches linger
+    /// again. A pipeline relays its checkpointer's
+    /// `InFlightBudget::waiting` here.
+    pub fn source_waiting(&self, waiting: bool) {
+        self.source_waiting
+            .send_if_modified(|w| std::mem::replace(w, waiting) != waiting);
     }
 
     /// What the driver has done so far.

@@ -508,7 +508,7 @@ impl Pipeline {
         let (checkpointer, mut replays) = Checkpointer::spawn(checkpoint, store, receiver)?;
         // Watched from before the source starts: a reservation that waits
         // at once must not go unheard.
-        let starved = checkpointer.budget().starved();
+        let source_waiting = checkpointer.budget().waiting();
         if on_failure == FailurePolicy::Halt {
             // The first failure halts the run: the checkpointer records
             // it before the failures it causes, and announces no replay.
@@ -633,7 +633,7 @@ impl Pipeline {
 
         Ok(Running {
             checkpointer,
-            starved,
+            source_waiting,
             hub,
             handles,
             dead_letters: dlq.map(|(_, handle)| handle),
@@ -660,10 +660,10 @@ type DriverTask = tokio::task::JoinHandle<Result<etl_source::DriverExit, etl_sou
 /// A started pipeline: the parts' tasks and what stopping them needs.
 struct Running {
     checkpointer: CheckpointHandle,
-    /// Changes when the source waits for credit (see
-    /// `InFlightBudget::starved`): the sinks are told to write what they
-    /// hold.
-    starved: tokio::sync::watch::Receiver<u64>,
+    /// `true` while the source waits for credit (see
+    /// `InFlightBudget::waiting`): the sinks are told, and write what they
+    /// hold meanwhile.
+    source_waiting: tokio::sync::watch::Receiver<bool>,
     hub: MetricsHub,
     handles: Vec<RunningSink>,
     dead_letters: Option<Arc<DeadLetterHandle>>,
@@ -740,12 +740,13 @@ impl Running {
                 // a hundred fills its batch long after the bound is
                 // reached), so each writes what it holds rather than
                 // linger for records that cannot come.
-                Ok(()) = self.starved.changed() => {
+                Ok(()) = self.source_waiting.changed() => {
+                    let waiting = *self.source_waiting.borrow_and_update();
                     for (_, handle, _) in &self.handles {
-                        handle.write_held();
+                        handle.source_waiting(waiting);
                     }
                     if let Some(letters) = &self.dead_letters {
-                        letters.write_held();
+                        letters.source_waiting(waiting);
                     }
                 }
                 Ok(_) = self.input_ended.wait_for(|ended| *ended), if !told_sinks => {
@@ -771,7 +772,7 @@ impl Running {
     ) -> Result<Summary, PipelineError> {
         let Running {
             checkpointer,
-            starved: _,
+            source_waiting: _,
             hub,
             handles,
             dead_letters,
