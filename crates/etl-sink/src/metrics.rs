@@ -15,6 +15,10 @@ pub struct SinkMetrics {
     pub batches_written: u64,
     /// Batches whose acknowledgements were failed (they will replay).
     pub batches_failed: u64,
+    /// Source batches an exactly-once driver did not write because their
+    /// partition was being handed over to another owner: they fail, and
+    /// the next owner writes their records (see `AckSet::begin_write`).
+    pub batches_fenced: u64,
     /// Write attempts repeated after a retryable error.
     pub retries: u64,
     /// Records durably written to the dead-letter sink.
@@ -52,6 +56,7 @@ pub(crate) struct MetricsCell {
     pub(crate) bytes_written: AtomicU64,
     pub(crate) batches_written: AtomicU64,
     pub(crate) batches_failed: AtomicU64,
+    pub(crate) batches_fenced: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
     pub(crate) skipped: AtomicU64,
@@ -79,6 +84,7 @@ impl MetricsCell {
             bytes_written: get(&self.bytes_written),
             batches_written: get(&self.batches_written),
             batches_failed: get(&self.batches_failed),
+            batches_fenced: get(&self.batches_fenced),
             retries: get(&self.retries),
             dead_lettered: get(&self.dead_lettered),
             skipped: get(&self.skipped),

@@ -189,6 +189,7 @@ enum Attempted {
 /// handles and `ends` do not match (never, as the driver builds jobs): the
 /// job cannot be split, and fails whole.
 fn drop_fenced(
+    shared: &Shared,
     batch: &mut EncodedBatch,
     acks: &mut AckSet,
     ends: &mut Vec<(usize, usize)>,
@@ -209,6 +210,7 @@ fn drop_fenced(
             "the partition is being revoked: its batch is not written (its next owner writes it)"
         );
     }
+    add(&shared.metrics.batches_fenced, taken.len() as u64);
     taken.fail();
     let mut keep = vec![false; batch.len()];
     let old_refused = std::mem::take(refused);
@@ -257,7 +259,7 @@ fn fence_out(
     ends: &mut Vec<(usize, usize)>,
     refused: &mut Vec<DeadLetter>,
 ) -> Option<Outcome> {
-    if !drop_fenced(batch, acks, ends, refused) {
+    if !drop_fenced(shared, batch, acks, ends, refused) {
         add(&shared.metrics.batches_failed, 1);
         return Some(Outcome::Failed(
             "a write's handles do not match its records".into(),

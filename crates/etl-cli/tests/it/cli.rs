@@ -361,6 +361,7 @@ store = { type = "memory" }
         "etl_partition_oldest_unresolved_seconds",
         "etl_partition_stale_acks_total",
         "etl_sink_records_written_total{sink=\"nowhere\"}",
+        "etl_sink_batches_fenced_total{sink=\"nowhere\"} 0",
         "etl_sink_write_latency_max_seconds",
     ] {
         assert!(page.contains(family), "{family} missing from:\n{page}");

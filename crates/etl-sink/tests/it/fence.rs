@@ -215,13 +215,15 @@ async fn a_queued_batch_of_a_revoked_partition_is_not_written_and_the_others_are
     // under way.
     batches.fence.close(PartitionId(1), 1);
     sink.open_gate();
-    handle.close().await.expect("the driver does not halt");
+    let metrics = handle.close().await.expect("the driver does not halt");
 
     assert_eq!(
         sink.written(),
         vec![offsets(0, 0..10), offsets(0, 10..15)],
         "partition 1's batch is not written"
     );
+    assert_eq!(metrics.batches_fenced, 1, "{metrics:?}");
+    assert_eq!(metrics.batches_failed, 0, "{metrics:?}");
     assert_eq!(
         batches.resolutions(),
         vec![

@@ -435,7 +435,7 @@ impl PipelineSnapshot {
         }
         let sink = |name: &str| [("sink", name.to_owned())];
         type Count = fn(&SinkMetrics) -> u64;
-        let counters: [(&str, &str, Count); 4] = [
+        let counters: [(&str, &str, Count); 5] = [
             (
                 "etl_sink_records_written",
                 "Records durably written.",
@@ -445,6 +445,11 @@ impl PipelineSnapshot {
                 m.bytes_written
             }),
             ("etl_sink_retries", "Write retries.", |m| m.retries),
+            (
+                "etl_sink_batches_fenced",
+                "Source batches not written: their partition was being handed over.",
+                |m| m.batches_fenced,
+            ),
             (
                 "etl_sink_dead_lettered",
                 "Records sent to the dead-letter sink.",
