@@ -461,6 +461,28 @@ fn routing_problems_are_placed_and_never_matching_routes_warned() {
         "{warnings:?}"
     );
     assert_eq!(warnings.len(), 2, "{warnings:?}");
+
+    // An unmatched sink beside sinks none of which has a condition takes
+    // every record: said, and placed at `[routing]`.
+    let config = etl_config::Registry::new()
+        .loader()
+        .text(
+            &format!(
+                "{head}[routing]\nunmatched = \"rest\"\n\
+                 [[sinks]]\nname = \"a\"\ntype = \"blackhole\"\n\
+                 [[sinks]]\nname = \"rest\"\ntype = \"blackhole\"\n"
+            ),
+            dir.path(),
+        )
+        .unwrap();
+    let warnings: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("3:")
+            && warnings[0]
+                .contains("no sink has a `when`: the unmatched sink \"rest\" takes every record"),
+        "{warnings:?}"
+    );
 }
 
 #[cfg(feature = "remap")]
