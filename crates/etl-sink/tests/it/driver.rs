@@ -16,7 +16,7 @@ use etl_sink::testing::{
 };
 use etl_sink::{
     NdjsonEncoder, PermanentErrorPolicy, RetryPolicy, SendError, SinkDriver, SinkDriverConfig,
-    SinkDriverError, SinkError,
+    SinkDriverError, SinkError, SinkHandle,
 };
 use etl_test_support::acks::{AckedBatches, record, tally};
 
@@ -497,18 +497,24 @@ async fn a_zero_byte_limit_is_refused_instead_of_hanging() {
     assert!(memory.positions().is_empty());
 }
 
-#[tokio::test(start_paused = true)]
-async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
-    let mut source = AckedBatches::new();
-    let memory = MemorySink::new();
-    let linger = Duration::from_secs(3600);
-    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
+/// A driver into `memory` whose batches of up to 1,000 records wait
+/// `linger` for more.
+fn lingering(memory: &MemorySink, linger: Duration) -> SinkHandle {
+    SinkDriver::new(memory.clone(), NdjsonEncoder::new())
         .config(SinkDriverConfig {
             batch_max_records: 1000,
             linger,
             ..SinkDriverConfig::default()
         })
-        .spawn();
+        .spawn()
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_the_input_ended_a_partial_batch_is_written_without_lingering() {
+    let mut source = AckedBatches::new();
+    let memory = MemorySink::new();
+    let linger = Duration::from_secs(3600);
+    let sink = lingering(&memory, linger);
     let start = tokio::time::Instant::now();
     sink.send(source.batch(0, 0..10)).await.unwrap();
     sink.input_ended();
@@ -526,13 +532,7 @@ async fn while_the_source_waits_every_batch_goes_once_the_input_is_idle_then_lin
     let mut source = AckedBatches::new();
     let memory = MemorySink::new();
     let linger = Duration::from_secs(3600);
-    let sink = SinkDriver::new(memory.clone(), NdjsonEncoder::new())
-        .config(SinkDriverConfig {
-            batch_max_records: 1000,
-            linger,
-            ..SinkDriverConfig::default()
-        })
-        .spawn();
+    let sink = lingering(&memory, linger);
     let start = tokio::time::Instant::now();
     sink.source_waiting(true);
     // Dead letters, for one, come a record at a time: each goes while the

@@ -30,17 +30,34 @@ impl Sink for Sizes {
     }
 }
 
+/// A generator of `records` records on one partition, ten a batch.
+fn ten_a_batch(records: u64) -> GeneratorSource {
+    GeneratorSource::new(GeneratorConfig {
+        partitions: 1,
+        records_per_partition: Some(records),
+        max_batch_records: 10,
+        ..GeneratorConfig::default()
+    })
+    .unwrap()
+}
+
+/// Checkpointing with at most `bytes` in flight.
+fn bytes_in_flight(bytes: u64) -> CheckpointConfig {
+    CheckpointConfig {
+        limits: InFlightLimits {
+            max_in_flight_bytes: bytes,
+            max_in_flight_bytes_per_partition: bytes,
+            ..InFlightLimits::default()
+        },
+        ..CheckpointConfig::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sinks_batches_are_cut_at_a_sixteenth_of_the_in_flight_bound() {
     const RECORDS: u64 = 20_000;
     const IN_FLIGHT: u64 = 256 << 10;
-    let source = GeneratorSource::new(GeneratorConfig {
-        partitions: 1,
-        records_per_partition: Some(RECORDS),
-        max_batch_records: 10,
-        ..GeneratorConfig::default()
-    })
-    .unwrap();
+    let source = ten_a_batch(RECORDS);
     let sizes = Sizes::default();
     // The driver's own limits (8192 records, 4 MiB) are far above the
     // in-flight bound: uncut, a batch would fill with everything in
@@ -52,14 +69,7 @@ async fn a_sinks_batches_are_cut_at_a_sixteenth_of_the_in_flight_bound() {
             SinkDriver::new(sizes.clone(), NdjsonEncoder::new()),
         )
         .offset_store(MemoryStore::new())
-        .checkpoint(CheckpointConfig {
-            limits: InFlightLimits {
-                max_in_flight_bytes: IN_FLIGHT,
-                max_in_flight_bytes_per_partition: IN_FLIGHT,
-                ..InFlightLimits::default()
-            },
-            ..CheckpointConfig::default()
-        })
+        .checkpoint(bytes_in_flight(IN_FLIGHT))
         .build()
         .unwrap();
     let summary = pipeline.run(CancellationToken::new()).await.unwrap();
@@ -95,13 +105,7 @@ async fn a_sinks_batches_are_cut_at_a_sixteenth_of_the_in_flight_bound() {
 async fn a_source_starved_by_a_sinks_partial_batch_gets_it_written_before_its_linger() {
     const RECORDS: u64 = 20_000;
     const IN_FLIGHT: u64 = 64 << 10;
-    let source = GeneratorSource::new(GeneratorConfig {
-        partitions: 1,
-        records_per_partition: Some(RECORDS),
-        max_batch_records: 10,
-        ..GeneratorConfig::default()
-    })
-    .unwrap();
+    let source = ten_a_batch(RECORDS);
     let (all, rare) = (Sizes::default(), Sizes::default());
     let linger = Duration::from_secs(3600);
     let config = SinkDriverConfig {
@@ -126,14 +130,7 @@ async fn a_source_starved_by_a_sinks_partial_batch_gets_it_written_before_its_li
             })),
         )
         .offset_store(MemoryStore::new())
-        .checkpoint(CheckpointConfig {
-            limits: InFlightLimits {
-                max_in_flight_bytes: IN_FLIGHT,
-                max_in_flight_bytes_per_partition: IN_FLIGHT,
-                ..InFlightLimits::default()
-            },
-            ..CheckpointConfig::default()
-        })
+        .checkpoint(bytes_in_flight(IN_FLIGHT))
         .build()
         .unwrap();
     let summary = tokio::time::timeout(
