@@ -40,6 +40,11 @@ pub struct HttpSinkConfig {
     /// How the records make the body (default NDJSON).
     #[serde(default)]
     pub encoding: BodyEncoding,
+    /// The action line of each record, with
+    /// [`BodyEncoding::ElasticsearchBulk`] only (default `index`, no
+    /// `_id`).
+    #[serde(default)]
+    pub bulk: Option<BulkConfig>,
     /// Compression of the body (default none), sent with its
     /// `Content-Encoding`.
     #[serde(default)]
@@ -101,6 +106,7 @@ impl std::fmt::Debug for HttpSinkConfig {
             .field("uri", &uri)
             .field("method", &self.method)
             .field("encoding", &self.encoding)
+            .field("bulk", &self.bulk)
             .field("compression", &self.compression)
             .field("headers", &self.headers)
             .field("auth", &self.auth)
@@ -150,6 +156,53 @@ pub enum BodyEncoding {
     Ndjson,
     /// One JSON array of the records (`application/json`).
     JsonArray,
+    /// Elasticsearch's (and OpenSearch's) bulk API: an action line before
+    /// each record's line (`{"index":{}}`, see [`BulkConfig`]), as
+    /// `application/x-ndjson`. A 2xx answer is read for its `errors`
+    /// field: `true` means some item failed, and the request is not
+    /// delivered.
+    ElasticsearchBulk,
+}
+
+/// The action line written before each record with
+/// [`BodyEncoding::ElasticsearchBulk`]: `{"index":{}}`, or with an
+/// [`id_field`](Self::id_field) `{"index":{"_id":"..."}}`.
+///
+/// ```
+/// let config: etl_http::HttpSinkConfig = toml::from_str(r#"
+///     uri = "http://127.0.0.1:9200/orders/_bulk"
+///     encoding = "elasticsearch_bulk"
+///     bulk = { action = "create", id_field = "order.id" }
+/// "#).unwrap();
+/// let bulk = config.bulk.unwrap();
+/// assert_eq!(bulk.action, etl_http::BulkAction::Create);
+/// assert_eq!(bulk.id_field.as_deref(), Some("order.id"));
+/// ```
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkConfig {
+    /// The action of every record (default `index`).
+    #[serde(default)]
+    pub action: BulkAction,
+    /// The record field (a dotted path) whose value is the document's
+    /// `_id`: a string, a number or a boolean. A record without it goes
+    /// to the dead-letter path. Without an id field, Elasticsearch picks
+    /// one, and a replayed record is stored twice.
+    #[serde(default)]
+    pub id_field: Option<String>,
+}
+
+/// The bulk action of each record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// `index`: store the document, replacing one of the same `_id`.
+    #[default]
+    Index,
+    /// `create`: store the document unless one of the same `_id` exists
+    /// (required by data streams). An item answered 409 (the `_id`
+    /// exists) counts as delivered: a replay finds its own earlier write.
+    Create,
 }
 
 /// Compression of a request's body.

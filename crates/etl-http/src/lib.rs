@@ -90,6 +90,7 @@
 #![forbid(unsafe_code)]
 
 mod body;
+mod bulk;
 mod check;
 mod client;
 mod config;
@@ -99,8 +100,8 @@ mod sink;
 mod template;
 
 pub use config::{
-    AuthConfig, BodyEncoding, ClientErrorPolicy, Compression, HttpSinkConfig, Method,
-    RateLimitConfig, TlsConfig,
+    AuthConfig, BodyEncoding, BulkAction, BulkConfig, ClientErrorPolicy, Compression,
+    HttpSinkConfig, Method, RateLimitConfig, TlsConfig,
 };
 pub use error::{HttpSinkError, RequestError};
 pub use sink::HttpSink;
