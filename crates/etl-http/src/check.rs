@@ -90,6 +90,12 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
             "request_concurrency must be at least 1".to_owned(),
         ));
     }
+    if config.request_max_records == Some(0) {
+        return Err(problem(
+            "request_max_records",
+            "request_max_records must be at least 1".to_owned(),
+        ));
+    }
     if config.timeout.is_zero() {
         return Err(problem(
             "timeout",

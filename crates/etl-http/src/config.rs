@@ -72,6 +72,13 @@ pub struct HttpSinkConfig {
     /// once; a batch of several URIs sends several requests.
     #[serde(default = "default_request_concurrency")]
     pub request_concurrency: usize,
+    /// The most records one request carries (default: no limit, one
+    /// request per distinct URI of a batch). `1` sends each record alone,
+    /// for a service that takes one JSON document a request (Loki's push
+    /// API, Elasticsearch's `_doc`): a batch may hold more records than
+    /// `batch_max_records` (the source's chunks are not split).
+    #[serde(default)]
+    pub request_max_records: Option<usize>,
     /// What a client error other than 401, 403, 404 and 408 means (a 400,
     /// a 413, a 422, ...): the batch's records at fault (default), or the
     /// environment's.
@@ -113,6 +120,7 @@ impl std::fmt::Debug for HttpSinkConfig {
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
             .field("request_concurrency", &self.request_concurrency)
+            .field("request_max_records", &self.request_max_records)
             .field("on_client_error", &self.on_client_error)
             .field("max_retry_after", &self.max_retry_after)
             .field("rate_limit", &self.rate_limit)

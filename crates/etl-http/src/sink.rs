@@ -64,6 +64,8 @@ struct Inner {
     policy: ClientErrorPolicy,
     max_retry_after: Duration,
     rate: Option<RateLimit>,
+    /// The most records a request carries.
+    request_max_records: Option<usize>,
     pause: Pause,
     permits: Semaphore,
 }
@@ -130,6 +132,7 @@ impl HttpSink {
                 policy: config.on_client_error,
                 max_retry_after: config.max_retry_after,
                 rate,
+                request_max_records: config.request_max_records,
                 pause: Pause::default(),
                 permits: Semaphore::new(config.request_concurrency),
             }),
@@ -395,6 +398,27 @@ impl Inner {
     }
 }
 
+/// `groups` cut into requests of at most `most` records each.
+fn split(groups: Vec<Group>, most: usize) -> Vec<Group> {
+    let most = most.max(1);
+    if groups.iter().all(|g| g.rows.len() <= most) {
+        return groups;
+    }
+    groups
+        .into_iter()
+        .flat_map(|group| {
+            group
+                .rows
+                .chunks(most)
+                .map(|rows| Group {
+                    uri: group.uri.clone(),
+                    rows: rows.to_vec(),
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The most of a response body any message shows (see [`excerpt`]).
 const BODY_KEPT: usize = 4096;
 
@@ -443,7 +467,10 @@ fn chain(err: &reqwest::Error) -> String {
 impl Sink for HttpSink {
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let inner = &*self.inner;
-        let (groups, mut rejects, ids) = inner.plan(batch);
+        let (mut groups, mut rejects, ids) = inner.plan(batch);
+        if let Some(most) = inner.request_max_records {
+            groups = split(groups, most);
+        }
         let verdicts =
             futures::future::join_all(groups.iter().map(|group| inner.send(batch, group, &ids)))
                 .await;
