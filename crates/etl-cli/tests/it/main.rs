@@ -7,6 +7,8 @@ mod support;
 
 mod cli;
 mod file_inputs;
+#[cfg(feature = "http")]
+mod http_refusals;
 #[cfg(feature = "kafka")]
 mod kafka_validate;
 #[cfg(all(feature = "kafka", feature = "postgres"))]
