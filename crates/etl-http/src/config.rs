@@ -159,7 +159,7 @@ pub enum Method {
 #[serde(rename_all = "snake_case")]
 pub enum BodyEncoding {
     /// One JSON document a line (`application/x-ndjson`): ClickHouse's
-    /// `JSONEachRow`, Elasticsearch's bulk API, VictoriaMetrics' import.
+    /// `JSONEachRow`, VictoriaMetrics' import.
     #[default]
     Ndjson,
     /// One JSON array of the records (`application/json`).

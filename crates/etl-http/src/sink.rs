@@ -41,7 +41,11 @@ use crate::{
 /// fault ([`ClientErrorPolicy::DeadLetter`]: a request of one record
 /// rejects it, a larger one fails the write as [`SinkError::Data`], which
 /// the driver narrows down to the record) or halts
-/// ([`ClientErrorPolicy::Halt`]).
+/// ([`ClientErrorPolicy::Halt`]). With
+/// [`BodyEncoding::ElasticsearchBulk`], a 2xx answer is delivered only
+/// when its body says `"errors": false`; with `true`, a request of several
+/// records fails as [`SinkError::Data`] (the driver sends it again in
+/// halves) and a single record's item status is judged as above.
 #[derive(Clone, Debug)]
 pub struct HttpSink {
     inner: Arc<Inner>,
