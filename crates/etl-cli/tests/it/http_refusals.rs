@@ -7,62 +7,16 @@
 // test.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-
 use std::process::Command;
 
-use crate::support::BINARY;
+use crate::support::{BINARY, http_receiver};
 
 const SECRETS: [&str; 3] = ["tok-SECRET-7", "hdr-SECRET-8", "query-SECRET-9"];
-
-/// A receiver on 127.0.0.1 that reads each request and answers `status`;
-/// it serves until the test process ends.
-fn refusing(status: u16) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let mut length = 0;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let lower = line.to_ascii_lowercase();
-                        if let Some(v) = lower.strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let answer =
-                        format!("HTTP/1.1 {status} Refused\r\ncontent-length: 7\r\n\r\nrefused");
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
 
 #[test]
 fn a_receiver_refusing_401_403_or_404_exits_78_naming_the_sink_and_uri_without_a_secret() {
     for status in [401, 403, 404] {
-        let port = refusing(status);
+        let (port, received) = http_receiver(status);
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("http.toml");
         std::fs::write(
@@ -116,6 +70,22 @@ auth = {{ strategy = "bearer", token = "{token}" }}
                     "{status} {format}: {secret} printed:\n{stdout}\n{stderr}"
                 );
             }
+        }
+        // Each run sent its first request and stopped at the refusal: no
+        // retry of it.
+        let received = received.lock().unwrap().clone();
+        assert!(
+            (2..=4).contains(&received.len()),
+            "{status}: {} requests",
+            received.len()
+        );
+        for request in received {
+            assert!(
+                request.head.starts_with("post /orders/_bulk?key="),
+                "{:?}",
+                request.head.lines().next()
+            );
+            assert!(request.body.starts_with(b"{\"index\":{}}\n"));
         }
     }
 }
