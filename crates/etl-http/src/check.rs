@@ -6,8 +6,9 @@ use std::time::Duration;
 use etl_record::TemplateError;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::bulk::Bulk;
 use crate::limit::RateLimit;
-use crate::{HttpSinkConfig, UriTemplate};
+use crate::{BodyEncoding, HttpSinkConfig, UriTemplate};
 
 /// The longest `max_retry_after` a configuration may set.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -27,6 +28,8 @@ pub(crate) struct Checked {
     pub(crate) fixed: Option<reqwest::Url>,
     pub(crate) headers: Vec<(reqwest::header::HeaderName, SecretString)>,
     pub(crate) rate: Option<RateLimit>,
+    /// The bulk API's action lines, with its encoding.
+    pub(crate) bulk: Option<Bulk>,
 }
 
 /// Check `config`; the first problem found.
@@ -87,6 +90,12 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
             "request_concurrency must be at least 1".to_owned(),
         ));
     }
+    if config.request_max_records == Some(0) {
+        return Err(problem(
+            "request_max_records",
+            "request_max_records must be at least 1".to_owned(),
+        ));
+    }
     if config.timeout.is_zero() {
         return Err(problem(
             "timeout",
@@ -113,11 +122,34 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
         .map(RateLimit::new)
         .transpose()
         .map_err(|e| problem("rate_limit", e))?;
+    let bulk = match (config.encoding, &config.bulk) {
+        (BodyEncoding::ElasticsearchBulk, bulk) => {
+            let bulk = bulk.clone().unwrap_or_default();
+            let id = bulk
+                .id_field
+                .as_deref()
+                .map(etl_record::FieldPath::parse)
+                .transpose()
+                .map_err(|e| problem("bulk", format!("id_field: {e}")))?;
+            Some(Bulk {
+                action: bulk.action,
+                id,
+            })
+        }
+        (_, Some(_)) => {
+            return Err(problem(
+                "bulk",
+                "bulk is for encoding = \"elasticsearch_bulk\" only".to_owned(),
+            ));
+        }
+        (_, None) => None,
+    };
     Ok(Checked {
         uri,
         fixed,
         headers,
         rate,
+        bulk,
     })
 }
 

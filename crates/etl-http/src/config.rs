@@ -40,6 +40,11 @@ pub struct HttpSinkConfig {
     /// How the records make the body (default NDJSON).
     #[serde(default)]
     pub encoding: BodyEncoding,
+    /// The action line of each record, with
+    /// [`BodyEncoding::ElasticsearchBulk`] only (default `index`, no
+    /// `_id`).
+    #[serde(default)]
+    pub bulk: Option<BulkConfig>,
     /// Compression of the body (default none), sent with its
     /// `Content-Encoding`.
     #[serde(default)]
@@ -67,6 +72,13 @@ pub struct HttpSinkConfig {
     /// once; a batch of several URIs sends several requests.
     #[serde(default = "default_request_concurrency")]
     pub request_concurrency: usize,
+    /// The most records one request carries (default: no limit, one
+    /// request per distinct URI of a batch). `1` sends each record alone,
+    /// for a service that takes one JSON document a request (Loki's push
+    /// API, Elasticsearch's `_doc`): a batch may hold more records than
+    /// `batch_max_records` (the source's chunks are not split).
+    #[serde(default)]
+    pub request_max_records: Option<usize>,
     /// What a client error other than 401, 403, 404 and 408 means (a 400,
     /// a 413, a 422, ...): the batch's records at fault (default), or the
     /// environment's.
@@ -101,12 +113,14 @@ impl std::fmt::Debug for HttpSinkConfig {
             .field("uri", &uri)
             .field("method", &self.method)
             .field("encoding", &self.encoding)
+            .field("bulk", &self.bulk)
             .field("compression", &self.compression)
             .field("headers", &self.headers)
             .field("auth", &self.auth)
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
             .field("request_concurrency", &self.request_concurrency)
+            .field("request_max_records", &self.request_max_records)
             .field("on_client_error", &self.on_client_error)
             .field("max_retry_after", &self.max_retry_after)
             .field("rate_limit", &self.rate_limit)
@@ -145,11 +159,58 @@ pub enum Method {
 #[serde(rename_all = "snake_case")]
 pub enum BodyEncoding {
     /// One JSON document a line (`application/x-ndjson`): ClickHouse's
-    /// `JSONEachRow`, Elasticsearch's bulk API, VictoriaMetrics' import.
+    /// `JSONEachRow`, VictoriaMetrics' import.
     #[default]
     Ndjson,
     /// One JSON array of the records (`application/json`).
     JsonArray,
+    /// Elasticsearch's (and OpenSearch's) bulk API: an action line before
+    /// each record's line (`{"index":{}}`, see [`BulkConfig`]), as
+    /// `application/x-ndjson`. A 2xx answer is read for its `errors`
+    /// field: `true` means some item failed, and the request is not
+    /// delivered.
+    ElasticsearchBulk,
+}
+
+/// The action line written before each record with
+/// [`BodyEncoding::ElasticsearchBulk`]: `{"index":{}}`, or with an
+/// [`id_field`](Self::id_field) `{"index":{"_id":"..."}}`.
+///
+/// ```
+/// let config: etl_http::HttpSinkConfig = toml::from_str(r#"
+///     uri = "http://127.0.0.1:9200/orders/_bulk"
+///     encoding = "elasticsearch_bulk"
+///     bulk = { action = "create", id_field = "order.id" }
+/// "#).unwrap();
+/// let bulk = config.bulk.unwrap();
+/// assert_eq!(bulk.action, etl_http::BulkAction::Create);
+/// assert_eq!(bulk.id_field.as_deref(), Some("order.id"));
+/// ```
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkConfig {
+    /// The action of every record (default `index`).
+    #[serde(default)]
+    pub action: BulkAction,
+    /// The record field (a dotted path) whose value is the document's
+    /// `_id`: a string, a number or a boolean. A record without it goes
+    /// to the dead-letter path. Without an id field, Elasticsearch picks
+    /// one, and a replayed record is stored twice.
+    #[serde(default)]
+    pub id_field: Option<String>,
+}
+
+/// The bulk action of each record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// `index`: store the document, replacing one of the same `_id`.
+    #[default]
+    Index,
+    /// `create`: store the document unless one of the same `_id` exists
+    /// (required by data streams). An item answered 409 (the `_id`
+    /// exists) counts as delivered: a replay finds its own earlier write.
+    Create,
 }
 
 /// Compression of a request's body.

@@ -1,14 +1,16 @@
 //! An HTTP sink: batches of records to any service that takes them over
 //! HTTP (ClickHouse, Loki, Elasticsearch, VictoriaMetrics, Splunk HEC, an
 //! in-house service), without ever counting as delivered a record whose
-//! request was not answered 2xx, body and all. (A service that reports
-//! per-record failures inside a 2xx body, as Elasticsearch's `_bulk`
-//! does, is not read for them.)
+//! request was not answered 2xx, body and all (and, for Elasticsearch's
+//! bulk API, whose 2xx answer reports failed items, with `"errors":
+//! false`).
 //!
 //! * [`HttpSinkConfig`] is the `[[sinks]]` table of `type = "http"`: the
 //!   URI (a [`UriTemplate`] over record fields: one request per distinct
-//!   URI of a batch), the method, the body ([`BodyEncoding`]: NDJSON or a
-//!   JSON array; [`Compression`]: gzip or zstd), headers and
+//!   URI of a batch, or fewer records each with `request_max_records`),
+//!   the method, the body ([`BodyEncoding`]: NDJSON, a JSON array, or
+//!   Elasticsearch's bulk API with a [`BulkConfig`]; [`Compression`]: gzip
+//!   or zstd), headers and
 //!   [`AuthConfig`] (basic, bearer; every value kept secret), TLS
 //!   ([`TlsConfig`]: a custom CA, a client certificate), the request
 //!   timeout, the requests in flight, a [`RateLimitConfig`] and the
@@ -90,6 +92,7 @@
 #![forbid(unsafe_code)]
 
 mod body;
+mod bulk;
 mod check;
 mod client;
 mod config;
@@ -99,8 +102,8 @@ mod sink;
 mod template;
 
 pub use config::{
-    AuthConfig, BodyEncoding, ClientErrorPolicy, Compression, HttpSinkConfig, Method,
-    RateLimitConfig, TlsConfig,
+    AuthConfig, BodyEncoding, BulkAction, BulkConfig, ClientErrorPolicy, Compression,
+    HttpSinkConfig, Method, RateLimitConfig, TlsConfig,
 };
 pub use error::{HttpSinkError, RequestError};
 pub use sink::HttpSink;

@@ -12,13 +12,15 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+use crate::body::Actions;
+use crate::bulk::{self, Bulk};
 use crate::check::{Checked, check};
 use crate::error::{Verdict, classify, excerpt};
 use crate::limit::{Pause, RateLimit, retry_after};
 use crate::template::{shown, shown_text};
 use crate::{
-    AuthConfig, BodyEncoding, ClientErrorPolicy, Compression, HttpSinkConfig, HttpSinkError,
-    Method, RequestError, UriTemplate, body, client,
+    AuthConfig, BodyEncoding, BulkAction, ClientErrorPolicy, Compression, HttpSinkConfig,
+    HttpSinkError, Method, RequestError, UriTemplate, body, client,
 };
 
 /// A sink sending batches of records to an HTTP service.
@@ -39,7 +41,11 @@ use crate::{
 /// fault ([`ClientErrorPolicy::DeadLetter`]: a request of one record
 /// rejects it, a larger one fails the write as [`SinkError::Data`], which
 /// the driver narrows down to the record) or halts
-/// ([`ClientErrorPolicy::Halt`]).
+/// ([`ClientErrorPolicy::Halt`]). With
+/// [`BodyEncoding::ElasticsearchBulk`], a 2xx answer is delivered only
+/// when its body says `"errors": false`; with `true`, a request of several
+/// records fails as [`SinkError::Data`] (the driver sends it again in
+/// halves) and a single record's item status is judged as above.
 #[derive(Clone, Debug)]
 pub struct HttpSink {
     inner: Arc<Inner>,
@@ -56,10 +62,14 @@ struct Inner {
     headers: Vec<(reqwest::header::HeaderName, SecretString)>,
     auth: Option<AuthConfig>,
     encoding: BodyEncoding,
+    /// The bulk API's action lines, with [`BodyEncoding::ElasticsearchBulk`].
+    bulk: Option<Bulk>,
     compression: Compression,
     policy: ClientErrorPolicy,
     max_retry_after: Duration,
     rate: Option<RateLimit>,
+    /// The most records a request carries.
+    request_max_records: Option<usize>,
     pause: Pause,
     permits: Semaphore,
 }
@@ -78,6 +88,7 @@ impl std::fmt::Debug for Inner {
             .field("headers", &header_names)
             .field("auth", &auth)
             .field("encoding", &self.encoding)
+            .field("bulk", &self.bulk)
             .field("compression", &self.compression)
             .field("on_client_error", &self.policy)
             .field("rate_limit", &self.rate)
@@ -104,6 +115,7 @@ impl HttpSink {
             fixed,
             headers,
             rate,
+            bulk,
         } = checked;
         Ok(HttpSink {
             inner: Arc::new(Inner {
@@ -119,10 +131,12 @@ impl HttpSink {
                 headers,
                 auth: config.auth,
                 encoding: config.encoding,
+                bulk,
                 compression: config.compression,
                 policy: config.on_client_error,
                 max_retry_after: config.max_retry_after,
                 rate,
+                request_max_records: config.request_max_records,
                 pause: Pause::default(),
                 permits: Semaphore::new(config.request_concurrency),
             }),
@@ -138,10 +152,14 @@ struct Group {
 }
 
 impl Inner {
-    /// The batch's records by URI, in the order of their first record;
-    /// the records that give no URI are rejected.
-    fn plan(&self, batch: &EncodedBatch) -> (Vec<Group>, Vec<Reject>) {
-        if let Some(fixed) = &self.fixed {
+    /// The batch's records by URI, in the order of their first record,
+    /// and each record's bulk `_id` (empty without an id field); the
+    /// records that give no URI or no `_id` are rejected.
+    fn plan(&self, batch: &EncodedBatch) -> (Vec<Group>, Vec<Reject>, Vec<Option<String>>) {
+        let ids_wanted = self.bulk.as_ref().is_some_and(|b| b.id.is_some());
+        if let Some(fixed) = &self.fixed
+            && !ids_wanted
+        {
             let rows = (0..batch.len()).collect();
             return (
                 vec![Group {
@@ -149,14 +167,32 @@ impl Inner {
                     rows,
                 }],
                 Vec::new(),
+                Vec::new(),
             );
         }
         let mut groups: Vec<Group> = Vec::new();
         let mut at: HashMap<String, usize> = HashMap::new();
         let mut rejects = Vec::new();
+        let mut ids = Vec::with_capacity(if ids_wanted { batch.len() } else { 0 });
         for (i, record) in batch.records().iter().enumerate() {
             let value = serde_json::from_slice::<Value>(&record.value).ok();
-            match self.uri.render(value.as_ref()) {
+            if let Some(bulk) = &self.bulk
+                && ids_wanted
+            {
+                match bulk.id_of(value.as_ref()) {
+                    Ok(id) => ids.push(id),
+                    Err(why) => {
+                        ids.push(None);
+                        rejects.push(Reject::new(i, why.to_string()));
+                        continue;
+                    }
+                }
+            }
+            let uri = match &self.fixed {
+                Some(fixed) => Ok(fixed.to_string()),
+                None => self.uri.render(value.as_ref()),
+            };
+            match uri {
                 Ok(uri) => match at.get(&uri) {
                     Some(&g) => groups[g].rows.push(i),
                     None => {
@@ -167,7 +203,7 @@ impl Inner {
                 Err(why) => rejects.push(Reject::new(i, why.to_string())),
             }
         }
-        (groups, rejects)
+        (groups, rejects, ids)
     }
 
     fn error(&self, uri: &str, status: Option<u16>, detail: String) -> RequestError {
@@ -182,7 +218,7 @@ impl Inner {
     }
 
     /// Send one group's request and judge its outcome.
-    async fn send(&self, batch: &EncodedBatch, group: &Group) -> Verdict {
+    async fn send(&self, batch: &EncodedBatch, group: &Group, ids: &[Option<String>]) -> Verdict {
         let uri = match reqwest::Url::parse(&group.uri) {
             Ok(uri) => uri,
             Err(e) => {
@@ -191,7 +227,8 @@ impl Inner {
                 return Verdict::Data(self.error(&group.uri, None, format!("not a URI: {e}")));
             }
         };
-        let body = match body::build(batch, &group.rows, self.encoding, self.compression) {
+        let actions = self.bulk.as_ref().map(|bulk| Actions { bulk, ids });
+        let body = match body::build(batch, &group.rows, self.encoding, actions, self.compression) {
             Ok(body) => body,
             Err(e) => {
                 return Verdict::Retry(self.error(
@@ -247,8 +284,11 @@ impl Inner {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| retry_after(v, SystemTime::now(), self.max_retry_after));
         let success = (200..300).contains(&status);
-        let text = match read_body(response, success).await {
-            Ok(kept) => excerpt(&kept),
+        let (kept, text) = match read_body(response, success).await {
+            Ok(kept) => {
+                let text = excerpt(&kept);
+                (kept, text)
+            }
             // A 2xx cut off is no verdict: ClickHouse, for one, answers 200
             // before an insert ends and reports a late failure in the body.
             Err(e) if success => {
@@ -270,11 +310,74 @@ impl Inner {
             tracing::info!(sink = %self.name, status, ?wait, "the service asked to wait (Retry-After)");
             self.pause.extend(wait);
         }
+        if success && let Some(bulk) = &self.bulk {
+            return self.judge_bulk(bulk, group, status, &kept);
+        }
         classify(
             status,
             self.policy,
             self.error(&group.uri, Some(status), text),
         )
+    }
+
+    /// The verdict on a 2xx answer of the bulk API, whose body (its first
+    /// [`BODY_KEPT`] bytes, `kept`) says whether every item was stored.
+    /// A request of several records with a failed item fails as the
+    /// data's fault, which the driver narrows down to single records; a
+    /// single record's item status is judged like an HTTP status.
+    fn judge_bulk(&self, bulk: &Bulk, group: &Group, status: u16, kept: &[u8]) -> Verdict {
+        let error = |detail: String| self.error(&group.uri, Some(status), detail);
+        match bulk::read(kept) {
+            bulk::Answer::Clean => Verdict::Delivered,
+            bulk::Answer::Unknown => Verdict::Halt(error(format!(
+                "not a bulk API answer (no `errors` field at its start; check that `uri` ends in \
+                 `_bulk`): {}",
+                excerpt(kept)
+            ))),
+            bulk::Answer::Failed { .. } if group.rows.len() > 1 => Verdict::Data(error(format!(
+                "some of the {} items of the bulk request failed (`errors: true`), so it is \
+                 sent again in halves: {}",
+                group.rows.len(),
+                excerpt(kept)
+            ))),
+            bulk::Answer::Failed {
+                first_item_status: Some(409),
+            } if bulk.action == BulkAction::Create => {
+                // The `_id` exists: a replay found its own earlier write.
+                Verdict::Delivered
+            }
+            bulk::Answer::Failed {
+                first_item_status: Some(item),
+            } => {
+                let error = self.error(
+                    &group.uri,
+                    Some(item),
+                    format!(
+                        "(its one bulk item's status; the request was answered {status}) {}",
+                        excerpt(kept)
+                    ),
+                );
+                match classify(item, self.policy, error) {
+                    // `errors: true` for an item stored is no delivery.
+                    Verdict::Delivered => Verdict::Retry(self.error(
+                        &group.uri,
+                        Some(status),
+                        format!(
+                            "the bulk answer says `errors: true` for an item of status {item}: {}",
+                            excerpt(kept)
+                        ),
+                    )),
+                    verdict => verdict,
+                }
+            }
+            bulk::Answer::Failed {
+                first_item_status: None,
+            } => Verdict::Retry(error(format!(
+                "the bulk answer says `errors: true` without its item's status in its first \
+                 {BODY_KEPT} bytes: {}",
+                excerpt(kept)
+            ))),
+        }
     }
 
     /// The verdict on a request that got no response.
@@ -297,6 +400,27 @@ impl Inner {
         }
         Verdict::Retry(self.error(uri, None, detail))
     }
+}
+
+/// `groups` cut into requests of at most `most` records each.
+fn split(groups: Vec<Group>, most: usize) -> Vec<Group> {
+    let most = most.max(1);
+    if groups.iter().all(|g| g.rows.len() <= most) {
+        return groups;
+    }
+    groups
+        .into_iter()
+        .flat_map(|group| {
+            group
+                .rows
+                .chunks(most)
+                .map(|rows| Group {
+                    uri: group.uri.clone(),
+                    rows: rows.to_vec(),
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// The most of a response body any message shows (see [`excerpt`]).
@@ -347,9 +471,13 @@ fn chain(err: &reqwest::Error) -> String {
 impl Sink for HttpSink {
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let inner = &*self.inner;
-        let (groups, mut rejects) = inner.plan(batch);
+        let (mut groups, mut rejects, ids) = inner.plan(batch);
+        if let Some(most) = inner.request_max_records {
+            groups = split(groups, most);
+        }
         let verdicts =
-            futures::future::join_all(groups.iter().map(|group| inner.send(batch, group))).await;
+            futures::future::join_all(groups.iter().map(|group| inner.send(batch, group, &ids)))
+                .await;
         let mut retry = None;
         let mut data = None;
         for (group, verdict) in groups.iter().zip(verdicts) {

@@ -2,7 +2,9 @@
 //! sinks: it answers 2xx by default and, by script, 429 with
 //! `Retry-After`, bursts of 503, slow and hanging responses, connection
 //! resets, a 401 without the expected credentials and a 400 for any
-//! request holding a marked record. It logs every request and keeps
+//! request holding a marked record; with [`FaultServer::answer_bulk`] it
+//! answers as Elasticsearch's bulk API does, item by item. It logs every
+//! request and keeps
 //! every body it accepted (decompressed), so a test checks that no record
 //! was lost and counts requests per window from the log.
 //!
@@ -86,12 +88,28 @@ impl Logged {
     }
 }
 
+/// A bulk item that fails: the document holding `marker` is answered
+/// `status`, `times` times.
+#[derive(Debug)]
+struct ItemFault {
+    marker: Vec<u8>,
+    status: u16,
+    times: usize,
+}
+
 #[derive(Debug, Default)]
 struct State {
     script: VecDeque<Fault>,
     marker: Option<Vec<u8>>,
     authorization: Option<String>,
     log: Vec<Logged>,
+    /// Answer 2xx requests as the bulk API does.
+    bulk: bool,
+    item_faults: Vec<ItemFault>,
+    /// The documents of the bulk items answered 2xx, in order.
+    stored: Vec<String>,
+    /// The action lines with an `_id` of the items stored.
+    stored_ids: std::collections::HashSet<Vec<u8>>,
 }
 
 /// The server; it stops when dropped (a hanging response is then closed).
@@ -159,6 +177,36 @@ impl FaultServer {
     /// Answer 401 to any request whose `Authorization` is not `expected`.
     pub fn require_authorization(&self, expected: &str) {
         self.lock().authorization = Some(expected.to_owned());
+    }
+
+    /// Answer a request that would be accepted as Elasticsearch's bulk
+    /// API does: 200 with `{"took":1,"errors":...,"items":[...]}`, one
+    /// item for each action line and document that follow it, stored
+    /// (201) unless [`fail_bulk_item`](Self::fail_bulk_item) says
+    /// otherwise. A `create` item whose `_id` was stored before is
+    /// answered 409, as Elasticsearch does.
+    pub fn answer_bulk(&self) {
+        self.lock().bulk = true;
+    }
+
+    /// With [`answer_bulk`](Self::answer_bulk): the item whose document
+    /// holds `marker` is answered `status` (with an `error` object),
+    /// `times` times (`usize::MAX`: always); the other items of its
+    /// request are stored.
+    pub fn fail_bulk_item(&self, marker: &str, status: u16, times: usize) {
+        self.lock().item_faults.push(ItemFault {
+            marker: marker.as_bytes().to_vec(),
+            status,
+            times,
+        });
+    }
+
+    /// With [`answer_bulk`](Self::answer_bulk): the documents of the
+    /// items answered 2xx, in order (a document stored twice is here
+    /// twice).
+    #[must_use]
+    pub fn bulk_stored(&self) -> Vec<String> {
+        self.lock().stored.clone()
     }
 
     /// Every request received so far, in order of arrival.
@@ -274,10 +322,12 @@ fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) {
             }
             Some(Fault::Reset) | None => (200, None),
         };
-        let text: &[u8] = match status {
-            400 => b"a marked record is in this request",
-            401 => b"unauthorized",
-            _ => b"",
+        let bulk = status == 200 && state.lock().unwrap_or_else(PoisonError::into_inner).bulk;
+        let text: Vec<u8> = match status {
+            400 => b"a marked record is in this request".to_vec(),
+            401 => b"unauthorized".to_vec(),
+            _ if bulk => bulk_answer(state, &body),
+            _ => Vec::new(),
         };
         let mut response = format!(
             "HTTP/1.1 {status} {}\r\ncontent-length: {}\r\n",
@@ -292,12 +342,63 @@ fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) {
         // its request in the log.
         log(state, at, target, headers, Some(status), body);
         if writer.write_all(response.as_bytes()).is_err()
-            || writer.write_all(text).is_err()
+            || writer.write_all(&text).is_err()
             || writer.flush().is_err()
         {
             return;
         }
     }
+}
+
+/// The bulk API's answer to `body` (action lines, each followed by its
+/// document), storing the items that do not fail.
+fn bulk_answer(state: &Mutex<State>, body: &[u8]) -> Vec<u8> {
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut lines = body.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let mut items = Vec::new();
+    let mut errors = false;
+    while let (Some(action), Some(document)) = (lines.next(), lines.next()) {
+        let create = action.starts_with(b"{\"create\"");
+        let name = if create { "create" } else { "index" };
+        let has_id = action.windows(6).any(|w| w == b"\"_id\":");
+        let state = &mut *state;
+        let fault = state
+            .item_faults
+            .iter_mut()
+            .find(|f| f.times > 0 && document.windows(f.marker.len()).any(|w| w == f.marker));
+        let status = match fault {
+            Some(fault) => {
+                fault.times -= 1;
+                fault.status
+            }
+            None if create && has_id && state.stored_ids.contains(action) => 409,
+            None => {
+                state
+                    .stored
+                    .push(String::from_utf8_lossy(document).into_owned());
+                if has_id {
+                    state.stored_ids.insert(action.to_vec());
+                }
+                201
+            }
+        };
+        if (200..300).contains(&status) {
+            items.push(format!(
+                "{{\"{name}\":{{\"_index\":\"test\",\"status\":{status}}}}}"
+            ));
+        } else {
+            errors = true;
+            items.push(format!(
+                "{{\"{name}\":{{\"_index\":\"test\",\"status\":{status},\"error\":\
+                 {{\"type\":\"injected\",\"reason\":\"an injected item fault\"}}}}}}"
+            ));
+        }
+    }
+    format!(
+        "{{\"took\":1,\"errors\":{errors},\"items\":[{}]}}",
+        items.join(",")
+    )
+    .into_bytes()
 }
 
 fn log(

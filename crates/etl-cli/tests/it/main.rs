@@ -7,6 +7,10 @@ mod support;
 
 mod cli;
 mod file_inputs;
+#[cfg(all(feature = "http", feature = "remap"))]
+mod http_examples;
+#[cfg(feature = "http")]
+mod http_refusals;
 #[cfg(feature = "kafka")]
 mod kafka_validate;
 #[cfg(all(feature = "kafka", feature = "postgres"))]

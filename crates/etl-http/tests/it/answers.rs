@@ -216,3 +216,65 @@ async fn a_record_whose_value_is_a_dot_segment_is_refused_not_sent_up_the_path()
     assert_eq!(server.heads(), Vec::<String>::new(), "a request was sent");
     assert_eq!(letters.records().len(), 3);
 }
+
+const BULK_OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 48\r\nconnection: close\r\n\r\n\
+                       {\"took\":1,\"errors\":false,\"items\":[{\"index\":{}}]}";
+
+fn bulk_sink(server: &RawServer) -> etl_http::HttpSink {
+    crate::support::sink(&format!(
+        "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"",
+        server.uri("/logs/_bulk")
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_answer_cut_off_after_errors_false_is_sent_again() {
+    // `errors: false` arrived, but the answer did not end: no verdict.
+    let server = RawServer::start(vec![
+        Answer::Raw("HTTP/1.1 200 OK\r\ncontent-length: 300\r\n\r\n{\"took\":1,\"errors\":false,\"items\":["),
+        Answer::Raw(BULK_OK),
+    ])
+    .await;
+    let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert!(letters.records().is_empty());
+    assert_eq!(
+        server.heads().len(),
+        2,
+        "a cut-off bulk answer was taken as delivered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_bulk_answer_is_judged_by_its_start_and_read_to_its_end() {
+    // 10 000 items: far more than the 4 KiB kept.
+    let items = vec!["{\"index\":{\"_index\":\"logs\",\"status\":201}}"; 10_000].join(",");
+    let body = format!("{{\"took\":9,\"errors\":false,\"items\":[{items}]}}");
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert!(letters.records().is_empty());
+    assert_eq!(server.heads().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2xx_that_is_not_a_bulk_answer_halts_rather_than_counting_as_delivered() {
+    let server = RawServer::start(vec![Answer::Raw(OK)]).await;
+    let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    let err = closed.unwrap_err().to_string();
+    assert!(
+        err.contains("not a bulk API answer") && err.contains("_bulk"),
+        "{err}"
+    );
+    assert!(!statuses.contains(&AckStatus::Delivered), "{statuses:?}");
+    assert!(letters.records().is_empty());
+}

@@ -81,3 +81,78 @@ async fn the_byte_rate_limit_spaces_requests_by_their_size() {
         "15 requests in {span:?}"
     );
 }
+
+/// A server on 127.0.0.1 that holds each request 50 ms before answering
+/// 200, counting the requests it holds at once; returns its port and the
+/// most it held.
+async fn counting_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let most_seen = most.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (held, most) = (held.clone(), most.clone());
+            tokio::spawn(async move {
+                // The head, then as many body bytes as it announces.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head_end = loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                    if let Some(at) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while request.len() < head_end + length {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (port, most_seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_than_request_concurrency_requests_are_in_flight_at_once() {
+    use std::sync::atomic::Ordering;
+
+    let (port, most) = counting_server().await;
+    // Four writes at once, each of five URIs (one request each): without
+    // the bound, twenty requests would be held at once.
+    let sink = sink(&format!(
+        "uri = \"http://127.0.0.1:{port}/in/{{shard}}\"\nrequest_concurrency = 2"
+    ));
+    let records: Vec<_> = (0..100)
+        .map(|o| crate::support::record(o, &format!("{{\"id\":{o},\"shard\":{}}}", o % 5)))
+        .collect();
+    let (driver, letters) = drive(sink, driver_config(10, 4));
+    let (statuses, closed) = deliver(driver, records.chunks(10).map(<[_]>::to_vec).collect()).await;
+    closed.unwrap();
+    assert_eq!(statuses, vec![AckStatus::Delivered; 10]);
+    assert!(letters.records().is_empty());
+    let most = most.load(Ordering::SeqCst);
+    assert_eq!(most, 2, "{most} requests were in flight at once");
+}

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod answers;
+mod bulk;
 mod clickhouse;
 mod faults;
 mod http2;

@@ -102,3 +102,64 @@ fn no_secret_shows_in_debug_errors_or_logs_of_refused_and_failed_requests() {
         shown[3]
     );
 }
+
+#[test]
+fn no_secret_shows_when_bulk_items_fail() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let mut shown = Vec::new();
+    tracing::subscriber::with_default(subscriber, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let server = FaultServer::start().unwrap();
+            server.answer_bulk();
+            // One item of the first batch refused (dead-lettered), one of
+            // the second overloaded until the retries give up.
+            server.fail_bulk_item("\"id\":1}", 400, usize::MAX);
+            server.fail_bulk_item("\"id\":7}", 429, usize::MAX);
+            let text = format!(
+                "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\nbulk = {{ id_field = \"id\" }}\n\
+                 headers = {{ \"X-Api-Key\" = \"{}\" }}\n\
+                 auth = {{ strategy = \"basic\", user = \"u\", password = \"{}\" }}",
+                server.uri("/in/_bulk?key=q"),
+                SECRETS[0],
+                SECRETS[1]
+            );
+            let sink = sink(&text);
+            shown.push(format!("{sink:?}"));
+            let mut config = driver_config(5, 1);
+            config.retry.max_elapsed = std::time::Duration::from_millis(300);
+            let (driver, letters) = drive(sink, config);
+            let (_, closed) = deliver(driver, batches(10, 5)).await;
+            let err = closed.unwrap_err();
+            shown.push(err.to_string());
+            shown.push(format!("{err:?}"));
+            assert_eq!(letters.records().len(), 1);
+            shown.push(String::from_utf8_lossy(&letters.bytes()).into_owned());
+        });
+    });
+    let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    assert!(
+        logs.contains("retrying sink write"),
+        "no log captured: {logs}"
+    );
+    shown.push(logs);
+    for text in &shown {
+        for secret in SECRETS {
+            assert!(!text.contains(secret), "{secret} in: {text}");
+        }
+        assert!(!text.contains("key=q"), "the query in: {text}");
+    }
+    assert!(
+        shown[1].contains("429") && shown[1].contains("\"svc\""),
+        "{}",
+        shown[1]
+    );
+}
