@@ -17,10 +17,19 @@ pub(crate) struct Bulk {
     pub(crate) id: Option<FieldPath>,
 }
 
-/// Why a record gives no action line: it lacks the `_id` field.
+/// Why a record gives no action line: its `_id` field is missing or
+/// holds what cannot be an `_id`.
 #[derive(Debug, thiserror::Error)]
-#[error("the bulk action's `_id` needs field `{0}`, a string, a number or a boolean")]
+#[error(
+    "the bulk action's `_id` needs field `{0}`: a string of 1 to {MAX_ID_BYTES} bytes, an \
+     integer or a boolean (a decimal or an integer past 64 bits may not keep its digits: make \
+     it a string)"
+)]
 pub(crate) struct MissingId(FieldPath);
+
+/// Elasticsearch refuses an `_id` longer than this, failing the whole
+/// request.
+pub(crate) const MAX_ID_BYTES: usize = 512;
 
 impl Bulk {
     /// The `_id` of a record whose value is `value` (`None`: not JSON),
@@ -31,7 +40,11 @@ impl Bulk {
         };
         let text = value
             .and_then(|v| path.get(v))
+            // A number read as a float may have lost digits: two records
+            // would share an `_id`, and one replace the other.
+            .filter(|v| !v.as_number().is_some_and(|n| n.is_f64()))
             .and_then(etl_record::scalar_text)
+            .filter(|text| (1..=MAX_ID_BYTES).contains(&text.len()))
             .ok_or_else(|| MissingId(path.clone()))?;
         // Serialising a string cannot fail.
         Ok(Some(
@@ -197,6 +210,81 @@ impl<'de> Visitor<'de> for Outcome<'_> {
     }
 }
 
+/// The items of a bulk answer, counted by status as its body streams in
+/// (every chunk, not only the kept start): each `"status":` key outside
+/// a string is one item's.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Items stored (2xx).
+    pub(crate) stored: usize,
+    /// Items refused because their `_id` exists (409).
+    pub(crate) conflicts: usize,
+    /// Items refused for now (429, 5xx): the request may be sent again.
+    pub(crate) retryable: usize,
+    /// Items refused otherwise (another 4xx).
+    pub(crate) refused: usize,
+    /// The end of the last chunk that may hold the start of a key or
+    /// status cut by the chunk's end (with the byte before it), carried
+    /// into the next chunk.
+    carry: Vec<u8>,
+}
+
+const STATUS_KEY: &[u8] = b"\"status\":";
+
+impl Tally {
+    /// The items answered.
+    pub(crate) fn items(&self) -> usize {
+        self.stored + self.conflicts + self.retryable + self.refused
+    }
+
+    /// Read one more chunk of the answer.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
+        let mut text = std::mem::take(&mut self.carry);
+        // The carried bytes start with the byte before them (or none).
+        let first = usize::from(!text.is_empty());
+        text.extend_from_slice(chunk);
+        let mut from = first;
+        while let Some(at) = memchr::memmem::find(&text[from..], STATUS_KEY).map(|i| from + i) {
+            let mut i = at + STATUS_KEY.len();
+            while text.get(i).is_some_and(u8::is_ascii_whitespace) {
+                i += 1;
+            }
+            let digits = text[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+            if i + digits == text.len() {
+                // The status may go on in the next chunk.
+                self.carry = text[at.saturating_sub(1)..].to_vec();
+                if at == 0 {
+                    self.carry.insert(0, b' ');
+                }
+                return;
+            }
+            // A quote escaped inside a string (`\"status\":`) is no key.
+            let in_string = at > 0 && text[at - 1] == b'\\';
+            if !in_string && digits > 0 {
+                let status = std::str::from_utf8(&text[i..i + digits])
+                    .ok()
+                    .and_then(|d| d.parse::<u32>().ok())
+                    .unwrap_or(0);
+                match status {
+                    200..=299 => self.stored += 1,
+                    409 => self.conflicts += 1,
+                    429 | 500..=599 => self.retryable += 1,
+                    _ => self.refused += 1,
+                }
+            }
+            from = i + digits;
+        }
+        // Keep what could be the start of a key cut by the chunk's end,
+        // with the byte before it; nothing already counted.
+        let start = from.max(text.len().saturating_sub(STATUS_KEY.len() - 1));
+        self.carry = if start == 0 {
+            std::iter::once(b' ').chain(text.iter().copied()).collect()
+        } else {
+            text[start - 1..].to_vec()
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +315,27 @@ mod tests {
             bulk.id_of(Some(&number)).unwrap().as_deref(),
             Some("\"42\"")
         );
+        let big: Value =
+            serde_json::from_str(r#"{"order": {"id": 18446744073709551615}}"#).unwrap();
+        assert_eq!(
+            bulk.id_of(Some(&big)).unwrap().as_deref(),
+            Some("\"18446744073709551615\"")
+        );
+        // Past 64 bits, or a decimal, a number is read as a float and
+        // may lose digits: two ids would become one.
+        for text in [
+            r#"{"order": {"id": 12345678901234567890123}}"#,
+            r#"{"order": {"id": 12345678901234567890124}}"#,
+            r#"{"order": {"id": 7.5}}"#,
+            r#"{"order": {"id": ""}}"#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert!(bulk.id_of(Some(&value)).is_err(), "{text}");
+        }
+        let long = serde_json::json!({"order": {"id": "x".repeat(MAX_ID_BYTES + 1)}});
+        assert!(bulk.id_of(Some(&long)).is_err());
+        let longest = serde_json::json!({"order": {"id": "x".repeat(MAX_ID_BYTES)}});
+        assert!(bulk.id_of(Some(&longest)).is_ok());
         let err = bulk
             .id_of(Some(&serde_json::json!({"order": {}})))
             .unwrap_err();
@@ -236,6 +345,40 @@ mod tests {
                 .is_err()
         );
         assert!(bulk.id_of(None).is_err());
+    }
+
+    #[test]
+    fn items_are_counted_by_status_across_chunks_and_never_inside_strings() {
+        let answer = br#"{"took":3,"errors":true,"items":[{"index":{"_id":"1","status":201}},{"index":{"status": 429,"error":{"reason":"saw \"status\":500 \\"}}},{"create":{"status":409}},{"index":{"status":400}},{"index":{"status":503}}]}"#;
+        let whole = {
+            let mut t = Tally::default();
+            t.feed(answer);
+            t
+        };
+        assert_eq!(
+            (
+                whole.stored,
+                whole.retryable,
+                whole.conflicts,
+                whole.refused
+            ),
+            (1, 2, 1, 1)
+        );
+        // Cut anywhere, even byte by byte, the count is the same.
+        for size in 1..answer.len() {
+            let mut t = Tally::default();
+            for chunk in answer.chunks(size) {
+                t.feed(chunk);
+            }
+            assert_eq!(
+                (t.stored, t.retryable, t.conflicts, t.refused),
+                (1, 2, 1, 1),
+                "chunks of {size}"
+            );
+        }
+        let mut none = Tally::default();
+        none.feed(b"{\"errors\":false,\"items\":[]}");
+        assert_eq!(none.items(), 0);
     }
 
     #[test]

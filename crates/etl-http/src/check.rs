@@ -8,7 +8,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::bulk::Bulk;
 use crate::limit::RateLimit;
-use crate::{BodyEncoding, HttpSinkConfig, UriTemplate};
+use crate::{BodyEncoding, Compression, HttpSinkConfig, UriTemplate};
 
 /// The longest `max_retry_after` a configuration may set.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -123,6 +123,14 @@ pub(crate) fn check(config: &HttpSinkConfig) -> Result<Checked, Problem> {
         .transpose()
         .map_err(|e| problem("rate_limit", e))?;
     let bulk = match (config.encoding, &config.bulk) {
+        (BodyEncoding::ElasticsearchBulk, _) if config.compression == Compression::Zstd => {
+            // Elasticsearch and OpenSearch take gzip request bodies only:
+            // every request would be refused and its records dead-lettered.
+            return Err(problem(
+                "compression",
+                "the bulk API takes gzip bodies, not zstd: use compression = \"gzip\"".to_owned(),
+            ));
+        }
         (BodyEncoding::ElasticsearchBulk, bulk) => {
             let bulk = bulk.clone().unwrap_or_default();
             let id = bulk

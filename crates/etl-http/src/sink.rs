@@ -227,6 +227,11 @@ impl Inner {
                 return Verdict::Data(self.error(&group.uri, None, format!("not a URI: {e}")));
             }
         };
+        // The body is built once a request may go: a write cut into many
+        // requests holds at most `request_concurrency` bodies at once.
+        let Ok(_permit) = self.permits.acquire().await else {
+            return Verdict::Retry(self.error(&group.uri, None, "the sink is closed".to_owned()));
+        };
         let actions = self.bulk.as_ref().map(|bulk| Actions { bulk, ids });
         let body = match body::build(batch, &group.rows, self.encoding, actions, self.compression) {
             Ok(body) => body,
@@ -237,9 +242,6 @@ impl Inner {
                     format!("cannot compress the body: {e}"),
                 ));
             }
-        };
-        let Ok(_permit) = self.permits.acquire().await else {
-            return Verdict::Retry(self.error(&group.uri, None, "the sink is closed".to_owned()));
         };
         self.pause.wait().await;
         if let Some(rate) = &self.rate {
@@ -284,9 +286,10 @@ impl Inner {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| retry_after(v, SystemTime::now(), self.max_retry_after));
         let success = (200..300).contains(&status);
-        let (kept, text) = match read_body(response, success).await {
+        let mut tally = (success && self.bulk.is_some()).then(bulk::Tally::default);
+        let (kept, text) = match read_body(response, success, tally.as_mut()).await {
             Ok(kept) => {
-                let text = excerpt(&kept);
+                let text = self.excerpt(&kept);
                 (kept, text)
             }
             // A 2xx cut off is no verdict: ClickHouse, for one, answers 200
@@ -310,8 +313,8 @@ impl Inner {
             tracing::info!(sink = %self.name, status, ?wait, "the service asked to wait (Retry-After)");
             self.pause.extend(wait);
         }
-        if success && let Some(bulk) = &self.bulk {
-            return self.judge_bulk(bulk, group, status, &kept);
+        if let (Some(bulk), Some(tally)) = (&self.bulk, &tally) {
+            return self.judge_bulk(bulk, group, status, &kept, tally);
         }
         classify(
             status,
@@ -321,29 +324,71 @@ impl Inner {
     }
 
     /// The verdict on a 2xx answer of the bulk API, whose body (its first
-    /// [`BODY_KEPT`] bytes, `kept`) says whether every item was stored.
-    /// A request of several records with a failed item fails as the
-    /// data's fault, which the driver narrows down to single records; a
-    /// single record's item status is judged like an HTTP status.
-    fn judge_bulk(&self, bulk: &Bulk, group: &Group, status: u16, kept: &[u8]) -> Verdict {
+    /// [`BODY_KEPT`] bytes, `kept`) says whether every item was stored,
+    /// and whose items were counted by status as it streamed in (`tally`).
+    ///
+    /// An answer must hold one item a record. A request of several
+    /// records with failed items is sent again whole, after the driver's
+    /// backoff, when one of them was refused for now (429, 5xx: the
+    /// cluster's back-pressure); with `create`, it is delivered when the
+    /// only refusals are 409s (their `_id`s exist: a replay's); otherwise
+    /// it fails as the data's fault, which the driver narrows down to
+    /// single records. A single record's item status is judged like an
+    /// HTTP status.
+    fn judge_bulk(
+        &self,
+        bulk: &Bulk,
+        group: &Group,
+        status: u16,
+        kept: &[u8],
+        tally: &bulk::Tally,
+    ) -> Verdict {
         let error = |detail: String| self.error(&group.uri, Some(status), detail);
-        match bulk::read(kept) {
+        let answer = bulk::read(kept);
+        if answer != bulk::Answer::Unknown && tally.items() != group.rows.len() {
+            return Verdict::Halt(error(format!(
+                "the bulk answer holds {} items for the request's {} records: not an answer \
+                 of this request (check `uri`): {}",
+                tally.items(),
+                group.rows.len(),
+                self.excerpt(kept)
+            )));
+        }
+        match answer {
             bulk::Answer::Clean => Verdict::Delivered,
             bulk::Answer::Unknown => Verdict::Halt(error(format!(
                 "not a bulk API answer (no `errors` field at its start; check that `uri` ends in \
                  `_bulk`): {}",
-                excerpt(kept)
+                self.excerpt(kept)
             ))),
+            bulk::Answer::Failed { .. } if group.rows.len() > 1 && tally.retryable > 0 => {
+                Verdict::Retry(error(format!(
+                    "{} of the {} items of the bulk request were refused for now (429 or 5xx), \
+                     so it is sent again: {}",
+                    tally.retryable,
+                    group.rows.len(),
+                    self.excerpt(kept)
+                )))
+            }
+            bulk::Answer::Failed { .. }
+                if group.rows.len() > 1
+                    && bulk.action == BulkAction::Create
+                    && tally.refused == 0 =>
+            {
+                self.conflicts(tally.conflicts);
+                Verdict::Delivered
+            }
             bulk::Answer::Failed { .. } if group.rows.len() > 1 => Verdict::Data(error(format!(
-                "some of the {} items of the bulk request failed (`errors: true`), so it is \
-                 sent again in halves: {}",
+                "{} of the {} items of the bulk request were refused (`errors: true`), so it \
+                 is sent again in halves: {}",
+                tally.refused + tally.conflicts,
                 group.rows.len(),
-                excerpt(kept)
+                self.excerpt(kept)
             ))),
             bulk::Answer::Failed {
                 first_item_status: Some(409),
             } if bulk.action == BulkAction::Create => {
-                // The `_id` exists: a replay found its own earlier write.
+                self.conflicts(1);
                 Verdict::Delivered
             }
             bulk::Answer::Failed {
@@ -354,7 +399,7 @@ impl Inner {
                     Some(item),
                     format!(
                         "(its one bulk item's status; the request was answered {status}) {}",
-                        excerpt(kept)
+                        self.excerpt(kept)
                     ),
                 );
                 match classify(item, self.policy, error) {
@@ -364,7 +409,7 @@ impl Inner {
                         Some(status),
                         format!(
                             "the bulk answer says `errors: true` for an item of status {item}: {}",
-                            excerpt(kept)
+                            self.excerpt(kept)
                         ),
                     )),
                     verdict => verdict,
@@ -375,9 +420,47 @@ impl Inner {
             } => Verdict::Retry(error(format!(
                 "the bulk answer says `errors: true` without its item's status in its first \
                  {BODY_KEPT} bytes: {}",
-                excerpt(kept)
+                self.excerpt(kept)
             ))),
         }
+    }
+
+    /// `create` items refused because their `_id` exists count as
+    /// delivered: a replay finds its own earlier write. A different
+    /// record with the same `_id` is not stored either; say so.
+    fn conflicts(&self, count: usize) {
+        if count > 0 {
+            tracing::warn!(
+                sink = %self.name,
+                count,
+                "bulk `create` items whose `_id` exists counted as delivered (a replay's, or \
+                 another record with the same `_id`, which is not stored)"
+            );
+        }
+    }
+
+    /// The start of an answer's body as one line, with every configured
+    /// secret (header values, the password, the token, and the `Basic`
+    /// credentials as sent) taken out: a service may echo the request.
+    fn excerpt(&self, body: &[u8]) -> String {
+        let mut text = excerpt(body);
+        let mut secrets: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(_, v)| v.expose_secret().to_owned())
+            .collect();
+        match &self.auth {
+            Some(AuthConfig::Basic { user, password }) => {
+                secrets.push(password.expose_secret().to_owned());
+                secrets.push(basic_credentials(user, password.expose_secret()));
+            }
+            Some(AuthConfig::Bearer { token }) => secrets.push(token.expose_secret().to_owned()),
+            None => {}
+        }
+        for secret in secrets.iter().filter(|s| s.len() >= 4) {
+            text = text.replace(secret.as_str(), "[REDACTED]");
+        }
+        text
     }
 
     /// The verdict on a request that got no response.
@@ -423,6 +506,12 @@ fn split(groups: Vec<Group>, most: usize) -> Vec<Group> {
         .collect()
 }
 
+/// `user:password` as a `Basic` authorization carries it.
+fn basic_credentials(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+}
+
 /// The most of a response body any message shows (see [`excerpt`]).
 const BODY_KEPT: usize = 4096;
 
@@ -434,9 +523,13 @@ const BODY_KEPT: usize = 4096;
 async fn read_body(
     mut response: reqwest::Response,
     whole: bool,
+    mut tally: Option<&mut bulk::Tally>,
 ) -> Result<Vec<u8>, reqwest::Error> {
     let mut kept = Vec::new();
     while let Some(chunk) = response.chunk().await? {
+        if let Some(tally) = tally.as_deref_mut() {
+            tally.feed(&chunk);
+        }
         let room = BODY_KEPT.saturating_sub(kept.len());
         kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if !whole && kept.len() >= BODY_KEPT {

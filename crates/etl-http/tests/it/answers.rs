@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use etl_ack::AckStatus;
+use etl_sink::{PermanentErrorPolicy, SinkDriverConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -217,8 +218,23 @@ async fn a_record_whose_value_is_a_dot_segment_is_refused_not_sent_up_the_path()
     assert_eq!(letters.records().len(), 3);
 }
 
-const BULK_OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 48\r\nconnection: close\r\n\r\n\
-                       {\"took\":1,\"errors\":false,\"items\":[{\"index\":{}}]}";
+/// A bulk answer storing `items` items, each with `pad` bytes of an
+/// `_index` name, as a whole HTTP response.
+fn bulk_answer(items: usize, pad: usize) -> &'static str {
+    let item = format!(
+        "{{\"index\":{{\"_index\":\"{}\",\"status\":201}}}}",
+        "l".repeat(pad)
+    );
+    let body = format!(
+        "{{\"took\":9,\"errors\":false,\"items\":[{}]}}",
+        vec![item; items].join(",")
+    );
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .leak()
+}
 
 fn bulk_sink(server: &RawServer) -> etl_http::HttpSink {
     crate::support::sink(&format!(
@@ -232,7 +248,7 @@ async fn a_bulk_answer_cut_off_after_errors_false_is_sent_again() {
     // `errors: false` arrived, but the answer did not end: no verdict.
     let server = RawServer::start(vec![
         Answer::Raw("HTTP/1.1 200 OK\r\ncontent-length: 300\r\n\r\n{\"took\":1,\"errors\":false,\"items\":["),
-        Answer::Raw(BULK_OK),
+        Answer::Raw(bulk_answer(10, 4)),
     ])
     .await;
     let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
@@ -249,20 +265,31 @@ async fn a_bulk_answer_cut_off_after_errors_false_is_sent_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_bulk_answer_is_judged_by_its_start_and_read_to_its_end() {
-    // 10 000 items: far more than the 4 KiB kept.
-    let items = vec!["{\"index\":{\"_index\":\"logs\",\"status\":201}}"; 10_000].join(",");
-    let body = format!("{{\"took\":9,\"errors\":false,\"items\":[{items}]}}");
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    // Ten items of 1 KiB: their statuses are counted past the 4 KiB kept
+    // (one item a record, or the answer is not this request's).
+    let server = RawServer::start(vec![Answer::Raw(bulk_answer(10, 1024))]).await;
     let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
     let (statuses, closed) = deliver(driver, batches(10, 10)).await;
     closed.unwrap();
     assert_eq!(statuses, [AckStatus::Delivered]);
     assert!(letters.records().is_empty());
     assert_eq!(server.heads().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_answer_with_another_number_of_items_than_records_halts() {
+    for items in [1, 9, 11, 10_000] {
+        let server = RawServer::start(vec![Answer::Raw(bulk_answer(items, 4))]).await;
+        let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
+        let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+        let err = closed.unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("holds {items} items for the request's 10 records")),
+            "{err}"
+        );
+        assert!(!statuses.contains(&AckStatus::Delivered), "{statuses:?}");
+        assert!(letters.records().is_empty());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,5 +303,117 @@ async fn a_2xx_that_is_not_a_bulk_answer_halts_rather_than_counting_as_delivered
         "{err}"
     );
     assert!(!statuses.contains(&AckStatus::Delivered), "{statuses:?}");
+    assert!(letters.records().is_empty());
+}
+
+/// A bulk answer of `statuses`, one item each, `errors: true` when one
+/// is not 2xx, as a whole HTTP response.
+fn bulk_failed(action: &str, statuses: &[u16]) -> &'static str {
+    let items: Vec<String> = statuses
+        .iter()
+        .map(|s| format!("{{\"{action}\":{{\"_index\":\"o\",\"status\":{s}}}}}"))
+        .collect();
+    let errors = statuses.iter().any(|s| !(200..300).contains(s));
+    let body = format!(
+        "{{\"took\":2,\"errors\":{errors},\"items\":[{}]}}",
+        items.join(",")
+    );
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .leak()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_refused_for_now_send_the_request_again_whole_not_in_halves() {
+    // Elasticsearch's back-pressure: 429 items inside a 200. Under the
+    // default `on_permanent_error = "fail"` too, the request is sent
+    // again after the driver's backoff, never narrowed down.
+    let mut statuses = vec![201u16; 10];
+    statuses[3] = 429;
+    statuses[7] = 503;
+    let server = RawServer::start(vec![
+        Answer::Raw(bulk_failed("index", &statuses)),
+        Answer::Raw(bulk_answer(10, 4)),
+    ])
+    .await;
+    let config = SinkDriverConfig {
+        on_permanent_error: PermanentErrorPolicy::Fail,
+        ..driver_config(10, 1)
+    };
+    let (driver, letters) = drive(bulk_sink(&server), config);
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert!(letters.records().is_empty());
+    assert_eq!(server.heads().len(), 2, "sent again whole, once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_create_whose_ids_all_exist_is_delivered_at_once() {
+    let server = RawServer::start(vec![Answer::Raw(bulk_failed("create", &[409; 10]))]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
+         bulk = {{ action = \"create\" }}",
+        server.uri("/logs/_bulk")
+    ));
+    let (driver, letters) = drive(sink, driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert!(letters.records().is_empty());
+    assert_eq!(
+        server.heads().len(),
+        1,
+        "not narrowed down record by record"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_id_under_index_is_no_delivery() {
+    // `index` overwrites: a 409 there is a version conflict, the record
+    // not stored. Narrowed down to its record, which is dead-lettered.
+    let mut first = vec![201u16; 2];
+    first[1] = 409;
+    let server = RawServer::start(vec![
+        Answer::Raw(bulk_failed("index", &first)),
+        Answer::Raw(bulk_failed("index", &[201])),
+        Answer::Raw(bulk_failed("index", &[409])),
+    ])
+    .await;
+    let (driver, letters) = drive(bulk_sink(&server), driver_config(2, 1));
+    let (statuses, closed) = deliver(driver, batches(2, 2)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert_eq!(letters.records().len(), 1, "{:?}", letters.records());
+    assert_eq!(server.heads().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_echoing_the_request_shows_none_of_its_secrets() {
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode("etl:echo-SECRET-7");
+    let body = format!(
+        "{{\"headers\":{{\"Authorization\":\"Basic {basic}\",\"X-Key\":\"hdr-SECRET-8\"}}}}"
+    );
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
+         headers = {{ \"X-Key\" = \"hdr-SECRET-8\" }}\n\
+         auth = {{ strategy = \"basic\", user = \"etl\", password = \"echo-SECRET-7\" }}",
+        server.uri("/anything")
+    ));
+    let (driver, letters) = drive(sink, driver_config(10, 1));
+    let (_statuses, closed) = deliver(driver, batches(10, 10)).await;
+    let err = closed.unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("not a bulk API answer"), "{text}");
+    assert!(text.contains("[REDACTED]"), "{text}");
+    assert!(!text.contains("SECRET") && !text.contains(&basic), "{text}");
     assert!(letters.records().is_empty());
 }

@@ -139,16 +139,17 @@ async fn a_record_without_the_id_field_is_dead_lettered_and_its_batch_delivered(
     closed.unwrap();
     assert_eq!(statuses, [AckStatus::Delivered]);
     let dead = letters.records();
-    assert_eq!(dead.len(), 1);
+    // No id, and a decimal id (read as a float, it may have lost digits).
+    assert_eq!(dead.len(), 2);
     assert_eq!(&dead[0].value[..], br#"{"order":{},"n":1}"#);
+    assert_eq!(&dead[1].value[..], br#"{"order":{"id":7.5},"n":2}"#);
     let letter_text = String::from_utf8_lossy(&letters.bytes()).into_owned();
     assert!(letter_text.contains("order.id"), "{letter_text}");
     let log = server.log();
     assert_eq!(log.len(), 1);
     assert_eq!(
         String::from_utf8(log[0].body.clone()).unwrap(),
-        "{\"index\":{\"_id\":\"a\\\"1\"}}\n{\"order\":{\"id\":\"a\\\"1\"},\"n\":0}\n\
-         {\"index\":{\"_id\":\"7.5\"}}\n{\"order\":{\"id\":7.5},\"n\":2}\n"
+        "{\"index\":{\"_id\":\"a\\\"1\"}}\n{\"order\":{\"id\":\"a\\\"1\"},\"n\":0}\n"
     );
 }
 

@@ -208,6 +208,11 @@ fn validation_places_what_the_sink_would_refuse_at_its_line_without_a_secret() {
             "bulk",
             "id_field",
         ),
+        (
+            "uri = \"http://h/_bulk\"\nencoding = \"elasticsearch_bulk\"\ncompression = \"zstd\"",
+            "compression",
+            "gzip",
+        ),
     ];
     for (table, key, says) in cases {
         let text = format!(
