@@ -413,11 +413,63 @@ fn cases() -> Vec<Case> {
                 kafka_sink("").replace("[delivery]\non_failure = \"halt\"\n", "")
             ),
         ),
+        case(
+            "an HTTP sink's password beside a URI of another scheme",
+            http(&format!(
+                "uri = \"ftp://127.0.0.1:1/\"\n\
+                 auth = {{ strategy = \"basic\", user = \"etl\", password = \"{SECRET}\" }}"
+            )),
+        ),
+        case(
+            "an HTTP header's secret value holding a control character",
+            http(&format!(
+                "uri = \"http://127.0.0.1:1/\"\nheaders = {{ \"X-Key\" = \"{SECRET}\\u0001\" }}"
+            )),
+        ),
+        case(
+            "an HTTP bearer token beside the bulk encoding with zstd",
+            http(&format!(
+                "uri = \"http://127.0.0.1:1/_bulk\"\nencoding = \"elasticsearch_bulk\"\n\
+                 compression = \"zstd\"\nauth = {{ strategy = \"bearer\", token = \"{SECRET}\" }}"
+            )),
+        ),
+        Case {
+            env: vec![("HTTP_KEY", SECRET)],
+            ..case(
+                "an HTTP header's secret variable beside an unknown key",
+                http(
+                    "uri = \"http://127.0.0.1:1/\"\nheaders = { \"X-Key\" = \"${HTTP_KEY}\" }\nno_such_key = 1",
+                ),
+            )
+        },
+        Case {
+            validate: Some(0),
+            // `user:password` as a `Basic` header carries it.
+            also_secret: vec!["ZXRsOlpxOVNlY3JldFB3"],
+            ..case(
+                "an HTTP sink's credentials and header against a port nobody listens on",
+                http(&format!(
+                    "uri = \"http://127.0.0.1:1/ingest?key={SECRET}\"\n\
+                     headers = {{ \"X-Key\" = \"{SECRET}\" }}\n\
+                     auth = {{ strategy = \"basic\", user = \"etl\", password = \"{SECRET}\" }}"
+                )),
+            )
+        },
     ];
     for c in &mut cases {
         c.also_secret.push(SECRET);
     }
     cases
+}
+
+/// A generator into an HTTP sink with `table` in its `[[sinks]]` table.
+fn http(table: &str) -> String {
+    format!(
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 100\n\n\
+         [[sinks]]\ntype = \"http\"\nname = \"svc\"\n{table}\n\
+         retry = {{ initial_backoff = \"10ms\", max_backoff = \"50ms\", max_elapsed = \"1s\" }}\n\n\
+         [checkpoint]\nstore = {{ type = \"memory\" }}\n"
+    )
 }
 
 /// Run `etl` with every log line on; stop it (SIGTERM, then SIGKILL) if
