@@ -169,15 +169,22 @@ impl RowSchema {
     }
 
     /// The columns of `rows`, each of which passed [`check`](Self::check).
+    #[cfg(test)]
     pub(crate) fn columns(&self, rows: &[&Value]) -> Result<Vec<ArrayRef>, String> {
-        self.columns
-            .iter()
-            .map(|c| {
-                let values: Vec<Option<&Value>> =
-                    rows.iter().map(|row| lookup(row, &c.path)).collect();
-                c.build(&values)
-            })
+        (0..self.columns.len())
+            .map(|i| self.column_of_values(i, rows))
             .collect()
+    }
+
+    /// Column `i` of `rows`, values that passed [`check`](Self::check).
+    pub(crate) fn column_of_values(&self, i: usize, rows: &[&Value]) -> Result<ArrayRef, String> {
+        let column = self
+            .columns
+            .get(i)
+            .ok_or_else(|| format!("the schema has no column {i}"))?;
+        let values: Vec<Option<&Value>> =
+            rows.iter().map(|row| lookup(row, &column.path)).collect();
+        column.build(&values)
     }
 
     /// The [`Row`] of `value`, which passed [`check`](Self::check).
@@ -191,18 +198,27 @@ impl RowSchema {
 
     /// The columns of `rows`: the same arrays [`columns`](Self::columns)
     /// builds of the values they were read from.
+    #[cfg(test)]
     pub(crate) fn columns_of_rows(&self, rows: &[&Row]) -> Result<Vec<ArrayRef>, String> {
-        self.columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let cells = rows
-                    .iter()
-                    .map(|row| row.0.get(i).ok_or_else(|| c.changed()))
-                    .collect::<Result<Vec<&Cell>, String>>()?;
-                c.build_cells(&cells)
-            })
+        (0..self.columns.len())
+            .map(|i| self.column_of_rows(i, rows))
             .collect()
+    }
+
+    /// Column `i` of `rows` ([`Row`]s of values that passed
+    /// [`check`](Self::check)): the array [`column_of_values`](Self::column_of_values)
+    /// builds of the values they were read from. One column at a time, so
+    /// that columns can be built on several threads.
+    pub(crate) fn column_of_rows(&self, i: usize, rows: &[&Row]) -> Result<ArrayRef, String> {
+        let column = self
+            .columns
+            .get(i)
+            .ok_or_else(|| format!("the schema has no column {i}"))?;
+        let cells = rows
+            .iter()
+            .map(|row| row.0.get(i).ok_or_else(|| column.changed()))
+            .collect::<Result<Vec<&Cell>, String>>()?;
+        column.build_cells(&cells)
     }
 }
 
