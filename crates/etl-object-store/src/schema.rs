@@ -240,8 +240,10 @@ pub(crate) enum Cell {
     Float(f64),
     /// A string column's.
     Text(String),
-    /// A struct's or a list's, as JSON.
+    /// A struct's, as JSON.
     Nested(Value),
+    /// A list's items, each as the list's item column stores it.
+    List(Vec<Cell>),
 }
 
 /// The first field of the object `value` that holds data (not null, `[]`
@@ -435,7 +437,18 @@ impl Column {
                 Value::String(s) => Some(Cell::Text(s)),
                 _ => None,
             },
-            ColumnType::Struct | ColumnType::List => Some(Cell::Nested(value)),
+            ColumnType::Struct => Some(Cell::Nested(value)),
+            ColumnType::List => {
+                let (Value::Array(items), Some(item)) = (value, self.children.first()) else {
+                    return Err(self.changed());
+                };
+                Some(Cell::List(
+                    items
+                        .into_iter()
+                        .map(|v| item.cell(Some(v)))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ))
+            }
         };
         cell.ok_or_else(|| self.changed())
     }
@@ -489,7 +502,7 @@ impl Column {
                 Text,
                 |v: &'c String| Some(v.as_str())
             ),
-            ColumnType::Struct | ColumnType::List => {
+            ColumnType::Struct => {
                 let values = cells
                     .iter()
                     .map(|cell| match cell {
@@ -499,6 +512,38 @@ impl Column {
                     })
                     .collect::<Result<Vec<Option<&Value>>, String>>()?;
                 self.build(&values)?
+            }
+            // As `build` makes a list of values: a null where the record
+            // has none, the items' column built of every item in turn.
+            ColumnType::List => {
+                let item = self.children.first().ok_or_else(|| self.changed())?;
+                let mut lengths = Vec::with_capacity(n);
+                let mut valid = Vec::with_capacity(n);
+                let mut items: Vec<&'c Cell> = Vec::new();
+                for cell in cells {
+                    match cell {
+                        Cell::Null => {
+                            lengths.push(0);
+                            valid.push(false);
+                        }
+                        Cell::List(list) => {
+                            lengths.push(list.len());
+                            valid.push(true);
+                            items.extend(list.iter());
+                        }
+                        _ => return Err(self.changed()),
+                    }
+                }
+                let child = item.build_cells(&items)?;
+                Arc::new(
+                    ListArray::try_new(
+                        item.field.clone(),
+                        OffsetBuffer::from_lengths(lengths),
+                        child,
+                        Some(NullBuffer::from(valid)),
+                    )
+                    .map_err(|e| format!("column `{}`: {e}", self.name))?,
+                )
             }
         })
     }
