@@ -215,7 +215,8 @@ struct ColumnTask {
 /// The Parquet file of `n` rows whose column `i` over a range of rows is
 /// `column(i, range)`: the bytes [`ArrowWriter`] writes of the same
 /// columns with `properties`, each column of each row group built and
-/// encoded as a task of its own on `workers`.
+/// encoded as a task of its own on `workers`, the chunks appended in the
+/// columns' order.
 fn parquet_of<F>(
     schema: &RowSchema,
     properties: &WriterProperties,
@@ -235,14 +236,15 @@ where
     // As `ArrowWriter::write` cuts one batch of `n` rows into row groups.
     let per_group = properties.max_row_group_row_count().unwrap_or(n).max(1);
     let fields = arrow.fields();
-    let mut tasks = Vec::new();
-    let mut groups = 0;
+    // One row group at a time, as `ArrowWriter` writes them: only one
+    // group's column writers and chunks are held at once.
     for (group, start) in (0..n).step_by(per_group).enumerate() {
         let rows = start..n.min(start + per_group);
         let mut writers = factory
             .create_column_writers(group)
             .map_err(|e| format!("cannot start row group {group}: {e}"))?
             .into_iter();
+        let mut tasks = Vec::with_capacity(fields.len());
         for (i, field) in fields.iter().enumerate() {
             let leaves = leaf_count(field.data_type());
             let writers: Vec<ArrowColumnWriter> = writers.by_ref().take(leaves).collect();
@@ -258,68 +260,20 @@ where
                 writers,
             });
         }
-        groups += 1;
-    }
-    // The costliest columns first: nested ones, then text, then the rest.
-    let mut first: Vec<usize> = (0..tasks.len()).collect();
-    first.sort_by_key(|&t| {
-        let cost = tasks
-            .get(t)
-            .and_then(|task| fields.get(task.column))
-            .map_or(0, |f| cost_rank(f.data_type()));
-        std::cmp::Reverse(cost)
-    });
-    let chunks = workers.run(tasks, &first, |task| {
-        let field = fields
-            .get(task.column)
-            .ok_or_else(|| format!("the schema has no column {}", task.column))?;
-        let array = column(task.column, task.rows.clone())?;
-        // What `RecordBatch::try_new` checks of a column before a write.
-        if array.len() != task.rows.len() || array.data_type() != field.data_type() {
-            return Err(format!(
-                "cannot build the rows: column `{}` was built as {} rows of {}",
-                field.name(),
-                array.len(),
-                array.data_type()
-            ));
-        }
-        if !field.is_nullable() && array.null_count() > 0 {
-            return Err(format!(
-                "cannot build the rows: column `{}` may not be null and holds nulls",
-                field.name()
-            ));
-        }
-        let leaves = compute_leaves(field, &array)
-            .map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
-        if leaves.len() != task.writers.len() {
-            return Err(format!(
-                "cannot write the Parquet rows: column `{}` has {} leaves, not {}",
-                field.name(),
-                leaves.len(),
-                task.writers.len()
-            ));
-        }
-        task.writers
-            .into_iter()
-            .zip(&leaves)
-            .map(|(mut writer, leaf)| {
-                writer.write(leaf)?;
-                writer.close()
-            })
-            .collect::<Result<Vec<ArrowColumnChunk>, _>>()
-            .map_err(|e| format!("cannot write the Parquet rows: {e}"))
-    })?;
-    let mut chunks = chunks.into_iter();
-    for group in 0..groups {
+        // The costliest columns first: nested ones, then text, then the
+        // rest.
+        let mut first: Vec<usize> = (0..tasks.len()).collect();
+        first.sort_by_key(|&t| {
+            std::cmp::Reverse(fields.get(t).map_or(0, |f| cost_rank(f.data_type())))
+        });
+        let chunks = workers.run(tasks, &first, |task| encode_column(&column, fields, task))?;
         let mut row_group = file
             .next_row_group()
             .map_err(|e| format!("cannot start row group {group}: {e}"))?;
-        for column in chunks.by_ref().take(fields.len()) {
-            for chunk in column {
-                chunk
-                    .append_to_row_group(&mut row_group)
-                    .map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
-            }
+        for chunk in chunks.into_iter().flatten() {
+            chunk
+                .append_to_row_group(&mut row_group)
+                .map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
         }
         row_group
             .close()
@@ -328,6 +282,56 @@ where
     file.into_inner()
         .map(Bytes::from)
         .map_err(|e| format!("cannot finish the Parquet file: {e}"))
+}
+
+/// The chunks of `task`'s column: built by `column`, checked as
+/// `RecordBatch::try_new` checks a column, and encoded by the task's
+/// writers.
+fn encode_column<F>(
+    column: &F,
+    fields: &arrow_schema::Fields,
+    task: ColumnTask,
+) -> Result<Vec<ArrowColumnChunk>, String>
+where
+    F: Fn(usize, Range<usize>) -> Result<ArrayRef, String>,
+{
+    let field = fields
+        .get(task.column)
+        .ok_or_else(|| format!("the schema has no column {}", task.column))?;
+    let array = column(task.column, task.rows.clone())?;
+    if array.len() != task.rows.len() || array.data_type() != field.data_type() {
+        return Err(format!(
+            "cannot build the rows: column `{}` was built as {} rows of {}",
+            field.name(),
+            array.len(),
+            array.data_type()
+        ));
+    }
+    if !field.is_nullable() && array.null_count() > 0 {
+        return Err(format!(
+            "cannot build the rows: column `{}` may not be null and holds nulls",
+            field.name()
+        ));
+    }
+    let leaves =
+        compute_leaves(field, &array).map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
+    if leaves.len() != task.writers.len() {
+        return Err(format!(
+            "cannot write the Parquet rows: column `{}` has {} leaves, not {}",
+            field.name(),
+            leaves.len(),
+            task.writers.len()
+        ));
+    }
+    task.writers
+        .into_iter()
+        .zip(&leaves)
+        .map(|(mut writer, leaf)| {
+            writer.write(leaf)?;
+            writer.close()
+        })
+        .collect::<Result<Vec<ArrowColumnChunk>, _>>()
+        .map_err(|e| format!("cannot write the Parquet rows: {e}"))
 }
 
 /// The Parquet leaf columns of an Arrow column of `data_type`.
