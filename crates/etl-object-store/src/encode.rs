@@ -2,10 +2,14 @@
 
 use std::io::Write;
 
-use arrow_array::RecordBatch;
+use std::ops::Range;
+
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
 use bytes::Bytes;
 use etl_sink::EncodedBatch;
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::{ArrowColumnChunk, ArrowColumnWriter, compute_leaves};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
@@ -13,6 +17,7 @@ use serde_json::Value;
 use std::sync::OnceLock;
 
 use crate::schema::{Row, RowSchema, infer};
+use crate::workers::Workers;
 use crate::{NdjsonCompression, ParquetCompression};
 
 /// How records become an object's bytes. Every form is deterministic: the
@@ -148,6 +153,7 @@ impl ObjectFormat {
         batch: &EncodedBatch,
         rows: &[usize],
         read: &Read,
+        workers: Workers,
     ) -> Result<Bytes, String> {
         match self {
             ObjectFormat::Ndjson(compression) => {
@@ -163,7 +169,7 @@ impl ObjectFormat {
             }
             ObjectFormat::Parquet { schema, properties } => {
                 let not_read = || "a record's value was not read".to_owned();
-                let (schema, columns) = match read {
+                match read {
                     Read::Rows(read) => {
                         let refs: Vec<&Row> = rows
                             .iter()
@@ -173,7 +179,9 @@ impl ObjectFormat {
                             return Err(not_read());
                         }
                         let schema = schema.get(None)?;
-                        (schema, schema.columns_of_rows(&refs)?)
+                        parquet_of(schema, properties, workers, refs.len(), |i, range| {
+                            schema.column_of_rows(i, refs.get(range).unwrap_or_default())
+                        })
                     }
                     Read::Values(values) => {
                         let refs: Vec<&Value> = rows
@@ -184,25 +192,167 @@ impl ObjectFormat {
                             return Err(not_read());
                         }
                         let schema = schema.get(refs.first().copied())?;
-                        (schema, schema.columns(&refs)?)
+                        parquet_of(schema, properties, workers, refs.len(), |i, range| {
+                            schema.column_of_values(i, refs.get(range).unwrap_or_default())
+                        })
                     }
-                    Read::Nothing => return Err(not_read()),
-                };
-                let batch = RecordBatch::try_new(schema.arrow(), columns)
-                    .map_err(|e| format!("cannot build the rows: {e}"))?;
-                let mut out = Vec::new();
-                let mut writer =
-                    ArrowWriter::try_new(&mut out, schema.arrow(), Some((**properties).clone()))
-                        .map_err(|e| format!("cannot start the Parquet file: {e}"))?;
-                writer
-                    .write(&batch)
-                    .map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
-                writer
-                    .close()
-                    .map_err(|e| format!("cannot finish the Parquet file: {e}"))?;
-                Ok(Bytes::from(out))
+                    Read::Nothing => Err(not_read()),
+                }
             }
         }
+    }
+}
+
+/// One column of one row group, to be built and encoded: its rows, and
+/// the writers of its leaves (one for a scalar, one per leaf of a struct
+/// or a list).
+struct ColumnTask {
+    column: usize,
+    rows: Range<usize>,
+    writers: Vec<ArrowColumnWriter>,
+}
+
+/// The Parquet file of `n` rows whose column `i` over a range of rows is
+/// `column(i, range)`: the bytes [`ArrowWriter`] writes of the same
+/// columns with `properties`, each column of each row group built and
+/// encoded as a task of its own on `workers`, the chunks appended in the
+/// columns' order.
+fn parquet_of<F>(
+    schema: &RowSchema,
+    properties: &WriterProperties,
+    workers: Workers,
+    n: usize,
+    column: F,
+) -> Result<Bytes, String>
+where
+    F: Fn(usize, Range<usize>) -> Result<ArrayRef, String> + Sync,
+{
+    let arrow = schema.arrow();
+    let writer = ArrowWriter::try_new(Vec::new(), arrow.clone(), Some(properties.clone()))
+        .map_err(|e| format!("cannot start the Parquet file: {e}"))?;
+    let (mut file, factory) = writer
+        .into_serialized_writer()
+        .map_err(|e| format!("cannot start the Parquet file: {e}"))?;
+    // As `ArrowWriter::write` cuts one batch of `n` rows into row groups.
+    let per_group = properties.max_row_group_row_count().unwrap_or(n).max(1);
+    let fields = arrow.fields();
+    // One row group at a time, as `ArrowWriter` writes them: only one
+    // group's column writers and chunks are held at once.
+    for (group, start) in (0..n).step_by(per_group).enumerate() {
+        let rows = start..n.min(start + per_group);
+        let mut writers = factory
+            .create_column_writers(group)
+            .map_err(|e| format!("cannot start row group {group}: {e}"))?
+            .into_iter();
+        let mut tasks = Vec::with_capacity(fields.len());
+        for (i, field) in fields.iter().enumerate() {
+            let leaves = leaf_count(field.data_type());
+            let writers: Vec<ArrowColumnWriter> = writers.by_ref().take(leaves).collect();
+            if writers.len() != leaves {
+                return Err(format!(
+                    "column `{}` lacks writers for its leaves",
+                    field.name()
+                ));
+            }
+            tasks.push(ColumnTask {
+                column: i,
+                rows: rows.clone(),
+                writers,
+            });
+        }
+        // The costliest columns first: nested ones, then text, then the
+        // rest.
+        let mut first: Vec<usize> = (0..tasks.len()).collect();
+        first.sort_by_key(|&t| {
+            std::cmp::Reverse(fields.get(t).map_or(0, |f| cost_rank(f.data_type())))
+        });
+        let chunks = workers.run(tasks, &first, |task| encode_column(&column, fields, task))?;
+        let mut row_group = file
+            .next_row_group()
+            .map_err(|e| format!("cannot start row group {group}: {e}"))?;
+        for chunk in chunks.into_iter().flatten() {
+            chunk
+                .append_to_row_group(&mut row_group)
+                .map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
+        }
+        row_group
+            .close()
+            .map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
+    }
+    file.into_inner()
+        .map(Bytes::from)
+        .map_err(|e| format!("cannot finish the Parquet file: {e}"))
+}
+
+/// The chunks of `task`'s column: built by `column`, checked as
+/// `RecordBatch::try_new` checks a column, and encoded by the task's
+/// writers.
+fn encode_column<F>(
+    column: &F,
+    fields: &arrow_schema::Fields,
+    task: ColumnTask,
+) -> Result<Vec<ArrowColumnChunk>, String>
+where
+    F: Fn(usize, Range<usize>) -> Result<ArrayRef, String>,
+{
+    let field = fields
+        .get(task.column)
+        .ok_or_else(|| format!("the schema has no column {}", task.column))?;
+    let array = column(task.column, task.rows.clone())?;
+    if array.len() != task.rows.len() || array.data_type() != field.data_type() {
+        return Err(format!(
+            "cannot build the rows: column `{}` was built as {} rows of {}",
+            field.name(),
+            array.len(),
+            array.data_type()
+        ));
+    }
+    if !field.is_nullable() && array.null_count() > 0 {
+        return Err(format!(
+            "cannot build the rows: column `{}` may not be null and holds nulls",
+            field.name()
+        ));
+    }
+    let leaves =
+        compute_leaves(field, &array).map_err(|e| format!("cannot write the Parquet rows: {e}"))?;
+    if leaves.len() != task.writers.len() {
+        return Err(format!(
+            "cannot write the Parquet rows: column `{}` has {} leaves, not {}",
+            field.name(),
+            leaves.len(),
+            task.writers.len()
+        ));
+    }
+    task.writers
+        .into_iter()
+        .zip(&leaves)
+        .map(|(mut writer, leaf)| {
+            writer.write(leaf)?;
+            writer.close()
+        })
+        .collect::<Result<Vec<ArrowColumnChunk>, _>>()
+        .map_err(|e| format!("cannot write the Parquet rows: {e}"))
+}
+
+/// The Parquet leaf columns of an Arrow column of `data_type`.
+fn leaf_count(data_type: &DataType) -> usize {
+    match data_type {
+        DataType::Struct(fields) => fields.iter().map(|f| leaf_count(f.data_type())).sum(),
+        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+            leaf_count(item.data_type())
+        }
+        DataType::Map(entries, _) => leaf_count(entries.data_type()),
+        _ => 1,
+    }
+}
+
+/// How costly a column of `data_type` is to build and encode, roughly: a
+/// larger rank is started first.
+fn cost_rank(data_type: &DataType) -> u8 {
+    match data_type {
+        DataType::Struct(_) | DataType::List(_) => 2,
+        DataType::Utf8 => 1,
+        _ => 0,
     }
 }
 
@@ -237,14 +387,155 @@ mod tests {
         EncodedBatch::encode(records, &NdjsonEncoder::new()).0
     }
 
+    /// The bytes `ArrowWriter` writes of `columns` in one batch: what
+    /// every Parquet object was before its columns were encoded apart.
+    fn written_whole(format: &ObjectFormat, schema: &RowSchema, columns: Vec<ArrayRef>) -> Vec<u8> {
+        let ObjectFormat::Parquet { properties, .. } = format else {
+            panic!("not Parquet");
+        };
+        let batch = arrow_array::RecordBatch::try_new(schema.arrow(), columns).unwrap();
+        let mut out = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut out, schema.arrow(), Some((**properties).clone())).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    const COLUMNS: &str = r#"columns = [
+        { name = "id", type = "int64", nullable = false },
+        { name = "user", type = "string" },
+        { name = "amount", type = "float64" },
+        { name = "at", type = "timestamp" },
+        { name = "who", type = "struct", field = "customer", fields = [
+            { name = "name", type = "string", nullable = false },
+            { name = "tags", type = "list", item = { name = "t", type = "int32" } },
+        ] },
+        { name = "tags", type = "list", item = { name = "tag", type = "string" } },
+    ]"#;
+
+    fn lines(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| match i % 4 {
+                0 => format!(
+                    r#"{{"id":{i},"user":"u{}","amount":{}.5,"at":{},"customer":{{"name":"c{i}","tags":[{i},null]}},"tags":["a","b{}"]}}"#,
+                    i % 13,
+                    i * 7,
+                    1_733_500_000_000_u64 + i as u64,
+                    i % 5
+                ),
+                1 => format!(r#"{{"id":{i},"user":null,"tags":[]}}"#),
+                2 => format!(r#"{{"id":{i},"customer":{{"name":"x"}},"tags":[null,"z"],"at":"2026-12-06T10:00:00Z"}}"#),
+                _ => format!(r#"{{"id":{i},"user":"\u00e9t\u00e9 {i}","amount":-{i}}}"#),
+            })
+            .collect()
+    }
+
+    /// Whatever the threads and the row groups, an object's bytes are the
+    /// ones `ArrowWriter` writes of the same rows in one batch: a replay
+    /// writes the same key with the same bytes as before.
+    #[test]
+    fn columns_encoded_on_several_threads_give_the_bytes_of_one_writer() {
+        #[derive(serde::Deserialize)]
+        struct Columns {
+            columns: Vec<crate::ColumnConfig>,
+        }
+        let c: Columns = toml::from_str(COLUMNS).unwrap();
+        let lines = lines(2_000);
+        let b = batch(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+        for (row_group_rows, page_bytes, compression) in [
+            (122_880, 1 << 20, ParquetCompression::Zstd),
+            (300, 1 << 20, ParquetCompression::Zstd),
+            (7, 64, ParquetCompression::Snappy),
+            (1, 1 << 20, ParquetCompression::None),
+        ] {
+            let schema = RowSchema::new(&c.columns).unwrap();
+            let format = ObjectFormat::parquet(
+                SchemaSource::Declared(schema.clone()),
+                compression,
+                row_group_rows,
+                page_bytes,
+            );
+            let rows: Vec<Result<Row, String>> = b
+                .records()
+                .iter()
+                .map(|r| schema.read_row(&r.value).ok_or_else(|| "unsure".to_owned()))
+                .collect();
+            // Every other record, so that the rows are not the batch's.
+            let picked: Vec<usize> = (0..lines.len()).filter(|i| i % 3 != 1).collect();
+            let refs: Vec<&Row> = picked.iter().map(|&i| rows[i].as_ref().unwrap()).collect();
+            let whole = written_whole(&format, &schema, schema.columns_of_rows(&refs).unwrap());
+            let read = super::Read::Rows(rows);
+            for threads in [1, 2, 3, 8] {
+                let bytes = format
+                    .encode(&b, &picked, &read, Workers::new(threads))
+                    .unwrap();
+                assert!(
+                    bytes[..] == whole[..],
+                    "{threads} threads, row groups of {row_group_rows}: other bytes"
+                );
+            }
+            // Values read by a write whose key reads fields: the same.
+            let values: Vec<Option<Value>> = b
+                .records()
+                .iter()
+                .map(|r| serde_json::from_slice(&r.value).ok())
+                .collect();
+            let read = super::Read::Values(values);
+            let bytes = format.encode(&b, &picked, &read, Workers::new(2)).unwrap();
+            assert!(
+                bytes[..] == whole[..],
+                "values, row groups of {row_group_rows}"
+            );
+        }
+    }
+
+    /// A schema inferred from the first record is inferred once, whichever
+    /// thread builds a column first.
+    #[test]
+    fn an_inferred_schema_encodes_as_one_writer_does() {
+        // Without the records whose time is a string: the first one's is
+        // a number, inferred as an integer column.
+        let lines: Vec<String> = lines(100)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, l)| (i % 4 != 2).then_some(l))
+            .collect();
+        let b = batch(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+        let format = ObjectFormat::parquet(
+            SchemaSource::Inferred(OnceLock::new()),
+            ParquetCompression::Zstd,
+            16,
+            1 << 20,
+        );
+        let values: Vec<Option<Value>> = b
+            .records()
+            .iter()
+            .map(|r| serde_json::from_slice(&r.value).ok())
+            .collect();
+        let all: Vec<usize> = (0..lines.len()).collect();
+        let read = super::Read::Values(values);
+        let bytes = format.encode(&b, &all, &read, Workers::new(4)).unwrap();
+        let ObjectFormat::Parquet { schema, .. } = &format else {
+            unreachable!()
+        };
+        let schema = schema.get(None).unwrap();
+        let super::Read::Values(values) = &read else {
+            unreachable!()
+        };
+        let refs: Vec<&Value> = values.iter().map(|v| v.as_ref().unwrap()).collect();
+        let whole = written_whole(&format, schema, schema.columns(&refs).unwrap());
+        assert!(bytes[..] == whole[..]);
+    }
+
     #[test]
     fn gzip_and_zstd_decompress_to_the_lines_and_repeat_byte_for_byte() {
         let b = batch(&["{\"a\":1}", "{\"a\":2}"]);
         let gz = ObjectFormat::Ndjson(NdjsonCompression::Gzip)
-            .encode(&b, &[0, 1], &super::Read::Nothing)
+            .encode(&b, &[0, 1], &super::Read::Nothing, Workers::new(1))
             .unwrap();
         let again = ObjectFormat::Ndjson(NdjsonCompression::Gzip)
-            .encode(&b, &[0, 1], &super::Read::Nothing)
+            .encode(&b, &[0, 1], &super::Read::Nothing, Workers::new(1))
             .unwrap();
         assert_eq!(gz, again);
         let mut text = String::new();
@@ -253,7 +544,7 @@ mod tests {
             .unwrap();
         assert_eq!(text, "{\"a\":1}\n{\"a\":2}\n");
         let zst = ObjectFormat::Ndjson(NdjsonCompression::Zstd)
-            .encode(&b, &[1], &super::Read::Nothing)
+            .encode(&b, &[1], &super::Read::Nothing, Workers::new(1))
             .unwrap();
         assert_eq!(zstd::stream::decode_all(&zst[..]).unwrap(), b"{\"a\":2}\n");
     }

@@ -87,6 +87,7 @@ mod sink;
 mod store;
 mod upload;
 mod value_encoder;
+mod workers;
 
 pub use config::{
     EncodingConfig, NdjsonCompression, ObjectStoreSinkConfig, ParquetCompression, RequestConfig,

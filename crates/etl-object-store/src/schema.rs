@@ -169,15 +169,22 @@ impl RowSchema {
     }
 
     /// The columns of `rows`, each of which passed [`check`](Self::check).
+    #[cfg(test)]
     pub(crate) fn columns(&self, rows: &[&Value]) -> Result<Vec<ArrayRef>, String> {
-        self.columns
-            .iter()
-            .map(|c| {
-                let values: Vec<Option<&Value>> =
-                    rows.iter().map(|row| lookup(row, &c.path)).collect();
-                c.build(&values)
-            })
+        (0..self.columns.len())
+            .map(|i| self.column_of_values(i, rows))
             .collect()
+    }
+
+    /// Column `i` of `rows`, values that passed [`check`](Self::check).
+    pub(crate) fn column_of_values(&self, i: usize, rows: &[&Value]) -> Result<ArrayRef, String> {
+        let column = self
+            .columns
+            .get(i)
+            .ok_or_else(|| format!("the schema has no column {i}"))?;
+        let values: Vec<Option<&Value>> =
+            rows.iter().map(|row| lookup(row, &column.path)).collect();
+        column.build(&values)
     }
 
     /// The [`Row`] of `value`, which passed [`check`](Self::check).
@@ -191,18 +198,27 @@ impl RowSchema {
 
     /// The columns of `rows`: the same arrays [`columns`](Self::columns)
     /// builds of the values they were read from.
+    #[cfg(test)]
     pub(crate) fn columns_of_rows(&self, rows: &[&Row]) -> Result<Vec<ArrayRef>, String> {
-        self.columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let cells = rows
-                    .iter()
-                    .map(|row| row.0.get(i).ok_or_else(|| c.changed()))
-                    .collect::<Result<Vec<&Cell>, String>>()?;
-                c.build_cells(&cells)
-            })
+        (0..self.columns.len())
+            .map(|i| self.column_of_rows(i, rows))
             .collect()
+    }
+
+    /// Column `i` of `rows` ([`Row`]s of values that passed
+    /// [`check`](Self::check)): the array [`column_of_values`](Self::column_of_values)
+    /// builds of the values they were read from. One column at a time, so
+    /// that columns can be built on several threads.
+    pub(crate) fn column_of_rows(&self, i: usize, rows: &[&Row]) -> Result<ArrayRef, String> {
+        let column = self
+            .columns
+            .get(i)
+            .ok_or_else(|| format!("the schema has no column {i}"))?;
+        let cells = rows
+            .iter()
+            .map(|row| row.0.get(i).ok_or_else(|| column.changed()))
+            .collect::<Result<Vec<&Cell>, String>>()?;
+        column.build_cells(&cells)
     }
 }
 
@@ -224,8 +240,10 @@ pub(crate) enum Cell {
     Float(f64),
     /// A string column's.
     Text(String),
-    /// A struct's or a list's, as JSON.
+    /// A struct's, as JSON.
     Nested(Value),
+    /// A list's items, each as the list's item column stores it.
+    List(Vec<Cell>),
 }
 
 /// The first field of the object `value` that holds data (not null, `[]`
@@ -419,7 +437,18 @@ impl Column {
                 Value::String(s) => Some(Cell::Text(s)),
                 _ => None,
             },
-            ColumnType::Struct | ColumnType::List => Some(Cell::Nested(value)),
+            ColumnType::Struct => Some(Cell::Nested(value)),
+            ColumnType::List => {
+                let (Value::Array(items), Some(item)) = (value, self.children.first()) else {
+                    return Err(self.changed());
+                };
+                Some(Cell::List(
+                    items
+                        .into_iter()
+                        .map(|v| item.cell(Some(v)))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ))
+            }
         };
         cell.ok_or_else(|| self.changed())
     }
@@ -473,7 +502,7 @@ impl Column {
                 Text,
                 |v: &'c String| Some(v.as_str())
             ),
-            ColumnType::Struct | ColumnType::List => {
+            ColumnType::Struct => {
                 let values = cells
                     .iter()
                     .map(|cell| match cell {
@@ -483,6 +512,38 @@ impl Column {
                     })
                     .collect::<Result<Vec<Option<&Value>>, String>>()?;
                 self.build(&values)?
+            }
+            // As `build` makes a list of values: a null where the record
+            // has none, the items' column built of every item in turn.
+            ColumnType::List => {
+                let item = self.children.first().ok_or_else(|| self.changed())?;
+                let mut lengths = Vec::with_capacity(n);
+                let mut valid = Vec::with_capacity(n);
+                let mut items: Vec<&'c Cell> = Vec::new();
+                for cell in cells {
+                    match cell {
+                        Cell::Null => {
+                            lengths.push(0);
+                            valid.push(false);
+                        }
+                        Cell::List(list) => {
+                            lengths.push(list.len());
+                            valid.push(true);
+                            items.extend(list.iter());
+                        }
+                        _ => return Err(self.changed()),
+                    }
+                }
+                let child = item.build_cells(&items)?;
+                Arc::new(
+                    ListArray::try_new(
+                        item.field.clone(),
+                        OffsetBuffer::from_lengths(lengths),
+                        child,
+                        Some(NullBuffer::from(valid)),
+                    )
+                    .map_err(|e| format!("column `{}`: {e}", self.name))?,
+                )
             }
         })
     }

@@ -23,6 +23,7 @@ use crate::progress::ProgressStore;
 use crate::schema::{RowSchema, timestamp_micros};
 use crate::store::build_store;
 use crate::upload::{ABORT_SETTLE, Aborts, upload};
+use crate::workers::Workers;
 use crate::{
     EncodingConfig, KeyTemplate, ObjectStoreSinkConfig, ObjectStoreSinkError, StoreConfig,
     ValueEncoder,
@@ -30,6 +31,10 @@ use crate::{
 
 /// Objects uploaded at once by one write.
 const UPLOADS_AT_ONCE: usize = 8;
+
+/// The fewest records a thread is given to read: fewer are read on the
+/// write's own thread rather than on a helper started for them.
+const MIN_ROWS_PER_READ: usize = 1024;
 
 /// A sink writing records as objects: NDJSON (plain, gzip, zstd) or
 /// Parquet, to S3 and S3-compatible servers, GCS, Azure or a local folder.
@@ -64,6 +69,9 @@ struct Inner {
     part_size: usize,
     /// The aborts of the multipart uploads dropped writes gave up.
     aborts: Aborts,
+    /// The threads a write reads its records and encodes its Parquet
+    /// objects on: one per core.
+    workers: Workers,
     exactly_once: Option<(ProgressStore, Mutex<Progress>)>,
 }
 
@@ -193,8 +201,9 @@ impl ObjectStoreSink {
             && inner.date_field.is_none()
             && inner.format.surely_fits(&record.value)
         {
-            // Nothing else reads the value: the key's parts need no field.
-            inner.parts(record, None, Utc::now())?;
+            // Nothing else reads the value, and nothing else can refuse
+            // it: key parts that read no field and no date field are
+            // made of any record.
             return Ok(true);
         }
         let value = if inner.reads_values() {
@@ -309,6 +318,7 @@ impl Inner {
             multipart_threshold: config.multipart_threshold,
             part_size: config.part_size,
             aborts: Aborts::default(),
+            workers: Workers::per_core(),
             exactly_once,
         })
     }
@@ -368,25 +378,35 @@ impl Inner {
     /// declared Parquet schema whose keys need no field, each record's row,
     /// in one pass over its bytes where it surely fits and through its
     /// `Value` otherwise; else the values, where anything reads them.
-    fn read(&self, batch: &EncodedBatch) -> Read {
+    fn read(&self, batch: &EncodedBatch) -> Result<Read, String> {
         let records = batch.records().iter();
         if let Some(schema) = self.format.declared()
             && !self.key.reads_fields()
             && self.date_field.is_none()
         {
-            return Read::Rows(
-                records
-                    .map(|r| match schema.read_row(&r.value) {
-                        Some(row) => Ok(row),
-                        None => match serde_json::from_slice::<Value>(&r.value) {
-                            Ok(value) => schema.check(&value).and_then(|()| schema.row_of(&value)),
-                            Err(_) => Err("the value is not JSON".to_owned()),
-                        },
-                    })
-                    .collect(),
-            );
+            let read_one = |r: &Record| match schema.read_row(&r.value) {
+                Some(row) => Ok(row),
+                None => match serde_json::from_slice::<Value>(&r.value) {
+                    Ok(value) => schema.check(&value).and_then(|()| schema.row_of(&value)),
+                    Err(_) => Err("the value is not JSON".to_owned()),
+                },
+            };
+            // In as many chunks as there are threads, each read on one,
+            // the rows kept in the records' order.
+            let all = batch.records();
+            let chunk = all
+                .len()
+                .div_ceil(self.workers.count())
+                .max(MIN_ROWS_PER_READ);
+            let chunks: Vec<&[Record]> = all.chunks(chunk).collect();
+            let read = self.workers.run(chunks, &[], |chunk| {
+                Ok(chunk.iter().map(read_one).collect::<Vec<_>>())
+            });
+            // Only a panic fails a chunk: a record that does not fit is
+            // its row's `Err`.
+            return read.map(|chunks| Read::Rows(chunks.into_iter().flatten().collect()));
         }
-        if self.reads_values() {
+        Ok(if self.reads_values() {
             Read::Values(
                 records
                     .map(|r| serde_json::from_slice(&r.value).ok())
@@ -394,7 +414,7 @@ impl Inner {
             )
         } else {
             Read::Nothing
-        }
+        })
     }
 
     /// Cut `batch` into objects; the records that cannot be stored are
@@ -404,20 +424,26 @@ impl Inner {
         let mut planned: Vec<Planned> = Vec::new();
         let mut open: BTreeMap<PartitionId, usize> = BTreeMap::new();
         let mut rejects = Vec::new();
-        for (i, record) in batch.records().iter().enumerate() {
-            let placed = match read {
+        // Key parts that read no field and no time are fixed by the
+        // record's partition, topic and source: a record of the same ones
+        // as its partition's open object's first has that object's.
+        let by_place = !self.key.reads_fields() && !self.key.uses_time();
+        let records = batch.records();
+        for (i, record) in records.iter().enumerate() {
+            let fits = match read {
                 Read::Rows(rows) => match rows.get(i) {
-                    Some(Ok(_)) => self.parts(record, None, now),
+                    Some(Ok(_)) => Ok(None),
                     Some(Err(why)) => Err(why.clone()),
                     None => Err("the record was not read".to_owned()),
                 },
                 Read::Values(values) => {
-                    self.place(record, values.get(i).and_then(Option::as_ref), now)
+                    let value = values.get(i).and_then(Option::as_ref);
+                    self.format.check(value).map(|()| value)
                 }
-                Read::Nothing => self.place(record, None, now),
+                Read::Nothing => self.format.check(None).map(|()| None),
             };
-            let parts = match placed {
-                Ok(parts) => parts,
+            let value = match fits {
+                Ok(value) => value,
                 Err(why) => {
                     rejects.push(Reject::new(i, why));
                     continue;
@@ -425,14 +451,39 @@ impl Inner {
             };
             let partition = record.position.partition;
             let offset = record.position.offset.0;
-            match open.get(&partition).and_then(|&at| planned.get_mut(at)) {
+            let at = open.get(&partition).copied();
+            let same_place = by_place
+                && at
+                    .and_then(|at| planned.get(at))
+                    .and_then(|object| object.rows.first())
+                    .and_then(|&first| records.get(first))
+                    .is_some_and(|first| {
+                        first.topic == record.topic
+                            && first.position.source == record.position.source
+                    });
+            let parts = if same_place {
+                None
+            } else {
+                match self.parts(record, value, now) {
+                    Ok(parts) => Some(parts),
+                    Err(why) => {
+                        rejects.push(Reject::new(i, why));
+                        continue;
+                    }
+                }
+            };
+            match at.and_then(|at| planned.get_mut(at)) {
                 Some(object)
-                    if object.parts == parts
+                    if parts.as_ref().is_none_or(|parts| *parts == object.parts)
                         && !self.crosses_boundary(object.first_offset, offset) =>
                 {
                     object.rows.push(i);
                 }
-                _ => {
+                object => {
+                    let Some(parts) = parts.or_else(|| object.map(|o| o.parts.clone())) else {
+                        rejects.push(Reject::new(i, "the record's key was not made".to_owned()));
+                        continue;
+                    };
                     open.insert(partition, planned.len());
                     planned.push(Planned {
                         partition,
@@ -451,7 +502,12 @@ impl Inner {
 impl Sink for ObjectStoreSink {
     async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
         let inner = &*self.inner;
-        let read = inner.read(batch);
+        let read = inner.read(batch).map_err(|why| {
+            SinkError::permanent(format!(
+                "sink {:?}: cannot read the records for {}: {why}",
+                inner.name, inner.location
+            ))
+        })?;
         let (planned, rejects) = inner.plan(batch, &read);
         if inner.exactly_once.is_some() && !rejects.is_empty() {
             // Progress past a rejected record would be stored before its
@@ -469,7 +525,7 @@ impl Sink for ObjectStoreSink {
             let key = inner.key.render(&object.parts, object.first_offset);
             let body = inner
                 .format
-                .encode(batch, &object.rows, &read)
+                .encode(batch, &object.rows, &read, inner.workers)
                 .map_err(|why| {
                     SinkError::permanent(format!(
                         "sink {:?}: cannot encode {}/{key}: {why}",

@@ -305,7 +305,8 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 
 /// One column's value: judged by [`Column::check`] on the scalar itself,
 /// field by field for a struct, item by item for a list; its cell stored
-/// in `out`, if given (a struct's or list's read whole, as JSON).
+/// in `out`, if given (a struct's read whole, as JSON; a list's item by
+/// item).
 struct ColumnSeed<'s, 'm> {
     column: &'s Column,
     out: Option<&'m mut Cell>,
@@ -316,7 +317,7 @@ impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, '_> {
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         match (self.out, self.column.kind) {
-            (Some(out), ColumnType::Struct | ColumnType::List) => {
+            (Some(out), ColumnType::Struct) => {
                 let value = Value::deserialize(d)?;
                 self.column.check(Some(&value)).map_err(|_| unsure())?;
                 *out = self.column.cell(Some(value)).map_err(|_| unsure())?;
@@ -400,13 +401,30 @@ impl<'de> Visitor<'de> for ColumnSeed<'_, '_> {
         else {
             return Err(unsure());
         };
-        while seq
-            .next_element_seed(ColumnSeed {
+        let Some(out) = self.out else {
+            while seq
+                .next_element_seed(ColumnSeed {
+                    column: item,
+                    out: None,
+                })?
+                .is_some()
+            {}
+            return Ok(());
+        };
+        // Each item read as its column stores it: no `Value` of the list.
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        loop {
+            let mut cell = Cell::Null;
+            let read = seq.next_element_seed(ColumnSeed {
                 column: item,
-                out: None,
-            })?
-            .is_some()
-        {}
+                out: Some(&mut cell),
+            })?;
+            if read.is_none() {
+                break;
+            }
+            items.push(cell);
+        }
+        *out = Cell::List(items);
         Ok(())
     }
 }

@@ -235,6 +235,53 @@ async fn objects_are_cut_where_the_key_changes_and_at_offset_multiples() {
     );
 }
 
+/// Records of one partition under two topics in one batch: each run of a
+/// topic is an object of its own, as the key's `{topic}` says, though the
+/// key reads no field.
+#[tokio::test]
+async fn a_partitions_records_of_another_topic_start_an_object_of_their_own() {
+    let folder = tempfile::tempdir().unwrap();
+    let text = r#"
+        key = "t/{topic}/{partition}-{first_offset}.parquet"
+        [store]
+        kind = "local"
+        path = "lake"
+        [encoding]
+        format = "parquet"
+        columns = [{ name = "o", type = "int64", nullable = false }]
+    "#;
+    let sink = ObjectStoreSink::new("lake", folder.path(), config(text)).unwrap();
+    let encoder = sink.encoder();
+    let driver = SinkDriver::new(sink, encoder).spawn();
+    let topics = ["a", "a", "b", "b", "b", "a"];
+    let batch = topics
+        .iter()
+        .enumerate()
+        .map(|(o, t)| {
+            let mut r = record(0, o as i64, &json!({ "o": o }).to_string());
+            r.topic = Some((*t).into());
+            r
+        })
+        .collect();
+    let (_, closed) = deliver(driver, vec![batch]).await;
+    closed.unwrap();
+    let objects = read_folder(&folder.path().join("lake"), "t");
+    let layout: Vec<(String, Vec<serde_json::Value>)> = objects
+        .iter()
+        .map(|(k, _, r)| (k.clone(), r.clone()))
+        .collect();
+    let key = |topic: &str, first: u32| format!("t/{topic}/0-{first:020}.parquet");
+    let of = |os: &[u32]| os.iter().map(|o| json!({ "o": o })).collect::<Vec<_>>();
+    assert_eq!(
+        layout,
+        [
+            (key("a", 0), of(&[0, 1])),
+            (key("a", 5), of(&[5])),
+            (key("b", 2), of(&[2, 3, 4])),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_failed_multipart_upload_is_aborted_and_leaves_no_object() {
     let folder = tempfile::tempdir().unwrap();

@@ -1,0 +1,165 @@
+//! A write's work shared between threads: the records' rows read in
+//! chunks, and a Parquet object's columns built and encoded one column per
+//! task, on the write's own thread and on helpers started for the write.
+//!
+//! Each task's result is kept at the task's place, so what comes out does
+//! not depend on which thread ran what, or when.
+
+use std::num::NonZeroUsize;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// How many threads a write's work is shared between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Workers(NonZeroUsize);
+
+impl Workers {
+    /// One per core the process may use.
+    pub(crate) fn per_core() -> Self {
+        Workers(std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN))
+    }
+
+    /// `n` threads (at least one).
+    #[cfg(test)]
+    pub(crate) fn new(n: usize) -> Self {
+        Workers(NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN))
+    }
+
+    /// The number of threads.
+    pub(crate) fn count(self) -> usize {
+        self.0.get()
+    }
+
+    /// `work` of every one of `tasks`, each result at its task's place.
+    /// Tasks are started in the order `first` gives (the costliest first
+    /// keeps the threads evenly busy), on this thread and on up to
+    /// `count - 1` helpers; a helper that cannot be started leaves its
+    /// share to the others. A task that fails or panics fails the whole.
+    pub(crate) fn run<T, R, F>(
+        self,
+        tasks: Vec<T>,
+        first: &[usize],
+        work: F,
+    ) -> Result<Vec<R>, String>
+    where
+        T: Send,
+        R: Send,
+        F: Fn(T) -> Result<R, String> + Sync,
+    {
+        let n = tasks.len();
+        let order: Vec<usize> = if first.len() == n {
+            first.to_vec()
+        } else {
+            (0..n).collect()
+        };
+        let slots: Vec<Mutex<Option<T>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+        let done: Vec<Mutex<Option<Result<R, String>>>> =
+            (0..n).map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        let worker = || {
+            while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let task = slots
+                    .get(i)
+                    .and_then(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).take());
+                let Some(task) = task else { continue };
+                let out = catch_unwind(AssertUnwindSafe(|| work(task)))
+                    .unwrap_or_else(|_| Err("the encoding panicked".to_owned()));
+                let failed = out.is_err();
+                if let Some(slot) = done.get(i) {
+                    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(out);
+                }
+                if failed {
+                    // The whole fails: start no further task.
+                    next.store(n, Ordering::Relaxed);
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..self.count().min(n))
+                .map_while(|_| {
+                    std::thread::Builder::new()
+                        .name("etl-object-encode".to_owned())
+                        .spawn_scoped(scope, worker)
+                        .ok()
+                })
+                .collect();
+            worker();
+            for helper in helpers {
+                // The worker catches its tasks' panics; a panic outside
+                // them leaves its task's result missing, refused below.
+                let _ = helper.join();
+            }
+        });
+        let mut results = Vec::with_capacity(n);
+        let mut not_run = false;
+        for slot in done {
+            match slot.into_inner().unwrap_or_else(PoisonError::into_inner) {
+                Some(Ok(r)) => results.push(r),
+                // The reason of a task that failed, not that others were
+                // not started after it.
+                Some(Err(e)) => return Err(e),
+                None => not_run = true,
+            }
+        }
+        if not_run {
+            return Err("a task was not run".to_owned());
+        }
+        Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn each_result_is_at_its_tasks_place_whatever_finishes_first() {
+        // The first tasks started take longest: they finish last.
+        let tasks: Vec<u64> = (0..16).collect();
+        let first: Vec<usize> = (0..16).rev().collect();
+        for threads in [1, 2, 5, 32] {
+            let out = Workers::new(threads)
+                .run(tasks.clone(), &first, |t| {
+                    std::thread::sleep(Duration::from_millis(t));
+                    Ok(t * 10)
+                })
+                .unwrap();
+            assert_eq!(
+                out,
+                (0..16).map(|t| t * 10).collect::<Vec<_>>(),
+                "{threads}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_task_that_fails_or_panics_fails_the_whole_with_its_reason() {
+        for threads in [1, 3] {
+            let err = Workers::new(threads)
+                .run(vec![1, 2, 3], &[2, 1, 0], |t| {
+                    if t == 2 {
+                        Err(format!("task {t}"))
+                    } else {
+                        Ok(t)
+                    }
+                })
+                .unwrap_err();
+            assert_eq!(err, "task 2");
+            let err = Workers::new(threads)
+                .run(vec![1, 2, 3], &[], |t: i32| {
+                    assert!(t != 3, "boom");
+                    Ok(t)
+                })
+                .unwrap_err();
+            assert!(err.contains("panicked"), "{err}");
+        }
+    }
+
+    #[test]
+    fn no_tasks_give_no_results() {
+        let out: Vec<u8> = Workers::new(4).run(Vec::<u8>::new(), &[], Ok).unwrap();
+        assert!(out.is_empty());
+    }
+}
