@@ -266,7 +266,9 @@ where
         first.sort_by_key(|&t| {
             std::cmp::Reverse(fields.get(t).map_or(0, |f| cost_rank(f.data_type())))
         });
-        let chunks = workers.run(tasks, &first, |task| encode_column(&column, fields, task))?;
+        let chunks = workers
+            .for_size(rows.len().saturating_mul(fields.len()))
+            .run(tasks, &first, |task| encode_column(&column, fields, task))?;
         let mut row_group = file
             .next_row_group()
             .map_err(|e| format!("cannot start row group {group}: {e}"))?;

@@ -12,23 +12,53 @@ use std::sync::{Mutex, PoisonError};
 
 /// How many threads a write's work is shared between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Workers(NonZeroUsize);
+pub(crate) struct Workers {
+    threads: NonZeroUsize,
+    /// Work smaller than this (in the caller's unit: cells of a row
+    /// group) runs on the calling thread alone: starting and joining
+    /// helpers would cost more than they save.
+    min_shared: usize,
+}
+
+/// Below this many cells (rows times columns) a row group is encoded on
+/// the write's thread alone.
+const MIN_SHARED_CELLS: usize = 16_384;
 
 impl Workers {
-    /// One per core the process may use.
+    /// One per core the process may use, for work of at least
+    /// [`MIN_SHARED_CELLS`].
     pub(crate) fn per_core() -> Self {
-        Workers(std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN))
+        Workers {
+            threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            min_shared: MIN_SHARED_CELLS,
+        }
     }
 
-    /// `n` threads (at least one).
+    /// `n` threads (at least one), whatever the size of the work.
     #[cfg(test)]
     pub(crate) fn new(n: usize) -> Self {
-        Workers(NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN))
+        Workers {
+            threads: NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN),
+            min_shared: 0,
+        }
     }
 
     /// The number of threads.
     pub(crate) fn count(self) -> usize {
-        self.0.get()
+        self.threads.get()
+    }
+
+    /// These workers for work of `size`: one thread when it is too small
+    /// to share.
+    pub(crate) fn for_size(self, size: usize) -> Self {
+        if size < self.min_shared {
+            Workers {
+                threads: NonZeroUsize::MIN,
+                ..self
+            }
+        } else {
+            self
+        }
     }
 
     /// `work` of every one of `tasks`, each result at its task's place.
@@ -63,8 +93,14 @@ impl Workers {
                     .get(i)
                     .and_then(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner).take());
                 let Some(task) = task else { continue };
-                let out = catch_unwind(AssertUnwindSafe(|| work(task)))
-                    .unwrap_or_else(|_| Err("the encoding panicked".to_owned()));
+                let out = catch_unwind(AssertUnwindSafe(|| work(task))).unwrap_or_else(|panic| {
+                    let text = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "no message".to_owned());
+                    Err(format!("the encoding panicked: {text}"))
+                });
                 let failed = out.is_err();
                 if let Some(slot) = done.get(i) {
                     *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(out);
@@ -153,7 +189,25 @@ mod tests {
                     Ok(t)
                 })
                 .unwrap_err();
-            assert!(err.contains("panicked"), "{err}");
+            assert!(err.contains("panicked: boom"), "{err}");
+        }
+    }
+
+    #[test]
+    fn work_too_small_to_share_runs_on_the_calling_thread() {
+        let workers = Workers::per_core();
+        let caller = std::thread::current().id();
+        for (size, shared) in [(MIN_SHARED_CELLS - 1, false), (MIN_SHARED_CELLS, true)] {
+            let threads = workers
+                .for_size(size)
+                .run((0..8).collect(), &[], |_: i32| {
+                    Ok(std::thread::current().id())
+                })
+                .unwrap();
+            let others = threads.iter().filter(|&&t| t != caller).count();
+            if !shared || workers.count() == 1 {
+                assert_eq!(others, 0, "{size}");
+            }
         }
     }
 
