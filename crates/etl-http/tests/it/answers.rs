@@ -132,11 +132,7 @@ async fn a_2xx_whose_body_is_cut_off_is_sent_again() {
         "uri = \"{}\"\ntimeout = \"2s\"",
         server.uri("/in")
     ));
-    let (driver, letters) = drive(sink, driver_config(10, 1));
-    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
-    closed.unwrap();
-    assert_eq!(statuses, [AckStatus::Delivered]);
-    assert!(letters.records().is_empty());
+    ten_delivered_in_one_write(sink).await;
     assert_eq!(
         server.heads().len(),
         3,
@@ -251,11 +247,7 @@ async fn a_bulk_answer_cut_off_after_errors_false_is_sent_again() {
         Answer::Raw(bulk_answer(10, 4)),
     ])
     .await;
-    let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
-    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
-    closed.unwrap();
-    assert_eq!(statuses, [AckStatus::Delivered]);
-    assert!(letters.records().is_empty());
+    ten_delivered_in_one_write(bulk_sink(&server)).await;
     assert_eq!(
         server.heads().len(),
         2,
@@ -268,11 +260,7 @@ async fn a_long_bulk_answer_is_judged_by_its_start_and_read_to_its_end() {
     // Ten items of 1 KiB: their statuses are counted past the 4 KiB kept
     // (one item a record, or the answer is not this request's).
     let server = RawServer::start(vec![Answer::Raw(bulk_answer(10, 1024))]).await;
-    let (driver, letters) = drive(bulk_sink(&server), driver_config(10, 1));
-    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
-    closed.unwrap();
-    assert_eq!(statuses, [AckStatus::Delivered]);
-    assert!(letters.records().is_empty());
+    ten_delivered_in_one_write(bulk_sink(&server)).await;
     assert_eq!(server.heads().len(), 1);
 }
 
@@ -358,11 +346,7 @@ async fn a_replayed_create_whose_ids_all_exist_is_delivered_at_once() {
          bulk = {{ action = \"create\" }}",
         server.uri("/logs/_bulk")
     ));
-    let (driver, letters) = drive(sink, driver_config(10, 1));
-    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
-    closed.unwrap();
-    assert_eq!(statuses, [AckStatus::Delivered]);
-    assert!(letters.records().is_empty());
+    ten_delivered_in_one_write(sink).await;
     assert_eq!(
         server.heads().len(),
         1,
@@ -416,4 +400,14 @@ async fn an_answer_echoing_the_request_shows_none_of_its_secrets() {
     assert!(text.contains("[REDACTED]"), "{text}");
     assert!(!text.contains("SECRET") && !text.contains(&basic), "{text}");
     assert!(letters.records().is_empty());
+}
+
+/// Ten records in one write through `sink`: all delivered, none
+/// dead-lettered.
+async fn ten_delivered_in_one_write(sink: etl_http::HttpSink) {
+    let (driver, letters) = drive(sink, driver_config(10, 1));
+    let (statuses, closed) = deliver(driver, batches(10, 10)).await;
+    closed.unwrap();
+    assert_eq!(statuses, [AckStatus::Delivered]);
+    assert!(letters.records().is_empty(), "{:?}", letters.records());
 }
