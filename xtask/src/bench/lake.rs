@@ -201,7 +201,7 @@ fn row(
     let ratio = best_etl / best_pyarrow;
     let peak_mib = peak_kib / 1024;
     Ok(Row {
-        name: format!("lake: 2M x ~90 B NDJSON file -> Parquet (zstd, 100k-row objects) -> {name}"),
+        name: format!("lake: 2M x ~90 B NDJSON file -> Parquet (zstd, ~12k-row objects) -> {name}"),
         figure: format!("{} rec/s, peak RSS {peak_mib} MiB", si(best_etl)),
         baseline: format!("{} rec/s pyarrow, same file and columns", si(best_pyarrow)),
         ratio,
