@@ -94,27 +94,26 @@ struct Waiting<'a>(&'a Inner);
 
 impl<'a> Waiting<'a> {
     fn start(inner: &'a Inner) -> Self {
-        let first = {
-            let mut state = lock(&inner.state);
-            state.waiters += 1;
-            state.waiters == 1
-        };
-        if first {
-            inner.waiting.send_replace(true);
-        }
+        let mut state = lock(&inner.state);
+        state.waiters += 1;
+        // Told under the lock: a wait ending on another task at the same
+        // moment cannot tell `false` after this `true`.
+        inner
+            .waiting
+            .send_if_modified(|w| !std::mem::replace(w, true));
+        drop(state);
         Waiting(inner)
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        let last = {
-            let mut state = lock(&self.0.state);
-            state.waiters = state.waiters.saturating_sub(1);
-            state.waiters == 0
-        };
-        if last {
-            self.0.waiting.send_replace(false);
+        let mut state = lock(&self.0.state);
+        state.waiters = state.waiters.saturating_sub(1);
+        if state.waiters == 0 {
+            self.0
+                .waiting
+                .send_if_modified(|w| std::mem::replace(w, false));
         }
     }
 }
