@@ -88,12 +88,29 @@ impl RequestError {
 }
 
 /// The start of a response body, for a message: at most 512 bytes, on
-/// one line.
-pub(crate) fn excerpt(body: &[u8]) -> String {
-    let cut = &body[..body.len().min(512)];
-    let text = String::from_utf8_lossy(cut);
-    let mut line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if body.len() > cut.len() {
+/// one line, with every one of `secrets` taken out of the whole body
+/// before it is cut (a secret across the cut shows none of its bytes) or
+/// its spaces run together. A secret of fewer than four bytes cannot be
+/// taken out without taking out whatever else spells it: a body holding
+/// one is not shown at all.
+pub(crate) fn excerpt_without(body: &[u8], secrets: &[String]) -> String {
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    let secrets = secrets.iter().filter(|s| !s.is_empty());
+    for secret in secrets {
+        if secret.len() < 4 {
+            if text.contains(secret.as_str()) {
+                return "(not shown: it may hold a configured secret)".to_owned();
+            }
+        } else {
+            text = text.replace(secret.as_str(), "[REDACTED]");
+        }
+    }
+    let mut end = text.len().min(512);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut line: String = text[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.len() > end {
         line.push_str(" ...");
     }
     line
@@ -215,6 +232,9 @@ mod tests {
         }
         assert!(error(403).is_refused() && error(404).is_refused());
         assert!(!error(400).is_refused());
-        assert_eq!(excerpt(b"Code: 27.\n  bad\trow"), "Code: 27. bad row");
+        assert_eq!(
+            excerpt_without(b"Code: 27.\n  bad\trow", &[]),
+            "Code: 27. bad row"
+        );
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use crate::body::Actions;
 use crate::bulk::{self, Bulk};
 use crate::check::{Checked, check};
-use crate::error::{Verdict, classify, excerpt};
+use crate::error::{Verdict, classify, excerpt_without};
 use crate::limit::{Pause, RateLimit, retry_after};
 use crate::template::{shown, shown_text};
 use crate::{
@@ -443,7 +443,6 @@ impl Inner {
     /// secret (header values, the password, the token, and the `Basic`
     /// credentials as sent) taken out: a service may echo the request.
     fn excerpt(&self, body: &[u8]) -> String {
-        let mut text = excerpt(body);
         let mut secrets: Vec<String> = self
             .headers
             .iter()
@@ -457,10 +456,7 @@ impl Inner {
             Some(AuthConfig::Bearer { token }) => secrets.push(token.expose_secret().to_owned()),
             None => {}
         }
-        for secret in secrets.iter().filter(|s| s.len() >= 4) {
-            text = text.replace(secret.as_str(), "[REDACTED]");
-        }
-        text
+        excerpt_without(body, &secrets)
     }
 
     /// The verdict on a request that got no response.

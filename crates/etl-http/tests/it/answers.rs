@@ -402,6 +402,55 @@ async fn an_answer_echoing_the_request_shows_none_of_its_secrets() {
     assert!(letters.records().is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_echoing_a_secret_too_short_to_take_out_is_not_shown() {
+    // A three-byte secret cannot be taken out of a text without taking
+    // out whatever else spells those bytes: the answer is not shown.
+    let body = "{\"echo\":{\"password\":\"q7Z\"}}";
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
+         auth = {{ strategy = \"basic\", user = \"etl\", password = \"q7Z\" }}",
+        server.uri("/anything")
+    ));
+    let (driver, letters) = drive(sink, driver_config(10, 1));
+    let (_statuses, closed) = deliver(driver, batches(10, 10)).await;
+    let err = closed.unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("not a bulk API answer"), "{text}");
+    assert!(!text.contains("q7Z"), "{text}");
+    assert!(text.contains("not shown"), "{text}");
+    assert!(letters.records().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_echoed_across_the_excerpts_end_shows_none_of_its_bytes() {
+    // The excerpt ends 512 bytes in; the echoed secret starts 7 bytes
+    // before that, so cutting first and redacting after would show its
+    // first 7 bytes.
+    let body = format!("{}\"wraps-SECRET-9\"", "x".repeat(504));
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let sink = crate::support::sink(&format!(
+        "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
+         auth = {{ strategy = \"bearer\", token = \"wraps-SECRET-9\" }}",
+        server.uri("/anything")
+    ));
+    let (driver, _letters) = drive(sink, driver_config(10, 1));
+    let (_statuses, closed) = deliver(driver, batches(10, 10)).await;
+    let err = closed.unwrap_err();
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("not a bulk API answer"), "{text}");
+    assert!(!text.contains("wraps-"), "{text}");
+}
+
 /// Ten records in one write through `sink`: all delivered, none
 /// dead-lettered.
 async fn ten_delivered_in_one_write(sink: etl_http::HttpSink) {
