@@ -102,52 +102,53 @@ fn main() -> ExitCode {
 type Result<T = ()> = std::result::Result<T, String>;
 
 /// What building the workspace needs from the system beyond a C compiler:
-/// OpenSSL's headers and `pkg-config`, through which librdkafka's TLS
-/// links the system's OpenSSL. Installed from Debian's packages when
+/// `pkg-config`, OpenSSL's headers (librdkafka's TLS links the system's
+/// OpenSSL) and libzstd's (the binary links the system's zstd), with
+/// Oniguruma's wanted (VRL's grok functions link it when found, and
+/// compile its sources when not). Installed from Debian's packages when
 /// missing and we are root (each command printed), as the suites install
 /// their servers; otherwise an error saying what to install.
 fn build_prerequisites() -> Result {
-    let found = || {
+    let found = |libraries: &[&str]| {
         std::process::Command::new("pkg-config")
-            .args(["--exists", "openssl"])
+            .arg("--exists")
+            .args(libraries)
             .status()
             .is_ok_and(|s| s.success())
     };
-    if found() {
+    if found(&["openssl", "libzstd", "oniguruma"]) {
         return Ok(());
     }
-    let packages = "libssl-dev pkg-config";
+    const PACKAGES: [&str; 4] = ["libssl-dev", "libzstd-dev", "libonig-dev", "pkg-config"];
+    let packages = PACKAGES.join(" ");
     let root = std::process::Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
     if !root {
+        if found(&["openssl", "libzstd"]) {
+            // Only Oniguruma is missing: its sources are compiled instead.
+            return Ok(());
+        }
         return Err(format!(
-            "OpenSSL's headers or pkg-config are missing (librdkafka's TLS links the \
-             system's OpenSSL); install them, e.g. `sudo apt-get install {packages}`"
+            "the headers of OpenSSL or libzstd, or pkg-config, are missing (the binary \
+             links the system's OpenSSL and zstd); install them, e.g. \
+             `sudo apt-get install {packages}`"
         ));
     }
     Cmd::new("apt-get", &["update", "-q"])
         .env("DEBIAN_FRONTEND", "noninteractive")
         .run()?;
-    Cmd::new(
-        "apt-get",
-        &[
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "libssl-dev",
-            "pkg-config",
-        ],
-    )
-    .env("DEBIAN_FRONTEND", "noninteractive")
-    .run()?;
-    if found() {
+    let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
+    install.extend(PACKAGES);
+    Cmd::new("apt-get", &install)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .run()?;
+    if found(&["openssl", "libzstd"]) {
         Ok(())
     } else {
         Err(format!(
-            "apt-get installed {packages} but pkg-config finds no openssl"
+            "apt-get installed {packages} but pkg-config finds no openssl or libzstd"
         ))
     }
 }

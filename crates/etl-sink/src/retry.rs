@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt as _;
 use tokio::time::Instant;
 
 use crate::SinkError;
@@ -62,7 +62,7 @@ impl RetryPolicy {
     #[must_use]
     pub fn backoff(&self, n: u32) -> Duration {
         let cap = u64::try_from(self.backoff_cap(n).as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(rand::thread_rng().gen_range(0..=cap))
+        Duration::from_nanos(rand::rng().random_range(0..=cap))
     }
 
     /// Run `attempt` until it succeeds, fails with an error that is not

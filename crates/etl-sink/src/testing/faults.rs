@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etl_record::Record;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt as _, SeedableRng};
 
 use crate::{EncodedBatch, Progress, ProgressSink, Reject, Sink, SinkError};
 
@@ -149,7 +149,7 @@ impl<S: Sink> Sink for Flaky<S> {
             .rng
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .gen_bool(self.fraction);
+            .random_bool(self.fraction);
         if fail {
             self.failures.fetch_add(1, Ordering::Relaxed);
             return Err(SinkError::retryable("injected transient failure"));
