@@ -27,7 +27,6 @@ pub(crate) fn string_stops(block: &[u8; BLOCK]) -> u32 {
 /// The bytes of `block` that are not JSON whitespace (space, tab, line
 /// feed, carriage return).
 #[inline(always)]
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
     imp::not_whitespace(block)
 }
@@ -135,7 +134,6 @@ mod sse2 {
     }
 
     #[inline(always)]
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
         !mask(whitespace(load(block))) & 0xffff
     }

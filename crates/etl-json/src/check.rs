@@ -254,9 +254,29 @@ fn skip_ws(b: &[u8], i: usize) -> usize {
     }
 }
 
+/// [`skip_ws`] past its first byte: one whitespace byte before a token
+/// (`": "`, `", "`) is looked at alone; a longer run (indentation) a
+/// block at a time, its last bytes one by one.
 #[inline(never)]
 fn skip_ws_run(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+    let is_ws = |c: Option<&u8>| matches!(c, Some(b' ' | b'\t' | b'\n' | b'\r'));
+    if !is_ws(b.get(i)) {
+        return i;
+    }
+    if !is_ws(b.get(i + 1)) {
+        return i + 1;
+    }
+    while let Some(bytes) = b.get(i..i + block::BLOCK) {
+        let Ok(bytes) = <&[u8; block::BLOCK]>::try_from(bytes) else {
+            break;
+        };
+        let found = block::not_whitespace(bytes);
+        if found != 0 {
+            return i + found.trailing_zeros() as usize;
+        }
+        i += block::BLOCK;
+    }
+    while is_ws(b.get(i)) {
         i += 1;
     }
     i
