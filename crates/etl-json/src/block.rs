@@ -1,7 +1,7 @@
 //! Classifying JSON text a block of [`BLOCK`] bytes at a time: which
-//! bytes are quotes, backslashes, control characters (below 0x20),
-//! whitespace, or structural characters (`{}[]:,`), as bit masks (bit `n`
-//! for the block's byte `n`).
+//! bytes end a run of plain string content (quotes, backslashes, control
+//! characters below 0x20), and which are not whitespace, as bit masks
+//! (bit `n` for the block's byte `n`).
 //!
 //! On x86_64 this is SSE2, which every x86_64 processor has (no run-time
 //! detection); elsewhere a scalar loop that gives the same masks (a test
@@ -10,9 +10,9 @@
 //! scalar code, so nothing is ever read past the end of the text.
 //!
 //! This is the crate's only module with `unsafe` code: one unaligned
-//! load, of a `&[u8; BLOCK]` whose type proves it can be read whole. The
-//! measured reason is in `docs/benchmarks.md` ("The transform engine on
-//! eight shapes of records").
+//! load, of a `&[u8; BLOCK]` whose type proves it can be read whole, and
+//! intrinsics on registers. The measured reason is in
+//! `docs/benchmarks.md` ("The checking pass on blocks of 16 bytes").
 
 /// How many bytes one classification reads.
 pub(crate) const BLOCK: usize = 16;
@@ -29,28 +29,6 @@ pub(crate) fn string_stops(block: &[u8; BLOCK]) -> u32 {
 #[inline(always)]
 pub(crate) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
     imp::not_whitespace(block)
-}
-
-/// Every class of a block's bytes, each a bit mask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) struct Classes {
-    /// `"`.
-    pub(crate) quote: u32,
-    /// `\`.
-    pub(crate) backslash: u32,
-    /// Below 0x20.
-    pub(crate) control: u32,
-    /// Space, tab, line feed, carriage return.
-    pub(crate) whitespace: u32,
-    /// `{`, `}`, `[`, `]`, `:`, `,`.
-    pub(crate) structural: u32,
-}
-
-/// Every class of `block`'s bytes.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) fn classify(block: &[u8; BLOCK]) -> Classes {
-    imp::classify(block)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -73,7 +51,7 @@ mod sse2 {
         _mm_set1_epi8,
     };
 
-    use super::{BLOCK, Classes};
+    use super::BLOCK;
 
     #[inline(always)]
     fn load(block: &[u8; BLOCK]) -> __m128i {
@@ -137,28 +115,13 @@ mod sse2 {
     pub(super) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
         !mask(whitespace(load(block))) & 0xffff
     }
-
-    pub(super) fn classify(block: &[u8; BLOCK]) -> Classes {
-        let v = load(block);
-        let structural = or(
-            or(or(eq(v, b'{'), eq(v, b'}')), or(eq(v, b'['), eq(v, b']'))),
-            or(eq(v, b':'), eq(v, b',')),
-        );
-        Classes {
-            quote: mask(eq(v, b'"')),
-            backslash: mask(eq(v, b'\\')),
-            control: mask(control(v)),
-            whitespace: mask(whitespace(v)),
-            structural: mask(structural),
-        }
-    }
 }
 
 /// A byte at a time: the other targets' classifier, and what the SSE2
 /// one is held to.
 #[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
 mod scalar {
-    use super::{BLOCK, Classes};
+    use super::BLOCK;
 
     /// The mask of the bytes of `block` for which `class` holds.
     #[inline(always)]
@@ -180,18 +143,6 @@ mod scalar {
     pub(super) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
         mask(block, |c| !is_whitespace(c))
     }
-
-    pub(super) fn classify(block: &[u8; BLOCK]) -> Classes {
-        Classes {
-            quote: mask(block, |c| c == b'"'),
-            backslash: mask(block, |c| c == b'\\'),
-            control: mask(block, |c| c < 0x20),
-            whitespace: mask(block, is_whitespace),
-            structural: mask(block, |c| {
-                matches!(c, b'{' | b'}' | b'[' | b']' | b':' | b',')
-            }),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -200,51 +151,22 @@ mod tests {
 
     use super::*;
 
-    /// What each class is, byte by byte, written out once more.
-    fn expected(block: &[u8; BLOCK]) -> Classes {
-        let mut classes = Classes {
-            quote: 0,
-            backslash: 0,
-            control: 0,
-            whitespace: 0,
-            structural: 0,
-        };
-        for (n, &c) in block.iter().enumerate() {
-            let bit = 1u32 << n;
-            match c {
-                b'"' => classes.quote |= bit,
-                b'\\' => classes.backslash |= bit,
-                b' ' => classes.whitespace |= bit,
-                b'{' | b'}' | b'[' | b']' | b':' | b',' => classes.structural |= bit,
-                _ => {}
-            }
-            if c < 0x20 {
-                classes.control |= bit;
-                if matches!(c, b'\t' | b'\n' | b'\r') {
-                    classes.whitespace |= bit;
-                }
-            }
-        }
-        classes
-    }
-
+    /// The masks of `block` written out once more, byte by byte, and
+    /// each classifier's held to them.
     fn check(block: &[u8; BLOCK]) {
-        let want = expected(block);
-        for (got, by) in [
-            (classify(block), "classify"),
-            (scalar::classify(block), "scalar"),
-        ] {
-            assert_eq!(got, want, "{by} on {block:?}");
+        let (mut stops, mut not_whitespace) = (0, 0);
+        for (n, &c) in block.iter().enumerate() {
+            if c == b'"' || c == b'\\' || c < 0x20 {
+                stops |= 1 << n;
+            }
+            if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+                not_whitespace |= 1 << n;
+            }
         }
-        let stops = want.quote | want.backslash | want.control;
         assert_eq!(string_stops(block), stops, "{block:?}");
         assert_eq!(scalar::string_stops(block), stops, "{block:?}");
-        assert_eq!(
-            not_whitespace(block),
-            !want.whitespace & 0xffff,
-            "{block:?}"
-        );
-        assert_eq!(scalar::not_whitespace(block), !want.whitespace & 0xffff);
+        assert_eq!(super::not_whitespace(block), not_whitespace, "{block:?}");
+        assert_eq!(scalar::not_whitespace(block), not_whitespace, "{block:?}");
     }
 
     #[test]

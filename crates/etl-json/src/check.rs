@@ -7,9 +7,10 @@
 //! serde_json checked the value, but cost more than the rest of a small
 //! record's work: a `String` per key and a visitor call per value. This
 //! reader checks the grammar serde_json accepts and records where each
-//! value is, nothing else. Strings are crossed a block of 16 bytes at a
-//! time ([`crate::block`] finds the quotes, backslashes and control
-//! characters in it), the last bytes of the text with the scalar code;
+//! value is, nothing else. Strings and runs of whitespace are crossed a
+//! block of 16 bytes at a time ([`crate::block`] finds the quotes,
+//! backslashes and control characters, or the end of the run, in it),
+//! the last bytes of the text with the scalar code;
 //! the tests hold the pass to the one it replaced (`check/oracle.rs`, the
 //! same grammar a byte at a time) on generated text, valid and not.
 //!
