@@ -255,6 +255,19 @@ fn skip_ws(b: &[u8], i: usize) -> usize {
     }
 }
 
+/// The first byte from `i` that is not whitespace, and where it is: the
+/// next token's first byte, read once for the grammar's test and its
+/// dispatch.
+#[inline(always)]
+fn token(b: &[u8], i: usize) -> Option<(usize, u8)> {
+    let c = *b.get(i)?;
+    if c > b' ' {
+        return Some((i, c));
+    }
+    let i = skip_ws_run(b, i);
+    Some((i, *b.get(i)?))
+}
+
 /// [`skip_ws`] past its first byte: one whitespace byte before a token
 /// (`": "`, `", "`) is looked at alone; a longer run (indentation) a
 /// block at a time, its last bytes one by one.
@@ -291,7 +304,19 @@ fn value<'a, K: Keep<'a>>(
     i: usize,
     depth: usize,
 ) -> Option<usize> {
-    match *b.get(i)? {
+    value_of(r, b, i, *b.get(i)?, depth)
+}
+
+/// [`value`], whose first byte `c` was read already.
+#[inline(always)]
+fn value_of<'a, K: Keep<'a>>(
+    r: &mut Reader<'a, '_, K>,
+    b: &[u8],
+    i: usize,
+    c: u8,
+    depth: usize,
+) -> Option<usize> {
+    match c {
         b'"' => string(b, i).map(|(end, _)| end),
         b'{' => object(r, b, i, depth + 1),
         b'[' => array(r, b, i, depth + 1),
@@ -319,27 +344,27 @@ fn object<'a, K: Keep<'a>>(
         return None;
     }
     let mark = r.keep.open(depth);
-    let mut i = skip_ws(b, at + 1);
-    if b.get(i) != Some(&b'}') {
+    let (mut i, mut c) = token(b, at + 1)?;
+    if c != b'}' {
         loop {
-            if b.get(i) != Some(&b'"') {
+            if c != b'"' {
                 return None;
             }
             let (end, escaped) = string(b, i)?;
             let name = (i, end, escaped);
-            i = skip_ws(b, end);
-            if b.get(i) != Some(&b':') {
+            let (colon, after_key) = token(b, end)?;
+            if after_key != b':' {
                 return None;
             }
-            let start = skip_ws(b, i + 1);
-            let end = value(r, b, start, depth)?;
+            let (start, first) = token(b, colon + 1)?;
+            let end = value_of(r, b, start, first, depth)?;
             if mark.is_some() {
                 let (from, to, escaped) = name;
                 r.keep.entry(r.text, depth, from..to, escaped, start..end)?;
             }
-            i = skip_ws(b, end);
-            match b.get(i)? {
-                b',' => i = skip_ws(b, i + 1),
+            (i, c) = token(b, end)?;
+            match c {
+                b',' => (i, c) = token(b, i + 1)?,
                 b'}' => break,
                 _ => return None,
             }
@@ -361,15 +386,15 @@ fn array<'a, K: Keep<'a>>(
     if depth > MAX_DEPTH {
         return None;
     }
-    let mut i = skip_ws(b, i + 1);
-    if b.get(i) == Some(&b']') {
+    let (mut i, mut c) = token(b, i + 1)?;
+    if c == b']' {
         return Some(i + 1);
     }
     loop {
-        i = skip_ws(b, value(r, b, i, depth)?);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b']' => return Some(i + 1),
+        let (after, next) = token(b, value_of(r, b, i, c, depth)?)?;
+        match next {
+            b',' => (i, c) = token(b, after + 1)?,
+            b']' => return Some(after + 1),
             _ => return None,
         }
     }
