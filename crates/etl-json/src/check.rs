@@ -7,7 +7,12 @@
 //! serde_json checked the value, but cost more than the rest of a small
 //! record's work: a `String` per key and a visitor call per value. This
 //! reader checks the grammar serde_json accepts and records where each
-//! value is, nothing else.
+//! value is, nothing else. Strings and runs of whitespace are crossed a
+//! block of 16 bytes at a time ([`crate::block`] finds the quotes,
+//! backslashes and control characters, or the end of the run, in it),
+//! the last bytes of the text with the scalar code;
+//! the tests hold the pass to the one it replaced (`check/oracle.rs`, the
+//! same grammar a byte at a time) on generated text, valid and not.
 //!
 //! Invariant: what it accepts, serde_json accepts when reading a value (a
 //! differential property test holds it to that). It may leave alone what
@@ -20,6 +25,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use crate::block;
 use crate::scan::{self, Entries};
 
 use scan::MAX_DEPTH;
@@ -249,9 +255,42 @@ fn skip_ws(b: &[u8], i: usize) -> usize {
     }
 }
 
+/// The first byte from `i` that is not whitespace, and where it is: the
+/// next token's first byte, read once for the grammar's test and its
+/// dispatch.
+#[inline(always)]
+fn token(b: &[u8], i: usize) -> Option<(usize, u8)> {
+    let c = *b.get(i)?;
+    if c > b' ' {
+        return Some((i, c));
+    }
+    let i = skip_ws_run(b, i);
+    Some((i, *b.get(i)?))
+}
+
+/// [`skip_ws`] past its first byte: one whitespace byte before a token
+/// (`": "`, `", "`) is looked at alone; a longer run (indentation) a
+/// block at a time, its last bytes one by one.
 #[inline(never)]
 fn skip_ws_run(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+    let is_ws = |c: Option<&u8>| matches!(c, Some(b' ' | b'\t' | b'\n' | b'\r'));
+    if !is_ws(b.get(i)) {
+        return i;
+    }
+    if !is_ws(b.get(i + 1)) {
+        return i + 1;
+    }
+    while let Some(bytes) = b.get(i..i + block::BLOCK) {
+        let Ok(bytes) = <&[u8; block::BLOCK]>::try_from(bytes) else {
+            break;
+        };
+        let found = block::not_whitespace(bytes);
+        if found != 0 {
+            return i + found.trailing_zeros() as usize;
+        }
+        i += block::BLOCK;
+    }
+    while is_ws(b.get(i)) {
         i += 1;
     }
     i
@@ -265,7 +304,19 @@ fn value<'a, K: Keep<'a>>(
     i: usize,
     depth: usize,
 ) -> Option<usize> {
-    match *b.get(i)? {
+    value_of(r, b, i, *b.get(i)?, depth)
+}
+
+/// [`value`], whose first byte `c` was read already.
+#[inline(always)]
+fn value_of<'a, K: Keep<'a>>(
+    r: &mut Reader<'a, '_, K>,
+    b: &[u8],
+    i: usize,
+    c: u8,
+    depth: usize,
+) -> Option<usize> {
+    match c {
         b'"' => string(b, i).map(|(end, _)| end),
         b'{' => object(r, b, i, depth + 1),
         b'[' => array(r, b, i, depth + 1),
@@ -293,27 +344,27 @@ fn object<'a, K: Keep<'a>>(
         return None;
     }
     let mark = r.keep.open(depth);
-    let mut i = skip_ws(b, at + 1);
-    if b.get(i) != Some(&b'}') {
+    let (mut i, mut c) = token(b, at + 1)?;
+    if c != b'}' {
         loop {
-            if b.get(i) != Some(&b'"') {
+            if c != b'"' {
                 return None;
             }
             let (end, escaped) = string(b, i)?;
             let name = (i, end, escaped);
-            i = skip_ws(b, end);
-            if b.get(i) != Some(&b':') {
+            let (colon, after_key) = token(b, end)?;
+            if after_key != b':' {
                 return None;
             }
-            let start = skip_ws(b, i + 1);
-            let end = value(r, b, start, depth)?;
+            let (start, first) = token(b, colon + 1)?;
+            let end = value_of(r, b, start, first, depth)?;
             if mark.is_some() {
                 let (from, to, escaped) = name;
                 r.keep.entry(r.text, depth, from..to, escaped, start..end)?;
             }
-            i = skip_ws(b, end);
-            match b.get(i)? {
-                b',' => i = skip_ws(b, i + 1),
+            (i, c) = token(b, end)?;
+            match c {
+                b',' => (i, c) = token(b, i + 1)?,
                 b'}' => break,
                 _ => return None,
             }
@@ -335,15 +386,15 @@ fn array<'a, K: Keep<'a>>(
     if depth > MAX_DEPTH {
         return None;
     }
-    let mut i = skip_ws(b, i + 1);
-    if b.get(i) == Some(&b']') {
+    let (mut i, mut c) = token(b, i + 1)?;
+    if c == b']' {
         return Some(i + 1);
     }
     loop {
-        i = skip_ws(b, value(r, b, i, depth)?);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b']' => return Some(i + 1),
+        let (after, next) = token(b, value_of(r, b, i, c, depth)?)?;
+        match next {
+            b',' => (i, c) = token(b, after + 1)?,
+            b']' => return Some(after + 1),
             _ => return None,
         }
     }
@@ -357,15 +408,7 @@ fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
     let mut j = i + 1;
     let mut escaped = false;
     loop {
-        // Eight bytes at a time while none is one to look at.
-        while let Some(word) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
-            let found = special(u64::from_le_bytes(word));
-            if found != 0 {
-                j += (found.trailing_zeros() / 8) as usize;
-                break;
-            }
-            j += 8;
-        }
+        j = next_special(b, j);
         match *b.get(j)? {
             b'"' => return Some((j + 1, escaped)),
             b'\\' => {
@@ -389,6 +432,32 @@ fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
             _ => j += 1,
         }
     }
+}
+
+/// The index of the first byte from `j` that is a quote, a backslash or a
+/// control character: a block ([`block::BLOCK`] bytes) at a time while
+/// none is, then eight bytes at a time; or where fewer than eight bytes
+/// are left, from which the caller looks at each.
+#[inline(always)]
+fn next_special(b: &[u8], mut j: usize) -> usize {
+    while let Some(bytes) = b.get(j..j + block::BLOCK) {
+        let Ok(bytes) = <&[u8; block::BLOCK]>::try_from(bytes) else {
+            break;
+        };
+        let found = block::string_stops(bytes);
+        if found != 0 {
+            return j + found.trailing_zeros() as usize;
+        }
+        j += block::BLOCK;
+    }
+    while let Some(word) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+        let found = special(u64::from_le_bytes(word));
+        if found != 0 {
+            return j + (found.trailing_zeros() / 8) as usize;
+        }
+        j += 8;
+    }
+    j
 }
 
 /// The bytes of `word` (little-endian) that are a quote, a backslash or
@@ -451,6 +520,9 @@ fn number(b: &[u8], i: usize) -> Option<usize> {
     }
     Some(j)
 }
+
+#[cfg(test)]
+mod oracle;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -783,6 +855,155 @@ mod tests {
                 let left_alone = text.contains("\\ud") || text.contains("\\uD") || big_exponent(&text);
                 prop_assert!(read(&text).is_some() || left_alone, "refused {:?}", text);
             }
+        }
+    }
+
+    /// Holds the checking pass to the one it replaced ([`oracle`]) on
+    /// `text`: the same verdict, the same top-level entries, and, kept
+    /// to depth 2 and to any depth, the same nested objects.
+    fn same_as_before(text: &str) -> Result<(), TestCaseError> {
+        prop_assert_eq!(
+            entries_in(text, Vec::new()),
+            oracle::entries_in(text, Vec::new()),
+            "{:?}",
+            text
+        );
+        for max_depth in [2, usize::MAX] {
+            let (mut objects, mut entries) = (Vec::new(), Vec::new());
+            let nested = Nested {
+                max_depth,
+                objects: &mut objects,
+                entries: &mut entries,
+            };
+            let top = entries_keeping(text, Vec::new(), nested);
+            let (mut was_objects, mut was_entries) = (Vec::new(), Vec::new());
+            let nested = Nested {
+                max_depth,
+                objects: &mut was_objects,
+                entries: &mut was_entries,
+            };
+            let was = oracle::entries_keeping(text, Vec::new(), nested);
+            prop_assert_eq!(top, was, "{:?}", text);
+            prop_assert_eq!(objects, was_objects, "{:?}", text);
+            prop_assert_eq!(entries, was_entries, "{:?}", text);
+        }
+        Ok(())
+    }
+
+    /// A string's content: plain runs of every length, every escape,
+    /// non-ASCII characters; now and then what a string cannot hold
+    /// (surrogate, short and unknown escapes, a quote or a backslash
+    /// alone, control bytes).
+    fn string_body() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            8 => "[a-zA-Z0-9 ,:{}\\[\\]]{0,40}",
+            2 => "[a-z]{60,140}",
+            4 => "\\\\[\"\\\\/bfnrt]",
+            2 => "\\\\u[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}",
+            4 => "[\u{e9}\u{5c71}\u{1f600}\u{2019}\u{80}-\u{ff}\u{7f}]{1,4}",
+            1 => prop_oneof![
+                "\\\\u[dD][89abAB][0-9a-fA-F]{2}",
+                "\\\\u[0-9a-fA-F]{0,3}",
+                "\\\\[^\"\\\\/bfnrtu]",
+                Just("\\".to_owned()),
+                Just("\"".to_owned()),
+                "[\u{0}-\u{1f}]",
+            ],
+        ];
+        prop::collection::vec(piece, 0..6).prop_map(|p| p.concat())
+    }
+
+    /// A value: strings of [`string_body`], numbers, literals,
+    /// containers, with whitespace around; now and then a number or a
+    /// literal that is not one.
+    fn value_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            8 => string_body().prop_map(|s| format!("\"{s}\"")),
+            4 => "-?(0|[1-9][0-9]{0,20})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            3 => "(true|false|null)",
+            1 => "-?(0[0-9]|[0-9]{1,3}\\.|[0-9]{1,3}[eE][+-]?[0-9]{0,4}|tru|nul|fals|truex|\\+1|NaN)",
+        ];
+        let ws = prop_oneof!["[ \t\r\n]{0,2}", "[ ]{0,70}"];
+        let leaf = (ws.clone(), leaf, ws).prop_map(|(a, v, b)| format!("{a}{v}{b}"));
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                (prop::collection::vec(inner.clone(), 0..6), "[ \n]{0,2}")
+                    .prop_map(|(v, ws)| format!("[{ws}{}]", v.join(","))),
+                (
+                    prop::collection::vec((string_body(), "[ \t]{0,2}", inner), 0..6),
+                    "[ \n]{0,2}",
+                )
+                    .prop_map(|(v, ws)| {
+                        let fields: Vec<String> = v
+                            .into_iter()
+                            .map(|(k, sep, v)| format!("\"{k}\"{sep}:{v}"))
+                            .collect();
+                        format!("{{{ws}{}}}", fields.join(","))
+                    }),
+            ]
+        })
+    }
+
+    /// Cuts `text` to at most `len` bytes, at a character boundary.
+    fn cut(text: &str, len: usize) -> &str {
+        let mut len = len.min(text.len());
+        while !text.is_char_boundary(len) {
+            len -= 1;
+        }
+        &text[..len]
+    }
+
+    #[test]
+    fn strings_of_every_length_at_every_place_in_a_block_read_as_before() {
+        // A string whose content is `len` plain bytes, then one byte of
+        // each kind the scan stops at (or none), starting at places
+        // around a block's and a word's size; and the same text cut
+        // short before its end.
+        for len in 0..=130 {
+            for pad in [0, 1, 7, 8, 9, 15, 16, 17, 63, 64] {
+                for stop in [
+                    "", "\\n", "\\u00e9", "\\ud800", "\\x", "\t", "\u{1f}", "\"", "\\", "é",
+                ] {
+                    let text = format!(
+                        "{{\"k\":{}\"{}{stop}{}\"}}",
+                        " ".repeat(pad),
+                        "a".repeat(len),
+                        "b".repeat(len % 7)
+                    );
+                    same_as_before(&text).unwrap();
+                    for short in [1, 2, 3, 17, 65] {
+                        same_as_before(cut(&text, text.len().saturating_sub(short))).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prop_the_checking_pass_reads_as_the_one_it_replaced(
+            value in value_text(),
+            pad in 0usize..=64,
+            second in value_text(),
+            len in 0usize..=130,
+            at in any::<prop::sample::Index>(),
+            byte in prop_oneof![Just('"'), Just('\\'), Just('\u{1}'), Just(' '), Just('}'), Just(','), Just('é')],
+        ) {
+            let text = format!("{}{{\"x\":{value},\"y\":{second}}}", " ".repeat(pad));
+            same_as_before(&text)?;
+            // Records of the lengths around every multiple of a block.
+            same_as_before(cut(&text, len))?;
+            same_as_before(cut(&text, text.len().saturating_sub(len)))?;
+            // One byte more, anywhere.
+            let mut changed = text.clone();
+            let mut place = at.index(changed.len() + 1);
+            while !changed.is_char_boundary(place) {
+                place -= 1;
+            }
+            changed.insert(place, byte);
+            same_as_before(&changed)?;
+            // Each value as a record of its own, when it is an object.
+            same_as_before(&value)?;
         }
     }
 }
