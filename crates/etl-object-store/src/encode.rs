@@ -58,14 +58,31 @@ impl SchemaSource {
 
 /// A batch's records as a write read them, by their place in the batch.
 #[derive(Debug)]
-pub(crate) enum Read {
+pub(crate) enum Read<'b> {
     /// Nothing read: NDJSON objects whose keys need no field.
     Nothing,
     /// Each record's JSON value, `None` where it is not JSON.
     Values(Vec<Option<Value>>),
     /// Each record's row of a declared Parquet schema, or why it does not
     /// fit.
-    Rows(Vec<Result<Row, String>>),
+    Rows(Vec<Result<Held<'b>, String>>),
+}
+
+/// A record's row: read by the write, or by the sink's encoder and held
+/// by the batch.
+#[derive(Debug)]
+pub(crate) enum Held<'b> {
+    Read(Row),
+    Checked(&'b Row),
+}
+
+impl Held<'_> {
+    pub(crate) fn row(&self) -> &Row {
+        match self {
+            Held::Read(row) => row,
+            Held::Checked(row) => row,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -152,7 +169,7 @@ impl ObjectFormat {
         &self,
         batch: &EncodedBatch,
         rows: &[usize],
-        read: &Read,
+        read: &Read<'_>,
         workers: Workers,
     ) -> Result<Bytes, String> {
         match self {
@@ -173,7 +190,9 @@ impl ObjectFormat {
                     Read::Rows(read) => {
                         let refs: Vec<&Row> = rows
                             .iter()
-                            .filter_map(|&i| read.get(i).and_then(|row| row.as_ref().ok()))
+                            .filter_map(|&i| {
+                                read.get(i).and_then(|row| row.as_ref().ok()).map(Held::row)
+                            })
                             .collect();
                         if refs.len() != rows.len() {
                             return Err(not_read());
@@ -458,14 +477,22 @@ mod tests {
                 row_group_rows,
                 page_bytes,
             );
-            let rows: Vec<Result<Row, String>> = b
+            let rows: Vec<Result<Held<'_>, String>> = b
                 .records()
                 .iter()
-                .map(|r| schema.read_row(&r.value).ok_or_else(|| "unsure".to_owned()))
+                .map(|r| {
+                    schema
+                        .read_row(&r.value)
+                        .map(Held::Read)
+                        .ok_or_else(|| "unsure".to_owned())
+                })
                 .collect();
             // Every other record, so that the rows are not the batch's.
             let picked: Vec<usize> = (0..lines.len()).filter(|i| i % 3 != 1).collect();
-            let refs: Vec<&Row> = picked.iter().map(|&i| rows[i].as_ref().unwrap()).collect();
+            let refs: Vec<&Row> = picked
+                .iter()
+                .map(|&i| rows[i].as_ref().unwrap().row())
+                .collect();
             let whole = written_whole(&format, &schema, schema.columns_of_rows(&refs).unwrap());
             let read = super::Read::Rows(rows);
             for threads in [1, 2, 3, 8] {

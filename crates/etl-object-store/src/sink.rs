@@ -16,11 +16,11 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde_json::Value;
 
-use crate::encode::{ObjectFormat, Read, SchemaSource};
+use crate::encode::{Held, ObjectFormat, Read, SchemaSource};
 use crate::error::classify;
 use crate::key::{KeyParts, lookup};
 use crate::progress::ProgressStore;
-use crate::schema::{RowSchema, timestamp_micros};
+use crate::schema::{Row, RowSchema, timestamp_micros};
 use crate::store::build_store;
 use crate::upload::{ABORT_SETTLE, Aborts, upload};
 use crate::workers::Workers;
@@ -84,6 +84,28 @@ impl std::fmt::Debug for Inner {
             .field("format", &self.format)
             .field("exactly_once", &self.exactly_once.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// The rows the sink's encoder read of the records it accepted, in their
+/// order, attached to them in the batch (see
+/// [`etl_sink::BatchEncoding::attach`]): the write takes them instead of
+/// reading the records again.
+#[derive(Debug)]
+pub(crate) struct CheckedRows {
+    /// The sink whose schema they were read with: a write of another
+    /// sink reads the records itself.
+    sink: Arc<Inner>,
+    rows: Vec<Row>,
+}
+
+impl CheckedRows {
+    /// `rows`, read with `sink`'s schema.
+    pub(crate) fn new(sink: &ObjectStoreSink, rows: Vec<Row>) -> Self {
+        CheckedRows {
+            sink: sink.inner.clone(),
+            rows,
+        }
     }
 }
 
@@ -190,6 +212,21 @@ impl ObjectStoreSink {
     #[must_use]
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         self.inner.store.clone()
+    }
+
+    /// Each of `records`' rows, or why it cannot be stored (the reason
+    /// [`fits`](Self::fits) gives), in their order, read in chunks on the
+    /// write's threads: what the write needs of them, where that is their
+    /// rows alone (a declared Parquet schema, a key that reads no field
+    /// and no date field). `None` where the write needs more.
+    pub(crate) fn rows_of(&self, records: &[Record]) -> Option<Vec<Result<Row, String>>> {
+        let inner = &*self.inner;
+        let schema = inner.rows_schema()?;
+        // Only a panic fails a chunk: a record that does not fit is its
+        // row's `Err`. After a panic, each record is judged alone.
+        inner
+            .read_rows(schema, records.iter().collect(), MIN_ROWS_PER_READ)
+            .ok()
     }
 
     /// Whether `record` can be stored: `Ok(true)` when its value was
@@ -323,6 +360,43 @@ impl Inner {
         })
     }
 
+    /// The declared schema, where the write needs nothing of a record but
+    /// its row: no key part nor date reads a field.
+    fn rows_schema(&self) -> Option<&RowSchema> {
+        self.format
+            .declared()
+            .filter(|_| !self.key.reads_fields() && self.date_field.is_none())
+    }
+
+    /// The rows of `records`, or why each does not fit, in their order:
+    /// read in one pass over the bytes where the record surely fits and
+    /// through its `Value` otherwise; in as many chunks as there are
+    /// threads (of at least `min_chunk` records), each read on one.
+    fn read_rows(
+        &self,
+        schema: &RowSchema,
+        records: Vec<&Record>,
+        min_chunk: usize,
+    ) -> Result<Vec<Result<Row, String>>, String> {
+        let read_one = |r: &&Record| match schema.read_row(&r.value) {
+            Some(row) => Ok(row),
+            None => match serde_json::from_slice::<Value>(&r.value) {
+                Ok(value) => schema.check(&value).and_then(|()| schema.row_of(&value)),
+                Err(_) => Err("the value is not JSON".to_owned()),
+            },
+        };
+        let chunk = records
+            .len()
+            .div_ceil(self.workers.count())
+            .max(min_chunk)
+            .max(1);
+        let chunks: Vec<&[&Record]> = records.chunks(chunk).collect();
+        let read = self.workers.run(chunks, &[], |chunk| {
+            Ok(chunk.iter().map(read_one).collect::<Vec<_>>())
+        })?;
+        Ok(read.into_iter().flatten().collect())
+    }
+
     fn reads_values(&self) -> bool {
         self.format.reads_values() || self.key.reads_fields() || self.date_field.is_some()
     }
@@ -375,40 +449,54 @@ impl Inner {
     }
 
     /// Read what the objects of `batch` need of its records: for a
-    /// declared Parquet schema whose keys need no field, each record's row,
-    /// in one pass over its bytes where it surely fits and through its
-    /// `Value` otherwise; else the values, where anything reads them.
-    fn read(&self, batch: &EncodedBatch) -> Result<Read, String> {
-        let records = batch.records().iter();
-        if let Some(schema) = self.format.declared()
-            && !self.key.reads_fields()
-            && self.date_field.is_none()
-        {
-            let read_one = |r: &Record| match schema.read_row(&r.value) {
-                Some(row) => Ok(row),
-                None => match serde_json::from_slice::<Value>(&r.value) {
-                    Ok(value) => schema.check(&value).and_then(|()| schema.row_of(&value)),
-                    Err(_) => Err("the value is not JSON".to_owned()),
-                },
-            };
-            // In as many chunks as there are threads, each read on one,
-            // the rows kept in the records' order.
-            let all = batch.records();
-            let chunk = all
-                .len()
-                .div_ceil(self.workers.count())
-                .max(MIN_ROWS_PER_READ);
-            let chunks: Vec<&[Record]> = all.chunks(chunk).collect();
-            let read = self.workers.run(chunks, &[], |chunk| {
-                Ok(chunk.iter().map(read_one).collect::<Vec<_>>())
-            });
-            // Only a panic fails a chunk: a record that does not fit is
-            // its row's `Err`.
-            return read.map(|chunks| Read::Rows(chunks.into_iter().flatten().collect()));
+    /// declared Parquet schema whose keys need no field, each record's row
+    /// (the one the sink's encoder read and attached, or else read here);
+    /// else the values, where anything reads them.
+    fn read<'b>(&self, batch: &'b EncodedBatch) -> Result<Read<'b>, String> {
+        if let Some(schema) = self.rows_schema() {
+            let mut held: Vec<Option<&'b Row>> = vec![None; batch.len()];
+            for (range, attached) in batch.attachments() {
+                let Some(checked) = attached.downcast_ref::<CheckedRows>() else {
+                    continue;
+                };
+                if std::ptr::eq(Arc::as_ptr(&checked.sink), self)
+                    && let Some(slots) = held.get_mut(range)
+                    && slots.len() == checked.rows.len()
+                {
+                    for (slot, row) in slots.iter_mut().zip(&checked.rows) {
+                        *slot = Some(row);
+                    }
+                }
+            }
+            let records = batch.records();
+            let missing: Vec<&Record> = records
+                .iter()
+                .zip(&held)
+                .filter_map(|(record, row)| row.is_none().then_some(record))
+                .collect();
+            let mut read = if missing.is_empty() {
+                Vec::new()
+            } else {
+                self.read_rows(schema, missing, MIN_ROWS_PER_READ)?
+            }
+            .into_iter();
+            let rows = held
+                .into_iter()
+                .map(|row| match row {
+                    Some(row) => Ok(Held::Checked(row)),
+                    None => read
+                        .next()
+                        .unwrap_or_else(|| Err("the record was not read".to_owned()))
+                        .map(Held::Read),
+                })
+                .collect();
+            return Ok(Read::Rows(rows));
         }
         Ok(if self.reads_values() {
             Read::Values(
-                records
+                batch
+                    .records()
+                    .iter()
                     .map(|r| serde_json::from_slice(&r.value).ok())
                     .collect(),
             )
@@ -419,7 +507,7 @@ impl Inner {
 
     /// Cut `batch` into objects; the records that cannot be stored are
     /// rejected.
-    fn plan(&self, batch: &EncodedBatch, read: &Read) -> (Vec<Planned>, Vec<Reject>) {
+    fn plan(&self, batch: &EncodedBatch, read: &Read<'_>) -> (Vec<Planned>, Vec<Reject>) {
         let now = Utc::now();
         let mut planned: Vec<Planned> = Vec::new();
         let mut open: BTreeMap<PartitionId, usize> = BTreeMap::new();
@@ -671,5 +759,180 @@ mod secret_tests {
             }
             assert!(shown.contains("lake"), "{shown}");
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use bytes::BytesMut;
+    use etl_record::{Offset, Position, SourceId};
+    use etl_sink::Encoder;
+    use object_store::ObjectStoreExt;
+
+    const COLUMNS: &str = r#"columns = [
+        { name = "id", type = "int64", nullable = false },
+        { name = "user", type = "string" },
+        { name = "amount", type = "float64" },
+        { name = "tags", type = "list", item = { name = "tag", type = "string" } },
+    ]"#;
+
+    /// A Parquet sink on an in-memory store whose write shares its work
+    /// between `threads` threads.
+    fn sink(columns: &str, threads: usize) -> ObjectStoreSink {
+        let config: ObjectStoreSinkConfig = toml::from_str(&format!(
+            "key = \"{{partition}}-{{first_offset}}.parquet\"\n\
+             [store]\nkind = \"local\"\npath = \"lake\"\n\
+             [encoding]\nformat = \"parquet\"\n{columns}\n"
+        ))
+        .unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let mut inner = Inner::new("lake", config, store, false).unwrap();
+        inner.workers = Workers::new(threads);
+        ObjectStoreSink {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Records of every kind: fitting in one pass, fitting only by the
+    /// check over `Value` (a key given twice), not fitting, not JSON.
+    fn records(n: i64) -> Vec<Record> {
+        (0..n)
+            .map(|i: i64| {
+                let value = match i % 7 {
+                    0..=2 => format!(
+                        r#"{{"id":{i},"user":"u{}","amount":{i}.5,"tags":["a","b{i}"]}}"#,
+                        i % 13
+                    ),
+                    3 => format!(r#"{{"id":0,"id":{i},"user":null}}"#),
+                    4 => format!(r#"{{"id":"{i}"}}"#),
+                    5 => format!(r#"{{"id":{i},"amount":-{i},"tags":[]}}"#),
+                    _ => format!("not json {i}"),
+                };
+                Record::new(
+                    Position::new(
+                        SourceId::new("in"),
+                        PartitionId(u32::try_from(i % 3).unwrap()),
+                        Offset(i),
+                    ),
+                    value,
+                )
+            })
+            .collect()
+    }
+
+    /// The batch and refusals of `encoder` taking one record at a time.
+    fn one_by_one(encoder: &dyn Encoder, records: &[Record]) -> (Vec<u8>, Vec<(i64, String)>) {
+        let mut bytes = BytesMut::new();
+        let mut refused = Vec::new();
+        for record in records {
+            let mut out = BytesMut::new();
+            match encoder.encode(record, &mut out) {
+                Ok(()) => bytes.extend_from_slice(&out),
+                Err(e) => refused.push((record.position.offset.0, e.to_string())),
+            }
+        }
+        (bytes.to_vec(), refused)
+    }
+
+    /// Checked in chunks on several threads, a batch's records keep their
+    /// order: the bytes, the refusals (with their reasons) and the rows
+    /// attached are those of the records taken one by one, whichever
+    /// chunk finishes first.
+    #[test]
+    fn a_batch_checked_on_several_threads_gives_what_one_record_at_a_time_gives() {
+        for threads in [1, 2, 5] {
+            let sink = sink(COLUMNS, threads);
+            let encoder = sink.encoder();
+            // Enough records for a chunk a thread.
+            let records = records(7_000);
+            let (bytes, refused) = one_by_one(&encoder, &records);
+            let (batch, batch_refused) = EncodedBatch::encode(records.clone(), &encoder);
+            let batch_refused: Vec<(i64, String)> = batch_refused
+                .into_iter()
+                .map(|(r, e)| (r.position.offset.0, e.to_string()))
+                .collect();
+            assert!(batch.bytes()[..] == bytes[..], "{threads} threads");
+            assert_eq!(batch_refused, refused, "{threads} threads");
+            assert_eq!(refused.len(), 2_000);
+            let attachments: Vec<_> = batch.attachments().collect();
+            assert_eq!(attachments.len(), 1);
+            let (range, attached) = &attachments[0];
+            assert_eq!(*range, 0..batch.len());
+            let checked = attached.downcast_ref::<CheckedRows>().unwrap();
+            let schema = sink.inner.format.declared().unwrap();
+            let expected: Vec<Row> = batch
+                .records()
+                .iter()
+                .map(|r| {
+                    let value: Value = serde_json::from_slice(&r.value).unwrap();
+                    schema.row_of(&value).unwrap()
+                })
+                .collect();
+            assert!(checked.rows == expected, "{threads} threads: other rows");
+        }
+    }
+
+    async fn objects(sink: &ObjectStoreSink) -> BTreeMap<String, Bytes> {
+        let store = sink.store();
+        let mut out = BTreeMap::new();
+        let listed: Vec<_> = store.list(None).try_collect().await.unwrap();
+        for meta in listed {
+            let bytes = store
+                .get(&meta.location)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            out.insert(meta.location.to_string(), bytes);
+        }
+        out
+    }
+
+    /// The write takes the rows its own encoder attached, and reads the
+    /// records itself where there are none (a selected batch) or they
+    /// were read with another sink's schema: the objects are the same
+    /// bytes either way.
+    #[tokio::test]
+    async fn a_write_takes_its_encoders_rows_and_writes_the_objects_it_would_read() {
+        let records = records(3_000);
+        let checked_by_it = sink(COLUMNS, 2);
+        let (batch, _) = EncodedBatch::encode(records.clone(), &checked_by_it.encoder());
+        let read = checked_by_it.inner.read(&batch).unwrap();
+        let Read::Rows(rows) = &read else {
+            panic!("not read as rows")
+        };
+        assert!(rows.iter().all(|r| matches!(r, Ok(Held::Checked(_)))));
+        checked_by_it.write(&batch).await.unwrap();
+
+        let unattached = sink(COLUMNS, 2);
+        let selected = batch.select(|_| true);
+        assert_eq!(selected.attachments().count(), 0);
+        unattached.write(&selected).await.unwrap();
+
+        // Rows of another schema, which the records fit too (its first
+        // column is none of theirs): not taken.
+        let other = sink(
+            &COLUMNS.replace(
+                "columns = [",
+                r#"columns = [{ name = "x", type = "string" },"#,
+            ),
+            2,
+        );
+        let by_other = EncodedBatch::encode(records, &other.encoder()).0;
+        assert!(by_other.bytes() == batch.bytes());
+        let not_its_own = sink(COLUMNS, 2);
+        let read = not_its_own.inner.read(&by_other).unwrap();
+        let Read::Rows(rows) = &read else {
+            panic!("not read as rows")
+        };
+        assert!(rows.iter().all(|r| matches!(r, Ok(Held::Read(_)))));
+        not_its_own.write(&by_other).await.unwrap();
+
+        let written = objects(&checked_by_it).await;
+        assert_eq!(written.len(), 3);
+        assert!(written == objects(&unattached).await);
+        assert!(written == objects(&not_its_own).await);
     }
 }

@@ -2,9 +2,10 @@
 
 use bytes::BytesMut;
 use etl_record::Record;
-use etl_sink::{Encoder, NdjsonEncoder, SinkError};
+use etl_sink::{BatchEncoding, Encoder, NdjsonEncoder, SinkError};
 
 use crate::ObjectStoreSink;
+use crate::sink::CheckedRows;
 
 /// NDJSON, refusing a record its sink could not store (a value that does
 /// not fit the Parquet schema, a field the key needs that the record
@@ -12,6 +13,13 @@ use crate::ObjectStoreSink;
 /// before the write, so an exactly-once sink never stores progress past a
 /// record whose dead letter is not durable. From
 /// [`ObjectStoreSink::encoder`].
+///
+/// Where the sink's objects need nothing of a record but its Parquet row
+/// (declared `columns`, a key that reads no field and no `date_field`), a
+/// batch's records are checked in chunks on the sink's threads, and the
+/// rows read by the check are attached to the batch for the write,
+/// which then does not read the records again. Refusals and bytes are
+/// the ones of [`Encoder::encode`] on each record in turn.
 #[derive(Debug)]
 pub struct ValueEncoder {
     sink: ObjectStoreSink,
@@ -40,5 +48,33 @@ impl Encoder for ValueEncoder {
                 reason,
             }),
         }
+    }
+
+    fn encode_batch(&self, records: &[Record], out: &mut BatchEncoding<'_>) {
+        let read = self.sink.rows_of(records);
+        let Some(read) = read.filter(|read| read.len() == records.len()) else {
+            for record in records {
+                out.push(|buf| self.encode(record, buf));
+            }
+            return;
+        };
+        let mut rows = Vec::with_capacity(read.len());
+        for (record, row) in records.iter().zip(read) {
+            let mut kept = None;
+            out.push(|buf| match row {
+                Ok(row) => {
+                    // Read as JSON by the check: not checked again.
+                    self.read.encode(record, buf)?;
+                    kept = Some(row);
+                    Ok(())
+                }
+                Err(reason) => Err(SinkError::Encode {
+                    key: record.idempotency_key(),
+                    reason,
+                }),
+            });
+            rows.extend(kept);
+        }
+        out.attach(CheckedRows::new(&self.sink, rows));
     }
 }

@@ -1,5 +1,9 @@
 //! A batch of records together with their encoded bytes.
 
+use std::any::Any;
+use std::ops::Range;
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use etl_record::Record;
 
@@ -11,13 +15,22 @@ use crate::{Encoder, SinkError};
 /// [`encoded`](EncodedBatch::encoded) gives one record's slice. A sink that
 /// writes bytes (a file, a socket) writes `bytes()` in one call; a sink that
 /// writes rows (a database) reads `records()`. Cloning shares the bytes.
+///
+/// What the encoder [attached](BatchEncoding::attach) to runs of records
+/// is in [`attachments`](EncodedBatch::attachments).
 #[derive(Clone, Debug, Default)]
 pub struct EncodedBatch {
     records: Vec<Record>,
     bytes: Bytes,
     /// `ends[i]` is the end of record `i`'s encoding in `bytes`.
     ends: Vec<usize>,
+    /// What the encoder attached, each with the records it describes.
+    attachments: Vec<(Range<usize>, Attachment)>,
 }
+
+/// What an encoder attached to the records of one
+/// [`Encoder::encode_batch`] call it accepted.
+type Attachment = Arc<dyn Any + Send + Sync>;
 
 impl EncodedBatch {
     /// Encode `records` with `encoder`. Records the encoder refuses are
@@ -56,6 +69,18 @@ impl EncodedBatch {
         Some(start..end)
     }
 
+    /// What the encoder [attached](BatchEncoding::attach), in the
+    /// records' order, each with the range of records it describes: the
+    /// records one [`Encoder::encode_batch`] call accepted. Records of
+    /// a call that attached nothing are in no range. A sink that finds
+    /// no attachment of its own for a record works out what it needs
+    /// itself (a batch made by [`select`](Self::select) has none).
+    pub fn attachments(&self) -> impl Iterator<Item = (Range<usize>, &(dyn Any + Send + Sync))> {
+        self.attachments
+            .iter()
+            .map(|(range, attached)| (range.clone(), &**attached))
+    }
+
     /// Number of records.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -70,6 +95,7 @@ impl EncodedBatch {
 
     /// A new batch of the records for which `keep(index)` is true (copies
     /// their bytes). Used to pass on the part of a batch a sink accepted.
+    /// It holds no [`attachments`](Self::attachments).
     #[must_use]
     pub fn select(&self, mut keep: impl FnMut(usize) -> bool) -> EncodedBatch {
         let mut bytes = BytesMut::new();
@@ -88,6 +114,7 @@ impl EncodedBatch {
             records,
             bytes: bytes.freeze(),
             ends,
+            attachments: Vec::new(),
         }
     }
 
@@ -95,6 +122,57 @@ impl EncodedBatch {
     #[must_use]
     pub fn into_records(self) -> Vec<Record> {
         self.records
+    }
+}
+
+/// Where [`Encoder::encode_batch`] puts the encoding of its records: each
+/// [`push`](Self::push) encodes the next record, or refuses it.
+#[derive(Debug)]
+pub struct BatchEncoding<'a> {
+    buf: &'a mut BytesMut,
+    ends: &'a mut Vec<usize>,
+    /// How many records the call was given.
+    records: usize,
+    /// The next record's index among them.
+    next: usize,
+    /// The refused records' indices, ascending, with their errors.
+    refused: Vec<(usize, SinkError)>,
+    attached: Option<Attachment>,
+}
+
+impl BatchEncoding<'_> {
+    /// Encode the next record: `encode` appends its encoding to the
+    /// buffer, or refuses it with an error (whatever it appended is then
+    /// dropped, and the record goes to the dead-letter path). Returns
+    /// `false`, without calling `encode`, when every record of the call
+    /// was pushed already.
+    pub fn push(&mut self, encode: impl FnOnce(&mut BytesMut) -> Result<(), SinkError>) -> bool {
+        if self.next >= self.records {
+            return false;
+        }
+        let before = self.buf.len();
+        match encode(self.buf) {
+            Ok(()) => self.ends.push(self.buf.len()),
+            Err(err) => {
+                self.buf.truncate(before);
+                self.refused.push((self.next, err));
+            }
+        }
+        self.next += 1;
+        true
+    }
+
+    /// How many records were pushed so far.
+    #[must_use]
+    pub fn pushed(&self) -> usize {
+        self.next
+    }
+
+    /// Attach `value` to the records this call accepts: the batch shows
+    /// it in [`EncodedBatch::attachments`] with their range (nothing when
+    /// the call accepts none). A second call replaces the first.
+    pub fn attach(&mut self, value: impl Any + Send + Sync) {
+        self.attached = Some(Arc::new(value));
     }
 }
 
@@ -106,43 +184,54 @@ pub(crate) struct BatchBuilder {
     records: Vec<Record>,
     buf: BytesMut,
     ends: Vec<usize>,
+    attachments: Vec<(Range<usize>, Attachment)>,
 }
 
 impl BatchBuilder {
-    /// Encode and add `records` in order, leaving out those `skip` names;
-    /// returns the records the encoder refused, with its error. The
-    /// vector itself becomes the batch's when the batch is empty (the
-    /// common case: one upstream batch per sink batch), so its records
-    /// are neither moved one by one nor copied into a new allocation.
+    /// Encode and add `records` in order, leaving out those `skip` names
+    /// (asked once a record, in order); returns the records the encoder
+    /// refused, with its error, in order. The vector itself becomes the
+    /// batch's when the batch is empty (the common case: one upstream
+    /// batch per sink batch), so its records are neither moved one by
+    /// one nor copied into a new allocation.
     pub(crate) fn extend(
         &mut self,
         mut records: Vec<Record>,
         encoder: &dyn Encoder,
         mut skip: impl FnMut(&Record) -> bool,
     ) -> Vec<(Record, SinkError)> {
-        // Records to leave out, by index, with the encoder's error for a
-        // refused one; empty unless something is left out.
-        let mut out: Vec<(usize, Option<SinkError>)> = Vec::new();
+        // Nothing moves when nothing is left out.
+        records.retain(|record| !skip(record));
         self.ends.reserve(records.len());
         // Room for the batch's encoding at once (a value and a separator
         // a record, what the line encoders write), rather than growing
         // the buffer, and copying what it holds, again and again.
         let bytes: usize = records.iter().map(|r| r.value.len() + 1).sum();
         self.buf.reserve(bytes);
-        for (i, record) in records.iter().enumerate() {
-            if skip(record) {
-                out.push((i, None));
-                continue;
-            }
-            let before = self.buf.len();
-            match encoder.encode(record, &mut self.buf) {
-                Ok(()) => self.ends.push(self.buf.len()),
-                Err(err) => {
-                    // Whatever the encoder appended before refusing is dropped.
-                    self.buf.truncate(before);
-                    out.push((i, Some(err)));
-                }
-            }
+        let mut out = BatchEncoding {
+            buf: &mut self.buf,
+            ends: &mut self.ends,
+            records: records.len(),
+            next: 0,
+            refused: Vec::new(),
+            attached: None,
+        };
+        encoder.encode_batch(&records, &mut out);
+        let BatchEncoding {
+            next,
+            refused: mut out,
+            attached,
+            ..
+        } = out;
+        // A record the encoder gave no encoding is refused, not dropped.
+        for (i, record) in records.iter().enumerate().skip(next) {
+            out.push((
+                i,
+                SinkError::Encode {
+                    key: record.idempotency_key(),
+                    reason: "the encoder gave the record no encoding".to_owned(),
+                },
+            ));
         }
         let mut refused = Vec::new();
         if !out.is_empty() {
@@ -150,11 +239,17 @@ impl BatchBuilder {
             let all = std::mem::take(&mut records);
             for (i, record) in all.into_iter().enumerate() {
                 match out.next_if(|(at, _)| *at == i) {
-                    Some((_, Some(err))) => refused.push((record, err)),
-                    Some((_, None)) => {}
+                    Some((_, err)) => refused.push((record, err)),
                     None => records.push(record),
                 }
             }
+        }
+        let start = self.records.len();
+        if let Some(attached) = attached
+            && !records.is_empty()
+        {
+            self.attachments
+                .push((start..start + records.len(), attached));
         }
         if self.records.is_empty() {
             // The empty one goes back for a source's next batch.
@@ -196,6 +291,7 @@ impl BatchBuilder {
             records: std::mem::take(&mut self.records),
             bytes: self.buf.split().freeze(),
             ends: std::mem::replace(&mut self.ends, ends),
+            attachments: std::mem::take(&mut self.attachments),
         }
     }
 }
@@ -266,6 +362,132 @@ mod tests {
         let at_again = records.as_ptr();
         builder.extend(records, &NdjsonEncoder::new(), |_| false);
         assert_eq!(builder.finish().records().as_ptr(), at_again);
+    }
+
+    /// Encodes a batch at once: refuses `bad`, attaches the values it
+    /// accepted, and with `short` gives the last record no encoding and
+    /// pushes nothing past the end.
+    #[derive(Debug)]
+    struct Whole {
+        short: bool,
+    }
+
+    impl Encoder for Whole {
+        fn encode(&self, _: &Record, _: &mut BytesMut) -> Result<(), SinkError> {
+            unreachable!("only whole batches are encoded")
+        }
+
+        fn encode_batch(&self, records: &[Record], out: &mut BatchEncoding<'_>) {
+            let mut accepted = Vec::new();
+            let given = if self.short {
+                records.len().saturating_sub(1)
+            } else {
+                records.len()
+            };
+            for record in &records[..given] {
+                let value = String::from_utf8(record.value.to_vec()).unwrap();
+                let fits = value != "bad";
+                out.push(|buf| {
+                    if fits {
+                        buf.extend_from_slice(value.as_bytes());
+                        buf.extend_from_slice(b";");
+                        Ok(())
+                    } else {
+                        buf.extend_from_slice(b"dropped");
+                        Err(SinkError::Encode {
+                            key: record.idempotency_key(),
+                            reason: "bad".to_owned(),
+                        })
+                    }
+                });
+                if fits {
+                    accepted.push(value);
+                }
+            }
+            assert_eq!(out.pushed(), given);
+            if !self.short {
+                assert!(!out.push(|_| panic!("past the end")));
+            }
+            out.attach(accepted);
+        }
+    }
+
+    fn attached(batch: &EncodedBatch) -> Vec<(Range<usize>, Vec<String>)> {
+        batch
+            .attachments()
+            .map(|(range, a)| (range, a.downcast_ref::<Vec<String>>().unwrap().clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_batch_encoder_attaches_to_the_records_it_accepted_in_order() {
+        let mut builder = BatchBuilder::default();
+        // Behind a box, as the driver holds it.
+        let encoder: Box<dyn Encoder> = Box::new(Whole { short: false });
+        let refused = builder.extend(
+            vec![rec(0, "a"), rec(1, "bad"), rec(2, "b")],
+            &encoder,
+            |_| false,
+        );
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0.position.offset, Offset(1));
+        // Nothing of a call that accepts nothing is attached.
+        let refused = builder.extend(vec![rec(3, "bad")], &encoder, |_| false);
+        assert_eq!(refused.len(), 1);
+        let refused = builder.extend(
+            vec![
+                rec(4, "c"),
+                rec(5, "skip"),
+                rec(6, "bad"),
+                rec(7, "bad"),
+                rec(8, "d"),
+            ],
+            &encoder,
+            |r| r.position.offset == Offset(5),
+        );
+        let offsets: Vec<i64> = refused.iter().map(|(r, _)| r.position.offset.0).collect();
+        assert_eq!(offsets, [6, 7]);
+        let batch = builder.finish();
+        assert_eq!(&batch.bytes()[..], b"a;b;c;d;");
+        assert_eq!(
+            attached(&batch),
+            [
+                (0..2, vec!["a".to_owned(), "b".to_owned()]),
+                (2..4, vec!["c".to_owned(), "d".to_owned()]),
+            ]
+        );
+        let offsets: Vec<i64> = batch
+            .records()
+            .iter()
+            .map(|r| r.position.offset.0)
+            .collect();
+        assert_eq!(offsets, [0, 2, 4, 8]);
+        // A batch selected from it works its records out again.
+        assert_eq!(batch.select(|_| true).attachments().count(), 0);
+        // The next batch starts with none.
+        builder.extend(vec![rec(9, "e")], &RawLinesEncoder::new(), |_| false);
+        assert_eq!(builder.finish().attachments().count(), 0);
+    }
+
+    #[test]
+    fn a_record_the_encoder_gives_no_encoding_is_refused_not_dropped() {
+        let (batch, refused) = EncodedBatch::encode(
+            vec![rec(0, "a"), rec(1, "bad"), rec(2, "b"), rec(3, "c")],
+            &Whole { short: true },
+        );
+        assert_eq!(&batch.bytes()[..], b"a;b;");
+        let refused: Vec<(i64, String)> = refused
+            .into_iter()
+            .map(|(r, e)| (r.position.offset.0, e.to_string()))
+            .collect();
+        assert_eq!(refused.len(), 2);
+        assert_eq!(refused[0].0, 1);
+        assert_eq!(refused[1].0, 3);
+        assert!(refused[1].1.contains("no encoding"), "{}", refused[1].1);
+        assert_eq!(
+            attached(&batch),
+            [(0..2, vec!["a".to_owned(), "b".to_owned()])]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use bytes::{BufMut, BytesMut};
 use etl_record::Record;
 use serde::de::IgnoredAny;
 
-use crate::SinkError;
+use crate::{BatchEncoding, SinkError};
 
 /// Turns a record into bytes, appending to a buffer the driver reuses
 /// from batch to batch (so encoding does not allocate per record).
@@ -14,6 +14,12 @@ use crate::SinkError;
 /// A record that cannot be encoded is refused with
 /// [`SinkError::Encode`]; the driver sends it to the dead-letter path.
 /// Bytes appended before refusing are discarded by the caller.
+///
+/// The driver encodes each batch it receives with
+/// [`encode_batch`](Encoder::encode_batch), which by default calls
+/// [`encode`](Encoder::encode) on every record in order: an encoder that
+/// can do better with the whole batch at once (check its records on
+/// several threads, keep what it read of them for its sink) overrides it.
 pub trait Encoder: Send + Sync + fmt::Debug {
     /// Append `record`'s encoding to `out`.
     ///
@@ -21,6 +27,28 @@ pub trait Encoder: Send + Sync + fmt::Debug {
     ///
     /// [`SinkError::Encode`] when the record cannot be encoded.
     fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError>;
+
+    /// Encode `records`, in order, into `out`: one
+    /// [`BatchEncoding::push`] a record, which appends its encoding or
+    /// refuses it. What the batch then holds, and what is refused, is
+    /// exactly what [`encode`](Encoder::encode) on each record in turn
+    /// would give: the accepted records in their order, each with its
+    /// bytes, and the refused ones sent to the dead-letter path in their
+    /// order, before the write of the batch that holds their neighbours.
+    /// A record given no `push` is refused (never dropped), and a `push`
+    /// past the last record does nothing.
+    ///
+    /// An override may also [`attach`](BatchEncoding::attach) what it
+    /// learnt of the records it accepted, for its sink to read from the
+    /// [`EncodedBatch`](crate::EncodedBatch) instead of working it out
+    /// again.
+    ///
+    /// The default calls [`encode`](Encoder::encode) on each record.
+    fn encode_batch(&self, records: &[Record], out: &mut BatchEncoding<'_>) {
+        for record in records {
+            out.push(|buf| self.encode(record, buf));
+        }
+    }
 }
 
 // Compile-time check that `Encoder` stays object safe.
@@ -29,6 +57,10 @@ const _: Option<&dyn Encoder> = None;
 impl<E: Encoder + ?Sized> Encoder for Box<E> {
     fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
         (**self).encode(record, out)
+    }
+
+    fn encode_batch(&self, records: &[Record], out: &mut BatchEncoding<'_>) {
+        (**self).encode_batch(records, out);
     }
 }
 

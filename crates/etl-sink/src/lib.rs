@@ -89,7 +89,7 @@ mod sink;
 pub mod testing;
 mod write;
 
-pub use batch::EncodedBatch;
+pub use batch::{BatchEncoding, EncodedBatch};
 pub use builtin::{BlackholeSink, DiscardEncoder, StdoutSink, StdoutSinkConfig};
 pub use config::{PermanentErrorPolicy, SinkDriverConfig};
 pub use dead_letter::{DeadLetterHandle, encode_dead_letter};
