@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt as _, SeedableRng};
 
 use crate::input::input_paths;
 use crate::{Etl, PipelineToml, SinkMode, Tally, passes_filter, read_dead_letter_ids};
@@ -122,7 +122,7 @@ impl CrashLoop {
         );
         loop {
             let kill_after =
-                (tally.kills < self.kills).then(|| Duration::from_millis(rng.gen_range(lo..=hi)));
+                (tally.kills < self.kills).then(|| Duration::from_millis(rng.random_range(lo..=hi)));
             let end = runner
                 .run_until(&args, kill_after)
                 .map_err(|e| format!("run {}: {e}", runner.runs()))?;

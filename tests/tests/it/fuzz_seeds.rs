@@ -11,7 +11,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt as _, SeedableRng};
 
 #[allow(
     clippy::unwrap_used,
@@ -60,25 +60,25 @@ fn inputs(kind: &str, target: &str, prefix: &str) -> Vec<(PathBuf, Vec<u8>)> {
 /// One mutation of `input`, splicing from `other`.
 fn mutate(rng: &mut SmallRng, input: &[u8], other: &[u8]) -> Vec<u8> {
     let mut out = input.to_vec();
-    for _ in 0..rng.gen_range(1..=4) {
-        let at = rng.gen_range(0..=out.len());
-        match rng.gen_range(0..5) {
+    for _ in 0..rng.random_range(1..=4) {
+        let at = rng.random_range(0..=out.len());
+        match rng.random_range(0..5) {
             // Within ASCII, so the text stays text.
-            0 if at < out.len() && out[at].is_ascii() => out[at] ^= 1 << rng.gen_range(0..7),
-            1 => out.insert(at, rng.gen_range(0x20..0x7f)),
+            0 if at < out.len() && out[at].is_ascii() => out[at] ^= 1 << rng.random_range(0..7),
+            1 => out.insert(at, rng.random_range(0x20..0x7f)),
             2 if at < out.len() => {
                 out.remove(at);
             }
             3 if !other.is_empty() => {
-                let from = rng.gen_range(0..other.len());
-                let to = rng.gen_range(from..=other.len().min(from + 32));
+                let from = rng.random_range(0..other.len());
+                let to = rng.random_range(from..=other.len().min(from + 32));
                 out.splice(at..at, other[from..to].iter().copied());
             }
             // A byte the grammars care about.
             _ => out.insert(
                 at,
                 *b"{}[]\":,.=\\ '\n0-+e$"
-                    .get(rng.gen_range(0..19))
+                    .get(rng.random_range(0..19))
                     .unwrap_or(&b'x'),
             ),
         }
@@ -112,8 +112,8 @@ fn replay(target: &str, reads: Reads, check: fn(&[u8])) {
         .collect();
     let mut rng = SmallRng::seed_from_u64(0x00f0_22ed);
     for i in 0..MUTATIONS {
-        let input = &seeds[rng.gen_range(0..seeds.len())].1;
-        let other = &seeds[rng.gen_range(0..seeds.len())].1;
+        let input = &seeds[rng.random_range(0..seeds.len())].1;
+        let other = &seeds[rng.random_range(0..seeds.len())].1;
         cases.push((format!("mutation {i}"), mutate(&mut rng, input, other)));
     }
     let text = cases

@@ -13,7 +13,7 @@ use crate::kafka_support;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt as _, SeedableRng};
 
 use kafka_support::{
     LINE_BYTES, Member, MemberConfig, TestBroker, count, output_bytes, read_ids, unique,
@@ -66,8 +66,8 @@ async fn group_members_killed_under_load_lose_nothing() {
     let mut kills: Vec<(u64, usize)> = (0..KILLS)
         .map(|_| {
             (
-                rng.gen_range(RECORDS / 10..RECORDS * 7 / 10),
-                rng.gen_range(0..MEMBERS),
+                rng.random_range(RECORDS / 10..RECORDS * 7 / 10),
+                rng.random_range(0..MEMBERS),
             )
         })
         .collect();

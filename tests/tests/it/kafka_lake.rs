@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use etl_test_support::garage::{Garage, REGION};
 use etl_test_support::pyarrow::{Location, read_objects};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt as _, SeedableRng};
 
 use kafka_support::{
     Member, MemberConfig, TestBroker, produce_range, producer, unique, wait_until,
@@ -253,7 +253,7 @@ fn a_group_of_two_killed_in_turn_writes_every_record_into_exactly_one_object() {
         };
         // Both write for a while, then the victim dies holding its
         // partitions, a write possibly half done.
-        let pause = Duration::from_millis(rng.gen_range(1_500..4_000));
+        let pause = Duration::from_millis(rng.random_range(1_500..4_000));
         let until = Instant::now() + pause;
         wait_until(
             "written a while",

@@ -17,7 +17,7 @@ use etl_sink::{
 };
 use etl_test_support::acks::{AckedBatches, record, tally};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt as _, SeedableRng};
 
 fn batch(partition: u32, offsets: std::ops::Range<i64>) -> EncodedBatch {
     let records = offsets.map(|o| record(partition, o)).collect();
@@ -416,7 +416,7 @@ fn exactly_once_file_output_survives_repeated_crashes() {
     let mut rng = SmallRng::seed_from_u64(11);
     let mut finished = false;
     for round in 0..30u32 {
-        let crash_after = (round < 29).then(|| rng.gen_range(1..12usize));
+        let crash_after = (round < 29).then(|| rng.random_range(1..12usize));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
