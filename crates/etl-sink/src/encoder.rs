@@ -34,7 +34,8 @@ pub trait Encoder: Send + Sync + fmt::Debug {
     /// exactly what [`encode`](Encoder::encode) on each record in turn
     /// would give: the accepted records in their order, each with its
     /// bytes, and the refused ones sent to the dead-letter path in their
-    /// order, before the write of the batch that holds their neighbours.
+    /// order, with the batch (before its write, under an exactly-once
+    /// driver).
     /// A record given no `push` is refused (never dropped), and a `push`
     /// past the last record does nothing.
     ///
