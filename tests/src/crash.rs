@@ -121,8 +121,8 @@ impl CrashLoop {
             self.kill_after_ms.1.max(self.kill_after_ms.0),
         );
         loop {
-            let kill_after =
-                (tally.kills < self.kills).then(|| Duration::from_millis(rng.random_range(lo..=hi)));
+            let kill_after = (tally.kills < self.kills)
+                .then(|| Duration::from_millis(rng.random_range(lo..=hi)));
             let end = runner
                 .run_until(&args, kill_after)
                 .map_err(|e| format!("run {}: {e}", runner.runs()))?;
