@@ -3,10 +3,13 @@
 //! characters below 0x20), and which are not whitespace, as bit masks
 //! (bit `n` for the block's byte `n`).
 //!
-//! SSE2 on x86 and x86_64 targets that have it (`target_feature =
-//! "sse2"`, part of the x86_64 baseline and of i686's; no run-time
-//! detection); elsewhere a scalar loop that gives the same masks (a test
-//! holds the two to each other). Only whole blocks are classified: the
+//! With SSE2 only: on x86 and x86_64 targets that have it
+//! (`target_feature = "sse2"`, part of the x86_64 baseline and of i686's;
+//! no run-time detection). Elsewhere the module holds nothing but its
+//! tests, and the checking pass is the code it was before blocks
+//! (`check.rs`: the eight-byte word scan, the byte loop). A scalar
+//! classifier with the same masks, written a byte at a time, is what the
+//! tests hold the SSE2 one to. Only whole blocks are classified: the
 //! callers handle the last bytes of a text, fewer than a block, with
 //! their scalar code, so nothing is ever read past the end of the text.
 //!
@@ -21,23 +24,25 @@ pub(crate) const BLOCK: usize = 16;
 
 /// The bytes of `block` that end a run of plain string content: a
 /// quote, a backslash or a control character.
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[inline(always)]
 pub(crate) fn string_stops(block: &[u8; BLOCK]) -> u32 {
-    imp::string_stops(block)
+    sse2::string_stops(block)
 }
 
 /// The bytes of `block` that are not JSON whitespace (space, tab, line
 /// feed, carriage return).
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[inline(always)]
 pub(crate) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
-    imp::not_whitespace(block)
+    sse2::not_whitespace(block)
 }
-
-#[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), target_feature = "sse2"))]
-use sse2 as imp;
-
-#[cfg(not(all(any(target_arch = "x86", target_arch = "x86_64"), target_feature = "sse2")))]
-use scalar as imp;
 
 /// SSE2: sixteen bytes compared at once, the results' high bits gathered
 /// by `movemask`.
@@ -48,7 +53,10 @@ use scalar as imp;
 /// compute on values in registers. The module is compiled only where
 /// `target_feature = "sse2"` is set, so the instructions exist on every
 /// processor the code runs on.
-#[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), target_feature = "sse2"))]
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[allow(unsafe_code)]
 mod sse2 {
     #[cfg(target_arch = "x86")]
@@ -130,21 +138,13 @@ mod sse2 {
     }
 }
 
-/// A byte at a time: the classifier where there is no SSE2, and what the
-/// SSE2 one is held to.
-#[cfg_attr(
-    all(
-        any(target_arch = "x86", target_arch = "x86_64"),
-        target_feature = "sse2",
-        not(test)
-    ),
-    allow(dead_code)
-)]
+/// A byte at a time: what the SSE2 classifier is held to, itself held to
+/// the bytes (a test's, on every target).
+#[cfg(test)]
 mod scalar {
     use super::BLOCK;
 
     /// The mask of the bytes of `block` for which `class` holds.
-    #[inline(always)]
     fn mask(block: &[u8; BLOCK], class: impl Fn(u8) -> bool) -> u32 {
         block
             .iter()
@@ -172,7 +172,8 @@ mod tests {
     use super::*;
 
     /// The masks of `block` written out once more, byte by byte, and
-    /// each classifier's held to them.
+    /// each classifier's held to them (the SSE2 one where it is
+    /// compiled).
     fn check(block: &[u8; BLOCK]) {
         let (mut stops, mut not_whitespace) = (0, 0);
         for (n, &c) in block.iter().enumerate() {
@@ -183,10 +184,16 @@ mod tests {
                 not_whitespace |= 1 << n;
             }
         }
-        assert_eq!(string_stops(block), stops, "{block:?}");
         assert_eq!(scalar::string_stops(block), stops, "{block:?}");
-        assert_eq!(super::not_whitespace(block), not_whitespace, "{block:?}");
         assert_eq!(scalar::not_whitespace(block), not_whitespace, "{block:?}");
+        #[cfg(all(
+            any(target_arch = "x86", target_arch = "x86_64"),
+            target_feature = "sse2"
+        ))]
+        {
+            assert_eq!(string_stops(block), stops, "{block:?}");
+            assert_eq!(super::not_whitespace(block), not_whitespace, "{block:?}");
+        }
     }
 
     #[test]

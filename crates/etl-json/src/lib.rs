@@ -68,6 +68,13 @@
 // loads.
 #![deny(unsafe_code)]
 
+#[cfg(any(
+    test,
+    all(
+        any(target_arch = "x86", target_arch = "x86_64"),
+        target_feature = "sse2"
+    )
+))]
 mod block;
 mod check;
 mod conditions;
