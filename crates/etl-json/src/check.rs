@@ -1050,7 +1050,9 @@ mod tests {
             3 => "(true|false|null)",
             1 => "-?(0[0-9]|[0-9]{1,3}\\.|[0-9]{1,3}[eE][+-]?[0-9]{0,4}|tru|nul|fals|truex|\\+1|NaN)",
         ];
-        let ws = prop_oneof!["[ \t\r\n]{0,2}", "[ ]{0,70}"];
+        // Short runs, long runs of spaces (indentation), and long runs
+        // of every whitespace byte mixed, across a block and more.
+        let ws = prop_oneof!["[ \t\r\n]{0,2}", "[ ]{0,70}", "[ \t\r\n]{16,40}"];
         let leaf = (ws.clone(), leaf, ws).prop_map(|(a, v, b)| format!("{a}{v}{b}"));
         leaf.prop_recursive(4, 48, 6, |inner| {
             prop_oneof![
@@ -1114,7 +1116,13 @@ mod tests {
             second in value_text(),
             len in 0usize..=130,
             at in any::<prop::sample::Index>(),
-            byte in prop_oneof![Just('"'), Just('\\'), Just('\u{1}'), Just(' '), Just('}'), Just(','), Just('é')],
+            byte in prop_oneof![
+                Just('"'), Just('\\'), Just('\u{1}'), Just(' '), Just('}'), Just(','), Just('é'),
+                // Control bytes at both ends of the range, the two just
+                // past whitespace's, a tab (whitespace outside strings),
+                // and DEL (not a control byte to JSON).
+                Just('\u{0}'), Just('\u{b}'), Just('\u{c}'), Just('\t'), Just('\u{7f}'),
+            ],
         ) {
             let text = format!("{}{{\"x\":{value},\"y\":{second}}}", " ".repeat(pad));
             same_as_before(&text)?;
