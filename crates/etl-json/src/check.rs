@@ -672,7 +672,9 @@ mod tests {
     fn the_scans_stop_at_every_byte_they_look_for_at_every_place() {
         for len in 0..=70 {
             for at in 0..=len {
-                for byte in [b'"', b'\\', 0, b'\t', b'\n', 0x1f, b' ', 0x7f, 0xc3, b'a'] {
+                for byte in [
+                    b'"', b'\\', 0, b'\t', b'\n', 0x0b, 0x0c, 0x1f, b' ', 0x7f, 0xc3, b'a',
+                ] {
                     for fill in [b'a', b' ', b'\t', b'\n', b'\r'] {
                         let mut b = vec![fill; len];
                         if let Some(c) = b.get_mut(at) {
