@@ -23,6 +23,11 @@
 //!   turn on features, or a normal one used only by tests, is reported:
 //!   the first is listed in [`FEATURE_ONLY`] with its reason, the second
 //!   becomes a dev-dependency.
+//! * `unsafe_code` is allowed (`#[allow(unsafe_code)]`,
+//!   `#![allow(unsafe_code)]`, `expect` alike) only in the files that
+//!   `docs/architecture.md`'s "Unsafe code" section names (as paths from
+//!   the workspace root, in backticks), and every file it names allows it:
+//!   the section is the list, read from there ([`UNSAFE_SECTION`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -279,6 +284,10 @@ const CLI_ONLY: &[&str] = &["clap", "axum", "indicatif", "tracing-subscriber"];
 /// that crate).
 const CLI_CRATES: &[&str] = &["etl-cli", "etl-tests"];
 
+/// The document and the heading of the section that lists the files
+/// allowed `unsafe_code`.
+const UNSAFE_SECTION: (&str, &str) = ("docs/architecture.md", "### Unsafe code");
+
 /// Run every check against the workspace at `root`.
 pub(crate) fn run(root: &Path) -> crate::Result {
     eprintln!("$ cargo metadata --format-version 1 --no-deps (tidy: layer order)");
@@ -298,6 +307,8 @@ pub(crate) fn run(root: &Path) -> crate::Result {
     let mut problems = layer_violations(&metadata);
     eprintln!("tidy: unused dependencies");
     problems.extend(unused_dependencies(&metadata));
+    eprintln!("tidy: unsafe_code allowed only where docs/architecture.md says");
+    problems.extend(unlisted_unsafe(root));
     eprintln!("tidy: module docs of every .rs file");
     for dir in ["crates", "xtask", "tests", "examples"] {
         missing_module_docs(&root.join(dir), root, &mut problems);
@@ -506,6 +517,125 @@ fn path_attributes(text: &str) -> Vec<&str> {
             rest.find('"').map(|end| &rest[..end])
         })
         .collect()
+}
+
+/// Every file that allows `unsafe_code` without being listed in
+/// [`UNSAFE_SECTION`], and every listed file that does not allow it, as
+/// readable sentences.
+pub(crate) fn unlisted_unsafe(root: &Path) -> Vec<String> {
+    let (doc, heading) = UNSAFE_SECTION;
+    let text = std::fs::read_to_string(root.join(doc)).unwrap_or_default();
+    let Some(listed) = unsafe_listed(&text, heading) else {
+        return vec![format!(
+            "{doc} has no `{heading}` section: it lists the files allowed unsafe_code"
+        )];
+    };
+    let mut allowing = Vec::new();
+    for dir in ["crates", "xtask", "tests", "examples", "fuzz"] {
+        files_allowing_unsafe(&root.join(dir), root, &mut allowing);
+    }
+    let mut problems = Vec::new();
+    for file in &allowing {
+        if !listed.contains(file) {
+            problems.push(format!(
+                "{file} allows unsafe_code, but {doc}'s \"{}\" section does not list it: \
+                 name it there (`{file}`) with its reason, or remove the allowance",
+                heading.trim_start_matches('#').trim()
+            ));
+        }
+    }
+    for file in &listed {
+        if !allowing.contains(file) {
+            problems.push(format!(
+                "{doc}'s \"{}\" section lists {file}, which does not allow unsafe_code \
+                 (or does not exist): take it off the list",
+                heading.trim_start_matches('#').trim()
+            ));
+        }
+    }
+    problems
+}
+
+/// The paths (backticked, ending in `.rs`, with a `/`) in the section of
+/// `doc` under `heading`, up to the next heading; `None` without one.
+fn unsafe_listed(doc: &str, heading: &str) -> Option<Vec<String>> {
+    let mut lines = doc.lines().skip_while(|l| l.trim_end() != heading);
+    lines.next()?;
+    let section: Vec<&str> = lines.take_while(|l| !l.starts_with('#')).collect();
+    let section = section.join("\n");
+    Some(
+        section
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| s.ends_with(".rs") && s.contains('/') && !s.contains(char::is_whitespace))
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// The `.rs` files at or under `path` (paths from `root`, with `/`)
+/// with an attribute that allows `unsafe_code`.
+fn files_allowing_unsafe(path: &Path, root: &Path, out: &mut Vec<String>) {
+    if path.is_file() {
+        if path.extension().is_some_and(|e| e == "rs")
+            && allows_unsafe(&std::fs::read_to_string(path).unwrap_or_default())
+        {
+            let shown = path.strip_prefix(root).unwrap_or(path);
+            let parts: Vec<_> = shown.iter().map(|p| p.to_string_lossy()).collect();
+            out.push(parts.join("/"));
+        }
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for entry in entries {
+        let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name != "target" && !name.starts_with('.') {
+            files_allowing_unsafe(&entry, root, out);
+        }
+    }
+}
+
+/// Whether `text` has an attribute (a line starting `#[` or `#![`, to
+/// its closing bracket, over several lines if need be) that allows or
+/// expects `unsafe_code`, alone or among other lints, with or without a
+/// reason or a `cfg_attr`. Comments and strings that mention it are not
+/// attributes.
+fn allows_unsafe(text: &str) -> bool {
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len()).any(|start| {
+        let first = lines[start].trim_start();
+        if !first.starts_with("#[") && !first.starts_with("#![") {
+            return false;
+        }
+        let mut attribute = String::new();
+        let mut depth = 0i32;
+        'lines: for line in &lines[start..] {
+            for c in line.chars() {
+                attribute.push(c);
+                match c {
+                    '[' | '(' => depth += 1,
+                    ']' | ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break 'lines;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            attribute.push('\n');
+        }
+        let words: Vec<&str> = attribute
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        (words.contains(&"allow") || words.contains(&"expect")) && words.contains(&"unsafe_code")
+    })
 }
 
 fn missing_module_docs(dir: &Path, root: &Path, problems: &mut Vec<String>) {
@@ -776,6 +906,57 @@ mod tests {
         assert!(!names_crate("my_tokio::x", "tokio"));
         assert!(!names_crate("tokio_util::sync", "tokio"));
         assert!(!names_crate("// talks about tokio here", "tokio"));
+    }
+
+    #[test]
+    fn unsafe_code_is_allowed_only_in_the_files_the_architecture_lists() {
+        let root = std::env::temp_dir().join(format!("xtask-tidy-unsafe-{}", std::process::id()));
+        let write = |path: &str, text: &str| {
+            let file = root.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        };
+        write(
+            "docs/architecture.md",
+            "# Map\n\n### Unsafe code\n\nThese: `crates/a/src/listed.rs` (why), \
+             `crates/a/tests/alloc.rs`, `crates/gone/src/old.rs`; not `unsafe_code`.\n\n\
+             ### Secrets\n\n`crates/b/src/later.rs`\n",
+        );
+        write(
+            "crates/a/src/listed.rs",
+            "//! A.\n#[allow(unsafe_code)] // why\nmod x {}\n",
+        );
+        write(
+            "crates/a/tests/alloc.rs",
+            "//! T.\n#![allow(\n    unsafe_code,\n    reason = \"a global allocator\"\n)]\n",
+        );
+        write(
+            "crates/b/src/later.rs",
+            "//! B.\n    #![allow(dead_code, unsafe_code)]\n",
+        );
+        write(
+            "crates/b/src/said.rs",
+            "//! Says `#[allow(unsafe_code)]` in a comment.\n// #[allow(unsafe_code)]\n\
+             #![deny(unsafe_code)]\n#[allow(clippy::unwrap_used)]\nfn f() {}\n",
+        );
+        write(
+            "xtask/src/gated.rs",
+            "//! G.\n#[cfg_attr(test, expect(\n    unsafe_code\n))]\nfn g() {}\n",
+        );
+        let problems = unlisted_unsafe(&root);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[0].starts_with("crates/b/src/later.rs allows unsafe_code")
+                && problems[0].contains("\"Unsafe code\" section does not list it"),
+            "{problems:?}"
+        );
+        assert!(problems[1].starts_with("xtask/src/gated.rs allows unsafe_code"));
+        assert!(problems[2].contains("lists crates/gone/src/old.rs, which does not allow"));
+        // Without the section, that is the problem.
+        assert!(
+            unlisted_unsafe(Path::new("/nonexistent"))[0].contains("no `### Unsafe code` section")
+        );
     }
 
     #[test]

@@ -3,49 +3,68 @@
 //! characters below 0x20), and which are not whitespace, as bit masks
 //! (bit `n` for the block's byte `n`).
 //!
-//! On x86_64 this is SSE2, which every x86_64 processor has (no run-time
-//! detection); elsewhere a scalar loop that gives the same masks (a test
-//! holds the two to each other). Only whole blocks are classified: the
-//! callers handle the last bytes of a text, fewer than a block, with their
-//! scalar code, so nothing is ever read past the end of the text.
+//! With SSE2 only: on x86 and x86_64 targets that have it
+//! (`target_feature = "sse2"`, part of the x86_64 baseline and of i686's;
+//! no run-time detection). Elsewhere the module holds nothing but its
+//! tests, and the checking pass is the code it was before blocks
+//! (`check.rs`: the eight-byte word scan, the byte loop). A scalar
+//! classifier with the same masks, written a byte at a time, is what the
+//! tests hold the SSE2 one to. Only whole blocks are classified: the
+//! callers handle the last bytes of a text, fewer than a block, with
+//! their scalar code, so nothing is ever read past the end of the text.
 //!
-//! This is the crate's only module with `unsafe` code: one unaligned
-//! load, of a `&[u8; BLOCK]` whose type proves it can be read whole, and
-//! intrinsics on registers. The measured reason is in
-//! `docs/benchmarks.md` ("The checking pass on blocks of 16 bytes").
+//! This is the crate's only module with `unsafe` code (the `sse2`
+//! module alone allows it): one unaligned load, of a `&[u8; BLOCK]`
+//! whose type proves it can be read whole, and intrinsics on registers.
+//! The measured reason is in `docs/benchmarks.md` ("The checking pass on
+//! blocks of 16 bytes").
 
 /// How many bytes one classification reads.
 pub(crate) const BLOCK: usize = 16;
 
 /// The bytes of `block` that end a run of plain string content: a
 /// quote, a backslash or a control character.
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[inline(always)]
 pub(crate) fn string_stops(block: &[u8; BLOCK]) -> u32 {
-    imp::string_stops(block)
+    sse2::string_stops(block)
 }
 
 /// The bytes of `block` that are not JSON whitespace (space, tab, line
 /// feed, carriage return).
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[inline(always)]
 pub(crate) fn not_whitespace(block: &[u8; BLOCK]) -> u32 {
-    imp::not_whitespace(block)
+    sse2::not_whitespace(block)
 }
-
-#[cfg(target_arch = "x86_64")]
-use sse2 as imp;
-
-#[cfg(not(target_arch = "x86_64"))]
-use scalar as imp;
 
 /// SSE2: sixteen bytes compared at once, the results' high bits gathered
 /// by `movemask`.
 ///
 /// The intrinsics are `unsafe` to call from a function without
-/// `#[target_feature(enable = "sse2")]`, even though x86_64 always has
-/// SSE2: each call below is in its own block, and all but the load only
-/// compute on values in registers.
-#[cfg(target_arch = "x86_64")]
+/// `#[target_feature(enable = "sse2")]`, even where the target has SSE2:
+/// each call below is in its own block, and all but the load only
+/// compute on values in registers. The module is compiled only where
+/// `target_feature = "sse2"` is set, so the instructions exist on every
+/// processor the code runs on.
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
+#[allow(unsafe_code)]
 mod sse2 {
+    #[cfg(target_arch = "x86")]
+    use std::arch::x86::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    #[cfg(target_arch = "x86_64")]
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
         _mm_set1_epi8,
@@ -57,17 +76,17 @@ mod sse2 {
     fn load(block: &[u8; BLOCK]) -> __m128i {
         // SAFETY: `block` is a reference to `BLOCK` (16) initialised
         // bytes, so the 16 bytes `_mm_loadu_si128` reads are all inside
-        // it; the load has no alignment requirement; SSE2 is part of the
-        // x86_64 baseline, so the instruction exists on every processor
-        // this code runs on.
+        // it; the load has no alignment requirement; the module is
+        // compiled only with `target_feature = "sse2"`, so the
+        // instruction exists on every processor this code runs on.
         unsafe { _mm_loadu_si128(block.as_ptr().cast::<__m128i>()) }
     }
 
     /// The bytes of `v` equal to `byte`.
     #[inline(always)]
     fn eq(v: __m128i, byte: u8) -> __m128i {
-        // SAFETY: SSE2 is part of the x86_64 baseline; both operate on
-        // registers only.
+        // SAFETY: compiled only with `target_feature = "sse2"`; both
+        // operate on registers only.
         unsafe { _mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8)) }
     }
 
@@ -75,8 +94,8 @@ mod sse2 {
     /// 0x1f (an unsigned comparison, which SSE2 has only as `max`).
     #[inline(always)]
     fn control(v: __m128i) -> __m128i {
-        // SAFETY: SSE2 is part of the x86_64 baseline; all three operate
-        // on registers only.
+        // SAFETY: compiled only with `target_feature = "sse2"`; all three
+        // operate on registers only.
         unsafe {
             let bound = _mm_set1_epi8(0x1f);
             _mm_cmpeq_epi8(_mm_max_epu8(v, bound), bound)
@@ -86,14 +105,16 @@ mod sse2 {
     /// The bytes set in `a` or in `b`.
     #[inline(always)]
     fn or(a: __m128i, b: __m128i) -> __m128i {
-        // SAFETY: SSE2 is part of the x86_64 baseline; registers only.
+        // SAFETY: compiled only with `target_feature = "sse2"`; registers
+        // only.
         unsafe { _mm_or_si128(a, b) }
     }
 
     /// The bytes set in `v`, one bit each (the low 16 bits).
     #[inline(always)]
     fn mask(v: __m128i) -> u32 {
-        // SAFETY: SSE2 is part of the x86_64 baseline; registers only.
+        // SAFETY: compiled only with `target_feature = "sse2"`; registers
+        // only.
         unsafe { _mm_movemask_epi8(v) as u32 }
     }
 
@@ -117,14 +138,13 @@ mod sse2 {
     }
 }
 
-/// A byte at a time: the other targets' classifier, and what the SSE2
-/// one is held to.
-#[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
+/// A byte at a time: what the SSE2 classifier is held to, itself held to
+/// the bytes (a test's, on every target).
+#[cfg(test)]
 mod scalar {
     use super::BLOCK;
 
     /// The mask of the bytes of `block` for which `class` holds.
-    #[inline(always)]
     fn mask(block: &[u8; BLOCK], class: impl Fn(u8) -> bool) -> u32 {
         block
             .iter()
@@ -152,7 +172,8 @@ mod tests {
     use super::*;
 
     /// The masks of `block` written out once more, byte by byte, and
-    /// each classifier's held to them.
+    /// each classifier's held to them (the SSE2 one where it is
+    /// compiled).
     fn check(block: &[u8; BLOCK]) {
         let (mut stops, mut not_whitespace) = (0, 0);
         for (n, &c) in block.iter().enumerate() {
@@ -163,10 +184,16 @@ mod tests {
                 not_whitespace |= 1 << n;
             }
         }
-        assert_eq!(string_stops(block), stops, "{block:?}");
         assert_eq!(scalar::string_stops(block), stops, "{block:?}");
-        assert_eq!(super::not_whitespace(block), not_whitespace, "{block:?}");
         assert_eq!(scalar::not_whitespace(block), not_whitespace, "{block:?}");
+        #[cfg(all(
+            any(target_arch = "x86", target_arch = "x86_64"),
+            target_feature = "sse2"
+        ))]
+        {
+            assert_eq!(string_stops(block), stops, "{block:?}");
+            assert_eq!(super::not_whitespace(block), not_whitespace, "{block:?}");
+        }
     }
 
     #[test]

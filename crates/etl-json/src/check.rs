@@ -7,11 +7,13 @@
 //! serde_json checked the value, but cost more than the rest of a small
 //! record's work: a `String` per key and a visitor call per value. This
 //! reader checks the grammar serde_json accepts and records where each
-//! value is, nothing else. Strings and runs of whitespace are crossed a
-//! block of 16 bytes at a time ([`crate::block`] finds the quotes,
-//! backslashes and control characters, or the end of the run, in it),
-//! the last bytes of the text with the scalar code;
-//! the tests hold the pass to the one it replaced (`check/oracle.rs`, the
+//! value is, nothing else. Where SSE2 is compiled (x86 and x86_64
+//! with `target_feature = "sse2"`), strings and runs of whitespace are
+//! crossed a block of 16 bytes at a time ([`crate::block`] finds the
+//! quotes, backslashes and control characters, or the end of the run, in
+//! it), the last bytes of the text with the scalar code; elsewhere only
+//! the scalar code runs (eight bytes at a time in strings, a byte at a
+//! time in whitespace), as it did before blocks. The tests hold the pass to the one it replaced (`check/oracle.rs`, the
 //! same grammar a byte at a time) on generated text, valid and not.
 //!
 //! Invariant: what it accepts, serde_json accepts when reading a value (a
@@ -25,6 +27,10 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 use crate::block;
 use crate::scan::{self, Entries};
 
@@ -268,12 +274,21 @@ fn token(b: &[u8], i: usize) -> Option<(usize, u8)> {
     Some((i, *b.get(i)?))
 }
 
+/// Whether `c` is JSON whitespace.
+#[inline(always)]
+fn is_ws(c: Option<&u8>) -> bool {
+    matches!(c, Some(b' ' | b'\t' | b'\n' | b'\r'))
+}
+
 /// [`skip_ws`] past its first byte: one whitespace byte before a token
 /// (`": "`, `", "`) is looked at alone; a longer run (indentation) a
-/// block at a time, its last bytes one by one.
+/// block at a time, its last bytes one by one ([`skip_ws_bytes`]).
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[inline(never)]
 fn skip_ws_run(b: &[u8], mut i: usize) -> usize {
-    let is_ws = |c: Option<&u8>| matches!(c, Some(b' ' | b'\t' | b'\n' | b'\r'));
     if !is_ws(b.get(i)) {
         return i;
     }
@@ -290,6 +305,23 @@ fn skip_ws_run(b: &[u8], mut i: usize) -> usize {
         }
         i += block::BLOCK;
     }
+    skip_ws_bytes(b, i)
+}
+
+/// [`skip_ws`] past its first byte, where SSE2 is not compiled: the byte
+/// loop alone, as before blocks.
+#[cfg(not(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+)))]
+#[inline(never)]
+fn skip_ws_run(b: &[u8], i: usize) -> usize {
+    skip_ws_bytes(b, i)
+}
+
+/// The first byte from `i` that is not whitespace, a byte at a time.
+#[inline(always)]
+fn skip_ws_bytes(b: &[u8], mut i: usize) -> usize {
     while is_ws(b.get(i)) {
         i += 1;
     }
@@ -436,8 +468,11 @@ fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
 
 /// The index of the first byte from `j` that is a quote, a backslash or a
 /// control character: a block ([`block::BLOCK`] bytes) at a time while
-/// none is, then eight bytes at a time; or where fewer than eight bytes
-/// are left, from which the caller looks at each.
+/// none is, then as [`next_special_words`] does.
+#[cfg(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+))]
 #[inline(always)]
 fn next_special(b: &[u8], mut j: usize) -> usize {
     while let Some(bytes) = b.get(j..j + block::BLOCK) {
@@ -450,6 +485,25 @@ fn next_special(b: &[u8], mut j: usize) -> usize {
         }
         j += block::BLOCK;
     }
+    next_special_words(b, j)
+}
+
+/// [`next_special_words`], where SSE2 is not compiled: the word scan
+/// alone, as before blocks.
+#[cfg(not(all(
+    any(target_arch = "x86", target_arch = "x86_64"),
+    target_feature = "sse2"
+)))]
+#[inline(always)]
+fn next_special(b: &[u8], j: usize) -> usize {
+    next_special_words(b, j)
+}
+
+/// The index of the first byte from `j` that is a quote, a backslash or a
+/// control character, eight bytes at a time; or where fewer than eight
+/// bytes are left, from which the caller looks at each.
+#[inline(always)]
+fn next_special_words(b: &[u8], mut j: usize) -> usize {
     while let Some(word) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
         let found = special(u64::from_le_bytes(word));
         if found != 0 {
@@ -574,6 +628,81 @@ mod tests {
         // Bytes of multi-byte characters are never looked at.
         for w in "Zürich 山田 Renée".as_bytes().windows(8) {
             assert_eq!(special(u64::from_le_bytes(w.try_into().unwrap())), 0);
+        }
+    }
+
+    /// Holds the string scans and the whitespace skips to the bytes of
+    /// `b`, from every start. The string scans ([`next_special`], and the
+    /// word scan alone, which is all of it where SSE2 is not compiled)
+    /// stop at the first quote, backslash or control byte, or before it
+    /// where fewer than eight bytes are left with none of those before
+    /// them; the skips ([`skip_ws_run`], and the byte loop alone) at the
+    /// first byte that is not whitespace.
+    fn scans_stop_where_the_bytes_say(b: &[u8]) -> Result<(), TestCaseError> {
+        for from in 0..=b.len() {
+            let first = |class: &dyn Fn(u8) -> bool| {
+                b[from..]
+                    .iter()
+                    .position(|&c| class(c))
+                    .map_or(b.len(), |n| from + n)
+            };
+            let stop = first(&|c| c == b'"' || c == b'\\' || c < 0x20);
+            for (scan, found) in [
+                ("next_special", next_special(b, from)),
+                ("next_special_words", next_special_words(b, from)),
+            ] {
+                prop_assert!(
+                    from <= found && found <= stop && (found == stop || b.len() - found < 8),
+                    "{} from {}: {}, the first stop is at {}: {:?}",
+                    scan,
+                    from,
+                    found,
+                    stop,
+                    b
+                );
+            }
+            let token = first(&|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'));
+            prop_assert_eq!(skip_ws_run(b, from), token, "from {}: {:?}", from, b);
+            prop_assert_eq!(skip_ws_bytes(b, from), token, "from {}: {:?}", from, b);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_scans_stop_at_every_byte_they_look_for_at_every_place() {
+        for len in 0..=70 {
+            for at in 0..=len {
+                for byte in [
+                    b'"', b'\\', 0, b'\t', b'\n', 0x0b, 0x0c, 0x1f, b' ', 0x7f, 0xc3, b'a',
+                ] {
+                    for fill in [b'a', b' ', b'\t', b'\n', b'\r'] {
+                        let mut b = vec![fill; len];
+                        if let Some(c) = b.get_mut(at) {
+                            *c = byte;
+                        }
+                        scans_stop_where_the_bytes_say(&b).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prop_the_scans_stop_where_the_bytes_say(
+            runs in prop::collection::vec(
+                (
+                    prop_oneof![
+                        Just(b'a'), Just(b' '), Just(b'\t'), Just(b'\n'), Just(b'\r'),
+                        Just(b'"'), Just(b'\\'), 0u8..0x20, Just(0x7f), 0x80u8..=0xff,
+                    ],
+                    0usize..40,
+                ),
+                0..8,
+            ),
+        ) {
+            let b: Vec<u8> = runs.iter().flat_map(|&(c, n)| std::iter::repeat_n(c, n)).collect();
+            scans_stop_where_the_bytes_say(&b)?;
         }
     }
 
@@ -923,7 +1052,9 @@ mod tests {
             3 => "(true|false|null)",
             1 => "-?(0[0-9]|[0-9]{1,3}\\.|[0-9]{1,3}[eE][+-]?[0-9]{0,4}|tru|nul|fals|truex|\\+1|NaN)",
         ];
-        let ws = prop_oneof!["[ \t\r\n]{0,2}", "[ ]{0,70}"];
+        // Short runs, long runs of spaces (indentation), and long runs
+        // of every whitespace byte mixed, across a block and more.
+        let ws = prop_oneof!["[ \t\r\n]{0,2}", "[ ]{0,70}", "[ \t\r\n]{16,40}"];
         let leaf = (ws.clone(), leaf, ws).prop_map(|(a, v, b)| format!("{a}{v}{b}"));
         leaf.prop_recursive(4, 48, 6, |inner| {
             prop_oneof![
@@ -987,7 +1118,13 @@ mod tests {
             second in value_text(),
             len in 0usize..=130,
             at in any::<prop::sample::Index>(),
-            byte in prop_oneof![Just('"'), Just('\\'), Just('\u{1}'), Just(' '), Just('}'), Just(','), Just('é')],
+            byte in prop_oneof![
+                Just('"'), Just('\\'), Just('\u{1}'), Just(' '), Just('}'), Just(','), Just('é'),
+                // Control bytes at both ends of the range, the two just
+                // past whitespace's, a tab (whitespace outside strings),
+                // and DEL (not a control byte to JSON).
+                Just('\u{0}'), Just('\u{b}'), Just('\u{c}'), Just('\t'), Just('\u{7f}'),
+            ],
         ) {
             let text = format!("{}{{\"x\":{value},\"y\":{second}}}", " ".repeat(pad));
             same_as_before(&text)?;
