@@ -765,10 +765,17 @@ mod secret_tests {
 #[cfg(test)]
 mod batch_tests {
     use super::*;
+    use std::ops::Range;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use arrow_array::Int64Array;
     use bytes::BytesMut;
+    use etl_ack::{AckEvent, AckStatus, Acked, BatchId, BatchMeta};
     use etl_record::{Offset, Position, SourceId};
-    use etl_sink::Encoder;
+    use etl_sink::testing::MemorySink;
+    use etl_sink::{BatchEncoding, Encoder, SinkDriver, SinkDriverConfig};
     use object_store::ObjectStoreExt;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     const COLUMNS: &str = r#"columns = [
         { name = "id", type = "int64", nullable = false },
@@ -934,5 +941,269 @@ mod batch_tests {
         assert_eq!(written.len(), 3);
         assert!(written == objects(&unattached).await);
         assert!(written == objects(&not_its_own).await);
+    }
+
+    /// Encodes one record at a time (the default `encode_batch`, as an
+    /// encoder wrapping another without forwarding it does): its batches
+    /// carry no attachment.
+    #[derive(Debug)]
+    struct OneAtATime<E>(E);
+
+    impl<E: Encoder> Encoder for OneAtATime<E> {
+        fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
+            self.0.encode(record, out)
+        }
+    }
+
+    /// A sink's own encoder on the first, third, ... upstream batch it is
+    /// given, and one record at a time on the second, fourth, ... (as
+    /// when `rows_of` gives nothing, after a panic in a chunk): a batch
+    /// the driver merges from them has rows attached to some of its
+    /// records only.
+    #[derive(Debug)]
+    struct Alternating {
+        own: ValueEncoder,
+        one_at_a_time: OneAtATime<ValueEncoder>,
+        calls: AtomicUsize,
+    }
+
+    impl Alternating {
+        fn new(sink: &ObjectStoreSink) -> Self {
+            Alternating {
+                own: sink.encoder(),
+                one_at_a_time: OneAtATime(sink.encoder()),
+                calls: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    impl Encoder for Alternating {
+        fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
+            self.own.encode(record, out)
+        }
+
+        fn encode_batch(&self, records: &[Record], out: &mut BatchEncoding<'_>) {
+            if self.calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
+                self.own.encode_batch(records, out);
+            } else {
+                self.one_at_a_time.encode_batch(records, out);
+            }
+        }
+    }
+
+    /// Keeps each batch it is given (attachments and all), then writes it
+    /// with its sink.
+    #[derive(Clone, Debug)]
+    struct Keeping {
+        sink: ObjectStoreSink,
+        kept: Arc<Mutex<Vec<EncodedBatch>>>,
+    }
+
+    #[async_trait]
+    impl Sink for Keeping {
+        async fn write(&self, batch: &EncodedBatch) -> Result<(), SinkError> {
+            self.kept.lock().unwrap().push(batch.clone());
+            self.sink.write(batch).await
+        }
+    }
+
+    /// Where [`records`] are cut into upstream batches: the first and
+    /// third go through the sink's own encoder under [`Alternating`], the
+    /// second and fourth one record at a time; records of every kind,
+    /// refused ones included, are in each.
+    const UPSTREAM: [usize; 5] = [0, 1_000, 1_500, 3_000, 6_000];
+
+    /// The upstream batch of [`UPSTREAM`] the record at `offset` is in.
+    fn upstream(offset: i64) -> usize {
+        let at = usize::try_from(offset).unwrap();
+        UPSTREAM
+            .windows(2)
+            .position(|w| (w[0]..w[1]).contains(&at))
+            .unwrap()
+    }
+
+    /// Whether [`Alternating`] gives the record at `offset` of [`UPSTREAM`]
+    /// to the sink's own encoder.
+    fn checked_by_its_encoder(offset: i64) -> bool {
+        upstream(offset).is_multiple_of(2)
+    }
+
+    /// `records` cut at [`UPSTREAM`], sent to a driver of `sink` encoding
+    /// with `encoder`, which lingers long enough to merge them all into
+    /// one write. Returns the batches written (each as the write was given
+    /// it) and the offsets dead-lettered, once every upstream batch was
+    /// delivered.
+    async fn merged(
+        sink: &ObjectStoreSink,
+        encoder: impl Encoder + 'static,
+        records: &[Record],
+    ) -> (Vec<EncodedBatch>, Vec<i64>) {
+        let keeping = Keeping {
+            sink: sink.clone(),
+            kept: Arc::default(),
+        };
+        let letters = MemorySink::new();
+        let driver = SinkDriver::new(keeping.clone(), encoder)
+            .config(SinkDriverConfig {
+                linger: Duration::from_secs(600),
+                ..SinkDriverConfig::default()
+            })
+            .dead_letters(letters.clone())
+            .spawn();
+        let (acker, mut events) = etl_ack::channel();
+        for (seq, cut) in UPSTREAM.windows(2).enumerate() {
+            let records = records[cut[0]..cut[1]].to_vec();
+            // Records of three partitions: the driver reads no partition
+            // of a batch's handle.
+            let meta = BatchMeta {
+                id: BatchId {
+                    partition: PartitionId(0),
+                    epoch: 1,
+                    seq: seq as u64,
+                },
+                first_offset: records[0].position.offset,
+                last_offset: records[records.len() - 1].position.offset,
+                records: records.len() as u32,
+                bytes: records.iter().map(|r| r.value.len() as u64).sum(),
+            };
+            let ack = acker.open(meta).unwrap();
+            driver.send(Acked::new(records, ack)).await.unwrap();
+        }
+        // Closing writes what the driver holds: everything sent, as one
+        // batch (the linger has not run out).
+        driver.close().await.unwrap();
+        let mut statuses = Vec::new();
+        while let Ok(event) = events.try_next() {
+            if let AckEvent::Resolved(message) = event {
+                statuses.push(message.status);
+            }
+        }
+        assert_eq!(statuses, [AckStatus::Delivered; 4]);
+        let written = keeping.kept.lock().unwrap().clone();
+        let refused = letters
+            .records()
+            .iter()
+            .map(|r| r.position.offset.0)
+            .collect();
+        (written, refused)
+    }
+
+    /// The offsets of [`records`] that do not fit [`COLUMNS`].
+    fn unfit(n: i64) -> Vec<i64> {
+        (0..n).filter(|i| matches!(i % 7, 4 | 6)).collect()
+    }
+
+    /// A batch merged from upstream batches the sink's encoder checked
+    /// and upstream batches encoded one record at a time, refusals in
+    /// each: the write gives every record its own row, the one its
+    /// encoder attached where there is one and the one read for it
+    /// elsewhere, each in its place.
+    #[tokio::test]
+    async fn a_write_reads_the_records_its_encoders_rows_do_not_cover_each_in_its_place() {
+        let sink = sink(COLUMNS, 2);
+        let records = records(6_000);
+        let (written, refused) = merged(&sink, Alternating::new(&sink), &records).await;
+        let batch = &written[0];
+        let unfit = unfit(6_000);
+        assert_eq!(
+            batch.len(),
+            6_000 - unfit.len(),
+            "not merged into one write"
+        );
+        // One attachment for each upstream batch the sink's encoder
+        // checked, over the records of it the batch holds, and none for
+        // the others.
+        let mut runs: BTreeMap<usize, Range<usize>> = BTreeMap::new();
+        for (i, record) in batch.records().iter().enumerate() {
+            let offset = record.position.offset.0;
+            if checked_by_its_encoder(offset) {
+                runs.entry(upstream(offset))
+                    .and_modify(|run| run.end = i + 1)
+                    .or_insert(i..i + 1);
+            }
+        }
+        let attached: Vec<Range<usize>> = batch.attachments().map(|(range, _)| range).collect();
+        assert_eq!(attached, runs.into_values().collect::<Vec<_>>());
+        assert_eq!(attached.len(), 2);
+
+        let schema = sink.inner.format.declared().unwrap();
+        let Read::Rows(rows) = sink.inner.read(batch).unwrap() else {
+            panic!("not read as rows")
+        };
+        assert_eq!(rows.len(), batch.len());
+        for (record, row) in batch.records().iter().zip(&rows) {
+            let offset = record.position.offset.0;
+            let value: Value = serde_json::from_slice(&record.value).unwrap();
+            let expected = schema.row_of(&value).unwrap();
+            match row {
+                Ok(Held::Checked(row)) if checked_by_its_encoder(offset) => {
+                    assert!(**row == expected, "offset {offset}: another record's row");
+                }
+                Ok(Held::Read(row)) if !checked_by_its_encoder(offset) => {
+                    assert!(*row == expected, "offset {offset}: another record's row");
+                }
+                Ok(Held::Checked(_)) => panic!("offset {offset}: a row it was not attached"),
+                Ok(Held::Read(_)) => panic!("offset {offset}: read again"),
+                Err(why) => panic!("offset {offset}: {why}"),
+            }
+        }
+        // The write took them all: none was refused, nor written again.
+        assert_eq!(refused, unfit);
+        assert_eq!(written.len(), 1);
+    }
+
+    /// Merged by the driver from upstream batches the sink's encoder
+    /// checked and upstream batches encoded one record at a time,
+    /// refusals in each, a write stores the objects of a sink whose
+    /// encoder attaches nothing, byte for byte: each record accepted in
+    /// exactly one, each refused in none.
+    #[tokio::test]
+    async fn a_merged_write_of_checked_and_unchecked_batches_stores_what_an_unattached_one_does() {
+        let records = records(6_000);
+        let mixed = sink(COLUMNS, 2);
+        let unfit = unfit(6_000);
+        let (written, refused) = merged(&mixed, Alternating::new(&mixed), &records).await;
+        assert_eq!(written[0].len(), 6_000 - unfit.len(), "not merged");
+        assert_eq!(written[0].attachments().count(), 2);
+        let plain = sink(COLUMNS, 2);
+        let (plain_written, plain_refused) =
+            merged(&plain, OneAtATime(plain.encoder()), &records).await;
+        assert_eq!(plain_written.len(), 1, "not merged into one write");
+        assert_eq!(plain_written[0].attachments().count(), 0);
+        assert_eq!(plain_refused, unfit);
+
+        let stored = objects(&mixed).await;
+        assert_eq!(
+            stored.keys().collect::<Vec<_>>(),
+            [
+                "0-00000000000000000000.parquet",
+                "1-00000000000000000001.parquet",
+                "2-00000000000000000002.parquet"
+            ]
+        );
+        assert!(stored == objects(&plain).await, "other bytes");
+        let mut ids = Vec::new();
+        for (key, body) in &stored {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(body.clone())
+                .unwrap()
+                .build()
+                .unwrap();
+            for read in reader {
+                let read = read.unwrap();
+                let column = read.column_by_name("id").unwrap();
+                let column = column.as_any().downcast_ref::<Int64Array>().unwrap();
+                let partition = &key[..1];
+                for id in column.values().iter() {
+                    assert_eq!(partition, (id % 3).to_string(), "{id} in {key}");
+                    ids.push(*id);
+                }
+            }
+        }
+        ids.sort_unstable();
+        let accepted: Vec<i64> = (0..6_000).filter(|i| !unfit.contains(i)).collect();
+        assert_eq!(ids, accepted, "a record missing or stored twice");
+        // Refused by the encoder alone, and written in one write.
+        assert_eq!(refused, unfit);
+        assert_eq!(written.len(), 1);
     }
 }
