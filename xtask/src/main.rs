@@ -116,7 +116,9 @@ fn build_prerequisites() -> Result {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if found(&["openssl", "libzstd", "oniguruma"]) {
+    // Oniguruma is wanted, not needed: with the two that are needed
+    // found, nothing is installed.
+    if found(&["openssl", "libzstd"]) {
         return Ok(());
     }
     const PACKAGES: [&str; 4] = ["libssl-dev", "libzstd-dev", "libonig-dev", "pkg-config"];
@@ -126,10 +128,6 @@ fn build_prerequisites() -> Result {
         .output()
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
     if !root {
-        if found(&["openssl", "libzstd"]) {
-            // Only Oniguruma is missing: its sources are compiled instead.
-            return Ok(());
-        }
         return Err(format!(
             "the headers of OpenSSL or libzstd, or pkg-config, are missing (the binary \
              links the system's OpenSSL and zstd); install them, e.g. \

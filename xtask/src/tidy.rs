@@ -27,7 +27,10 @@
 //!   `#![allow(unsafe_code)]`, `expect` alike) only in the files that
 //!   `docs/architecture.md`'s "Unsafe code" section names (as paths from
 //!   the workspace root, in backticks), and every file it names allows it:
-//!   the section is the list, read from there ([`UNSAFE_SECTION`]).
+//!   the section is the list, read from there ([`UNSAFE_SECTION`]). Unsafe
+//!   code written in a file it does not name is reported too, however it
+//!   is allowed, and so is a member whose manifest does not take the
+//!   workspace's lints or sets `unsafe_code`.
 
 use std::path::Path;
 use std::process::Command;
@@ -260,18 +263,11 @@ const THIRD_PARTY_ALLOWED: &[(&str, &[&str])] = &[("etl-transform", &[])];
 /// Dependencies declared for their features alone, never named in code:
 /// (crate, dependency, why). Everything else a crate declares must be
 /// used, or tidy reports it.
-const FEATURE_ONLY: &[(&str, &str, &str)] = &[
-    (
-        "etl-object-store",
-        "reqwest",
-        "object_store's HTTP client, declared to give it rustls without aws-lc-rs",
-    ),
-    (
-        "etl-cli",
-        "zstd-sys",
-        "links the system's libzstd into the binary instead of compiling zstd",
-    ),
-];
+const FEATURE_ONLY: &[(&str, &str, &str)] = &[(
+    "etl-object-store",
+    "reqwest",
+    "object_store's HTTP client, declared to give it rustls without aws-lc-rs",
+)];
 
 /// Third-party crates of the command line (argument parsing, the metrics
 /// endpoint's HTTP server, the status line, the log formatter): only
@@ -309,6 +305,7 @@ pub(crate) fn run(root: &Path) -> crate::Result {
     problems.extend(unused_dependencies(&metadata));
     eprintln!("tidy: unsafe_code allowed only where docs/architecture.md says");
     problems.extend(unlisted_unsafe(root));
+    problems.extend(lints_not_the_workspace(&metadata));
     eprintln!("tidy: module docs of every .rs file");
     for dir in ["crates", "xtask", "tests", "examples"] {
         missing_module_docs(&root.join(dir), root, &mut problems);
@@ -538,8 +535,8 @@ pub(crate) fn unlisted_unsafe(root: &Path) -> Vec<String> {
     for file in &allowing {
         if !listed.contains(file) {
             problems.push(format!(
-                "{file} allows unsafe_code, but {doc}'s \"{}\" section does not list it: \
-                 name it there (`{file}`) with its reason, or remove the allowance",
+                "{file} allows or writes unsafe code, but {doc}'s \"{}\" section does not \
+                 list it: name it there (`{file}`) with its reason, or remove it",
                 heading.trim_start_matches('#').trim()
             ));
         }
@@ -578,8 +575,9 @@ fn unsafe_listed(doc: &str, heading: &str) -> Option<Vec<String>> {
 /// with an attribute that allows `unsafe_code`.
 fn files_allowing_unsafe(path: &Path, root: &Path, out: &mut Vec<String>) {
     if path.is_file() {
+        let text = || std::fs::read_to_string(path).unwrap_or_default();
         if path.extension().is_some_and(|e| e == "rs")
-            && allows_unsafe(&std::fs::read_to_string(path).unwrap_or_default())
+            && (allows_unsafe(&text()) || uses_unsafe(&text()))
         {
             let shown = path.strip_prefix(root).unwrap_or(path);
             let parts: Vec<_> = shown.iter().map(|p| p.to_string_lossy()).collect();
@@ -594,10 +592,68 @@ fn files_allowing_unsafe(path: &Path, root: &Path, out: &mut Vec<String>) {
     entries.sort();
     for entry in entries {
         let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name != "target" && !name.starts_with('.') {
+        // A build folder is skipped by what it is (cargo tags it), not by
+        // its name: a module folder may be called `target`.
+        if !name.starts_with('.') && !entry.join("CACHEDIR.TAG").is_file() {
             files_allowing_unsafe(&entry, root, out);
         }
     }
+}
+
+/// Whether `text` writes unsafe code itself (`unsafe` before a block,
+/// `fn`, `impl`, `trait` or `extern`, outside `//` comments), whatever
+/// allows it: an allowance [`allows_unsafe`] does not see (two attributes
+/// on one line, one a macro writes) still needs the code it allows.
+fn uses_unsafe(text: &str) -> bool {
+    text.lines().any(|line| {
+        let code = line.split("//").next().unwrap_or("");
+        code.match_indices("unsafe").any(|(at, word)| {
+            let before = code[..at].chars().next_back();
+            let after = code[at + word.len()..].trim_start();
+            before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+                && (after.starts_with('{')
+                    || ["fn", "impl", "trait", "extern"].iter().any(|k| {
+                        after.strip_prefix(k).is_some_and(|rest| {
+                            rest.chars()
+                                .next()
+                                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+                        })
+                    }))
+        })
+    })
+}
+
+/// Every workspace member whose manifest does not take the workspace's
+/// lints (`[lints] workspace = true`), or sets `unsafe_code` itself: its
+/// code would escape the `deny` the list above relies on.
+pub(crate) fn lints_not_the_workspace(metadata: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        let (Some(name), Some(manifest)) =
+            (package["name"].as_str(), package["manifest_path"].as_str())
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(manifest).unwrap_or_default();
+        let mut lines = text.lines().map(str::trim);
+        let takes_workspace = lines.by_ref().any(|l| l == "[lints]")
+            && lines
+                .take_while(|l| !l.starts_with('['))
+                .any(|l| l.replace(' ', "") == "workspace=true");
+        if !takes_workspace {
+            problems.push(format!(
+                "`{name}` does not take the workspace's lints: add `[lints]` with \
+                 `workspace = true` to its manifest"
+            ));
+        }
+        if text.contains("unsafe_code") {
+            problems.push(format!(
+                "`{name}`'s manifest sets `unsafe_code`: the workspace's `deny` is the rule, \
+                 and a file that needs unsafe code allows it where docs/architecture.md lists it"
+            ));
+        }
+    }
+    problems
 }
 
 /// Whether `text` has an attribute (a line starting `#[` or `#![`, to
@@ -943,19 +999,99 @@ mod tests {
             "xtask/src/gated.rs",
             "//! G.\n#[cfg_attr(test, expect(\n    unsafe_code\n))]\nfn g() {}\n",
         );
+        // Unsafe code itself, whatever allows it (here an attribute
+        // after another on one line), in a module folder called `target`
+        // too; not in a build folder, nor in names, strings or comments
+        // that merely contain the word.
+        let code = ["un", "safe { *p }"].concat();
+        write(
+            "crates/b/src/inline.rs",
+            &format!(
+                "//! I.\n#[inline] #[allow(unsafe_code)] fn f(p: *const u8) -> u8 {{ {code} }}\n"
+            ),
+        );
+        write(
+            "crates/b/src/target/mod.rs",
+            &format!("//! M.\nfn g() {{ {code}; }}\n"),
+        );
+        write(
+            "crates/b/target/CACHEDIR.TAG",
+            "Signature: 8a477f597d28d172789f06886806bc55\n",
+        );
+        write(
+            "crates/b/target/built.rs",
+            &format!("fn h() {{ {code}; }}\n"),
+        );
+        write(
+            "crates/b/src/words.rs",
+            "//! W.\nfn not_unsafe_fn() {}\nconst UNSAFE_FNS: u8 = 0;\nlet unsafe_thing = 1; \
+             // an unsafe { block in a comment\n",
+        );
         let problems = unlisted_unsafe(&root);
         std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(problems.len(), 3, "{problems:?}");
+        let named = |file: &str| {
+            problems
+                .iter()
+                .any(|p| p.starts_with(&format!("{file} allows or writes unsafe code")))
+        };
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert!(named("crates/b/src/inline.rs"), "{problems:?}");
+        assert!(named("crates/b/src/later.rs"), "{problems:?}");
+        assert!(named("crates/b/src/target/mod.rs"), "{problems:?}");
+        assert!(named("xtask/src/gated.rs"), "{problems:?}");
         assert!(
-            problems[0].starts_with("crates/b/src/later.rs allows unsafe_code")
-                && problems[0].contains("\"Unsafe code\" section does not list it"),
+            problems
+                .iter()
+                .any(|p| p.contains("\"Unsafe code\" section does not list it")),
             "{problems:?}"
         );
-        assert!(problems[1].starts_with("xtask/src/gated.rs allows unsafe_code"));
-        assert!(problems[2].contains("lists crates/gone/src/old.rs, which does not allow"));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("lists crates/gone/src/old.rs, which does not allow")),
+            "{problems:?}"
+        );
         // Without the section, that is the problem.
         assert!(
             unlisted_unsafe(Path::new("/nonexistent"))[0].contains("no `### Unsafe code` section")
+        );
+    }
+
+    #[test]
+    fn a_member_not_taking_the_workspaces_lints_or_setting_unsafe_code_is_reported() {
+        let dir = std::env::temp_dir().join(format!("xtask-tidy-lints-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let manifest = |name: &str, text: &str| {
+            let path = dir.join(format!("{name}.toml"));
+            std::fs::write(&path, text).unwrap();
+            json!({ "name": name, "manifest_path": path.to_str().unwrap() })
+        };
+        let packages = vec![
+            manifest(
+                "good",
+                "[package]\nname = \"good\"\n\n[lints]\nworkspace = true\n",
+            ),
+            manifest("none", "[package]\nname = \"none\"\n"),
+            manifest("elsewhere", "[lints]\n\n[dependencies]\nworkspace = true\n"),
+            manifest(
+                "own",
+                "[lints]\nworkspace = true\n\n[lints.rust]\nunsafe_code = \"allow\"\n",
+            ),
+        ];
+        let problems = lints_not_the_workspace(&json!({ "packages": packages }));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[0].starts_with("`none` does not take"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("`elsewhere` does not take"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[2].starts_with("`own`'s manifest sets `unsafe_code`"),
+            "{problems:?}"
         );
     }
 

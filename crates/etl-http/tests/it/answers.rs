@@ -225,11 +225,7 @@ fn bulk_answer(items: usize, pad: usize) -> &'static str {
         "{{\"took\":9,\"errors\":false,\"items\":[{}]}}",
         vec![item; items].join(",")
     );
-    format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .leak()
+    answered_200(&body)
 }
 
 fn bulk_sink(server: &RawServer) -> etl_http::HttpSink {
@@ -306,11 +302,7 @@ fn bulk_failed(action: &str, statuses: &[u16]) -> &'static str {
         "{{\"took\":2,\"errors\":{errors},\"items\":[{}]}}",
         items.join(",")
     );
-    format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .leak()
+    answered_200(&body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,25 +373,16 @@ async fn an_answer_echoing_the_request_shows_none_of_its_secrets() {
     let body = format!(
         "{{\"headers\":{{\"Authorization\":\"Basic {basic}\",\"X-Key\":\"hdr-SECRET-8\"}}}}"
     );
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let server = RawServer::start(vec![Answer::Raw(answered_200(&body))]).await;
     let sink = crate::support::sink(&format!(
         "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
          headers = {{ \"X-Key\" = \"hdr-SECRET-8\" }}\n\
          auth = {{ strategy = \"basic\", user = \"etl\", password = \"echo-SECRET-7\" }}",
         server.uri("/anything")
     ));
-    let (driver, letters) = drive(sink, driver_config(10, 1));
-    let (_statuses, closed) = deliver(driver, batches(10, 10)).await;
-    let err = closed.unwrap_err();
-    let text = format!("{err} {err:?}");
-    assert!(text.contains("not a bulk API answer"), "{text}");
+    let text = halted_on_a_2xx_that_is_no_bulk_answer(sink).await;
     assert!(text.contains("[REDACTED]"), "{text}");
     assert!(!text.contains("SECRET") && !text.contains(&basic), "{text}");
-    assert!(letters.records().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,24 +390,15 @@ async fn an_answer_echoing_a_secret_too_short_to_take_out_is_not_shown() {
     // A three-byte secret cannot be taken out of a text without taking
     // out whatever else spells those bytes: the answer is not shown.
     let body = "{\"echo\":{\"password\":\"q7Z\"}}";
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let server = RawServer::start(vec![Answer::Raw(answered_200(body))]).await;
     let sink = crate::support::sink(&format!(
         "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
          auth = {{ strategy = \"basic\", user = \"etl\", password = \"q7Z\" }}",
         server.uri("/anything")
     ));
-    let (driver, letters) = drive(sink, driver_config(10, 1));
-    let (_statuses, closed) = deliver(driver, batches(10, 10)).await;
-    let err = closed.unwrap_err();
-    let text = format!("{err} {err:?}");
-    assert!(text.contains("not a bulk API answer"), "{text}");
+    let text = halted_on_a_2xx_that_is_no_bulk_answer(sink).await;
     assert!(!text.contains("q7Z"), "{text}");
     assert!(text.contains("not shown"), "{text}");
-    assert!(letters.records().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,22 +407,36 @@ async fn a_secret_echoed_across_the_excerpts_end_shows_none_of_its_bytes() {
     // before that, so cutting first and redacting after would show its
     // first 7 bytes.
     let body = format!("{}\"wraps-SECRET-9\"", "x".repeat(504));
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let server = RawServer::start(vec![Answer::Raw(answer.leak())]).await;
+    let server = RawServer::start(vec![Answer::Raw(answered_200(&body))]).await;
     let sink = crate::support::sink(&format!(
         "uri = \"{}\"\nencoding = \"elasticsearch_bulk\"\ntimeout = \"2s\"\n\
          auth = {{ strategy = \"bearer\", token = \"wraps-SECRET-9\" }}",
         server.uri("/anything")
     ));
-    let (driver, _letters) = drive(sink, driver_config(10, 1));
+    let text = halted_on_a_2xx_that_is_no_bulk_answer(sink).await;
+    assert!(!text.contains("wraps-"), "{text}");
+}
+
+/// Ten records through `sink`, whose receiver answers a 2xx that is no
+/// bulk answer: the write halts and nothing is dead-lettered. The error's
+/// text and `Debug`, for the caller to search.
+async fn halted_on_a_2xx_that_is_no_bulk_answer(sink: etl_http::HttpSink) -> String {
+    let (driver, letters) = drive(sink, driver_config(10, 1));
     let (_statuses, closed) = deliver(driver, batches(10, 10)).await;
     let err = closed.unwrap_err();
     let text = format!("{err} {err:?}");
     assert!(text.contains("not a bulk API answer"), "{text}");
-    assert!(!text.contains("wraps-"), "{text}");
+    assert!(letters.records().is_empty());
+    text
+}
+
+/// A raw `200 OK` answer of `body`, closing the connection.
+fn answered_200(body: &str) -> &'static str {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .leak()
 }
 
 /// Ten records in one write through `sink`: all delivered, none
