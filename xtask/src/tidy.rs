@@ -474,22 +474,32 @@ fn names_crate(code: &str, ident: &str) -> bool {
 
 /// Append the text of every `.rs` file at or under `path` to `out`.
 fn rust_text(path: &Path, out: &mut String) {
+    rust_files(path, &mut |file| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        out.push_str(&text);
+        out.push('\n');
+        // A module brought in with `#[path = "..."]` from outside the
+        // folders read (the fuzz checks the tests run) is this crate's
+        // code too; read once, not followed further.
+        let dir = file.parent().unwrap_or(Path::new("."));
+        for included in path_attributes(&text) {
+            let included = dir.join(included);
+            if included.is_file() && included.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&included).unwrap_or_default());
+                out.push('\n');
+            }
+        }
+    });
+}
+
+/// Calls `each` with every `.rs` file at or under `path`, in name order,
+/// skipping hidden folders and build folders (known by the
+/// `CACHEDIR.TAG` cargo writes in them, not by their name: a module
+/// folder may be called `target`).
+fn rust_files(path: &Path, each: &mut dyn FnMut(&Path)) {
     if path.is_file() {
         if path.extension().is_some_and(|e| e == "rs") {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            out.push_str(&text);
-            out.push('\n');
-            // A module brought in with `#[path = "..."]` from outside the
-            // folders read (the fuzz checks the tests run) is this
-            // crate's code too; read once, not followed further.
-            let dir = path.parent().unwrap_or(Path::new("."));
-            for included in path_attributes(&text) {
-                let file = dir.join(included);
-                if file.is_file() && file.extension().is_some_and(|e| e == "rs") {
-                    out.push_str(&std::fs::read_to_string(&file).unwrap_or_default());
-                    out.push('\n');
-                }
-            }
+            each(path);
         }
         return;
     }
@@ -500,8 +510,8 @@ fn rust_text(path: &Path, out: &mut String) {
     entries.sort();
     for entry in entries {
         let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name != "target" && !name.starts_with('.') {
-            rust_text(&entry, out);
+        if !name.starts_with('.') && !entry.join("CACHEDIR.TAG").is_file() {
+            rust_files(&entry, each);
         }
     }
 }
@@ -574,30 +584,14 @@ fn unsafe_listed(doc: &str, heading: &str) -> Option<Vec<String>> {
 /// The `.rs` files at or under `path` (paths from `root`, with `/`)
 /// with an attribute that allows `unsafe_code`.
 fn files_allowing_unsafe(path: &Path, root: &Path, out: &mut Vec<String>) {
-    if path.is_file() {
-        let text = || std::fs::read_to_string(path).unwrap_or_default();
-        if path.extension().is_some_and(|e| e == "rs")
-            && (allows_unsafe(&text()) || uses_unsafe(&text()))
-        {
-            let shown = path.strip_prefix(root).unwrap_or(path);
+    rust_files(path, &mut |file| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if allows_unsafe(&text) || uses_unsafe(&text) {
+            let shown = file.strip_prefix(root).unwrap_or(file);
             let parts: Vec<_> = shown.iter().map(|p| p.to_string_lossy()).collect();
             out.push(parts.join("/"));
         }
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for entry in entries {
-        let name = entry.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // A build folder is skipped by what it is (cargo tags it), not by
-        // its name: a module folder may be called `target`.
-        if !name.starts_with('.') && !entry.join("CACHEDIR.TAG").is_file() {
-            files_allowing_unsafe(&entry, root, out);
-        }
-    }
+    });
 }
 
 /// Whether `text` writes unsafe code itself (`unsafe` before a block,
@@ -695,29 +689,17 @@ fn allows_unsafe(text: &str) -> bool {
 }
 
 fn missing_module_docs(dir: &Path, root: &Path, problems: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for path in entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                missing_module_docs(&path, root, problems);
-            }
-        } else if name.ends_with(".rs") {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let first = text.lines().map(str::trim).find(|l| !l.is_empty());
-            if !first.is_some_and(|l| l.starts_with("//!")) {
-                let shown = path.strip_prefix(root).unwrap_or(&path);
-                problems.push(format!(
-                    "{} does not open with a `//!` module doc",
-                    shown.display()
-                ));
-            }
+    rust_files(dir, &mut |file| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let first = text.lines().map(str::trim).find(|l| !l.is_empty());
+        if !first.is_some_and(|l| l.starts_with("//!")) {
+            let shown = file.strip_prefix(root).unwrap_or(file);
+            problems.push(format!(
+                "{} does not open with a `//!` module doc",
+                shown.display()
+            ));
         }
-    }
+    });
 }
 
 #[cfg(test)]
