@@ -108,8 +108,6 @@ struct Column {
     kind: ColumnType,
     nullable: bool,
     children: Vec<Column>,
-    /// A struct's fields by their paths, for the one-pass check.
-    trie: Option<fast::Trie>,
     field: Arc<Field>,
 }
 
@@ -360,10 +358,6 @@ impl Column {
             kind: config.column_type,
             nullable: config.nullable,
             field: Arc::new(Field::new(&config.name, data_type, config.nullable)),
-            trie: match config.column_type {
-                ColumnType::Struct => fast::Trie::of(&children),
-                _ => None,
-            },
             children,
         })
     }
@@ -735,17 +729,32 @@ fn infer_column(name: &str, value: &Value) -> Option<ColumnConfig> {
 /// of milliseconds.
 pub(crate) fn timestamp_micros(value: &Value) -> Option<i64> {
     match value {
-        Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .ok()
-            .map(|t| t.timestamp_micros()),
-        Value::Number(n) => n.as_i64().and_then(|ms| ms.checked_mul(1000)),
+        Value::String(s) => rfc3339_micros(s),
+        Value::Number(n) => n.as_i64().and_then(millis_micros),
         _ => None,
     }
 }
 
+/// Microseconds since the Unix epoch of an RFC 3339 string.
+fn rfc3339_micros(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_micros())
+}
+
+/// Microseconds of milliseconds since the Unix epoch.
+fn millis_micros(ms: i64) -> Option<i64> {
+    ms.checked_mul(1000)
+}
+
 /// Days since the Unix epoch of a `YYYY-MM-DD` string.
 fn date_days(value: &Value) -> Option<i32> {
-    let date = NaiveDate::parse_from_str(value.as_str()?, "%Y-%m-%d").ok()?;
+    days_of(value.as_str()?)
+}
+
+/// Days since the Unix epoch of `YYYY-MM-DD`.
+fn days_of(text: &str) -> Option<i32> {
+    let date = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
     let epoch = NaiveDate::from_ymd_opt(1970, 1, 1)?;
     i32::try_from((date - epoch).num_days()).ok()
 }
