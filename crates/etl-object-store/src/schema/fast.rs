@@ -20,7 +20,7 @@
 
 use serde_json::Value;
 
-use super::{Cell, Column, ColumnType, Row, RowSchema, days_of, millis_micros, rfc3339_micros};
+use super::{Arena, Cell, Column, ColumnType, RowSchema, days_of, millis_micros, rfc3339_micros};
 
 /// The columns of one object (the record, or a struct's value), by the
 /// path segments that lead to them.
@@ -88,8 +88,14 @@ impl Trie {
             })
     }
 
-    /// The index of the entry named `key`.
-    fn find(&self, key: &[u8]) -> Option<usize> {
+    /// The index of the entry named `key`, tried at `guess` first
+    /// (records of one source mostly give their keys in one order).
+    fn find(&self, key: &[u8], guess: usize) -> Option<usize> {
+        if let Some((s, _)) = self.entries.get(guess)
+            && s.as_bytes() == key
+        {
+            return Some(guess);
+        }
         self.entries.iter().position(|(s, _)| s.as_bytes() == key)
     }
 }
@@ -99,26 +105,46 @@ impl RowSchema {
     /// [`check`](Self::check) of its [`Value`] says it does. `false`
     /// says nothing: ask `check`.
     pub(crate) fn surely_fits(&self, bytes: &[u8]) -> bool {
-        self.read_row(bytes).is_some()
+        self.read_into(bytes, &mut Arena::default(), &mut Vec::new())
+            .is_some()
     }
 
     /// The [`Row`] of `bytes` when they surely fit (see
     /// [`surely_fits`](Self::surely_fits)): the row
     /// [`row_of`](Self::row_of) makes of their [`Value`]. `None` says
     /// nothing: read the `Value`, check it, and take its row.
-    pub(crate) fn read_row(&self, bytes: &[u8]) -> Option<Row> {
+    #[cfg(test)]
+    pub(crate) fn read_row(&self, bytes: &[u8]) -> Option<super::Row> {
+        let mut arena = Arena::default();
+        let start = self.read_into(bytes, &mut arena, &mut Vec::new())?;
+        Some(super::Row::new(
+            std::sync::Arc::new(arena),
+            start,
+            self.columns.len(),
+        ))
+    }
+
+    /// [`read_row`](Self::read_row) into `arena`: the index of the row's
+    /// first cell, or `None` with `arena` as it was. `unescaped` is the
+    /// reader's room for strings that hold escapes.
+    pub(super) fn read_into(
+        &self,
+        bytes: &[u8],
+        arena: &mut Arena,
+        unescaped: &mut Vec<u8>,
+    ) -> Option<usize> {
         let trie = self.trie.as_ref()?;
         if self.strict {
             return None;
         }
-        let mut cells = vec![Cell::Null; self.columns.len()];
-        let mut reader = Reader::new(bytes);
-        reader.space();
-        let mut seen = 0u64;
-        reader.object(trie, &self.columns, &mut cells, &mut seen)?;
-        missing_ones_nullable(&self.columns, seen)?;
-        reader.space();
-        reader.at_end().then_some(Row(cells))
+        let mark = arena.mark();
+        let start = arena.start_row(self.columns.len());
+        let mut reader = Reader::new(bytes, unescaped);
+        let read = reader.record(trie, &self.columns, arena, start);
+        if read.is_none() {
+            arena.roll_back(mark);
+        }
+        read.map(|()| start)
     }
 }
 
@@ -178,12 +204,18 @@ const EXACT_POWERS: [f64; 23] = [
 /// The largest significand a double holds exactly, plus one.
 const EXACT_SIGNIFICAND: u64 = 1 << 53;
 
-/// Bytes a string's scan stops at: its end, an escape, and the control
-/// characters JSON does not allow in a string.
+/// Bytes a string's scan stops at: its end, an escape, the control
+/// characters JSON does not allow in a string, and bytes past ASCII
+/// (whose text is then checked as UTF-8).
 const STOPS: [bool; 256] = {
     let mut stops = [false; 256];
     let mut b = 0;
     while b < 0x20 {
+        stops[b] = true;
+        b += 1;
+    }
+    b = 0x80;
+    while b < 0x100 {
         stops[b] = true;
         b += 1;
     }
@@ -195,23 +227,40 @@ const STOPS: [bool; 256] = {
 /// One record's bytes, read forward. Every method returns `None` where
 /// the reader is not sure, and the record is then left to the `Value`
 /// parse.
-struct Reader<'b> {
+struct Reader<'b, 's> {
     bytes: &'b [u8],
     at: usize,
     /// Arrays and objects open.
     depth: usize,
     /// The text of a string that holds an escape.
-    scratch: Vec<u8>,
+    scratch: &'s mut Vec<u8>,
 }
 
-impl<'b> Reader<'b> {
-    fn new(bytes: &'b [u8]) -> Self {
+impl<'b, 's> Reader<'b, 's> {
+    fn new(bytes: &'b [u8], scratch: &'s mut Vec<u8>) -> Self {
         Reader {
             bytes,
             at: 0,
             depth: 0,
-            scratch: Vec::new(),
+            scratch,
         }
+    }
+
+    /// The whole record: an object holding `columns`, whose cells go to
+    /// the row started at `start` in `arena`, and nothing after it.
+    fn record(
+        &mut self,
+        trie: &Trie,
+        columns: &[Column],
+        arena: &mut Arena,
+        start: usize,
+    ) -> Option<()> {
+        self.space();
+        let mut seen = 0u64;
+        self.object(trie, columns, arena, start, &mut seen)?;
+        missing_ones_nullable(columns, seen)?;
+        self.space();
+        self.at_end().then_some(())
     }
 
     fn peek(&self) -> Option<u8> {
@@ -280,10 +329,10 @@ impl<'b> Reader<'b> {
     }
 
     /// A key (at its opening quote) and the colon after it; the index of
-    /// its entry in `trie`, if any.
-    fn key(&mut self, trie: Option<&Trie>) -> Option<Option<usize>> {
+    /// its entry in `trie`, if any, tried at `guess` first.
+    fn key(&mut self, trie: Option<&Trie>, guess: usize) -> Option<Option<usize>> {
         let key = self.string()?;
-        let k = trie.and_then(|trie| trie.find(key.as_bytes()));
+        let k = trie.and_then(|trie| trie.find(key, guess));
         self.space();
         self.eat(b':')?;
         self.space();
@@ -291,35 +340,39 @@ impl<'b> Reader<'b> {
     }
 
     /// The fields of an object (at its `{`) on the way to `columns`, as
-    /// `trie` leads to them: each column found is read into its cell in
-    /// `cells` and marked in `seen`; other fields are read through.
+    /// `trie` leads to them: each column found is read into its cell of
+    /// the row at `start` in `arena` and marked in `seen`; other fields
+    /// are read through.
     fn object(
         &mut self,
         trie: &Trie,
         columns: &[Column],
-        cells: &mut [Cell],
+        arena: &mut Arena,
+        start: usize,
         seen: &mut u64,
     ) -> Option<()> {
         self.open(b'{')?;
         // The entries of this object met so far: a key given twice is
         // left to the check over `Value` (where the last one counts).
         let mut met = 0u64;
+        let mut guess = 0;
         let mut more = self.any(b'}')?;
         while more {
-            match self.key(Some(trie))? {
+            match self.key(Some(trie), guess)? {
                 None => self.skip()?,
                 Some(k) => {
+                    guess = k + 1;
                     if met & (1 << k) != 0 {
                         return None;
                     }
                     met |= 1 << k;
                     match &trie.entries.get(k)?.1 {
                         Slot::Column(i) => {
-                            let column = columns.get(*i)?;
-                            self.column(column, cells.get_mut(*i)?)?;
+                            let cell = self.column(columns.get(*i)?, arena)?;
+                            arena.set(start + i, cell)?;
                             *seen |= 1 << i;
                         }
-                        Slot::Inner(inner) => self.object(inner, columns, cells, seen)?,
+                        Slot::Inner(inner) => self.object(inner, columns, arena, start, seen)?,
                     }
                 }
             }
@@ -328,12 +381,12 @@ impl<'b> Reader<'b> {
         Some(())
     }
 
-    /// One column's value into `out`, as [`Column::cell`] stores it, where
-    /// [`Column::check`] takes it: a scalar parsed straight into its cell,
-    /// a list item by item, a struct's value read through and then parsed
-    /// as the `Value` its cell holds.
-    fn column(&mut self, column: &Column, out: &mut Cell) -> Option<()> {
-        *out = match self.peek()? {
+    /// One column's cell, as [`Column::cell_into`] stores it (its text
+    /// and items in `arena`), where [`Column::check`] takes it: a scalar
+    /// parsed straight into its cell, a list item by item, a struct's
+    /// value read through and then parsed as the `Value` its cell holds.
+    fn column(&mut self, column: &Column, arena: &mut Arena) -> Option<Cell> {
+        Some(match self.peek()? {
             b'n' => {
                 self.word(b"null")?;
                 if !column.nullable {
@@ -354,9 +407,13 @@ impl<'b> Reader<'b> {
                 let kind = column.kind;
                 let text = self.string()?;
                 match kind {
-                    ColumnType::String => Cell::Text(text.to_owned()),
-                    ColumnType::Timestamp => Cell::Int(rfc3339_micros(text)?),
-                    ColumnType::Date => Cell::Int(i64::from(days_of(text)?)),
+                    ColumnType::String => arena.push_text(text)?,
+                    ColumnType::Timestamp => {
+                        Cell::Int(rfc3339_micros(std::str::from_utf8(text).ok()?)?)
+                    }
+                    ColumnType::Date => {
+                        Cell::Int(i64::from(days_of(std::str::from_utf8(text).ok()?)?))
+                    }
                     _ => return None,
                 }
             }
@@ -365,22 +422,21 @@ impl<'b> Reader<'b> {
                     return None;
                 };
                 self.open(b'[')?;
-                let mut items = Vec::new();
+                let opened = arena.open_list();
                 let mut more = self.any(b']')?;
                 while more {
-                    let mut cell = Cell::Null;
-                    self.column(item, &mut cell)?;
-                    items.push(cell);
+                    let cell = self.column(item, arena)?;
+                    arena.push_item(cell);
                     more = self.more(b']')?;
                 }
-                Cell::List(items)
+                arena.close_list(opened)?
             }
             b'{' if column.kind == ColumnType::Struct => {
                 let start = self.at;
                 self.skip()?;
                 let value: Value = serde_json::from_slice(self.bytes.get(start..self.at)?).ok()?;
                 column.check(Some(&value)).ok()?;
-                column.cell(Some(value)).ok()?
+                Cell::Nested(Box::new(value))
             }
             b'-' | b'0'..=b'9' => {
                 let number = self.number()?;
@@ -397,8 +453,7 @@ impl<'b> Reader<'b> {
                 }
             }
             _ => return None,
-        };
-        Some(())
+        })
     }
 
     /// A value no column reads, read through as the `Value` parse reads
@@ -414,7 +469,7 @@ impl<'b> Reader<'b> {
                 self.open(b'{')?;
                 let mut more = self.any(b'}')?;
                 while more {
-                    self.key(None)?;
+                    self.key(None, 0)?;
                     self.skip()?;
                     more = self.more(b'}')?;
                 }
@@ -437,40 +492,52 @@ impl<'b> Reader<'b> {
         Some(())
     }
 
-    /// A string (at its opening quote) and its text: the bytes between
-    /// the quotes where they hold no escape, else unescaped into
-    /// `scratch`. Not sure of a control character, an escape serde_json
-    /// refuses (a lone surrogate among them), or bytes that are not
-    /// UTF-8.
-    fn string(&mut self) -> Option<&str> {
+    /// A string (at its opening quote) and its text, valid UTF-8: the
+    /// bytes between the quotes where they hold no escape, else unescaped
+    /// into `scratch`. Not sure of a control character, an escape
+    /// serde_json refuses (a lone surrogate among them), or bytes that
+    /// are not UTF-8. Text of ASCII alone is not checked again.
+    fn string(&mut self) -> Option<&[u8]> {
         self.eat(b'"')?;
         let start = self.at;
         let mut at = start;
+        let mut ascii = true;
         loop {
             let byte = *self.bytes.get(at)?;
             if !STOPS[usize::from(byte)] {
                 at += 1;
                 continue;
             }
-            return match byte {
+            match byte {
                 b'"' => {
                     self.at = at + 1;
-                    std::str::from_utf8(self.bytes.get(start..at)?).ok()
+                    let text = self.bytes.get(start..at)?;
+                    return (ascii || std::str::from_utf8(text).is_ok()).then_some(text);
                 }
-                b'\\' => self.escaped(start, at),
-                _ => None,
-            };
+                b'\\' => return self.escaped(start, at, ascii),
+                0x80.. => {
+                    ascii = false;
+                    at += 1;
+                }
+                _ => return None,
+            }
         }
     }
 
     /// The rest of a string whose text starts at `start` and holds an
-    /// escape at `at`: its text unescaped into `scratch`.
-    fn escaped(&mut self, start: usize, mut at: usize) -> Option<&str> {
+    /// escape at `at` (`ascii`: no byte before it is past ASCII): its
+    /// text unescaped into `scratch`.
+    fn escaped(&mut self, start: usize, mut at: usize, mut ascii: bool) -> Option<&[u8]> {
         self.scratch.clear();
         let mut from = start;
         loop {
             let byte = *self.bytes.get(at)?;
             if !STOPS[usize::from(byte)] {
+                at += 1;
+                continue;
+            }
+            if byte >= 0x80 {
+                ascii = false;
                 at += 1;
                 continue;
             }
@@ -481,7 +548,9 @@ impl<'b> Reader<'b> {
                     // The raw runs and the escapes' characters are valid
                     // UTF-8 together only if each run is: an escape
                     // gives whole characters, never a continuation byte.
-                    return std::str::from_utf8(&self.scratch).ok();
+                    // Runs of ASCII alone are.
+                    return (ascii || std::str::from_utf8(self.scratch).is_ok())
+                        .then_some(&self.scratch[..]);
                 }
                 b'\\' => {
                     at = self.escape(at + 1)?;

@@ -5,6 +5,8 @@ use arrow_array::Array;
 use proptest::prelude::*;
 
 use super::super::ColumnConfig;
+use super::super::Row;
+use super::super::rows::Plain;
 use super::*;
 
 fn schema(toml_columns: &str) -> RowSchema {
@@ -500,10 +502,10 @@ proptest! {
 
 /// Whether `a` and `b` are the same cells, floats to the bit (`-0.0`
 /// is not `0.0`).
-fn same_bits(a: &Cell, b: &Cell) -> bool {
+fn same_bits(a: &Plain, b: &Plain) -> bool {
     match (a, b) {
-        (Cell::Float(x), Cell::Float(y)) => x.to_bits() == y.to_bits(),
-        (Cell::List(x), Cell::List(y)) => {
+        (Plain::Float(x), Plain::Float(y)) => x.to_bits() == y.to_bits(),
+        (Plain::List(x), Plain::List(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_bits(a, b))
         }
         _ => a == b,
@@ -511,7 +513,8 @@ fn same_bits(a: &Cell, b: &Cell) -> bool {
 }
 
 fn same_row_bits(a: &Row, b: &Row) -> bool {
-    a.0.len() == b.0.len() && a.0.iter().zip(&b.0).all(|(a, b)| same_bits(a, b))
+    let (a, b) = (a.plain(), b.plain());
+    a.len() == b.len() && a.iter().zip(&b).all(|(a, b)| same_bits(a, b))
 }
 
 /// What the one-pass reader gives of `text` is what the `Value` path
@@ -643,6 +646,81 @@ proptest! {
     }
 }
 
+/// The row `text` gives alone: read through its `Value`, or why not.
+fn row_alone(schema: &RowSchema, text: &str) -> Result<Row, String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => schema.check(&value).and_then(|()| schema.row_of(&value)),
+        Err(_) => Err("the value is not JSON".to_owned()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// Records read together into one arena (in one pass, through their
+    /// `Value`, or refused after part of their row was read) each give
+    /// the row, or the refusal, they give alone, and the columns built
+    /// of those rows are the ones built of their values.
+    #[test]
+    fn rows_read_together_are_the_rows_read_alone(
+        nodes in prop::collection::vec(prop_oneof![6 => record(), 1 => node()], 1..24),
+        loose_schema in any::<bool>(),
+    ) {
+        let schema = if loose_schema { schema(&loose()) } else { schema(WIDE) };
+        let texts: Vec<String> = nodes.iter().map(text).collect();
+        let together = schema.rows_of_chunk(texts.iter().map(|t| t.as_bytes()));
+        prop_assert_eq!(together.len(), texts.len());
+        let mut rows = Vec::new();
+        let mut values = Vec::new();
+        for (t, row) in texts.iter().zip(&together) {
+            match (row, row_alone(&schema, t)) {
+                (Ok(row), Ok(alone)) => {
+                    prop_assert!(same_row_bits(row, &alone), "{}: {:?} against {:?}", t, row, alone);
+                    rows.push(row);
+                    values.push(serde_json::from_str::<Value>(t).map_err(|e| TestCaseError::fail(e.to_string()))?);
+                }
+                (Err(why), Err(alone)) => prop_assert_eq!(why, &alone, "{}", t),
+                (row, alone) => prop_assert!(false, "{}: {:?} together, {:?} alone", t, row, alone),
+            }
+        }
+        let by_value = schema.columns(&values.iter().collect::<Vec<_>>()).map_err(TestCaseError::fail)?;
+        let by_row = schema.columns_of_rows(&rows).map_err(TestCaseError::fail)?;
+        for (a, b) in by_value.iter().zip(&by_row) {
+            prop_assert_eq!(a.to_data(), b.to_data());
+        }
+    }
+}
+
+/// A record the reader gives up on after part of its row was read (a
+/// list's items, text) leaves nothing in the arena: the next record's
+/// row, and its list, are its own.
+#[test]
+fn a_row_given_up_part_way_leaves_nothing_behind() {
+    let wide = schema(&loose());
+    let texts = [
+        r#"{"id":1,"user":"ann","tags":["a","b"]}"#,
+        // Given up on at its list's second item, and at its end.
+        r#"{"id":2,"user":"bob","tags":["c",5,"d"]}"#,
+        r#"{"id":3,"user":"cy","tags":["e","f"]} x"#,
+        // Nested lists of a struct's items read as its `Value`.
+        r#"{"id":4,"tags":["g"],"items":[{"sku":"s","qty":1}]}"#,
+        r#"{"id":5,"user":"dee","tags":[]}"#,
+    ];
+    let together = wide.rows_of_chunk(texts.iter().map(|t| t.as_bytes()));
+    for (t, row) in texts.iter().zip(&together) {
+        match (row, row_alone(&wide, t)) {
+            (Ok(row), Ok(alone)) => assert!(same_row_bits(row, &alone), "{t}"),
+            (Err(a), Err(b)) => assert_eq!(a, &b, "{t}"),
+            (row, alone) => panic!("{t}: {row:?} together, {alone:?} alone"),
+        }
+    }
+    assert!(together[1].is_err() && together[2].is_err());
+    assert_eq!(
+        together[4].as_ref().unwrap().plain()[9],
+        Plain::List(Vec::new())
+    );
+}
+
 /// Floats of the common forms are read in one pass, each the double
 /// the `Value` parse gives, to the bit; the others may be left to it.
 #[test]
@@ -701,7 +779,7 @@ fn floats_read_in_one_pass_are_the_bits_the_value_parse_gives() {
     let Some(row) = schema.read_row(br#"{"f":-0}"#) else {
         panic!("-0 not read");
     };
-    assert!(matches!(row.0[0], Cell::Float(f) if f.to_bits() == (-0.0f64).to_bits()));
+    assert!(matches!(row.plain()[0], Plain::Float(f) if f.to_bits() == (-0.0f64).to_bits()));
     assert!(schema.read_row(br#"{"i":-0}"#).is_none());
     assert!(schema.read_row(br#"{"i":1E5}"#).is_none());
     let Some(row) =
@@ -710,12 +788,12 @@ fn floats_read_in_one_pass_are_the_bits_the_value_parse_gives() {
         panic!("the edges of the ranges not read");
     };
     assert_eq!(
-        row.0[..4],
+        row.plain()[..4],
         [
-            Cell::Null,
-            Cell::Int(i64::MIN),
-            Cell::Int(i64::from(i32::MIN)),
-            Cell::Int(-9_223_372_036_854_775_000)
+            Plain::Null,
+            Plain::Int(i64::MIN),
+            Plain::Int(i64::from(i32::MIN)),
+            Plain::Int(-9_223_372_036_854_775_000)
         ]
     );
     for past in [
@@ -738,14 +816,14 @@ fn escapes_of_every_kind_read_as_the_value_parse_reads_them() {
         )
         .unwrap();
     assert_eq!(
-        read.0[1],
-        Cell::Text("\"\\/\u{8}\u{c}\n\r\t\u{e9}\u{e9}\u{1F600}A \u{2028}".to_owned())
+        read.plain()[1],
+        Plain::Text("\"\\/\u{8}\u{c}\n\r\t\u{e9}\u{e9}\u{1F600}A \u{2028}".to_owned())
     );
     assert_eq!(
-        read.0[9],
-        Cell::List(vec![
-            Cell::Text("\u{0}".to_owned()),
-            Cell::Text("a/b".to_owned())
+        read.plain()[9],
+        Plain::List(vec![
+            Plain::Text("\u{0}".to_owned()),
+            Plain::Text("a/b".to_owned())
         ])
     );
     for (string, why) in [
