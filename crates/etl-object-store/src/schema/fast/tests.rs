@@ -871,6 +871,41 @@ fn escapes_of_every_kind_read_as_the_value_parse_reads_them() {
     }
 }
 
+/// A string's end, an escape, a control character and a byte past
+/// ASCII are each found at every place of strings of up to 24 bytes
+/// (the scan crosses eight bytes at a time), in a column's value, in a
+/// key and in a field no column reads.
+#[test]
+fn every_byte_a_strings_scan_stops_at_is_found_at_every_place() {
+    let wide = schema(WIDE);
+    for len in 0..24 {
+        for at in 0..=len {
+            for stop in [
+                "\"",
+                "\\n",
+                "\\u00e9",
+                "\u{e9}",
+                "\u{1F600}",
+                "\t",
+                "\u{1f}",
+                "\\",
+            ] {
+                let text = format!("{}{stop}{}", "a".repeat(at), "b".repeat(len - at));
+                for record in [
+                    format!(r#"{{"id":1,"user":"{text}","meta":{{"inner":{{"v":7}}}}}}"#),
+                    format!(r#"{{"id":1,"x":"{text}","meta":{{"inner":{{"v":7}}}}}}"#),
+                    format!(r#"{{"id":1,"{text}":1,"meta":{{"inner":{{"v":7}}}}}}"#),
+                ] {
+                    let read = read_as_the_value_path(&wide, &record).unwrap();
+                    let json = serde_json::from_str::<Value>(&record).is_ok();
+                    // Every string JSON takes here is read in one pass.
+                    assert_eq!(read, json, "{record:?}");
+                }
+            }
+        }
+    }
+}
+
 /// Nesting is followed to [`DEEPEST`] levels, the record's object
 /// counting one; deeper is left to the `Value` parse, which takes up
 /// to 127 and refuses 128.
