@@ -165,6 +165,17 @@ impl Row {
         Some((&self.arena, cell))
     }
 
+    /// What the arena holds: cells, bytes of text, items of lists not
+    /// closed.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> (usize, usize, usize) {
+        (
+            self.arena.cells.len(),
+            self.arena.text.len(),
+            self.arena.pending.len(),
+        )
+    }
+
     /// The cells, taken out of the arena (to compare and show rows).
     pub(crate) fn plain(&self) -> Vec<Plain> {
         (0..self.len)

@@ -715,6 +715,9 @@ fn a_row_given_up_part_way_leaves_nothing_behind() {
         }
     }
     assert!(together[1].is_err() && together[2].is_err());
+    // The kept rows' 11 cells each, their lists' 2 + 2 + 0 items, their
+    // text ("ann", "a", "b", "g", "dee"): nothing of the others.
+    assert_eq!(together[0].as_ref().unwrap().held(), (3 * 11 + 4, 9, 0));
     assert_eq!(
         together[4].as_ref().unwrap().plain()[9],
         Plain::List(Vec::new())
