@@ -7,8 +7,8 @@ use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, ListArray, StructArray};
-use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_array::{ArrayRef, ListArray, StringArray, StructArray};
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
 use chrono::{DateTime, NaiveDate};
 use serde::Deserialize;
@@ -18,6 +18,10 @@ use crate::ObjectStoreSinkError;
 use crate::key::lookup;
 
 mod fast;
+mod rows;
+
+pub(crate) use rows::Row;
+use rows::{Arena, Cell};
 
 /// One column of a declared Parquet schema.
 ///
@@ -108,8 +112,6 @@ struct Column {
     kind: ColumnType,
     nullable: bool,
     children: Vec<Column>,
-    /// A struct's fields by their paths, for the one-pass check.
-    trie: Option<fast::Trie>,
     field: Arc<Field>,
 }
 
@@ -188,12 +190,59 @@ impl RowSchema {
     }
 
     /// The [`Row`] of `value`, which passed [`check`](Self::check).
+    #[cfg(test)]
     pub(crate) fn row_of(&self, value: &Value) -> Result<Row, String> {
-        self.columns
-            .iter()
-            .map(|c| c.cell(lookup(value, &c.path).cloned()))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Row)
+        let mut arena = Arena::default();
+        let start = self.row_into(value, &mut arena)?;
+        Ok(Row::new(Arc::new(arena), start, self.columns.len()))
+    }
+
+    /// The cells of `value`, which passed [`check`](Self::check), read
+    /// into `arena`: the index of the row's first.
+    fn row_into(&self, value: &Value, arena: &mut Arena) -> Result<usize, String> {
+        let mark = arena.mark();
+        let start = arena.start_row(self.columns.len());
+        for (i, c) in self.columns.iter().enumerate() {
+            let set = c
+                .cell_into(lookup(value, &c.path), arena)
+                .and_then(|cell| arena.set(start + i, cell).ok_or_else(|| c.changed()));
+            if let Err(why) = set {
+                arena.roll_back(mark);
+                return Err(why);
+            }
+        }
+        Ok(start)
+    }
+
+    /// The rows of `values`, records' values read together (one arena
+    /// for all), or why each does not fit, in their order: read in one
+    /// pass over the bytes where the record surely fits, and through its
+    /// `Value` otherwise.
+    pub(crate) fn rows_of_chunk<'v>(
+        &self,
+        values: impl ExactSizeIterator<Item = &'v [u8]>,
+    ) -> Vec<Result<Row, String>> {
+        let mut arena = Arena::default();
+        let mut unescaped = Vec::new();
+        let starts: Vec<Result<usize, String>> = values
+            .map(|bytes| {
+                if let Some(start) = self.read_into(bytes, &mut arena, &mut unescaped) {
+                    return Ok(start);
+                }
+                match serde_json::from_slice::<Value>(bytes) {
+                    Ok(value) => self
+                        .check(&value)
+                        .and_then(|()| self.row_into(&value, &mut arena)),
+                    Err(_) => Err("the value is not JSON".to_owned()),
+                }
+            })
+            .collect();
+        let arena = Arc::new(arena);
+        let n = self.columns.len();
+        starts
+            .into_iter()
+            .map(|start| start.map(|start| Row::new(arena.clone(), start, n)))
+            .collect()
     }
 
     /// The columns of `rows`: the same arrays [`columns`](Self::columns)
@@ -216,34 +265,10 @@ impl RowSchema {
             .ok_or_else(|| format!("the schema has no column {i}"))?;
         let cells = rows
             .iter()
-            .map(|row| row.0.get(i).ok_or_else(|| column.changed()))
-            .collect::<Result<Vec<&Cell>, String>>()?;
+            .map(|row| row.cell(i).ok_or_else(|| column.changed()))
+            .collect::<Result<Vec<(&Arena, &Cell)>, String>>()?;
         column.build_cells(&cells)
     }
-}
-
-/// One record's value as its columns store it, one [`Cell`] per column of
-/// the schema, read from a value that fits it.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Row(Vec<Cell>);
-
-/// One column's value in a [`Row`].
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Cell {
-    /// Missing or null.
-    Null,
-    /// A boolean column's.
-    Bool(bool),
-    /// An integer column's, a timestamp's microseconds or a date's days.
-    Int(i64),
-    /// A float column's.
-    Float(f64),
-    /// A string column's.
-    Text(String),
-    /// A struct's, as JSON.
-    Nested(Value),
-    /// A list's items, each as the list's item column stores it.
-    List(Vec<Cell>),
 }
 
 /// The first field of the object `value` that holds data (not null, `[]`
@@ -360,10 +385,6 @@ impl Column {
             kind: config.column_type,
             nullable: config.nullable,
             field: Arc::new(Field::new(&config.name, data_type, config.nullable)),
-            trie: match config.column_type {
-                ColumnType::Struct => fast::Trie::of(&children),
-                _ => None,
-            },
             children,
         })
     }
@@ -417,8 +438,9 @@ impl Column {
         }
     }
 
-    /// What a value that passed [`check`](Self::check) stores as.
-    fn cell(&self, value: Option<Value>) -> Result<Cell, String> {
+    /// What a value that passed [`check`](Self::check) stores as, its
+    /// text and items kept in `arena`.
+    fn cell_into(&self, value: Option<&Value>, arena: &mut Arena) -> Result<Cell, String> {
         let value = match value {
             None | Some(Value::Null) => return Ok(Cell::Null),
             Some(value) => value,
@@ -431,23 +453,20 @@ impl Column {
                 .map(Cell::Int),
             ColumnType::Int64 => value.as_i64().map(Cell::Int),
             ColumnType::Float64 => value.as_f64().map(Cell::Float),
-            ColumnType::Date => date_days(&value).map(|d| Cell::Int(i64::from(d))),
-            ColumnType::Timestamp => timestamp_micros(&value).map(Cell::Int),
-            ColumnType::String => match value {
-                Value::String(s) => Some(Cell::Text(s)),
-                _ => None,
-            },
-            ColumnType::Struct => Some(Cell::Nested(value)),
+            ColumnType::Date => date_days(value).map(|d| Cell::Int(i64::from(d))),
+            ColumnType::Timestamp => timestamp_micros(value).map(Cell::Int),
+            ColumnType::String => value.as_str().and_then(|s| arena.push_text(s.as_bytes())),
+            ColumnType::Struct => Some(Cell::Nested(Box::new(value.clone()))),
             ColumnType::List => {
                 let (Value::Array(items), Some(item)) = (value, self.children.first()) else {
                     return Err(self.changed());
                 };
-                Some(Cell::List(
-                    items
-                        .into_iter()
-                        .map(|v| item.cell(Some(v)))
-                        .collect::<Result<Vec<_>, _>>()?,
-                ))
+                let opened = arena.open_list();
+                for v in items {
+                    let cell = item.cell_into(Some(v), arena)?;
+                    arena.push_item(cell);
+                }
+                arena.close_list(opened)
             }
         };
         cell.ok_or_else(|| self.changed())
@@ -460,14 +479,14 @@ impl Column {
         )
     }
 
-    /// The column of `cells` ([`cell`](Self::cell)s of this column): the
-    /// array [`build`](Self::build) makes of the values they were read
-    /// from.
-    fn build_cells<'c>(&self, cells: &[&'c Cell]) -> Result<ArrayRef, String> {
+    /// The column of `cells` ([`cell_into`](Self::cell_into)s of this
+    /// column, each with the arena it is in): the array
+    /// [`build`](Self::build) makes of the values they were read from.
+    fn build_cells(&self, cells: &[(&Arena, &Cell)]) -> Result<ArrayRef, String> {
         macro_rules! scalar {
             ($builder:expr, $variant:ident, $get:expr) => {{
                 let mut b = $builder;
-                for cell in cells {
+                for (_, cell) in cells {
                     match cell {
                         Cell::Null => b.append_null(),
                         Cell::$variant(v) => b.append_value($get(v).ok_or_else(|| self.changed())?),
@@ -497,17 +516,47 @@ impl Column {
                 Int,
                 |v: &i64| Some(*v)
             ),
-            ColumnType::String => scalar!(
-                StringBuilder::with_capacity(n, n * 16),
-                Text,
-                |v: &'c String| Some(v.as_str())
-            ),
+            // The texts copied into one buffer, as `StringBuilder` lays
+            // them out (no null buffer where none is null), checked as
+            // UTF-8 once, by `StringArray::try_new`.
+            ColumnType::String => {
+                let mut offsets = Vec::with_capacity(n + 1);
+                offsets.push(0i32);
+                let mut valid = Vec::with_capacity(n);
+                let mut values = Vec::new();
+                for (arena, cell) in cells {
+                    match cell {
+                        Cell::Null => valid.push(false),
+                        Cell::Text(span) => {
+                            values.extend_from_slice(
+                                arena.text(*span).ok_or_else(|| self.changed())?,
+                            );
+                            valid.push(true);
+                        }
+                        _ => return Err(self.changed()),
+                    }
+                    offsets.push(
+                        i32::try_from(values.len()).map_err(|_| {
+                            format!("column `{}`: more than 2 GiB of text", self.name)
+                        })?,
+                    );
+                }
+                let nulls = Some(NullBuffer::from(valid)).filter(|n| n.null_count() > 0);
+                Arc::new(
+                    StringArray::try_new(
+                        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                        Buffer::from_vec(values),
+                        nulls,
+                    )
+                    .map_err(|e| format!("column `{}`: {e}", self.name))?,
+                )
+            }
             ColumnType::Struct => {
                 let values = cells
                     .iter()
-                    .map(|cell| match cell {
+                    .map(|(_, cell)| match cell {
                         Cell::Null => Ok(None),
-                        Cell::Nested(v) => Ok(Some(v)),
+                        Cell::Nested(v) => Ok(Some(&**v)),
                         _ => Err(self.changed()),
                     })
                     .collect::<Result<Vec<Option<&Value>>, String>>()?;
@@ -519,17 +568,18 @@ impl Column {
                 let item = self.children.first().ok_or_else(|| self.changed())?;
                 let mut lengths = Vec::with_capacity(n);
                 let mut valid = Vec::with_capacity(n);
-                let mut items: Vec<&'c Cell> = Vec::new();
-                for cell in cells {
+                let mut items: Vec<(&Arena, &Cell)> = Vec::new();
+                for (arena, cell) in cells {
                     match cell {
                         Cell::Null => {
                             lengths.push(0);
                             valid.push(false);
                         }
-                        Cell::List(list) => {
+                        Cell::List(span) => {
+                            let list = arena.items(*span).ok_or_else(|| self.changed())?;
                             lengths.push(list.len());
                             valid.push(true);
-                            items.extend(list.iter());
+                            items.extend(list.iter().map(|c| (*arena, c)));
                         }
                         _ => return Err(self.changed()),
                     }
@@ -735,17 +785,32 @@ fn infer_column(name: &str, value: &Value) -> Option<ColumnConfig> {
 /// of milliseconds.
 pub(crate) fn timestamp_micros(value: &Value) -> Option<i64> {
     match value {
-        Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .ok()
-            .map(|t| t.timestamp_micros()),
-        Value::Number(n) => n.as_i64().and_then(|ms| ms.checked_mul(1000)),
+        Value::String(s) => rfc3339_micros(s),
+        Value::Number(n) => n.as_i64().and_then(millis_micros),
         _ => None,
     }
 }
 
+/// Microseconds since the Unix epoch of an RFC 3339 string.
+fn rfc3339_micros(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_micros())
+}
+
+/// Microseconds of milliseconds since the Unix epoch.
+fn millis_micros(ms: i64) -> Option<i64> {
+    ms.checked_mul(1000)
+}
+
 /// Days since the Unix epoch of a `YYYY-MM-DD` string.
 fn date_days(value: &Value) -> Option<i32> {
-    let date = NaiveDate::parse_from_str(value.as_str()?, "%Y-%m-%d").ok()?;
+    days_of(value.as_str()?)
+}
+
+/// Days since the Unix epoch of `YYYY-MM-DD`.
+fn days_of(text: &str) -> Option<i32> {
+    let date = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
     let epoch = NaiveDate::from_ymd_opt(1970, 1, 1)?;
     i32::try_from((date - epoch).num_days()).ok()
 }

@@ -1,20 +1,26 @@
 //! A record's fit to a declared schema, judged in one pass over its bytes
 //! without building a [`Value`]: the check a sink's own encoder makes of
-//! every record before the write.
+//! every record before the write, which reads the record's [`Row`] on the
+//! way.
 //!
-//! It only ever says "fits" where [`RowSchema::check`] would: a record it
-//! is not sure of (a wrong type, a null or missing value for a column
-//! that is not nullable, a key given twice on the way to a column, a
-//! path through an array, bytes that are not JSON) is left to the check
-//! over [`Value`], which also words the reason.
+//! It only ever says "fits" where [`RowSchema::check`] would, and the row
+//! it reads is the one [`RowSchema::row_of`] makes of the record's
+//! `Value`. A record it is not sure of (a wrong type, a null or missing
+//! value for a column that is not nullable, a key given twice on the way
+//! to a column, a path through an array, a number past `i64`/`u64` or
+//! outside the floats it reads exactly, a lone surrogate, nesting deeper
+//! than [`DEEPEST`], bytes that are not JSON or not UTF-8) is left to the
+//! check over `Value`, which also words the reason.
+//!
+//! The reader is written by hand over the bytes: keys are matched against
+//! the [`Trie`] of the columns' paths, scalars are parsed straight into
+//! their cells, and a string is copied once, unescaped only when it holds
+//! a backslash. It follows the grammar and the limits of serde_json's
+//! parse into a `Value`, which is what decides a record it is not sure of.
 
-use std::fmt;
+use serde_json::Value;
 
-use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use serde_json::{Number, Value};
-
-use super::{Cell, Column, ColumnType, Row, RowSchema};
+use super::{Arena, Cell, Column, ColumnType, RowSchema, days_of, millis_micros, rfc3339_micros};
 
 /// The columns of one object (the record, or a struct's value), by the
 /// path segments that lead to them.
@@ -34,6 +40,11 @@ enum Slot {
 /// The most columns, and the most keys of one object, the one-pass check
 /// takes (its bookkeeping is a bit mask).
 const MOST: usize = 64;
+
+/// The deepest nesting of arrays and objects (the record's own object
+/// counting one) the reader follows; deeper is left to the `Value` parse,
+/// which refuses 128 levels.
+pub(super) const DEEPEST: usize = 100;
 
 impl Trie {
     /// The trie of `columns`' paths; `None` when one path leads through
@@ -76,6 +87,17 @@ impl Trie {
                 Slot::Inner(trie) => trie.fits_mask(),
             })
     }
+
+    /// The index of the entry named `key`, tried at `guess` first
+    /// (records of one source mostly give their keys in one order).
+    fn find(&self, key: &[u8], guess: usize) -> Option<usize> {
+        if let Some((s, _)) = self.entries.get(guess)
+            && s.as_bytes() == key
+        {
+            return Some(guess);
+        }
+        self.entries.iter().position(|(s, _)| s.as_bytes() == key)
+    }
 }
 
 impl RowSchema {
@@ -83,801 +105,617 @@ impl RowSchema {
     /// [`check`](Self::check) of its [`Value`] says it does. `false`
     /// says nothing: ask `check`.
     pub(crate) fn surely_fits(&self, bytes: &[u8]) -> bool {
-        self.one_pass(bytes, None)
+        self.read_into(bytes, &mut Arena::default(), &mut Vec::new())
+            .is_some()
     }
 
     /// The [`Row`] of `bytes` when they surely fit (see
     /// [`surely_fits`](Self::surely_fits)): the row
     /// [`row_of`](Self::row_of) makes of their [`Value`]. `None` says
     /// nothing: read the `Value`, check it, and take its row.
-    pub(crate) fn read_row(&self, bytes: &[u8]) -> Option<Row> {
-        let mut cells = vec![Cell::Null; self.columns.len()];
-        self.one_pass(bytes, Some(&mut cells)).then_some(Row(cells))
+    #[cfg(test)]
+    pub(crate) fn read_row(&self, bytes: &[u8]) -> Option<super::Row> {
+        let mut arena = Arena::default();
+        let start = self.read_into(bytes, &mut arena, &mut Vec::new())?;
+        Some(super::Row::new(
+            std::sync::Arc::new(arena),
+            start,
+            self.columns.len(),
+        ))
     }
 
-    /// Judge `bytes` in one pass, storing each column's cell in `cells`
-    /// (in the columns' order) if given.
-    fn one_pass(&self, bytes: &[u8], cells: Option<&mut Vec<Cell>>) -> bool {
-        let Some(trie) = &self.trie else {
-            return false;
-        };
-        if self.strict || std::str::from_utf8(bytes).is_err() {
-            return false;
+    /// [`read_row`](Self::read_row) into `arena`: the index of the row's
+    /// first cell, or `None` with `arena` as it was. `unescaped` is the
+    /// reader's room for strings that hold escapes.
+    pub(super) fn read_into(
+        &self,
+        bytes: &[u8],
+        arena: &mut Arena,
+        unescaped: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let trie = self.trie.as_ref()?;
+        if self.strict {
+            return None;
         }
-        let mut reader = serde_json::Deserializer::from_slice(bytes);
-        let seed = ObjectSeed {
-            trie,
-            columns: &self.columns,
-            cells,
-        };
-        seed.deserialize(&mut reader).is_ok() && reader.end().is_ok()
+        let mark = arena.mark();
+        let start = arena.start_row(self.columns.len());
+        let mut reader = Reader::new(bytes, unescaped);
+        let read = reader.record(trie, &self.columns, arena, start);
+        if read.is_none() {
+            arena.roll_back(mark);
+        }
+        read.map(|()| start)
     }
 }
 
-/// Not sure: the one-pass check stops, and the check over [`Value`]
-/// decides.
-fn unsure<E: de::Error>() -> E {
-    E::custom("")
-}
-
-/// An object whose fields hold `columns` (as `trie` leads to them); its
-/// columns it lacks must be nullable. Each column's cell goes to `cells`,
-/// if given.
-struct ObjectSeed<'s, 'm> {
-    trie: &'s Trie,
-    columns: &'s [Column],
-    cells: Option<&'m mut Vec<Cell>>,
-}
-
-impl<'de> DeserializeSeed<'de> for ObjectSeed<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        let mut seen = 0u64;
-        d.deserialize_any(InnerVisitor {
-            trie: self.trie,
-            columns: self.columns,
-            seen: &mut seen,
-            cells: self.cells,
-        })?;
-        missing_ones_nullable(self.columns, seen)
-    }
-}
-
-/// Whether every one of `columns` not marked in `seen` may be null;
-/// else not sure (the check over `Value` names the one missing).
-fn missing_ones_nullable<E: de::Error>(columns: &[Column], seen: u64) -> Result<(), E> {
-    if columns
+/// Whether every one of `columns` not marked in `seen` may be null; else
+/// not sure (the check over `Value` names the one missing).
+fn missing_ones_nullable(columns: &[Column], seen: u64) -> Option<()> {
+    columns
         .iter()
         .enumerate()
         .all(|(i, c)| seen & (1 << i) != 0 || c.nullable)
-    {
-        Ok(())
-    } else {
-        Err(unsure())
+        .then_some(())
+}
+
+/// A JSON number as serde_json's parse reads it.
+#[derive(Clone, Copy, Debug)]
+enum Number {
+    /// A non-negative integer.
+    Unsigned(u64),
+    /// A negative integer.
+    Signed(i64),
+    /// A number with a fraction or an exponent, `-0`, or a negative
+    /// integer below `i64::MIN`.
+    Float(f64),
+}
+
+impl Number {
+    /// As `serde_json::Number::as_i64`.
+    fn as_i64(self) -> Option<i64> {
+        match self {
+            Number::Unsigned(n) => i64::try_from(n).ok(),
+            Number::Signed(n) => Some(n),
+            Number::Float(_) => None,
+        }
+    }
+
+    /// As `serde_json::Number::as_f64`.
+    #[allow(clippy::cast_precision_loss)] // As serde_json converts.
+    fn as_f64(self) -> f64 {
+        match self {
+            Number::Unsigned(n) => n as f64,
+            Number::Signed(n) => n as f64,
+            Number::Float(f) => f,
+        }
     }
 }
 
-/// The fields of one object on the way to columns: each column found is
-/// checked and marked in `seen`, and its cell stored in `cells` if given.
-struct InnerVisitor<'s, 'm> {
-    trie: &'s Trie,
-    columns: &'s [Column],
-    seen: &'m mut u64,
-    cells: Option<&'m mut Vec<Cell>>,
+/// Powers of ten a double holds exactly: a significand below 2^53 times
+/// or over one of them is one correctly rounded operation on exact
+/// operands, the double nearest the decimal's value, which is what
+/// serde_json computes (with or without its `float_roundtrip` feature)
+/// and what `str::parse::<f64>` gives.
+const EXACT_POWERS: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The largest significand a double holds exactly, plus one.
+const EXACT_SIGNIFICAND: u64 = 1 << 53;
+
+/// Bytes a string's scan stops at: its end, an escape, the control
+/// characters JSON does not allow in a string, and bytes past ASCII
+/// (whose text is then checked as UTF-8).
+const STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        stops[b] = true;
+        b += 1;
+    }
+    b = 0x80;
+    while b < 0x100 {
+        stops[b] = true;
+        b += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
+/// One record's bytes, read forward. Every method returns `None` where
+/// the reader is not sure, and the record is then left to the `Value`
+/// parse.
+struct Reader<'b, 's> {
+    bytes: &'b [u8],
+    at: usize,
+    /// Arrays and objects open.
+    depth: usize,
+    /// The text of a string that holds an escape.
+    scratch: &'s mut Vec<u8>,
 }
 
-impl<'de> Visitor<'de> for InnerVisitor<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
+impl<'b, 's> Reader<'b, 's> {
+    fn new(bytes: &'b [u8], scratch: &'s mut Vec<u8>) -> Self {
+        Reader {
+            bytes,
+            at: 0,
+            depth: 0,
+            scratch,
+        }
     }
 
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+    /// The whole record: an object holding `columns`, whose cells go to
+    /// the row started at `start` in `arena`, and nothing after it.
+    fn record(
+        &mut self,
+        trie: &Trie,
+        columns: &[Column],
+        arena: &mut Arena,
+        start: usize,
+    ) -> Option<()> {
+        self.space();
+        let mut seen = 0u64;
+        self.object(trie, columns, arena, start, &mut seen)?;
+        missing_ones_nullable(columns, seen)?;
+        self.space();
+        self.at_end().then_some(())
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn at_end(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
+    /// Past JSON's whitespace (only the four kinds serde_json skips).
+    fn space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Past `byte`, which must be next.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// Past `word` (`true`, `false`, `null`), which must be next.
+    fn word(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// Into an array or an object, at its opening byte.
+    fn open(&mut self, byte: u8) -> Option<()> {
+        self.eat(byte)?;
+        self.depth += 1;
+        (self.depth <= DEEPEST).then_some(())
+    }
+
+    /// After an item or a field: past the comma and the whitespace after
+    /// it (`true`: another follows) or past `close` (`false`).
+    fn more(&mut self, close: u8) -> Option<bool> {
+        self.space();
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                self.space();
+                Some(true)
+            }
+            b if b == close => {
+                self.at += 1;
+                self.depth -= 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    /// Just inside an array or an object: past the whitespace, and past
+    /// `close` if it is empty (`false`).
+    fn any(&mut self, close: u8) -> Option<bool> {
+        self.space();
+        if self.peek()? == close {
+            self.at += 1;
+            self.depth -= 1;
+            Some(false)
+        } else {
+            Some(true)
+        }
+    }
+
+    /// A key (at its opening quote) and the colon after it; the index of
+    /// its entry in `trie`, if any, tried at `guess` first.
+    fn key(&mut self, trie: Option<&Trie>, guess: usize) -> Option<Option<usize>> {
+        let key = self.string()?;
+        let k = trie.and_then(|trie| trie.find(key, guess));
+        self.space();
+        self.eat(b':')?;
+        self.space();
+        Some(k)
+    }
+
+    /// The fields of an object (at its `{`) on the way to `columns`, as
+    /// `trie` leads to them: each column found is read into its cell of
+    /// the row at `start` in `arena` and marked in `seen`; other fields
+    /// are read through.
+    fn object(
+        &mut self,
+        trie: &Trie,
+        columns: &[Column],
+        arena: &mut Arena,
+        start: usize,
+        seen: &mut u64,
+    ) -> Option<()> {
+        self.open(b'{')?;
         // The entries of this object met so far: a key given twice is
         // left to the check over `Value` (where the last one counts).
         let mut met = 0u64;
-        while let Some(at) = map.next_key_seed(KeySeed { trie: self.trie })? {
-            let Some(k) = at else {
-                map.next_value_seed(Skip)?;
-                continue;
-            };
-            if met & (1 << k) != 0 {
-                return Err(unsure());
-            }
-            met |= 1 << k;
-            match self.trie.entries.get(k).map(|(_, slot)| slot) {
-                Some(Slot::Column(i)) => {
-                    let column = self.columns.get(*i).ok_or_else(unsure)?;
-                    let out = match self.cells.as_deref_mut() {
-                        Some(cells) => Some(cells.get_mut(*i).ok_or_else(unsure)?),
-                        None => None,
-                    };
-                    map.next_value_seed(ColumnSeed { column, out })?;
-                    *self.seen |= 1 << i;
+        let mut guess = 0;
+        let mut more = self.any(b'}')?;
+        while more {
+            match self.key(Some(trie), guess)? {
+                None => self.skip()?,
+                Some(k) => {
+                    guess = k + 1;
+                    if met & (1 << k) != 0 {
+                        return None;
+                    }
+                    met |= 1 << k;
+                    match &trie.entries.get(k)?.1 {
+                        Slot::Column(i) => {
+                            let cell = self.column(columns.get(*i)?, arena)?;
+                            arena.set(start + i, cell)?;
+                            *seen |= 1 << i;
+                        }
+                        Slot::Inner(inner) => self.object(inner, columns, arena, start, seen)?,
+                    }
                 }
-                Some(Slot::Inner(trie)) => map.next_value_seed(InnerVisitor {
-                    trie,
-                    columns: self.columns,
-                    seen: &mut *self.seen,
-                    cells: self.cells.as_deref_mut(),
-                })?,
-                None => return Err(unsure()),
             }
+            more = self.more(b'}')?;
         }
-        Ok(())
-    }
-}
-
-/// An object further down a path, whose columns count in the outer
-/// object's `seen`.
-impl<'de> DeserializeSeed<'de> for InnerVisitor<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-/// A value no column reads, read through as the `Value` parse reads it
-/// (string escapes, numbers' range, the nesting depth) but not kept.
-/// `IgnoredAny` would not do: serde_json skips it without those checks.
-struct Skip;
-
-impl<'de> DeserializeSeed<'de> for Skip {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(Skip)
-    }
-}
-
-impl<'de> Visitor<'de> for Skip {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
+        Some(())
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Skip)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(Skip)?.is_some() {
-            map.next_value_seed(Skip)?;
-        }
-        Ok(())
-    }
-}
-
-/// A key: the index of its entry in `trie`, or `None` for a field no
-/// column reads.
-struct KeySeed<'s> {
-    trie: &'s Trie,
-}
-
-impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
-    type Value = Option<usize>;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed<'_> {
-    type Value = Option<usize>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a key")
-    }
-
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<usize>, E> {
-        Ok(self.trie.entries.iter().position(|(s, _)| s == key))
-    }
-}
-
-/// One column's value: judged by [`Column::check`] on the scalar itself,
-/// field by field for a struct, item by item for a list; its cell stored
-/// in `out`, if given (a struct's read whole, as JSON; a list's item by
-/// item).
-struct ColumnSeed<'s, 'm> {
-    column: &'s Column,
-    out: Option<&'m mut Cell>,
-}
-
-impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        match (self.out, self.column.kind) {
-            (Some(out), ColumnType::Struct) => {
-                let value = Value::deserialize(d)?;
-                self.column.check(Some(&value)).map_err(|_| unsure())?;
-                *out = self.column.cell(Some(value)).map_err(|_| unsure())?;
-                Ok(())
-            }
-            (out, _) => d.deserialize_any(ColumnSeed {
-                column: self.column,
-                out,
-            }),
-        }
-    }
-}
-
-impl ColumnSeed<'_, '_> {
-    fn scalar<E: de::Error>(self, value: Value) -> Result<(), E> {
-        self.column.check(Some(&value)).map_err(|_| unsure())?;
-        if let Some(out) = self.out {
-            *out = self.column.cell(Some(value)).map_err(|_| unsure())?;
-        }
-        Ok(())
-    }
-}
-
-impl<'de> Visitor<'de> for ColumnSeed<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a column's value")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.scalar(Value::Null)
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
-        self.scalar(Value::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        self.scalar(Value::Number(Number::from(v)))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
-        self.scalar(Value::Number(Number::from(v)))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        self.scalar(Value::Number(Number::from_f64(v).ok_or_else(unsure)?))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        match self.column.kind {
-            // Any string is one: no copy to tell.
-            ColumnType::String => {
-                if let Some(out) = self.out {
-                    *out = Cell::Text(v.to_owned());
+    /// One column's cell, as [`Column::cell_into`] stores it (its text
+    /// and items in `arena`), where [`Column::check`] takes it: a scalar
+    /// parsed straight into its cell, a list item by item, a struct's
+    /// value read through and then parsed as the `Value` its cell holds.
+    fn column(&mut self, column: &Column, arena: &mut Arena) -> Option<Cell> {
+        Some(match self.peek()? {
+            b'n' => {
+                self.word(b"null")?;
+                if !column.nullable {
+                    return None;
                 }
-                Ok(())
+                Cell::Null
             }
-            _ => self.scalar(Value::String(v.to_owned())),
-        }
+            b't' | b'f' if column.kind == ColumnType::Boolean => {
+                Cell::Bool(if self.peek()? == b't' {
+                    self.word(b"true")?;
+                    true
+                } else {
+                    self.word(b"false")?;
+                    false
+                })
+            }
+            b'"' => {
+                let kind = column.kind;
+                let text = self.string()?;
+                match kind {
+                    ColumnType::String => arena.push_text(text)?,
+                    ColumnType::Timestamp => {
+                        Cell::Int(rfc3339_micros(std::str::from_utf8(text).ok()?)?)
+                    }
+                    ColumnType::Date => {
+                        Cell::Int(i64::from(days_of(std::str::from_utf8(text).ok()?)?))
+                    }
+                    _ => return None,
+                }
+            }
+            b'[' => {
+                let (ColumnType::List, Some(item)) = (column.kind, column.children.first()) else {
+                    return None;
+                };
+                self.open(b'[')?;
+                let opened = arena.open_list();
+                let mut more = self.any(b']')?;
+                while more {
+                    let cell = self.column(item, arena)?;
+                    arena.push_item(cell);
+                    more = self.more(b']')?;
+                }
+                arena.close_list(opened)?
+            }
+            b'{' if column.kind == ColumnType::Struct => {
+                let start = self.at;
+                self.skip()?;
+                let value: Value = serde_json::from_slice(self.bytes.get(start..self.at)?).ok()?;
+                column.check(Some(&value)).ok()?;
+                Cell::Nested(Box::new(value))
+            }
+            b'-' | b'0'..=b'9' => {
+                let number = self.number()?;
+                match column.kind {
+                    ColumnType::Int32 => {
+                        let n = number.as_i64()?;
+                        i32::try_from(n).ok()?;
+                        Cell::Int(n)
+                    }
+                    ColumnType::Int64 => Cell::Int(number.as_i64()?),
+                    ColumnType::Float64 => Cell::Float(number.as_f64()),
+                    ColumnType::Timestamp => Cell::Int(millis_micros(number.as_i64()?)?),
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
-        let (ColumnType::Struct, Some(trie)) = (self.column.kind, &self.column.trie) else {
-            return Err(unsure());
-        };
-        let mut seen = 0u64;
-        InnerVisitor {
-            trie,
-            columns: &self.column.children,
-            seen: &mut seen,
-            cells: None,
+    /// A value no column reads, read through as the `Value` parse reads
+    /// it (string escapes, numbers' range, the nesting depth) but not
+    /// kept: a value that parse refuses makes the record one the reader
+    /// is not sure of.
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => {
+                self.string()?;
+            }
+            b'{' => {
+                self.open(b'{')?;
+                let mut more = self.any(b'}')?;
+                while more {
+                    self.key(None, 0)?;
+                    self.skip()?;
+                    more = self.more(b'}')?;
+                }
+            }
+            b'[' => {
+                self.open(b'[')?;
+                let mut more = self.any(b']')?;
+                while more {
+                    self.skip()?;
+                    more = self.more(b']')?;
+                }
+            }
+            b't' => self.word(b"true")?,
+            b'f' => self.word(b"false")?,
+            b'n' => self.word(b"null")?,
+            _ => {
+                self.number()?;
+            }
         }
-        .visit_map(map)?;
-        missing_ones_nullable(&self.column.children, seen)
+        Some(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let (ColumnType::List, Some(item)) = (self.column.kind, self.column.children.first())
-        else {
-            return Err(unsure());
-        };
-        let Some(out) = self.out else {
-            while seq
-                .next_element_seed(ColumnSeed {
-                    column: item,
-                    out: None,
-                })?
-                .is_some()
-            {}
-            return Ok(());
-        };
-        // Each item read as its column stores it: no `Value` of the list.
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+    /// A string (at its opening quote) and its text, valid UTF-8: the
+    /// bytes between the quotes where they hold no escape, else unescaped
+    /// into `scratch`. Not sure of a control character, an escape
+    /// serde_json refuses (a lone surrogate among them), or bytes that
+    /// are not UTF-8. Text of ASCII alone is not checked again.
+    fn string(&mut self) -> Option<&[u8]> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let mut at = start;
+        let mut ascii = true;
         loop {
-            let mut cell = Cell::Null;
-            let read = seq.next_element_seed(ColumnSeed {
-                column: item,
-                out: Some(&mut cell),
-            })?;
-            if read.is_none() {
-                break;
+            let byte = *self.bytes.get(at)?;
+            if !STOPS[usize::from(byte)] {
+                at += 1;
+                continue;
             }
-            items.push(cell);
+            match byte {
+                b'"' => {
+                    self.at = at + 1;
+                    let text = self.bytes.get(start..at)?;
+                    return (ascii || std::str::from_utf8(text).is_ok()).then_some(text);
+                }
+                b'\\' => return self.escaped(start, at, ascii),
+                0x80.. => {
+                    ascii = false;
+                    at += 1;
+                }
+                _ => return None,
+            }
         }
-        *out = Cell::List(items);
-        Ok(())
+    }
+
+    /// The rest of a string whose text starts at `start` and holds an
+    /// escape at `at` (`ascii`: no byte before it is past ASCII): its
+    /// text unescaped into `scratch`.
+    fn escaped(&mut self, start: usize, mut at: usize, mut ascii: bool) -> Option<&[u8]> {
+        self.scratch.clear();
+        let mut from = start;
+        loop {
+            let byte = *self.bytes.get(at)?;
+            if !STOPS[usize::from(byte)] {
+                at += 1;
+                continue;
+            }
+            if byte >= 0x80 {
+                ascii = false;
+                at += 1;
+                continue;
+            }
+            self.scratch.extend_from_slice(self.bytes.get(from..at)?);
+            match byte {
+                b'"' => {
+                    self.at = at + 1;
+                    // The raw runs and the escapes' characters are valid
+                    // UTF-8 together only if each run is: an escape
+                    // gives whole characters, never a continuation byte.
+                    // Runs of ASCII alone are.
+                    return (ascii || std::str::from_utf8(self.scratch).is_ok())
+                        .then_some(&self.scratch[..]);
+                }
+                b'\\' => {
+                    at = self.escape(at + 1)?;
+                    from = at;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The escape whose letter is at `at`, unescaped onto `scratch`; the
+    /// index after it.
+    fn escape(&mut self, at: usize) -> Option<usize> {
+        let byte = match *self.bytes.get(at)? {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => b'\x08',
+            b'f' => b'\x0c',
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let n = self.hex(at + 1)?;
+                let (c, end) = match n {
+                    0xD800..=0xDBFF => {
+                        // A leading surrogate: its trailing one must
+                        // follow, as a `\u` escape.
+                        if self.bytes.get(at + 5..at + 7)? != b"\\u" {
+                            return None;
+                        }
+                        let low = self.hex(at + 7)?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return None;
+                        }
+                        let c = 0x1_0000 + ((n - 0xD800) << 10) + (low - 0xDC00);
+                        (char::from_u32(c)?, at + 11)
+                    }
+                    _ => (char::from_u32(n)?, at + 5),
+                };
+                let mut utf8 = [0; 4];
+                self.scratch
+                    .extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                return Some(end);
+            }
+            _ => return None,
+        };
+        self.scratch.push(byte);
+        Some(at + 1)
+    }
+
+    /// The four hex digits at `at`.
+    fn hex(&self, at: usize) -> Option<u32> {
+        self.bytes.get(at..at + 4)?.iter().try_fold(0, |n, &b| {
+            let digit = char::from(b).to_digit(16)?;
+            Some(n << 4 | digit)
+        })
+    }
+
+    /// A number, as serde_json parses it: an integer of `u64` or `i64`
+    /// (`-0` and a negative integer below `i64::MIN` as floats), a float
+    /// only where its significand is below 2^53 and its decimal exponent
+    /// within 22 (see [`EXACT_POWERS`]). Not sure of any other.
+    fn number(&mut self) -> Option<Number> {
+        let negative = self.peek()? == b'-';
+        if negative {
+            self.at += 1;
+        }
+        let mut significand: u64 = 0;
+        match self.peek()? {
+            b'0' => {
+                self.at += 1;
+                if self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+            }
+            b'1'..=b'9' => significand = self.digits(0)?.0,
+            _ => return None,
+        }
+        let mut exponent: i32 = 0;
+        let mut float = false;
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            float = true;
+            let (with_fraction, count) = self.digits(significand)?;
+            if count == 0 {
+                return None;
+            }
+            significand = with_fraction;
+            exponent = -count;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            float = true;
+            let negative_exponent = match self.peek()? {
+                b'-' => {
+                    self.at += 1;
+                    true
+                }
+                b'+' => {
+                    self.at += 1;
+                    false
+                }
+                _ => false,
+            };
+            let mut written: i32 = 0;
+            let mut any = false;
+            while let Some(d @ b'0'..=b'9') = self.peek() {
+                self.at += 1;
+                any = true;
+                written = written
+                    .saturating_mul(10)
+                    .saturating_add(i32::from(d - b'0'));
+            }
+            if !any {
+                return None;
+            }
+            exponent = if negative_exponent {
+                exponent.saturating_sub(written)
+            } else {
+                exponent.saturating_add(written)
+            };
+        }
+        if !float {
+            return Some(if !negative {
+                Number::Unsigned(significand)
+            } else {
+                // As serde_json: `-0` and below `i64::MIN` are floats.
+                #[allow(clippy::cast_possible_wrap, clippy::cast_precision_loss)]
+                let (negated, float) = ((significand as i64).wrapping_neg(), significand as f64);
+                if negated >= 0 {
+                    Number::Float(-float)
+                } else {
+                    Number::Signed(negated)
+                }
+            });
+        }
+        if significand >= EXACT_SIGNIFICAND {
+            return None;
+        }
+        #[allow(clippy::cast_precision_loss)] // Below 2^53: exact.
+        let exact = significand as f64;
+        let power = *EXACT_POWERS.get(usize::try_from(exponent.unsigned_abs()).ok()?)?;
+        let f = if exponent >= 0 {
+            exact * power
+        } else {
+            exact / power
+        };
+        Some(Number::Float(if negative { -f } else { f }))
+    }
+
+    /// Decimal digits onto `significand`, and how many there were; not
+    /// sure past `u64`.
+    fn digits(&mut self, mut significand: u64) -> Option<(u64, i32)> {
+        let mut count: i32 = 0;
+        while let Some(d @ b'0'..=b'9') = self.peek() {
+            self.at += 1;
+            significand = significand
+                .checked_mul(10)?
+                .checked_add(u64::from(d - b'0'))?;
+            count = count.saturating_add(1);
+        }
+        Some((significand, count))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use arrow_array::Array;
-    use proptest::prelude::*;
-
-    use super::super::ColumnConfig;
-    use super::*;
-
-    fn schema(toml_columns: &str) -> RowSchema {
-        #[derive(serde::Deserialize)]
-        struct Columns {
-            columns: Vec<ColumnConfig>,
-        }
-        let c: Columns = toml::from_str(toml_columns).unwrap();
-        RowSchema::new(&c.columns).unwrap()
-    }
-
-    /// Every column type, nested structs and lists, paths of several
-    /// segments inside and outside a struct, nullable and not.
-    const WIDE: &str = r#"columns = [
-        { name = "id", type = "int64", nullable = false },
-        { name = "user", type = "string" },
-        { name = "amount", type = "float64" },
-        { name = "ts", type = "timestamp" },
-        { name = "d", type = "date" },
-        { name = "flag", type = "boolean" },
-        { name = "small", type = "int32" },
-        { name = "deep", type = "int64", field = "meta.inner.v", nullable = false },
-        { name = "customer", type = "struct", fields = [
-            { name = "name", type = "string", nullable = false },
-            { name = "region", type = "string", field = "address.region" },
-        ] },
-        { name = "tags", type = "list", item = { name = "tag", type = "string" } },
-        { name = "items", type = "list", item = { name = "item", type = "struct", nullable = false, fields = [
-            { name = "sku", type = "string", nullable = false },
-            { name = "qty", type = "int32" },
-        ] } },
-    ]"#;
-
-    /// The same columns, every one nullable.
-    fn loose() -> String {
-        WIDE.replace("nullable = false", "nullable = true")
-    }
-
-    /// A JSON text whose objects may give a key twice or escape it.
-    #[derive(Clone, Debug)]
-    enum Node {
-        Null,
-        Bool(bool),
-        Int(i64),
-        Big(u64),
-        Float(f64),
-        Text(String),
-        /// JSON-looking text as it is: what only a full parse refuses.
-        Raw(String),
-        List(Vec<Node>),
-        Object(Vec<(String, bool, Node)>),
-    }
-
-    impl Node {
-        fn write(&self, out: &mut String) {
-            match self {
-                Node::Null => out.push_str("null"),
-                Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-                Node::Int(n) => out.push_str(&n.to_string()),
-                Node::Big(n) => out.push_str(&n.to_string()),
-                Node::Float(f) => out.push_str(&serde_json::to_string(f).unwrap()),
-                Node::Text(s) => out.push_str(&serde_json::to_string(s).unwrap()),
-                Node::Raw(s) => out.push_str(s),
-                Node::List(items) => {
-                    out.push('[');
-                    for (i, item) in items.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
-                        item.write(out);
-                    }
-                    out.push(']');
-                }
-                Node::Object(fields) => {
-                    out.push('{');
-                    for (i, (key, escaped, value)) in fields.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
-                        if *escaped {
-                            // The same key, its first character escaped.
-                            let mut chars = key.chars();
-                            let first = chars.next().map_or(0, u32::from);
-                            out.push_str(&format!("\"\\u{first:04x}{}\"", chars.as_str()));
-                        } else {
-                            out.push_str(&serde_json::to_string(key).unwrap());
-                        }
-                        out.push(':');
-                        value.write(out);
-                    }
-                    out.push('}');
-                }
-            }
-        }
-    }
-
-    fn key() -> impl Strategy<Value = String> {
-        prop::sample::select(vec![
-            "id", "user", "amount", "ts", "d", "flag", "small", "meta", "inner", "v", "customer",
-            "name", "address", "region", "tags", "items", "sku", "qty", "0", "other",
-        ])
-        .prop_map(str::to_owned)
-    }
-
-    fn scalar() -> impl Strategy<Value = Node> {
-        prop_oneof![
-            prop::sample::select(vec![
-                r#""\ud800""#.to_owned(),
-                r#""a\udc00""#.to_owned(),
-                r#""\ud83d\ude00""#.to_owned(),
-                "1e400".to_owned(),
-                "-1e400".to_owned(),
-                "18446744073709551616".to_owned(),
-                "1E-400".to_owned(),
-                format!("{}{}", "[".repeat(130), "]".repeat(130)),
-            ])
-            .prop_map(Node::Raw),
-            Just(Node::Null),
-            any::<bool>().prop_map(Node::Bool),
-            prop_oneof![
-                Just(0i64),
-                Just(-1),
-                Just(i64::from(i32::MAX)),
-                Just(i64::from(i32::MAX) + 1),
-                Just(i64::from(i32::MIN) - 1),
-                Just(i64::MAX),
-                Just(1_733_500_000_000),
-                any::<i64>(),
-            ]
-            .prop_map(Node::Int),
-            prop_oneof![Just(u64::MAX), Just(1u64 << 63)].prop_map(Node::Big),
-            prop_oneof![Just(1.5f64), Just(-0.0), Just(1e300), any::<f64>()]
-                .prop_filter("finite", |f| f.is_finite())
-                .prop_map(Node::Float),
-            prop::sample::select(vec![
-                "",
-                "x",
-                "2026-12-06T10:00:00Z",
-                "2026-12-06T10:00:00.123+02:00",
-                "2026-13-06T10:00:00Z",
-                "2026-12-06",
-                "2026-02-30",
-                "\u{e9}t\u{e9}",
-                "line\nbreak \"quoted\"",
-                " padded ",
-            ])
-            .prop_map(|s| Node::Text(s.to_owned())),
-        ]
-    }
-
-    fn node() -> impl Strategy<Value = Node> {
-        scalar().prop_recursive(4, 48, 6, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Node::List),
-                prop::collection::vec((key(), prop::bool::weighted(0.1), inner), 0..7)
-                    .prop_map(Node::Object),
-            ]
-        })
-    }
-
-    /// A record shaped like the schema's, most fields right, some not.
-    fn record() -> impl Strategy<Value = Node> {
-        let field = |name: &'static str, value: BoxedStrategy<Node>| {
-            (
-                prop::bool::weighted(0.93),
-                prop::bool::weighted(0.05),
-                value,
-            )
-                .prop_map(move |(present, escaped, v)| {
-                    present.then(|| (name.to_owned(), escaped, v))
-                })
-        };
-        let or_any = |good: BoxedStrategy<Node>| prop_oneof![12 => good, 1 => node()].boxed();
-        // Any short text: spaces, escapes, line breaks, non-ASCII.
-        let any_text = || {
-            "[ a-z\u{e9}\u{1F600}\\\"\n\t/]{0,8}"
-                .prop_map(Node::Text)
-                .boxed()
-        };
-        let text = |s: &'static str| Just(Node::Text(s.to_owned())).boxed();
-        let int = |n: i64| Just(Node::Int(n)).boxed();
-        let customer = prop::collection::vec(
-            prop_oneof![
-                any_text().prop_map(|t| ("name".to_owned(), false, t)),
-                any_text().prop_map(|t| ("name".to_owned(), false, t)),
-                Just((
-                    "address".to_owned(),
-                    false,
-                    Node::Object(vec![(
-                        "region".to_owned(),
-                        false,
-                        Node::Text("eu".to_owned())
-                    )])
-                )),
-                (key(), Just(false), node()),
-            ],
-            0..4,
-        )
-        .prop_map(Node::Object)
-        .boxed();
-        let items = prop::collection::vec(
-            or_any(
-                Just(Node::Object(vec![
-                    ("sku".to_owned(), false, Node::Text("a".to_owned())),
-                    ("qty".to_owned(), false, Node::Int(2)),
-                ]))
-                .boxed(),
-            ),
-            0..3,
-        )
-        .prop_map(Node::List)
-        .boxed();
-        let deep = Just(Node::Object(vec![(
-            "inner".to_owned(),
-            false,
-            Node::Object(vec![("v".to_owned(), false, Node::Int(7))]),
-        )]))
-        .boxed();
-        (
-            (
-                field("id", or_any(int(1))),
-                field("user", or_any(any_text())),
-                field("amount", or_any(Just(Node::Float(2.5)).boxed())),
-                field("ts", or_any(text("2026-12-06T10:00:00Z"))),
-                field("d", or_any(text("2026-12-06"))),
-                field("flag", or_any(Just(Node::Bool(true)).boxed())),
-            ),
-            (
-                field("small", or_any(int(3))),
-                field("meta", or_any(deep)),
-                field("customer", or_any(customer)),
-                field(
-                    "tags",
-                    or_any(Just(Node::List(vec![Node::Text("t".to_owned())])).boxed()),
-                ),
-                field("items", items),
-                prop::collection::vec((key(), prop::bool::weighted(0.1), node()), 0..2),
-            ),
-            // A field given again, later, with another value (`{}` often).
-            prop::option::weighted(
-                0.3,
-                (
-                    any::<prop::sample::Index>(),
-                    prop_oneof![Just(Node::Object(Vec::new())), node()],
-                ),
-            ),
-        )
-            .prop_map(|((a, b, c, d, e, f), (g, h, i, j, k, extra), again)| {
-                let mut fields: Vec<_> = [a, b, c, d, e, f, g, h, i, j, k]
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                fields.extend(extra);
-                if let Some((at, value)) = again
-                    && !fields.is_empty()
-                {
-                    let key = fields[at.index(fields.len())].0.clone();
-                    fields.push((key, false, value));
-                }
-                Node::Object(fields)
-            })
-    }
-
-    fn cases() -> u32 {
-        std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(2000)
-    }
-
-    fn text(node: &Node) -> String {
-        let mut out = String::new();
-        node.write(&mut out);
-        out
-    }
-
-    proptest! {
-        // A connector's property tests run in the test step (the prop
-        // step builds no connector): 2,000 cases there, or `PROPTEST_CASES`.
-        #![proptest_config(ProptestConfig::with_cases(cases()))]
-
-        /// The one-pass check never says "fits" of a record the check over
-        /// `Value` refuses, or of bytes that are not JSON.
-        #[test]
-        fn what_the_one_pass_check_lets_through_the_value_check_lets_through(
-            node in prop_oneof![3 => record(), 1 => node()],
-            loose_schema in any::<bool>(),
-            cut in prop::option::weighted(0.05, any::<prop::sample::Index>()),
-        ) {
-            let schema = if loose_schema { schema(&loose()) } else { schema(WIDE) };
-            let mut bytes = text(&node).into_bytes();
-            if let Some(cut) = cut {
-                bytes.truncate(cut.index(bytes.len() + 1));
-            }
-            if schema.surely_fits(&bytes) {
-                let value: Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| TestCaseError::fail(format!("not JSON: {e}")))?;
-                prop_assert_eq!(schema.check(&value), Ok(()), "{}", String::from_utf8_lossy(&bytes));
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(cases()))]
-
-        /// Records read in one pass build the columns their values build
-        /// (each of which fits), and a record's row is the row of its
-        /// value.
-        #[test]
-        fn rows_read_in_one_pass_build_the_columns_their_values_build(
-            nodes in prop::collection::vec(prop_oneof![6 => record(), 1 => node()], 1..12),
-            loose_schema in any::<bool>(),
-        ) {
-            let schema = if loose_schema { schema(&loose()) } else { schema(WIDE) };
-            let mut values = Vec::new();
-            let mut rows = Vec::new();
-            for node in &nodes {
-                let bytes = text(node);
-                let Ok(value) = serde_json::from_str::<Value>(&bytes) else { continue };
-                let row = schema.read_row(bytes.as_bytes());
-                if schema.check(&value).is_err() {
-                    prop_assert!(row.is_none(), "{}", bytes);
-                    continue;
-                }
-                let of_value = schema.row_of(&value).map_err(TestCaseError::fail)?;
-                if let Some(row) = row {
-                    prop_assert_eq!(&row, &of_value, "{}", bytes);
-                }
-                values.push(value);
-                rows.push(of_value);
-            }
-            let by_value = schema.columns(&values.iter().collect::<Vec<_>>()).map_err(TestCaseError::fail)?;
-            let by_row = schema.columns_of_rows(&rows.iter().collect::<Vec<_>>()).map_err(TestCaseError::fail)?;
-            prop_assert_eq!(by_value.len(), by_row.len());
-            for (a, b) in by_value.iter().zip(&by_row) {
-                prop_assert_eq!(a.to_data(), b.to_data());
-            }
-        }
-    }
-
-    #[test]
-    fn records_that_fit_are_known_to_in_one_pass() {
-        let wide = schema(WIDE);
-        assert!(wide.trie.is_some());
-        for record in [
-            r#"{"id":1,"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":-3,"user":"b\u00f6b","amount":2,"ts":"2026-12-06T10:00:00Z","d":"2026-12-06","flag":false,"small":-2147483648,"meta":{"inner":{"v":7,"w":[1]},"x":{}},"customer":{"name":"ann","address":{"region":null}},"tags":["a",null],"items":[{"sku":"a"},{"sku":"b","qty":null}],"other":{"deep":[[]]}}"#,
-            r#" {"id":1,"ts":1733500000000,"meta":{"inner":{"v":0}},"customer":null} "#,
-        ] {
-            let value: Value = serde_json::from_str(record).unwrap();
-            assert_eq!(wide.check(&value), Ok(()), "{record}");
-            assert!(wide.surely_fits(record.as_bytes()), "{record}");
-            assert_eq!(
-                wide.read_row(record.as_bytes()),
-                Some(wide.row_of(&value).unwrap())
-            );
-        }
-    }
-
-    #[test]
-    fn records_the_one_pass_check_is_not_sure_of_are_left_to_the_value_check() {
-        let wide = schema(WIDE);
-        for record in [
-            // Missing or null where the column may not be.
-            r#"{"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":null,"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"customer":{}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"items":[null]}"#,
-            // Of another type, or out of range.
-            r#"{"id":"1","meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1.0,"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":18446744073709551615,"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1,"small":2147483648,"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1,"ts":"yesterday","meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1,"d":"2026-02-30","meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1,"tags":"a","meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1,"meta":[{"inner":{"v":7}}]}"#,
-            // A key given twice on the way to a column: the last counts.
-            r#"{"id":1,"id":null,"meta":{"inner":{"v":7}}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"meta":{}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"customer":{"name":"a","name":null}}"#,
-            // Not an object, not JSON, not UTF-8.
-            r#"[1]"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}}} x"#,
-        ] {
-            assert!(!wide.surely_fits(record.as_bytes()), "{record}");
-        }
-        assert!(!wide.surely_fits(b"{\"id\":1,\"user\":\"\xff\",\"meta\":{\"inner\":{\"v\":7}}}"));
-        // Bytes the `Value` parse refuses in a field no column reads, or
-        // in one inside a struct column or a list item: a lone surrogate
-        // (valid UTF-8 text, not a valid JSON string), a number out of
-        // range, nesting past the parser's depth.
-        let deep = format!(
-            r#"{{"id":1,"meta":{{"inner":{{"v":7}}}},"x":{}{}}}"#,
-            "[".repeat(200),
-            "]".repeat(200)
-        );
-        for record in [
-            r#"{"id":1,"meta":{"inner":{"v":7}},"x":"\ud800"}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"x":{"\udc00":1}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"x":1e400}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"customer":{"name":"a","zz":1e400}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7},"w":-1e400}}"#,
-            r#"{"id":1,"meta":{"inner":{"v":7}},"items":[{"sku":"a","zz":"\udfff"}]}"#,
-            &deep,
-        ] {
-            assert!(serde_json::from_str::<Value>(record).is_err(), "{record}");
-            assert!(!wide.surely_fits(record.as_bytes()), "{record}");
-            assert_eq!(wide.read_row(record.as_bytes()), None, "{record}");
-        }
-        // A duplicate key the check over `Value` takes (the last counts and
-        // fits) is still left to it.
-        let twice = r#"{"id":null,"id":1,"meta":{"inner":{"v":7}}}"#;
-        assert!(!wide.surely_fits(twice.as_bytes()));
-        assert_eq!(wide.check(&serde_json::from_str(twice).unwrap()), Ok(()));
-    }
-
-    #[test]
-    fn schemas_whose_paths_cross_are_left_to_the_value_check() {
-        for columns in [
-            // One column's path leads through another's value.
-            r#"columns = [
-                { name = "a", type = "struct", fields = [{ name = "b", type = "int64" }] },
-                { name = "ab", type = "int64", field = "a.b" },
-            ]"#,
-            // Two columns read one field.
-            r#"columns = [
-                { name = "x", type = "int64" },
-                { name = "y", type = "int64", field = "x" },
-            ]"#,
-        ] {
-            let s = schema(columns);
-            assert!(s.trie.is_none(), "{columns}");
-            assert!(!s.surely_fits(br#"{"a":{"b":1},"x":1}"#));
-        }
-        let inferred =
-            RowSchema::inferred(&super::super::infer(&serde_json::json!({"a": 1})).unwrap())
-                .unwrap();
-        assert!(
-            !inferred.surely_fits(br#"{"a":1}"#),
-            "an inferred schema is strict"
-        );
-    }
-}
+mod tests;

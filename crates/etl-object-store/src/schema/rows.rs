@@ -1,0 +1,234 @@
+//! Rows read together: the cells of a chunk of records in one vector,
+//! their text in one string, shared by the chunk's rows, so that reading
+//! a record allocates nothing of its own and freeing a batch's rows frees
+//! a few buffers a chunk.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// Where the cells of rows are read to: every row's cells, then each
+/// list's items, in one vector, and the text of their strings in one
+/// string, addressed by [`Span`]s.
+#[derive(Debug, Default)]
+pub(crate) struct Arena {
+    cells: Vec<Cell>,
+    /// UTF-8: every piece pushed is (checked by whoever pushes it).
+    text: Vec<u8>,
+    /// The items of the lists being read, until each closes: a list's
+    /// items then go to `cells` together, whatever lists nest in it.
+    pending: Vec<Cell>,
+}
+
+/// A range of an [`Arena`]'s text or cells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    fn new(range: Range<usize>) -> Option<Span> {
+        Some(Span {
+            start: u32::try_from(range.start).ok()?,
+            end: u32::try_from(range.end).ok()?,
+        })
+    }
+
+    fn range(self) -> Range<usize> {
+        // u32 to usize: no loss on the targets the crate builds for.
+        self.start as usize..self.end as usize
+    }
+}
+
+/// One column's value in a [`Row`], in its [`Arena`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Cell {
+    /// Missing or null.
+    Null,
+    /// A boolean column's.
+    Bool(bool),
+    /// An integer column's, a timestamp's microseconds or a date's days.
+    Int(i64),
+    /// A float column's.
+    Float(f64),
+    /// A string column's: its text in the arena's.
+    Text(Span),
+    /// A struct's, as JSON.
+    Nested(Box<Value>),
+    /// A list's items, each as the list's item column stores it: cells
+    /// of the arena.
+    List(Span),
+}
+
+/// How far an [`Arena`] was filled, to go back to when a row is not
+/// read after all.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mark {
+    cells: usize,
+    text: usize,
+}
+
+impl Arena {
+    /// The text of `span`, UTF-8.
+    pub(crate) fn text(&self, span: Span) -> Option<&[u8]> {
+        self.text.get(span.range())
+    }
+
+    /// The cells of `span`: a list's items.
+    pub(crate) fn items(&self, span: Span) -> Option<&[Cell]> {
+        self.cells.get(span.range())
+    }
+
+    /// `text`, UTF-8, kept, and the cell of it; `None` past 4 GiB of
+    /// text.
+    pub(crate) fn push_text(&mut self, text: &[u8]) -> Option<Cell> {
+        let start = self.text.len();
+        self.text.extend_from_slice(text);
+        Span::new(start..self.text.len()).map(Cell::Text)
+    }
+
+    /// How far it is filled.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            cells: self.cells.len(),
+            text: self.text.len(),
+        }
+    }
+
+    /// Back to `mark`: what was read since is dropped.
+    pub(crate) fn roll_back(&mut self, mark: Mark) {
+        self.cells.truncate(mark.cells);
+        self.text.truncate(mark.text);
+        self.pending.clear();
+    }
+
+    /// A new row of `n` null cells: the index of its first.
+    pub(crate) fn start_row(&mut self, n: usize) -> usize {
+        let start = self.cells.len();
+        self.cells.resize(start + n, Cell::Null);
+        start
+    }
+
+    /// Cell `at` of a row started here set to `cell`.
+    pub(crate) fn set(&mut self, at: usize, cell: Cell) -> Option<()> {
+        *self.cells.get_mut(at)? = cell;
+        Some(())
+    }
+
+    /// A list opened: what [`close_list`](Self::close_list) takes.
+    pub(crate) fn open_list(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The next item of the innermost open list.
+    pub(crate) fn push_item(&mut self, cell: Cell) {
+        self.pending.push(cell);
+    }
+
+    /// The list opened at `opened` closed: its items moved to the cells,
+    /// together, and its cell.
+    pub(crate) fn close_list(&mut self, opened: usize) -> Option<Cell> {
+        if opened > self.pending.len() {
+            return None;
+        }
+        let start = self.cells.len();
+        self.cells.extend(self.pending.drain(opened..));
+        Span::new(start..self.cells.len()).map(Cell::List)
+    }
+}
+
+/// One record's value as its columns store it, one [`Cell`] per column of
+/// the schema, read from a value that fits it: cells of an [`Arena`]
+/// shared with the other rows read with it.
+#[derive(Clone)]
+pub(crate) struct Row {
+    arena: Arc<Arena>,
+    start: usize,
+    len: usize,
+}
+
+impl Row {
+    /// The row of `len` cells from `start` in `arena`.
+    pub(crate) fn new(arena: Arc<Arena>, start: usize, len: usize) -> Self {
+        Row { arena, start, len }
+    }
+
+    /// Cell `i`, with the arena its text and items are in.
+    pub(crate) fn cell(&self, i: usize) -> Option<(&Arena, &Cell)> {
+        if i >= self.len {
+            return None;
+        }
+        let cell = self.arena.cells.get(self.start + i)?;
+        Some((&self.arena, cell))
+    }
+
+    /// What the arena holds: cells, bytes of text, items of lists not
+    /// closed.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> (usize, usize, usize) {
+        (
+            self.arena.cells.len(),
+            self.arena.text.len(),
+            self.arena.pending.len(),
+        )
+    }
+
+    /// The cells, taken out of the arena (to compare and show rows).
+    pub(crate) fn plain(&self) -> Vec<Plain> {
+        (0..self.len)
+            .map(|i| match self.cell(i) {
+                Some((arena, cell)) => Plain::of(arena, cell),
+                None => Plain::Missing,
+            })
+            .collect()
+    }
+}
+
+/// Rows are equal when their cells are, wherever they are kept.
+impl PartialEq for Row {
+    fn eq(&self, other: &Row) -> bool {
+        self.plain() == other.plain()
+    }
+}
+
+impl fmt::Debug for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.plain()).finish()
+    }
+}
+
+/// A [`Cell`] taken out of its arena.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Plain {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+    Nested(Value),
+    List(Vec<Plain>),
+    /// A span past its arena's end (never made by a read).
+    Missing,
+}
+
+impl Plain {
+    fn of(arena: &Arena, cell: &Cell) -> Plain {
+        match cell {
+            Cell::Null => Plain::Null,
+            Cell::Bool(b) => Plain::Bool(*b),
+            Cell::Int(n) => Plain::Int(*n),
+            Cell::Float(f) => Plain::Float(*f),
+            Cell::Text(span) => arena
+                .text(*span)
+                .and_then(|t| String::from_utf8(t.to_vec()).ok())
+                .map_or(Plain::Missing, Plain::Text),
+            Cell::Nested(value) => Plain::Nested((**value).clone()),
+            Cell::List(span) => arena.items(*span).map_or(Plain::Missing, |items| {
+                Plain::List(items.iter().map(|c| Plain::of(arena, c)).collect())
+            }),
+        }
+    }
+}
