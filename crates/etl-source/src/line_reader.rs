@@ -10,6 +10,7 @@ use etl_fs::{FileHandle, Fs};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record};
 
 use crate::file_identity::{Tail, open_to_read, regular_file_metadata};
+use crate::ndjson_check::surely_one_value;
 use crate::read_buf::{ChunkPool, ReadBuf};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
@@ -517,7 +518,8 @@ impl LineReader {
                 "invalid UTF-8 at byte {} of the line",
                 e.valid_up_to()
             ))
-        } else if config.format == LineFormat::Ndjson {
+        } else if config.format == LineFormat::Ndjson && !surely_one_value(&line) {
+            // Not sure: serde_json decides, and words the reason.
             match serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
                 Ok(_) => None,
                 Err(_) if line.iter().all(u8::is_ascii_whitespace) => {
