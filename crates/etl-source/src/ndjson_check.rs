@@ -101,7 +101,7 @@ fn check(b: &[u8]) -> Option<()> {
 
 /// Past a key and its colon, and the whitespace after it: `i` is where
 /// the key's opening quote must be.
-#[inline]
+#[inline(always)]
 fn key_end(b: &[u8], i: usize) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
@@ -123,12 +123,11 @@ fn whitespace_end(b: &[u8], mut i: usize) -> usize {
 }
 
 /// Past the closing quote of a string whose content starts at `i`.
+#[inline(always)]
 fn string_end(b: &[u8], mut i: usize) -> Option<usize> {
     loop {
-        let rest = b.get(i..)?;
-        let run = rest.iter().position(|&c| STRING_STOP[usize::from(c)])?;
-        i += run;
-        match rest[run] {
+        i = plain_run_end(b, i)?;
+        match b[i] {
             b'"' => return Some(i + 1),
             b'\\' => i = escape_end(b, i + 1)?,
             // A raw control byte.
@@ -137,8 +136,37 @@ fn string_end(b: &[u8], mut i: usize) -> Option<usize> {
     }
 }
 
+/// Eight bytes of 0x01: a byte's value in every lane of a word.
+const LANES: u64 = u64::MAX / 0xFF;
+
+/// The first byte at or after `i` that ends a run of plain string
+/// content (a quote, a backslash or a control byte), `None` if the line
+/// ends first. Eight bytes at a time while eight are left: strings are
+/// most of a line's bytes.
+#[inline(always)]
+fn plain_run_end(b: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(&word) = b.get(i..).and_then(|rest| rest.first_chunk::<8>()) {
+        let word = u64::from_le_bytes(word);
+        // A lane's high bit is set where its byte is below 0x20, a quote
+        // or a backslash. A borrow can set a lane above a true one, never
+        // below it, so the lowest set lane is the first such byte.
+        let quote = word ^ (LANES * u64::from(b'"'));
+        let backslash = word ^ (LANES * u64::from(b'\\'));
+        let stops = (word.wrapping_sub(LANES * 0x20) & !word
+            | quote.wrapping_sub(LANES) & !quote
+            | backslash.wrapping_sub(LANES) & !backslash)
+            & (LANES << 7);
+        if stops != 0 {
+            return Some(i + (stops.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    let rest = b.get(i..)?;
+    Some(i + rest.iter().position(|&c| STRING_STOP[usize::from(c)])?)
+}
+
 /// Past an escape whose letter is at `i` (just after the backslash).
-#[inline]
+#[cold]
 fn escape_end(b: &[u8], i: usize) -> Option<usize> {
     match *b.get(i)? {
         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(i + 1),
@@ -191,9 +219,21 @@ fn number_end(b: &[u8], mut i: usize) -> Option<usize> {
     Some(i)
 }
 
-/// The first byte at or after `i` that is not an ASCII digit.
-#[inline]
+/// The first byte at or after `i` that is not an ASCII digit, eight
+/// bytes at a time while eight are left (a timestamp has 13).
+#[inline(always)]
 fn digits_end(b: &[u8], mut i: usize) -> usize {
+    while let Some(&word) = b.get(i..).and_then(|rest| rest.first_chunk::<8>()) {
+        // A digit's lane is 0..=9 once 0x30 is taken off; 0x76 more sets
+        // the high bit of any lane above 9 (a carry out of a lane at or
+        // above 0x8A only reaches lanes above a true one).
+        let lanes = u64::from_le_bytes(word) ^ (LANES * u64::from(b'0'));
+        let others = (lanes.wrapping_add(LANES * 0x76) | lanes) & (LANES << 7);
+        if others != 0 {
+            return i + (others.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
     while let Some(b'0'..=b'9') = b.get(i) {
         i += 1;
     }

@@ -150,6 +150,88 @@ fn a_raw_control_byte_in_a_string_is_never_surely_valid() {
 }
 
 #[test]
+fn a_stop_byte_at_every_place_of_strings_of_every_length_agrees_with_serde_json() {
+    // Strings are crossed eight bytes at a time, then a byte at a time:
+    // every length, every place in a word, every alignment in the line.
+    let stops: &[&[u8]] = &[
+        b"\x00",
+        b"\x1f",
+        b"\"",
+        b"\\",
+        b"\\n",
+        b"\\u00e9",
+        b" ",
+        b"\x7f",
+        "é".as_bytes(),
+        "😀".as_bytes(),
+    ];
+    for len in 0..24 {
+        for at in 0..=len {
+            for stop in stops {
+                for pad in 0..8 {
+                    let mut line = b"[".to_vec();
+                    line.extend(std::iter::repeat_n(b' ', pad));
+                    line.push(b'"');
+                    line.extend(std::iter::repeat_n(b'a', at));
+                    line.extend_from_slice(stop);
+                    line.extend(std::iter::repeat_n(b'a', len - at));
+                    line.extend_from_slice(b"\"]");
+                    assert_eq!(
+                        surely_one_value(&line),
+                        serde_accepts(&line),
+                        "{:?}",
+                        String::from_utf8_lossy(&line)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_byte_after_digits_of_every_length_agrees_with_serde_json() {
+    // Digits are crossed eight at a time, then one at a time: every
+    // length, every alignment, and the bytes either side of '0'..='9'.
+    let after: &[&[u8]] = &[
+        b"",
+        b"/",
+        b":",
+        b".",
+        b".5",
+        b"e",
+        b"e5",
+        b"E+1",
+        b",",
+        b" ",
+        b"]",
+        b"x",
+        b"\x00",
+        b"\x7f",
+        "é".as_bytes(),
+    ];
+    for len in 1..24 {
+        for pad in 0..8 {
+            for tail in after {
+                for lead in [&b"1"[..], b"-1", b"0"] {
+                    let mut line = b"[".to_vec();
+                    line.extend(std::iter::repeat_n(b' ', pad));
+                    line.extend_from_slice(lead);
+                    line.extend(std::iter::repeat_n(b'7', len - 1));
+                    line.extend_from_slice(tail);
+                    line.push(b']');
+                    assert_eq!(
+                        surely_one_value(&line),
+                        serde_accepts(&line),
+                        "{:?}",
+                        String::from_utf8_lossy(&line)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn every_ascii_byte_as_whitespace_agrees_with_serde_json() {
     // Each place between tokens of `[{"a":[1,"x",true,null]},2]`.
     let tokens = [
