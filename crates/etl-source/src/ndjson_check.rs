@@ -1,13 +1,15 @@
 //! A quick check that an NDJSON line is one JSON value, ahead of
 //! serde_json's.
 //!
-//! [`surely_one_value`] answers "surely one JSON value" for the shapes
-//! lines have (objects, arrays, strings with the usual escapes, numbers,
+//! [`check_line`] answers "surely one JSON value" for the shapes lines
+//! have (objects, arrays, strings with the usual escapes, numbers,
 //! literals, JSON whitespace) in one pass over the bytes, and "not sure"
 //! for anything else; only a line it is not sure of goes to
 //! `serde_json::from_slice::<IgnoredAny>`, which decides it and words the
 //! reason of a dead letter. The invariant: it never says "surely" of a
-//! line serde_json's `IgnoredAny` check refuses.
+//! line serde_json's `IgnoredAny` check refuses. It also tells whether
+//! every byte of the line is ASCII, which makes the line's UTF-8 check
+//! needless.
 //!
 //! What that check accepts (serde_json's `Deserializer::ignore_value` and
 //! `end`): RFC 8259's grammar, with whitespace `' '`, `\t`, `\n`, `\r`
@@ -37,15 +39,34 @@ const STRING_STOP: [bool; 256] = {
     table
 };
 
-/// Whether `line` is surely one JSON value, as serde_json's `IgnoredAny`
-/// check would find it. `false` means "not sure", never "invalid": the
-/// line then goes to serde_json, which decides.
-pub(crate) fn surely_one_value(line: &[u8]) -> bool {
-    check(line).is_some()
+/// What [`check_line`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Surely one JSON value, and every byte ASCII (so UTF-8 too).
+    AsciiValue,
+    /// Surely one JSON value, once the line is known to be UTF-8 (a
+    /// string holds bytes above 0x7F).
+    Value,
+    /// Not sure, never "invalid": serde_json decides.
+    NotSure,
 }
 
-/// The check, with `None` for "not sure" so that `?` leaves early.
-fn check(b: &[u8]) -> Option<()> {
+/// Whether `line` is surely one JSON value, as serde_json's `IgnoredAny`
+/// check would find it, and whether it is all ASCII.
+pub(crate) fn check_line(line: &[u8]) -> Verdict {
+    // Outside strings only ASCII is taken, so the strings' bytes, ORed
+    // together here, say whether the line is ASCII.
+    let mut high = 0u64;
+    match check(line, &mut high) {
+        None => Verdict::NotSure,
+        Some(()) if high & (LANES << 7) == 0 => Verdict::AsciiValue,
+        Some(()) => Verdict::Value,
+    }
+}
+
+/// The check, with `None` for "not sure" so that `?` leaves early;
+/// `high` gathers the strings' bytes.
+fn check(b: &[u8], high: &mut u64) -> Option<()> {
     // One bit a level of nesting, 1 for an object, 0 for an array.
     let mut stack: u64 = 0;
     let mut depth: u32 = 0;
@@ -53,7 +74,7 @@ fn check(b: &[u8]) -> Option<()> {
     loop {
         // A value starts at `i`.
         i = match *b.get(i)? {
-            b'"' => string_end(b, i + 1)?,
+            b'"' => string_end(b, i + 1, high)?,
             b'-' | b'0'..=b'9' => number_end(b, i)?,
             b't' => literal_end(b, i, b"true")?,
             b'f' => literal_end(b, i, b"false")?,
@@ -69,7 +90,11 @@ fn check(b: &[u8]) -> Option<()> {
                     }
                     depth += 1;
                     stack = stack << 1 | u64::from(open == b'{');
-                    i = if open == b'{' { key_end(b, j)? } else { j };
+                    i = if open == b'{' {
+                        key_end(b, j, high)?
+                    } else {
+                        j
+                    };
                     continue;
                 }
             }
@@ -85,7 +110,7 @@ fn check(b: &[u8]) -> Option<()> {
             match *b.get(i)? {
                 b',' => {
                     let j = whitespace_end(b, i + 1);
-                    i = if in_object { key_end(b, j)? } else { j };
+                    i = if in_object { key_end(b, j, high)? } else { j };
                     break;
                 }
                 b'}' if in_object => {}
@@ -102,11 +127,11 @@ fn check(b: &[u8]) -> Option<()> {
 /// Past a key and its colon, and the whitespace after it: `i` is where
 /// the key's opening quote must be.
 #[inline(always)]
-fn key_end(b: &[u8], i: usize) -> Option<usize> {
+fn key_end(b: &[u8], i: usize, high: &mut u64) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
     }
-    let i = whitespace_end(b, string_end(b, i + 1)?);
+    let i = whitespace_end(b, string_end(b, i + 1, high)?);
     if b.get(i) != Some(&b':') {
         return None;
     }
@@ -122,11 +147,12 @@ fn whitespace_end(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Past the closing quote of a string whose content starts at `i`.
+/// Past the closing quote of a string whose content starts at `i`; its
+/// bytes are ORed into `high`.
 #[inline(always)]
-fn string_end(b: &[u8], mut i: usize) -> Option<usize> {
+fn string_end(b: &[u8], mut i: usize, high: &mut u64) -> Option<usize> {
     loop {
-        i = plain_run_end(b, i)?;
+        i = plain_run_end(b, i, high)?;
         match b[i] {
             b'"' => return Some(i + 1),
             b'\\' => i = escape_end(b, i + 1)?,
@@ -142,11 +168,13 @@ const LANES: u64 = u64::MAX / 0xFF;
 /// The first byte at or after `i` that ends a run of plain string
 /// content (a quote, a backslash or a control byte), `None` if the line
 /// ends first. Eight bytes at a time while eight are left: strings are
-/// most of a line's bytes.
+/// most of a line's bytes. Every byte crossed is ORed into `high` (some
+/// after the stop too: they are the line's all the same).
 #[inline(always)]
-fn plain_run_end(b: &[u8], mut i: usize) -> Option<usize> {
+fn plain_run_end(b: &[u8], mut i: usize, high: &mut u64) -> Option<usize> {
     while let Some(&word) = b.get(i..).and_then(|rest| rest.first_chunk::<8>()) {
         let word = u64::from_le_bytes(word);
+        *high |= word;
         // A lane's high bit is set where its byte is below 0x20, a quote
         // or a backslash. A borrow can set a lane above a true one, never
         // below it, so the lowest set lane is the first such byte.
@@ -162,7 +190,11 @@ fn plain_run_end(b: &[u8], mut i: usize) -> Option<usize> {
         i += 8;
     }
     let rest = b.get(i..)?;
-    Some(i + rest.iter().position(|&c| STRING_STOP[usize::from(c)])?)
+    let run = rest.iter().position(|&c| {
+        *high |= u64::from(c);
+        STRING_STOP[usize::from(c)]
+    })?;
+    Some(i + run)
 }
 
 /// Past an escape whose letter is at `i` (just after the backslash).

@@ -5,6 +5,20 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// Whether the check is sure, holding its ASCII verdict to the bytes on
+/// every call: "ASCII" exactly when it is sure and the line is ASCII.
+fn surely_one_value(line: &[u8]) -> bool {
+    let verdict = check_line(line);
+    let sure = verdict != Verdict::NotSure;
+    assert_eq!(
+        verdict == Verdict::AsciiValue,
+        sure && line.is_ascii(),
+        "{verdict:?} of {:?}",
+        String::from_utf8_lossy(line)
+    );
+    sure
+}
+
 /// serde_json's answer, which the line reader falls back to.
 fn serde_accepts(line: &[u8]) -> bool {
     serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
