@@ -469,16 +469,21 @@ impl SourceDriver {
             // A replay of this partition while waiting for credits makes
             // the rest of the batch stale: the source was sought back.
             let epoch = self.partitions.get(&partition).map(|s| s.epoch);
-            if !self.reserve(partition, &group, shutdown).await? {
+            // Summed once a group: the credit taken is the credit given
+            // back or carried by the batch's handle.
+            let bytes = group.bytes(self.config.record_overhead_bytes);
+            if !self.reserve(partition, bytes, shutdown).await? {
                 return Ok(false);
             }
             let state = self.partitions.get(&partition).copied();
             if state.map(|s| s.epoch) != epoch || state.is_none() {
-                let bytes = group.bytes(self.config.record_overhead_bytes);
                 self.budget.release(partition, bytes);
                 return Ok(true);
             }
-            if !self.open_and_send(partition, group, shutdown).await? {
+            if !self
+                .open_and_send(partition, group, bytes, shutdown)
+                .await?
+            {
                 return Ok(false);
             }
         }
@@ -544,15 +549,14 @@ impl SourceDriver {
         groups
     }
 
-    /// Wait for credits for a group, serving replays meanwhile. False when
-    /// shutdown came first.
+    /// Wait for a group's `bytes` of credit, serving replays meanwhile.
+    /// False when shutdown came first.
     async fn reserve(
         &mut self,
         partition: PartitionId,
-        group: &Group,
+        bytes: u64,
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
-        let bytes = group.bytes(self.config.record_overhead_bytes);
         if self.budget.try_acquire(partition, bytes) {
             return Ok(true);
         }
@@ -579,14 +583,15 @@ impl SourceDriver {
         Ok(true)
     }
 
-    /// Open the group's handle under the current epoch and send it down.
+    /// Open the group's handle under the current epoch and send it down;
+    /// `bytes` is the credit reserved for it.
     async fn open_and_send(
         &mut self,
         partition: PartitionId,
         group: Group,
+        bytes: u64,
         shutdown: &CancellationToken,
     ) -> Result<bool, SourceError> {
-        let bytes = group.bytes(self.config.record_overhead_bytes);
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
             self.budget.release(partition, bytes);
             return Ok(true);

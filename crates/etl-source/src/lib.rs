@@ -50,6 +50,7 @@ mod line_reader;
 #[cfg(test)]
 mod memory_tests;
 mod metrics;
+mod ndjson_check;
 mod packed;
 mod poison;
 mod read_buf;

@@ -10,6 +10,7 @@ use etl_fs::{FileHandle, Fs};
 use etl_record::{DeadLetter, Offset, PartitionId, Position, Record};
 
 use crate::file_identity::{Tail, open_to_read, regular_file_metadata};
+use crate::ndjson_check::{Verdict, check_line};
 use crate::read_buf::{ChunkPool, ReadBuf};
 use crate::{EofPolicy, FileSourceConfig, LineFormat, PollBatch, SourceError};
 
@@ -506,29 +507,7 @@ impl LineReader {
         if start == 0 && line.starts_with(UTF8_BOM) {
             line.advance(UTF8_BOM.len());
         }
-        let problem = if line.len() > config.max_line_bytes {
-            Some(format!(
-                "line of {} bytes is longer than the maximum of {} bytes",
-                line.len(),
-                config.max_line_bytes
-            ))
-        } else if let Err(e) = simdutf8::compat::from_utf8(&line) {
-            Some(format!(
-                "invalid UTF-8 at byte {} of the line",
-                e.valid_up_to()
-            ))
-        } else if config.format == LineFormat::Ndjson {
-            match serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
-                Ok(_) => None,
-                Err(_) if line.iter().all(u8::is_ascii_whitespace) => {
-                    Some("empty line is not a JSON value".to_owned())
-                }
-                Err(e) => Some(format!("invalid JSON: {e}")),
-            }
-        } else {
-            None
-        };
-        match problem {
+        match line_problem(&line, config) {
             None => batch
                 .records
                 .push(Record::new(self.position(start, config), line)),
@@ -576,5 +555,41 @@ impl LineReader {
         o.buf
             .fill(&mut o.file)
             .map_err(|e| SourceError::io(&*self.path, e))
+    }
+}
+
+/// Why one line (without its newline) cannot be a record, if it cannot:
+/// too long, not UTF-8, or in NDJSON not one JSON value.
+fn line_problem(line: &[u8], config: &FileSourceConfig) -> Option<String> {
+    if line.len() > config.max_line_bytes {
+        return Some(format!(
+            "line of {} bytes is longer than the maximum of {} bytes",
+            line.len(),
+            config.max_line_bytes
+        ));
+    }
+    let quick = match config.format {
+        LineFormat::Ndjson => check_line(line),
+        LineFormat::Lines => Verdict::NotSure,
+    };
+    // A line of ASCII is UTF-8: the decoder runs only on the others.
+    if quick != Verdict::AsciiValue
+        && let Err(e) = simdutf8::compat::from_utf8(line)
+    {
+        return Some(format!(
+            "invalid UTF-8 at byte {} of the line",
+            e.valid_up_to()
+        ));
+    }
+    if config.format == LineFormat::Lines || quick != Verdict::NotSure {
+        return None;
+    }
+    // Not sure: serde_json decides, and words the reason.
+    match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+        Ok(_) => None,
+        Err(_) if line.iter().all(u8::is_ascii_whitespace) => {
+            Some("empty line is not a JSON value".to_owned())
+        }
+        Err(e) => Some(format!("invalid JSON: {e}")),
     }
 }

@@ -123,6 +123,49 @@ async fn bad_lines_become_dead_letters_with_their_reason_and_offset() {
 }
 
 #[tokio::test]
+async fn ndjson_lines_are_judged_and_their_reasons_worded_as_serde_json_does() {
+    // Lines the quick check passes, lines it leaves to serde_json (which
+    // takes some: surrogate escapes, deep nesting) and broken ones.
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    let lines: Vec<&[u8]> = vec![
+        br#"{"a":"x\n\u00e9","b":[1,-2.5e3,true,null]}"#,
+        br#"{"a":"\ud83d\ude00","b":"\udc00"}"#,
+        deep.as_bytes(),
+        br#"{"a":1,}"#,
+        b"{\"a\":\"tab\there\"}",
+        br#"[01]"#,
+        br#"{"a":"\x"}"#,
+        br#"{"a":1} x"#,
+        br#" {"a" : [ ] } "#,
+        &deep.as_bytes()[..deep.len() - 1],
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let content: Vec<u8> = lines.iter().flat_map(|l| [*l, b"\n"].concat()).collect();
+    let path = write(dir.path(), "mixed.ndjson", &content);
+    let mut source = FileSource::open(config(&[&path])).unwrap();
+    let (records, rejected, _) = drain(&mut source).await;
+    let (mut want_records, mut want_reasons) = (Vec::new(), Vec::new());
+    let mut start = 0;
+    for line in &lines {
+        match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => want_records.push((start, String::from_utf8(line.to_vec()).unwrap())),
+            Err(e) => want_reasons.push((
+                start,
+                format!("{} at byte {start}: invalid JSON: {e}", path.display()),
+            )),
+        }
+        start += line.len() as i64 + 1;
+    }
+    assert_eq!(values(&records), want_records);
+    let reasons: Vec<(i64, String)> = rejected
+        .iter()
+        .map(|d| (d.record.position.offset.0, d.reason.clone()))
+        .collect();
+    assert_eq!(reasons, want_reasons);
+    assert_eq!((records.len(), rejected.len()), (4, 6));
+}
+
+#[tokio::test]
 async fn raw_lines_are_not_parsed_but_must_be_utf8() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "a.log", b"plain text\n\nbad \xff\n");
