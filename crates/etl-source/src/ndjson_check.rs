@@ -19,7 +19,8 @@
 //! ([eE][+-]?[0-9]+)?` of any length; nesting of any depth (it keeps its
 //! own stack, without the recursion limit of a typed value); nothing but
 //! whitespace after the value. What is rare is left to serde_json rather
-//! than copied: a `\u` escape of a surrogate, and nesting deeper than
+//! than copied: a `\u` escape of a surrogate that is not the first half
+//! of a high-then-low pair, and nesting deeper than
 //! [`MAX_DEPTH`].
 
 /// The deepest nesting answered here; deeper lines go to serde_json.
@@ -202,20 +203,30 @@ fn plain_run_end(b: &[u8], mut i: usize, high: &mut u64) -> Option<usize> {
 fn escape_end(b: &[u8], i: usize) -> Option<usize> {
     match *b.get(i)? {
         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(i + 1),
-        b'u' => {
-            let hex = b.get(i + 1..i + 5)?;
-            let mut unit = 0u32;
-            for &h in hex {
-                unit = unit << 4 | char::from(h).to_digit(16)?;
+        b'u' => match hex_unit(b, i + 1)? {
+            // A high surrogate answered for only as the first half of a
+            // pair (what writers escaping everything past ASCII write);
+            // a lone one is rare, and left to serde_json.
+            0xD800..=0xDBFF => {
+                if b.get(i + 5..i + 7)? != b"\\u" {
+                    return None;
+                }
+                matches!(hex_unit(b, i + 7)?, 0xDC00..=0xDFFF).then_some(i + 11)
             }
-            // Surrogates, paired or not, are rare: serde_json decides.
-            if (0xD800..=0xDFFF).contains(&unit) {
-                return None;
-            }
-            Some(i + 5)
-        }
+            0xDC00..=0xDFFF => None,
+            _ => Some(i + 5),
+        },
         _ => None,
     }
+}
+
+/// The code unit of the four hex digits at `i` (after a `\\u`).
+fn hex_unit(b: &[u8], i: usize) -> Option<u32> {
+    let mut unit = 0u32;
+    for &h in b.get(i..i + 4)? {
+        unit = unit << 4 | char::from(h).to_digit(16)?;
+    }
+    Some(unit)
 }
 
 /// Past a number starting at `i` (at its sign or first digit).
