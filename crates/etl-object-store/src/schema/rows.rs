@@ -232,3 +232,44 @@ impl Plain {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ColumnConfig, RowSchema};
+    use super::*;
+
+    /// A chunk's arena that already holds 4 GiB of text (a batch of a
+    /// few GiB of strings read on one thread) still takes the next
+    /// record that fits: it is not refused, and never with a reason
+    /// that says its value changed type.
+    #[test]
+    fn a_record_that_fits_is_not_refused_once_its_chunks_text_passes_4_gib() {
+        #[derive(serde::Deserialize)]
+        struct Columns {
+            columns: Vec<ColumnConfig>,
+        }
+        let c: Columns =
+            toml::from_str(r#"columns = [{ name = "user", type = "string" }]"#).unwrap();
+        let schema = RowSchema::new(&c.columns).unwrap();
+        // The text of the records read before, as far as a `u32` counts
+        // (zeroed pages, never touched: no memory is used).
+        let mut arena = Arena {
+            text: vec![0; u32::MAX as usize],
+            ..Arena::default()
+        };
+        arena.text.reserve_exact(64);
+        let bytes = br#"{"user":"ann"}"#;
+        let value: Value = serde_json::from_slice(bytes).unwrap();
+        assert_eq!(schema.check(&value), Ok(()));
+        // What `rows_of_chunk` does: the one-pass read, else the row of
+        // the record's `Value`.
+        if schema
+            .read_into(bytes, &mut arena, &mut Vec::new())
+            .is_some()
+        {
+            return;
+        }
+        let row = schema.row_into(&value, &mut arena);
+        assert!(row.is_ok(), "a record that fits refused: {row:?}");
+    }
+}
