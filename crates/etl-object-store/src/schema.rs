@@ -215,34 +215,64 @@ impl RowSchema {
     }
 
     /// The rows of `values`, records' values read together (one arena
-    /// for all), or why each does not fit, in their order: read in one
-    /// pass over the bytes where the record surely fits, and through its
-    /// `Value` otherwise.
+    /// for all, or a new one each time the last is full), or why each
+    /// does not fit, in their order: read in one pass over the bytes
+    /// where the record surely fits, and through its `Value` otherwise.
     pub(crate) fn rows_of_chunk<'v>(
         &self,
         values: impl ExactSizeIterator<Item = &'v [u8]>,
     ) -> Vec<Result<Row, String>> {
+        self.rows_of_chunk_in(values, Arena::ROOM)
+    }
+
+    /// [`rows_of_chunk`](Self::rows_of_chunk) with arenas that each take
+    /// `room` cells and bytes of text.
+    fn rows_of_chunk_in<'v>(
+        &self,
+        values: impl ExactSizeIterator<Item = &'v [u8]>,
+        room: usize,
+    ) -> Vec<Result<Row, String>> {
+        let n = self.columns.len();
+        let mut rows = Vec::with_capacity(values.len());
         let mut arena = Arena::default();
+        // Rows of the current arena: their place in `rows` and their start.
+        let mut started: Vec<(usize, usize)> = Vec::new();
         let mut unescaped = Vec::new();
-        let starts: Vec<Result<usize, String>> = values
-            .map(|bytes| {
-                if let Some(start) = self.read_into(bytes, &mut arena, &mut unescaped) {
-                    return Ok(start);
+        let seal = |arena: Arena, started: &mut Vec<(usize, usize)>, rows: &mut Vec<_>| {
+            let arena = Arc::new(arena);
+            for (at, start) in started.drain(..) {
+                if let Some(row) = rows.get_mut(at) {
+                    *row = Ok(Row::new(arena.clone(), start, n));
                 }
-                match serde_json::from_slice::<Value>(bytes) {
+            }
+        };
+        for bytes in values {
+            // A record's text is never longer than its bytes, and its
+            // cells are at most one a column and one a byte (a list's
+            // items): an arena that might not take it all is full.
+            if !arena.has_room(n + bytes.len(), bytes.len(), room) {
+                seal(std::mem::take(&mut arena), &mut started, &mut rows);
+            }
+            let start = match self.read_into(bytes, &mut arena, &mut unescaped) {
+                Some(start) => Ok(start),
+                None => match serde_json::from_slice::<Value>(bytes) {
                     Ok(value) => self
                         .check(&value)
                         .and_then(|()| self.row_into(&value, &mut arena)),
                     Err(_) => Err("the value is not JSON".to_owned()),
+                },
+            };
+            match start {
+                Ok(start) => {
+                    started.push((rows.len(), start));
+                    // In its place until its arena is sealed.
+                    rows.push(Err(String::new()));
                 }
-            })
-            .collect();
-        let arena = Arc::new(arena);
-        let n = self.columns.len();
-        starts
-            .into_iter()
-            .map(|start| start.map(|start| Row::new(arena.clone(), start, n)))
-            .collect()
+                Err(why) => rows.push(Err(why)),
+            }
+        }
+        seal(arena, &mut started, &mut rows);
+        rows
     }
 
     /// The columns of `rows`: the same arrays [`columns`](Self::columns)

@@ -72,6 +72,20 @@ pub(crate) struct Mark {
 }
 
 impl Arena {
+    /// The most cells, and bytes of text, one arena takes: its spans
+    /// count them in `u32`.
+    pub(crate) const ROOM: usize = u32::MAX as usize;
+
+    /// Whether `cells` more cells and `text` more bytes of text fit in
+    /// `room` (at most [`ROOM`](Self::ROOM)); an empty arena always
+    /// answers yes, as a new one would not take more.
+    pub(crate) fn has_room(&self, cells: usize, text: usize, room: usize) -> bool {
+        let room = room.min(Self::ROOM);
+        let fits = |held: usize, more: usize| held.checked_add(more).is_some_and(|n| n <= room);
+        (self.cells.is_empty() && self.text.is_empty())
+            || (fits(self.cells.len(), cells) && fits(self.text.len(), text))
+    }
+
     /// The text of `span`, UTF-8.
     pub(crate) fn text(&self, span: Span) -> Option<&[u8]> {
         self.text.get(span.range())
@@ -238,38 +252,63 @@ mod tests {
     use super::super::{ColumnConfig, RowSchema};
     use super::*;
 
-    /// A chunk's arena that already holds 4 GiB of text (a batch of a
-    /// few GiB of strings read on one thread) still takes the next
-    /// record that fits: it is not refused, and never with a reason
-    /// that says its value changed type.
-    #[test]
-    fn a_record_that_fits_is_not_refused_once_its_chunks_text_passes_4_gib() {
+    fn schema() -> RowSchema {
         #[derive(serde::Deserialize)]
         struct Columns {
             columns: Vec<ColumnConfig>,
         }
-        let c: Columns =
-            toml::from_str(r#"columns = [{ name = "user", type = "string" }]"#).unwrap();
-        let schema = RowSchema::new(&c.columns).unwrap();
-        // The text of the records read before, as far as a `u32` counts
-        // (zeroed pages, never touched: no memory is used).
-        let mut arena = Arena {
-            text: vec![0; u32::MAX as usize],
+        let c: Columns = toml::from_str(
+            r#"columns = [
+                { name = "user", type = "string" },
+                { name = "tags", type = "list", item = { name = "tag", type = "string" } },
+            ]"#,
+        )
+        .unwrap();
+        RowSchema::new(&c.columns).unwrap()
+    }
+
+    /// An arena that holds 4 GiB of text (a batch of a few GiB of strings
+    /// read on one thread) has no room for one more byte: its spans
+    /// count in `u32`. An empty one always has room.
+    #[test]
+    fn an_arena_holding_4_gib_of_text_has_no_room_for_more() {
+        // Zeroed pages, never touched: no memory is used.
+        let full = Arena {
+            text: vec![0; Arena::ROOM],
             ..Arena::default()
         };
-        arena.text.reserve_exact(64);
-        let bytes = br#"{"user":"ann"}"#;
-        let value: Value = serde_json::from_slice(bytes).unwrap();
-        assert_eq!(schema.check(&value), Ok(()));
-        // What `rows_of_chunk` does: the one-pass read, else the row of
-        // the record's `Value`.
-        if schema
-            .read_into(bytes, &mut arena, &mut Vec::new())
-            .is_some()
-        {
-            return;
+        assert!(!full.has_room(1, 1, Arena::ROOM));
+        assert!(!full.has_room(0, 1, usize::MAX));
+        assert!(full.has_room(1, 0, Arena::ROOM));
+        assert!(Arena::default().has_room(usize::MAX, usize::MAX, 0));
+    }
+
+    /// A chunk whose records' text passes what one arena takes goes on
+    /// in a new arena: every record that fits gets its row, the one it
+    /// gets read alone, and none is refused.
+    #[test]
+    fn a_chunk_past_one_arenas_room_goes_on_in_another() {
+        let schema = schema();
+        let texts: Vec<String> = (0..40)
+            .map(|i| format!(r#"{{"user":"user-{i:04}","tags":["a\u00e9{i}","b"]}}"#))
+            .collect();
+        let bytes = || texts.iter().map(|t| t.as_bytes());
+        for room in [40, 64, 100, 200] {
+            let rows = schema.rows_of_chunk_in(bytes(), room);
+            assert_eq!(rows.len(), texts.len());
+            let mut arenas = Vec::new();
+            for (row, text) in rows.iter().zip(&texts) {
+                let row = row.as_ref().unwrap_or_else(|e| panic!("{text}: {e}"));
+                let alone = schema.rows_of_chunk(std::iter::once(text.as_bytes()));
+                assert_eq!(Some(row), alone.first().and_then(|r| r.as_ref().ok()));
+                if !arenas.iter().any(|a| Arc::ptr_eq(a, &row.arena)) {
+                    arenas.push(row.arena.clone());
+                }
+            }
+            assert!(arenas.len() > 1, "room {room}: one arena");
+            for arena in &arenas {
+                assert!(arena.text.len() <= room && arena.cells.len() <= room);
+            }
         }
-        let row = schema.row_into(&value, &mut arena);
-        assert!(row.is_ok(), "a record that fits refused: {row:?}");
     }
 }

@@ -876,7 +876,8 @@ fn escapes_of_every_kind_read_as_the_value_parse_reads_them() {
 
 /// A string's end, an escape, a control character and a byte past
 /// ASCII are each found at every place of strings of up to 24 bytes
-/// (the scan crosses eight bytes at a time), in a column's value, in a
+/// (the lengths a scan of several bytes at a time would cross), in a
+/// column's value, in a
 /// key and in a field no column reads.
 #[test]
 fn every_byte_a_strings_scan_stops_at_is_found_at_every_place() {
