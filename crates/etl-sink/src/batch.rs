@@ -255,6 +255,11 @@ impl BatchBuilder {
             // The empty one goes back for a source's next batch.
             etl_record::reuse::give_back(std::mem::replace(&mut self.records, records));
         } else {
+            // Room for a batch as large as the last one (`finish` sizes
+            // `ends` so) at once, rather than doubling the vector, and
+            // moving every record it holds, each time it fills.
+            let room = (self.records.len() + records.len()).max(self.ends.capacity());
+            self.records.reserve(room - self.records.len());
             self.records.append(&mut records);
             etl_record::reuse::give_back(records);
         }
@@ -324,6 +329,45 @@ mod tests {
         let only_second = batch.select(|i| i == 1);
         assert_eq!(&only_second.bytes()[..], b"[2]\n");
         assert_eq!(only_second.records()[0].position.offset, Offset(2));
+    }
+
+    #[test]
+    fn a_batch_appended_to_takes_room_for_one_as_large_as_the_last_at_once() {
+        let upstream = |from: i64| -> Vec<Record> {
+            let mut records = Vec::with_capacity(3);
+            records.extend((from..from + 3).map(|o| rec(o, "[0]")));
+            records
+        };
+        let mut builder = BatchBuilder::default();
+        for from in [0, 3, 6, 9] {
+            builder.extend(upstream(from), &NdjsonEncoder::new(), |_| false);
+        }
+        let last = builder.finish();
+        assert_eq!(last.len(), 12);
+        // The next batch adopts its first vector (room for 3), then grows
+        // once to the last batch's size rather than doubling as it fills.
+        builder.extend(upstream(12), &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(15), &NdjsonEncoder::new(), |_| false);
+        assert!(
+            builder.records.capacity() >= 12,
+            "room for {} records",
+            builder.records.capacity()
+        );
+        let room = builder.records.capacity();
+        builder.extend(upstream(18), &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(21), &NdjsonEncoder::new(), |_| false);
+        assert_eq!(
+            builder.records.capacity(),
+            room,
+            "no growth up to the last size"
+        );
+        let offsets: Vec<i64> = builder
+            .finish()
+            .records()
+            .iter()
+            .map(|r| r.position.offset.0)
+            .collect();
+        assert_eq!(offsets, (12..24).collect::<Vec<_>>());
     }
 
     #[test]
