@@ -591,10 +591,13 @@ impl Scratch {
 
 /// [`compare`] on the text of a checked JSON value, when the text alone
 /// decides it (`None`: parse it and compare): a string without escapes
-/// against a string constant, any other value against one.
+/// against a string constant, any other value against one, and a whole
+/// number against a whole-number constant ([`compare_whole_number`]).
 fn compare_text(text: &str, op: CompareOp, constant: &Value) -> Option<bool> {
-    let Value::String(constant) = constant else {
-        return None;
+    let constant = match constant {
+        Value::String(constant) => constant,
+        Value::Number(number) => return compare_whole_number(text, op, number.as_i64()?),
+        _ => return None,
     };
     if op == CompareOp::Exists {
         return Some(true);
@@ -610,6 +613,26 @@ fn compare_text(text: &str, op: CompareOp, constant: &Value) -> Option<bool> {
         None => None,
     };
     Some(decide(op, ordering))
+}
+
+/// [`compare`] of a whole number's text against a whole-number constant,
+/// without parsing it into a [`Value`]: `None` for any other text, left
+/// to the parse. A checked value that is `-` and digits is an integer
+/// (no fraction, no exponent), and one that fits an `i64` is the `i64`
+/// serde_json reads, compared as `compare` compares two; `-0`, which
+/// serde_json reads as the float -0.0, orders against every constant as
+/// 0 does. Wider integers go to the parse (serde_json compares them as
+/// floats).
+fn compare_whole_number(text: &str, op: CompareOp, constant: i64) -> Option<bool> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let field: i64 = text.parse().ok()?;
+    if op == CompareOp::Exists {
+        return Some(true);
+    }
+    Some(decide(op, Some(field.cmp(&constant))))
 }
 
 /// Write the value `text` without the field at `path` (not empty) below
@@ -951,12 +974,83 @@ mod tests {
                 }
             }
         }
-        // A number constant is left to the parse, and so is text that is
-        // not a whole string (never given here, never a panic).
-        assert_eq!(compare_text("1", CompareOp::Eq, &Value::from(1)), None);
+        // Text that is not a whole string is left to the parse (never
+        // given here, never a panic).
         for cut in ["\"", "\"paid"] {
             assert_eq!(compare_text(cut, CompareOp::Eq, &Value::from("paid")), None);
         }
+    }
+
+    #[test]
+    fn a_filter_on_a_whole_number_is_decided_on_its_text_as_on_the_parsed_value() {
+        let ops = [
+            CompareOp::Eq,
+            CompareOp::Ne,
+            CompareOp::Lt,
+            CompareOp::Le,
+            CompareOp::Gt,
+            CompareOp::Ge,
+            CompareOp::Exists,
+        ];
+        let texts = [
+            "100",
+            "99",
+            "101",
+            "0",
+            "-0",
+            "-1",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "100.0",
+            "1e2",
+            "-0.0",
+            r#""100""#,
+            "true",
+            "null",
+            "[100]",
+        ];
+        let constants = [
+            Value::from(100),
+            Value::from(0),
+            Value::from(-1),
+            Value::from(i64::MAX),
+            Value::from(i64::MIN),
+            Value::from(u64::MAX),
+            Value::from(100.5),
+        ];
+        for constant in &constants {
+            for text in texts {
+                let parsed: Value = serde_json::from_str(text).unwrap();
+                for op in ops {
+                    if let Some(decided) = compare_text(text, op, constant) {
+                        assert_eq!(
+                            decided,
+                            compare(Some(&parsed), op, constant),
+                            "{text} {op:?} {constant}"
+                        );
+                    }
+                }
+            }
+        }
+        // Whole numbers against a whole-number constant are decided on the
+        // text; fractions, exponents, numbers past i64 and constants that
+        // are not whole numbers of i64 go to the parse.
+        let ge = |text, constant: &Value| compare_text(text, CompareOp::Ge, constant);
+        assert_eq!(ge("100", &Value::from(100)), Some(true));
+        assert_eq!(ge("99", &Value::from(100)), Some(false));
+        assert_eq!(ge("-0", &Value::from(0)), Some(true));
+        assert_eq!(
+            ge("-9223372036854775808", &Value::from(i64::MIN)),
+            Some(true)
+        );
+        for text in ["100.0", "1e2", "9223372036854775808", r#""100""#, "null"] {
+            assert_eq!(ge(text, &Value::from(100)), None, "{text}");
+        }
+        assert_eq!(ge("100", &Value::from(u64::MAX)), None);
+        assert_eq!(ge("100", &Value::from(100.5)), None);
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
@@ -1111,6 +1205,34 @@ mod tests {
                     other => other,
                 };
                 prop_assert_eq!(fast, tree(&ops, input), "{}", input);
+            }
+        }
+
+        #[test]
+        fn prop_a_whole_number_filter_decided_on_the_text_decides_as_the_parsed_value(
+            field in any::<i64>(),
+            near in -2i64..=2,
+            constant in prop_oneof![any::<i64>(), Just(i64::MIN), Just(i64::MAX), Just(0)],
+            op in prop::sample::select(vec![
+                CompareOp::Eq,
+                CompareOp::Ne,
+                CompareOp::Lt,
+                CompareOp::Le,
+                CompareOp::Gt,
+                CompareOp::Ge,
+                CompareOp::Exists,
+            ]),
+        ) {
+            // Half the fields next to the constant, where the order flips.
+            for field in [field, constant.saturating_add(near)] {
+                let text = field.to_string();
+                let constant = Value::from(constant);
+                let parsed: Value = serde_json::from_str(&text).unwrap();
+                prop_assert_eq!(
+                    compare_text(&text, op, &constant),
+                    Some(compare(Some(&parsed), op, &constant)),
+                    "{} {:?} {}", text, op, constant
+                );
             }
         }
 
