@@ -142,6 +142,31 @@ mod tests {
         assert!(pauses.lift(&[P]).is_empty());
     }
 
+    /// A partition paused in librdkafka and then revoked (the pipeline
+    /// sends no resume for a partition no longer its own) and assigned
+    /// anew: `post_rebalance` clears the pipeline's pause and resumes it in
+    /// librdkafka, so a later pause of the new assignment that lasts must
+    /// reach librdkafka again; remembered as still applied, it never does
+    /// and the poll thread holds the partition's records until
+    /// backpressure pauses the whole assignment.
+    #[test]
+    fn a_pause_after_the_partition_is_assigned_anew_reaches_librdkafka_once_it_lasts() {
+        let mut pauses = Pauses::default();
+        let t0 = Instant::now();
+        pauses.ask(&[P], t0);
+        assert_eq!(pauses.due(t0 + GRACE, GRACE, |_| true), [P]);
+        // Revoked and assigned anew: the pipeline no longer holds the pause
+        // (`GroupContext::paused` cleared, librdkafka resumed), no lift.
+        assert!(pauses.due(t0 + GRACE * 2, GRACE, |_| false).is_empty());
+        // The pipeline pauses it again, for longer than the grace.
+        pauses.ask(&[P], t0 + GRACE * 3);
+        assert_eq!(
+            pauses.due(t0 + GRACE * 5, GRACE, |_| true),
+            [P],
+            "the new pause never reaches librdkafka"
+        );
+    }
+
     #[test]
     fn backpressure_applies_the_pending_pauses_so_their_resume_reaches_librdkafka() {
         let mut pauses = Pauses::default();
