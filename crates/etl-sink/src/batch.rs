@@ -370,6 +370,37 @@ mod tests {
         assert_eq!(offsets, (12..24).collect::<Vec<_>>());
     }
 
+    /// One large batch (a burst of small records under `batch_max_bytes`)
+    /// must not make every later batch, however small, reserve room for
+    /// as many records: the in-flight limits count records, not the
+    /// vectors around them (see `etl_record::reuse`), and `ends`' capacity
+    /// only ever grows, so the room asked is the largest batch ever.
+    #[test]
+    fn a_small_batch_after_a_large_one_does_not_reserve_the_large_ones_room() {
+        let upstream = |from: i64, n: i64| -> Vec<Record> {
+            let mut records = Vec::with_capacity(usize::try_from(n).unwrap());
+            records.extend((from..from + n).map(|o| rec(o, "[0]")));
+            records
+        };
+        let mut builder = BatchBuilder::default();
+        builder.extend(upstream(0, 50_000), &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(50_000, 50_000), &NdjsonEncoder::new(), |_| false);
+        assert_eq!(builder.finish().len(), 100_000);
+        for round in 0..3 {
+            let from = 100_000 + round * 6;
+            builder.extend(upstream(from, 3), &NdjsonEncoder::new(), |_| false);
+            builder.extend(upstream(from + 3, 3), &NdjsonEncoder::new(), |_| false);
+            let capacity = builder.records.capacity();
+            let batch = builder.finish();
+            assert_eq!(batch.len(), 6);
+            assert!(
+                capacity <= 4 * 1024,
+                "a batch of 6 records holds room for {capacity} ({} bytes)",
+                capacity * std::mem::size_of::<Record>()
+            );
+        }
+    }
+
     #[test]
     fn extend_keeps_order_leaves_out_skipped_and_refused_and_adopts_the_vector() {
         let mut builder = BatchBuilder::default();
