@@ -45,14 +45,18 @@ impl Pauses {
 
     /// The pauses to pass to librdkafka at `now`: those asked at least
     /// `grace` ago that the pipeline still holds (`still`); they count as
-    /// applied from here. A pending pause the pipeline no longer holds (a
-    /// new assignment cleared it) is forgotten.
+    /// applied from here. A pause the pipeline no longer holds without
+    /// having lifted it (a new assignment cleared it, and resumed the
+    /// partition in librdkafka) is forgotten, pending or applied, so the
+    /// next pause of that partition reaches librdkafka again once it
+    /// lasts.
     pub(crate) fn due(
         &mut self,
         now: Instant,
         grace: Duration,
         still: impl Fn(PartitionId) -> bool,
     ) -> Vec<PartitionId> {
+        self.applied.retain(|id| still(*id));
         if self.pending.is_empty() {
             return Vec::new();
         }

@@ -185,6 +185,20 @@ pub(crate) struct BatchBuilder {
     buf: BytesMut,
     ends: Vec<usize>,
     attachments: Vec<(Range<usize>, Attachment)>,
+    /// How many records the last finished batch held.
+    last: usize,
+}
+
+/// Room for a batch's records when `needed` are about to be in it: as
+/// many as the last batch held (`last`), so that a batch as large as the
+/// last takes its room at once rather than doubling its vector, and
+/// moving every record, each time it fills; but never more than four
+/// times what is needed (or 1024, for a small batch), so that one large
+/// batch does not make every later one hold its room: the in-flight
+/// limits count records, not the vectors around them (as
+/// `etl_record::reuse` caps the vectors it hands out).
+fn room_for(needed: usize, last: usize) -> usize {
+    needed.max(last.min(needed.max(1024).saturating_mul(4)))
 }
 
 impl BatchBuilder {
@@ -255,10 +269,7 @@ impl BatchBuilder {
             // The empty one goes back for a source's next batch.
             etl_record::reuse::give_back(std::mem::replace(&mut self.records, records));
         } else {
-            // Room for a batch as large as the last one (`finish` sizes
-            // `ends` so) at once, rather than doubling the vector, and
-            // moving every record it holds, each time it fills.
-            let room = (self.records.len() + records.len()).max(self.ends.capacity());
+            let room = room_for(self.records.len() + records.len(), self.last);
             self.records.reserve(room - self.records.len());
             self.records.append(&mut records);
             etl_record::reuse::give_back(records);
@@ -270,8 +281,7 @@ impl BatchBuilder {
     /// fail).
     pub(crate) fn push_with(&mut self, record: Record, write: impl FnOnce(&mut BytesMut)) {
         if self.records.capacity() == 0 {
-            // As large as the last batch, as `ends` is (see `finish`).
-            self.records.reserve(self.ends.capacity());
+            self.records.reserve(room_for(1, self.last));
         }
         write(&mut self.buf);
         self.ends.push(self.buf.len());
@@ -289,9 +299,12 @@ impl BatchBuilder {
     /// The batch built so far; the builder starts over, keeping its buffer.
     pub(crate) fn finish(&mut self) -> EncodedBatch {
         // The next batch is likely as large as this one: size its ends
-        // up front rather than growing them record by record. Its records
-        // are mostly an upstream batch's own vector (see `extend`).
-        let ends = Vec::with_capacity(self.ends.capacity());
+        // up front rather than growing them record by record (and no
+        // larger: a large batch's room is not kept for every later one).
+        // Its records are mostly an upstream batch's own vector (see
+        // `extend`).
+        self.last = self.records.len();
+        let ends = Vec::with_capacity(self.last);
         EncodedBatch {
             records: std::mem::take(&mut self.records),
             bytes: self.buf.split().freeze(),
