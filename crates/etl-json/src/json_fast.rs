@@ -591,10 +591,13 @@ impl Scratch {
 
 /// [`compare`] on the text of a checked JSON value, when the text alone
 /// decides it (`None`: parse it and compare): a string without escapes
-/// against a string constant, any other value against one.
+/// against a string constant, any other value against one, and most
+/// numbers against a whole-number constant ([`compare_number`]).
 fn compare_text(text: &str, op: CompareOp, constant: &Value) -> Option<bool> {
-    let Value::String(constant) = constant else {
-        return None;
+    let constant = match constant {
+        Value::String(constant) => constant,
+        Value::Number(number) => return compare_number(text, op, number.as_i64()?),
+        _ => return None,
     };
     if op == CompareOp::Exists {
         return Some(true);
@@ -610,6 +613,64 @@ fn compare_text(text: &str, op: CompareOp, constant: &Value) -> Option<bool> {
         None => None,
     };
     Some(decide(op, ordering))
+}
+
+/// [`compare`] of a number's text against a whole-number constant,
+/// without parsing it into a [`Value`]: `None` for any other text, left
+/// to the parse.
+///
+/// * An integer (a checked value that is `-` and digits) that fits an
+///   `i64` is the `i64` serde_json reads, compared as `compare` compares
+///   two; `-0`, which serde_json reads as the float -0.0, orders against
+///   every constant as 0 does. Wider integers go to the parse.
+/// * A decimal without an exponent, of at most 15 digits in all, against
+///   a constant of at most 15 digits, orders as its exact value does:
+///   two different decimals of at most 15 significant digits are more
+///   than a few units in the last place of an `f64` apart, so serde_json's
+///   float (the parse rounds each to the nearest `f64`, or next to it)
+///   orders as they do, and an exact value is read exactly. Longer ones
+///   and exponents go to the parse.
+fn compare_number(text: &str, op: CompareOp, constant: i64) -> Option<bool> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, fraction) = match unsigned.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (unsigned, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !fraction.is_none_or(digits) {
+        return None;
+    }
+    let ordering = match fraction {
+        None => text.parse::<i64>().ok()?.cmp(&constant),
+        Some(fraction) => {
+            const MAX: i64 = 999_999_999_999_999;
+            if whole.len() + fraction.len() > 15 || !(-MAX..=MAX).contains(&constant) {
+                return None;
+            }
+            // |value| = whole + f, 0 <= f < 1; ordered against the
+            // constant with the sign taken off.
+            let whole: i64 = whole.parse().ok()?;
+            let above = fraction.bytes().any(|b| b != b'0');
+            let against = if negative { -constant } else { constant };
+            let magnitude = whole.cmp(&against).then(if above {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            });
+            if negative {
+                magnitude.reverse()
+            } else {
+                magnitude
+            }
+        }
+    };
+    if op == CompareOp::Exists {
+        return Some(true);
+    }
+    Some(decide(op, Some(ordering)))
 }
 
 /// Write the value `text` without the field at `path` (not empty) below
@@ -951,12 +1012,108 @@ mod tests {
                 }
             }
         }
-        // A number constant is left to the parse, and so is text that is
-        // not a whole string (never given here, never a panic).
-        assert_eq!(compare_text("1", CompareOp::Eq, &Value::from(1)), None);
+        // Text that is not a whole string is left to the parse (never
+        // given here, never a panic).
         for cut in ["\"", "\"paid"] {
             assert_eq!(compare_text(cut, CompareOp::Eq, &Value::from("paid")), None);
         }
+    }
+
+    #[test]
+    fn a_filter_on_a_number_is_decided_on_its_text_as_on_the_parsed_value() {
+        let ops = [
+            CompareOp::Eq,
+            CompareOp::Ne,
+            CompareOp::Lt,
+            CompareOp::Le,
+            CompareOp::Gt,
+            CompareOp::Ge,
+            CompareOp::Exists,
+        ];
+        let texts = [
+            "100",
+            "99",
+            "101",
+            "0",
+            "-0",
+            "-1",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "100.0",
+            "100.00",
+            "99.99",
+            "100.01",
+            "123.45",
+            "-0.5",
+            "-100.5",
+            "-99.5",
+            "0.000000000000001",
+            "99.999999999999999",
+            "99999999999999.9",
+            "999999999999999.9",
+            "1e2",
+            "-0.0",
+            r#""100""#,
+            "true",
+            "null",
+            "[100]",
+        ];
+        let constants = [
+            Value::from(100),
+            Value::from(0),
+            Value::from(-1),
+            Value::from(i64::MAX),
+            Value::from(i64::MIN),
+            Value::from(u64::MAX),
+            Value::from(100.5),
+        ];
+        for constant in &constants {
+            for text in texts {
+                let parsed: Value = serde_json::from_str(text).unwrap();
+                for op in ops {
+                    if let Some(decided) = compare_text(text, op, constant) {
+                        assert_eq!(
+                            decided,
+                            compare(Some(&parsed), op, constant),
+                            "{text} {op:?} {constant}"
+                        );
+                    }
+                }
+            }
+        }
+        // Integers, and decimals of up to 15 digits, against a whole-number
+        // constant are decided on the text; exponents, longer decimals,
+        // integers past i64 and constants that are not whole numbers of
+        // i64 go to the parse.
+        let ge = |text, constant: &Value| compare_text(text, CompareOp::Ge, constant);
+        assert_eq!(ge("100", &Value::from(100)), Some(true));
+        assert_eq!(ge("99", &Value::from(100)), Some(false));
+        assert_eq!(ge("-0", &Value::from(0)), Some(true));
+        assert_eq!(
+            ge("-9223372036854775808", &Value::from(i64::MIN)),
+            Some(true)
+        );
+        assert_eq!(ge("123.45", &Value::from(100)), Some(true));
+        assert_eq!(ge("99.99", &Value::from(100)), Some(false));
+        assert_eq!(ge("100.00", &Value::from(100)), Some(true));
+        assert_eq!(ge("-99.5", &Value::from(-100)), Some(true));
+        assert_eq!(ge("-100.5", &Value::from(-100)), Some(false));
+        for text in [
+            "1e2",
+            "9223372036854775808",
+            "99.999999999999999",
+            "0.000000000000001",
+            r#""100""#,
+            "null",
+        ] {
+            assert_eq!(ge(text, &Value::from(100)), None, "{text}");
+        }
+        assert_eq!(ge("100.5", &Value::from(1_000_000_000_000_000_i64)), None);
+        assert_eq!(ge("100", &Value::from(u64::MAX)), None);
+        assert_eq!(ge("100", &Value::from(100.5)), None);
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
@@ -1111,6 +1268,73 @@ mod tests {
                     other => other,
                 };
                 prop_assert_eq!(fast, tree(&ops, input), "{}", input);
+            }
+        }
+
+        #[test]
+        fn prop_a_whole_number_filter_decided_on_the_text_decides_as_the_parsed_value(
+            field in any::<i64>(),
+            near in -2i64..=2,
+            constant in prop_oneof![any::<i64>(), Just(i64::MIN), Just(i64::MAX), Just(0)],
+            op in prop::sample::select(vec![
+                CompareOp::Eq,
+                CompareOp::Ne,
+                CompareOp::Lt,
+                CompareOp::Le,
+                CompareOp::Gt,
+                CompareOp::Ge,
+                CompareOp::Exists,
+            ]),
+        ) {
+            // Half the fields next to the constant, where the order flips.
+            for field in [field, constant.saturating_add(near)] {
+                let text = field.to_string();
+                let constant = Value::from(constant);
+                let parsed: Value = serde_json::from_str(&text).unwrap();
+                prop_assert_eq!(
+                    compare_text(&text, op, &constant),
+                    Some(compare(Some(&parsed), op, &constant)),
+                    "{} {:?} {}", text, op, constant
+                );
+            }
+        }
+
+        #[test]
+        fn prop_a_decimal_filter_decided_on_the_text_decides_as_the_parsed_value(
+            negative in any::<bool>(),
+            whole in prop_oneof![0i64..1_000, 0i64..10_000_000, 0i64..1_000_000_000_000_000],
+            fraction in "[0-9]{1,15}",
+            near in -2i64..=2,
+            constant in prop_oneof![-1_000i64..1_000, any::<i64>()],
+            op in prop::sample::select(vec![
+                CompareOp::Eq,
+                CompareOp::Ne,
+                CompareOp::Lt,
+                CompareOp::Le,
+                CompareOp::Gt,
+                CompareOp::Ge,
+                CompareOp::Exists,
+            ]),
+        ) {
+            let sign = if negative { "-" } else { "" };
+            let text = format!("{sign}{whole}.{fraction}");
+            let signed = if negative { -whole } else { whole };
+            // Half the constants next to the field, where the order flips.
+            for constant in [constant, signed.saturating_add(near)] {
+                let constant = Value::from(constant);
+                let parsed: Value = serde_json::from_str(&text).unwrap();
+                let decided = compare_text(&text, op, &constant);
+                if let Some(decided) = decided {
+                    prop_assert_eq!(
+                        decided,
+                        compare(Some(&parsed), op, &constant),
+                        "{} {:?} {}", text, op, constant
+                    );
+                }
+                // Taken whenever the digits and the constant are short.
+                let short = text.trim_start_matches('-').len() <= 16
+                    && constant.as_i64().is_some_and(|c| c.unsigned_abs() < 1_000_000_000_000_000);
+                prop_assert_eq!(decided.is_some(), short, "{} {}", text, constant);
             }
         }
 

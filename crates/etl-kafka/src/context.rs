@@ -95,6 +95,29 @@ pub(crate) struct Chunk {
     pub(crate) records: Vec<Record>,
 }
 
+/// Records of partitions the pipeline paused, read before librdkafka's
+/// pause took effect, or instead of it (see [`crate::pauses`]): kept, in
+/// the order read, until the pipeline resumes the partition, and dropped
+/// when it is sought or revoked.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    chunks: BTreeMap<PartitionId, Vec<Chunk>>,
+    records: usize,
+}
+
+impl Held {
+    fn push(&mut self, chunk: Chunk) {
+        self.records += chunk.records.len();
+        self.chunks.entry(chunk.partition).or_default().push(chunk);
+    }
+
+    fn take(&mut self, partition: PartitionId) -> Vec<Chunk> {
+        let chunks = self.chunks.remove(&partition).unwrap_or_default();
+        self.records -= chunks.iter().map(|c| c.records.len()).sum::<usize>();
+        chunks
+    }
+}
+
 /// State shared by the poll thread, its callbacks and the source.
 pub(crate) struct GroupContext {
     pub(crate) map: PartitionMap,
@@ -116,6 +139,9 @@ pub(crate) struct GroupContext {
     /// new assignment of a partition clears its entry: the pipeline's
     /// state of a partition ends with its revocation.
     pub(crate) paused: Mutex<BTreeSet<PartitionId>>,
+    /// Records of paused partitions, held back from the source (touched
+    /// only by the poll thread and the callbacks it runs).
+    held: Mutex<Held>,
     /// The queue every assigned partition's fetch queue is forwarded to,
     /// while the poll thread runs (it sets and takes it: the queue holds
     /// the consumer, which holds this context).
@@ -157,6 +183,7 @@ impl GroupContext {
             chunk: Mutex::new(None),
             backpressure: AtomicBool::new(false),
             paused: Mutex::new(BTreeSet::new()),
+            held: Mutex::new(Held::default()),
             fetch: Mutex::new(None),
             revocations: Mutex::new(BTreeMap::new()),
             outage: crate::outage::Outage::new(security),
@@ -176,7 +203,8 @@ impl GroupContext {
         let _ = self.events.send(event);
     }
 
-    /// Send the gathered chunk, unless it belongs to `drop_partitions`.
+    /// Send the gathered chunk (or hold it, see [`send_or_hold`](Self::send_or_hold)),
+    /// unless it belongs to `drop_partitions`.
     pub(crate) fn flush_chunk(&self, drop_partitions: &[PartitionId]) {
         let chunk = self
             .chunk
@@ -186,13 +214,59 @@ impl GroupContext {
         if let Some(c) = chunk
             && !drop_partitions.contains(&c.partition)
         {
-            self.send(Event::Records {
-                partition: c.partition,
-                seek: c.seek,
-                revocations: c.revocations,
-                records: c.records,
-            });
+            self.send_or_hold(c);
         }
+    }
+
+    /// Send records to the source, or hold them back while the pipeline
+    /// has their partition paused.
+    pub(crate) fn send_or_hold(&self, chunk: Chunk) {
+        if chunk.records.is_empty() {
+            return;
+        }
+        if self.paused().contains(&chunk.partition) {
+            self.held().push(chunk);
+            return;
+        }
+        self.send(Event::Records {
+            partition: chunk.partition,
+            seek: chunk.seek,
+            revocations: chunk.revocations,
+            records: chunk.records,
+        });
+    }
+
+    /// Send what was held back of `partitions`, in the order read.
+    pub(crate) fn release(&self, partitions: &[PartitionId]) {
+        for partition in partitions {
+            let chunks = self.held().take(*partition);
+            for c in chunks {
+                self.send(Event::Records {
+                    partition: c.partition,
+                    seek: c.seek,
+                    revocations: c.revocations,
+                    records: c.records,
+                });
+            }
+        }
+    }
+
+    /// Drop what was held back of `partitions` (sought elsewhere, revoked,
+    /// or assigned anew).
+    pub(crate) fn drop_held(&self, partitions: &[PartitionId]) {
+        let mut held = self.held();
+        for partition in partitions {
+            drop(held.take(*partition));
+        }
+    }
+
+    /// How many records are held back.
+    pub(crate) fn held_records(&self) -> usize {
+        self.held().records
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The partitions the pipeline asked to pause.
@@ -253,6 +327,7 @@ impl ConsumerContext for GroupContext {
         // them while the group waits for this callback: the next owner
         // starts exactly at what is committed here.
         self.flush_chunk(&ids);
+        self.drop_held(&ids);
         {
             let mut revocations = self
                 .revocations
@@ -331,6 +406,7 @@ impl ConsumerContext for GroupContext {
                         paused.remove(id);
                     }
                 }
+                self.drop_held(&ids);
                 let pause = self.backpressure.load(Ordering::Acquire);
                 let set = {
                     use rdkafka::consumer::Consumer;

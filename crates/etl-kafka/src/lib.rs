@@ -74,6 +74,7 @@ mod mapping;
 mod native;
 mod offsets;
 mod outage;
+mod pauses;
 mod poll_thread;
 mod refusal;
 mod sink;

@@ -17,6 +17,11 @@
 //! drops librdkafka's prefetched records by itself, so they do not queue
 //! behind them).
 //!
+//! The pipeline's own pauses (its in-flight limit, usually for one sink
+//! write) reach librdkafka only once they have lasted a while: until then
+//! the thread holds the partition's records back itself (see
+//! [`crate::pauses`]).
+//!
 //! Records arrive through the fetch queue (see [`FetchQueue`]), a batch
 //! of up to `max_batch_records` at a time, and go to the source as one
 //! event per run of a partition, their values and keys pointing into the
@@ -40,6 +45,7 @@ use rdkafka::{Offset as KafkaOffset, TopicPartitionList};
 
 use crate::context::{Chunk, Event, GroupContext};
 use crate::native::{FetchQueue, MessageView};
+use crate::pauses::{PAUSE_GRACE, Pauses};
 
 /// How long the thread waits for fetched messages when nothing is
 /// pending (rebalance and error events wait at most that long too).
@@ -105,6 +111,9 @@ pub(crate) struct PollThread {
     /// Records read through the fetch queue, and through the consumer
     /// queue (partitions not attached), for the state report.
     pub(crate) read: (u64, u64),
+    /// The pipeline's pauses, and which of them librdkafka has seen (see
+    /// [`crate::pauses`]).
+    pub(crate) pauses: Pauses,
 }
 
 impl Drop for PollThread {
@@ -141,6 +150,7 @@ impl PollThread {
                 self.attached_at = Instant::now();
                 self.reattach();
             }
+            self.apply_due_pauses();
             if self.reported_at.elapsed() >= REPORT_EVERY {
                 self.reported_at = Instant::now();
                 self.report();
@@ -268,17 +278,31 @@ impl PollThread {
         batch.len()
     }
 
-    /// Send records of `partition`, read now, to the source.
+    /// Send records of `partition`, read now, to the source (or hold them
+    /// back while the pipeline has the partition paused).
     fn send_records(&self, partition: PartitionId, records: Vec<Record>) {
         if records.is_empty() {
             return;
         }
-        self.context().send(Event::Records {
+        self.context().send_or_hold(Chunk {
             partition,
             seek: self.seeks.get(&partition).copied().unwrap_or(0),
             revocations: self.context().revocations(partition),
             records,
         });
+    }
+
+    /// Pass to librdkafka the pipeline's pauses that lasted
+    /// [`PAUSE_GRACE`].
+    fn apply_due_pauses(&mut self) {
+        let due = {
+            let paused = self.consumer.context().paused();
+            self.pauses
+                .due(Instant::now(), PAUSE_GRACE, |id| paused.contains(&id))
+        };
+        if !due.is_empty() {
+            self.set_paused(&due, true);
+        }
     }
 
     /// The partitions assigned to this member.
@@ -345,6 +369,8 @@ impl PollThread {
             group = %self.context().group,
             ?assigned,
             paused_by_pipeline = ?paused,
+            pauses_not_yet_in_librdkafka = self.pauses.pending(),
+            held_for_paused = self.context().held_records(),
             backpressure = self.context().backpressure.load(Ordering::Acquire),
             buffered = self.context().buffered.load(Ordering::Acquire),
             ?positions,
@@ -375,9 +401,12 @@ impl PollThread {
                     offset,
                     seek,
                 }) => self.seek(partition, offset, seek),
+                // Records of the partitions read from now on are held back
+                // here; librdkafka pauses them only if the pause lasts (see
+                // `crate::pauses`).
                 Ok(Command::Pause(ids)) => {
                     self.context().paused().extend(ids.iter().copied());
-                    self.set_paused(&ids, true);
+                    self.pauses.ask(&ids, Instant::now());
                 }
                 Ok(Command::Resume(ids)) => {
                     {
@@ -386,9 +415,11 @@ impl PollThread {
                             paused.remove(id);
                         }
                     }
-                    if !self.context().backpressure.load(Ordering::Acquire) {
-                        self.set_paused(&ids, false);
+                    let lift = self.pauses.lift(&ids);
+                    if !lift.is_empty() && !self.context().backpressure.load(Ordering::Acquire) {
+                        self.set_paused(&lift, false);
                     }
+                    self.context().release(&ids);
                 }
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
@@ -409,6 +440,7 @@ impl PollThread {
                 *chunk = None;
             }
         }
+        self.context().drop_held(&[partition]);
         let Ok((topic, p)) = self.context().map.topic_partition(partition) else {
             return;
         };
@@ -427,7 +459,9 @@ impl PollThread {
     /// every partition; resume them (except what the pipeline paused) once
     /// it caught up by half.
     fn backpressure(&mut self) -> bool {
-        let buffered = self.context().buffered.load(Ordering::Acquire);
+        // Records held back for paused partitions wait in memory too.
+        let buffered =
+            self.context().buffered.load(Ordering::Acquire) + self.context().held_records();
         let engaged = self.context().backpressure.load(Ordering::Acquire);
         let caught_up = buffered <= self.max_buffered / 2;
         if !engaged {
@@ -448,6 +482,7 @@ impl PollThread {
             if let Ok(assignment) = self.consumer.assignment() {
                 let _ = self.consumer.pause(&assignment);
             }
+            self.pauses.all_paused();
         } else if caught_up {
             self.context().backpressure.store(false, Ordering::Release);
             let ids: Vec<PartitionId> = {
@@ -502,12 +537,7 @@ impl PollThread {
                 .is_some_and(|c| c.partition == partition && c.seek == seek);
             if !same {
                 if let Some(c) = guard.take() {
-                    self.context().send(Event::Records {
-                        partition: c.partition,
-                        seek: c.seek,
-                        revocations: c.revocations,
-                        records: c.records,
-                    });
+                    self.context().send_or_hold(c);
                 }
                 *guard = Some(Chunk {
                     partition,

@@ -146,6 +146,7 @@ impl KafkaSource {
             attached_at: Instant::now(),
             fetch: None,
             read: (0, 0),
+            pauses: crate::pauses::Pauses::default(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("kafka-poll-{}", self.config.group_id))

@@ -185,6 +185,20 @@ pub(crate) struct BatchBuilder {
     buf: BytesMut,
     ends: Vec<usize>,
     attachments: Vec<(Range<usize>, Attachment)>,
+    /// How many records the last finished batch held.
+    last: usize,
+}
+
+/// Room for a batch's records when `needed` are about to be in it: as
+/// many as the last batch held (`last`), so that a batch as large as the
+/// last takes its room at once rather than doubling its vector, and
+/// moving every record, each time it fills; but never more than four
+/// times what is needed (or 1024, for a small batch), so that one large
+/// batch does not make every later one hold its room: the in-flight
+/// limits count records, not the vectors around them (as
+/// `etl_record::reuse` caps the vectors it hands out).
+fn room_for(needed: usize, last: usize) -> usize {
+    needed.max(last.min(needed.max(1024).saturating_mul(4)))
 }
 
 impl BatchBuilder {
@@ -255,6 +269,8 @@ impl BatchBuilder {
             // The empty one goes back for a source's next batch.
             etl_record::reuse::give_back(std::mem::replace(&mut self.records, records));
         } else {
+            let room = room_for(self.records.len() + records.len(), self.last);
+            self.records.reserve(room - self.records.len());
             self.records.append(&mut records);
             etl_record::reuse::give_back(records);
         }
@@ -265,8 +281,7 @@ impl BatchBuilder {
     /// fail).
     pub(crate) fn push_with(&mut self, record: Record, write: impl FnOnce(&mut BytesMut)) {
         if self.records.capacity() == 0 {
-            // As large as the last batch, as `ends` is (see `finish`).
-            self.records.reserve(self.ends.capacity());
+            self.records.reserve(room_for(1, self.last));
         }
         write(&mut self.buf);
         self.ends.push(self.buf.len());
@@ -284,9 +299,12 @@ impl BatchBuilder {
     /// The batch built so far; the builder starts over, keeping its buffer.
     pub(crate) fn finish(&mut self) -> EncodedBatch {
         // The next batch is likely as large as this one: size its ends
-        // up front rather than growing them record by record. Its records
-        // are mostly an upstream batch's own vector (see `extend`).
-        let ends = Vec::with_capacity(self.ends.capacity());
+        // up front rather than growing them record by record (and no
+        // larger: a large batch's room is not kept for every later one).
+        // Its records are mostly an upstream batch's own vector (see
+        // `extend`).
+        self.last = self.records.len();
+        let ends = Vec::with_capacity(self.last);
         EncodedBatch {
             records: std::mem::take(&mut self.records),
             bytes: self.buf.split().freeze(),
@@ -324,6 +342,76 @@ mod tests {
         let only_second = batch.select(|i| i == 1);
         assert_eq!(&only_second.bytes()[..], b"[2]\n");
         assert_eq!(only_second.records()[0].position.offset, Offset(2));
+    }
+
+    #[test]
+    fn a_batch_appended_to_takes_room_for_one_as_large_as_the_last_at_once() {
+        let upstream = |from: i64| -> Vec<Record> {
+            let mut records = Vec::with_capacity(3);
+            records.extend((from..from + 3).map(|o| rec(o, "[0]")));
+            records
+        };
+        let mut builder = BatchBuilder::default();
+        for from in [0, 3, 6, 9] {
+            builder.extend(upstream(from), &NdjsonEncoder::new(), |_| false);
+        }
+        let last = builder.finish();
+        assert_eq!(last.len(), 12);
+        // The next batch adopts its first vector (room for 3), then grows
+        // once to the last batch's size rather than doubling as it fills.
+        builder.extend(upstream(12), &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(15), &NdjsonEncoder::new(), |_| false);
+        assert!(
+            builder.records.capacity() >= 12,
+            "room for {} records",
+            builder.records.capacity()
+        );
+        let room = builder.records.capacity();
+        builder.extend(upstream(18), &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(21), &NdjsonEncoder::new(), |_| false);
+        assert_eq!(
+            builder.records.capacity(),
+            room,
+            "no growth up to the last size"
+        );
+        let offsets: Vec<i64> = builder
+            .finish()
+            .records()
+            .iter()
+            .map(|r| r.position.offset.0)
+            .collect();
+        assert_eq!(offsets, (12..24).collect::<Vec<_>>());
+    }
+
+    /// One large batch (a burst of small records under `batch_max_bytes`)
+    /// must not make every later batch, however small, reserve room for
+    /// as many records: the in-flight limits count records, not the
+    /// vectors around them (see `etl_record::reuse`), and `ends`' capacity
+    /// only ever grows, so the room asked is the largest batch ever.
+    #[test]
+    fn a_small_batch_after_a_large_one_does_not_reserve_the_large_ones_room() {
+        let upstream = |from: i64, n: i64| -> Vec<Record> {
+            let mut records = Vec::with_capacity(usize::try_from(n).unwrap());
+            records.extend((from..from + n).map(|o| rec(o, "[0]")));
+            records
+        };
+        let mut builder = BatchBuilder::default();
+        builder.extend(upstream(0, 50_000), &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(50_000, 50_000), &NdjsonEncoder::new(), |_| false);
+        assert_eq!(builder.finish().len(), 100_000);
+        for round in 0..3 {
+            let from = 100_000 + round * 6;
+            builder.extend(upstream(from, 3), &NdjsonEncoder::new(), |_| false);
+            builder.extend(upstream(from + 3, 3), &NdjsonEncoder::new(), |_| false);
+            let capacity = builder.records.capacity();
+            let batch = builder.finish();
+            assert_eq!(batch.len(), 6);
+            assert!(
+                capacity <= 4 * 1024,
+                "a batch of 6 records holds room for {capacity} ({} bytes)",
+                capacity * std::mem::size_of::<Record>()
+            );
+        }
     }
 
     #[test]

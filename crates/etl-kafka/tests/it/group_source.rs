@@ -263,3 +263,166 @@ async fn values_keys_headers_and_timestamps_arrive_as_produced() {
     drop(records);
     check(4, &kept[0]);
 }
+
+/// Starts a member of `group` alone and waits for its assignment of
+/// `partitions` partitions, each sought to offset 0 (and paused before,
+/// with `paused`).
+async fn assigned_member(
+    broker: &TestBroker,
+    group: &str,
+    topic: &str,
+    partitions: usize,
+    paused: bool,
+) -> (KafkaSource, Vec<PartitionId>) {
+    let mut source =
+        KafkaSource::new(SourceId::new("k"), source_config(broker, group, topic)).expect("source");
+    let handler = CommitSeen {
+        store: source.offset_store(),
+        seen: Arc::default(),
+        revoked: Arc::default(),
+    };
+    source.start(handler).expect("start");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut assigned = Vec::new();
+    while assigned.len() < partitions {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no assignment in 60 s"
+        );
+        match source.next().await.expect("next") {
+            SourceEvent::Assigned(ids) => {
+                if paused {
+                    source.pause(&ids).await.expect("pause");
+                }
+                for id in ids {
+                    source.seek(id, Offset(0)).await.expect("seek");
+                    assigned.push(id);
+                }
+            }
+            SourceEvent::Batch(b) => panic!("a batch before the seek: {:?}", b.partition),
+            _ => {}
+        }
+    }
+    assigned.sort();
+    (source, assigned)
+}
+
+/// Checks that `batch` continues its partition where the last one ended
+/// (no gap, no repeat) and counts it.
+fn in_order(
+    next: &mut std::collections::BTreeMap<PartitionId, i64>,
+    batch: &etl_source::PollBatch,
+) {
+    let expected = next.get(&batch.partition).copied().unwrap_or(0);
+    assert_eq!(
+        batch.first_offset(),
+        Some(Offset(expected)),
+        "partition {:?}: no gap, no repeat",
+        batch.partition
+    );
+    next.insert(
+        batch.partition,
+        batch.last_offset().expect("non-empty").0 + 1,
+    );
+}
+
+/// The pipeline's pause of a partition is held by the source itself
+/// before librdkafka hears of it (a librdkafka pause drops what it
+/// prefetched): while paused, whether for less or more than that grace,
+/// none of the partition's records is returned; resumed, each comes
+/// once, in order, and the other partition is read throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_partition_returns_nothing_until_resumed_then_every_record_once_in_order() {
+    const PER_PARTITION: i32 = 10;
+    let broker = TestBroker::start();
+    let topic = unique("hold");
+    let group = unique("hold-group");
+    broker.create_topic(&topic, 2).await;
+    produce(&broker, &topic, PER_PARTITION, 2).await;
+    let (mut source, ids) = assigned_member(&broker, &group, &topic, 2, true).await;
+    let (held, free) = (ids[0], ids[1]);
+    source.resume(&[free]).await.expect("resume");
+
+    // Past the grace: the other partition is read whole, this one not.
+    let mut next = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let quiet_until = tokio::time::Instant::now() + Duration::from_millis(1_500);
+    while next.get(&free).copied().unwrap_or(0) < i64::from(PER_PARTITION)
+        || tokio::time::Instant::now() < quiet_until
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{next:?} in 60 s");
+        match source.next().await.expect("next") {
+            SourceEvent::Batch(b) => {
+                assert_eq!(b.partition, free, "the paused partition was read");
+                in_order(&mut next, &b);
+            }
+            SourceEvent::Revoked(r) => panic!("unexpected revoke of {r:?}"),
+            _ => {}
+        }
+    }
+
+    // Resumed: every record of it, once, in order; nothing more.
+    source.resume(&[held]).await.expect("resume");
+    let quiet_until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < quiet_until {
+        match source.next().await.expect("next") {
+            SourceEvent::Batch(b) => in_order(&mut next, &b),
+            SourceEvent::Revoked(r) => panic!("unexpected revoke of {r:?}"),
+            SourceEvent::Idle if next.get(&held).copied() == Some(i64::from(PER_PARTITION)) => {
+                break;
+            }
+            _ => {}
+        }
+    }
+    let ends = [(held, 10), (free, 10)].into_iter().collect();
+    assert_eq!(next, ends);
+    source.close().await;
+}
+
+/// Paused and resumed again and again, mostly within the grace: each
+/// record of both partitions comes once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_paused_and_resumed_briefly_return_every_record_once_in_order() {
+    const PER_PARTITION: i32 = 40;
+    let broker = TestBroker::start();
+    let topic = unique("blink");
+    let group = unique("blink-group");
+    broker.create_topic(&topic, 2).await;
+    produce(&broker, &topic, PER_PARTITION, 2).await;
+    let (mut source, ids) = assigned_member(&broker, &group, &topic, 2, false).await;
+
+    let mut next = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut round = 0u32;
+    let done = |next: &std::collections::BTreeMap<PartitionId, i64>| {
+        ids.iter()
+            .all(|id| next.get(id).copied() == Some(i64::from(PER_PARTITION)))
+    };
+    while !done(&next) {
+        assert!(tokio::time::Instant::now() < deadline, "{next:?} in 60 s");
+        // Every third round one partition stays paused past the grace.
+        let id = ids[round as usize % 2];
+        source.pause(&[id]).await.expect("pause");
+        let pause = if round % 3 == 2 { 150 } else { 5 };
+        let until = tokio::time::Instant::now() + Duration::from_millis(pause);
+        while tokio::time::Instant::now() < until {
+            match tokio::time::timeout_at(until, source.next()).await {
+                Ok(Ok(SourceEvent::Batch(b))) => {
+                    assert_ne!(b.partition, id, "the paused partition was read");
+                    in_order(&mut next, &b);
+                }
+                Ok(Ok(SourceEvent::Revoked(r))) => panic!("unexpected revoke of {r:?}"),
+                Ok(Ok(_)) | Err(_) => {}
+                Ok(Err(e)) => panic!("next: {e}"),
+            }
+        }
+        source.resume(&[id]).await.expect("resume");
+        if let Ok(Ok(SourceEvent::Batch(b))) =
+            tokio::time::timeout(Duration::from_millis(20), source.next()).await
+        {
+            in_order(&mut next, &b);
+        }
+        round += 1;
+    }
+    source.close().await;
+}
