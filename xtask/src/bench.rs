@@ -553,8 +553,8 @@ fn kafka(harness: &Path) -> Result<Vec<Row>> {
             ),
             baseline: format!("{} rec/s raw librdkafka", si(raw)),
             ratio: filter / raw,
-            budget: ">= 0.6".into(),
-            met: Some(filter / raw >= 0.6),
+            budget: ">= 0.8".into(),
+            met: Some(filter / raw >= 0.8),
         },
     ])
 }
