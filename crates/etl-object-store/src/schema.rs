@@ -21,7 +21,7 @@ mod fast;
 mod rows;
 
 pub(crate) use rows::Row;
-use rows::{Arena, Cell};
+use rows::{Arena, Cell, Spares};
 
 /// One column of a declared Parquet schema.
 ///
@@ -103,6 +103,9 @@ pub(crate) struct RowSchema {
     /// The columns by their paths, for the one-pass check
     /// ([`surely_fits`](Self::surely_fits)); `None` where it cannot tell.
     trie: Option<fast::Trie>,
+    /// The buffers of the arenas of chunks already written, for the next
+    /// chunks (shared by the schema's clones).
+    spares: Arc<Spares>,
 }
 
 #[derive(Clone, Debug)]
@@ -136,6 +139,7 @@ impl RowSchema {
             columns,
             arrow,
             strict: false,
+            spares: Arc::default(),
         })
     }
 
@@ -215,8 +219,9 @@ impl RowSchema {
     }
 
     /// The rows of `values`, records' values read together (one arena
-    /// for all, or a new one each time the last is full), or why each
-    /// does not fit, in their order: read in one pass over the bytes
+    /// for all, or a new one each time the last is full, each on the
+    /// buffers of a dropped chunk's when the schema kept one), or why
+    /// each does not fit, in their order: read in one pass over the bytes
     /// where the record surely fits, and through its `Value` otherwise.
     pub(crate) fn rows_of_chunk<'v>(
         &self,
@@ -234,7 +239,7 @@ impl RowSchema {
     ) -> Vec<Result<Row, String>> {
         let n = self.columns.len();
         let mut rows = Vec::with_capacity(values.len());
-        let mut arena = Arena::default();
+        let mut arena = self.spares.arena();
         // Rows of the current arena: their place in `rows` and their start.
         let mut started: Vec<(usize, usize)> = Vec::new();
         let mut unescaped = Vec::new();
@@ -251,7 +256,11 @@ impl RowSchema {
             // cells are at most one a column and one a byte (a list's
             // items): an arena that might not take it all is full.
             if !arena.has_room(n + bytes.len(), bytes.len(), room) {
-                seal(std::mem::take(&mut arena), &mut started, &mut rows);
+                seal(
+                    std::mem::replace(&mut arena, self.spares.arena()),
+                    &mut started,
+                    &mut rows,
+                );
             }
             let start = match self.read_into(bytes, &mut arena, &mut unescaped) {
                 Some(start) => Ok(start),
@@ -867,6 +876,36 @@ mod tests {
         { name = "tags", type = "list", item = { name = "x", type = "int32" } },
         { name = "at", type = "timestamp" },
     ]"#;
+
+    #[test]
+    fn a_chunk_reads_into_the_buffers_of_a_chunk_dropped_before_and_gives_the_same_rows() {
+        let s = schema(
+            r#"columns = [
+                { name = "id", type = "int64", nullable = false },
+                { name = "user", type = "string" },
+                { name = "tags", type = "list", item = { name = "tag", type = "string" } },
+            ]"#,
+        );
+        let values: Vec<String> = (0..5000)
+            .map(|i| format!(r#"{{"id":{i},"user":"user-{i}","tags":["a{i}","b"]}}"#))
+            .collect();
+        let read = |s: &RowSchema| s.rows_of_chunk(values.iter().map(String::as_bytes));
+        let first = read(&s);
+        assert_eq!(s.spares.kept(), 0);
+        let plain: Vec<_> = first.iter().map(|r| r.as_ref().unwrap().plain()).collect();
+        drop(first);
+        // The chunk's arena went back with the last of its rows.
+        assert_eq!(s.spares.kept(), 1);
+        let second = read(&s);
+        assert_eq!(s.spares.kept(), 0, "the second chunk took the buffers");
+        let again: Vec<_> = second.iter().map(|r| r.as_ref().unwrap().plain()).collect();
+        assert_eq!(again, plain);
+        // A small chunk takes them too, and gives them back.
+        drop(second);
+        let small = s.rows_of_chunk(values.iter().take(3).map(String::as_bytes));
+        drop(small);
+        assert_eq!(s.spares.kept(), 1);
+    }
 
     #[test]
     fn values_that_do_not_fit_are_refused_with_the_column_never_nulled() {

@@ -1,6 +1,10 @@
 //! A write's work shared between threads: the records' rows read in
 //! chunks, and a Parquet object's columns built and encoded one column per
-//! task, on the write's own thread and on helpers started for the write.
+//! task, on the write's own thread and on helper threads that every write
+//! of the process shares (started by the first write with work to share,
+//! then kept: starting and joining threads for every call cost a
+//! thread's creation, its stack's first pages and a memory arena of its
+//! own each time).
 //!
 //! Each task's result is kept at the task's place, so what comes out does
 //! not depend on which thread ran what, or when.
@@ -8,7 +12,9 @@
 use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use rayon_core::{ThreadPool, ThreadPoolBuilder};
 
 /// How many threads a write's work is shared between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +24,25 @@ pub(crate) struct Workers {
     /// group) runs on the calling thread alone: starting and joining
     /// helpers would cost more than they save.
     min_shared: usize,
+}
+
+/// The helper threads every write shares: one fewer than the cores the
+/// process may use (the write's own thread is the last), at least one.
+/// `None` when they cannot be started: each write then runs on its own
+/// thread alone.
+fn helpers() -> Option<&'static ThreadPool> {
+    static HELPERS: OnceLock<Option<ThreadPool>> = OnceLock::new();
+    HELPERS
+        .get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+            ThreadPoolBuilder::new()
+                .num_threads(cores.saturating_sub(1).max(1))
+                .thread_name(|_| "etl-object-encode".to_owned())
+                .build()
+                .map_err(|e| tracing::warn!(error = %e, "no helper threads for the object-store sink's writes; each runs on its own thread"))
+                .ok()
+        })
+        .as_ref()
 }
 
 /// Below this many cells (rows times columns) a row group is encoded on
@@ -64,8 +89,10 @@ impl Workers {
     /// `work` of every one of `tasks`, each result at its task's place.
     /// Tasks are started in the order `first` gives (the costliest first
     /// keeps the threads evenly busy), on this thread and on up to
-    /// `count - 1` helpers; a helper that cannot be started leaves its
-    /// share to the others. A task that fails or panics fails the whole.
+    /// `count - 1` of the shared helpers (fewer when the process has
+    /// fewer: the tasks are then shared between those); when there are
+    /// none, this thread runs them all. Returns once every task ended. A
+    /// task that fails or panics fails the whole.
     pub(crate) fn run<T, R, F>(
         self,
         tasks: Vec<T>,
@@ -111,22 +138,22 @@ impl Workers {
                 }
             }
         };
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..self.count().min(n))
-                .map_while(|_| {
-                    std::thread::Builder::new()
-                        .name("etl-object-encode".to_owned())
-                        .spawn_scoped(scope, worker)
-                        .ok()
-                })
-                .collect();
-            worker();
-            for helper in helpers {
+        let shares = self.count().min(n).saturating_sub(1);
+        match helpers().filter(|_| shares > 0) {
+            Some(pool) => {
                 // The worker catches its tasks' panics; a panic outside
                 // them leaves its task's result missing, refused below.
-                let _ = helper.join();
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    pool.in_place_scope(|scope| {
+                        for _ in 0..shares {
+                            scope.spawn(|_| worker());
+                        }
+                        worker();
+                    });
+                }));
             }
-        });
+            None => worker(),
+        }
         let mut results = Vec::with_capacity(n);
         let mut not_run = false;
         for slot in done {
@@ -209,6 +236,39 @@ mod tests {
                 assert_eq!(others, 0, "{size}");
             }
         }
+    }
+
+    #[test]
+    fn the_helpers_are_threads_kept_from_one_call_to_the_next() {
+        let caller = std::thread::current().id();
+        let mut helpers = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let started = AtomicUsize::new(0);
+            let ids = Workers::new(2)
+                .run(vec![0, 1], &[], |_: i32| {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    // Each task waits for the other to start, so the two
+                    // run on two threads (bounded: a missing helper shows
+                    // in the assertion below, not as a hang).
+                    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                    while started.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Ok(std::thread::current().id())
+                })
+                .unwrap();
+            assert_eq!(ids.iter().filter(|&&t| t == caller).count(), 1, "{ids:?}");
+            helpers.extend(ids.into_iter().filter(|&t| t != caller));
+        }
+        // Twenty calls, one helper each: the same few threads, not twenty
+        // started for them.
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert!(
+            !helpers.is_empty() && helpers.len() <= cores.saturating_sub(1).max(1),
+            "{} helper threads on {cores} cores",
+            helpers.len()
+        );
     }
 
     #[test]
