@@ -271,6 +271,49 @@ mod tests {
         );
     }
 
+    /// A write whose tasks are all done returns at once, even while
+    /// another write (another sink, or a check and a write, each from a
+    /// tokio worker) has every shared helper busy: it must not block its
+    /// thread until a helper is free to run its now empty share.
+    #[test]
+    fn a_write_does_not_wait_for_another_writes_tasks_on_the_shared_helpers() {
+        let pool = std::thread::available_parallelism()
+            .map_or(1, NonZeroUsize::get)
+            .saturating_sub(1)
+            .max(1);
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let busy = {
+            let started = started.clone();
+            std::thread::spawn(move || {
+                Workers::new(pool + 1).run((0..pool + 1).collect(), &[], |t: usize| {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while started.load(Ordering::SeqCst) < pool + 1
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // Every helper now holds one of this write's tasks.
+                    std::thread::sleep(Duration::from_secs(3));
+                    Ok(t)
+                })
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while started.load(Ordering::SeqCst) < pool + 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let at = std::time::Instant::now();
+        let out = Workers::new(2).run(vec![1, 2], &[], Ok).unwrap();
+        let took = at.elapsed();
+        assert_eq!(out, vec![1, 2]);
+        assert!(busy.join().unwrap().is_ok());
+        assert!(
+            took < Duration::from_millis(500),
+            "two trivial tasks took {took:?}: the caller waited for another write's helpers"
+        );
+    }
+
     #[test]
     fn no_tasks_give_no_results() {
         let out: Vec<u8> = Workers::new(4).run(Vec::<u8>::new(), &[], Ok).unwrap();
