@@ -295,3 +295,66 @@ impl Plain {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ColumnConfig, RowSchema};
+    use super::*;
+
+    fn schema() -> RowSchema {
+        #[derive(serde::Deserialize)]
+        struct Columns {
+            columns: Vec<ColumnConfig>,
+        }
+        let c: Columns =
+            toml::from_str(r#"columns = [{ name = "user", type = "string" }]"#).unwrap();
+        RowSchema::new(&c.columns).unwrap()
+    }
+
+    fn bytes(arena: &Arena) -> usize {
+        arena.cells.capacity() * std::mem::size_of::<Cell>() + arena.text.capacity()
+    }
+
+    /// Buffers kept for the next chunks hold no more than the chunks
+    /// alive at once needed: a big and a small chunk read side by side
+    /// (a batch's chunks, a check's and a write's, batches of different
+    /// sizes), round after round, must not leave two big chunks' buffers
+    /// kept (each round the big chunk takes the small chunk's buffers
+    /// and grows them: with 16 sets every one ratchets to the largest
+    /// chunk ever read, up to 16 x 64 MiB kept for good).
+    #[test]
+    fn the_kept_buffers_hold_no_more_than_the_chunks_alive_at_once_needed() {
+        let text = "x".repeat(500);
+        let values = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| format!(r#"{{"user":"{i}{text}"}}"#))
+                .collect()
+        };
+        let (big, small) = (values(2000), values(200));
+        let read = |s: &RowSchema, v: &[String]| s.rows_of_chunk(v.iter().map(String::as_bytes));
+        let arena_bytes = |rows: &[Result<Row, String>]| bytes(&rows[0].as_ref().unwrap().arena);
+        // Without kept buffers: what a round holds at its peak.
+        let fresh = schema();
+        let (b, s) = (read(&fresh, &big), read(&fresh, &small));
+        let needed = arena_bytes(&b) + arena_bytes(&s);
+        let s_schema = schema();
+        for round in 0..4 {
+            let b = read(&s_schema, &big);
+            let s = read(&s_schema, &small);
+            drop(b);
+            drop(s);
+            let kept: usize = s_schema
+                .spares
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(c, t)| c.capacity() * std::mem::size_of::<Cell>() + t.capacity())
+                .sum();
+            assert!(
+                kept <= needed,
+                "round {round}: {kept} bytes kept for chunks that needed {needed} at once"
+            );
+        }
+    }
+}
