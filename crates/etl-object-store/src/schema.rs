@@ -239,7 +239,8 @@ impl RowSchema {
     ) -> Vec<Result<Row, String>> {
         let n = self.columns.len();
         let mut rows = Vec::with_capacity(values.len());
-        let mut arena = self.spares.arena();
+        let want = n.saturating_mul(values.len());
+        let mut arena = self.spares.arena(want);
         // Rows of the current arena: their place in `rows` and their start.
         let mut started: Vec<(usize, usize)> = Vec::new();
         let mut unescaped = Vec::new();
@@ -257,7 +258,7 @@ impl RowSchema {
             // items): an arena that might not take it all is full.
             if !arena.has_room(n + bytes.len(), bytes.len(), room) {
                 seal(
-                    std::mem::replace(&mut arena, self.spares.arena()),
+                    std::mem::replace(&mut arena, self.spares.arena(want)),
                     &mut started,
                     &mut rows,
                 );

@@ -35,14 +35,46 @@ fn helpers() -> Option<&'static ThreadPool> {
     HELPERS
         .get_or_init(|| {
             let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+            let threads = cores.saturating_sub(1).max(1);
+            IDLE.store(threads, Ordering::Release);
             ThreadPoolBuilder::new()
-                .num_threads(cores.saturating_sub(1).max(1))
+                .num_threads(threads)
                 .thread_name(|_| "etl-object-encode".to_owned())
                 .build()
                 .map_err(|e| tracing::warn!(error = %e, "no helper threads for the object-store sink's writes; each runs on its own thread"))
                 .ok()
         })
         .as_ref()
+}
+
+/// How many helper threads no write has a share on now. A write hands
+/// shares only to helpers it claimed here, so it never queues behind
+/// another write's shares (waiting, on a tokio worker, for work that is
+/// not its own): a helper busy elsewhere leaves the write its share.
+static IDLE: AtomicUsize = AtomicUsize::new(0);
+
+/// Up to `want` idle helpers, claimed: how many.
+fn claim_idle(want: usize) -> usize {
+    let mut idle = IDLE.load(Ordering::Acquire);
+    loop {
+        let take = want.min(idle);
+        if take == 0 {
+            return 0;
+        }
+        match IDLE.compare_exchange_weak(idle, idle - take, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return take,
+            Err(now) => idle = now,
+        }
+    }
+}
+
+/// A claimed helper, given back when its share ends (or unwinds).
+struct Claimed;
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        IDLE.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// Below this many cells (rows times columns) a row group is encoded on
@@ -138,15 +170,25 @@ impl Workers {
                 }
             }
         };
-        let shares = self.count().min(n).saturating_sub(1);
-        match helpers().filter(|_| shares > 0) {
+        let wanted = self.count().min(n).saturating_sub(1);
+        let pool = helpers().filter(|_| wanted > 0);
+        let shares = if pool.is_some() {
+            claim_idle(wanted)
+        } else {
+            0
+        };
+        match pool.filter(|_| shares > 0) {
             Some(pool) => {
                 // The worker catches its tasks' panics; a panic outside
                 // them leaves its task's result missing, refused below.
                 let _ = catch_unwind(AssertUnwindSafe(|| {
                     pool.in_place_scope(|scope| {
                         for _ in 0..shares {
-                            scope.spawn(|_| worker());
+                            let claimed = Claimed;
+                            scope.spawn(move |_| {
+                                let _claimed = claimed;
+                                worker();
+                            });
                         }
                         worker();
                     });
@@ -238,36 +280,75 @@ mod tests {
         }
     }
 
+    /// The tests that use the shared helpers' pool whole, one at a time.
+    static WHOLE_POOL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn the_helpers_are_threads_kept_from_one_call_to_the_next() {
+        let _whole = WHOLE_POOL.lock().unwrap_or_else(PoisonError::into_inner);
         let caller = std::thread::current().id();
         let mut helpers = std::collections::HashSet::new();
         for _ in 0..20 {
-            let started = AtomicUsize::new(0);
+            // Two tasks long enough for an idle helper to take one (a
+            // helper another test holds leaves both to the caller).
             let ids = Workers::new(2)
                 .run(vec![0, 1], &[], |_: i32| {
-                    started.fetch_add(1, Ordering::SeqCst);
-                    // Each task waits for the other to start, so the two
-                    // run on two threads (bounded: a missing helper shows
-                    // in the assertion below, not as a hang).
-                    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                    while started.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline
-                    {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
+                    std::thread::sleep(Duration::from_millis(20));
                     Ok(std::thread::current().id())
                 })
                 .unwrap();
-            assert_eq!(ids.iter().filter(|&&t| t == caller).count(), 1, "{ids:?}");
             helpers.extend(ids.into_iter().filter(|&t| t != caller));
         }
-        // Twenty calls, one helper each: the same few threads, not twenty
-        // started for them.
+        // Twenty calls: the same few threads, not twenty started for them.
         let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         assert!(
             !helpers.is_empty() && helpers.len() <= cores.saturating_sub(1).max(1),
             "{} helper threads on {cores} cores",
             helpers.len()
+        );
+    }
+
+    /// A write whose tasks are all done returns at once, even while
+    /// another write (another sink, or a check and a write, each from a
+    /// tokio worker) has every shared helper busy: it must not block its
+    /// thread until a helper is free to run its now empty share.
+    #[test]
+    fn a_write_does_not_wait_for_another_writes_tasks_on_the_shared_helpers() {
+        let _whole = WHOLE_POOL.lock().unwrap_or_else(PoisonError::into_inner);
+        let pool = std::thread::available_parallelism()
+            .map_or(1, NonZeroUsize::get)
+            .saturating_sub(1)
+            .max(1);
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        let busy = {
+            let started = started.clone();
+            std::thread::spawn(move || {
+                Workers::new(pool + 1).run((0..pool + 1).collect(), &[], |t: usize| {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                    while started.load(Ordering::SeqCst) < pool + 1
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // Every helper now holds one of this write's tasks.
+                    std::thread::sleep(Duration::from_secs(3));
+                    Ok(t)
+                })
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while started.load(Ordering::SeqCst) < pool + 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let at = std::time::Instant::now();
+        let out = Workers::new(2).run(vec![1, 2], &[], Ok).unwrap();
+        let took = at.elapsed();
+        assert_eq!(out, vec![1, 2]);
+        assert!(busy.join().unwrap().is_ok());
+        assert!(
+            took < Duration::from_millis(500),
+            "two trivial tasks took {took:?}: the caller waited for another write's helpers"
         );
     }
 

@@ -29,7 +29,10 @@ pub(crate) struct Arena {
 /// already had, rather than into buffers grown from empty (each growth a
 /// copy, and each new buffer's pages faulted in afresh once the freed
 /// ones went back to the system). At most [`SPARES`] are kept, each of at
-/// most [`MAX_SPARE_BYTES`].
+/// most [`MAX_SPARE_BYTES`], [`MAX_KEPT_BYTES`] in all; a new arena takes
+/// the smallest that holds the cells it is asked for, so that a small
+/// chunk does not take (and a large one grow) buffers another chunk
+/// needs: what is kept is what the chunks read at once held.
 #[derive(Debug, Default)]
 pub(crate) struct Spares(Mutex<Vec<(Vec<Cell>, Vec<u8>)>>);
 
@@ -38,17 +41,41 @@ pub(crate) struct Spares(Mutex<Vec<(Vec<Cell>, Vec<u8>)>>);
 const SPARES: usize = 16;
 
 /// The largest arena whose buffers are kept (its cells and text).
-const MAX_SPARE_BYTES: usize = 64 << 20;
+const MAX_SPARE_BYTES: usize = 16 << 20;
+
+/// The most bytes of buffers kept in all, for one schema.
+const MAX_KEPT_BYTES: usize = 32 << 20;
 
 /// The smallest arena whose buffers are kept: smaller ones (a record read
 /// alone) cost little to grow again.
 const MIN_SPARE_BYTES: usize = 64 << 10;
 
+/// The bytes `cells` and `text` hold.
+fn held_bytes(cells: &Vec<Cell>, text: &Vec<u8>) -> usize {
+    cells.capacity() * std::mem::size_of::<Cell>() + text.capacity()
+}
+
 impl Spares {
-    /// An empty arena, on the buffers of one dropped earlier when one is
-    /// kept; its own buffers come back here when it is dropped.
-    pub(crate) fn arena(self: &Arc<Self>) -> Arena {
-        let spare = self.0.lock().unwrap_or_else(PoisonError::into_inner).pop();
+    /// An empty arena for about `cells` cells, on the buffers of one
+    /// dropped earlier when one is kept (the smallest that holds them,
+    /// else the largest); its own buffers come back here when it is
+    /// dropped.
+    pub(crate) fn arena(self: &Arc<Self>, cells: usize) -> Arena {
+        let spare = {
+            let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let fitting = kept
+                .iter()
+                .enumerate()
+                .filter(|(_, (c, _))| c.capacity() >= cells)
+                .min_by_key(|(_, (c, _))| c.capacity())
+                .or_else(|| {
+                    kept.iter()
+                        .enumerate()
+                        .max_by_key(|(_, (c, _))| c.capacity())
+                })
+                .map(|(i, _)| i);
+            fitting.map(|i| kept.swap_remove(i))
+        };
         let (cells, text) = spare.unwrap_or_default();
         Arena {
             cells,
@@ -70,7 +97,7 @@ impl Drop for Arena {
         let Some(spares) = self.spares.take() else {
             return;
         };
-        let bytes = self.cells.capacity() * std::mem::size_of::<Cell>() + self.text.capacity();
+        let bytes = held_bytes(&self.cells, &self.text);
         if !(MIN_SPARE_BYTES..=MAX_SPARE_BYTES).contains(&bytes) {
             return;
         }
@@ -79,7 +106,8 @@ impl Drop for Arena {
         cells.clear();
         text.clear();
         let mut kept = spares.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if kept.len() < SPARES {
+        let in_all: usize = kept.iter().map(|(c, t)| held_bytes(c, t)).sum();
+        if kept.len() < SPARES && in_all + bytes <= MAX_KEPT_BYTES {
             kept.push((cells, text));
         }
     }
@@ -370,6 +398,53 @@ mod tests {
             for arena in &arenas {
                 assert!(arena.text.len() <= room && arena.cells.len() <= room);
             }
+        }
+    }
+
+    fn bytes(arena: &Arena) -> usize {
+        arena.cells.capacity() * std::mem::size_of::<Cell>() + arena.text.capacity()
+    }
+
+    /// Buffers kept for the next chunks hold no more than the chunks
+    /// alive at once needed: a big and a small chunk read side by side
+    /// (a batch's chunks, a check's and a write's, batches of different
+    /// sizes), round after round, must not leave two big chunks' buffers
+    /// kept (each round the big chunk takes the small chunk's buffers
+    /// and grows them: with 16 sets every one ratchets to the largest
+    /// chunk ever read, up to 16 x 64 MiB kept for good).
+    #[test]
+    fn the_kept_buffers_hold_no_more_than_the_chunks_alive_at_once_needed() {
+        let text = "x".repeat(500);
+        let values = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| format!(r#"{{"user":"{i}{text}"}}"#))
+                .collect()
+        };
+        let (big, small) = (values(2000), values(200));
+        let read = |s: &RowSchema, v: &[String]| s.rows_of_chunk(v.iter().map(String::as_bytes));
+        let arena_bytes = |rows: &[Result<Row, String>]| bytes(&rows[0].as_ref().unwrap().arena);
+        // Without kept buffers: what a round holds at its peak.
+        let fresh = schema();
+        let (b, s) = (read(&fresh, &big), read(&fresh, &small));
+        let needed = arena_bytes(&b) + arena_bytes(&s);
+        let s_schema = schema();
+        for round in 0..4 {
+            let b = read(&s_schema, &big);
+            let s = read(&s_schema, &small);
+            drop(b);
+            drop(s);
+            let kept: usize = s_schema
+                .spares
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(c, t)| c.capacity() * std::mem::size_of::<Cell>() + t.capacity())
+                .sum();
+            assert!(
+                kept <= needed,
+                "round {round}: {kept} bytes kept for chunks that needed {needed} at once"
+            );
         }
     }
 }
