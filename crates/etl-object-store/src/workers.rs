@@ -177,14 +177,16 @@ impl Workers {
         } else {
             0
         };
+        // Each claimed helper is given back when its share ends, or here
+        // if its share never starts.
+        let claimed: Vec<Claimed> = (0..shares).map(|_| Claimed).collect();
         match pool.filter(|_| shares > 0) {
             Some(pool) => {
                 // The worker catches its tasks' panics; a panic outside
                 // them leaves its task's result missing, refused below.
                 let _ = catch_unwind(AssertUnwindSafe(|| {
                     pool.in_place_scope(|scope| {
-                        for _ in 0..shares {
-                            let claimed = Claimed;
+                        for claimed in claimed {
                             scope.spawn(move |_| {
                                 let _claimed = claimed;
                                 worker();
