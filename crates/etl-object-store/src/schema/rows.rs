@@ -305,8 +305,10 @@ impl fmt::Debug for Row {
     }
 }
 
-/// A [`Cell`] taken out of its arena.
-#[derive(Clone, Debug, PartialEq)]
+/// A [`Cell`] taken out of its arena. Equal to another when it holds the
+/// same: floats by their bits (`-0.0` is not `0.0`, a NaN is itself), as
+/// the columns written of them differ.
+#[derive(Clone, Debug)]
 pub(crate) enum Plain {
     Null,
     Bool(bool),
@@ -317,6 +319,21 @@ pub(crate) enum Plain {
     List(Vec<Plain>),
     /// A span past its arena's end (never made by a read).
     Missing,
+}
+
+impl PartialEq for Plain {
+    fn eq(&self, other: &Plain) -> bool {
+        match (self, other) {
+            (Plain::Null, Plain::Null) | (Plain::Missing, Plain::Missing) => true,
+            (Plain::Bool(a), Plain::Bool(b)) => a == b,
+            (Plain::Int(a), Plain::Int(b)) => a == b,
+            (Plain::Float(a), Plain::Float(b)) => a.to_bits() == b.to_bits(),
+            (Plain::Text(a), Plain::Text(b)) => a == b,
+            (Plain::Nested(a), Plain::Nested(b)) => a == b,
+            (Plain::List(a), Plain::List(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 impl Plain {
@@ -342,6 +359,20 @@ impl Plain {
 mod tests {
     use super::super::{ColumnConfig, RowSchema};
     use super::*;
+
+    /// Rows compare their floats by their bits.
+    #[test]
+    fn plain_cells_compare_floats_by_their_bits() {
+        assert_ne!(Plain::Float(0.0), Plain::Float(-0.0));
+        assert_eq!(Plain::Float(f64::NAN), Plain::Float(f64::NAN));
+        assert_eq!(Plain::Float(1.5), Plain::Float(1.5));
+        assert_ne!(
+            Plain::List(vec![Plain::Float(0.0)]),
+            Plain::List(vec![Plain::Float(-0.0)])
+        );
+        assert_ne!(Plain::Int(0), Plain::Float(0.0));
+        assert_eq!(Plain::Missing, Plain::Missing);
+    }
 
     fn schema() -> RowSchema {
         #[derive(serde::Deserialize)]
