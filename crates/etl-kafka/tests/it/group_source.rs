@@ -381,6 +381,12 @@ async fn a_paused_partition_returns_nothing_until_resumed_then_every_record_once
 
 /// Paused and resumed again and again, mostly within the grace: each
 /// record of both partitions comes once, in order.
+///
+/// A batch of the paused partition may still come during a pause: one
+/// already on its way to the source when the pause was asked for, as
+/// [`Source::pause`](etl_source::Source::pause) allows. That the pause
+/// itself holds is the test above, whose seek after the pause drops what
+/// was on its way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_paused_and_resumed_briefly_return_every_record_once_in_order() {
     const PER_PARTITION: i32 = 40;
@@ -407,10 +413,7 @@ async fn partitions_paused_and_resumed_briefly_return_every_record_once_in_order
         let until = tokio::time::Instant::now() + Duration::from_millis(pause);
         while tokio::time::Instant::now() < until {
             match tokio::time::timeout_at(until, source.next()).await {
-                Ok(Ok(SourceEvent::Batch(b))) => {
-                    assert_ne!(b.partition, id, "the paused partition was read");
-                    in_order(&mut next, &b);
-                }
+                Ok(Ok(SourceEvent::Batch(b))) => in_order(&mut next, &b),
                 Ok(Ok(SourceEvent::Revoked(r))) => panic!("unexpected revoke of {r:?}"),
                 Ok(Ok(_)) | Err(_) => {}
                 Ok(Err(e)) => panic!("next: {e}"),
