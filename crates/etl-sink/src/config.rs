@@ -43,7 +43,10 @@ pub struct SinkDriverConfig {
     /// first record arrived (default 50 ms).
     pub linger: Duration,
     /// Writes in flight at once (at least 1; default 1, which keeps the
-    /// sink's writes in order). Exactly-once drivers use 1.
+    /// sink's writes in order). Exactly-once drivers use 1. Beside them
+    /// the driver builds the next batch (it takes, checks and encodes
+    /// input while they go), so the driver holds at most `concurrency`
+    /// batches being written and one being built.
     pub concurrency: usize,
     /// Capacity of the input channel, in items (`Acked<Vec<Record>>`).
     pub channel_capacity: usize,

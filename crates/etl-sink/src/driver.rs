@@ -20,8 +20,8 @@ use crate::{Encoder, Progress, ProgressSink, Sink, SinkDriverConfig, SinkDriverE
 /// Builds and starts a sink driver: a tokio task that takes
 /// `Acked<Vec<Record>>` from a bounded channel, encodes and batches the
 /// records (by count, bytes and linger time), keeps up to
-/// `concurrency` writes going, and resolves each batch's handles by the
-/// outcome of its write.
+/// `concurrency` writes going while it builds the next batch, and
+/// resolves each batch's handles by the outcome of its write.
 ///
 /// Teardown fails safe: whatever the driver holds when it stops without an
 /// outcome (aborted, panicked, past a shutdown deadline) fails, queued
@@ -341,7 +341,10 @@ impl Driver {
             if !input_open && !self.has_pending() && in_flight.is_empty() {
                 break;
             }
-            let accepting = input_open && in_flight.len() < max && !self.is_full();
+            // Input is taken while writes are in flight too: the next
+            // batch is checked and encoded while they go, and it goes
+            // once one returns.
+            let accepting = input_open && !self.is_full();
             let wait = if source_waits { Duration::ZERO } else { linger };
             let linger_at = self.first_at.map(|t| t + wait);
             tokio::select! {

@@ -375,21 +375,22 @@ async fn a_slow_sink_stalls_input_instead_of_buffering() {
             ..one_batch_per_item(2)
         })
         .spawn();
-    // Two writes in flight, two items queued: the fifth send waits.
-    for i in 0..4 {
+    // Two writes in flight, the next batch built (full), two items
+    // queued: the sixth send waits.
+    for i in 0..5 {
         sink.send(source.batch(0, i * 10..i * 10 + 10))
             .await
             .unwrap();
     }
-    let fifth = source.batch(0, 40..50);
-    let blocked = tokio::time::timeout(Duration::from_secs(10), sink.send(fifth)).await;
+    let sixth = source.batch(0, 50..60);
+    let blocked = tokio::time::timeout(Duration::from_secs(10), sink.send(sixth)).await;
     assert!(blocked.is_err(), "the input channel is full");
     gate.open();
     let metrics = sink.close().await.unwrap();
-    assert_eq!(metrics.batches_written, 4);
-    // The fifth send was cancelled: its records were never written, so
+    assert_eq!(metrics.batches_written, 5);
+    // The sixth send was cancelled: its records were never written, so
     // their batch failed.
-    assert_eq!(tally(&source.resolutions()), (4, 1));
+    assert_eq!(tally(&source.resolutions()), (5, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -552,4 +553,53 @@ async fn while_the_source_waits_every_batch_goes_once_the_input_is_idle_then_lin
     assert!(start.elapsed() >= linger, "{:?}", start.elapsed());
     sink.close().await.unwrap();
     assert_eq!(tally(&source.resolutions()), (4, 0));
+}
+
+/// An encoder that counts the records it was given, in front of the
+/// NDJSON one.
+#[derive(Debug, Default)]
+struct Counting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl etl_sink::Encoder for Counting {
+    fn encode(&self, record: &Record, out: &mut bytes::BytesMut) -> Result<(), SinkError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        NdjsonEncoder::new().encode(record, out)
+    }
+}
+
+/// With its one write in flight, the driver still takes input and builds
+/// (checks and encodes) the next batch, so that work overlaps the write
+/// instead of waiting for it; the next batch goes only once the write
+/// returned, and in its order.
+#[tokio::test(start_paused = true)]
+async fn the_next_batch_is_built_while_the_only_write_allowed_is_in_flight() {
+    let mut source = AckedBatches::new();
+    let gated = Gated::new(MemorySink::new());
+    let gate = gated.gate();
+    let memory = gated.get_ref().clone();
+    let encoded = Arc::<std::sync::atomic::AtomicUsize>::default();
+    let sink = SinkDriver::new(gated, Counting(encoded.clone()))
+        .config(SinkDriverConfig {
+            channel_capacity: 1,
+            ..one_batch_per_item(1)
+        })
+        .spawn();
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    sink.send(source.batch(0, 10..14)).await.unwrap();
+    sink.send(source.batch(0, 14..20)).await.unwrap();
+    let count = || encoded.load(std::sync::atomic::Ordering::SeqCst);
+    wait_for(|| count() == 20).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        memory.writes(),
+        0,
+        "the first write still waits at the gate"
+    );
+    assert!(source.resolutions().is_empty(), "nothing is delivered yet");
+    gate.open();
+    let metrics = sink.close().await.unwrap();
+    assert_eq!(metrics.batches_written, 2, "the next batch went as one");
+    assert_eq!(tally(&source.resolutions()), (3, 0));
+    let offsets: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
+    assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "in order");
 }
