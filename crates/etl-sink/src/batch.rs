@@ -2,7 +2,7 @@
 
 use std::any::Any;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{Bytes, BytesMut};
 use etl_record::Record;
@@ -122,6 +122,37 @@ impl EncodedBatch {
     #[must_use]
     pub fn into_records(self) -> Vec<Record> {
         self.records
+    }
+
+    /// The records and the encoded bytes, apart.
+    pub(crate) fn into_parts(self) -> (Vec<Record>, Bytes) {
+        (self.records, self.bytes)
+    }
+}
+
+/// The byte buffer of a batch written, kept for the driver's next batch to
+/// fill: a batch's buffer is large (up to `batch_max_bytes`), and one
+/// allocated anew for every batch is a mapping of its own whose every
+/// page faults in again, then is unmapped once the batch is written.
+/// One buffer is kept at most, and only one no larger than the bound it is
+/// given.
+#[derive(Debug, Default)]
+pub(crate) struct SpareBuffer(Mutex<Option<BytesMut>>);
+
+impl SpareBuffer {
+    /// Keep `bytes`' buffer, emptied, when nothing else holds it and it
+    /// holds at most `at_most` bytes; otherwise it is dropped.
+    pub(crate) fn keep(&self, bytes: Bytes, at_most: usize) {
+        if let Ok(mut buf) = bytes.try_into_mut()
+            && buf.capacity() <= at_most
+        {
+            buf.clear();
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(buf);
+        }
+    }
+
+    fn take(&self) -> Option<BytesMut> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
@@ -292,11 +323,25 @@ impl BatchBuilder {
         self.records.len()
     }
 
+    /// Before a batch's first record: fill `spare`'s buffer, if it has one
+    /// with more room than what this builder has left.
+    pub(crate) fn adopt(&mut self, spare: &SpareBuffer) {
+        if !self.buf.is_empty() || !self.records.is_empty() {
+            return;
+        }
+        if let Some(buf) = spare.take()
+            && buf.capacity() > self.buf.capacity()
+        {
+            self.buf = buf;
+        }
+    }
+
     pub(crate) fn byte_len(&self) -> usize {
         self.buf.len()
     }
 
-    /// The batch built so far; the builder starts over, keeping its buffer.
+    /// The batch built so far; the builder starts over, keeping what its
+    /// buffer has left when that could hold another batch as large.
     pub(crate) fn finish(&mut self) -> EncodedBatch {
         // The next batch is likely as large as this one: size its ends
         // up front rather than growing them record by record (and no
@@ -305,9 +350,18 @@ impl BatchBuilder {
         // `extend`).
         self.last = self.records.len();
         let ends = Vec::with_capacity(self.last);
+        // Small batches share one buffer, each the part the last left. A
+        // buffer that cannot hold another batch as large goes whole with
+        // this one, so that once it is written nothing else holds it and
+        // it comes back (see `SpareBuffer`).
+        let bytes = if self.buf.capacity() - self.buf.len() < self.buf.len() {
+            std::mem::take(&mut self.buf)
+        } else {
+            self.buf.split()
+        };
         EncodedBatch {
             records: std::mem::take(&mut self.records),
-            bytes: self.buf.split().freeze(),
+            bytes: bytes.freeze(),
             ends: std::mem::replace(&mut self.ends, ends),
             attachments: std::mem::take(&mut self.attachments),
         }

@@ -11,7 +11,7 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::batch::BatchBuilder;
+use crate::batch::{BatchBuilder, SpareBuffer};
 use crate::handle::SinkHandle;
 use crate::metrics::{MetricsCell, add};
 use crate::write::{Job, Outcome, Shared, run_job};
@@ -184,6 +184,7 @@ impl SinkDriver {
                 config,
                 metrics: metrics.clone(),
                 exactly_once,
+                spare: SpareBuffer::default(),
             }),
             encoder: self.encoder,
             input: Input(rx),
@@ -280,6 +281,7 @@ impl Driver {
                 resume.advance(partition, next);
             }
         }
+        self.builder.adopt(&self.shared.spare);
         let offered = records.len();
         let mut skipped = 0;
         let resume = &self.resume;

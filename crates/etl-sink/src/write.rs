@@ -8,6 +8,7 @@ use etl_ack::{AckRef, AckSet};
 use etl_record::DeadLetter;
 use tokio::time::Instant;
 
+use crate::batch::SpareBuffer;
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
 use crate::{
@@ -25,6 +26,8 @@ pub(crate) struct Shared {
     /// An exactly-once driver writes nothing after a failed part of a
     /// batch: its stored progress would move past the failed records.
     pub(crate) exactly_once: bool,
+    /// The byte buffer of the last batch written, for the next one.
+    pub(crate) spare: SpareBuffer,
 }
 
 /// One batch on its way to the sink, with the handles it covers and the
@@ -475,8 +478,13 @@ fn settle(
                 add(&m.bytes_written, batch.bytes().len() as u64);
                 add(&m.batches_written, 1);
             }
-            // Its vector, for a source's next batch.
-            etl_record::reuse::give_back(batch.into_records());
+            // Its vector, for a source's next batch; its buffer, for this
+            // driver's.
+            let (records, bytes) = batch.into_parts();
+            etl_record::reuse::give_back(records);
+            shared
+                .spare
+                .keep(bytes, shared.config.batch_max_bytes.saturating_mul(2));
             Part::Written
         }
         Err(SinkError::Rejected(rejects)) => {

@@ -603,3 +603,48 @@ async fn the_next_batch_is_built_while_the_only_write_allowed_is_in_flight() {
     let offsets: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
     assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "in order");
 }
+
+/// A sink that keeps where each write's bytes were, and nothing else.
+#[derive(Debug, Default)]
+struct WhereWritten(std::sync::Mutex<Vec<usize>>);
+
+#[async_trait::async_trait]
+impl etl_sink::Sink for WhereWritten {
+    async fn write(&self, batch: &etl_sink::EncodedBatch) -> Result<(), SinkError> {
+        self.0.lock().unwrap().push(batch.bytes().as_ptr() as usize);
+        Ok(())
+    }
+}
+
+/// A written batch's byte buffer is filled again by a later batch, not
+/// freed and another allocated (a large buffer is a mapping of its own,
+/// whose every page faults in again when allocated anew).
+#[tokio::test(start_paused = true)]
+async fn a_written_batchs_byte_buffer_is_filled_again_by_a_later_batch() {
+    let mut source = AckedBatches::new();
+    let sink = Arc::new(WhereWritten::default());
+    let driver = SinkDriver::new(sink.clone(), NdjsonEncoder::new())
+        .config(one_batch_per_item(1))
+        .spawn();
+    let written = || sink.0.lock().unwrap().len();
+    // Offsets of two digits: every batch's encoding is as long.
+    driver.send(source.batch(0, 10..20)).await.unwrap();
+    wait_for(|| written() == 1).await;
+    // Were the first buffer freed, one of these would take its place.
+    let occupants: Vec<Vec<u8>> = (0..8).map(|_| vec![1u8; 150]).collect();
+    for i in 2..5 {
+        driver
+            .send(source.batch(0, i * 10..i * 10 + 10))
+            .await
+            .unwrap();
+        wait_for(|| written() == i as usize).await;
+    }
+    driver.close().await.unwrap();
+    drop(occupants);
+    let at = sink.0.lock().unwrap().clone();
+    assert!(
+        at[1..].contains(&at[0]),
+        "the first batch's buffer came back: {at:x?}"
+    );
+    assert_eq!(tally(&source.resolutions()), (4, 0));
+}
