@@ -47,8 +47,8 @@ fn bytes_of(records: &Vec<Record>) -> usize {
 const SMALL_BATCH: usize = 1024;
 
 /// An empty vector with room for at least `capacity` records: one given
-/// back with [`give_back`] when there is one of about that size, else a
-/// new one.
+/// back with [`give_back`] when there is one of about that size (the
+/// smallest with room enough), else a new one.
 ///
 /// "About that size" is at most four times `capacity` (or than 1024
 /// records, for a smaller batch): a vector a sink grew by merging batches
@@ -60,10 +60,18 @@ pub fn records(capacity: usize) -> Vec<Record> {
     let largest = capacity.max(SMALL_BATCH).saturating_mul(4);
     let spare = {
         let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        // The smallest with room enough (a larger one stays for a larger
+        // batch: a sink's, merging several), else the latest not too
+        // large (it grows: a new allocation all the same).
+        let fits = |v: &Vec<Record>| v.capacity() <= largest;
         let found = spare
             .0
             .iter()
-            .rposition(|v| v.capacity() <= largest)
+            .enumerate()
+            .filter(|(_, v)| fits(v) && v.capacity() >= capacity)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i)
+            .or_else(|| spare.0.iter().rposition(fits))
             .map(|i| spare.0.swap_remove(i));
         if let Some(v) = &found {
             spare.1 -= bytes_of(v);
@@ -118,6 +126,42 @@ mod tests {
         let spare = SPARE.lock().unwrap();
         assert!(spare.1 <= SPARE_BYTES && spare.0.len() <= SPARE_VECTORS);
         assert_eq!(spare.1, spare.0.iter().map(bytes_of).sum::<usize>());
+    }
+
+    #[test]
+    fn a_vector_with_room_enough_is_handed_out_before_a_later_smaller_one() {
+        let roomy: Vec<Record> = Vec::with_capacity(3 * SMALL_BATCH);
+        let at = roomy.as_ptr();
+        give_back(roomy);
+        give_back(Vec::with_capacity(SMALL_BATCH));
+        // Other tests may take it first: then it is not handed out here.
+        let taken = records(2 * SMALL_BATCH);
+        assert!(taken.capacity() >= 2 * SMALL_BATCH);
+        let spare = SPARE.lock().unwrap();
+        let still_kept = spare.0.iter().any(|v| v.as_ptr() == at);
+        assert!(
+            taken.as_ptr() == at || !still_kept,
+            "the vector with room was passed over for a smaller one"
+        );
+    }
+
+    #[test]
+    fn the_smallest_vector_with_room_enough_is_handed_out() {
+        // Sizes no other test gives back.
+        let roomy: Vec<Record> = Vec::with_capacity(3 * SMALL_BATCH + 3);
+        let tight: Vec<Record> = Vec::with_capacity(2 * SMALL_BATCH + 3);
+        let (roomy_at, tight_at) = (roomy.as_ptr(), tight.as_ptr());
+        give_back(tight);
+        give_back(roomy);
+        // Other tests may take it first: then it is not handed out here.
+        let taken = records(2 * SMALL_BATCH + 1);
+        let spare = SPARE.lock().unwrap();
+        let still_kept = |at| spare.0.iter().any(|v| v.as_ptr() == at);
+        assert!(
+            taken.as_ptr() == tight_at || !still_kept(tight_at),
+            "the vector that fits was passed over"
+        );
+        assert!(taken.as_ptr() != roomy_at || !still_kept(tight_at));
     }
 
     #[test]

@@ -297,6 +297,18 @@ impl BatchBuilder {
                 .push((start..start + records.len(), attached));
         }
         if self.records.is_empty() {
+            let room = room_for(records.len(), self.last);
+            let records = if records.capacity() >= room {
+                records
+            } else {
+                // Too small to grow into the last batch's size without a
+                // new allocation (and every record moved) later: one with
+                // that room now, the small one kept for a source.
+                let mut roomy = etl_record::reuse::records(room);
+                roomy.append(&mut records);
+                etl_record::reuse::give_back(records);
+                roomy
+            };
             // The empty one goes back for a source's next batch.
             etl_record::reuse::give_back(std::mem::replace(&mut self.records, records));
         } else {
@@ -396,6 +408,35 @@ mod tests {
         let only_second = batch.select(|i| i == 1);
         assert_eq!(&only_second.bytes()[..], b"[2]\n");
         assert_eq!(only_second.records()[0].position.offset, Offset(2));
+    }
+
+    #[test]
+    fn a_batch_begun_with_a_small_vector_has_the_last_batchs_room_from_its_first_records() {
+        let upstream = |from: i64| -> Vec<Record> {
+            let mut records = Vec::with_capacity(3);
+            records.extend((from..from + 3).map(|o| rec(o, "[0]")));
+            records
+        };
+        let mut builder = BatchBuilder::default();
+        for from in [0, 3, 6, 9] {
+            builder.extend(upstream(from), &NdjsonEncoder::new(), |_| false);
+        }
+        assert_eq!(builder.finish().len(), 12);
+        // Not grown later (a new allocation, every record moved): the
+        // room is taken with the first records.
+        builder.extend(upstream(12), &NdjsonEncoder::new(), |_| false);
+        assert!(
+            builder.records.capacity() >= 12,
+            "room for {} records",
+            builder.records.capacity()
+        );
+        let offsets: Vec<i64> = builder
+            .finish()
+            .records()
+            .iter()
+            .map(|r| r.position.offset.0)
+            .collect();
+        assert_eq!(offsets, vec![12, 13, 14]);
     }
 
     #[test]
