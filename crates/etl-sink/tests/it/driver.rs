@@ -603,3 +603,51 @@ async fn the_next_batch_is_built_while_the_only_write_allowed_is_in_flight() {
     let offsets: Vec<i64> = memory.positions().iter().map(|(_, o)| o.0).collect();
     assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "in order");
 }
+
+/// With its one write held, the driver may hold one batch being built
+/// beside it (`SinkDriverConfig::concurrency`), then the input channel
+/// pushes back. Records the encoder refuses count for nothing in how full
+/// the batch being built is, so since bfa327d a driver whose write is
+/// held takes every item of refused records it is given: the refused
+/// records (and their handles) pile up in the driver, and the sender is
+/// never slowed.
+#[tokio::test(start_paused = true)]
+async fn refused_records_do_not_pile_up_in_the_driver_behind_a_write_in_flight() {
+    let mut source = AckedBatches::new();
+    let gated = Gated::new(MemorySink::new());
+    let gate = gated.gate();
+    let sink = SinkDriver::new(gated, NdjsonEncoder::new())
+        .config(SinkDriverConfig {
+            channel_capacity: 1,
+            ..one_batch_per_item(1)
+        })
+        .dead_letters(MemorySink::new())
+        .spawn();
+    // A full batch: its write goes at once and waits at the gate.
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut taken = 0;
+    for i in 1..=100 {
+        let records = (i * 10..i * 10 + 10)
+            .map(|o| {
+                let mut r = record(0, o);
+                r.value = bytes::Bytes::from_static(b"\xffnot json");
+                r
+            })
+            .collect();
+        let send = sink.send(source.batch_of(records));
+        match tokio::time::timeout(Duration::from_secs(1), send).await {
+            Ok(sent) => {
+                sent.unwrap();
+                taken += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(
+        taken <= 3,
+        "one batch being built and the channel's one item, not {taken} items of refused records"
+    );
+    gate.open();
+    sink.close().await.unwrap();
+}
