@@ -648,3 +648,51 @@ async fn a_written_batchs_byte_buffer_is_filled_again_by_a_later_batch() {
     );
     assert_eq!(tally(&source.resolutions()), (4, 0));
 }
+
+/// With its one write held, the driver may hold one batch being built
+/// beside it (`SinkDriverConfig::concurrency`), then the input channel
+/// pushes back. Records the encoder refuses count for nothing in how full
+/// the batch being built is, so since bfa327d a driver whose write is
+/// held takes every item of refused records it is given: the refused
+/// records (and their handles) pile up in the driver, and the sender is
+/// never slowed.
+#[tokio::test(start_paused = true)]
+async fn refused_records_do_not_pile_up_in_the_driver_behind_a_write_in_flight() {
+    let mut source = AckedBatches::new();
+    let gated = Gated::new(MemorySink::new());
+    let gate = gated.gate();
+    let sink = SinkDriver::new(gated, NdjsonEncoder::new())
+        .config(SinkDriverConfig {
+            channel_capacity: 1,
+            ..one_batch_per_item(1)
+        })
+        .dead_letters(MemorySink::new())
+        .spawn();
+    // A full batch: its write goes at once and waits at the gate.
+    sink.send(source.batch(0, 0..10)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut taken = 0;
+    for i in 1..=100 {
+        let records = (i * 10..i * 10 + 10)
+            .map(|o| {
+                let mut r = record(0, o);
+                r.value = bytes::Bytes::from_static(b"\xffnot json");
+                r
+            })
+            .collect();
+        let send = sink.send(source.batch_of(records));
+        match tokio::time::timeout(Duration::from_secs(1), send).await {
+            Ok(sent) => {
+                sent.unwrap();
+                taken += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(
+        taken <= 3,
+        "one batch being built and the channel's one item, not {taken} items of refused records"
+    );
+    gate.open();
+    sink.close().await.unwrap();
+}

@@ -131,6 +131,18 @@ impl Batches {
         offsets: std::ops::Range<i64>,
         bad: &[i64],
     ) -> Acked<Vec<Record>> {
+        self.batch_in_epoch(partition, 1, offsets, bad)
+    }
+
+    /// As [`batch_refusing`](Self::batch_refusing), opened under `epoch`
+    /// (a replay of the partition opens its batches under a later one).
+    fn batch_in_epoch(
+        &mut self,
+        partition: u32,
+        epoch: u32,
+        offsets: std::ops::Range<i64>,
+        bad: &[i64],
+    ) -> Acked<Vec<Record>> {
         let records: Vec<Record> = offsets
             .clone()
             .map(|o| {
@@ -147,7 +159,7 @@ impl Batches {
             .open(BatchMeta {
                 id: BatchId {
                     partition: PartitionId(partition),
-                    epoch: 1,
+                    epoch,
                     seq: self.seq,
                 },
                 first_offset: Offset(offsets.start),
@@ -374,6 +386,50 @@ async fn a_fenced_batch_s_refused_record_is_dropped_with_it_and_the_others_are_d
             (0, 2, AckStatus::Delivered),
             (1, 3, AckStatus::Failed),
             (2, 4, AckStatus::Delivered),
+        ]
+    );
+}
+
+/// A replay of partition 0 (epoch 2: a batch of it failed elsewhere, say
+/// its dead letter) arrives while the exactly-once driver's one write
+/// holds offsets 0..10 of epoch 1. Once that write returns, the sink's
+/// progress covers 0..10: the replayed 0..10 must be skipped (and
+/// delivered), as they were when the driver took no input during a write.
+/// Since bfa327d the driver takes them during the write, checks them
+/// against the progress of before it, and writes them a second time.
+#[tokio::test]
+async fn a_replay_arriving_during_the_write_of_its_records_does_not_write_them_twice() {
+    let sink = Ledger::new(1, 0);
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let handle = driver.config(config(RetryPolicy::never())).spawn();
+
+    handle.send(batches.batch(0, 0..10)).await.unwrap();
+    wait_for("the first write", || sink.attempts() == 1).await;
+    // The replay, from offset 0 under epoch 2, while 0..10 is written.
+    handle
+        .send(batches.batch_in_epoch(0, 2, 0..10, &[]))
+        .await
+        .unwrap();
+    handle
+        .send(batches.batch_in_epoch(0, 2, 10..15, &[]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sink.open_gate();
+    handle.close().await.expect("the driver does not halt");
+
+    assert_eq!(
+        sink.written(),
+        vec![offsets(0, 0..10), offsets(0, 10..15)],
+        "every record is written once"
+    );
+    assert_eq!(
+        batches.resolutions(),
+        vec![
+            (0, 1, AckStatus::Delivered),
+            (0, 2, AckStatus::Delivered),
+            (0, 3, AckStatus::Delivered),
         ]
     );
 }
