@@ -43,10 +43,13 @@ pub struct SinkDriverConfig {
     /// first record arrived (default 50 ms).
     pub linger: Duration,
     /// Writes in flight at once (at least 1; default 1, which keeps the
-    /// sink's writes in order). Exactly-once drivers use 1. Beside them
-    /// the driver builds the next batch (it takes, checks and encodes
-    /// input while they go), so the driver holds at most `concurrency`
-    /// batches being written and one being built.
+    /// sink's writes in order). Beside them the driver builds the next
+    /// batch (it takes, checks and encodes input while they go), so it
+    /// holds at most `concurrency` batches being written and one being
+    /// built (its records, those the encoder refused included, within
+    /// `batch_max_records` and `batch_max_bytes`). Exactly-once drivers
+    /// use 1 and take no input while it is written: they skip what their
+    /// sink's progress covers, which the write moves only as it returns.
     pub concurrency: usize,
     /// Capacity of the input channel, in items (`Acked<Vec<Record>>`).
     pub channel_capacity: usize,

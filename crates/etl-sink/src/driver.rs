@@ -199,6 +199,7 @@ impl SinkDriver {
             acks: AckSet::new(),
             ends: Vec::new(),
             refused: Vec::new(),
+            refused_bytes: 0,
             first_at: None,
         };
         let task = match invalid {
@@ -241,6 +242,8 @@ struct Driver {
     /// encoder refusals in `refused`.
     ends: Vec<(usize, usize)>,
     refused: Vec<DeadLetter>,
+    /// The bytes of the values in `refused`.
+    refused_bytes: usize,
     first_at: Option<Instant>,
 }
 
@@ -266,9 +269,11 @@ impl Driver {
     /// is never full, so input is always taken when nothing is held.
     fn is_full(&self) -> bool {
         let c = &self.shared.config;
+        // Records the encoder refused count as the batch's too: they are
+        // held until it is written, so they fill the driver as much.
         self.has_pending()
-            && (self.builder.len() >= c.batch_max_records
-                || self.builder.byte_len() >= c.batch_max_bytes)
+            && (self.builder.len() + self.refused.len() >= c.batch_max_records
+                || self.builder.byte_len() + self.refused_bytes >= c.batch_max_bytes)
     }
 
     fn accept(&mut self, item: Acked<Vec<Record>>) {
@@ -294,6 +299,7 @@ impl Driver {
             add(&self.shared.metrics.skipped, skipped as u64);
         }
         for (record, err) in refused {
+            self.refused_bytes += record.value.len();
             self.refused.push(DeadLetter::new(record, err.to_string()));
         }
         if skipped < offered {
@@ -317,6 +323,7 @@ impl Driver {
             ends: std::mem::take(&mut self.ends),
             refused: std::mem::take(&mut self.refused),
         };
+        self.refused_bytes = 0;
         self.first_at = None;
         Box::pin(run_job(self.shared.clone(), job))
     }
@@ -345,8 +352,13 @@ impl Driver {
             }
             // Input is taken while writes are in flight too: the next
             // batch is checked and encoded while they go, and it goes
-            // once one returns.
-            let accepting = input_open && !self.is_full();
+            // once one returns. Not by an exactly-once driver: what it
+            // skips is what its sink's progress covers, which its write
+            // moves only as it returns (a replay of the records it
+            // writes would be taken again).
+            let accepting = input_open
+                && !self.is_full()
+                && (!self.shared.exactly_once || in_flight.is_empty());
             let wait = if source_waits { Duration::ZERO } else { linger };
             let linger_at = self.first_at.map(|t| t + wait);
             tokio::select! {

@@ -651,11 +651,10 @@ async fn a_written_batchs_byte_buffer_is_filled_again_by_a_later_batch() {
 
 /// With its one write held, the driver may hold one batch being built
 /// beside it (`SinkDriverConfig::concurrency`), then the input channel
-/// pushes back. Records the encoder refuses count for nothing in how full
-/// the batch being built is, so since bfa327d a driver whose write is
-/// held takes every item of refused records it is given: the refused
-/// records (and their handles) pile up in the driver, and the sender is
-/// never slowed.
+/// pushes back. Records the encoder refuses fill that batch as much as
+/// the records it accepts: a driver whose write is held does not take
+/// every item of refused records it is given, holding them (and their
+/// handles) without bound while the sender is never slowed.
 #[tokio::test(start_paused = true)]
 async fn refused_records_do_not_pile_up_in_the_driver_behind_a_write_in_flight() {
     let mut source = AckedBatches::new();

@@ -394,9 +394,9 @@ async fn a_fenced_batch_s_refused_record_is_dropped_with_it_and_the_others_are_d
 /// its dead letter) arrives while the exactly-once driver's one write
 /// holds offsets 0..10 of epoch 1. Once that write returns, the sink's
 /// progress covers 0..10: the replayed 0..10 must be skipped (and
-/// delivered), as they were when the driver took no input during a write.
-/// Since bfa327d the driver takes them during the write, checks them
-/// against the progress of before it, and writes them a second time.
+/// delivered): an exactly-once driver takes no input during its write,
+/// where it would check them against the progress of before it and
+/// write them a second time.
 #[tokio::test]
 async fn a_replay_arriving_during_the_write_of_its_records_does_not_write_them_twice() {
     let sink = Ledger::new(1, 0);
