@@ -1,11 +1,11 @@
 //! The life of one batch: write with retries, route failures, resolve.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use etl_ack::{AckRef, AckSet};
-use etl_record::DeadLetter;
+use etl_record::{DeadLetter, Offset, PartitionId};
 use tokio::time::Instant;
 
 use crate::batch::SpareBuffer;
@@ -272,6 +272,57 @@ fn fence_out(
     acks.is_empty().then_some(Outcome::Delivered)
 }
 
+/// Each record of an exactly-once job once: a replay that came while the
+/// job's batch was being built repeats records an earlier handle of it
+/// holds (its copies are the same records). The later copies go; their
+/// handles stay in the job, delivered when the records they repeat are
+/// written. Run after the fenced handles' records are gone, so a copy
+/// read again after a reassignment is kept where the one it repeats was
+/// fenced.
+fn drop_repeats(shared: &Shared, batch: &mut EncodedBatch, ends: &mut [(usize, usize)]) {
+    // Mostly each partition's offsets only rise: nothing is repeated.
+    let mut last: BTreeMap<PartitionId, Offset> = BTreeMap::new();
+    let rising = batch.records().iter().all(|r| {
+        let at = r.position.offset;
+        match last.insert(r.position.partition, at) {
+            Some(before) => before < at,
+            None => true,
+        }
+    });
+    if rising {
+        return;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(batch.len());
+    let keep: Vec<bool> = batch
+        .records()
+        .iter()
+        .map(|r| seen.insert((r.position.partition, r.position.offset)))
+        .collect();
+    let repeats = keep.iter().filter(|&&k| !k).count();
+    if repeats == 0 {
+        return;
+    }
+    tracing::debug!(
+        repeats,
+        "a replay repeated records of the batch being built: each is written once"
+    );
+    add(&shared.metrics.skipped, repeats as u64);
+    let mut kept = 0;
+    let mut start = 0;
+    for (end, _) in ends.iter_mut() {
+        let stop = (*end).min(keep.len());
+        kept += keep
+            .get(start.min(stop)..stop)
+            .unwrap_or_default()
+            .iter()
+            .filter(|&&k| k)
+            .count();
+        start = stop;
+        *end = kept;
+    }
+    *batch = batch.select(|i| keep.get(i).copied().unwrap_or(false));
+}
+
 /// Run one job to its end. The handles are delivered only after every
 /// record of the batch is durable in the sink or the dead-letter sink;
 /// otherwise they fail. Dropping this future mid-way drops the set, which
@@ -294,6 +345,9 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: Job) -> Outcome {
         && let Some(over) = fence_out(&shared, &mut batch, &mut acks, &mut ends, &mut refused)
     {
         return over;
+    }
+    if shared.exactly_once {
+        drop_repeats(&shared, &mut batch, &mut ends);
     }
     if shared.exactly_once && !refused.is_empty() {
         // The write stores progress past these records: their dead

@@ -433,3 +433,77 @@ async fn a_replay_arriving_during_the_write_of_its_records_does_not_write_them_t
         ]
     );
 }
+
+/// A replay of partition 0 (epoch 2) arrives while records it repeats
+/// are still in the batch the exactly-once driver builds (epoch 1, not
+/// yet written). The write holds each record once: the replayed copies
+/// go, and their handles are delivered with the write that stores the
+/// records they repeat.
+#[tokio::test]
+async fn a_replay_of_records_in_the_batch_being_built_writes_each_once() {
+    let sink = Ledger::new(0, 0);
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let handle = driver
+        .config(SinkDriverConfig {
+            batch_max_records: 100,
+            linger: Duration::from_millis(300),
+            ..config(RetryPolicy::never())
+        })
+        .spawn();
+
+    handle.send(batches.batch(0, 0..5)).await.unwrap();
+    handle
+        .send(batches.batch_in_epoch(0, 2, 0..5, &[]))
+        .await
+        .unwrap();
+    handle
+        .send(batches.batch_in_epoch(0, 2, 5..8, &[]))
+        .await
+        .unwrap();
+    handle.close().await.expect("the driver does not halt");
+
+    assert_eq!(
+        sink.written(),
+        vec![offsets(0, 0..8)],
+        "every record is written once"
+    );
+    assert_eq!(
+        batches.resolutions(),
+        vec![
+            (0, 1, AckStatus::Delivered),
+            (0, 2, AckStatus::Delivered),
+            (0, 3, AckStatus::Delivered),
+        ]
+    );
+}
+
+/// The partition is revoked and assigned to this member again while the
+/// exactly-once driver builds a batch: the batch holds the old
+/// assignment's 0..5 (fenced: not written, its next owner writes them)
+/// and the new assignment's 0..5 (epoch 2, not fenced). The new copies
+/// are written, not dropped as repeats of the fenced ones.
+#[tokio::test]
+async fn records_read_again_after_a_reassignment_are_written_though_the_fenced_copies_came_first() {
+    let sink = Ledger::new(0, 0);
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let handle = driver
+        .config(SinkDriverConfig {
+            batch_max_records: 100,
+            linger: Duration::from_millis(300),
+            ..config(RetryPolicy::never())
+        })
+        .spawn();
+
+    let old = batches.batch(0, 0..5);
+    batches.fence.close(PartitionId(0), 1);
+    handle.send(old).await.unwrap();
+    handle
+        .send(batches.batch_in_epoch(0, 2, 0..5, &[]))
+        .await
+        .unwrap();
+    handle.close().await.expect("the driver does not halt");
+
+    assert_eq!(sink.written(), vec![offsets(0, 0..5)]);
+}
