@@ -507,3 +507,49 @@ async fn records_read_again_after_a_reassignment_are_written_though_the_fenced_c
 
     assert_eq!(sink.written(), vec![offsets(0, 0..5)]);
 }
+
+/// A `remap` whose `.` ends as an array makes one record per element, each
+/// keeping the original's position (docs/operations.md, `flat_map`): they
+/// share an offset but are not a replay's copies of each other. An
+/// exactly-once write must store every one of them, not keep the first
+/// and deliver the batch with the others dropped.
+#[tokio::test]
+async fn records_a_transform_expanded_from_one_share_its_offset_and_are_all_written() {
+    let sink = Ledger::new(0, 0);
+    let mut batches = Batches::new();
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    let handle = driver.config(config(RetryPolicy::never())).spawn();
+
+    // Offset 0 expanded into three records, then offset 1.
+    let records: Vec<Record> = [(0, 0), (0, 1), (0, 2), (1, 0)]
+        .into_iter()
+        .map(|(o, element)| {
+            let mut r = record(0, o);
+            r.value = bytes::Bytes::from(format!("{{\"o\":{o},\"element\":{element}}}"));
+            r
+        })
+        .collect();
+    let ack = batches
+        .acker
+        .open(BatchMeta {
+            id: BatchId {
+                partition: PartitionId(0),
+                epoch: 1,
+                seq: 1,
+            },
+            first_offset: Offset(0),
+            last_offset: Offset(1),
+            records: records.len() as u32,
+            bytes: 10,
+        })
+        .unwrap();
+    handle.send(Acked::new(records, ack)).await.unwrap();
+    let metrics = handle.close().await.expect("the driver does not halt");
+
+    assert_eq!(
+        sink.written(),
+        vec![vec![(0, 0), (0, 0), (0, 0), (0, 1)]],
+        "every element of the expansion is written ({metrics:?})"
+    );
+    assert_eq!(batches.resolutions(), vec![(0, 1, AckStatus::Delivered)]);
+}
