@@ -509,6 +509,34 @@ mod tests {
         }
     }
 
+    /// `room_for` caps the room a small batch takes after a large one at
+    /// four times what it needs (or 1024 records); the vector
+    /// `etl_record::reuse::records` hands out for that room may itself
+    /// hold four times the room, so the two caps compound: a batch of 3
+    /// records sits in flight in a vector of 16 Ki records (2.6 MB), none
+    /// of it counted by the in-flight limits.
+    #[test]
+    fn a_small_batch_after_a_large_one_is_not_handed_a_spare_vector_beyond_its_room() {
+        let upstream = |from: i64, n: i64| -> Vec<Record> {
+            let mut records = Vec::with_capacity(usize::try_from(n).unwrap());
+            records.extend((from..from + n).map(|o| rec(o, "[0]")));
+            records
+        };
+        let mut builder = BatchBuilder::default();
+        builder.extend(upstream(0, 5_000), &NdjsonEncoder::new(), |_| false);
+        assert_eq!(builder.finish().len(), 5_000);
+        // A vector a sink grew, given back (as `settle` gives back every
+        // written batch's).
+        etl_record::reuse::give_back(Vec::with_capacity(16 * 1024));
+        builder.extend(upstream(5_000, 3), &NdjsonEncoder::new(), |_| false);
+        let capacity = builder.records.capacity();
+        assert!(
+            capacity <= 4 * 1024,
+            "a batch of 3 records holds room for {capacity} ({} bytes)",
+            capacity * std::mem::size_of::<Record>()
+        );
+    }
+
     #[test]
     fn extend_keeps_order_leaves_out_skipped_and_refused_and_adopts_the_vector() {
         let mut builder = BatchBuilder::default();
