@@ -83,6 +83,31 @@ pub fn records(capacity: usize) -> Vec<Record> {
     records
 }
 
+/// An empty vector with room for `capacity` records and for at most
+/// `at_most`: the smallest given back with [`give_back`] in those bounds,
+/// else a new one of `capacity`. For a batch whose room is already
+/// chosen: one larger than `at_most` would sit in flight holding more
+/// memory than the in-flight limits count.
+#[must_use]
+pub fn records_within(capacity: usize, at_most: usize) -> Vec<Record> {
+    let spare = {
+        let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = spare
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| (capacity..=at_most).contains(&v.capacity()))
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i)
+            .map(|i| spare.0.swap_remove(i));
+        if let Some(v) = &found {
+            spare.1 -= bytes_of(v);
+        }
+        found
+    };
+    spare.unwrap_or_else(|| Vec::with_capacity(capacity))
+}
+
 /// Drop `records`' records and keep its allocation for a later
 /// [`records`], within a bound on the bytes kept (8 MiB) and on the
 /// vectors kept (64); beyond it the vector is freed.
@@ -162,6 +187,28 @@ mod tests {
             "the vector that fits was passed over"
         );
         assert!(taken.as_ptr() != roomy_at || !still_kept(tight_at));
+    }
+
+    #[test]
+    fn a_vector_within_bounds_or_a_new_one_of_the_room_asked() {
+        // Sizes no other test gives back.
+        give_back(Vec::with_capacity(5 * SMALL_BATCH + 5));
+        let within = records_within(5 * SMALL_BATCH + 1, 5 * SMALL_BATCH + 2);
+        assert_eq!(
+            within.capacity(),
+            5 * SMALL_BATCH + 1,
+            "a new one: none fits"
+        );
+        let fits: Vec<Record> = Vec::with_capacity(6 * SMALL_BATCH + 5);
+        let at = fits.as_ptr();
+        give_back(fits);
+        let taken = records_within(6 * SMALL_BATCH, 7 * SMALL_BATCH);
+        let kept = SPARE.lock().unwrap().0.iter().any(|v| v.as_ptr() == at);
+        assert!(
+            taken.as_ptr() == at || !kept,
+            "the one within bounds was passed over"
+        );
+        assert!((6 * SMALL_BATCH..=7 * SMALL_BATCH).contains(&taken.capacity()));
     }
 
     #[test]

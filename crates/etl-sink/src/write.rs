@@ -1,6 +1,6 @@
 //! The life of one batch: write with retries, route failures, resolve.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -12,8 +12,8 @@ use crate::batch::SpareBuffer;
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
 use crate::{
-    EncodedBatch, FailureKind, PermanentErrorPolicy, Sink, SinkDriverConfig, SinkDriverError,
-    SinkError,
+    EncodedBatch, FailureKind, PermanentErrorPolicy, Progress, Sink, SinkDriverConfig,
+    SinkDriverError, SinkError,
 };
 
 /// What every write of one driver shares.
@@ -274,30 +274,57 @@ fn fence_out(
 
 /// Each record of an exactly-once job once: a replay that came while the
 /// job's batch was being built repeats records an earlier handle of it
-/// holds (its copies are the same records). The later copies go; their
-/// handles stay in the job, delivered when the records they repeat are
-/// written. Run after the fenced handles' records are gone, so a copy
-/// read again after a reassignment is kept where the one it repeats was
-/// fenced.
+/// holds (its copies are the same records). A handle's records below the
+/// next offset of its partition after the earlier handles' records go
+/// (the rule by which `Driver::accept` skips what the sink's progress
+/// covers); a handle's own records never do, as records a transform made
+/// from one share its offset. The handles stay in the job, delivered when
+/// the records they repeat are written. Run after the fenced handles'
+/// records are gone, so a copy read again after a reassignment is kept
+/// where the one it repeats was fenced.
 fn drop_repeats(shared: &Shared, batch: &mut EncodedBatch, ends: &mut [(usize, usize)]) {
-    // Mostly each partition's offsets only rise: nothing is repeated.
-    let mut last: BTreeMap<PartitionId, Offset> = BTreeMap::new();
-    let rising = batch.records().iter().all(|r| {
-        let at = r.position.offset;
-        match last.insert(r.position.partition, at) {
-            Some(before) => before < at,
-            None => true,
-        }
-    });
-    if rising {
+    if ends.len() < 2 {
         return;
     }
-    let mut seen = std::collections::HashSet::with_capacity(batch.len());
-    let keep: Vec<bool> = batch
-        .records()
-        .iter()
-        .map(|r| seen.insert((r.position.partition, r.position.offset)))
-        .collect();
+    let records = batch.records();
+    let mut before = Progress::new();
+    let mut keep = vec![true; records.len()];
+    let mut start = 0;
+    for &(end, _) in ends.iter() {
+        let end = end.min(records.len()).max(start);
+        // A handle's records are mostly of one partition: its entry is
+        // looked up once a run, not once a record.
+        let mut run: Option<(PartitionId, Option<Offset>)> = None;
+        for (k, record) in keep[start..end].iter_mut().zip(&records[start..end]) {
+            let partition = record.position.partition;
+            let next = match run {
+                Some((p, next)) if p == partition => next,
+                _ => {
+                    let next = before.get(partition);
+                    run = Some((partition, next));
+                    next
+                }
+            };
+            *k = next.is_none_or(|next| record.position.offset >= next);
+        }
+        // Then past them, once a run of one partition.
+        let mut run: Option<(PartitionId, Offset)> = None;
+        for record in &records[start..end] {
+            let (partition, next) = (record.position.partition, record.position.offset.next());
+            match &mut run {
+                Some((p, at)) if *p == partition => *at = (*at).max(next),
+                _ => {
+                    if let Some((p, at)) = run.replace((partition, next)) {
+                        before.advance(p, at);
+                    }
+                }
+            }
+        }
+        if let Some((p, at)) = run {
+            before.advance(p, at);
+        }
+        start = end;
+    }
     let repeats = keep.iter().filter(|&&k| !k).count();
     if repeats == 0 {
         return;
