@@ -12,6 +12,9 @@
 //! tests build it once. A marker holding the flags, written last, tells a
 //! finished install from one cut short. `cargo xtask test` installs it
 //! before the suites run and prints the build when there is one.
+//! `cargo xtask bench` runs another build, cached apart
+//! ([`Build::BENCH`]: every dependency optimised, as a production
+//! server's are).
 //!
 //! [`Garage::start`] writes a one-node configuration (LMDB metadata, an
 //! RPC secret, the S3 API and the admin API on free loopback ports),
@@ -52,6 +55,53 @@ pub const INSTALL_ARGS: &[&str] = &[
 /// debug build of Garage slow to link and large).
 const INSTALL_ENV: &[(&str, &str)] = &[("CARGO_PROFILE_DEV_DEBUG", "0")];
 
+/// How a Garage binary is built: its cache folder's flavour, `cargo
+/// install`'s arguments and the build's environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Build {
+    /// Part of the cache folder's name.
+    pub flavour: &'static str,
+    /// `cargo install`'s arguments after `--root DIR`.
+    pub args: &'static [&'static str],
+    /// The build's environment.
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+impl Build {
+    /// The tests' build ([`FLAVOUR`], [`INSTALL_ARGS`]): the dev profile,
+    /// about four minutes on two cores.
+    pub const TESTS: Build = Build {
+        flavour: FLAVOUR,
+        args: INSTALL_ARGS,
+        env: INSTALL_ENV,
+    };
+
+    /// The benchmarks' build: the tests' with every dependency optimised
+    /// (`opt-level = 2`; Garage's own crates are dependencies of the
+    /// `garage` package too). The dev build spends a store's time where a
+    /// production server does not: its hashing of every byte (BLAKE2,
+    /// MD5, SHA-256) runs unoptimised, with debug assertions. About 20
+    /// minutes to build on two cores beside other work; built once per
+    /// machine, by `cargo xtask bench`.
+    pub const BENCH: Build = Build {
+        flavour: "dev-nodebug-depsopt2-lmdb-bundled-libs",
+        args: &[
+            "install",
+            "garage",
+            "--version",
+            GARAGE_VERSION,
+            "--locked",
+            "--debug",
+            "--no-default-features",
+            "--features",
+            "lmdb,bundled-libs",
+            "--config",
+            "profile.dev.package.\"*\".opt-level=2",
+        ],
+        env: INSTALL_ENV,
+    };
+}
+
 /// A running Garage server, killed (and its folder removed) when dropped.
 #[derive(Debug)]
 pub struct Garage {
@@ -76,36 +126,40 @@ fn cache_root() -> Result<PathBuf, Error> {
 /// Where the binary of this version and these flags is cached:
 /// `CACHE/garage-VERSION-FLAVOUR/bin/garage`.
 pub fn cached_binary() -> Result<PathBuf, Error> {
-    Ok(install_root()?.join("bin").join("garage"))
+    Ok(install_root(&Build::TESTS)?.join("bin").join("garage"))
 }
 
-fn install_root() -> Result<PathBuf, Error> {
-    Ok(cache_root()?.join(format!("garage-{GARAGE_VERSION}-{FLAVOUR}")))
+fn install_root(build: &Build) -> Result<PathBuf, Error> {
+    Ok(cache_root()?.join(format!("garage-{GARAGE_VERSION}-{}", build.flavour)))
 }
 
 /// The marker's text: every flag of the build, so that a binary cached by
 /// other flags under the same folder name is built again.
-fn marker_text() -> String {
-    let env: Vec<String> = INSTALL_ENV
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    format!("{} cargo {}", env.join(" "), INSTALL_ARGS.join(" "))
+fn marker_text(build: &Build) -> String {
+    let env: Vec<String> = build.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{} cargo {}", env.join(" "), build.args.join(" "))
 }
 
-/// The `garage` binary, built with `cargo install` ([`INSTALL_ARGS`]) if
-/// it is not cached. The build is printed on standard error, with the
-/// time it took.
+/// The tests' `garage` binary, built with `cargo install`
+/// ([`INSTALL_ARGS`]) if it is not cached. The build is printed on
+/// standard error, with the time it took.
 pub fn install() -> Result<PathBuf, Error> {
+    install_build(&Build::TESTS)
+}
+
+/// The `garage` binary of `build`, built with `cargo install` if it is
+/// not cached, as [`install`] does.
+pub fn install_build(build: &Build) -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
     let _one_thread_at_a_time = INSTALL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let root = install_root()?;
+    let root = install_root(build)?;
     let program = root.join("bin").join("garage");
     let marker = root.join("installed");
+    let marker_text = marker_text(build);
     let installed =
-        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == marker_text());
+        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == marker_text);
     if installed() {
         return Ok(program);
     }
@@ -124,17 +178,17 @@ pub fn install() -> Result<PathBuf, Error> {
         return Ok(program);
     }
     eprintln!(
-        "building garage {GARAGE_VERSION} ({FLAVOUR}) into {} once per machine (about 4 minutes on 2 cores): {}",
+        "building garage {GARAGE_VERSION} ({}) into {} once per machine: {marker_text}",
+        build.flavour,
         root.display(),
-        marker_text()
     );
     let started = Instant::now();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(cargo)
-        .args(INSTALL_ARGS)
+        .args(build.args)
         .arg("--root")
         .arg(&root)
-        .envs(INSTALL_ENV.iter().copied())
+        .envs(build.env.iter().copied())
         // Its own build folder, beside the binary: never the workspace's
         // `target/`, which a clean build removes, nor a target folder the
         // caller's environment names.
@@ -149,7 +203,7 @@ pub fn install() -> Result<PathBuf, Error> {
     }
     // The build folder is only needed to build again; the binary stays.
     let _ = std::fs::remove_dir_all(root.join("build"));
-    std::fs::write(&marker, marker_text())
+    std::fs::write(&marker, &marker_text)
         .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))?;
     eprintln!(
         "built garage {GARAGE_VERSION} in {:.0?}: {}",
@@ -163,7 +217,13 @@ impl Garage {
     /// Build the server if needed, start it and make it ready: layout
     /// applied, one access key created.
     pub fn start() -> Result<Garage, Error> {
-        let program = install()?;
+        Garage::start_build(&Build::TESTS)
+    }
+
+    /// As [`start`](Self::start), with the binary of `build` (the
+    /// benchmarks start [`Build::BENCH`]).
+    pub fn start_build(build: &Build) -> Result<Garage, Error> {
+        let program = install_build(build)?;
         let dir = std::env::temp_dir().join(format!(
             "etl-garage-{}-{}",
             std::process::id(),
@@ -380,4 +440,27 @@ fn rpc_secret() -> String {
         out.push_str(&format!("{:016x}", h.finish()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_build_is_cached_apart_from_the_tests_and_says_how_it_was_built() {
+        let (tests, bench) = (Build::TESTS, Build::BENCH);
+        assert_ne!(install_root(&tests).ok(), install_root(&bench).ok());
+        assert_eq!(
+            marker_text(&tests),
+            "CARGO_PROFILE_DEV_DEBUG=0 cargo install garage --version 2.5.0 --locked --debug \
+             --no-default-features --features lmdb,bundled-libs"
+        );
+        assert_eq!(
+            marker_text(&bench),
+            format!(
+                "{} --config profile.dev.package.\"*\".opt-level=2",
+                marker_text(&tests)
+            )
+        );
+    }
 }
