@@ -231,6 +231,41 @@ struct ColumnTask {
     writers: Vec<ArrowColumnWriter>,
 }
 
+/// Bytes a row a column chunk's dictionary may hold before the writer
+/// falls back to plain encoding for the rest of the chunk. A dictionary
+/// of mostly distinct values costs more than it saves, and objects cut
+/// from a stream are often small: in 12k-row objects of the lake bench's
+/// records (ids, user names and amounts nearly all distinct), the
+/// writer's fixed 1 MiB limit kept every dictionary, and the objects held
+/// 28.7 MB where they hold 21.5 MB at 2 bytes a row (19.7 at 1, 25.1 at
+/// 4; docs/benchmarks.md). A column of a few values keeps its
+/// dictionary whatever the rows.
+const DICTIONARY_BYTES_PER_ROW: usize = 2;
+
+/// The smallest dictionary limit a column chunk is given.
+const DICTIONARY_MIN_BYTES: usize = 4 << 10;
+
+/// `properties` for an object of `rows` rows: a column chunk's
+/// dictionary limit is [`DICTIONARY_BYTES_PER_ROW`] a row of its row
+/// group, at least [`DICTIONARY_MIN_BYTES`] and at most `properties`' own.
+/// The same rows always give the same limit, so the same bytes.
+fn object_properties(properties: &WriterProperties, rows: usize) -> WriterProperties {
+    let per_group = properties
+        .max_row_group_row_count()
+        .unwrap_or(rows)
+        .min(rows)
+        .max(1);
+    let most = properties.dictionary_page_size_limit();
+    let limit = per_group
+        .saturating_mul(DICTIONARY_BYTES_PER_ROW)
+        .clamp(DICTIONARY_MIN_BYTES.min(most), most);
+    properties
+        .clone()
+        .into_builder()
+        .set_dictionary_page_size_limit(limit)
+        .build()
+}
+
 /// The Parquet file of `n` rows whose column `i` over a range of rows is
 /// `column(i, range)`: the bytes [`ArrowWriter`] writes of the same
 /// columns with `properties`, each column of each row group built and
@@ -247,6 +282,7 @@ where
     F: Fn(usize, Range<usize>) -> Result<ArrayRef, String> + Sync,
 {
     let arrow = schema.arrow();
+    let properties = &object_properties(properties, n);
     let writer = ArrowWriter::try_new(Vec::new(), arrow.clone(), Some(properties.clone()))
         .map_err(|e| format!("cannot start the Parquet file: {e}"))?;
     let (mut file, factory) = writer
@@ -415,12 +451,108 @@ mod tests {
             panic!("not Parquet");
         };
         let batch = arrow_array::RecordBatch::try_new(schema.arrow(), columns).unwrap();
+        let properties = object_properties(properties, batch.num_rows());
         let mut out = Vec::new();
-        let mut writer =
-            ArrowWriter::try_new(&mut out, schema.arrow(), Some((**properties).clone())).unwrap();
+        let mut writer = ArrowWriter::try_new(&mut out, schema.arrow(), Some(properties)).unwrap();
         writer.write(&batch).unwrap();
         writer.close().unwrap();
         out
+    }
+
+    /// In an object of a few thousand rows, a column of distinct values
+    /// is written plain (a dictionary of them would cost more than it
+    /// saves), a column of a few values keeps its dictionary, and the
+    /// object is smaller than with the writer's 1 MiB dictionary limit;
+    /// its values read back the same.
+    #[test]
+    fn distinct_values_in_a_small_row_group_go_plain_and_repeated_ones_keep_their_dictionary() {
+        #[derive(serde::Deserialize)]
+        struct Columns {
+            columns: Vec<crate::ColumnConfig>,
+        }
+        let c: Columns = toml::from_str(
+            r#"columns = [
+                { name = "user", type = "string", nullable = false },
+                { name = "tag", type = "string", nullable = false },
+            ]"#,
+        )
+        .unwrap();
+        let lines: Vec<String> = (0..4_000)
+            .map(|i| format!(r#"{{"user":"user-{:08}","tag":"t{}"}}"#, i * 7919, i % 5))
+            .collect();
+        let b = batch(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+        let schema = RowSchema::new(&c.columns).unwrap();
+        let format = ObjectFormat::parquet(
+            SchemaSource::Declared(schema.clone()),
+            ParquetCompression::Zstd,
+            122_880,
+            1 << 20,
+        );
+        let all: Vec<usize> = (0..lines.len()).collect();
+        let rows: Vec<Result<Held<'_>, String>> = b
+            .records()
+            .iter()
+            .map(|r| {
+                schema
+                    .read_row(&r.value)
+                    .map(Held::Read)
+                    .ok_or_else(|| "unsure".to_owned())
+            })
+            .collect();
+        let bytes = format
+            .encode(&b, &all, &super::Read::Rows(rows), Workers::new(2))
+            .unwrap();
+        // The same rows with the writer's own dictionary limit.
+        let refs: Vec<Row> = b
+            .records()
+            .iter()
+            .map(|r| schema.read_row(&r.value).unwrap())
+            .collect();
+        let refs: Vec<&Row> = refs.iter().collect();
+        let whole = {
+            let ObjectFormat::Parquet { properties, .. } = &format else {
+                panic!("not Parquet");
+            };
+            let batch = arrow_array::RecordBatch::try_new(
+                schema.arrow(),
+                schema.columns_of_rows(&refs).unwrap(),
+            )
+            .unwrap();
+            let mut out = Vec::new();
+            let mut writer =
+                ArrowWriter::try_new(&mut out, schema.arrow(), Some((**properties).clone()))
+                    .unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            out
+        };
+        use parquet::file::reader::FileReader;
+        let sizes = |bytes: Bytes| {
+            let file = parquet::file::serialized_reader::SerializedFileReader::new(bytes).unwrap();
+            let group = file.metadata().row_group(0).clone();
+            (
+                group.column(0).compressed_size(),
+                group.column(1).compressed_size(),
+            )
+        };
+        let ((users, tags), (all_users, all_tags)) = (sizes(bytes.clone()), sizes(whole.into()));
+        assert!(
+            users < all_users,
+            "the distinct users take {users} bytes, {all_users} in a dictionary"
+        );
+        assert_eq!(tags, all_tags, "the five tags keep their dictionary");
+        let read: Vec<arrow_array::RecordBatch> =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1 << 20)
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let users = read[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        assert_eq!(users.len(), 4_000);
+        assert_eq!(users.value(3_999), format!("user-{:08}", 3_999 * 7919));
     }
 
     const COLUMNS: &str = r#"columns = [
