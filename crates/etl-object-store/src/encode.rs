@@ -238,8 +238,10 @@ struct ColumnTask {
 /// records (ids, user names and amounts nearly all distinct), the
 /// writer's fixed 1 MiB limit kept every dictionary, and the objects held
 /// 28.7 MB where they hold 21.5 MB at 2 bytes a row (19.7 at 1, 25.1 at
-/// 4; docs/benchmarks.md). A column of a few values keeps its
-/// dictionary whatever the rows.
+/// 4; docs/benchmarks.md). The limit counts rows, not the values' width:
+/// a few long values in a small object, 64-bit values a quarter to three
+/// quarters distinct, or a list's items (several a row) lose a
+/// dictionary that would still have paid.
 const DICTIONARY_BYTES_PER_ROW: usize = 2;
 
 /// The smallest dictionary limit a column chunk is given.
@@ -444,8 +446,9 @@ mod tests {
         EncodedBatch::encode(records, &NdjsonEncoder::new()).0
     }
 
-    /// The bytes `ArrowWriter` writes of `columns` in one batch: what
-    /// every Parquet object was before its columns were encoded apart.
+    /// The bytes `ArrowWriter` writes of `columns` in one batch, with the
+    /// properties of an object of that many rows: what every Parquet
+    /// object was before its columns were encoded apart.
     fn written_whole(format: &ObjectFormat, schema: &RowSchema, columns: Vec<ArrayRef>) -> Vec<u8> {
         let ObjectFormat::Parquet { properties, .. } = format else {
             panic!("not Parquet");
