@@ -450,11 +450,25 @@ mod tests {
     /// properties of an object of that many rows: what every Parquet
     /// object was before its columns were encoded apart.
     fn written_whole(format: &ObjectFormat, schema: &RowSchema, columns: Vec<ArrayRef>) -> Vec<u8> {
-        let ObjectFormat::Parquet { properties, .. } = format else {
+        written_with(format, schema, columns, object_properties)
+    }
+
+    /// The bytes `ArrowWriter` writes of `columns` in one batch, with
+    /// what `properties` makes of the format's properties and the rows.
+    fn written_with(
+        format: &ObjectFormat,
+        schema: &RowSchema,
+        columns: Vec<ArrayRef>,
+        properties: impl Fn(&WriterProperties, usize) -> WriterProperties,
+    ) -> Vec<u8> {
+        let ObjectFormat::Parquet {
+            properties: own, ..
+        } = format
+        else {
             panic!("not Parquet");
         };
         let batch = arrow_array::RecordBatch::try_new(schema.arrow(), columns).unwrap();
-        let properties = object_properties(properties, batch.num_rows());
+        let properties = properties(own, batch.num_rows());
         let mut out = Vec::new();
         let mut writer = ArrowWriter::try_new(&mut out, schema.arrow(), Some(properties)).unwrap();
         writer.write(&batch).unwrap();
@@ -512,23 +526,12 @@ mod tests {
             .map(|r| schema.read_row(&r.value).unwrap())
             .collect();
         let refs: Vec<&Row> = refs.iter().collect();
-        let whole = {
-            let ObjectFormat::Parquet { properties, .. } = &format else {
-                panic!("not Parquet");
-            };
-            let batch = arrow_array::RecordBatch::try_new(
-                schema.arrow(),
-                schema.columns_of_rows(&refs).unwrap(),
-            )
-            .unwrap();
-            let mut out = Vec::new();
-            let mut writer =
-                ArrowWriter::try_new(&mut out, schema.arrow(), Some((**properties).clone()))
-                    .unwrap();
-            writer.write(&batch).unwrap();
-            writer.close().unwrap();
-            out
-        };
+        let whole = written_with(
+            &format,
+            &schema,
+            schema.columns_of_rows(&refs).unwrap(),
+            |own, _| own.clone(),
+        );
         use parquet::file::reader::FileReader;
         let sizes = |bytes: Bytes| {
             let file = parquet::file::serialized_reader::SerializedFileReader::new(bytes).unwrap();

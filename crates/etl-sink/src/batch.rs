@@ -395,6 +395,14 @@ mod tests {
         )
     }
 
+    /// An upstream batch of `n` records from `from`, in a vector of room
+    /// for exactly those.
+    fn upstream(from: i64, n: i64) -> Vec<Record> {
+        let mut records = Vec::with_capacity(usize::try_from(n).unwrap());
+        records.extend((from..from + n).map(|o| rec(o, "[0]")));
+        records
+    }
+
     #[test]
     fn slices_follow_records_and_refused_records_leave_no_bytes() {
         let (batch, refused) = EncodedBatch::encode(
@@ -414,11 +422,7 @@ mod tests {
 
     #[test]
     fn a_batch_begun_with_a_small_vector_has_the_last_batchs_room_from_its_first_records() {
-        let upstream = |from: i64| -> Vec<Record> {
-            let mut records = Vec::with_capacity(3);
-            records.extend((from..from + 3).map(|o| rec(o, "[0]")));
-            records
-        };
+        let upstream = |from: i64| upstream(from, 3);
         let mut builder = BatchBuilder::default();
         for from in [0, 3, 6, 9] {
             builder.extend(upstream(from), &NdjsonEncoder::new(), |_| false);
@@ -443,11 +447,7 @@ mod tests {
 
     #[test]
     fn a_batch_appended_to_takes_room_for_one_as_large_as_the_last_at_once() {
-        let upstream = |from: i64| -> Vec<Record> {
-            let mut records = Vec::with_capacity(3);
-            records.extend((from..from + 3).map(|o| rec(o, "[0]")));
-            records
-        };
+        let upstream = |from: i64| upstream(from, 3);
         let mut builder = BatchBuilder::default();
         for from in [0, 3, 6, 9] {
             builder.extend(upstream(from), &NdjsonEncoder::new(), |_| false);
@@ -487,11 +487,6 @@ mod tests {
     /// only ever grows, so the room asked is the largest batch ever.
     #[test]
     fn a_small_batch_after_a_large_one_does_not_reserve_the_large_ones_room() {
-        let upstream = |from: i64, n: i64| -> Vec<Record> {
-            let mut records = Vec::with_capacity(usize::try_from(n).unwrap());
-            records.extend((from..from + n).map(|o| rec(o, "[0]")));
-            records
-        };
         let mut builder = BatchBuilder::default();
         builder.extend(upstream(0, 50_000), &NdjsonEncoder::new(), |_| false);
         builder.extend(upstream(50_000, 50_000), &NdjsonEncoder::new(), |_| false);
@@ -519,11 +514,6 @@ mod tests {
     /// of it counted by the in-flight limits.
     #[test]
     fn a_small_batch_after_a_large_one_is_not_handed_a_spare_vector_beyond_its_room() {
-        let upstream = |from: i64, n: i64| -> Vec<Record> {
-            let mut records = Vec::with_capacity(usize::try_from(n).unwrap());
-            records.extend((from..from + n).map(|o| rec(o, "[0]")));
-            records
-        };
         let mut builder = BatchBuilder::default();
         builder.extend(upstream(0, 5_000), &NdjsonEncoder::new(), |_| false);
         assert_eq!(builder.finish().len(), 5_000);

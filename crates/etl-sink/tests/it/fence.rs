@@ -434,6 +434,19 @@ async fn a_replay_arriving_during_the_write_of_its_records_does_not_write_them_t
     );
 }
 
+/// An exactly-once driver over `sink` whose batch waits 300 ms for up to
+/// 100 records: what is sent at once is written in one batch.
+fn lingering_exactly_once(sink: &Ledger) -> etl_sink::SinkHandle {
+    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
+    driver
+        .config(SinkDriverConfig {
+            batch_max_records: 100,
+            linger: Duration::from_millis(300),
+            ..config(RetryPolicy::never())
+        })
+        .spawn()
+}
+
 /// A replay of partition 0 (epoch 2) arrives while records it repeats
 /// are still in the batch the exactly-once driver builds (epoch 1, not
 /// yet written). The write holds each record once: the replayed copies
@@ -443,14 +456,7 @@ async fn a_replay_arriving_during_the_write_of_its_records_does_not_write_them_t
 async fn a_replay_of_records_in_the_batch_being_built_writes_each_once() {
     let sink = Ledger::new(0, 0);
     let mut batches = Batches::new();
-    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
-    let handle = driver
-        .config(SinkDriverConfig {
-            batch_max_records: 100,
-            linger: Duration::from_millis(300),
-            ..config(RetryPolicy::never())
-        })
-        .spawn();
+    let handle = lingering_exactly_once(&sink);
 
     handle.send(batches.batch(0, 0..5)).await.unwrap();
     handle
@@ -487,14 +493,7 @@ async fn a_replay_of_records_in_the_batch_being_built_writes_each_once() {
 async fn records_read_again_after_a_reassignment_are_written_though_the_fenced_copies_came_first() {
     let sink = Ledger::new(0, 0);
     let mut batches = Batches::new();
-    let (driver, _) = SinkDriver::exactly_once(sink.clone(), NdjsonEncoder::new());
-    let handle = driver
-        .config(SinkDriverConfig {
-            batch_max_records: 100,
-            linger: Duration::from_millis(300),
-            ..config(RetryPolicy::never())
-        })
-        .spawn();
+    let handle = lingering_exactly_once(&sink);
 
     let old = batches.batch(0, 0..5);
     batches.fence.close(PartitionId(0), 1);
