@@ -2,9 +2,12 @@
 //! first member keeps running while a second one joins and leaves three
 //! times, so its partitions are revoked and reassigned again and again
 //! with records still on their way from its fetch queue to its sink.
-//! Every handover is clean (commit on revoke), so nothing may be lost and
-//! nothing written twice, and the group's commits end at the end of every
-//! partition.
+//! Every handover commits on revoke, so nothing may be lost and nothing
+//! written twice, and the group's commits end at the end of every
+//! partition. A handover a member reports as not clean (its revoke
+//! deadline passed with batches in flight, on a loaded machine) may
+//! write the records then in flight twice, as at-least-once allows, and
+//! no more.
 
 use crate::kafka_support;
 
@@ -130,10 +133,42 @@ async fn partitions_moved_back_and_forth_with_batches_in_flight_lose_nothing() {
         counts.missing.len()
     );
     assert_eq!(counts.unexpected, 0);
-    assert_eq!(
-        counts.duplicates, 0,
-        "a member wrote records another member had committed, or a successor read past a handover again"
-    );
+    // A handover is clean when the revocation drains and commits in
+    // time; on a loaded machine the revoke deadline may pass with batches
+    // still in flight, and then at-least-once allows those records to be
+    // written twice. The members say so when it happens: duplicates
+    // without such a line are a bug, and with them they stay within the
+    // records in flight at each.
+    let unclean: Vec<String> = [&first, &second]
+        .iter()
+        .flat_map(|m| m.unclean_handovers())
+        .collect();
+    if unclean.is_empty() {
+        assert_eq!(
+            counts.duplicates,
+            0,
+            "a member wrote records another member had committed, or a successor read past a \
+             handover again, though every handover was clean\n{}{}",
+            first.warnings(),
+            second.warnings()
+        );
+    } else {
+        let bound = unclean.len() as u64 * config.in_flight_records();
+        println!(
+            "kafka reassign: {} handovers not clean, {} duplicates (at most {bound}):\n{}",
+            unclean.len(),
+            counts.duplicates,
+            unclean.join("\n")
+        );
+        assert!(
+            counts.duplicates <= bound,
+            "{} duplicates, more than the records in flight at {} handovers that were not clean \
+             ({bound})\n{}",
+            counts.duplicates,
+            unclean.len(),
+            unclean.join("\n")
+        );
+    }
     let committed = broker.committed(&group, &topic, PARTITIONS);
     let per_partition = i64::try_from(records / PARTITIONS as u64).expect("small");
     assert_eq!(

@@ -200,6 +200,21 @@ pub(crate) fn toml_inline_table(properties: &[(String, String)]) -> String {
     format!("{{ {} }}", entries.join(", "))
 }
 
+/// What a member logs when it hands partitions over with records still
+/// in flight or without committing them: the revoke deadline passed, the
+/// pipeline did not take the revocation in time, a revocation's commit
+/// failed, the shutdown deadline passed, or the member left the group
+/// uncleanly. (A failed periodic commit is not one: the revocation
+/// commits again.)
+pub(crate) const UNCLEAN_HANDOVER: &[&str] = &[
+    "revoking with batches still in flight",
+    "the pipeline did not take the revocation in time",
+    "revoke did not commit",
+    "shutdown deadline passed with batches in flight",
+    "the consumer did not leave the group in time",
+    "rebalance failed",
+];
+
 /// One `etl run` process of the group, restarted under the same name with
 /// a fresh output file (and log) per run.
 #[derive(Debug)]
@@ -318,6 +333,37 @@ impl Member {
             last("partitions assigned"),
             last("partitions revoked"),
         )
+    }
+
+    /// Every warning and error line of every run so far, each headed by
+    /// the member and run: what a failed count is read beside.
+    pub(crate) fn warnings(&self) -> String {
+        let mut out = String::new();
+        for run in 1..=self.runs {
+            for line in self
+                .log(run)
+                .lines()
+                .filter(|l| l.contains(r#""level":"WARN""#) || l.contains(r#""level":"ERROR""#))
+            {
+                let _ = writeln!(out, "{} run {run}: {line}", self.name);
+            }
+        }
+        out
+    }
+
+    /// The lines of every run so far that say a handover was not clean:
+    /// records in flight then may be written by this member and read
+    /// again by the partitions' next owner, as at-least-once allows.
+    pub(crate) fn unclean_handovers(&self) -> Vec<String> {
+        (1..=self.runs)
+            .flat_map(|run| {
+                self.log(run)
+                    .lines()
+                    .filter(|l| UNCLEAN_HANDOVER.iter().any(|n| l.contains(n)))
+                    .map(|l| format!("{} run {run}: {l}", self.name))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// The log of run `run` (1-based).
