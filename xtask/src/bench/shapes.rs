@@ -302,7 +302,7 @@ fn long_text(h: u64, len: usize) -> String {
 
 /// Whether the lines of `a` and `b` are the same JSON values, in any
 /// order: each line is read and written canonically (keys sorted, numbers
-/// as `f64`), hashed, and the sorted hashes compared. Byte-for-byte
+/// as `f64`, `-0` as `0`), hashed, and the sorted hashes compared. Byte-for-byte
 /// equality cannot hold: the pipeline keeps each field's text as it came
 /// (escapes, number text, spacing) where orjson writes its own.
 pub(super) fn same_records(a: &Path, b: &Path) -> Result<()> {
@@ -336,9 +336,18 @@ pub(super) fn same_records(a: &Path, b: &Path) -> Result<()> {
         ));
     }
     if x != y {
-        let differ = x.iter().zip(&y).filter(|(p, q)| p != q).count();
+        // Both sorted: walk them side by side, counting the records of
+        // `a` with no equal one left in `b`.
+        let (mut i, mut j, mut differ) = (0, 0, 0);
+        while i < x.len() {
+            match y.get(j).map(|h| x[i].cmp(h)) {
+                Some(std::cmp::Ordering::Equal) => (i, j) = (i + 1, j + 1),
+                Some(std::cmp::Ordering::Greater) => j += 1,
+                Some(std::cmp::Ordering::Less) | None => (i, differ) = (i + 1, differ + 1),
+            }
+        }
         return Err(format!(
-            "{} and {} hold different records (about {differ} of {})",
+            "{} and {} hold different records ({differ} of {})",
             a.display(),
             b.display(),
             x.len()
@@ -348,7 +357,7 @@ pub(super) fn same_records(a: &Path, b: &Path) -> Result<()> {
 }
 
 /// `value` written with its object keys sorted and every number as an
-/// `f64`.
+/// `f64` (zero without its sign).
 fn write_canonical(value: &serde_json::Value, out: &mut String) {
     use serde_json::Value;
     match value {
@@ -357,7 +366,9 @@ fn write_canonical(value: &serde_json::Value, out: &mut String) {
             let _ = write!(out, "{b}");
         }
         Value::Number(n) => {
-            let _ = write!(out, "{:?}", n.as_f64().unwrap_or(f64::NAN));
+            // `-0` is zero: Python reads it as the integer 0.
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let _ = write!(out, "{:?}", if f == 0.0 { 0.0 } else { f });
         }
         Value::String(s) => {
             let _ = write!(out, "{s:?}");
@@ -422,6 +433,38 @@ mod tests {
         std::fs::write(&c, "{\"y\":[1]}\n{\"s\":\"é/\",\"x\":1.25}\n").unwrap();
         assert_eq!(same_records(&a, &b), Ok(()));
         assert!(same_records(&a, &c).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The pipeline keeps `-0` as it came; Python reads it as the integer
+    /// zero and orjson writes `0`.
+    #[test]
+    fn zero_with_a_minus_sign_is_the_same_record_as_zero() {
+        let dir = std::env::temp_dir().join(format!("xtask-zero-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&a, "{\"s\":[-0,-0.0,1]}\n").unwrap();
+        std::fs::write(&b, "{\"s\":[0,0.0,1]}\n").unwrap();
+        assert_eq!(same_records(&a, &b), Ok(()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A record that differs is counted once, not with every record
+    /// sorted after it.
+    #[test]
+    fn records_that_differ_are_counted_as_they_are() {
+        let dir = std::env::temp_dir().join(format!("xtask-count-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        let lines = |first: u32| {
+            (first..first + 50)
+                .map(|i| format!("{{\"i\":{i}}}\n"))
+                .collect::<String>()
+        };
+        std::fs::write(&a, lines(0)).unwrap();
+        std::fs::write(&b, lines(1)).unwrap();
+        let err = same_records(&a, &b).unwrap_err();
+        assert!(err.contains("(1 of 50)"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
