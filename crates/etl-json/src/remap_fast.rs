@@ -315,7 +315,13 @@ impl LiteProgram {
     /// so it is not checked again.
     ///
     /// [`Remap::checked_input`]: crate::Remap::checked_input
-    pub(crate) fn run(&self, input: &[u8], arena: &mut Arena, write: bool, checked: bool) -> Lite {
+    pub(crate) fn run<'a>(
+        &'a self,
+        input: &'a [u8],
+        arena: &mut Arena,
+        write: bool,
+        checked: bool,
+    ) -> Lite {
         let Some(mut cx) = Cx::open(input, checked, &mut arena.spare) else {
             return Lite::Fallback;
         };
@@ -324,7 +330,7 @@ impl LiteProgram {
         outcome
     }
 
-    fn run_on(&self, cx: &mut Cx<'_>, arena: &mut Arena, write: bool) -> Lite {
+    fn run_on<'a>(&'a self, cx: &mut Cx<'a>, arena: &mut Arena, write: bool) -> Lite {
         let result = match cx.program(self) {
             Ok(v) => v,
             Err(Stop::Abort) => return Lite::Aborted,
@@ -387,9 +393,9 @@ pub(crate) enum Steps {
 /// every step is decided here. On a record kept, the verdicts of the
 /// conditions of `plan` on the record as written (see
 /// [`judge::judge_written`]; none without a plan).
-pub(crate) fn run_steps(
-    steps: &[Step],
-    input: &[u8],
+pub(crate) fn run_steps<'a>(
+    steps: &'a [Step],
+    input: &'a [u8],
     arena: &mut Arena,
     checked: bool,
     plan: Option<&judge::Plan>,
@@ -406,7 +412,7 @@ pub(crate) fn run_steps(
     (outcome, verdict)
 }
 
-fn run_on(cx: &mut Cx<'_>, steps: &[Step], arena: &mut Arena) -> Steps {
+fn run_on<'a>(cx: &mut Cx<'a>, steps: &'a [Step], arena: &mut Arena) -> Steps {
     for step in steps {
         let kept = match step {
             Step::Filters(filters) => filters
@@ -456,6 +462,7 @@ pub(crate) struct Spare {
     objects: Vec<check::Object>,
     entries: Vec<Entries<'static>>,
     vars: Vec<Val<'static>>,
+    overlay: Vec<(&'static str, Node<'static>)>,
 }
 
 impl Arena {
@@ -619,35 +626,36 @@ const POWERS_OF_TEN: [f64; 16] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
 ];
 
-/// What the program did to an object: its changed fields.
+/// What the program did to an object: its changed fields, each key
+/// borrowed from the program's paths (no key is copied for a record).
 #[derive(Debug, Default)]
-struct Obj(Vec<(String, Node)>);
+struct Obj<'a>(Vec<(&'a str, Node<'a>)>);
 
 #[derive(Debug)]
-enum Node {
+enum Node<'a> {
     Set(Value),
     Deleted,
     /// An object of the record with changes inside.
-    Children(Obj),
+    Children(Obj<'a>),
 }
 
-impl Obj {
-    fn get(&self, key: &str) -> Option<&Node> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, n)| n)
+impl<'a> Obj<'a> {
+    fn get(&self, key: &str) -> Option<&Node<'a>> {
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, n)| n)
     }
 
-    fn slot(&mut self, key: &str) -> Option<&mut Node> {
-        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, n)| n)
+    fn slot(&mut self, key: &str) -> Option<&mut Node<'a>> {
+        self.0.iter_mut().find(|(k, _)| *k == key).map(|(_, n)| n)
     }
 
-    fn put(&mut self, key: &str, node: Node) -> &mut Node {
-        let i = match self.0.iter().position(|(k, _)| k == key) {
+    fn put(&mut self, key: &'a str, node: Node<'a>) -> &mut Node<'a> {
+        let i = match self.0.iter().position(|(k, _)| *k == key) {
             Some(i) => {
                 self.0[i].1 = node;
                 i
             }
             None => {
-                self.0.push((key.to_owned(), node));
+                self.0.push((key, node));
                 self.0.len() - 1
             }
         };
@@ -660,7 +668,7 @@ struct Cx<'a> {
     doc: &'a str,
     top: Entries<'a>,
     vars: Vec<Val<'a>>,
-    overlay: Obj,
+    overlay: Obj<'a>,
     /// The entries of the record's nested objects read so far, by where
     /// the object starts in `doc`: an object a program reads twice
     /// (`.order.status`, then `.order.items`) is scanned once.
@@ -740,7 +748,7 @@ impl<'a> Cx<'a> {
             doc,
             top,
             vars: scan::recycle(std::mem::take(&mut spare.vars)),
-            overlay: Obj::default(),
+            overlay: Obj(scan::recycle(std::mem::take(&mut spare.overlay))),
             objects: RefCell::new(objects),
             number: Cell::new(None),
         })
@@ -753,10 +761,11 @@ impl<'a> Cx<'a> {
         spare.entries = scan::recycle_each(objects.entries);
         spare.top = scan::recycle(self.top);
         spare.vars = scan::recycle(self.vars);
+        spare.overlay = scan::recycle(self.overlay.0);
     }
 
     /// Run a program on the record, with its own variables.
-    fn program(&mut self, program: &LiteProgram) -> Run<Val<'a>> {
+    fn program(&mut self, program: &'a LiteProgram) -> Run<Val<'a>> {
         self.vars.clear();
         self.vars.resize(program.vars, Val::V(Value::Null));
         self.block(&program.body)
@@ -816,7 +825,7 @@ impl<'a> Cx<'a> {
         read
     }
 
-    fn block(&mut self, exprs: &[Expr]) -> Run<Val<'a>> {
+    fn block(&mut self, exprs: &'a [Expr]) -> Run<Val<'a>> {
         let mut last = Val::V(Value::Null);
         for e in exprs {
             last = self.eval(e)?;
@@ -824,11 +833,11 @@ impl<'a> Cx<'a> {
         Ok(last)
     }
 
-    fn value(&mut self, e: &Expr) -> Run<Value> {
+    fn value(&mut self, e: &'a Expr) -> Run<Value> {
         self.eval(e)?.into_value()
     }
 
-    fn eval(&mut self, e: &Expr) -> Run<Val<'a>> {
+    fn eval(&mut self, e: &'a Expr) -> Run<Val<'a>> {
         Ok(match e {
             Expr::Lit(v) => Val::V(v.clone()),
             Expr::Event(path) => self.read(path)?.unwrap_or_else(|| Val::V(Value::Null)),
@@ -892,7 +901,7 @@ impl<'a> Cx<'a> {
         })
     }
 
-    fn op(&mut self, lhs: &Expr, op: Opcode, rhs: &Expr) -> Run<Value> {
+    fn op(&mut self, lhs: &'a Expr, op: Opcode, rhs: &'a Expr) -> Run<Value> {
         // A field compared with a string: its text, when it is a plain
         // string, is compared as it stands, without copying it out.
         if let (Opcode::Eq | Opcode::Ne, Expr::Event(path), Expr::Lit(literal)) = (op, lhs, rhs)
@@ -1081,7 +1090,10 @@ impl<'a> Cx<'a> {
     /// record, or one the program made), creating the entries on the way.
     /// `Err(value)` when a value the program set is on the way: the rest
     /// of the path is in it.
-    fn parent(&mut self, path: &[OwnedSegment]) -> Run<Result<&mut Obj, (&mut Value, usize)>> {
+    fn parent(
+        &mut self,
+        path: &'a [OwnedSegment],
+    ) -> Run<Result<&mut Obj<'a>, (&mut Value, usize)>> {
         // Check the record's objects on the way first (the borrow below
         // cannot read the record).
         let mut known = 0;
@@ -1136,7 +1148,7 @@ impl<'a> Cx<'a> {
         true
     }
 
-    fn set(&mut self, path: &[OwnedSegment], value: Value) -> Run<()> {
+    fn set(&mut self, path: &'a [OwnedSegment], value: Value) -> Run<()> {
         let (last, parents) = path.split_last().ok_or(Stop::Fallback)?;
         let key = field(last).ok_or(Stop::Fallback)?;
         match self.parent(parents)? {
@@ -1150,7 +1162,7 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
-    fn delete(&mut self, path: &[OwnedSegment]) -> Run<Option<Value>> {
+    fn delete(&mut self, path: &'a [OwnedSegment]) -> Run<Option<Value>> {
         let (last, parents) = path.split_last().ok_or(Stop::Fallback)?;
         let key = field(last).ok_or(Stop::Fallback)?;
         let Some(old) = self.read(path)? else {
@@ -1212,18 +1224,18 @@ fn arithmetic(l: &Value, op: Opcode, r: &Value) -> Run<Option<Value>> {
 }
 
 /// Apply the changes in `obj` to the object `value`.
-fn changed(value: &mut Value, obj: &Obj) {
+fn changed(value: &mut Value, obj: &Obj<'_>) {
     let Value::Object(map) = value else { return };
     for (key, node) in &obj.0 {
         match node {
             Node::Set(v) => {
-                map.insert(key.as_str().into(), v.clone());
+                map.insert((*key).into(), v.clone());
             }
             Node::Deleted => {
-                map.remove(key.as_str());
+                map.remove(*key);
             }
             Node::Children(inner) => {
-                if let Some(child) = map.get_mut(key.as_str()) {
+                if let Some(child) = map.get_mut(*key) {
                     changed(child, inner);
                 }
             }
@@ -1378,7 +1390,7 @@ fn write_object(
     known: &Known<'_, '_>,
     text: &str,
     read: Option<&[(Cow<'_, str>, &str)]>,
-    obj: &Obj,
+    obj: &Obj<'_>,
     depth: usize,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<bool> {
@@ -1439,7 +1451,7 @@ fn write_object(
         .iter()
         .filter(|(k, _)| last_of(entries, k).is_none())
         .filter_map(|(k, n)| match n {
-            Node::Set(v) => Some((k.as_str(), v)),
+            Node::Set(v) => Some((*k, v)),
             // Changes inside an object the record does not have cannot
             // be made (see `Cx::parent`); deleting a missing key is none.
             Node::Deleted | Node::Children(_) => None,

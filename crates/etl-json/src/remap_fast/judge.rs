@@ -164,7 +164,7 @@ impl<'a> Reading<'a> {
 
     /// Whether the condition holds for the record as read; `None` when
     /// its fast form cannot say.
-    pub(crate) fn holds(&mut self, form: &Form) -> Option<bool> {
+    pub(crate) fn holds(&mut self, form: &'a Form) -> Option<bool> {
         let held = match &mut self.how {
             How::Program { cx, .. } => {
                 let cx = cx.as_mut()?;
