@@ -1370,6 +1370,18 @@ fn write_key(out: &mut Vec<u8>, key: &str) -> serde_json::Result<()> {
     Ok(())
 }
 
+/// A value as serde_json writes it; an integer (what `to_int` and
+/// counters make) without going through serde.
+fn write_value(out: &mut Vec<u8>, value: &Value) -> serde_json::Result<()> {
+    match value {
+        Value::Integer(i) => {
+            out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes());
+            Ok(())
+        }
+        _ => serde_json::to_writer(&mut *out, value),
+    }
+}
+
 /// The record being written and its nested objects read so far.
 struct Known<'k, 'a> {
     doc: &'k str,
@@ -1386,11 +1398,11 @@ struct Known<'k, 'a> {
 /// record and written inside an object it was not in (`.a.b = .d`) can
 /// make the record one level deeper than it was read, past what a later
 /// stage, or a router's condition, reads.
-fn write_object(
+fn write_object<'o, 'k>(
     known: &Known<'_, '_>,
     text: &str,
     read: Option<&[(Cow<'_, str>, &str)]>,
-    obj: &Obj<'_>,
+    obj: &'o Obj<'k>,
     depth: usize,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<bool> {
@@ -1446,24 +1458,34 @@ fn write_object(
         }
     }
     run.flush(out, &mut first);
-    let mut added: Vec<(&str, &Value)> = obj
-        .0
-        .iter()
-        .filter(|(k, _)| last_of(entries, k).is_none())
-        .filter_map(|(k, n)| match n {
-            Node::Set(v) => Some((*k, v)),
-            // Changes inside an object the record does not have cannot
-            // be made (see `Cx::parent`); deleting a missing key is none.
-            Node::Deleted | Node::Children(_) => None,
-        })
-        .collect();
-    added.sort_by(|a, b| a.0.cmp(b.0));
-    for (key, value) in added {
+    // The fields the object did not have, in key order. Changes inside an
+    // object the record does not have cannot be made (see `Cx::parent`);
+    // deleting a missing key is none.
+    let added = |(k, n): &'o (&'k str, Node<'k>)| match n {
+        Node::Set(v) if last_of(entries, k).is_none() => Some((*k, v)),
+        Node::Set(_) | Node::Deleted | Node::Children(_) => None,
+    };
+    let mut write_added = |key: &str, value: &Value| -> serde_json::Result<()> {
         within(value, depth)?;
         changed = true;
         comma(out, &mut first);
         write_key(out, key)?;
-        serde_json::to_writer(&mut *out, value)?;
+        write_value(out, value)
+    };
+    let mut new = obj.0.iter().filter_map(added);
+    if let Some((key, value)) = new.next() {
+        if let Some(second) = new.next() {
+            // More than one: sorted (a program's one new field, the
+            // common case, needs no vector).
+            let mut all: Vec<(&str, &Value)> = vec![(key, value), second];
+            all.extend(new);
+            all.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, value) in all {
+                write_added(key, value)?;
+            }
+        } else {
+            write_added(key, value)?;
+        }
     }
     out.push(b'}');
     if !changed {
@@ -1678,6 +1700,8 @@ mod tests {
         ".a.c = 1\n.d = .a",
         "if .b == 1 { abort }\n.d = del(.c)",
         ".e = .a.b == .c\n.f = .d[0]\n.g = .d[-1].a",
+        // New fields set out of key order: written sorted.
+        ".z = 1\n.m = .b\n.k = 2",
         "del(.a.b.c)\n.a.b.d = true",
         ".x = .a\n.x.y = .b\ndel(.a)",
         ".n = to_int(round(to_float!(.a) * 100))",
@@ -1715,6 +1739,28 @@ mod tests {
             let vrl = show(Remap::new("r", compiled.runtime_only()).apply(record()));
             prop_assert_eq!(&fast, &vrl, "{} on {}", program, input);
             prop_assert_eq!(&checked, &vrl, "{} on {} (input checked)", program, input);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prop_values_are_written_as_serde_json_writes_them(
+            int in any::<i64>(),
+            float in any::<f64>(),
+            text in ".{0,8}",
+        ) {
+            let values = [
+                Value::Integer(int),
+                Value::from_f64_or_zero(float),
+                Value::from(text.as_str()),
+                Value::Null,
+                Value::Boolean(int < 0),
+            ];
+            for value in values {
+                let mut ours = Vec::new();
+                write_value(&mut ours, &value).unwrap();
+                prop_assert_eq!(ours, serde_json::to_vec(&value).unwrap(), "{:?}", value);
+            }
         }
     }
 
