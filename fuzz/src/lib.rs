@@ -13,6 +13,7 @@ use etl::fuzzing::{
 };
 use etl::{CompareOp, JsonOp, JsonStage, Outcome, Remap, Transform, VrlFilter, VrlProgram};
 use etl_record::{Position, Record};
+use etl_source::fuzzing::{LineVerdict, check_line};
 use serde_json::{Map, Value};
 
 /// The checking pass takes only what serde_json reads as an object, with
@@ -53,6 +54,30 @@ pub fn json_check(data: &[u8]) {
             "kept {whole:?} of {text:?}"
         );
         assert_eq!(scanned_entries(whole), Some(object.entries), "{whole:?}");
+    }
+}
+
+/// The file source's NDJSON line check on any bytes: it says "surely one
+/// value" only of a line serde_json's `IgnoredAny` check takes (for
+/// [`LineVerdict::Value`], of a line that is UTF-8: the reader refuses
+/// any other before it trusts the verdict), and "ASCII" exactly when it
+/// is sure and every byte is.
+pub fn ndjson_line(data: &[u8]) {
+    let verdict = check_line(data);
+    let sure = verdict != LineVerdict::NotSure;
+    let shown = String::from_utf8_lossy(data);
+    assert_eq!(
+        verdict == LineVerdict::AsciiValue,
+        sure && data.is_ascii(),
+        "{verdict:?} of {shown:?}"
+    );
+    let trusted = match verdict {
+        LineVerdict::AsciiValue => true,
+        LineVerdict::Value => std::str::from_utf8(data).is_ok(),
+        LineVerdict::NotSure => false,
+    };
+    if trusted && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(data) {
+        panic!("{verdict:?} of {shown:?}, which serde_json refuses: {e}");
     }
 }
 

@@ -31,7 +31,13 @@ use crate::cmd::{Cmd, root};
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// Every target in `fuzz/fuzz_targets/`.
-const TARGETS: &[&str] = &["json_check", "fast_paths", "toml_config", "conninfo"];
+const TARGETS: &[&str] = &[
+    "json_check",
+    "ndjson_line",
+    "fast_paths",
+    "toml_config",
+    "conninfo",
+];
 
 /// Seconds per target of a `--repeatable` run, at most.
 const CI_SECONDS: u32 = 30;

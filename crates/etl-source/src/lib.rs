@@ -45,6 +45,9 @@ mod file_glob;
 mod file_identity;
 mod file_source;
 mod file_tail;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod generator;
 mod line_reader;
 #[cfg(test)]

@@ -146,6 +146,11 @@ fn the_json_checking_pass_holds_on_the_fuzz_seeds_and_their_mutations() {
 }
 
 #[test]
+fn the_ndjson_line_check_holds_on_the_fuzz_seeds_and_their_mutations() {
+    replay("ndjson_line", Reads::Bytes, checks::ndjson_line);
+}
+
+#[test]
 fn the_fast_paths_agree_with_the_general_ones_on_the_fuzz_seeds_and_their_mutations() {
     replay("fast_paths", Reads::Bytes, checks::fast_paths);
 }
