@@ -203,16 +203,18 @@ pub(crate) fn toml_inline_table(properties: &[(String, String)]) -> String {
 /// What a member logs when it hands partitions over with records still
 /// in flight or without committing them: the revoke deadline passed, the
 /// pipeline did not take the revocation in time, a revocation's commit
-/// failed, the shutdown deadline passed, or the member left the group
-/// uncleanly. (A failed periodic commit is not one: the revocation
-/// commits again.)
+/// failed, or the shutdown deadline passed. (A failed periodic commit is
+/// not one: the revocation commits again; nor is leaving the group late,
+/// after the final commit.) One handover may say two of these: the bound
+/// they make is generous, not tight.
 pub(crate) const UNCLEAN_HANDOVER: &[&str] = &[
     "revoking with batches still in flight",
     "the pipeline did not take the revocation in time",
+    // A revocation's commit failed: said by the rebalance callback or by
+    // the source driver, whichever of the two asked first.
     "revoke did not commit",
+    "revoked partitions could not be committed",
     "shutdown deadline passed with batches in flight",
-    "the consumer did not leave the group in time",
-    "rebalance failed",
 ];
 
 /// One `etl run` process of the group, restarted under the same name with
