@@ -315,7 +315,18 @@ impl BatchBuilder {
             etl_record::reuse::give_back(std::mem::replace(&mut self.records, records));
         } else {
             let room = room_for(self.records.len() + records.len(), self.last);
-            self.records.reserve(room - self.records.len());
+            if room > self.records.capacity() {
+                // A quarter more than it has at least (so a batch built
+                // of many small ones moves its records a bounded number
+                // of times), and never more than a quarter over the room:
+                // `Vec`'s own growth would double it, and a vector of
+                // twice the room is not handed back to the next batch
+                // (`etl_record::reuse::records_within`), which then takes
+                // a new mapping and faults in every page of it.
+                let capacity = self.records.capacity();
+                let grown = room.max(capacity + capacity / 4).min(room + room / 4);
+                self.records.reserve_exact(grown - self.records.len());
+            }
             self.records.append(&mut records);
             etl_record::reuse::give_back(records);
         }
@@ -528,6 +539,52 @@ mod tests {
             capacity <= 5 * 1024,
             "a batch of 3 records holds room for {capacity} ({} bytes)",
             capacity * std::mem::size_of::<Record>()
+        );
+    }
+
+    /// A batch a few records larger than the last one grows to its room,
+    /// not to twice its vector's capacity as `Vec`'s growth would: a
+    /// vector of twice the room is too large for the next batch to take
+    /// back (at most a quarter over the room), so each such batch took a
+    /// new mapping and faulted in every page of it.
+    #[test]
+    fn a_batch_a_little_larger_than_the_last_grows_to_its_room_not_twice_its_vector() {
+        let mut builder = BatchBuilder::default();
+        builder.extend(upstream(0, 8_000), &NdjsonEncoder::new(), |_| false);
+        assert_eq!(builder.finish().len(), 8_000);
+        let mut first = upstream(8_000, 4_000);
+        first.shrink_to_fit();
+        builder.extend(first, &NdjsonEncoder::new(), |_| false);
+        builder.extend(upstream(12_000, 4_010), &NdjsonEncoder::new(), |_| false);
+        let capacity = builder.records.capacity();
+        assert!(
+            capacity <= 8_010 + 8_010 / 4,
+            "a batch of 8,010 records holds room for {capacity} ({} bytes)",
+            capacity * std::mem::size_of::<Record>()
+        );
+    }
+
+    /// Grown a quarter at least each time, a batch built of many small
+    /// upstream batches moves its records a bounded number of times.
+    #[test]
+    fn a_batch_of_many_small_ones_grows_its_vector_a_bounded_number_of_times() {
+        let mut builder = BatchBuilder::default();
+        let mut grown = 0;
+        let mut capacity = 0;
+        for i in 0..1_000 {
+            let mut small = upstream(i * 10, 10);
+            small.shrink_to_fit();
+            builder.extend(small, &NdjsonEncoder::new(), |_| false);
+            if builder.records.capacity() != capacity {
+                grown += 1;
+                capacity = builder.records.capacity();
+            }
+        }
+        assert_eq!(builder.records.len(), 10_000);
+        // 1.25^33 > 10,000 / 10.
+        assert!(
+            grown <= 40,
+            "the vector grew {grown} times for 1,000 appends"
         );
     }
 
