@@ -148,9 +148,12 @@ async fn partitions_moved_back_and_forth_with_batches_in_flight_lose_nothing() {
             counts.duplicates,
             0,
             "a member wrote records another member had committed, or a successor read past a \
-             handover again, though every handover was clean\n{}{}",
+             handover again, though every handover was clean\n{}{}\nwhere:\n{}\nhandovers:\n{}{}",
             first.warnings(),
-            second.warnings()
+            second.warnings(),
+            kafka_support::duplicates_by_file(dir.path(), PARTITIONS as u64),
+            first.handovers(),
+            second.handovers()
         );
     } else {
         let bound = unclean.len() as u64 * config.in_flight_records();

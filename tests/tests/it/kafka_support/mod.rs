@@ -353,6 +353,21 @@ impl Member {
         out
     }
 
+    /// Every assignment and revocation line of every run so far (the
+    /// offsets each revocation committed), headed by member and run.
+    pub(crate) fn handovers(&self) -> String {
+        let mut out = String::new();
+        for run in 1..=self.runs {
+            for line in self.log(run).lines().filter(|l| {
+                l.contains(r#""message":"partitions assigned""#)
+                    || l.contains(r#""message":"partitions revoked""#)
+            }) {
+                let _ = writeln!(out, "{} run {run}: {line}", self.name);
+            }
+        }
+        out
+    }
+
     /// The lines of every run so far that say a handover was not clean:
     /// records in flight then may be written by this member and read
     /// again by the partitions' next owner, as at-least-once allows.
@@ -430,6 +445,43 @@ pub(crate) fn read_ids(dir: &Path) -> BTreeMap<u64, u32> {
         }
     }
     ids
+}
+
+/// Where the records written more than once were written: for each
+/// output file of `dir`, the runs of duplicated ids it holds (an id
+/// `i` is record `i / partitions` of partition `i % partitions`), in
+/// file order. What a failed count is read beside.
+pub(crate) fn duplicates_by_file(dir: &Path, partitions: u64) -> String {
+    let ids = read_ids(dir);
+    let mut out = String::new();
+    for path in ndjson_files(dir) {
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let Some(id) = serde_json::from_slice::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v["id"].as_u64())
+            else {
+                continue;
+            };
+            if ids.get(&id).copied().unwrap_or(0) < 2 {
+                continue;
+            }
+            let (partition, offset) = (id % partitions, id / partitions);
+            match runs.last_mut() {
+                Some((p, _, last)) if *p == partition && *last + 1 == offset => *last = offset,
+                _ => runs.push((partition, offset, offset)),
+            }
+        }
+        if !runs.is_empty() {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let _ = writeln!(out, "{}:", name.unwrap_or_default());
+            for (p, from, to) in runs {
+                let _ = writeln!(out, "  partition {p}: offsets {from}..={to}");
+            }
+        }
+    }
+    out
 }
 
 /// Lost records and duplicates, by id, of records `0..count`.
