@@ -423,48 +423,46 @@ mod tests {
         assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
     }
 
+    /// [`same_records`] of two files holding `a` and `b`, in a folder of
+    /// their own named after `test`.
+    fn compare(test: &str, a: &str, b: &str) -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (pa, pb) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&pa, a).unwrap();
+        std::fs::write(&pb, b).unwrap();
+        let result = same_records(&pa, &pb);
+        std::fs::remove_dir_all(&dir).unwrap();
+        result
+    }
+
     #[test]
     fn the_same_records_in_another_order_and_spelling_are_the_same() {
-        let dir = std::env::temp_dir().join(format!("xtask-shapes-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (a, b, c) = (dir.join("a"), dir.join("b"), dir.join("c"));
-        std::fs::write(&a, "{\"x\":1.50,\"s\":\"\\u00e9\\/\"}\n{\"y\":[1]}\n").unwrap();
-        std::fs::write(&b, "{\"y\":[1]}\n{\"s\":\"é/\", \"x\":1.5}\n").unwrap();
-        std::fs::write(&c, "{\"y\":[1]}\n{\"s\":\"é/\",\"x\":1.25}\n").unwrap();
-        assert_eq!(same_records(&a, &b), Ok(()));
-        assert!(same_records(&a, &c).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let a = "{\"x\":1.50,\"s\":\"\\u00e9\\/\"}\n{\"y\":[1]}\n";
+        let b = "{\"y\":[1]}\n{\"s\":\"é/\", \"x\":1.5}\n";
+        let c = "{\"y\":[1]}\n{\"s\":\"é/\",\"x\":1.25}\n";
+        assert_eq!(compare("spelling", a, b), Ok(()));
+        assert!(compare("spelling", a, c).is_err());
     }
 
     /// The pipeline keeps `-0` as it came; Python reads it as the integer
     /// zero and orjson writes `0`.
     #[test]
     fn zero_with_a_minus_sign_is_the_same_record_as_zero() {
-        let dir = std::env::temp_dir().join(format!("xtask-zero-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (a, b) = (dir.join("a"), dir.join("b"));
-        std::fs::write(&a, "{\"s\":[-0,-0.0,1]}\n").unwrap();
-        std::fs::write(&b, "{\"s\":[0,0.0,1]}\n").unwrap();
-        assert_eq!(same_records(&a, &b), Ok(()));
-        std::fs::remove_dir_all(&dir).unwrap();
+        let same = compare("zero", "{\"s\":[-0,-0.0,1]}\n", "{\"s\":[0,0.0,1]}\n");
+        assert_eq!(same, Ok(()));
     }
 
     /// A record that differs is counted once, not with every record
     /// sorted after it.
     #[test]
     fn records_that_differ_are_counted_as_they_are() {
-        let dir = std::env::temp_dir().join(format!("xtask-count-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (a, b) = (dir.join("a"), dir.join("b"));
         let lines = |first: u32| {
             (first..first + 50)
                 .map(|i| format!("{{\"i\":{i}}}\n"))
                 .collect::<String>()
         };
-        std::fs::write(&a, lines(0)).unwrap();
-        std::fs::write(&b, lines(1)).unwrap();
-        let err = same_records(&a, &b).unwrap_err();
+        let err = compare("count", &lines(0), &lines(1)).unwrap_err();
         assert!(err.contains("(1 of 50)"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
