@@ -267,12 +267,41 @@ api_bind_addr = "127.0.0.1:{admin_port}"
         let node = garage.cli(&["node", "id", "-q"])?;
         let node = node.trim();
         let short = node.get(..64).unwrap_or(node);
-        garage.cli(&["layout", "assign", short, "-c", "1G", "-z", "dc1"])?;
-        garage.cli(&["layout", "apply", "--version", "1"])?;
+        garage.apply_layout(short)?;
         let (key_id, secret) = garage.create_key("etl-test")?;
         garage.key_id = key_id;
         garage.secret = secret;
         Ok(garage)
+    }
+
+    /// Give the one node `node` its role and apply the cluster's first
+    /// layout. A server just started has been seen to refuse that apply
+    /// ("Invalid new layout version") on a loaded machine; the step is
+    /// tried again, a few times, and a layout the server already holds at
+    /// version 1 counts as applied.
+    fn apply_layout(&self, node: &str) -> Result<(), Error> {
+        let mut tries = 0;
+        loop {
+            let applied = self
+                .cli(&["layout", "assign", node, "-c", "1G", "-z", "dc1"])
+                .and_then(|_| self.cli(&["layout", "apply", "--version", "1"]));
+            let err = match applied {
+                Ok(_) => return Ok(()),
+                Err(err) => err,
+            };
+            let shown = self.cli(&["layout", "show"]).unwrap_or_default();
+            if shown.contains("Current cluster layout version: 1") {
+                return Ok(());
+            }
+            tries += 1;
+            if tries == 5 {
+                return Err(Error(format!(
+                    "{} (after {tries} tries; the layout now: {shown})",
+                    err.0
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// Start `garage server` on this server's configuration and wait until
