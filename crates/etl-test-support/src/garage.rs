@@ -63,6 +63,9 @@ pub struct Build {
     pub flavour: &'static str,
     /// `cargo install`'s arguments after `--root DIR`.
     pub args: &'static [&'static str],
+    /// More of them, after `args`: what a build changes of another's
+    /// (its `--config` settings).
+    pub more_args: &'static [&'static str],
     /// The build's environment.
     pub env: &'static [(&'static str, &'static str)],
 }
@@ -73,6 +76,7 @@ impl Build {
     pub const TESTS: Build = Build {
         flavour: FLAVOUR,
         args: INSTALL_ARGS,
+        more_args: &[],
         env: INSTALL_ENV,
     };
 
@@ -85,19 +89,8 @@ impl Build {
     /// machine, by `cargo xtask bench`.
     pub const BENCH: Build = Build {
         flavour: "dev-nodebug-depsopt2-lmdb-bundled-libs",
-        args: &[
-            "install",
-            "garage",
-            "--version",
-            GARAGE_VERSION,
-            "--locked",
-            "--debug",
-            "--no-default-features",
-            "--features",
-            "lmdb,bundled-libs",
-            "--config",
-            "profile.dev.package.\"*\".opt-level=2",
-        ],
+        args: INSTALL_ARGS,
+        more_args: &["--config", "profile.dev.package.\"*\".opt-level=2"],
         env: INSTALL_ENV,
     };
 }
@@ -137,7 +130,8 @@ fn install_root(build: &Build) -> Result<PathBuf, Error> {
 /// other flags under the same folder name is built again.
 fn marker_text(build: &Build) -> String {
     let env: Vec<String> = build.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{} cargo {}", env.join(" "), build.args.join(" "))
+    let args: Vec<&str> = build.args.iter().chain(build.more_args).copied().collect();
+    format!("{} cargo {}", env.join(" "), args.join(" "))
 }
 
 /// The tests' `garage` binary, built with `cargo install`
@@ -186,6 +180,7 @@ pub fn install_build(build: &Build) -> Result<PathBuf, Error> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(cargo)
         .args(build.args)
+        .args(build.more_args)
         .arg("--root")
         .arg(&root)
         .envs(build.env.iter().copied())
