@@ -449,6 +449,20 @@ mod tests {
     /// The bytes `ArrowWriter` writes of `columns` in one batch, with the
     /// properties of an object of that many rows: what every Parquet
     /// object was before its columns were encoded apart.
+    /// Each record of `b` read as `schema`'s row, as the sink's encoder
+    /// leaves them on a batch for its write.
+    fn held_rows<'b>(schema: &RowSchema, b: &'b EncodedBatch) -> Vec<Result<Held<'b>, String>> {
+        b.records()
+            .iter()
+            .map(|r| {
+                schema
+                    .read_row(&r.value)
+                    .map(Held::Read)
+                    .ok_or_else(|| "unsure".to_owned())
+            })
+            .collect()
+    }
+
     fn written_whole(format: &ObjectFormat, schema: &RowSchema, columns: Vec<ArrayRef>) -> Vec<u8> {
         written_with(format, schema, columns, object_properties)
     }
@@ -506,16 +520,7 @@ mod tests {
             1 << 20,
         );
         let all: Vec<usize> = (0..lines.len()).collect();
-        let rows: Vec<Result<Held<'_>, String>> = b
-            .records()
-            .iter()
-            .map(|r| {
-                schema
-                    .read_row(&r.value)
-                    .map(Held::Read)
-                    .ok_or_else(|| "unsure".to_owned())
-            })
-            .collect();
+        let rows = held_rows(&schema, &b);
         let bytes = format
             .encode(&b, &all, &super::Read::Rows(rows), Workers::new(2))
             .unwrap();
@@ -615,16 +620,7 @@ mod tests {
                 row_group_rows,
                 page_bytes,
             );
-            let rows: Vec<Result<Held<'_>, String>> = b
-                .records()
-                .iter()
-                .map(|r| {
-                    schema
-                        .read_row(&r.value)
-                        .map(Held::Read)
-                        .ok_or_else(|| "unsure".to_owned())
-                })
-                .collect();
+            let rows = held_rows(&schema, &b);
             // Every other record, so that the rows are not the batch's.
             let picked: Vec<usize> = (0..lines.len()).filter(|i| i % 3 != 1).collect();
             let refs: Vec<&Row> = picked
