@@ -309,9 +309,19 @@ impl Transform for FusedRun {
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
+        match self.apply_in_place(&mut record) {
+            None => Outcome::Keep(record),
+            Some(outcome) => outcome,
+        }
+    }
+
+    /// The run's steps decide most records where they lie: a kept one's
+    /// value is replaced in place; only a record the steps leave to the
+    /// stages is taken out.
+    fn apply_in_place(&mut self, slot: &mut Record) -> Option<Outcome> {
         let (steps, verdict) = run_steps(
             &self.steps,
-            &record.value,
+            &slot.value,
             &mut self.arena,
             self.checked,
             self.judged.as_ref(),
@@ -319,27 +329,29 @@ impl Transform for FusedRun {
         match steps {
             Steps::Keep(value) => {
                 if let Some(value) = value {
-                    record.value = value;
+                    slot.value = value;
                 }
                 // Past the cap, a record is read again by whoever judges
                 // it: the list held never grows without bound.
                 if !verdict.is_empty() && self.verdicts.len() < Verdicts::MAX_HELD {
-                    self.verdicts.push((record.value.clone(), verdict));
+                    self.verdicts.push((slot.value.clone(), verdict));
                 }
                 self.decided = self.stages.len().saturating_sub(1);
-                return Outcome::Keep(record);
+                return None;
             }
-            Steps::Filtered => return Outcome::Filtered,
+            Steps::Filtered => return Some(Outcome::Filtered),
             Steps::Fallback => {}
         }
+        let mut record = std::mem::take(slot);
         for (i, stage) in self.stages.iter_mut().enumerate() {
             self.decided = i;
             match stage.stage().apply(record) {
                 Outcome::Keep(kept) => record = kept,
-                other => return other,
+                other => return Some(other),
             }
         }
-        Outcome::Keep(record)
+        *slot = record;
+        None
     }
 }
 

@@ -73,19 +73,34 @@ impl Transform for JsonStage {
     }
 
     fn apply(&mut self, mut record: Record) -> Outcome {
+        match self.apply_in_place(&mut record) {
+            None => Outcome::Keep(record),
+            Some(outcome) => outcome,
+        }
+    }
+
+    /// The fast path decides most records where they lie; only a record
+    /// it leaves to the tree path is taken out.
+    fn apply_in_place(&mut self, record: &mut Record) -> Option<Outcome> {
         if let Some(fast) = &mut self.fast {
             match fast.apply(&record.value) {
-                Fast::Keep(None) => return Outcome::Keep(record),
+                Fast::Keep(None) => return None,
                 Fast::Keep(Some(value)) => {
                     record.value = value;
-                    return Outcome::Keep(record);
+                    return None;
                 }
-                Fast::Filtered => return Outcome::Filtered,
+                Fast::Filtered => return Some(Outcome::Filtered),
                 // The tree path below says what is wrong with it.
                 Fast::Fallback => {}
             }
         }
-        self.apply_tree(record)
+        match self.apply_tree(std::mem::take(record)) {
+            Outcome::Keep(kept) => {
+                *record = kept;
+                None
+            }
+            other => Some(other),
+        }
     }
 }
 

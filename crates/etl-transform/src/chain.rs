@@ -77,56 +77,76 @@ impl TransformChain {
 
     /// Run `records` through every stage, appending to `out`.
     ///
-    /// The records kept are written back into `records`' own allocation,
+    /// Each record is run where it lies in `records`' own allocation
+    /// ([`Transform::apply_in_place`]), and the records kept stay there,
     /// in order (a batch's vector is large: a new one per batch costs a
-    /// mapping and its page faults). From the first record a stage turns
-    /// into several, the rest go to a vector of their own. If a stage
-    /// panics, what this call kept so far is dropped with the batch;
-    /// what `out` held before stays.
-    pub fn apply(&mut self, records: Vec<Record>, out: &mut ChainOutput) {
-        let kept = if self.stages.is_empty() {
-            records
-        } else {
-            // Each record's output lands at the end of `out.kept`, past
-            // `base`, and is taken back from there: one record is written
-            // in place, several spill.
+    /// mapping and its page faults; and a record moved out and back at
+    /// every stage costs a copy of it each way). From the first record a
+    /// stage turns into several, the rest go to a vector of their own.
+    /// If a stage panics, what this call kept so far is dropped with the
+    /// batch; what `out` held before stays.
+    pub fn apply(&mut self, mut records: Vec<Record>, out: &mut ChainOutput) {
+        if !self.stages.is_empty() {
+            // A record that becomes several lands at the end of
+            // `out.kept`, past `base`, and is taken from there.
             let base = out.kept.len();
-            let mut left = records.len();
             let mut spill: Option<Vec<Record>> = None;
-            let mut kept: Vec<Record> = records
-                .into_iter()
-                .filter_map(|record| {
-                    left -= 1;
-                    if out.halted.is_some() {
-                        return None;
+            let mut left = records.len();
+            records.retain_mut(|record| {
+                left -= 1;
+                if out.halted.is_some() {
+                    return false;
+                }
+                if let Some(spill) = &mut spill {
+                    // Past an expansion every record goes after it.
+                    self.run(0, std::mem::take(record), out);
+                    spill.extend(out.kept.drain(base..));
+                    return false;
+                }
+                match self.run_in_place(record, out) {
+                    InPlace::Kept => true,
+                    InPlace::Gone => false,
+                    InPlace::Expanded => {
+                        let n = out.kept.len() - base;
+                        let mut more = Vec::with_capacity(n + left);
+                        more.extend(out.kept.drain(base..));
+                        spill = Some(more);
+                        false
                     }
-                    self.run(0, record, out);
-                    match (&mut spill, out.kept.len() - base) {
-                        (None, 0) => None,
-                        (None, 1) => out.kept.pop(),
-                        (None, n) => {
-                            let mut more = Vec::with_capacity(n + left);
-                            more.extend(out.kept.drain(base..));
-                            spill = Some(more);
-                            None
-                        }
-                        (Some(spill), _) => {
-                            spill.extend(out.kept.drain(base..));
-                            None
-                        }
-                    }
-                })
-                .collect();
+                }
+            });
             if let Some(mut spill) = spill {
-                kept.append(&mut spill);
+                records.append(&mut spill);
             }
-            kept
-        };
-        if out.kept.is_empty() {
-            out.kept = kept;
-        } else {
-            out.kept.extend(kept);
         }
+        if out.kept.is_empty() {
+            out.kept = records;
+        } else {
+            out.kept.append(&mut records);
+        }
+    }
+
+    /// Run `record` through every stage where it lies.
+    fn run_in_place(&mut self, record: &mut Record, out: &mut ChainOutput) -> InPlace {
+        for i in 0..self.stages.len() {
+            let Some(outcome) = self.stages[i].apply_in_place(record) else {
+                continue;
+            };
+            let before = out.kept.len();
+            self.settle(i, outcome, out);
+            return match out.kept.len() - before {
+                0 => InPlace::Gone,
+                1 => {
+                    // One record came out: back into the place.
+                    if let Some(one) = out.kept.pop() {
+                        *record = one;
+                    }
+                    InPlace::Kept
+                }
+                _ => InPlace::Expanded,
+            };
+        }
+        InPlace::Kept
     }
 
     fn run(&mut self, from: usize, mut record: Record, out: &mut ChainOutput) {
@@ -134,39 +154,52 @@ impl TransformChain {
         while i < self.stages.len() {
             match self.stages[i].apply(record) {
                 Outcome::Keep(r) => record = r,
-                Outcome::Filtered => {
-                    out.filtered += 1;
-                    return;
-                }
-                Outcome::Many(records) => {
-                    if records.is_empty() {
-                        out.filtered += 1;
-                    }
-                    for r in records {
-                        self.run(i + 1, r, out);
-                    }
-                    return;
-                }
-                Outcome::Reject(original, reason) => {
-                    let name = self.stages[i].name();
-                    out.rejected.push(DeadLetter::new(
-                        original,
-                        format!("transform {name}: {reason}"),
-                    ));
-                    return;
-                }
-                Outcome::Halt(original, reason) => {
-                    let name = self.stages[i].name();
-                    out.halted.get_or_insert_with(|| {
-                        DeadLetter::new(original, format!("transform {name}: {reason}"))
-                    });
-                    return;
-                }
+                other => return self.settle(i, other, out),
             }
             i += 1;
         }
         out.kept.push(record);
     }
+
+    /// What stage `i` decided for a record, other than keeping it: the
+    /// records it became run through the stages after it.
+    fn settle(&mut self, i: usize, outcome: Outcome, out: &mut ChainOutput) {
+        match outcome {
+            Outcome::Keep(record) => self.run(i + 1, record, out),
+            Outcome::Filtered => out.filtered += 1,
+            Outcome::Many(records) => {
+                if records.is_empty() {
+                    out.filtered += 1;
+                }
+                for r in records {
+                    self.run(i + 1, r, out);
+                }
+            }
+            Outcome::Reject(original, reason) => {
+                let name = self.stages[i].name();
+                out.rejected.push(DeadLetter::new(
+                    original,
+                    format!("transform {name}: {reason}"),
+                ));
+            }
+            Outcome::Halt(original, reason) => {
+                let name = self.stages[i].name();
+                out.halted.get_or_insert_with(|| {
+                    DeadLetter::new(original, format!("transform {name}: {reason}"))
+                });
+            }
+        }
+    }
+}
+
+/// Where a record run in place ended.
+enum InPlace {
+    /// In its place, to be kept.
+    Kept,
+    /// Filtered, set aside or halted on.
+    Gone,
+    /// Turned into records now at the end of the output's kept ones.
+    Expanded,
 }
 
 #[cfg(test)]
@@ -220,6 +253,137 @@ mod tests {
         assert_eq!(out.rejected[0].reason, "transform upper: bad value");
         out.clear();
         assert!(out.kept.is_empty() && out.rejected.is_empty() && out.filtered == 0);
+    }
+
+    /// Upper-cases in place, drops `drop`, and decides every other value
+    /// through `apply` as a plain transform would.
+    struct InPlaceUpper;
+
+    impl Transform for InPlaceUpper {
+        fn name(&self) -> &str {
+            "in-place"
+        }
+
+        fn apply(&mut self, mut record: Record) -> Outcome {
+            match &record.value[..] {
+                b"drop" => Outcome::Filtered,
+                b"bad" => Outcome::Reject(record, "bad value".into()),
+                b"stop" => Outcome::Halt(record, "stopped".into()),
+                b"twice" => Outcome::Many(vec![record.clone(), record]),
+                b"moved" => Outcome::Keep(Record::new(record.position, &b"MOVED"[..])),
+                _ => {
+                    record.value = record.value.to_ascii_uppercase().into();
+                    Outcome::Keep(record)
+                }
+            }
+        }
+
+        fn apply_in_place(&mut self, record: &mut Record) -> Option<Outcome> {
+            match &record.value[..] {
+                b"drop" => Some(Outcome::Filtered),
+                b"bad" | b"stop" | b"twice" | b"moved" => Some(self.apply(std::mem::take(record))),
+                _ => {
+                    record.value = record.value.to_ascii_uppercase().into();
+                    None
+                }
+            }
+        }
+    }
+
+    /// What the chain must give: each record through `apply`, stage after
+    /// stage, as the trait documents it.
+    fn reference(stages: &mut [Box<dyn Transform>], records: Vec<Record>) -> ChainOutput {
+        fn one(stages: &mut [Box<dyn Transform>], i: usize, r: Record, out: &mut ChainOutput) {
+            let Some(stage) = stages.get_mut(i) else {
+                out.kept.push(r);
+                return;
+            };
+            let name = stage.name().to_owned();
+            match stage.apply(r) {
+                Outcome::Keep(r) => one(stages, i + 1, r, out),
+                Outcome::Filtered => out.filtered += 1,
+                Outcome::Many(rs) => {
+                    if rs.is_empty() {
+                        out.filtered += 1;
+                    }
+                    for r in rs {
+                        one(stages, i + 1, r, out);
+                    }
+                }
+                Outcome::Reject(r, why) => out
+                    .rejected
+                    .push(DeadLetter::new(r, format!("transform {name}: {why}"))),
+                Outcome::Halt(r, why) => {
+                    out.halted = Some(DeadLetter::new(r, format!("transform {name}: {why}")));
+                }
+            }
+        }
+        let mut out = ChainOutput::default();
+        for r in records {
+            if out.halted.is_some() {
+                break;
+            }
+            one(stages, 0, r, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn records_run_in_place_end_as_records_moved_through_apply_do() {
+        let stages = || -> Vec<Box<dyn Transform>> {
+            vec![
+                Box::new(InPlaceUpper),
+                Box::new(flat_map("split", |r: Record| {
+                    Ok(r.value
+                        .split(|b| *b == b',')
+                        .filter(|p| !p.is_empty())
+                        .map(|p| Record::new(r.position.clone(), p.to_vec()))
+                        .collect())
+                })),
+                Box::new(InPlaceUpper),
+            ]
+        };
+        let words = [
+            "a", "drop", "bad", "twice", "moved", "b,c", ",", "d", "stop", "e",
+        ];
+        // Every batch of up to six of the words, by a fixed walk.
+        let mut seed = 7u64;
+        for batch in 0..400 {
+            let len = batch % 7;
+            let values: Vec<&str> = (0..len)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    words[(seed >> 33) as usize % words.len()]
+                })
+                .collect();
+            let input: Vec<Record> = (0..).zip(&values).map(|(i, v)| rec(i, v)).collect();
+            let mut chain = TransformChain::new();
+            for stage in stages() {
+                chain.push(stage);
+            }
+            let mut out = ChainOutput::default();
+            chain.apply(input.clone(), &mut out);
+            let want = reference(&mut stages(), input);
+            let show = |o: &ChainOutput| {
+                (
+                    o.kept
+                        .iter()
+                        .map(|r| (r.position.offset, r.value.clone()))
+                        .collect::<Vec<_>>(),
+                    o.rejected
+                        .iter()
+                        .map(|d| (d.record.value.clone(), d.reason.clone()))
+                        .collect::<Vec<_>>(),
+                    o.filtered,
+                    o.halted
+                        .as_ref()
+                        .map(|d| (d.record.value.clone(), d.reason.clone())),
+                )
+            };
+            assert_eq!(show(&out), show(&want), "batch {values:?}");
+        }
     }
 
     #[test]
