@@ -161,8 +161,8 @@ impl TransformChain {
         out.kept.push(record);
     }
 
-    /// What stage `i` decided for a record, other than keeping it: the
-    /// records it became run through the stages after it.
+    /// What stage `i` decided for a record taken out of its place: the
+    /// records it kept or became run through the stages after it.
     fn settle(&mut self, i: usize, outcome: Outcome, out: &mut ChainOutput) {
         match outcome {
             Outcome::Keep(record) => self.run(i + 1, record, out),
@@ -255,8 +255,8 @@ mod tests {
         assert!(out.kept.is_empty() && out.rejected.is_empty() && out.filtered == 0);
     }
 
-    /// Upper-cases in place, drops `drop`, and decides every other value
-    /// through `apply` as a plain transform would.
+    /// Upper-cases in place, drops `drop` (in any case), and decides the
+    /// other words it knows through `apply` as a plain transform would.
     struct InPlaceUpper;
 
     impl Transform for InPlaceUpper {
@@ -265,7 +265,7 @@ mod tests {
         }
 
         fn apply(&mut self, mut record: Record) -> Outcome {
-            match &record.value[..] {
+            match &record.value.to_ascii_lowercase()[..] {
                 b"drop" => Outcome::Filtered,
                 b"bad" => Outcome::Reject(record, "bad value".into()),
                 b"stop" => Outcome::Halt(record, "stopped".into()),
@@ -279,7 +279,7 @@ mod tests {
         }
 
         fn apply_in_place(&mut self, record: &mut Record) -> Option<Outcome> {
-            match &record.value[..] {
+            match &record.value.to_ascii_lowercase()[..] {
                 b"drop" => Some(Outcome::Filtered),
                 b"bad" | b"stop" | b"twice" | b"moved" => Some(self.apply(std::mem::take(record))),
                 _ => {
@@ -314,11 +314,16 @@ mod tests {
                     .rejected
                     .push(DeadLetter::new(r, format!("transform {name}: {why}"))),
                 Outcome::Halt(r, why) => {
-                    out.halted = Some(DeadLetter::new(r, format!("transform {name}: {why}")));
+                    out.halted.get_or_insert_with(|| {
+                        DeadLetter::new(r, format!("transform {name}: {why}"))
+                    });
                 }
             }
         }
-        let mut out = ChainOutput::default();
+        let mut out = ChainOutput {
+            kept: vec![rec(-1, "before")],
+            ..ChainOutput::default()
+        };
         for r in records {
             if out.halted.is_some() {
                 break;
@@ -343,8 +348,25 @@ mod tests {
                 Box::new(InPlaceUpper),
             ]
         };
+        // Words the first stage decides, and pairs split into words the
+        // last stage decides (a halt, a reject or a drop inside an
+        // expansion; two halts in one).
         let words = [
-            "a", "drop", "bad", "twice", "moved", "b,c", ",", "d", "stop", "e",
+            "a",
+            "drop",
+            "bad",
+            "twice",
+            "moved",
+            "b,c",
+            ",",
+            "d",
+            "stop",
+            "e",
+            "x,drop",
+            "bad,y",
+            "z,stop",
+            "stop,stop",
+            "twice,moved",
         ];
         // Every batch of up to six of the words, by a fixed walk.
         let mut seed = 7u64;
@@ -363,7 +385,11 @@ mod tests {
             for stage in stages() {
                 chain.push(stage);
             }
-            let mut out = ChainOutput::default();
+            // What the output held before stays, first.
+            let mut out = ChainOutput {
+                kept: vec![rec(-1, "before")],
+                ..ChainOutput::default()
+            };
             chain.apply(input.clone(), &mut out);
             let want = reference(&mut stages(), input);
             let show = |o: &ChainOutput| {
@@ -374,12 +400,22 @@ mod tests {
                         .collect::<Vec<_>>(),
                     o.rejected
                         .iter()
-                        .map(|d| (d.record.value.clone(), d.reason.clone()))
+                        .map(|d| {
+                            (
+                                d.record.position.offset,
+                                d.record.value.clone(),
+                                d.reason.clone(),
+                            )
+                        })
                         .collect::<Vec<_>>(),
                     o.filtered,
-                    o.halted
-                        .as_ref()
-                        .map(|d| (d.record.value.clone(), d.reason.clone())),
+                    o.halted.as_ref().map(|d| {
+                        (
+                            d.record.position.offset,
+                            d.record.value.clone(),
+                            d.reason.clone(),
+                        )
+                    }),
                 )
             };
             assert_eq!(show(&out), show(&want), "batch {values:?}");
@@ -409,8 +445,8 @@ mod tests {
         assert_eq!(kept, twice);
         assert_eq!(out.filtered, 4);
 
-        // Without an expansion the batch's own vector comes back (std
-        // collects a vector's `filter_map` into its own allocation).
+        // Without an expansion the batch's own vector comes back (kept
+        // records stay where they were, `retain_mut` closing the gaps).
         let mut out = ChainOutput::default();
         let input: Vec<Record> = (0..)
             .zip(["p", "skip", "q"])

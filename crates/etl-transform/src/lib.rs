@@ -95,21 +95,25 @@ pub enum Outcome {
 /// runtime with one worker it runs on the pipeline's task.
 pub trait Transform: Send {
     /// Name in metrics, logs and dead-letter reasons. The chain reads it
-    /// after [`apply`](Transform::apply), for the reason of the record
-    /// just applied.
+    /// after [`apply`](Transform::apply) or
+    /// [`apply_in_place`](Transform::apply_in_place), for the reason of
+    /// the record just applied.
     fn name(&self) -> &str;
     /// Decide what happens to `record`.
     fn apply(&mut self, record: Record) -> Outcome;
     /// [`apply`](Transform::apply) to the record where it lies in its
     /// batch: `None` when it is kept there (changed or not), else what
-    /// became of it, taken out of `record` (which is then left as
-    /// [`Record::default`]). The chain calls this one; the default takes
-    /// the record out, applies it and puts a kept one back, so a
-    /// transform need only write [`apply`](Transform::apply). A transform
-    /// that keeps most records as they are, or changes only their value,
-    /// overrides it to spare the batch moving every record out and back
-    /// (a record is about 150 bytes): it must decide exactly as `apply`
-    /// does.
+    /// became of it (the records it holds taken out of `record`; what is
+    /// left in `record` is then dropped). The default takes the record
+    /// out (leaving a [`Record::default`], which allocates nothing),
+    /// applies it and puts a kept one back, so a transform need only
+    /// write [`apply`](Transform::apply). A transform that keeps most
+    /// records as they are, or changes only their value, overrides it to
+    /// spare the batch moving every record out and back (a record is
+    /// about 150 bytes). The chain calls either for any record (`apply`
+    /// for the records after one that became several, and in the stages
+    /// after one that took a record out), so both must decide alike and
+    /// count alike.
     fn apply_in_place(&mut self, record: &mut Record) -> Option<Outcome> {
         match self.apply(std::mem::take(record)) {
             Outcome::Keep(kept) => {
