@@ -139,6 +139,12 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
         if config.exactly_once {
             report.exactly_once();
         }
+        // A Parquet object's rows are read from each record's JSON, and a
+        // record that is not JSON is dead-lettered with its reason, so an
+        // NDJSON source alone before it need not check its lines as well.
+        if matches!(config.encoding, config::EncodingConfig::Parquet { .. }) {
+            report.reads_values_as_json();
+        }
     });
     registry.sink_plugin("object_store", plugin)
 }

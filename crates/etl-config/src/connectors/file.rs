@@ -34,9 +34,10 @@ fn open_source(
     context: &crate::ComponentContext<'_>,
 ) -> Result<BuiltSource, crate::BoxError> {
     let format = match f.format {
-        // The JSON steps parse every line anyway and send what is not a
-        // JSON object to the dead-letter path with the parser's message:
-        // checking at the source as well would parse each line twice.
+        // The JSON steps (or a sink that reads every value as JSON,
+        // alone after the source) parse every line anyway and send what
+        // is not JSON to the dead-letter path with their reason: checking
+        // at the source as well would parse each line twice.
         LineFormat::Ndjson if context.steps_check_json() => LineFormat::Lines,
         format => format,
     };
@@ -55,8 +56,9 @@ fn open_source(
         state_dir: context.state_dir().map(ToOwned::to_owned),
         ..FileSourceConfig::default()
     })?;
-    // The NDJSON source checks every line.
-    Ok(BuiltSource::new(source).values_are_json(f.format == LineFormat::Ndjson))
+    // The NDJSON source checks every line, unless it leaves that to what
+    // follows it.
+    Ok(BuiltSource::new(source).values_are_json(format == LineFormat::Ndjson))
 }
 
 fn check_source(f: &FileSourceOptions, report: &mut CheckReport<'_>) {

@@ -27,7 +27,8 @@ pub struct ComponentContext<'a> {
 pub struct ContextParts<'a> {
     /// The configuration's `[checkpoint]` section.
     pub checkpoint: &'a CheckpointOptions,
-    /// The source: the first step parses every record as JSON itself.
+    /// The source: every record is parsed as JSON after it (by the
+    /// first step, or by the only sink of a pipeline without steps).
     pub steps_check_json: bool,
     /// A sink: every value reaching it is known to be JSON.
     pub values_are_json: bool,
@@ -82,9 +83,11 @@ impl ComponentContext<'_> {
         }
     }
 
-    /// For a source: the first step parses every record as JSON and
-    /// sends what is not to the dead-letter path, so the source need not
-    /// check it too.
+    /// For a source: every record is parsed as JSON before it is
+    /// delivered, and what is not JSON goes to the dead-letter path with
+    /// the parser's reason (the first step reads JSON, or the only sink
+    /// of a pipeline without steps reads every value as JSON), so the
+    /// source need not check it too.
     #[must_use]
     pub fn steps_check_json(&self) -> bool {
         self.parts.steps_check_json
@@ -245,6 +248,13 @@ impl<T> Component<T> {
     #[must_use]
     pub fn is_exactly_once(&self) -> bool {
         self.facts.exactly_once
+    }
+
+    /// Whether it is a sink that reads every value as JSON and refuses
+    /// what is not (see [`CheckReport::reads_values_as_json`](crate::CheckReport::reads_values_as_json)).
+    #[must_use]
+    pub fn reads_values_as_json(&self) -> bool {
+        self.facts.reads_json
     }
 
     /// Build it with its factory, as `name`: the factory's error as it

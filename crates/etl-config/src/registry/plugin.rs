@@ -57,6 +57,8 @@ pub(crate) struct Facts {
     pub(crate) reads: Vec<String>,
     /// A source that keeps its own offsets (a Kafka consumer group).
     pub(crate) keeps_offsets: bool,
+    /// A sink that reads every value as JSON and refuses what is not.
+    pub(crate) reads_json: bool,
 }
 
 impl<'a> CheckReport<'a> {
@@ -151,6 +153,16 @@ impl<'a> CheckReport<'a> {
     /// `etl offsets` has none to show.
     pub fn keeps_offsets(&mut self) {
         self.facts.keeps_offsets = true;
+    }
+
+    /// The sink reads every value it is given as JSON and sends any that
+    /// is not to the dead-letter path, with its reason (as a Parquet
+    /// encoder does). The only sink of a pipeline without transforms
+    /// then checks each value once, and an NDJSON source need not check
+    /// its lines before it (see
+    /// [`ComponentContext::steps_check_json`](crate::ComponentContext::steps_check_json)).
+    pub fn reads_values_as_json(&mut self) {
+        self.facts.reads_json = true;
     }
 }
 

@@ -95,6 +95,61 @@ async fn the_object_store_type_runs_from_a_configuration_through_the_registry() 
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
 }
 
+/// A file of NDJSON lines, one of them not JSON, into Parquet objects
+/// from a configuration: `ndjson` or `parquet` objects; the dead letters
+/// as the `[dead_letter]` file holds them, and the ids the objects hold.
+async fn file_into(format: &str) -> (String, Vec<i64>) {
+    let folder = tempfile::tempdir().unwrap();
+    let lines = [
+        "{\"id\":1,\"user\":\"a\"}",
+        "not json",
+        "{\"id\":3,\"user\":\"c\"}",
+    ];
+    std::fs::write(folder.path().join("in.ndjson"), lines.join("\n") + "\n").unwrap();
+    let encoding = if format == "parquet" {
+        "format = \"parquet\"\ncolumns = [{ name = \"id\", type = \"int64\", nullable = false }]"
+    } else {
+        "format = \"ndjson\""
+    };
+    let text = format!(
+        "[source]\ntype = \"file\"\npaths = [\"in.ndjson\"]\n\n\
+         [[sinks]]\ntype = \"object_store\"\nname = \"lake\"\nkey = \"k/{{partition}}-{{first_offset}}.{format}\"\n\
+         [sinks.store]\nkind = \"local\"\npath = \"lake\"\n[sinks.encoding]\n{encoding}\n\n\
+         [dead_letter]\ntype = \"file\"\npath = \"dead.ndjson\"\n\n\
+         [checkpoint]\nstore = {{ type = \"memory\" }}\n"
+    );
+    let registry = etl_object_store::register(Registry::new());
+    let config = registry.loader().text(&text, folder.path()).unwrap();
+    let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+    let summary = pipeline.run(CancellationToken::new()).await.unwrap();
+    let dead = std::fs::read_to_string(folder.path().join("dead.ndjson")).unwrap();
+    // Every line is delivered or dead-lettered, once.
+    assert_eq!(summary.dead_lettered, 1, "{dead}");
+    assert_eq!(summary.written(), 2, "{dead}");
+    let ids = if format == "parquet" {
+        rows(&read_folder(&folder.path().join("lake"), "k"))
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (dead, ids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_that_is_not_json_is_dead_lettered_once_by_the_parquet_sink_the_file_source_leaves_it_to()
+ {
+    let (dead, ids) = file_into("parquet").await;
+    // The sink's reason: the source did not read the line as JSON first.
+    assert!(dead.contains("the value is not JSON"), "{dead}");
+    assert!(!dead.contains("invalid JSON"), "{dead}");
+    assert_eq!(ids, [1, 3]);
+    // Before an NDJSON object, which reads nothing, the source checks.
+    let (dead, _) = file_into("ndjson").await;
+    assert!(dead.contains("invalid JSON"), "{dead}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exactly_once_sink_from_the_configuration_resumes_from_the_store_not_the_local_offsets()
 {

@@ -92,7 +92,7 @@ async fn builder_from_config(
 
     let parts = ContextParts {
         checkpoint: &config.checkpoint,
-        steps_check_json: first_step_reads_json(config),
+        steps_check_json: first_step_reads_json(config) || only_sink_reads_json(config),
         values_are_json: false,
         progress_is_shared: false,
     };
@@ -259,6 +259,22 @@ fn with_source(
 
 /// The first step is a built-in one, which parses every record as JSON
 /// and dead-letters what is not (a registered step may not).
+/// Whether a pipeline without steps has one sink, on no route, that reads
+/// every value as JSON and refuses what is not (a Parquet encoder): every
+/// record then reaches it and is checked there, once.
+fn only_sink_reads_json(config: &Config) -> bool {
+    match config.sinks.as_slice() {
+        [sink] => {
+            config.transforms.is_empty()
+                && sink.route.transforms.is_empty()
+                && sink.route.when.is_none()
+                && config.routing.unmatched.is_none()
+                && sink.kind.reads_values_as_json()
+        }
+        _ => false,
+    }
+}
+
 fn first_step_reads_json(config: &Config) -> bool {
     config
         .transforms
@@ -328,6 +344,61 @@ mod tests {
         assert!(trusted(generator, ""));
         assert!(trusted(&lines, filter));
         assert!(!trusted(&lines, ""));
+    }
+
+    /// A pipeline reading `in.ndjson` (one line that is not JSON between
+    /// two that are) into one sink of type `sink`, dead letters to
+    /// `dead.ndjson`; the registry has a sink type `checks_json` whose
+    /// encoder refuses what is not JSON and which says so at load.
+    async fn run_into(dir: &std::path::Path, sink: &str, transforms: &str) -> (u64, u64, String) {
+        #[derive(serde::Deserialize)]
+        struct NoOptions {}
+        let registry = etl_config::Registry::new().sink_plugin(
+            "checks_json",
+            etl_config::SinkPlugin::new(|_: NoOptions, _| {
+                Ok(etl_config::BuiltSink::new(etl_sink::BlackholeSink::new())
+                    .encoder(etl_sink::NdjsonEncoder::new()))
+            })
+            .check(|_, report| report.reads_values_as_json()),
+        );
+        std::fs::write(dir.join("in.ndjson"), "{\"a\":1}\nnot json\n{\"a\":2}\n").unwrap();
+        let text = format!(
+            "[source]\ntype = \"file\"\npaths = [{:?}]\n{transforms}\n[[sinks]]\ntype = \"{sink}\"\n\
+             [dead_letter]\ntype = \"file\"\npath = {:?}\n[checkpoint]\nstore = {{ type = \"memory\" }}\n",
+            dir.join("in.ndjson"),
+            dir.join("dead.ndjson"),
+        );
+        let config = registry
+            .loader()
+            .text(&text, dir)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let pipeline = pipeline_from_config(&config).await.unwrap();
+        let summary = pipeline
+            .run(tokio_util::sync::CancellationToken::new())
+            .await
+            .unwrap();
+        let dead = std::fs::read_to_string(dir.join("dead.ndjson")).unwrap_or_default();
+        (summary.written(), summary.dead_lettered, dead)
+    }
+
+    #[tokio::test]
+    async fn a_line_goes_unchecked_by_the_source_to_the_only_sink_that_reads_json_and_is_dead_lettered_there()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let (written, dead, letters) = run_into(dir.path(), "checks_json", "").await;
+        assert_eq!((written, dead), (2, 1), "{letters}");
+        // The sink's encoder refused it: the source let it through.
+        assert!(letters.contains("value is not valid JSON"), "{letters}");
+        assert!(!letters.contains("invalid JSON"), "{letters}");
+    }
+
+    #[tokio::test]
+    async fn the_source_checks_its_lines_for_a_sink_that_does_not_read_json() {
+        // A sink that takes anything: the source's check is the only one.
+        let dir = tempfile::tempdir().unwrap();
+        let (written, dead, letters) = run_into(dir.path(), "blackhole", "").await;
+        assert_eq!((written, dead), (2, 1), "{letters}");
+        assert!(letters.contains("invalid JSON"), "{letters}");
     }
 
     #[tokio::test]
