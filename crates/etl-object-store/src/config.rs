@@ -361,6 +361,20 @@ mod tests {
             panic!("{config:?}")
         };
         assert_eq!(secret.expose_secret(), "hunter2-very-secret");
+        // The other stores' secrets, and the session token.
+        for store in [
+            "kind = \"s3\"\nbucket = \"b\"\nsession_token = \"hunter2-very-secret\"",
+            "kind = \"gcs\"\nbucket = \"b\"\nservice_account_key = \"hunter2-very-secret\"",
+            "kind = \"azure\"\naccount = \"a\"\ncontainer = \"c\"\naccess_key = \"hunter2-very-secret\"",
+        ] {
+            let config: ObjectStoreSinkConfig = toml::from_str(&format!(
+                "key = \"{{partition}}-{{first_offset}}.ndjson\"\n[store]\n{store}\n"
+            ))
+            .unwrap();
+            for shown in [format!("{config:?}"), format!("{config:#?}")] {
+                assert!(!shown.contains("hunter2"), "{shown}");
+            }
+        }
     }
 
     #[test]

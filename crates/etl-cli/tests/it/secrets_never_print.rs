@@ -1,7 +1,8 @@
 //! A known secret, `Zq9SecretPw`, in every failing configuration we can
 //! build (bad Kafka property values, misspelled and mistyped keys, an
 //! unreachable broker, unset variables, PostgreSQL URLs and connection
-//! strings with passwords, ...): `etl validate` and `etl run`, with every
+//! strings with passwords, an object store's S3, GCS and Azure keys,
+//! ...): `etl validate` and `etl run`, with every
 //! log line on (`ETL_LOG=trace`, librdkafka's `debug = "all"` where it
 //! applies) in both log formats, print it in no byte of their output. And
 //! `{:?}` of every configuration type holding it leaves it out.
@@ -455,11 +456,84 @@ fn cases() -> Vec<Case> {
                 )),
             )
         },
+        Case {
+            validate: Some(0),
+            ..case(
+                "an S3 secret key against an endpoint nobody listens on",
+                lake(&format!(
+                    "kind = \"s3\"\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:1\"\n\
+                     access_key_id = \"GKetl\"\nsecret_access_key = \"{SECRET}\"\n\
+                     session_token = \"{SECRET}\""
+                )),
+            )
+        },
+        Case {
+            env: vec![("LAKE_SECRET", SECRET)],
+            ..case(
+                "an S3 secret key from a variable beside a mistyped field",
+                lake(
+                    "kind = \"s3\"\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:1\"\n\
+                     secret_access_key = \"${LAKE_SECRET}\"\npath_style = \"yes\"",
+                ),
+            )
+        },
+        case(
+            "an S3 secret key beside an unknown field",
+            lake(&format!(
+                "kind = \"s3\"\nbucket = \"b\"\nsecret_access_key = \"{SECRET}\"\n\
+                 secret_acces_key = \"{SECRET}\""
+            )),
+        ),
+        Case {
+            validate: None,
+            ..case(
+                "a GCS service account key that is not JSON",
+                lake(&format!(
+                    "kind = \"gcs\"\nbucket = \"b\"\nservice_account_key = \"{SECRET}\""
+                )),
+            )
+        },
+        Case {
+            validate: None,
+            ..case(
+                "a GCS service account key whose private key is the secret",
+                lake(&format!(
+                    "kind = \"gcs\"\nbucket = \"b\"\nservice_account_key = '{{\"type\": \
+                     \"service_account\", \"client_email\": \"etl@p.iam.gserviceaccount.com\", \
+                     \"private_key_id\": \"k\", \"private_key\": \"{SECRET}\"}}'"
+                )),
+            )
+        },
+        Case {
+            validate: None,
+            ..case(
+                "an Azure access key that is not base64",
+                lake(&format!(
+                    "kind = \"azure\"\naccount = \"etl\"\ncontainer = \"c\"\n\
+                     access_key = \"{SECRET}!\""
+                )),
+            )
+        },
     ];
     for c in &mut cases {
         c.also_secret.push(SECRET);
     }
     cases
+}
+
+/// A generator into an `object_store` sink (Parquet) with `store` as its
+/// `[sinks.store]` table.
+fn lake(store: &str) -> String {
+    format!(
+        "[source]\ntype = \"generator\"\nrecords_per_partition = 100\n\n\
+         [[sinks]]\ntype = \"object_store\"\nname = \"lake\"\n\
+         key = \"k/{{partition}}-{{first_offset}}.parquet\"\n\
+         [sinks.requests]\nmax_retries = 2\nretry_timeout = \"1s\"\n\
+         initial_backoff = \"10ms\"\nmax_backoff = \"50ms\"\n\
+         [sinks.encoding]\nformat = \"parquet\"\n\
+         [sinks.store]\n{store}\n\n\
+         [checkpoint]\nstore = {{ type = \"memory\" }}\n"
+    )
 }
 
 /// A generator into an HTTP sink with `table` in its `[[sinks]]` table.
