@@ -80,8 +80,13 @@ pub(crate) fn classify(
         }
         E::PermissionDenied { .. } => Some("the store denied the credential"),
         E::Unauthenticated { .. } => Some("the store refused the credential"),
-        E::Generic { .. } => client_error_status(&err)
-            .map(|_| "the store refused the request (a wrong region or endpoint?)"),
+        // object_store reports most answers as generic errors: the
+        // status says which refusal it is.
+        E::Generic { .. } => client_error_status(&err).map(|status| match status {
+            401 | 403 => "the store refused the credential",
+            404 if op != "read" => "the bucket does not exist or cannot be reached",
+            _ => "the store refused the request (a wrong region or endpoint?)",
+        }),
         _ => None,
     };
     match refused {

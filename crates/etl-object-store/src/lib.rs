@@ -124,7 +124,9 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
             let base = context.base_dir().to_owned();
             async move {
                 if config.exactly_once {
-                    let sink = ObjectStoreSink::exactly_once(&name, &base, config).await?;
+                    let sink = ObjectStoreSink::exactly_once(&name, &base, config)
+                        .await
+                        .map_err(opening_error)?;
                     let encoder = sink.encoder();
                     Ok(BuiltSink::exactly_once(sink).encoder(encoder))
                 } else {
@@ -147,4 +149,16 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
         }
     });
     registry.sink_plugin("object_store", plugin)
+}
+
+/// Why an exactly-once sink did not open, as the pipeline reports it: the
+/// store refusing the progress's reading (its bucket missing, its
+/// credential, region or endpoint refused) is an error of the output, as
+/// the same refusal of a write during the run is (the `etl` binary exits
+/// 74, naming the sink), not one of the configuration's.
+fn opening_error(e: ObjectStoreSinkError) -> etl_config::BoxError {
+    match e {
+        ObjectStoreSinkError::Progress { source, .. } if source.is_io() => Box::new(source),
+        e => Box::new(e),
+    }
 }

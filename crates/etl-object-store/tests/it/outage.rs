@@ -2,7 +2,9 @@
 //! started again (retried within the request bounds, every record once),
 //! its bucket deleted or the key's right to write withdrawn (exit 74,
 //! naming the sink, the bucket and a key, no secret; the stored progress
-//! covers only what the objects hold).
+//! covers only what the objects hold); and refusing the sink from the
+//! start (a wrong secret, an unknown key, a missing bucket, a wrong
+//! region: exit 74 as well).
 
 use std::path::Path;
 use std::process::{Child, ExitStatus};
@@ -174,4 +176,68 @@ fn a_run_stopped_by_sigterm_mid_run_leaves_no_unfinished_multipart_upload() {
     let (counts, progress) = tally(&garage_location(server, "lake"));
     assert!(!counts.is_empty() && (counts.len() as i64) < PARTITIONS * PER_PARTITION);
     assert_progress_covered(&counts, &progress, "after the stop");
+}
+
+#[test]
+fn at_start_a_wrong_secret_an_unknown_key_a_missing_bucket_or_a_wrong_region_exit_74_naming_sink_and_bucket()
+ {
+    let server = Garage::start().unwrap();
+    server.create_bucket("lake").unwrap();
+    let good = garage_store(&server, "lake");
+    let wrong_secret = "0".repeat(server.secret().len());
+    let cases = [
+        (
+            "a wrong secret key",
+            good.replace(server.secret(), &wrong_secret),
+            "credential",
+        ),
+        (
+            "a key id the server does not know",
+            good.replace(server.key_id(), "GK000000000000000000000000"),
+            "credential",
+        ),
+        (
+            "a bucket that does not exist",
+            garage_store(&server, "no-such-lake"),
+            "bucket does not exist",
+        ),
+        (
+            "a region the server is not",
+            good.replace(etl_test_support::garage::REGION, "eu-west-9"),
+            "",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, store, reason) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_pipeline(dir.path(), &store, 1_000, "", "");
+        let mut child = start(dir.path(), &config, 1);
+        let status = wait_exit(&mut child, Duration::from_secs(90)).unwrap();
+        let err = run_stderr(dir.path(), 1);
+        let bucket = if name.contains("bucket") {
+            "no-such-lake"
+        } else {
+            "lake"
+        };
+        if status.code() != Some(74) {
+            failures.push(format!("{name}: exited {status}, not 74: {err}"));
+        }
+        for part in ["\"lake\"", &format!("s3://{bucket}/"), reason] {
+            if !err.contains(part) {
+                failures.push(format!("{name}: no {part:?} in {err}"));
+            }
+        }
+        for secret in [server.secret(), wrong_secret.as_str()] {
+            if err.contains(secret) {
+                failures.push(format!("{name}: the secret in {err}"));
+            }
+        }
+    }
+    // The sink did not open: nothing was written.
+    let (counts, progress) = tally(&garage_location(&server, "lake"));
+    assert!(
+        counts.is_empty() && progress.is_empty(),
+        "{counts:?} {progress:?}"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
