@@ -235,6 +235,74 @@ async fn objects_are_cut_where_the_key_changes_and_at_offset_multiples() {
     );
 }
 
+#[tokio::test]
+async fn date_and_hour_come_from_the_date_field_else_from_the_records_timestamp() {
+    let folder = tempfile::tempdir().unwrap();
+    let key = "t/dt={date}/h={hour}/{partition}-{first_offset}.ndjson";
+    // From `date_field`: an RFC 3339 time (an offset other than UTC
+    // counted in UTC), or milliseconds since 1970.
+    let text = format!(
+        "key = \"{key}\"\ndate_field = \"at\"\n[store]\nkind = \"local\"\npath = \"by-field\"\n"
+    );
+    let sink = ObjectStoreSink::new("lake", folder.path(), config(&text)).unwrap();
+    let letters = MemorySink::new();
+    let driver = SinkDriver::new(sink, etl_sink::NdjsonEncoder::new())
+        .dead_letters(letters.clone())
+        .spawn();
+    let times = [
+        json!("2026-12-06T23:59:59Z"),
+        json!("2026-12-07T01:30:00+02:00"),
+        json!(1_796_601_600_000_i64),
+        json!("not a time"),
+    ];
+    let batch = times
+        .iter()
+        .enumerate()
+        .map(|(o, at)| record(0, o as i64, &json!({"at": at, "o": o}).to_string()))
+        .collect();
+    let (_, closed) = deliver(driver, vec![batch]).await;
+    closed.unwrap();
+    let layout: Vec<(String, usize)> = read_folder(&folder.path().join("by-field"), "t")
+        .iter()
+        .map(|(k, _, r)| (k.clone(), r.len()))
+        .collect();
+    assert_eq!(
+        layout,
+        [
+            (
+                "t/dt=2026-12-06/h=23/0-00000000000000000000.ndjson".to_owned(),
+                2
+            ),
+            (
+                "t/dt=2026-12-07/h=00/0-00000000000000000002.ndjson".to_owned(),
+                1
+            ),
+        ],
+    );
+    // A record whose date field is no time is dead-lettered, not placed
+    // under the time of writing.
+    let dead: Vec<i64> = letters
+        .records()
+        .iter()
+        .map(|r| r.position.offset.0)
+        .collect();
+    assert_eq!(dead, [3]);
+
+    // Without `date_field`: the record's timestamp.
+    let text = format!("key = \"{key}\"\n[store]\nkind = \"local\"\npath = \"by-timestamp\"\n");
+    let sink = ObjectStoreSink::new("lake", folder.path(), config(&text)).unwrap();
+    let driver = SinkDriver::new(sink, etl_sink::NdjsonEncoder::new()).spawn();
+    let mut stamped = record(0, 0, "{}");
+    stamped.timestamp = Some(etl_record::Timestamp(1_796_605_200_000));
+    let (_, closed) = deliver(driver, vec![vec![stamped]]).await;
+    closed.unwrap();
+    let keys: Vec<String> = read_folder(&folder.path().join("by-timestamp"), "t")
+        .into_iter()
+        .map(|(k, _, _)| k)
+        .collect();
+    assert_eq!(keys, ["t/dt=2026-12-07/h=01/0-00000000000000000000.ndjson"]);
+}
+
 /// Records of one partition under two topics in one batch: each run of a
 /// topic is an object of its own, as the key's `{topic}` says, though the
 /// key reads no field.
