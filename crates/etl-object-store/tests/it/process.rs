@@ -199,25 +199,111 @@ impl Delays {
     }
 }
 
+/// What a pipeline reads, for the checks of [`kill_loop`]: which records
+/// each partition's stored progress covers, and how many there are.
+pub(crate) enum Input {
+    /// The generator of [`write_pipeline`]: partition `p`'s record at
+    /// offset `o` has id `o * PARTITIONS + p`.
+    Generated,
+    /// One file of lines whose ids are 0, 1, ... in order, `starts[i]`
+    /// the byte offset of id `i`'s line (the file source's offsets).
+    File { starts: Vec<i64> },
+}
+
+impl Input {
+    /// The contract after any kill (see [`assert_progress_covered`]).
+    fn assert_covered(
+        &self,
+        counts: &BTreeMap<i64, usize>,
+        progress: &BTreeMap<i64, i64>,
+        when: &str,
+    ) {
+        match self {
+            Input::Generated => assert_progress_covered(counts, progress, when),
+            Input::File { starts } => {
+                let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+                assert!(twice.is_empty(), "{when}: ids in two objects: {twice:?}");
+                assert!(progress.len() <= 1, "{when}: one file, {progress:?}");
+                for &next in progress.values() {
+                    let missing: Vec<i64> = (0..)
+                        .zip(starts)
+                        .take_while(|&(_, &start)| start < next)
+                        .map(|(id, _)| id)
+                        .filter(|id| !counts.contains_key(id))
+                        .collect();
+                    assert!(
+                        missing.is_empty(),
+                        "{when}: the stored progress {next} covers ids no object holds: {:?}",
+                        &missing[..missing.len().min(10)]
+                    );
+                }
+            }
+        }
+    }
+
+    /// When to kill a run, in milliseconds from its start: a file is
+    /// read as fast as the store takes its objects, so its runs are
+    /// killed sooner for the input to outlast the kills.
+    fn kill_window(&self) -> (u64, u64) {
+        match self {
+            Input::Generated => (150, 1_200),
+            Input::File { .. } => (100, 500),
+        }
+    }
+
+    fn records(&self) -> i64 {
+        match self {
+            Input::Generated => PARTITIONS * PER_PARTITION,
+            Input::File { starts } => starts.len() as i64,
+        }
+    }
+
+    /// The stored progress once every record is in.
+    fn assert_complete(&self, progress: &BTreeMap<i64, i64>) {
+        match self {
+            Input::Generated => {
+                for p in 0..PARTITIONS {
+                    assert_eq!(progress.get(&p), Some(&PER_PARTITION), "{progress:?}");
+                }
+            }
+            Input::File { starts } => {
+                let end = starts.last().map_or(0, |s| s + 1);
+                assert!(
+                    progress.len() == 1 && progress.values().all(|&next| next > end - 1),
+                    "{progress:?}"
+                );
+            }
+        }
+    }
+}
+
 /// Start `etl` on `config` and SIGKILL it at a random point until it was
 /// killed `kills` times while running, checking the store after each
 /// kill; then run it to its end, and check every record is in exactly
 /// one object.
-fn kill_loop(dir: &Path, config: &Path, location: &Location, kills: u32) {
+fn kill_loop(dir: &Path, config: &Path, location: &Location, kills: u32, input: &Input) {
     let mut delays = Delays::new();
     let (mut killed, mut run) = (0, 0);
+    let mut ended = String::new();
     while killed < kills {
         run += 1;
-        assert!(run < kills * 3, "the runs end before they can be killed");
+        assert!(
+            run < kills * 3,
+            "the runs end before they can be killed; the last: {ended}"
+        );
         let mut child = start(dir, config, run);
-        std::thread::sleep(delays.next(150, 1_200));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap();
-            killed += 1;
+        let (from, to) = input.kill_window();
+        std::thread::sleep(delays.next(from, to));
+        match child.try_wait().unwrap() {
+            None => {
+                child.kill().unwrap();
+                killed += 1;
+            }
+            Some(status) => ended = format!("run {run}: {status}: {}", run_stderr(dir, run)),
         }
         child.wait().unwrap();
         let (counts, progress) = tally(&objects_only(location, dir));
-        assert_progress_covered(&counts, &progress, &format!("after run {run}"));
+        input.assert_covered(&counts, &progress, &format!("after run {run}"));
     }
     run += 1;
     let mut child = start(dir, config, run);
@@ -231,19 +317,17 @@ fn kill_loop(dir: &Path, config: &Path, location: &Location, kills: u32) {
         assert!(partial.is_empty(), "partial writes left: {partial:?}");
     }
     let (counts, progress) = tally(location);
-    assert_progress_covered(&counts, &progress, "at the end");
+    input.assert_covered(&counts, &progress, "at the end");
     assert_eq!(
         counts.len() as i64,
-        PARTITIONS * PER_PARTITION,
+        input.records(),
         "every record in an object"
     );
     assert!(
         counts.values().all(|&n| n == 1),
         "every record in one object"
     );
-    for p in 0..PARTITIONS {
-        assert_eq!(progress.get(&p), Some(&PER_PARTITION), "{progress:?}");
-    }
+    input.assert_complete(&progress);
 }
 
 #[test]
@@ -263,6 +347,7 @@ fn the_etl_process_killed_ten_times_into_a_local_folder_stores_every_record_once
         &config,
         &Location::Folder(dir.path().join("lake")),
         10,
+        &Input::Generated,
     );
 }
 
@@ -285,5 +370,54 @@ fn the_etl_process_killed_twenty_times_into_garage_stores_every_record_once() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), 1_000, "", "");
     assert!(etl_binary().is_file());
-    kill_loop(dir.path(), &config, &garage_location(&server, "lake"), 20);
+    kill_loop(
+        dir.path(),
+        &config,
+        &garage_location(&server, "lake"),
+        20,
+        &Input::Generated,
+    );
+}
+
+/// `lines` NDJSON records (ids 0, 1, ...) in `dir/input.ndjson`, and the
+/// pipeline reading that file into the exactly-once sink `lake` on
+/// `store`, as [`write_pipeline`] writes it with the generator; the byte
+/// offset of each line.
+fn write_file_pipeline(dir: &Path, store: &str, lines: i64) -> (PathBuf, Vec<i64>) {
+    let mut text = String::new();
+    let mut starts = Vec::new();
+    for id in 0..lines {
+        starts.push(text.len() as i64);
+        text.push_str(&format!(
+            "{{\"id\":{id},\"user\":\"user-{}\",\"amount\":{}.25}}\n",
+            id % 97,
+            id % 1_000
+        ));
+    }
+    std::fs::write(dir.join("input.ndjson"), text).unwrap();
+    let config = write_pipeline(dir, store, 1, "", "");
+    let generated = std::fs::read_to_string(&config).unwrap();
+    let start = generated.find("[source]").unwrap();
+    let end = generated.find("[[sinks]]").unwrap();
+    let file = "[source]\ntype = \"file\"\npaths = [\"input.ndjson\"]\nmax_batch_records = 50\n\n";
+    let text = format!("{}{file}{}", &generated[..start], &generated[end..])
+        .replace("batch_max_records = 200", "batch_max_records = 50");
+    std::fs::write(&config, text).unwrap();
+    (config, starts)
+}
+
+#[test]
+fn the_etl_process_reading_a_file_killed_twenty_times_into_garage_stores_every_line_once() {
+    let server = Garage::start().unwrap();
+    server.create_bucket("lake").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, starts) = write_file_pipeline(dir.path(), &garage_store(&server, "lake"), 64_000);
+    assert!(etl_binary().is_file());
+    kill_loop(
+        dir.path(),
+        &config,
+        &garage_location(&server, "lake"),
+        20,
+        &Input::File { starts },
+    );
 }
