@@ -721,10 +721,13 @@ impl<'a> Cx<'a> {
     /// the fast path leaves to VRL (see [`LiteProgram::run`]).
     fn open(input: &'a [u8], checked: bool, spare: &mut Spare) -> Option<Self> {
         let doc = simdutf8::basic::from_utf8(input).ok()?;
-        let top = scan::recycle(std::mem::take(&mut spare.top));
+        // The spare vectors are empty ([`Cx::close`] empties them), and
+        // taken as they are: a vector of values borrowed for `'static`
+        // is one of values borrowed for less.
+        let top: Entries<'a> = std::mem::take(&mut spare.top);
         let mut objects = Objects {
             at: std::mem::take(&mut spare.objects),
-            entries: scan::recycle_each(std::mem::take(&mut spare.entries)),
+            entries: std::mem::take(&mut spare.entries),
         };
         objects.at.clear();
         // Unchecked, the reading checks the whole value on the way (and
@@ -747,8 +750,8 @@ impl<'a> Cx<'a> {
         Some(Cx {
             doc,
             top,
-            vars: scan::recycle(std::mem::take(&mut spare.vars)),
-            overlay: Obj(scan::recycle(std::mem::take(&mut spare.overlay))),
+            vars: std::mem::take(&mut spare.vars),
+            overlay: Obj(std::mem::take(&mut spare.overlay)),
             objects: RefCell::new(objects),
             number: Cell::new(None),
         })

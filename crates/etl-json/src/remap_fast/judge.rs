@@ -147,7 +147,7 @@ impl<'a> Reading<'a> {
     /// on checked input); `spare` lends the entries' vector.
     fn fields(input: &'a [u8], keys: &'a [String], spare: &mut Spare) -> Option<Self> {
         let doc = simdutf8::basic::from_utf8(input).ok()?;
-        let top = check::entries_in(doc, scan::recycle(std::mem::take(&mut spare.top)))?;
+        let top = check::entries_in(doc, std::mem::take(&mut spare.top))?;
         let mut values = [None; MAX_FIELDS];
         for (value, key) in values.iter_mut().zip(keys) {
             *value = last_of(&top, key);
