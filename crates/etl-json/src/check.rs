@@ -236,13 +236,14 @@ fn read<'a, K: Keep<'a>>(text: &'a str, mut out: Entries<'a>, keep: &mut K) -> O
 
 /// The key whose text (quotes included) is `text[start..end]`, a string
 /// [`string`] took (its escapes are ones serde_json decodes), with
-/// escapes when `escaped`: not decoded.
+/// escapes when `escaped`: not decoded. Without escapes, [`string`]
+/// stopped at the first quote after the opening one: none is between.
 #[inline(always)]
 fn key(text: &str, start: usize, end: usize, escaped: bool) -> Option<RawKey<'_>> {
     if escaped {
         RawKey::with_escapes(text.get(start..end)?)
     } else {
-        RawKey::unescaped(text.get(start + 1..end - 1)?)
+        Some(RawKey::between_quotes(text.get(start + 1..end - 1)?))
     }
 }
 

@@ -43,6 +43,15 @@ impl<'a> RawKey<'a> {
         (!inner.starts_with('"')).then_some(RawKey(inner))
     }
 
+    /// The key without escapes whose text between its quotes is `inner`,
+    /// read by a reader that stopped at the first quote after the
+    /// opening one (so `inner` has none), and saw no backslash: not
+    /// checked again.
+    #[inline(always)]
+    pub(crate) fn between_quotes(inner: &'a str) -> Self {
+        RawKey(inner)
+    }
+
     /// The key with escapes whose text, quotes included, is `quoted`;
     /// `None` when `quoted` is not quoted or has no backslash.
     pub(crate) fn with_escapes(quoted: &'a str) -> Option<Self> {
