@@ -24,7 +24,6 @@
 //! past an `f64`, which serde_json's and VRL's readings refuse), and
 //! nesting as deep as serde_json's limit of 128 (see [`MAX_DEPTH`]).
 
-use std::borrow::Cow;
 use std::ops::Range;
 
 #[cfg(all(
@@ -32,7 +31,7 @@ use std::ops::Range;
     target_feature = "sse2"
 ))]
 use crate::block;
-use crate::scan::{self, Entries};
+use crate::scan::{self, Entries, Entry, RawKey};
 
 use scan::MAX_DEPTH;
 
@@ -82,7 +81,7 @@ pub(crate) struct Kept<'a, 'v> {
 impl<'a, 'v> Kept<'a, 'v> {
     /// The entries of the object whose text is `text` (a slice of the
     /// document), when it was kept.
-    pub(crate) fn get(&self, text: &str) -> Option<&'v [(Cow<'a, str>, &'a str)]> {
+    pub(crate) fn get(&self, text: &str) -> Option<&'v [Entry<'a>]> {
         let start = text.as_ptr().addr().wrapping_sub(self.doc.as_ptr().addr());
         if start.saturating_add(text.len()) > self.doc.len() {
             return None;
@@ -235,14 +234,17 @@ fn read<'a, K: Keep<'a>>(text: &'a str, mut out: Entries<'a>, keep: &mut K) -> O
     }
 }
 
-/// The key whose text (quotes included) is `text[start..end]`.
+/// The key whose text (quotes included) is `text[start..end]`, a string
+/// [`string`] took (its escapes are ones serde_json decodes), with
+/// escapes when `escaped`: not decoded. Without escapes, [`string`]
+/// stopped at the first quote after the opening one: none is between.
 #[inline(always)]
-fn key(text: &str, start: usize, end: usize, escaped: bool) -> Option<Cow<'_, str>> {
-    Some(if escaped {
-        Cow::Owned(serde_json::from_str::<String>(text.get(start..end)?).ok()?)
+fn key(text: &str, start: usize, end: usize, escaped: bool) -> Option<RawKey<'_>> {
+    if escaped {
+        RawKey::with_escapes(text.get(start..end)?)
     } else {
-        Cow::Borrowed(text.get(start + 1..end - 1)?)
-    })
+        Some(RawKey::between_quotes(text.get(start + 1..end - 1)?))
+    }
 }
 
 /// The text being read, and what is done with nested objects.
@@ -595,7 +597,7 @@ mod tests {
     fn read(text: &str) -> Option<Vec<(String, String)>> {
         entries_in(text, Vec::new()).map(|e| {
             e.into_iter()
-                .map(|(k, v)| (k.into_owned(), v.to_owned()))
+                .map(|(k, v)| (k.decoded().unwrap().into_owned(), v.to_owned()))
                 .collect()
         })
     }
@@ -817,7 +819,10 @@ mod tests {
             entries: &entries,
         };
         let k0 = doc.find("{\"v\":0}").unwrap();
-        assert_eq!(kept.get(&doc[k0..]).unwrap(), &[(Cow::Borrowed("v"), "0")]);
+        assert_eq!(
+            kept.get(&doc[k0..]).unwrap(),
+            &[(RawKey::unescaped("v").unwrap(), "0")]
+        );
         let k39 = doc.find("{\"v\":39}").unwrap();
         assert!(kept.get(&doc[k39..]).is_none());
     }

@@ -198,9 +198,11 @@ impl<'d> Verbatim<'d> {
 
     /// Where the entry `key`/`value`, as the checking pass reads them,
     /// starts in `text` when its text is what writing it writes: a key
-    /// borrowed from `text` (one without escapes, written as it is),
-    /// then a colon, then the value, with no space between. A key with
-    /// escapes is read into a string of its own, outside `text`.
+    /// without escapes, borrowed from `text` (written as it is), then a
+    /// colon, then the value, with no space between. (A key with escapes
+    /// is written as serde_json writes its value, never as it stands:
+    /// callers do not ask for one.)
+    #[inline]
     pub(crate) fn start(text: &str, key: &str, value: &str) -> Option<usize> {
         let base = text.as_ptr().addr();
         let quote = key.as_ptr().addr().checked_sub(base)?.checked_sub(1)?;
@@ -210,7 +212,7 @@ impl<'d> Verbatim<'d> {
             && b.get(colon - 1) == Some(&b'"')
             && b.get(colon) == Some(&b':')
             && value.as_ptr().addr().checked_sub(base) == Some(colon + 1)
-            && !value.ends_with(|c: char| c.is_ascii_whitespace());
+            && !value.as_bytes().last().is_some_and(u8::is_ascii_whitespace);
         written_so.then_some(quote)
     }
 
@@ -437,14 +439,11 @@ mod round_trip {
         match (old, new) {
             (Value::Object(_), Value::Object(n)) => {
                 let (raws, outs) = (scan::entries(raw).unwrap(), scan::entries(out).unwrap());
-                fn last<'a>(
-                    entries: &[(std::borrow::Cow<'_, str>, &'a str)],
-                    key: &str,
-                ) -> Option<&'a str> {
+                fn last<'a>(entries: &[scan::Entry<'a>], key: &str) -> Option<&'a str> {
                     entries
                         .iter()
                         .rev()
-                        .find(|(k, _)| k == key)
+                        .find(|(k, _)| k.is(key).unwrap())
                         .map(|(_, v)| *v)
                 }
                 for key in n.keys() {

@@ -7,10 +7,19 @@ use crate::{JsonOp, JsonStage, check, scan};
 /// An object's entries: each key (unescaped) and its value's text.
 pub type Entries = Vec<(String, String)>;
 
-fn owned(entries: &[(std::borrow::Cow<'_, str>, &str)]) -> Entries {
+/// The entries, each key decoded. A key that does not decode (which the
+/// readers refuse before they give it) is given as it is held, quotes
+/// and escapes included: no reading of serde_json's gives that key, so
+/// a target holding a reader to serde_json sees the difference.
+fn owned(entries: &[scan::Entry<'_>]) -> Entries {
     entries
         .iter()
-        .map(|(k, v)| (k.to_string(), (*v).to_owned()))
+        .map(|(k, v)| {
+            let key = k
+                .decoded()
+                .map_or_else(|| k.held().to_owned(), |k| k.into_owned());
+            (key, (*v).to_owned())
+        })
         .collect()
 }
 

@@ -251,14 +251,23 @@ impl FastStage {
         s.keys.clear();
         s.entries.clear();
         s.edited.clear();
-        for (key, value) in read {
+        for &(key, value) in read {
             let start = s.keys.len();
-            s.keys.push_str(key);
+            // A key with escapes is decoded here, where its value is
+            // needed (the reading refused what does not decode).
+            let plain = key.plain();
+            match plain {
+                Some(plain) => s.keys.push_str(plain),
+                None => match key.decoded() {
+                    Some(decoded) => s.keys.push_str(&decoded),
+                    None => return Fast::Fallback,
+                },
+            }
             let at = value.as_ptr().addr() - text.as_ptr().addr();
             s.entries.push(Entry {
                 key: start..s.keys.len(),
                 raw: at..at + value.len(),
-                span: Verbatim::start(text, key, value),
+                span: plain.and_then(|key| Verbatim::start(text, key, value)),
                 read: true,
                 state: State::Original,
             });
@@ -406,7 +415,7 @@ impl Scratch {
             text = match text.as_bytes().first() {
                 // The record was read (and checked) whole above.
                 Some(b'{') => match kept.get(text) {
-                    Some(entries) => entries.iter().rev().find(|(k, _)| k == segment)?.1,
+                    Some(entries) => scan::last(entries, segment)??,
                     None => scan::find(text, segment)??,
                 },
                 Some(b'[') => scan::items(text)?.get(index(segment)?)?,
@@ -701,22 +710,30 @@ fn drop_in(
             &scanned[..]
         }
     };
-    let Some(last) = entries.iter().rposition(|(k, _)| k == wanted) else {
+    let mut last = None;
+    for (i, (k, _)) in entries.iter().enumerate().rev() {
+        if k.is(wanted)? {
+            last = Some(i);
+            break;
+        }
+    }
+    let Some(last) = last else {
         return Some(false);
     };
     let start = out.len();
     out.push(b'{');
     let mut first = true;
     let mut run = Verbatim::new(text);
-    for (i, (key, value)) in entries.iter().enumerate() {
-        if entries[i + 1..].iter().any(|(k, _)| k == key) {
+    for (i, &(key, value)) in entries.iter().enumerate() {
+        if scan::has_key(&entries[i + 1..], key)? {
             continue;
         }
         if i == last && rest.is_empty() {
             continue;
         }
         if i != last
-            && let Some(from) = Verbatim::start(text, key, value)
+            && let Some(plain) = key.plain()
+            && let Some(from) = Verbatim::start(text, plain, value)
         {
             let end = value.as_ptr().addr() - text.as_ptr().addr() + value.len();
             run.take(from, end, out, &mut first);
@@ -726,7 +743,7 @@ fn drop_in(
         if !std::mem::take(&mut first) {
             out.push(b',');
         }
-        write_key(out, key);
+        write_key(out, &key.decoded()?);
         out.push(b':');
         if i == last {
             match drop_in(value, rest, out, kept) {
@@ -859,6 +876,37 @@ mod tests {
             r#"{}"#,
         ] {
             assert_eq!(fast(&ops(), input), tree(&ops(), input), "{input}");
+        }
+    }
+
+    #[test]
+    fn keys_with_escapes_are_the_keys_they_decode_to() {
+        let ops = vec![
+            JsonOp::Filter {
+                path: JsonOp::path("a.b"),
+                op: CompareOp::Eq,
+                value: Value::from(1),
+            },
+            JsonOp::Drop {
+                path: JsonOp::path("a.c"),
+            },
+            JsonOp::Rename {
+                from: JsonOp::path("ab"),
+                to: JsonOp::path("z"),
+            },
+        ];
+        for input in [
+            // `"\u0062"` is `"b"`, `"\u0063"` is `"c"`: of duplicates, the
+            // last is live, however written.
+            r#"{"a":{"\u0062":1,"c":2,"\u0063":3},"k\"q":0}"#,
+            r#"{"\u0061":{"b":1,"c":2},"a":{"b":1,"\u0063":2,"d":4}}"#,
+            r#"{"a":{"b":2,"\u0062":1}}"#,
+            r#"{"a":{"\u0062":1},"a\u0062":5,"ab":6,"caf\u00e9":7}"#,
+            r#"{"a":{"b\\":1}}"#,
+        ] {
+            let fast = fast(&ops, input);
+            assert!(!matches!(fast, Fast::Fallback), "{input}");
+            assert_eq!(fast, tree(&ops, input), "{input}");
         }
     }
 

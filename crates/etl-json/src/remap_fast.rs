@@ -42,7 +42,7 @@ use crate::conditions::Verdict;
 use crate::faithful::{self, Verbatim};
 use crate::number;
 use crate::ops::CompareOp;
-use crate::scan::{self, Entries};
+use crate::scan::{self, Entries, Entry};
 
 pub(crate) mod judge;
 
@@ -699,7 +699,7 @@ impl<'a> Objects<'a> {
 
     /// The entries of the object whose text is `text`, a slice of `doc`,
     /// when read.
-    fn get(&self, doc: &'a str, text: &str) -> Option<&[(Cow<'a, str>, &'a str)]> {
+    fn get(&self, doc: &'a str, text: &str) -> Option<&[Entry<'a>]> {
         let kept = check::Kept {
             doc,
             objects: &self.at,
@@ -721,10 +721,13 @@ impl<'a> Cx<'a> {
     /// the fast path leaves to VRL (see [`LiteProgram::run`]).
     fn open(input: &'a [u8], checked: bool, spare: &mut Spare) -> Option<Self> {
         let doc = simdutf8::basic::from_utf8(input).ok()?;
-        let top = scan::recycle(std::mem::take(&mut spare.top));
+        // The spare vectors are empty ([`Cx::close`] empties them), and
+        // taken as they are: a vector of values borrowed for `'static`
+        // is one of values borrowed for less.
+        let top: Entries<'a> = std::mem::take(&mut spare.top);
         let mut objects = Objects {
             at: std::mem::take(&mut spare.objects),
-            entries: scan::recycle_each(std::mem::take(&mut spare.entries)),
+            entries: std::mem::take(&mut spare.entries),
         };
         objects.at.clear();
         // Unchecked, the reading checks the whole value on the way (and
@@ -747,8 +750,8 @@ impl<'a> Cx<'a> {
         Some(Cx {
             doc,
             top,
-            vars: scan::recycle(std::mem::take(&mut spare.vars)),
-            overlay: Obj(scan::recycle(std::mem::take(&mut spare.overlay))),
+            vars: std::mem::take(&mut spare.vars),
+            overlay: Obj(std::mem::take(&mut spare.overlay)),
             objects: RefCell::new(objects),
             number: Cell::new(None),
         })
@@ -798,7 +801,7 @@ impl<'a> Cx<'a> {
             return Err(Stop::Fallback);
         }
         let first = filter.path.first().ok_or(Stop::Fallback)?;
-        let top = last_of(&self.top, first);
+        let top = last_of(&self.top, first)?;
         // A top-level number, read once for every filter comparing it
         // (as `filter_on` compares it: `number::compare` is this).
         if let (Some(text), [_]) = (top, filter.path.as_slice())
@@ -994,6 +997,7 @@ impl<'a> Cx<'a> {
     }
 
     /// The text at a path in the record as read.
+    #[inline(always)]
     fn original(&self, path: &[OwnedSegment]) -> Run<Option<&'a str>> {
         let Some((first, rest)) = path.split_first() else {
             return Ok(Some(self.doc));
@@ -1001,7 +1005,7 @@ impl<'a> Cx<'a> {
         let Some(key) = field(first) else {
             return Ok(None);
         };
-        let Some(mut text) = last_of(&self.top, key) else {
+        let Some(mut text) = last_of(&self.top, key)? else {
             return Ok(None);
         };
         for segment in rest {
@@ -1066,7 +1070,7 @@ impl<'a> Cx<'a> {
         }
         let mut objects = self.objects.borrow_mut();
         if let Some(entries) = objects.get(self.doc, text) {
-            return Ok(last_of(entries, key.as_str()));
+            return last_of(entries, key.as_str());
         }
         let slot = Objects::SCANNED;
         if objects.entries.len() <= slot {
@@ -1076,7 +1080,7 @@ impl<'a> Cx<'a> {
         let from = scanned.len();
         scan::append_entries(text, scanned).ok_or(Stop::Fallback)?;
         let range = from..scanned.len();
-        let found = last_of(&scanned[range.clone()], key.as_str());
+        let found = last_of(&scanned[range.clone()], key.as_str())?;
         objects.at.push(check::Object {
             at: start,
             end: 0,
@@ -1323,13 +1327,11 @@ fn filter_on(top: Option<&str>, filter: &JsonFilter) -> Run<bool> {
     ))
 }
 
-/// The last value of `key` among an object's entries.
-fn last_of<'a>(entries: &[(Cow<'a, str>, &'a str)], key: &str) -> Option<&'a str> {
-    entries
-        .iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| *v)
+/// The last value of `key` among an object's entries; not decided here
+/// when a key after it does not decode.
+#[inline(always)]
+fn last_of<'a>(entries: &[Entry<'a>], key: &str) -> Run<Option<&'a str>> {
+    scan::last(entries, key).ok_or(Stop::Fallback)
 }
 
 /// The value one segment down from an object's or array's text.
@@ -1398,15 +1400,14 @@ struct Known<'k, 'a> {
 /// record and written inside an object it was not in (`.a.b = .d`) can
 /// make the record one level deeper than it was read, past what a later
 /// stage, or a router's condition, reads.
-fn write_object<'o, 'k>(
+fn write_object(
     known: &Known<'_, '_>,
     text: &str,
-    read: Option<&[(Cow<'_, str>, &str)]>,
-    obj: &'o Obj<'k>,
+    read: Option<&[Entry<'_>]>,
+    obj: &Obj<'_>,
     depth: usize,
     out: &mut Vec<u8>,
 ) -> serde_json::Result<bool> {
-    let start = out.len();
     let owned;
     let entries = match read {
         Some(e) => e,
@@ -1416,18 +1417,61 @@ fn write_object<'o, 'k>(
             &owned
         }
     };
+    // Keys without escapes are one key when written alike, and each is
+    // its text: an object without a key with escapes (nearly every one)
+    // is written by a copy of the writer that never decodes.
+    if entries.iter().any(|(k, _)| k.escaped()) {
+        write_entries::<true>(known, text, entries, obj, depth, out)
+    } else {
+        write_entries::<false>(known, text, entries, obj, depth, out)
+    }
+}
+
+/// [`write_object`] once the object's entries are read; `ESCAPES`: some
+/// key has escapes (else each key is compared and written as it stands).
+fn write_entries<'o, 'k, const ESCAPES: bool>(
+    known: &Known<'_, '_>,
+    text: &str,
+    entries: &[Entry<'_>],
+    obj: &'o Obj<'k>,
+    depth: usize,
+    out: &mut Vec<u8>,
+) -> serde_json::Result<bool> {
+    let start = out.len();
     let mut changed = false;
     let mut first = true;
     let mut run = Verbatim::new(text);
     out.push(b'{');
-    for (i, (key, raw)) in entries.iter().enumerate() {
+    for (i, &(key, raw)) in entries.iter().enumerate() {
         // Only the last of duplicate keys is live.
-        if entries[i + 1..].iter().any(|(k, _)| k == key) {
+        let later = &entries[i + 1..];
+        let duplicate = if ESCAPES {
+            scan::has_key(later, key).ok_or_else(undecoded)?
+        } else {
+            later.iter().any(|(k, _)| k.alike(key))
+        };
+        if duplicate {
             continue;
         }
-        let node = obj.get(key);
+        // A key with escapes is decoded here, where its value is needed,
+        // and written as serde_json writes it.
+        let plain = if ESCAPES {
+            key.plain()
+        } else {
+            Some(key.held())
+        };
+        let decoded: String;
+        let name = match plain {
+            Some(name) => name,
+            None => {
+                decoded = decode(key)?;
+                &decoded
+            }
+        };
+        let node = obj.get(name);
         if node.is_none()
-            && let Some(from) = Verbatim::start(text, key, raw)
+            && let Some(name) = plain
+            && let Some(from) = Verbatim::start(text, name, raw)
         {
             let end = raw.as_ptr().addr() - text.as_ptr().addr() + raw.len();
             run.take(from, end, out, &mut first);
@@ -1437,21 +1481,21 @@ fn write_object<'o, 'k>(
         match node {
             None => {
                 comma(out, &mut first);
-                write_key(out, key)?;
+                write_key(out, name)?;
                 out.extend_from_slice(raw.trim().as_bytes());
             }
             Some(Node::Deleted) => changed = true,
             Some(Node::Set(new)) => {
                 within(new, depth)?;
                 comma(out, &mut first);
-                write_key(out, key)?;
+                write_key(out, name)?;
                 let old: Value = serde_json::from_str(raw)?;
                 changed |= old != *new;
                 faithful::write(raw, &old, new, out)?;
             }
             Some(Node::Children(inner)) => {
                 comma(out, &mut first);
-                write_key(out, key)?;
+                write_key(out, name)?;
                 let read = known.objects.get(known.doc, raw);
                 changed |= write_object(known, raw, read, inner, depth + 1, out)?;
             }
@@ -1461,10 +1505,6 @@ fn write_object<'o, 'k>(
     // The fields the object did not have, in key order. Changes inside an
     // object the record does not have cannot be made (see `Cx::parent`);
     // deleting a missing key is none.
-    let added = |(k, n): &'o (&'k str, Node<'k>)| match n {
-        Node::Set(v) if last_of(entries, k).is_none() => Some((*k, v)),
-        Node::Set(_) | Node::Deleted | Node::Children(_) => None,
-    };
     let mut write_added = |key: &str, value: &Value| -> serde_json::Result<()> {
         within(value, depth)?;
         changed = true;
@@ -1472,19 +1512,39 @@ fn write_object<'o, 'k>(
         write_key(out, key)?;
         write_value(out, value)
     };
-    let mut new = obj.0.iter().filter_map(added);
-    if let Some((key, value)) = new.next() {
-        if let Some(second) = new.next() {
-            // More than one: sorted (a program's one new field, the
-            // common case, needs no vector).
-            let mut all: Vec<(&str, &Value)> = vec![(key, value), second];
-            all.extend(new);
-            all.sort_by(|a, b| a.0.cmp(b.0));
-            for (key, value) in all {
+    // A program's one new field, the common case, needs no vector; more
+    // are sorted (the overlay has each key once).
+    let mut one: Option<(&str, &Value)> = None;
+    let mut more: Vec<(&str, &Value)> = Vec::new();
+    for (key, node) in &obj.0 {
+        let Node::Set(value) = node else { continue };
+        let last = if ESCAPES {
+            scan::last(entries, key)
+        } else {
+            Some(
+                entries
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| k.held() == *key)
+                    .map(|e| e.1),
+            )
+        };
+        match last {
+            Some(None) if one.is_none() => one = Some((key, value)),
+            Some(None) => more.push((key, value)),
+            Some(Some(_)) => {}
+            None => return Err(undecoded()),
+        }
+    }
+    if let Some((key, value)) = one {
+        if more.is_empty() {
+            write_added(key, value)?;
+        } else {
+            more.push((key, value));
+            more.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, value) in more {
                 write_added(key, value)?;
             }
-        } else {
-            write_added(key, value)?;
         }
     }
     out.push(b'}');
@@ -1493,6 +1553,20 @@ fn write_object<'o, 'k>(
         out.extend_from_slice(text.trim().as_bytes());
     }
     Ok(changed)
+}
+
+/// The error of a key the fast path cannot decode: the record is left to
+/// VRL. (The readers refuse such keys before: not met.)
+#[cold]
+fn undecoded() -> serde_json::Error {
+    serde::de::Error::custom("a key the fast path cannot decode")
+}
+
+/// The value of a key with escapes.
+#[cold]
+#[inline(never)]
+fn decode(key: scan::RawKey<'_>) -> serde_json::Result<String> {
+    key.decoded().map(Cow::into_owned).ok_or_else(undecoded)
 }
 
 /// An error unless `value`, written in an object nested `depth` deep,
@@ -1602,6 +1676,76 @@ mod tests {
             written(program, &format!(r#"{{"items":{items}}}"#)),
             format!(r#"{{"items":{items},"total_cents":325}}"#)
         );
+    }
+
+    /// What VRL's runtime writes for `program` on `input`.
+    fn by_vrl(program: &str, input: &str) -> String {
+        use crate::{Remap, VrlProgram};
+        use etl_record::{Position, Record};
+        use etl_transform::{Outcome, Transform};
+        let compiled = VrlProgram::remap(program).unwrap().runtime_only();
+        match Remap::new("r", compiled).apply(Record::new(Position::default(), input.to_owned())) {
+            Outcome::Keep(r) => String::from_utf8(r.value.to_vec()).unwrap(),
+            _ => panic!("VRL keeps {input}"),
+        }
+    }
+
+    #[test]
+    fn keys_with_escapes_are_the_keys_they_decode_to() {
+        for (program, input, expected) in [
+            // `"a\u0062"` is `"ab"`: of duplicates, however written, the
+            // last is live, and is written once, where it stands.
+            (
+                ".c = .ab",
+                r#"{"a\u0062":1,"ab":2,"c":0}"#,
+                r#"{"ab":2,"c":2}"#,
+            ),
+            (
+                ".c = .ab",
+                r#"{"ab":2,"a\u0062":1,"c":0}"#,
+                r#"{"ab":1,"c":1}"#,
+            ),
+            ("del(.ab)", r#"{"a\u0062":1,"c":0}"#, r#"{"c":0}"#),
+            (".ab = 5", r#"{"c":0,"a\u0062":1}"#, r#"{"c":0,"ab":5}"#),
+            // A key with escapes in an object the program changes is
+            // written as serde_json writes its value (as VRL's writer
+            // does), whether the program touched it or not.
+            (
+                ".a = 1",
+                r#"{"k\"q":1,"caf\u00e9":2,"x\/y":3,"a":0}"#,
+                r#"{"k\"q":1,"café":2,"x/y":3,"a":1}"#,
+            ),
+            // Nested: read and changed by the decoded key; keys a plain
+            // key is only a part of are not it.
+            (
+                ".o.c = .o.b",
+                r#"{"o":{"\u0062":1,"c":2}}"#,
+                r#"{"o":{"b":1,"c":1}}"#,
+            ),
+            (
+                ".o.d = .o.b",
+                r#"{"o":{"\u0062\\":1,"b":7,"\\":3}}"#,
+                r#"{"o":{"b\\":1,"b":7,"\\":3,"d":7}}"#,
+            ),
+        ] {
+            for checked in [false, true] {
+                let lite = LiteProgram::new(program).expect("in the fast subset");
+                let got = lite.run(input.as_bytes(), &mut Arena::default(), true, checked);
+                let Lite::Done(Some(bytes), _) = got else {
+                    panic!("{program} on {input} (checked: {checked}): {got:?}");
+                };
+                assert_eq!(
+                    std::str::from_utf8(&bytes).unwrap(),
+                    expected,
+                    "{program} on {input}"
+                );
+            }
+            assert_eq!(
+                by_vrl(program, input),
+                expected,
+                "{program} on {input}: VRL"
+            );
+        }
     }
 
     #[test]

@@ -9,10 +9,223 @@
 
 use std::borrow::Cow;
 
-/// An object's entries in written order, duplicates included: each key
-/// (unescaped) and its value's text.
+/// An object's entry: its key as written and its value's text.
+pub(crate) type Entry<'a> = (RawKey<'a>, &'a str);
+
+/// An object's entries in written order, duplicates included. An entry
+/// borrows all it holds from the text: emptying a vector of them drops
+/// nothing, whatever its length.
 #[cfg_attr(not(feature = "remap"), allow(dead_code))]
-pub(crate) type Entries<'a> = Vec<(Cow<'a, str>, &'a str)>;
+pub(crate) type Entries<'a> = Vec<Entry<'a>>;
+
+/// An object's key as it is written in the object's text, decoded only
+/// where its value is needed: compared with another key, written, or
+/// handed to a reader of its own.
+///
+/// A key without escapes is the text between its quotes, which is its
+/// value as it stands. A key with escapes is its whole quoted text,
+/// escapes and all (what serde_json decodes). The two never meet: a key
+/// without escapes has no quote between its quotes, so its text never
+/// starts with one, and a key with escapes always does.
+///
+/// Keys have no `PartialEq` outside the tests, where two keys are the
+/// same text as written: `"a\u0062"` and `"ab"` are one key, which only
+/// [`RawKey::same`] and [`RawKey::is`] say.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawKey<'a>(&'a str);
+
+impl<'a> RawKey<'a> {
+    /// The key without escapes whose text between its quotes is `inner`;
+    /// `None` when `inner` starts with a quote (a key without escapes has
+    /// none).
+    #[inline(always)]
+    pub(crate) fn unescaped(inner: &'a str) -> Option<Self> {
+        (!inner.starts_with('"')).then_some(RawKey(inner))
+    }
+
+    /// The key without escapes whose text between its quotes is `inner`,
+    /// read by a reader that stopped at the first quote after the
+    /// opening one (so `inner` has none), and saw no backslash: not
+    /// checked again.
+    #[inline(always)]
+    pub(crate) fn between_quotes(inner: &'a str) -> Self {
+        RawKey(inner)
+    }
+
+    /// The key with escapes whose text, quotes included, is `quoted`;
+    /// `None` when `quoted` is not quoted or has no backslash.
+    pub(crate) fn with_escapes(quoted: &'a str) -> Option<Self> {
+        let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
+        inner.contains('\\').then_some(RawKey(quoted))
+    }
+
+    /// Whether the key has escapes.
+    #[inline(always)]
+    pub(crate) fn escaped(self) -> bool {
+        self.0.as_bytes().first() == Some(&b'"')
+    }
+
+    /// The key, when it has no escapes: its text as written is its value.
+    #[inline(always)]
+    pub(crate) fn plain(self) -> Option<&'a str> {
+        (!self.escaped()).then_some(self.0)
+    }
+
+    /// The key's text as it is held: between its quotes without escapes,
+    /// quotes included with them.
+    #[cfg_attr(not(any(feature = "remap", feature = "fuzzing")), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn held(self) -> &'a str {
+        self.0
+    }
+
+    /// The key's value: borrowed from the text without escapes, decoded
+    /// by serde_json with them. `None` when serde_json refuses the
+    /// escapes (a lone surrogate), which the readers refuse before.
+    pub(crate) fn decoded(self) -> Option<Cow<'a, str>> {
+        match self.plain() {
+            Some(key) => Some(Cow::Borrowed(key)),
+            None => serde_json::from_str::<String>(self.0).ok().map(Cow::Owned),
+        }
+    }
+
+    /// Whether the key is `wanted`. A key without escapes is compared as
+    /// it stands, without decoding; one with escapes is decoded (see
+    /// [`RawKey::is_decoded`]). `None` when it does not decode.
+    #[inline(always)]
+    pub(crate) fn is(self, wanted: &str) -> Option<bool> {
+        if self.0 == wanted {
+            // A key with escapes decodes shorter than its quoted text.
+            Some(!self.escaped())
+        } else if !self.escaped() {
+            Some(false)
+        } else {
+            self.is_decoded(wanted)
+        }
+    }
+
+    /// [`RawKey::is`] for a key with escapes: decoded when its value can
+    /// be as long as `wanted` (each escape decodes to fewer bytes than it
+    /// is written with, so a key with escapes is shorter than the text
+    /// between its quotes).
+    #[cold]
+    #[inline(never)]
+    fn is_decoded(self, wanted: &str) -> Option<bool> {
+        if wanted.len() + 2 >= self.0.len() {
+            return Some(false);
+        }
+        Some(self.decoded()? == wanted)
+    }
+
+    /// Whether two keys are one (the same value, however written): two
+    /// keys written alike are, two without escapes written otherwise are
+    /// not, and the rest are decoded. `None` when one does not decode.
+    #[inline(always)]
+    pub(crate) fn same(self, other: RawKey<'_>) -> Option<bool> {
+        if self.0 == other.0 {
+            Some(true)
+        } else if !self.escaped() && !other.escaped() {
+            Some(false)
+        } else {
+            self.same_decoded(other)
+        }
+    }
+
+    /// Whether two keys are written alike (then they are one key; keys
+    /// without escapes are one key only so).
+    #[cfg_attr(not(feature = "remap"), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn alike(self, other: RawKey<'_>) -> bool {
+        self.0 == other.0
+    }
+
+    /// [`RawKey::same`] for keys written otherwise, one with escapes.
+    #[cold]
+    #[inline(never)]
+    fn same_decoded(self, other: RawKey<'_>) -> Option<bool> {
+        match (self.plain(), other.plain()) {
+            (Some(a), _) => other.is(a),
+            (None, Some(b)) => self.is(b),
+            (None, None) => Some(self.decoded()? == other.decoded()?),
+        }
+    }
+}
+
+/// The value of the last entry of `key` among `entries` (`Some(None)`:
+/// there is none); `None` when a key after it does not decode. Keys
+/// without escapes are compared as they stand; from the last key with
+/// escapes that may be `key` (one longer than it, with its quotes, by
+/// more than two bytes: see [`RawKey::is_decoded`]) on, the keys are
+/// decoded.
+#[inline(always)]
+pub(crate) fn last<'a>(entries: &[Entry<'a>], key: &str) -> Option<Option<&'a str>> {
+    let mut i = entries.len();
+    while i > 0 {
+        i -= 1;
+        let (k, v) = entries[i];
+        if k.0 == key {
+            // Written as `key`, a key with escapes is shorter than it.
+            if !k.escaped() {
+                return Some(Some(v));
+            }
+        } else if k.0.len() > key.len() + 2 && k.escaped() {
+            return last_decoding(&entries[..=i], key);
+        }
+    }
+    Some(None)
+}
+
+/// [`last`], each key compared by [`RawKey::is`].
+#[cold]
+#[inline(never)]
+fn last_decoding<'a>(entries: &[Entry<'a>], key: &str) -> Option<Option<&'a str>> {
+    for &(k, v) in entries.iter().rev() {
+        if k.is(key)? {
+            return Some(Some(v));
+        }
+    }
+    Some(None)
+}
+
+/// Whether `key` is the key of one of `entries`; `None` when a key does
+/// not decode. Two keys written alike are one; when neither has escapes,
+/// two keys written otherwise are not, and the rest are decoded.
+#[inline(always)]
+pub(crate) fn has_key(entries: &[Entry<'_>], key: RawKey<'_>) -> Option<bool> {
+    if key.escaped() {
+        return has_key_decoding(entries, key);
+    }
+    for (i, &(k, _)) in entries.iter().enumerate() {
+        if k.0 == key.0 {
+            return Some(true);
+        }
+        if k.0.len() > key.0.len() + 2 && k.escaped() {
+            return has_key_decoding(&entries[i..], key);
+        }
+    }
+    Some(false)
+}
+
+/// [`has_key`], each key compared by [`RawKey::same`].
+#[cold]
+#[inline(never)]
+fn has_key_decoding(entries: &[Entry<'_>], key: RawKey<'_>) -> Option<bool> {
+    for &(k, _) in entries {
+        if k.same(key)? {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// Two keys are the same text as written (the readers' tests compare
+/// what they read; the code compares keys with [`RawKey::same`]).
+#[cfg(test)]
+impl PartialEq for RawKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
 
 /// The deepest nesting the fast paths read, the record's own object
 /// counting as 1: serde_json (and so VRL, and the JSON stage's general
@@ -109,14 +322,17 @@ fn skip_value(b: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// A key's text (quotes included) as the string it stands for.
-fn key(text: &str) -> Option<Cow<'_, str>> {
+/// The key whose text is `text` (quotes included). A key with escapes
+/// is decoded once, and refused when serde_json refuses it, as the
+/// readers of its value would.
+fn key(text: &str) -> Option<RawKey<'_>> {
     let inner = text.get(1..text.len().checked_sub(1)?)?;
-    if inner.contains('\\') {
-        serde_json::from_str::<String>(text).ok().map(Cow::Owned)
-    } else {
-        Some(Cow::Borrowed(inner))
+    if !inner.contains('\\') {
+        return RawKey::unescaped(inner);
     }
+    let key = RawKey::with_escapes(text)?;
+    key.decoded()?;
+    Some(key)
 }
 
 /// Call `f` with each entry of the object `text`, in written order.
@@ -233,22 +449,10 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
 pub(crate) fn find<'a>(text: &'a str, wanted: &str) -> Option<Option<&'a str>> {
     let mut found = None;
     let mut ok = true;
-    each_entry(text, |k, v| {
-        let inner = &k[1..k.len() - 1];
-        let same = if inner.contains('\\') {
-            match key(k) {
-                Some(k) => k == wanted,
-                None => {
-                    ok = false;
-                    false
-                }
-            }
-        } else {
-            inner == wanted
-        };
-        if same {
-            found = Some(v);
-        }
+    each_entry(text, |k, v| match key(k).and_then(|k| k.is(wanted)) {
+        Some(true) => found = Some(v),
+        Some(false) => {}
+        None => ok = false,
     })?;
     ok.then_some(found)
 }
@@ -325,7 +529,7 @@ mod tests {
         let ours: Vec<(String, String)> = entries(text)
             .unwrap()
             .into_iter()
-            .map(|(k, v)| (k.into_owned(), v.to_owned()))
+            .map(|(k, v)| (k.decoded().unwrap().into_owned(), v.to_owned()))
             .collect();
         assert_eq!(ours, serde_entries(text));
         assert_eq!(find(text, "a"), Some(Some("{ }")));
@@ -338,6 +542,80 @@ mod tests {
         assert_eq!(items("[]").unwrap(), Vec::<&str>::new());
         for bad in ["", "[", "{", r#"{"a"}"#, r#"{"a":1"#, "[1,", "{]"] {
             assert!(entries(bad).is_none() || items(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_key_is_the_key_it_decodes_to_however_written() {
+        let text = r#"{"ab":1,"a\u0062":2,"a\\b":3,"\u00e9":4,"é":5,"":6,"\"":7}"#;
+        let read = entries(text).unwrap();
+        let keys: Vec<RawKey<'_>> = read.iter().map(|(k, _)| *k).collect();
+        let values: Vec<Cow<'_, str>> = keys.iter().map(|k| k.decoded().unwrap()).collect();
+        assert_eq!(values, ["ab", "ab", "a\\b", "é", "é", "", "\""]);
+        let escaped: Vec<bool> = keys.iter().map(|k| k.escaped()).collect();
+        assert_eq!(escaped, [false, true, true, true, false, false, true]);
+        for (a, value_a) in keys.iter().zip(&values) {
+            for (b, value_b) in keys.iter().zip(&values) {
+                assert_eq!(a.same(*b), Some(value_a == value_b), "{a:?} {b:?}");
+                assert_eq!(a.is(value_b), Some(value_a == value_b), "{a:?} {b:?}");
+            }
+        }
+        // The last of duplicates, however written; a key's escapes as
+        // written are not its value.
+        assert_eq!(last(&read, "ab"), Some(Some("2")));
+        assert_eq!(last(&read, "é"), Some(Some("5")));
+        assert_eq!(last(&read, "a\\u0062"), Some(None));
+        assert_eq!(last(&read, "\"a\\u0062\""), Some(None));
+        assert_eq!(has_key(&read[1..], keys[0]), Some(true));
+        assert_eq!(has_key(&read[2..], keys[1]), Some(false));
+        assert_eq!(has_key(&read[4..], keys[3]), Some(true));
+        assert_eq!(find(text, "ab"), Some(Some("2")));
+        // A key serde_json does not decode is not read.
+        assert!(entries(r#"{"\ud800":1}"#).is_none());
+        assert_eq!(find(r#"{"\ud800":1}"#, "a"), None);
+    }
+
+    /// A key over a small alphabet, each character written as it is or
+    /// escaped (every way JSON escapes it), so that keys written
+    /// otherwise are often one key.
+    fn spelled() -> impl Strategy<Value = String> {
+        let chars = prop::sample::select(vec!['a', 'b', '"', '\\', '/', '\u{e9}', '\n']);
+        prop::collection::vec((chars, 0..3u8), 0..4).prop_map(|cs| {
+            cs.into_iter()
+                .map(|(c, how)| match (c, how) {
+                    ('"' | '\\' | '\n', 0 | 1) => {
+                        serde_json::to_string(&c.to_string()).unwrap()[1..3].to_owned()
+                    }
+                    ('/', 1) => "\\/".to_owned(),
+                    (c, 0 | 1) => c.to_string(),
+                    (c, _) => format!("\\u{:04x}", u32::from(c)),
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn prop_keys_compare_as_the_values_they_decode_to(a in spelled(), b in spelled()) {
+            let text = format!("{{\"{a}\":1,\"{b}\":2}}");
+            let read = entries(&text).unwrap();
+            let (key_a, key_b) = (read[0].0, read[1].0);
+            let value_a: String = serde_json::from_str(&format!("\"{a}\"")).unwrap();
+            let value_b: String = serde_json::from_str(&format!("\"{b}\"")).unwrap();
+            let one = value_a == value_b;
+            prop_assert_eq!(key_a.decoded().unwrap(), value_a.as_str());
+            prop_assert_eq!(key_a.escaped(), a.contains('\\'));
+            prop_assert_eq!(key_a.same(key_b), Some(one));
+            prop_assert_eq!(key_b.same(key_a), Some(one));
+            prop_assert_eq!(key_a.is(&value_b), Some(one));
+            for longer in [format!("{value_b}a"), format!("{value_b}\u{e9}\u{e9}")] {
+                prop_assert_eq!(key_a.is(&longer), Some(value_a == longer));
+            }
+            prop_assert_eq!(last(&read, &value_a), Some(Some(if one { "2" } else { "1" })));
+            prop_assert_eq!(has_key(&read[1..], key_a), Some(one));
+            prop_assert_eq!(find(&text, &value_a), Some(Some(if one { "2" } else { "1" })));
+            // The checking pass reads the same keys.
+            prop_assert_eq!(crate::check::entries_in(&text, Vec::new()), Some(read));
         }
     }
 
@@ -373,7 +651,7 @@ mod tests {
             let ours: Vec<(String, String)> = entries(&text)
                 .unwrap()
                 .into_iter()
-                .map(|(k, v)| (k.into_owned(), v.to_owned()))
+                .map(|(k, v)| (k.decoded().unwrap().into_owned(), v.to_owned()))
                 .collect();
             prop_assert_eq!(ours, serde_entries(&text));
         }

@@ -147,10 +147,10 @@ impl<'a> Reading<'a> {
     /// on checked input); `spare` lends the entries' vector.
     fn fields(input: &'a [u8], keys: &'a [String], spare: &mut Spare) -> Option<Self> {
         let doc = simdutf8::basic::from_utf8(input).ok()?;
-        let top = check::entries_in(doc, scan::recycle(std::mem::take(&mut spare.top)))?;
+        let top = check::entries_in(doc, std::mem::take(&mut spare.top))?;
         let mut values = [None; MAX_FIELDS];
         for (value, key) in values.iter_mut().zip(keys) {
-            *value = last_of(&top, key);
+            *value = last_of(&top, key).ok()?;
         }
         spare.top = scan::recycle(top);
         Some(Reading {
@@ -311,8 +311,12 @@ pub(super) fn judge_written(cx: &Cx<'_>, plan: &Plan) -> Verdict {
     for (at, (value, key)) in values.iter_mut().zip(&plan.keys).enumerate() {
         if cx.overlay.get(key).is_some() {
             changed |= 1 << at;
-        } else {
-            *value = last_of(&cx.top, key);
+            continue;
+        }
+        match last_of(&cx.top, key) {
+            Ok(last) => *value = last,
+            // A key that does not decode: left to the stage too.
+            Err(_) => changed |= 1 << at,
         }
     }
     'conditions: for condition in &plan.conditions {
