@@ -164,6 +164,7 @@ fn row(
              batch_max_records = {OBJECT_RECORDS}\nbatch_max_bytes = 16777216\nlinger = \"1s\"\n{options}\n\
              [sinks.store]\n{store}\n\n\
              [sinks.encoding]\nformat = \"parquet\"\ncompression = \"zstd\"\n{COLUMNS}\n\n\
+             [dead_letter]\ntype = \"file\"\npath = \"dead.ndjson\"\n\n\
              [checkpoint]\ncommit_interval = \"500ms\"\nstore = {{ type = \"file\", path = \"state\" }}\n",
             file.display(),
         );
@@ -181,6 +182,13 @@ fn row(
             &dest_file.to_string_lossy(),
             &format!("round-{round}"),
         ]))?;
+        // A lake job keeps a dead-letter sink, as one in production
+        // would (and the sink then checks each line, the source not);
+        // every line of the bench's input fits.
+        let dead = std::fs::metadata(run.join("dead.ndjson")).map_or(0, |m| m.len());
+        if dead > 0 {
+            return Err(format!("lake {name} row: {dead} bytes of dead letters"));
+        }
         if counted.trim() != LAKE_RECORDS.to_string() {
             return Err(format!(
                 "lake {name} row: the objects hold {} rows, expected {LAKE_RECORDS}",

@@ -92,7 +92,8 @@ async fn builder_from_config(
 
     let parts = ContextParts {
         checkpoint: &config.checkpoint,
-        steps_check_json: first_step_reads_json(config) || only_sink_reads_json(config),
+        steps_check_json: first_step_reads_json(config)
+            || (trusted && only_sink_reads_json(config)),
         values_are_json: false,
         progress_is_shared: false,
     };
@@ -257,15 +258,25 @@ fn with_source(
     Ok((builder, built.progress_check))
 }
 
-/// The first step is a built-in one, which parses every record as JSON
-/// and dead-letters what is not (a registered step may not).
 /// Whether a pipeline without steps has one sink, on no route, that reads
-/// every value as JSON and refuses what is not (a Parquet encoder): every
-/// record then reaches it and is checked there, once.
+/// every value as JSON and refuses what is not (a Parquet encoder), and a
+/// `[dead_letter]` sink that takes what it refuses as it is (one that
+/// does not read values as JSON itself): every record then reaches it
+/// and is checked there, once, and a line that is not JSON is
+/// dead-lettered there as the source would have. Only for a pipeline
+/// built from its configuration alone (`pipeline_from_config`): a sink or
+/// a step added in Rust afterwards would see lines nobody checked.
+/// Without a `[dead_letter]` sink the source checks, so that such a line
+/// halts the run at once as bad data (exit 65), as it always did.
 fn only_sink_reads_json(config: &Config) -> bool {
+    let takes_letters = config
+        .dead_letter
+        .as_ref()
+        .is_some_and(|d| !d.reads_values_as_json());
     match config.sinks.as_slice() {
         [sink] => {
             config.transforms.is_empty()
+                && takes_letters
                 && sink.route.transforms.is_empty()
                 && sink.route.when.is_none()
                 && config.routing.unmatched.is_none()
@@ -275,6 +286,8 @@ fn only_sink_reads_json(config: &Config) -> bool {
     }
 }
 
+/// The first step is a built-in one, which parses every record as JSON
+/// and dead-letters what is not (a registered step may not).
 fn first_step_reads_json(config: &Config) -> bool {
     config
         .transforms
@@ -346,11 +359,30 @@ mod tests {
         assert!(!trusted(&lines, ""));
     }
 
+    /// How [`run_into`] builds and runs its pipeline.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Run {
+        /// `pipeline_from_config`, with `[dead_letter]` to `dead.ndjson`.
+        WithLetters,
+        /// The same without `[dead_letter]`.
+        NoLetters,
+        /// `PipelineBuilder::from_config`, then a sink `copy` added in
+        /// Rust that writes every value as it is.
+        SinkAdded,
+    }
+
     /// A pipeline reading `in.ndjson` (one line that is not JSON between
-    /// two that are) into one sink of type `sink`, dead letters to
-    /// `dead.ndjson`; the registry has a sink type `checks_json` whose
-    /// encoder refuses what is not JSON and which says so at load.
-    async fn run_into(dir: &std::path::Path, sink: &str, transforms: &str) -> (u64, u64, String) {
+    /// two that are) into one sink of type `sink`; the registry has a sink
+    /// type `checks_json` whose encoder refuses what is not JSON and which
+    /// says so at load. What the sinks wrote, how many were dead-lettered,
+    /// the dead letters' file, and the values the added sink took; or the
+    /// run's error.
+    async fn run_into(
+        dir: &std::path::Path,
+        sink: &str,
+        transforms: &str,
+        run: Run,
+    ) -> Result<(u64, u64, String, Vec<String>), PipelineError> {
         #[derive(serde::Deserialize)]
         struct NoOptions {}
         let registry = etl_config::Registry::new().sink_plugin(
@@ -362,30 +394,56 @@ mod tests {
             .check(|_, report| report.reads_values_as_json()),
         );
         std::fs::write(dir.join("in.ndjson"), "{\"a\":1}\nnot json\n{\"a\":2}\n").unwrap();
+        let letters = if run == Run::NoLetters {
+            String::new()
+        } else {
+            format!(
+                "[dead_letter]\ntype = \"file\"\npath = {:?}\n",
+                dir.join("dead.ndjson")
+            )
+        };
         let text = format!(
             "[source]\ntype = \"file\"\npaths = [{:?}]\n{transforms}\n[[sinks]]\ntype = \"{sink}\"\n\
-             [dead_letter]\ntype = \"file\"\npath = {:?}\n[checkpoint]\nstore = {{ type = \"memory\" }}\n",
+             {letters}[checkpoint]\nstore = {{ type = \"memory\" }}\n",
             dir.join("in.ndjson"),
-            dir.join("dead.ndjson"),
         );
         let config = registry
             .loader()
             .text(&text, dir)
             .unwrap_or_else(|e| panic!("{e:?}"));
-        let pipeline = pipeline_from_config(&config).await.unwrap();
+        let copy = etl_sink::testing::MemorySink::new();
+        let pipeline = if run == Run::SinkAdded {
+            PipelineBuilder::from_config(&config)
+                .await
+                .unwrap()
+                .sink(
+                    "copy",
+                    etl_sink::SinkDriver::new(copy.clone(), etl_sink::RawLinesEncoder::new()),
+                )
+                .build()
+                .unwrap()
+        } else {
+            pipeline_from_config(&config).await.unwrap()
+        };
         let summary = pipeline
             .run(tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap();
+            .await?;
         let dead = std::fs::read_to_string(dir.join("dead.ndjson")).unwrap_or_default();
-        (summary.written(), summary.dead_lettered, dead)
+        let copied = copy
+            .records()
+            .iter()
+            .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+            .collect();
+        Ok((summary.written(), summary.dead_lettered, dead, copied))
     }
 
     #[tokio::test]
     async fn a_line_goes_unchecked_by_the_source_to_the_only_sink_that_reads_json_and_is_dead_lettered_there()
      {
         let dir = tempfile::tempdir().unwrap();
-        let (written, dead, letters) = run_into(dir.path(), "checks_json", "").await;
+        let (written, dead, letters, _) = run_into(dir.path(), "checks_json", "", Run::WithLetters)
+            .await
+            .unwrap();
         assert_eq!((written, dead), (2, 1), "{letters}");
         // The sink's encoder refused it: the source let it through.
         assert!(letters.contains("value is not valid JSON"), "{letters}");
@@ -393,10 +451,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn without_a_dead_letter_sink_the_source_checks_and_a_line_that_is_not_json_halts_the_run()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let err = run_into(dir.path(), "checks_json", "", Run::NoLetters)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, PipelineError::NoDeadLetterSink { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("invalid JSON"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_sink_added_in_rust_to_a_pipeline_from_its_configuration_never_takes_an_unchecked_line()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, dead, letters, copied) = run_into(dir.path(), "checks_json", "", Run::SinkAdded)
+            .await
+            .unwrap();
+        assert_eq!(copied, ["{\"a\":1}", "{\"a\":2}"], "{letters}");
+        assert_eq!(dead, 1, "{letters}");
+        assert!(letters.contains("invalid JSON"), "{letters}");
+    }
+
+    #[tokio::test]
     async fn the_source_checks_its_lines_for_a_sink_that_does_not_read_json() {
         // A sink that takes anything: the source's check is the only one.
         let dir = tempfile::tempdir().unwrap();
-        let (written, dead, letters) = run_into(dir.path(), "blackhole", "").await;
+        let (written, dead, letters, _) = run_into(dir.path(), "blackhole", "", Run::WithLetters)
+            .await
+            .unwrap();
         assert_eq!((written, dead), (2, 1), "{letters}");
         assert!(letters.contains("invalid JSON"), "{letters}");
     }
