@@ -1441,14 +1441,20 @@ fn write_entries<'o, 'k, const ESCAPES: bool>(
     let mut changed = false;
     let mut first = true;
     let mut run = Verbatim::new(text);
+    // Only the last of duplicate keys is live. With keys with escapes,
+    // each key is decoded once for the object rather than at every
+    // comparison with a later one.
+    let shadowed = if ESCAPES {
+        scan::shadowed(entries).ok_or_else(undecoded)?
+    } else {
+        Vec::new()
+    };
     out.push(b'{');
     for (i, &(key, raw)) in entries.iter().enumerate() {
-        // Only the last of duplicate keys is live.
-        let later = &entries[i + 1..];
         let duplicate = if ESCAPES {
-            scan::has_key(later, key).ok_or_else(undecoded)?
+            shadowed.get(i).copied().unwrap_or(false)
         } else {
-            later.iter().any(|(k, _)| k.alike(key))
+            entries[i + 1..].iter().any(|(k, _)| k.alike(key))
         };
         if duplicate {
             continue;
@@ -1744,6 +1750,39 @@ mod tests {
                 by_vrl(program, input),
                 expected,
                 "{program} on {input}: VRL"
+            );
+        }
+    }
+
+    #[test]
+    fn an_object_of_many_keys_with_escapes_decodes_each_key_a_bounded_number_of_times() {
+        // Each key is read for the duplicate look-ahead of the writer: a
+        // key with escapes compared with every later one was decoded at
+        // each comparison, quadratic in the object's keys. (Keys with
+        // `\u00fc`, not `\u00e9`: a digit before an `e` followed by
+        // five digits reads as an exponent past an `f64` to the checked
+        // path's quick test, which leaves such records to VRL.)
+        let keys = 300;
+        let fields: Vec<String> = (0..keys)
+            .map(|i| format!("\"k\\u00fc{i:04}\":{i}"))
+            .collect();
+        let input = format!("{{{}}}", fields.join(","));
+        for checked in [false, true] {
+            let lite = LiteProgram::new(".x = 1").expect("in the fast subset");
+            scan::DECODED.with(|n| n.set(0));
+            let got = lite.run(input.as_bytes(), &mut Arena::default(), true, checked);
+            let decoded = scan::DECODED.with(std::cell::Cell::get);
+            let Lite::Done(Some(bytes), _) = got else {
+                panic!("checked: {checked}: {got:?}");
+            };
+            assert_eq!(
+                std::str::from_utf8(&bytes).unwrap(),
+                by_vrl(".x = 1", &input),
+                "checked: {checked}"
+            );
+            assert!(
+                decoded <= 4 * keys,
+                "{decoded} decodes for {keys} keys (checked: {checked})"
             );
         }
     }

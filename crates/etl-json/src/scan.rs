@@ -85,7 +85,11 @@ impl<'a> RawKey<'a> {
     pub(crate) fn decoded(self) -> Option<Cow<'a, str>> {
         match self.plain() {
             Some(key) => Some(Cow::Borrowed(key)),
-            None => serde_json::from_str::<String>(self.0).ok().map(Cow::Owned),
+            None => {
+                #[cfg(test)]
+                DECODED.with(|n| n.set(n.get() + 1));
+                serde_json::from_str::<String>(self.0).ok().map(Cow::Owned)
+            }
         }
     }
 
@@ -216,6 +220,30 @@ fn has_key_decoding(entries: &[Entry<'_>], key: RawKey<'_>) -> Option<bool> {
         }
     }
     Some(false)
+}
+
+/// For each of `entries`, whether a later entry has its key (of
+/// duplicate keys only the last is live), each key with escapes decoded
+/// once; `None` when one does not decode. For objects with keys with
+/// escapes: comparing each entry's key with every later one decodes a
+/// pair of such keys at each comparison.
+pub(crate) fn shadowed(entries: &[Entry<'_>]) -> Option<Vec<bool>> {
+    let keys = entries
+        .iter()
+        .map(|(k, _)| k.decoded())
+        .collect::<Option<Vec<_>>>()?;
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    let mut shadowed = vec![false; keys.len()];
+    for (i, key) in keys.iter().enumerate().rev() {
+        shadowed[i] = !seen.insert(key.as_ref());
+    }
+    Some(shadowed)
+}
+
+// How many keys with escapes this thread decoded (tests bound the work).
+#[cfg(test)]
+thread_local! {
+    pub(crate) static DECODED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Two keys are the same text as written (the readers' tests compare
