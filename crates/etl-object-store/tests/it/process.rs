@@ -113,19 +113,32 @@ pub(crate) fn assert_progress_covered(
     progress: &BTreeMap<i64, i64>,
     when: &str,
 ) {
-    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "{when}: ids in two objects: {twice:?}");
+    assert_once(counts, when);
     for (&partition, &next) in progress {
-        let missing: Vec<i64> = (0..next)
-            .map(|offset| offset * PARTITIONS + partition)
-            .filter(|id| !counts.contains_key(id))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "{when}: partition {partition}'s progress {next} covers ids no object holds: {:?}",
-            &missing[..missing.len().min(10)]
+        let ids = (0..next).map(|offset| offset * PARTITIONS + partition);
+        assert_held(
+            counts,
+            ids,
+            &format!("{when}: partition {partition}'s progress {next}"),
         );
     }
+}
+
+/// No id in two objects.
+fn assert_once(counts: &BTreeMap<i64, usize>, when: &str) {
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "{when}: ids in two objects: {twice:?}");
+}
+
+/// Every id of `ids` (those a stored progress covers, `what`) in an
+/// object.
+fn assert_held(counts: &BTreeMap<i64, usize>, ids: impl Iterator<Item = i64>, what: &str) {
+    let missing: Vec<i64> = ids.filter(|id| !counts.contains_key(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{what} covers ids no object holds: {:?}",
+        &missing[..missing.len().min(10)]
+    );
 }
 
 /// The files under `folder` a killed local write left (`KEY#N`).
@@ -221,21 +234,14 @@ impl Input {
         match self {
             Input::Generated => assert_progress_covered(counts, progress, when),
             Input::File { starts } => {
-                let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-                assert!(twice.is_empty(), "{when}: ids in two objects: {twice:?}");
+                assert_once(counts, when);
                 assert!(progress.len() <= 1, "{when}: one file, {progress:?}");
                 for &next in progress.values() {
-                    let missing: Vec<i64> = (0..)
+                    let ids = (0..)
                         .zip(starts)
                         .take_while(|&(_, &start)| start < next)
-                        .map(|(id, _)| id)
-                        .filter(|id| !counts.contains_key(id))
-                        .collect();
-                    assert!(
-                        missing.is_empty(),
-                        "{when}: the stored progress {next} covers ids no object holds: {:?}",
-                        &missing[..missing.len().min(10)]
-                    );
+                        .map(|(id, _)| id);
+                    assert_held(counts, ids, &format!("{when}: the stored progress {next}"));
                 }
             }
         }
