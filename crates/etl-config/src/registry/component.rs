@@ -85,9 +85,10 @@ impl ComponentContext<'_> {
 
     /// For a source: every record is parsed as JSON before it is
     /// delivered, and what is not JSON goes to the dead-letter path with
-    /// the parser's reason (the first step reads JSON, or the only sink
-    /// of a pipeline without steps reads every value as JSON), so the
-    /// source need not check it too.
+    /// the parser's reason (the first step reads JSON; or the only sink
+    /// of a pipeline without steps, built from its configuration alone,
+    /// reads every value as JSON and a `[dead_letter]` sink takes what it
+    /// refuses), so the source need not check it too.
     #[must_use]
     pub fn steps_check_json(&self) -> bool {
         self.parts.steps_check_json

@@ -157,9 +157,10 @@ impl<'a> CheckReport<'a> {
 
     /// The sink reads every value it is given as JSON and sends any that
     /// is not to the dead-letter path, with its reason (as a Parquet
-    /// encoder does). The only sink of a pipeline without transforms
-    /// then checks each value once, and an NDJSON source need not check
-    /// its lines before it (see
+    /// encoder does). The only sink of a pipeline without transforms,
+    /// built from its configuration alone and with a `[dead_letter]`
+    /// sink that does not say so itself, then checks each value once, and
+    /// an NDJSON source need not check its lines before it (see
     /// [`ComponentContext::steps_check_json`](crate::ComponentContext::steps_check_json)).
     pub fn reads_values_as_json(&mut self) {
         self.facts.reads_json = true;
