@@ -369,20 +369,27 @@ pub(crate) fn garage_store(server: &Garage, bucket: &str) -> String {
     )
 }
 
-#[test]
-fn the_etl_process_killed_twenty_times_into_garage_stores_every_record_once() {
+/// Garage with its bucket `lake`, the pipeline `write` writes into a
+/// folder for it (given the folder and the `[sinks.store]` lines), and
+/// [`kill_loop`] with 20 kills over what it reads.
+fn garage_kill_loop(write: impl FnOnce(&Path, &str) -> (PathBuf, Input)) {
     let server = Garage::start().unwrap();
     server.create_bucket("lake").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_pipeline(dir.path(), &garage_store(&server, "lake"), 1_000, "", "");
+    let (config, input) = write(dir.path(), &garage_store(&server, "lake"));
     assert!(etl_binary().is_file());
     kill_loop(
         dir.path(),
         &config,
         &garage_location(&server, "lake"),
         20,
-        &Input::Generated,
+        &input,
     );
+}
+
+#[test]
+fn the_etl_process_killed_twenty_times_into_garage_stores_every_record_once() {
+    garage_kill_loop(|dir, store| (write_pipeline(dir, store, 1_000, "", ""), Input::Generated));
 }
 
 /// `lines` NDJSON records (ids 0, 1, ...) in `dir/input.ndjson`, and the
@@ -406,7 +413,11 @@ fn write_file_pipeline(dir: &Path, store: &str, lines: i64) -> (PathBuf, Vec<i64
     let start = generated.find("[source]").unwrap();
     let end = generated.find("[[sinks]]").unwrap();
     let file = "[source]\ntype = \"file\"\npaths = [\"input.ndjson\"]\nmax_batch_records = 50\n\n";
-    let text = format!("{}{file}{}", &generated[..start], &generated[end..])
+    // Objects of 50 lines: the file is read as fast as the store takes
+    // them, so more objects keep the run long enough for the kills.
+    let sinks = &generated[end..];
+    assert!(sinks.contains("batch_max_records = 200"), "{sinks}");
+    let text = format!("{}{file}{}", &generated[..start], sinks)
         .replace("batch_max_records = 200", "batch_max_records = 50");
     std::fs::write(&config, text).unwrap();
     (config, starts)
@@ -414,16 +425,8 @@ fn write_file_pipeline(dir: &Path, store: &str, lines: i64) -> (PathBuf, Vec<i64
 
 #[test]
 fn the_etl_process_reading_a_file_killed_twenty_times_into_garage_stores_every_line_once() {
-    let server = Garage::start().unwrap();
-    server.create_bucket("lake").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (config, starts) = write_file_pipeline(dir.path(), &garage_store(&server, "lake"), 64_000);
-    assert!(etl_binary().is_file());
-    kill_loop(
-        dir.path(),
-        &config,
-        &garage_location(&server, "lake"),
-        20,
-        &Input::File { starts },
-    );
+    garage_kill_loop(|dir, store| {
+        let (config, starts) = write_file_pipeline(dir, store, 64_000);
+        (config, Input::File { starts })
+    });
 }
