@@ -151,6 +151,16 @@ pub enum StoreConfig {
         account: String,
         /// The container.
         container: String,
+        /// The account's blob endpoint, for an emulator or a private
+        /// endpoint (default `https://{account}.blob.core.windows.net`).
+        /// Requests go to `{endpoint}/{container}/{key}`, so an emulator
+        /// that serves accounts by path takes the account in it:
+        /// `http://127.0.0.1:10000/devstoreaccount1` for Azurite.
+        #[serde(default)]
+        endpoint: Option<String>,
+        /// Allow plain HTTP (default: only for an `http://` endpoint).
+        #[serde(default)]
+        allow_http: Option<bool>,
         /// The account's access key (default: `AZURE_*` variables).
         #[serde(default)]
         access_key: Option<SecretString>,

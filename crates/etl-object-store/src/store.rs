@@ -49,11 +49,9 @@ pub(crate) fn build_store(
             let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
-                .with_client_options(client.with_allow_http(allow_http.unwrap_or_else(|| {
-                    endpoint
-                        .as_deref()
-                        .is_some_and(|e| e.starts_with("http://"))
-                })));
+                .with_client_options(
+                    client.with_allow_http(allow_http_for(*allow_http, endpoint.as_deref())),
+                );
             if let Some(region) = region {
                 b = b.with_region(region);
             }
@@ -92,13 +90,20 @@ pub(crate) fn build_store(
         StoreConfig::Azure {
             account,
             container,
+            endpoint,
+            allow_http,
             access_key,
         } => {
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_account(account)
                 .with_container_name(container)
                 .with_retry(retry)
-                .with_client_options(client);
+                .with_client_options(
+                    client.with_allow_http(allow_http_for(*allow_http, endpoint.as_deref())),
+                );
+            if let Some(endpoint) = endpoint {
+                b = b.with_endpoint(endpoint.clone());
+            }
             if let Some(key) = access_key {
                 b = b.with_access_key(key.expose_secret());
             }
@@ -126,6 +131,12 @@ pub(crate) fn build_store(
             )
         }
     })
+}
+
+/// Whether plain HTTP is allowed: as configured, else only for an
+/// `http://` endpoint.
+fn allow_http_for(configured: Option<bool>, endpoint: Option<&str>) -> bool {
+    configured.unwrap_or_else(|| endpoint.is_some_and(|e| e.starts_with("http://")))
 }
 
 /// Remove, under `root`, the files a local write cut short left: the
