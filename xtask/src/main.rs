@@ -287,6 +287,11 @@ fn test_then(built: impl FnOnce() -> Result) -> Result {
     // (about 4 minutes on 2 cores, printed), once, outside `target/`.
     let garage = etl_test_support::garage::install().map_err(|e| e.to_string())?;
     eprintln!("xtask: garage: {}", garage.display());
+    // And Azurite, the Azure Storage emulator, for its Azure Blob tests:
+    // installed here from npm when this machine has none, once, beside
+    // Garage.
+    let azurite = etl_test_support::azurite::install().map_err(|e| e.to_string())?;
+    eprintln!("xtask: azurite: {}", azurite.display());
     // Property tests run in `prop` with a chosen case count; skip them here
     // so they do not run twice.
     // Benches are built by `lint` (clippy --all-targets) and run by

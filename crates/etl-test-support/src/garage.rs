@@ -30,7 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::{Error, free_port, wait_listening};
+use crate::{Error, cache_root, free_port, wait_listening};
 
 /// The pinned version (the one the issue tracker's tests named).
 pub const GARAGE_VERSION: &str = "2.5.0";
@@ -104,16 +104,6 @@ pub struct Garage {
     s3_port: u16,
     key_id: String,
     secret: String,
-}
-
-/// The cache folder: `$ETL_TEST_CACHE`, else `~/.cache/etl-test`.
-fn cache_root() -> Result<PathBuf, Error> {
-    if let Some(dir) = std::env::var_os("ETL_TEST_CACHE") {
-        return Ok(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("HOME")
-        .ok_or_else(|| Error("HOME is not set: set ETL_TEST_CACHE".to_owned()))?;
-    Ok(PathBuf::from(home).join(".cache").join("etl-test"))
 }
 
 /// Where the binary of this version and these flags is cached:

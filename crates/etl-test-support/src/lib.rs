@@ -11,6 +11,10 @@
 //! - `garage` (feature `garage`): Garage, a real S3 server, built once per
 //!   machine with `cargo install` into `~/.cache/etl-test/`, started on
 //!   loopback with a generated configuration, a key and buckets.
+//! - `azurite` (feature `azurite`): Azurite, Microsoft's Azure Storage
+//!   emulator, installed once per machine with `npm install` into
+//!   `~/.cache/etl-test/`, its blob service started on loopback with an
+//!   account of its own and containers.
 //! - `pyarrow` (feature `pyarrow`): pyarrow, pinned, in a virtual
 //!   environment under `target/pyarrow/`, reading back what the
 //!   object-store sink wrote (key, schema, every row).
@@ -70,6 +74,8 @@ pub use binary::{etl_binary, profile_dir, run_stderr, start_run, wait_exit};
 
 #[cfg(feature = "acks")]
 pub mod acks;
+#[cfg(feature = "azurite")]
+pub mod azurite;
 mod binary;
 #[cfg(feature = "clickhouse")]
 pub mod clickhouse;
@@ -133,6 +139,19 @@ fn root_above(running: Option<PathBuf>, built: &Path) -> PathBuf {
         .and_then(above)
         .or_else(|| above(built))
         .unwrap_or_else(|| built.to_path_buf())
+}
+
+/// The cache of the servers the suites build or install once per
+/// machine (Garage, Azurite): `$ETL_TEST_CACHE`, else
+/// `~/.cache/etl-test`. Outside `target/`, so a clean build keeps it.
+#[cfg(any(feature = "garage", feature = "azurite"))]
+pub(crate) fn cache_root() -> Result<PathBuf, Error> {
+    if let Some(dir) = std::env::var_os("ETL_TEST_CACHE") {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = std::env::var_os("HOME")
+        .ok_or_else(|| Error("HOME is not set: set ETL_TEST_CACHE".to_owned()))?;
+    Ok(PathBuf::from(home).join(".cache").join("etl-test"))
 }
 
 /// Hold an exclusive lock on `target/<name>.lock` while `f` runs, so that

@@ -1,8 +1,9 @@
 //! An independent reader of what the object-store sink writes: pyarrow,
 //! pinned, from PyPI, in a virtual environment under `target/pyarrow/`.
 //!
-//! [`read_objects`] reads every object under a prefix of a local folder
-//! or an S3-compatible server (through pyarrow's own S3 client) and
+//! [`read_objects`] reads every object under a prefix of a local folder,
+//! an S3-compatible server or an Azure Blob container (through pyarrow's
+//! own S3 and Azure clients) and
 //! returns, per object, its key, its Arrow schema as pyarrow prints it and
 //! its rows as JSON values. Parquet files are read with `pyarrow.parquet`,
 //! NDJSON ones (`.ndjson`, `.ndjson.gz`, `.ndjson.zst`) line by line after
@@ -35,6 +36,19 @@ pub enum Location {
         /// The region the server expects.
         region: String,
     },
+    /// A container of an Azure Blob service (Azurite), read through
+    /// pyarrow's own Azure client.
+    Azure {
+        /// `http://127.0.0.1:PORT`, the blob service (the account is
+        /// given apart).
+        service: String,
+        /// The storage account.
+        account: String,
+        /// The account's key.
+        key: String,
+        /// The container.
+        container: String,
+    },
 }
 
 /// The script: arguments are a JSON description of the location and the
@@ -45,6 +59,12 @@ import pyarrow as pa, pyarrow.parquet as pq, pyarrow.fs as pafs
 loc = json.loads(sys.argv[1]); prefix = sys.argv[2]
 if loc["kind"] == "folder":
     fs = pafs.LocalFileSystem(); root = loc["path"]
+elif loc["kind"] == "azure":
+    scheme, host = loc["service"].split("://", 1)
+    fs = pafs.AzureFileSystem(loc["account"], account_key=loc["key"],
+        blob_storage_authority=host, blob_storage_scheme=scheme,
+        dfs_storage_authority=host, dfs_storage_scheme=scheme)
+    root = loc["container"]
 else:
     scheme, host = loc["endpoint"].split("://", 1)
     fs = pafs.S3FileSystem(access_key=loc["access_key"], secret_key=loc["secret_key"],
@@ -90,6 +110,15 @@ pub fn read_objects(
         } => serde_json::json!({
             "kind": "s3", "endpoint": endpoint, "bucket": bucket,
             "access_key": access_key, "secret_key": secret_key, "region": region,
+        }),
+        Location::Azure {
+            service,
+            account,
+            key,
+            container,
+        } => serde_json::json!({
+            "kind": "azure", "service": service, "account": account, "key": key,
+            "container": container,
         }),
     };
     let output = Command::new(&python)
