@@ -90,7 +90,7 @@ fn the_etl_process_killed_mid_run_into_an_azurite_container_stores_every_record_
     let location = azure_location(&server, "lake");
     assert!(etl_binary().is_file());
     let mut child = start(dir.path(), &config, 1);
-    std::thread::sleep(Duration::from_millis(1_500));
+    wait_for_first_object(&server, "lake");
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended before the kill: {}",
@@ -133,6 +133,22 @@ fn etags(server: &Azurite, container: &str, prefix: &str) -> BTreeMap<String, St
         .collect()
 }
 
+/// Wait until the run writing into `container` stored its first object
+/// (a bound for a run that never does, not a speed), then a little more:
+/// a stop right after is a stop mid-run, however slow the machine is to
+/// start it.
+fn wait_for_first_object(server: &Azurite, container: &str) {
+    let started = std::time::Instant::now();
+    while etags(server, container, "gen").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no object stored within a minute"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
 #[test]
 fn a_second_run_without_its_local_checkpoint_resumes_from_the_progress_the_container_holds() {
     let server = Azurite::start().unwrap();
@@ -147,7 +163,7 @@ fn a_second_run_without_its_local_checkpoint_resumes_from_the_progress_the_conta
     );
     assert!(etl_binary().is_file());
     let mut child = start(dir.path(), &config, 1);
-    std::thread::sleep(Duration::from_millis(1_500));
+    wait_for_first_object(&server, "lake");
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
