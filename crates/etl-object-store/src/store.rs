@@ -179,3 +179,38 @@ fn is_partial_write(name: &str) -> bool {
 fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_is_allowed_for_an_http_endpoint_or_when_asked_only() {
+        assert!(allow_http_for(None, Some("http://127.0.0.1:10000/acct")));
+        assert!(!allow_http_for(
+            None,
+            Some("https://acct.blob.core.windows.net")
+        ));
+        assert!(!allow_http_for(None, None));
+        assert!(allow_http_for(Some(true), Some("https://host")));
+        assert!(!allow_http_for(Some(false), Some("http://127.0.0.1:3900")));
+    }
+
+    #[test]
+    fn an_azure_endpoint_that_is_no_url_is_refused_when_the_store_is_built() {
+        let config: crate::ObjectStoreSinkConfig = toml::from_str(
+            "key = \"{partition}-{first_offset}.ndjson\"\n[store]\nkind = \"azure\"\n\
+             account = \"acct\"\ncontainer = \"lake\"\n\
+             endpoint = \"127.0.0.1 port 10000\"\naccess_key = \"c2VjcmV0\"\n",
+        )
+        .unwrap();
+        // Not `expect_err`: the store's `Debug` would show the key.
+        let Err(err) = build_store(&config.store, &config.requests) else {
+            panic!("an endpoint that is no URL was taken");
+        };
+        let shown = err.to_string();
+        assert!(shown.contains("az://lake"), "{shown}");
+        assert!(shown.contains("127.0.0.1 port 10000"), "{shown}");
+        assert!(!shown.contains("c2VjcmV0"), "{shown}");
+    }
+}
