@@ -1,16 +1,23 @@
 //! The object-store sink in the simulation: the exactly-once sink of a
-//! scenario is, when it says so, `etl_object_store::ObjectStoreSink` over
-//! an in-memory store that fails, loses the answer to, and delays the
-//! requests the scenario scripts, and dies with the process.
+//! scenario is, when it says so (`Scenario::lake`),
+//! `etl_object_store::ObjectStoreSink` over an in-memory store that
+//! fails, loses the answer to, and delays the requests the scenario
+//! scripts, and dies with the process. It writes
+//! NDJSON objects (each record's value a JSON string) or Parquet objects
+//! of a declared schema (one non-nullable string column `v` holding the
+//! value), in one PUT or as multipart uploads.
 //!
 //! The store outlives the runs (it is the world's); after each run the
-//! model reads what it holds (every object's lines, the stored progress)
-//! into the sink's state, so the same checks judge it as any sink.
+//! model reads what it holds into the sink's state, so the same checks
+//! judge it as any sink: every object's records (NDJSON lines, or Parquet
+//! rows read with the `parquet` crate, apart from the sink's own code)
+//! and the stored progress.
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_array::{Array, StringArray};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use etl_object_store::{ObjectStoreSink, ObjectStoreSinkConfig};
@@ -24,27 +31,42 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, UploadPart,
 };
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::scenario::{Lake, StoreFault};
+use super::scenario::{Lake, LakeFormat, StoreFault};
 use super::world::{Life, World, Write};
 
 /// Where the data objects are (the progress is under `_etl_progress/`).
 const DATA: &str = "sim";
 
+/// The Parquet column holding each record's value.
+const COLUMN: &str = "v";
+
 /// The sink's configuration: one object per partition and write, named by
 /// its first offset.
 fn config(lake: &Lake) -> ObjectStoreSinkConfig {
+    let extension = match lake.format {
+        LakeFormat::Ndjson => "ndjson",
+        LakeFormat::Parquet => "parquet",
+    };
     let mut table = serde_json::json!({
         "store": { "kind": "local", "path": "sim-lake" },
-        "key": format!("{DATA}/{{partition}}/{{first_offset}}.ndjson"),
+        "key": format!("{DATA}/{{partition}}/{{first_offset}}.{extension}"),
         "exactly_once": true,
     });
+    if lake.format == LakeFormat::Parquet {
+        table["encoding"] = serde_json::json!({
+            "format": "parquet",
+            "columns": [{ "name": COLUMN, "type": "string", "nullable": false }],
+        });
+    }
     if let Some(n) = lake.max_object_offsets {
         table["max_object_offsets"] = serde_json::json!(u64::from(n.max(1)));
     }
     if lake.multipart {
-        // Every object past a few lines goes up in parts of 5 MiB at most:
-        // one part and the completion, each a request of its own.
+        // Every object past a few lines (every Parquet object) goes up in
+        // parts of 5 MiB at most: one part and the completion, each a
+        // request of its own.
         table["multipart_threshold"] = serde_json::json!(16);
     }
     serde_json::from_value(table).unwrap_or_else(|e| panic!("sim: lake configuration: {e}"))
@@ -57,7 +79,7 @@ pub async fn open(
     lake: &Lake,
     world: &World,
     life: &Life,
-) -> Result<(LakeSink, QuotedValues), String> {
+) -> Result<(LakeSink, JsonValues), String> {
     let store = Arc::new(FaultyMemory {
         world: world.clone(),
         life: life.clone(),
@@ -66,10 +88,14 @@ pub async fn open(
     let sink = ObjectStoreSink::exactly_once_with_store("sink0", config(lake), store)
         .await
         .map_err(|e| e.to_string())?;
-    let encoder = QuotedValues(sink.encoder());
+    let encoder = JsonValues {
+        inner: sink.encoder(),
+        format: lake.format,
+    };
     Ok((
         LakeSink {
             sink,
+            format: lake.format,
             world: world.clone(),
         },
         encoder,
@@ -77,8 +103,8 @@ pub async fn open(
 }
 
 /// Read what the store holds into sink 0's state: every object's records
-/// (a record is a JSON string, the value `p:o` the source read, perhaps
-/// with a copy's `#k`) and the stored progress.
+/// (each value the one the source read, `p:o`, perhaps with a copy's
+/// `#k`) and the stored progress.
 pub fn observe(lake: &Lake, world: &World) {
     let store: Arc<InMemory> = world.lock().lake.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -97,14 +123,12 @@ pub fn observe(lake: &Lake, world: &World) {
             let bytes = read
                 .await
                 .unwrap_or_else(|e| panic!("sim: read {}: {e}", meta.location));
-            for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                let value: String = serde_json::from_slice(line).unwrap_or_else(|e| {
-                    panic!(
-                        "sim: {} holds a line that is not a JSON string ({e}): {:?}",
-                        meta.location,
-                        String::from_utf8_lossy(line)
-                    )
-                });
+            let values = match lake.format {
+                LakeFormat::Ndjson => ndjson_values(&bytes),
+                LakeFormat::Parquet => parquet_values(bytes),
+            }
+            .unwrap_or_else(|e| panic!("sim: {}: {e}", meta.location));
+            for value in values {
                 let (p, o) = position(&value).unwrap_or_else(|| {
                     panic!("sim: {} holds {value:?}, no record's", meta.location)
                 });
@@ -122,6 +146,59 @@ pub fn observe(lake: &Lake, world: &World) {
     state.sinks[0].progress = progress;
 }
 
+/// The values of an NDJSON object: one JSON string a line.
+fn ndjson_values(bytes: &[u8]) -> Result<Vec<String>, String> {
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            serde_json::from_slice(line).map_err(|e| {
+                format!(
+                    "a line that is not a JSON string ({e}): {:?}",
+                    String::from_utf8_lossy(line)
+                )
+            })
+        })
+        .collect()
+}
+
+/// The values of a Parquet object, read with the `parquet` crate: its one
+/// column, `v`, a string that is never null; as many as the footer says
+/// the object holds rows.
+fn parquet_values(bytes: Bytes) -> Result<Vec<String>, String> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(|e| format!("not a Parquet object: {e}"))?;
+    let rows = builder.metadata().file_metadata().num_rows();
+    let fields = builder.schema().fields();
+    if fields.len() != 1 || fields[0].name() != COLUMN || fields[0].is_nullable() {
+        return Err(format!(
+            "its schema is {fields:?}, not the one non-nullable column {COLUMN:?}"
+        ));
+    }
+    let reader = builder
+        .build()
+        .map_err(|e| format!("cannot read its rows: {e}"))?;
+    let mut values = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("cannot read its rows: {e}"))?;
+        let column = batch
+            .column_by_name(COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| format!("no string column {COLUMN:?} in a row group"))?;
+        if column.null_count() > 0 {
+            return Err(format!("{} null value(s)", column.null_count()));
+        }
+        values.extend(column.iter().flatten().map(str::to_owned));
+    }
+    if i64::try_from(values.len()) != Ok(rows) {
+        return Err(format!(
+            "{} rows read, the footer says {rows}",
+            values.len()
+        ));
+    }
+    Ok(values)
+}
+
 /// The partition and offset a value `p:o` or `p:o#k` was read at.
 fn position(value: &str) -> Option<(u32, i64)> {
     let (p, rest) = value.split_once(':')?;
@@ -129,27 +206,46 @@ fn position(value: &str) -> Option<(u32, i64)> {
     Some((p.parse().ok()?, o.parse().ok()?))
 }
 
-/// The source's values are not JSON: each goes to the sink as a JSON
-/// string, through the sink's own encoder (which refuses, before the
-/// write, what the sink could not store).
+/// The source's values are not JSON: each goes to the sink as JSON
+/// (a JSON string in an NDJSON object, `{"v": value}` for a Parquet row),
+/// through the sink's own encoder (which refuses, before the write, what
+/// the sink could not store).
 #[derive(Debug)]
-pub struct QuotedValues(etl_object_store::ValueEncoder);
+pub struct JsonValues {
+    inner: etl_object_store::ValueEncoder,
+    format: LakeFormat,
+}
 
-impl Encoder for QuotedValues {
+impl Encoder for JsonValues {
     fn encode(&self, record: &Record, out: &mut BytesMut) -> Result<(), SinkError> {
-        let text = String::from_utf8_lossy(&record.value);
-        let quoted = serde_json::to_vec(&*text).map_err(SinkError::permanent)?;
-        let mut record = record.clone();
-        record.value = quoted.into();
-        self.0.encode(&record, out)
+        self.inner.encode(&as_json(record, self.format)?, out)
     }
+}
+
+/// `record` with its value as the sink stores it in `format`.
+fn as_json(record: &Record, format: LakeFormat) -> Result<Record, SinkError> {
+    let text = String::from_utf8_lossy(&record.value);
+    let json = match format {
+        LakeFormat::Ndjson => serde_json::to_vec(&*text),
+        LakeFormat::Parquet => serde_json::to_vec(&serde_json::json!({ COLUMN: text })),
+    }
+    .map_err(SinkError::permanent)?;
+    let mut record = record.clone();
+    record.value = json.into();
+    Ok(record)
 }
 
 /// The object-store sink, each write logged in the world as the
 /// scripted sinks log theirs (the model judges dead letters by them).
+///
+/// A Parquet object is made of the records' values, not of their encoded
+/// lines: the sink is given the batch again with each value as JSON
+/// (`{"v": value}`), encoded by its own encoder in one call, as a
+/// pipeline of JSON records hands it over.
 #[derive(Debug)]
 pub struct LakeSink {
     sink: ObjectStoreSink,
+    format: LakeFormat,
     world: World,
 }
 
@@ -172,7 +268,25 @@ impl Sink for LakeSink {
             });
             sink.writes.len() - 1
         };
-        let result = self.sink.write(batch).await;
+        let result = match self.format {
+            LakeFormat::Ndjson => self.sink.write(batch).await,
+            LakeFormat::Parquet => {
+                let records = batch
+                    .records()
+                    .iter()
+                    .map(|r| as_json(r, self.format))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let (json, refused) = EncodedBatch::encode(records, &self.sink.encoder());
+                if let Some((record, e)) = refused.first() {
+                    // The driver's encoder accepted the same values.
+                    panic!(
+                        "sim: the sink's encoder refused {} on the write, not before: {e}",
+                        record.idempotency_key()
+                    );
+                }
+                self.sink.write(&json).await
+            }
+        };
         let mut state = self.world.lock();
         let write = &mut state.sinks[0].writes[entry];
         match &result {

@@ -23,7 +23,7 @@ use etl_source::{PoisonPolicy, SourceDriverConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::lake::{LakeSink, QuotedValues};
+use super::lake::{JsonValues, LakeSink};
 use super::scenario::{RunEnd, Scenario, When};
 use super::slot::SlotSource;
 use super::world::{Life, SimSink, SimSource, SimStore, SimTransform, World, hits};
@@ -97,7 +97,7 @@ fn build(
     s: &Scenario,
     world: &World,
     life: &Life,
-    mut lake: Option<(LakeSink, QuotedValues)>,
+    mut lake: Option<(LakeSink, JsonValues)>,
 ) -> Result<Pipeline, PipelineError> {
     let parts = s.partitions.len() as u32;
     let mut builder = Pipeline::builder()

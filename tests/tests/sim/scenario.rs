@@ -56,8 +56,9 @@ pub struct Features {
     /// unmatched sink.
     pub routing: bool,
     /// Exactly-once pipelines whose sink is the object-store sink
-    /// (`etl-object-store`) over an in-memory store that fails requests,
-    /// loses their answers and answers late.
+    /// (`etl-object-store`), writing NDJSON or Parquet objects in one PUT
+    /// or as multipart uploads, over an in-memory store that fails
+    /// requests, loses their answers and answers late.
     pub lake: bool,
     /// A source that behaves like a PostgreSQL replication slot (one
     /// scenario in four): transactions over one partition, offsets and
@@ -368,12 +369,24 @@ fn slot() -> impl Strategy<Value = Slot> {
 /// The object-store sink of an exactly-once scenario.
 #[derive(Clone, Debug)]
 pub struct Lake {
+    /// How records become an object's bytes.
+    pub format: LakeFormat,
     /// The store's scripted faults.
     pub faults: Vec<StoreFault>,
     /// Offsets an object covers at most (`max_object_offsets`).
     pub max_object_offsets: Option<u8>,
     /// Objects go up as multipart uploads (a part, then the completion).
     pub multipart: bool,
+}
+
+/// How the object-store sink encodes its objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LakeFormat {
+    /// One JSON document per line: each record's value as a JSON string.
+    Ndjson,
+    /// Parquet with a declared schema: one non-nullable string column `v`
+    /// holding each record's value.
+    Parquet,
 }
 
 /// A fault of the object store (requests are counted over the whole
@@ -394,12 +407,16 @@ fn lake() -> impl Strategy<Value = Lake> {
         (0u16..80).prop_map(StoreFault::Lose),
         (0u16..80, 1u16..=1500).prop_map(|(n, ms)| StoreFault::Late(n, ms)),
     ];
+    // NDJSON first: a counterexample shrinks towards it.
+    let format = prop_oneof![Just(LakeFormat::Ndjson), Just(LakeFormat::Parquet)];
     (
+        format,
         vec(fault, 0..=4),
         prop::option::weighted(0.3, 1u8..=8),
         prop::bool::weighted(0.3),
     )
-        .prop_map(|(faults, max_object_offsets, multipart)| Lake {
+        .prop_map(|(format, faults, max_object_offsets, multipart)| Lake {
+            format,
             faults,
             max_object_offsets,
             multipart,
