@@ -61,7 +61,7 @@ fn simulate(s: &Scenario, features: Features) -> Result<(), String> {
         }
         let ended = run_once(s, &world, plan);
         if let Some(lake) = &s.lake {
-            sim::lake::observe(lake, &world);
+            sim::lake::observe(lake, s.exactly_once, &world);
         }
         let state = world.lock();
         check(s, &state, &ended, recovery, features)

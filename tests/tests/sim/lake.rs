@@ -1,8 +1,8 @@
 //! The object-store sink in the simulation: the exactly-once sink of a
-//! scenario is, when it says so (`Scenario::lake`),
-//! `etl_object_store::ObjectStoreSink` over an in-memory store that
-//! fails, loses the answer to, and delays the requests the scenario
-//! scripts, and dies with the process. It writes
+//! scenario, or sink 0 of an at-least-once one, is, when the scenario
+//! says so (`Scenario::lake`), `etl_object_store::ObjectStoreSink` over
+//! an in-memory store that fails, loses the answer to, and delays the
+//! requests the scenario scripts, and dies with the process. It writes
 //! NDJSON objects (each record's value a JSON string) or Parquet objects
 //! of a declared schema (one non-nullable string column `v` holding the
 //! value), in one PUT or as multipart uploads.
@@ -11,7 +11,11 @@
 //! model reads what it holds into the sink's state, so the same checks
 //! judge it as any sink: every object's records (NDJSON lines, or Parquet
 //! rows read with the `parquet` crate, apart from the sink's own code)
-//! and the stored progress.
+//! and, exactly-once, the stored progress. An at-least-once sink's
+//! objects may hold a record twice (a retry after a lost answer, a replay
+//! cut into other objects): the model of the at-least-once sinks allows
+//! it, and checks that every record below a committed offset is in some
+//! object.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -44,7 +48,7 @@ const COLUMN: &str = "v";
 
 /// The sink's configuration: one object per partition and write, named by
 /// its first offset.
-fn config(lake: &Lake) -> ObjectStoreSinkConfig {
+fn config(lake: &Lake, exactly_once: bool) -> ObjectStoreSinkConfig {
     let extension = match lake.format {
         LakeFormat::Ndjson => "ndjson",
         LakeFormat::Parquet => "parquet",
@@ -52,7 +56,7 @@ fn config(lake: &Lake) -> ObjectStoreSinkConfig {
     let mut table = serde_json::json!({
         "store": { "kind": "local", "path": "sim-lake" },
         "key": format!("{DATA}/{{partition}}/{{first_offset}}.{extension}"),
-        "exactly_once": true,
+        "exactly_once": exactly_once,
     });
     if lake.format == LakeFormat::Parquet {
         table["encoding"] = serde_json::json!({
@@ -73,10 +77,11 @@ fn config(lake: &Lake) -> ObjectStoreSinkConfig {
 }
 
 /// The sink (recording each write in the world) and its encoder, for one
-/// process `life`. The progress is read from the store through the
-/// faults, as a starting process reads it.
+/// process `life`. Exactly-once, the progress is read from the store
+/// through the faults, as a starting process reads it.
 pub async fn open(
     lake: &Lake,
+    exactly_once: bool,
     world: &World,
     life: &Life,
 ) -> Result<(LakeSink, JsonValues), String> {
@@ -85,9 +90,13 @@ pub async fn open(
         life: life.clone(),
         faults: lake.faults.clone(),
     });
-    let sink = ObjectStoreSink::exactly_once_with_store("sink0", config(lake), store)
-        .await
-        .map_err(|e| e.to_string())?;
+    let config = config(lake, exactly_once);
+    let sink = if exactly_once {
+        ObjectStoreSink::exactly_once_with_store("sink0", config, store).await
+    } else {
+        ObjectStoreSink::with_store("sink0", config, store)
+    }
+    .map_err(|e| e.to_string())?;
     let encoder = JsonValues {
         inner: sink.encoder(),
         format: lake.format,
@@ -104,8 +113,8 @@ pub async fn open(
 
 /// Read what the store holds into sink 0's state: every object's records
 /// (each value the one the source read, `p:o`, perhaps with a copy's
-/// `#k`) and the stored progress.
-pub fn observe(lake: &Lake, world: &World) {
+/// `#k`) and, exactly-once, the stored progress.
+pub fn observe(lake: &Lake, exactly_once: bool, world: &World) {
     let store: Arc<InMemory> = world.lock().lake.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -135,10 +144,14 @@ pub fn observe(lake: &Lake, world: &World) {
                 contents.push((p, o, value));
             }
         }
-        let progress = ObjectStoreSink::exactly_once_with_store("sink0", config(lake), store)
-            .await
-            .map(|sink| sink.progress())
-            .unwrap_or_else(|e| panic!("sim: read the lake's progress: {e}"));
+        let progress = if exactly_once {
+            ObjectStoreSink::exactly_once_with_store("sink0", config(lake, true), store)
+                .await
+                .map(|sink| sink.progress())
+                .unwrap_or_else(|e| panic!("sim: read the lake's progress: {e}"))
+        } else {
+            Progress::new()
+        };
         (contents, progress)
     });
     let mut state = world.lock();

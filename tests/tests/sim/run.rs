@@ -194,8 +194,13 @@ fn build(
             builder = builder.route(name.clone(), route);
         }
         builder = if let Some((sink, encoder)) = lake.take() {
-            let (driver, progress) = SinkDriver::exactly_once(sink, encoder);
-            builder.exactly_once_sink(name, driver.config(config), progress)
+            // The object-store sink is sink 0, exactly-once or not.
+            if s.exactly_once {
+                let (driver, progress) = SinkDriver::exactly_once(sink, encoder);
+                builder.exactly_once_sink(name, driver.config(config), progress)
+            } else {
+                builder.sink(name, SinkDriver::new(sink, encoder).config(config))
+            }
         } else if s.exactly_once {
             let (driver, progress) = SinkDriver::exactly_once(sink, RawLinesEncoder::new());
             builder.exactly_once_sink(name, driver.config(config), progress)
@@ -277,7 +282,7 @@ pub fn run_once(s: &Scenario, world: &World, plan: Plan) -> Ended {
     let ended = runtime.block_on(async {
         let lake = match &s.lake {
             // A starting process reads the sink's progress from the store.
-            Some(lake) => match super::lake::open(lake, world, &life).await {
+            Some(lake) => match super::lake::open(lake, s.exactly_once, world, &life).await {
                 Ok(opened) => Some(opened),
                 Err(e) => {
                     return Ended::Returned(Err(PipelineError::Invalid(format!(

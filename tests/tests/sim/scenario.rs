@@ -55,10 +55,11 @@ pub struct Features {
     /// own that filter, expand, reject and panic; exclusive routes; an
     /// unmatched sink.
     pub routing: bool,
-    /// Exactly-once pipelines whose sink is the object-store sink
-    /// (`etl-object-store`), writing NDJSON or Parquet objects in one PUT
-    /// or as multipart uploads, over an in-memory store that fails
-    /// requests, loses their answers and answers late.
+    /// Pipelines whose exactly-once sink, or whose first at-least-once
+    /// sink, is the object-store sink (`etl-object-store`), writing NDJSON
+    /// or Parquet objects in one PUT or as multipart uploads, over an
+    /// in-memory store that fails requests, loses their answers and
+    /// answers late.
     pub lake: bool,
     /// A source that behaves like a PostgreSQL replication slot (one
     /// scenario in four): transactions over one partition, offsets and
@@ -205,8 +206,9 @@ pub struct Scenario {
     /// Commit calls `from..from + calls` of the offset store (counted over
     /// all runs but the recovery run) fail.
     pub store_outage: Option<(u16, u16)>,
-    /// The exactly-once sink is the object-store sink, over the world's
-    /// in-memory store with these faults.
+    /// The object-store sink, over the world's in-memory store with these
+    /// faults: the exactly-once sink, or sink 0 of an at-least-once
+    /// pipeline.
     pub lake: Option<Lake>,
     /// Each record goes to the first sink whose condition it matches
     /// (rather than to every one).
@@ -366,7 +368,8 @@ fn slot() -> impl Strategy<Value = Slot> {
         .prop_map(|(wal, drops)| Slot { wal, drops })
 }
 
-/// The object-store sink of an exactly-once scenario.
+/// The object-store sink of a scenario: its exactly-once sink, or (in an
+/// at-least-once scenario) its sink 0.
 #[derive(Clone, Debug)]
 pub struct Lake {
     /// How records become an object's bytes.
@@ -718,10 +721,17 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
     } else {
         Just((false, None)).boxed()
     };
+    // The object-store sink: in one exactly-once scenario in two, and in
+    // one at-least-once scenario in eight (they are the more numerous:
+    // that keeps the count of Parquet scenarios, the slow ones, down).
     let lake = if features.lake {
-        prop::option::weighted(0.5, lake()).boxed()
+        (
+            prop::option::weighted(0.5, lake()),
+            prop::option::weighted(0.125, lake()),
+        )
+            .boxed()
     } else {
-        Just(None).boxed()
+        Just((None, None)).boxed()
     };
     let slot = if features.slot {
         prop::option::weighted(0.25, slot()).boxed()
@@ -799,15 +809,21 @@ pub fn scenario(features: Features) -> impl Strategy<Value = Scenario> {
                         .collect();
                     s.slot = Some(slot);
                 }
+                let (exactly_once_lake, at_least_once_lake) = lake;
+                let lake = if s.exactly_once {
+                    exactly_once_lake
+                } else {
+                    at_least_once_lake
+                };
+                if let Some(lake) = lake {
+                    // The store's faults stand for the sink's.
+                    if let Some(sink) = sinks.first_mut() {
+                        sink.faults.clear();
+                    }
+                    s.lake = Some(lake);
+                }
                 if s.exactly_once {
                     sinks.truncate(1);
-                    if lake.is_some() {
-                        // The store's faults stand for the sink's.
-                        for sink in &mut sinks {
-                            sink.faults.clear();
-                        }
-                        s.lake = lake;
-                    }
                     if !features.exactly_once_rebalances {
                         // Hole 10: no rebalance in an exactly-once pipeline until
                         // that hole is closed.
