@@ -3,8 +3,9 @@
 //! expand, reject and panic, sinks that fail, hang, time out and merge
 //! batches, routes (conditions, exclusive routes, an unmatched sink, each
 //! sink's own steps), dead-letter sinks that fail, exactly-once and
-//! at-least-once sinks, the object-store sink over an in-memory store that
-//! fails, loses and delays requests, a source that behaves like a
+//! at-least-once sinks, the object-store sink (NDJSON or Parquet,
+//! exactly-once or at-least-once) over an in-memory store that fails,
+//! loses and delays requests, a source that behaves like a
 //! PostgreSQL replication slot, graceful stops and crashes) run on
 //! the real runtime under a paused clock, each checked after every run
 //! against a model of the delivery contract. See docs/reliability.md, "The simulation".

@@ -55,11 +55,11 @@ pub struct Features {
     /// own that filter, expand, reject and panic; exclusive routes; an
     /// unmatched sink.
     pub routing: bool,
-    /// Pipelines whose exactly-once sink, or whose first at-least-once
-    /// sink, is the object-store sink (`etl-object-store`), writing NDJSON
-    /// or Parquet objects in one PUT or as multipart uploads, over an
-    /// in-memory store that fails requests, loses their answers and
-    /// answers late.
+    /// Pipelines whose exactly-once sink (one in two), or whose first
+    /// at-least-once sink (one in eight), is the object-store sink
+    /// (`etl-object-store`), writing NDJSON or Parquet objects in one PUT
+    /// or as multipart uploads, over an in-memory store that fails
+    /// requests, loses their answers and answers late (`sim/lake.rs`).
     pub lake: bool,
     /// A source that behaves like a PostgreSQL replication slot (one
     /// scenario in four): transactions over one partition, offsets and
