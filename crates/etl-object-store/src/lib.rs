@@ -151,14 +151,18 @@ pub fn register(registry: etl_config::Registry) -> etl_config::Registry {
     registry.sink_plugin("object_store", plugin)
 }
 
-/// Why an exactly-once sink did not open, as the pipeline reports it: the
-/// store refusing the progress's reading (its bucket missing, its
-/// credential, region or endpoint refused) is an error of the output, as
-/// the same refusal of a write during the run is (the `etl` binary exits
-/// 74, naming the sink), not one of the configuration's.
+/// Why an exactly-once sink did not open, as the pipeline reports it.
+///
+/// The progress's reading failing is an error of the output, as the same
+/// failure of a write during the run is, not one of the configuration's
+/// (which the same table, the store answering or the object mended, would
+/// not cure): the store refusing it (its bucket missing, its credential,
+/// region or endpoint refused) makes the `etl` binary exit 74, a store
+/// that does not answer within the request bounds or a progress object
+/// that does not parse 1, each naming the sink.
 fn opening_error(e: ObjectStoreSinkError) -> etl_config::BoxError {
     match e {
-        ObjectStoreSinkError::Progress { source, .. } if source.is_io() => Box::new(source),
+        ObjectStoreSinkError::Progress { source, .. } => Box::new(source),
         e => Box::new(e),
     }
 }

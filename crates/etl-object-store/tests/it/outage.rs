@@ -1,10 +1,13 @@
 //! The store going away under the `etl` command: Garage stopped and
-//! started again (retried within the request bounds, every record once),
-//! its bucket deleted or the key's right to write withdrawn (exit 74,
-//! naming the sink, the bucket and a key, no secret; the stored progress
-//! covers only what the objects hold); and refusing the sink from the
-//! start (a wrong secret, an unknown key, a missing bucket, a wrong
-//! region: exit 74 as well).
+//! started again (retried within the request bounds, every record once);
+//! stopped for good, then a SIGTERM (the stop bounded by
+//! `shutdown_timeout`, exit 1); its bucket deleted or the key's right to
+//! write withdrawn (exit 74, naming the sink, the bucket and a key, no
+//! secret; the stored progress covers only what the objects hold);
+//! refusing the sink from the start (a wrong secret, an unknown key, a
+//! missing bucket, a wrong region: exit 74 as well); and a store that
+//! does not answer at the start or holds a progress object that does
+//! not parse (exit 1: not the configuration's error).
 
 use std::path::Path;
 use std::process::{Child, ExitStatus};
@@ -40,11 +43,24 @@ impl Running {
     /// records a second, `sink` and `requests` lines as
     /// [`write_pipeline`] takes them), and let it run for `first`.
     fn start(rate: u64, sink: &str, requests: &str, first: Duration) -> Running {
+        Running::start_edited(rate, sink, requests, first, |text| text)
+    }
+
+    /// [`Running::start`], with the pipeline's text as `edit` returns it.
+    fn start_edited(
+        rate: u64,
+        sink: &str,
+        requests: &str,
+        first: Duration,
+        edit: impl FnOnce(String) -> String,
+    ) -> Running {
         let server = Garage::start().unwrap();
         server.create_bucket("lake").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let store = garage_store(&server, "lake");
         let config = write_pipeline(dir.path(), &store, rate, sink, requests);
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, edit(text)).unwrap();
         assert!(etl_binary().is_file());
         let mut child = start(dir.path(), &config, 1);
         std::thread::sleep(first);
@@ -240,4 +256,98 @@ fn at_start_a_wrong_secret_an_unknown_key_a_missing_bucket_or_a_wrong_region_exi
         "{counts:?} {progress:?}"
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn at_start_a_store_that_does_not_answer_or_a_corrupt_progress_object_exits_1_naming_the_sink() {
+    // A port nothing listens on: every request is refused, retried within
+    // the short bounds below, then given up.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = format!(
+        "kind = \"s3\"\nbucket = \"lake\"\nregion = \"garage\"\n\
+         endpoint = \"http://127.0.0.1:{closed}\"\naccess_key_id = \"GK1\"\n\
+         secret_access_key = \"a-secret-never-printed\"\n"
+    );
+    let folder = tempfile::tempdir().unwrap();
+    let progress = folder.path().join("_etl_progress/lake");
+    std::fs::create_dir_all(&progress).unwrap();
+    std::fs::write(progress.join("partition-0.json"), "{\"partition\": 0, ").unwrap();
+    let corrupt = format!("kind = \"local\"\npath = \"{}\"\n", folder.path().display());
+    let short = "max_retries = 2\nretry_timeout = \"2s\"\ninitial_backoff = \"50ms\"\n\
+                 max_backoff = \"100ms\"\ntimeout = \"1s\"\n";
+    let cases = [
+        (
+            "a store that does not answer",
+            unreachable,
+            format!("127.0.0.1:{closed}"),
+        ),
+        (
+            "a progress object that does not parse",
+            corrupt,
+            "partition-0.json".to_owned(),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, store, place) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_pipeline(dir.path(), &store, 1_000, "", short);
+        let mut child = start(dir.path(), &config, 1);
+        let status = wait_exit(&mut child, Duration::from_secs(90)).unwrap();
+        let err = run_stderr(dir.path(), 1);
+        // Not the configuration's error (78): the same configuration
+        // runs once the store answers or the object is mended.
+        if status.code() != Some(1) {
+            failures.push(format!("{name}: exited {status}, not 1: {err}"));
+        }
+        for part in ["\"lake\"", place.as_str()] {
+            if !err.contains(part) {
+                failures.push(format!("{name}: no {part:?} in {err}"));
+            }
+        }
+        if err.contains("a-secret-never-printed") {
+            failures.push(format!("{name}: the secret in {err}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn garage_stopped_for_good_and_a_sigterm_end_the_run_within_shutdown_timeout_with_1() {
+    // Requests patient enough to retry for ten minutes: only the stop's
+    // bound can end the run in time.
+    let patient = "max_retries = 1000\nretry_timeout = \"600s\"\ninitial_backoff = \"100ms\"\n\
+                   max_backoff = \"1s\"\ntimeout = \"5s\"\n";
+    let mut run = Running::start_edited(1_000, "", patient, Duration::from_secs(3), |text| {
+        let line = "commit_interval = \"200ms\"\n";
+        assert!(text.contains(line), "{text}");
+        text.replace(line, &format!("{line}shutdown_timeout = \"4s\"\n"))
+    });
+    run.server.stop();
+    // Writes under way meet the stopped store and retry.
+    std::thread::sleep(Duration::from_secs(1));
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &run.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    // Far below the requests' own ten minutes; far above the 4 s bound,
+    // so a loaded machine does not fail it.
+    let (status, err) = run.end(Duration::from_secs(90));
+    assert_eq!(status.code(), Some(1), "{status}: {err}");
+    // The sink's driver was torn down at the stop's deadline, its
+    // batches failed (docs/operations.md: "a sink ... had to be torn
+    // down").
+    for part in ["sink \"lake\"", "did not drain"] {
+        assert!(err.contains(part), "{part} in {err}");
+    }
+    // What the store held when it stopped is consistent: its progress
+    // covers only records its objects hold.
+    run.server.restart().unwrap();
+    let (counts, progress) = tally(&garage_location(&run.server, "lake"));
+    assert!((counts.len() as i64) < PARTITIONS * PER_PARTITION);
+    assert_progress_covered(&counts, &progress, "after the bounded stop");
 }

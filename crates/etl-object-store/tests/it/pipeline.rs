@@ -1,5 +1,7 @@
-//! Whole pipelines: the `object_store` type through the registry, and
-//! exactly-once through `Pipeline::builder()` across a failed run.
+//! Whole pipelines: the `object_store` type through the registry;
+//! exactly-once through `Pipeline::builder()` across a failed run; and
+//! objects rolling by bytes, by age, and at the in-flight bounds whatever
+//! a batch may hold.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -263,4 +265,90 @@ async fn exactly_once_pipeline_halted_between_data_and_progress_resumes_from_the
     assert_eq!(counts.len(), 800, "every record stored");
     let twice: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "stored more than once: {twice:?}");
+}
+
+/// Run 1,000 generated records of one partition (`source` lines in the
+/// `[source]` table) into NDJSON objects in a folder, with `sink` lines in
+/// the sink's table and `limits` in `[limits]`: each object's size in
+/// bytes and line count, in key order, once every id was checked to be in
+/// exactly one object.
+async fn objects_of_a_run(source: &str, sink: &str, limits: &str) -> Vec<(u64, usize)> {
+    let folder = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[source]\ntype = \"generator\"\npartitions = 1\nrecords_per_partition = 1000\n\
+         max_batch_records = 10\n{source}\n\n\
+         [[sinks]]\ntype = \"object_store\"\nname = \"lake\"\nkey = \"gen/{{partition}}-{{first_offset}}.ndjson\"\n\
+         batch_max_records = 1000000\n{sink}\n\
+         [sinks.store]\nkind = \"local\"\npath = \"lake\"\n[sinks.encoding]\nformat = \"ndjson\"\n\n\
+         [limits]\n{limits}\n\n[checkpoint]\nstore = {{ type = \"memory\" }}\n"
+    );
+    let registry = etl_object_store::register(Registry::new());
+    let config = registry.loader().text(&text, folder.path()).unwrap();
+    let pipeline = etl::pipeline_from_config(&config).await.unwrap();
+    pipeline.run(CancellationToken::new()).await.unwrap();
+    let objects = read_folder(&folder.path().join("lake"), "gen");
+    let mut ids: Vec<i64> = rows(&objects)
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..1000).collect::<Vec<_>>(), "every record once");
+    let dir = folder.path().join("lake/gen");
+    let mut sizes: Vec<(String, u64, usize)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                text.len() as u64,
+                text.lines().count(),
+            )
+        })
+        .collect();
+    sizes.sort();
+    sizes.into_iter().map(|(_, b, n)| (b, n)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_roll_at_batch_max_bytes_with_the_chunk_that_reached_it() {
+    // The generator's records are well under 200 bytes a line, and the
+    // source hands on chunks of 10: an object closes once it reaches
+    // 4 KiB, with the chunk that took it there.
+    let objects = objects_of_a_run("", "batch_max_bytes = 4096\nlinger = \"1h\"", "").await;
+    assert!(objects.len() >= 1000 * 60 / (4096 + 2000), "{objects:?}");
+    for &(bytes, _) in &objects {
+        assert!(
+            bytes < 4096 + 10 * 200,
+            "an object of {bytes} bytes: {objects:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_roll_at_linger_while_the_source_is_slow() {
+    // 200 records a second for 5 s: without the age bound, the one
+    // partial batch would be written once, at the input's end.
+    let objects = objects_of_a_run("rate = 200", "linger = \"100ms\"", "").await;
+    assert!(objects.len() >= 5, "{objects:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_holds_no_more_than_the_in_flight_bounds_whatever_batch_max_bytes_allows() {
+    // A batch could grow to 1 GiB, but the source stops at 32 KiB in
+    // flight (a record counts its bytes and 200 more): the sink writes
+    // what it holds while the source waits, so no object exceeds that.
+    let objects = objects_of_a_run(
+        "",
+        "batch_max_bytes = \"1GiB\"\nlinger = \"1h\"",
+        "max_in_flight_bytes = \"32KiB\"\nmax_in_flight_bytes_per_partition = \"32KiB\"",
+    )
+    .await;
+    assert!(objects.len() >= 2, "{objects:?}");
+    for &(bytes, lines) in &objects {
+        assert!(
+            bytes + 200 * lines as u64 <= 32 << 10,
+            "an object of {bytes} bytes in {lines} lines: {objects:?}"
+        );
+    }
 }
