@@ -430,3 +430,28 @@ fn the_etl_process_reading_a_file_killed_twenty_times_into_garage_stores_every_l
         (config, Input::File { starts })
     });
 }
+
+#[test]
+fn the_etl_process_killed_five_times_into_moto_stores_every_record_once() {
+    // A second S3 implementation, moto's (its listing, multipart and
+    // conditional-write answers are its own), for the fast cases: the
+    // same contract after every kill as on Garage.
+    let server = etl_test_support::s3::S3Server::start().unwrap();
+    server.create_bucket("lake").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!(
+        "kind = \"s3\"\nbucket = \"lake\"\nregion = \"us-east-1\"\nendpoint = \"{}\"\n\
+         access_key_id = \"etl-test\"\nsecret_access_key = \"etl-test\"\n",
+        server.endpoint()
+    );
+    let config = write_pipeline(dir.path(), &store, 1_000, "", "");
+    assert!(etl_binary().is_file());
+    let location = Location::S3 {
+        endpoint: server.endpoint(),
+        bucket: "lake".to_owned(),
+        access_key: "etl-test".to_owned(),
+        secret_key: "etl-test".to_owned(),
+        region: "us-east-1".to_owned(),
+    };
+    kill_loop(dir.path(), &config, &location, 5, &Input::Generated);
+}
