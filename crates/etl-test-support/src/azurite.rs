@@ -2,12 +2,13 @@
 //! Blob store of the object-store sink's suite.
 //!
 //! The emulator is installed once per machine with [`INSTALL_ARGS`]
-//! (`npm install --prefix DIR azurite@AZURITE_VERSION`, package scripts
-//! not run) into `~/.cache/etl-test/azurite-VERSION/`, beside Garage's
+//! (`npm ci --prefix DIR`, package scripts not run, every package at the
+//! version and checksum `azurite/package-lock.json` beside this crate
+//! pins) into `~/.cache/etl-test/azurite-VERSION/`, beside Garage's
 //! build (outside `target/`, so a clean build keeps it; `ETL_TEST_CACHE`
 //! moves it), under a file lock so that concurrent tests install it once.
-//! A marker holding the command, written last, tells a finished install
-//! from one cut short. `cargo xtask test` installs it before the suites
+//! A marker holding the command and the lock's checksum, written last,
+//! tells a finished install from one cut short or from another lock. `cargo xtask test` installs it before the suites
 //! run. The version is the last one whose `engines` take node 20 (3.36
 //! and later ask for node 21 or 22).
 //!
@@ -36,22 +37,21 @@ use crate::{Error, cache_root, free_port, wait_listening};
 pub const AZURITE_VERSION: &str = "3.35.0";
 /// The storage account the server holds.
 pub const ACCOUNT: &str = "etltest";
-/// `npm`'s arguments after `--prefix DIR`.
-pub const INSTALL_ARGS: &[&str] = &[
-    "install",
-    "--no-audit",
-    "--no-fund",
-    "--ignore-scripts",
-    "--no-save",
-    "azurite@3.35.0",
-];
+/// `npm`'s arguments after `--prefix DIR`, where [`PACKAGE`] and
+/// [`PACKAGE_LOCK`] were written: exactly the lock's packages.
+pub const INSTALL_ARGS: &[&str] = &["ci", "--no-audit", "--no-fund", "--ignore-scripts"];
+/// The install's `package.json`: Azurite at [`AZURITE_VERSION`].
+pub const PACKAGE: &str = include_str!("../azurite/package.json");
+/// Its `package-lock.json`: every package Azurite needs at a version and
+/// checksum of its own, so a new machine installs what this one tested
+/// (made with `npm install --package-lock-only --ignore-scripts`).
+pub const PACKAGE_LOCK: &str = include_str!("../azurite/package-lock.json");
 /// The API version of the requests this module signs (the one
 /// object_store's Azure client sends).
 const API_VERSION: &str = "2023-11-03";
 
 /// A running Azurite blob service, killed (and its folder removed) when
-/// dropped.
-#[derive(Debug)]
+/// dropped. `Debug` by hand: it shows no key.
 pub struct Azurite {
     child: Option<Child>,
     dir: PathBuf,
@@ -72,13 +72,18 @@ pub fn cached_binary() -> Result<PathBuf, Error> {
         .join("azurite-blob"))
 }
 
-/// The marker's text: the whole install command.
+/// The marker's text: the whole install command and the lock's
+/// checksum (FNV-1a), so a changed lock installs again.
 fn marker_text() -> String {
-    format!("npm {}", INSTALL_ARGS.join(" "))
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in PACKAGE.bytes().chain(PACKAGE_LOCK.bytes()) {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("npm {} (lock {hash:016x})", INSTALL_ARGS.join(" "))
 }
 
-/// The `azurite-blob` command, installed with `npm install`
-/// ([`INSTALL_ARGS`]) if it is not cached. The install is printed on
+/// The `azurite-blob` command, installed with `npm ci`
+/// ([`INSTALL_ARGS`], [`PACKAGE_LOCK`]) if it is not cached. The install is printed on
 /// standard error, with the time it took.
 pub fn install() -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
@@ -113,6 +118,14 @@ pub fn install() -> Result<PathBuf, Error> {
         root.display(),
     );
     let started = Instant::now();
+    for (name, text) in [
+        ("package.json", PACKAGE),
+        ("package-lock.json", PACKAGE_LOCK),
+    ] {
+        let path = root.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
+    }
     let status = Command::new("npm")
         .arg("--prefix")
         .arg(&root)
@@ -122,7 +135,8 @@ pub fn install() -> Result<PathBuf, Error> {
         .map_err(|e| Error(format!("cannot run npm (is Node.js installed?): {e}")))?;
     if !status.success() || !program.is_file() {
         return Err(Error(format!(
-            "npm install azurite@{AZURITE_VERSION} failed: {status}"
+            "npm ci of azurite {AZURITE_VERSION} in {} failed: {status}",
+            root.display()
         )));
     }
     std::fs::write(&marker, &marker_text)
@@ -138,9 +152,25 @@ pub fn install() -> Result<PathBuf, Error> {
 impl Azurite {
     /// Install the emulator if needed and start its blob service, with
     /// the account [`ACCOUNT`] and a key drawn for it.
+    ///
+    /// A port another process took between its choice and the server's
+    /// start (the suites start servers in parallel) is tried again on
+    /// another, three times in all.
     pub fn start() -> Result<Azurite, Error> {
         let program = install()?;
-        let port = free_port()?;
+        let mut last = Error(String::from("no attempt made"));
+        for _ in 0..3 {
+            match Azurite::start_on(&program, free_port()?) {
+                Ok(server) => return Ok(server),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Start the blob service of `program` on `port` and wait until it
+    /// answers.
+    fn start_on(program: &Path, port: u16) -> Result<Azurite, Error> {
         let dir = std::env::temp_dir().join(format!("etl-azurite-{}-{port}", std::process::id()));
         std::fs::create_dir_all(dir.join("data"))
             .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
@@ -151,7 +181,7 @@ impl Azurite {
             .try_clone()
             .map_err(|e| Error(format!("cannot share the server log: {e}")))?;
         let key = account_key();
-        let child = Command::new(&program)
+        let child = Command::new(program)
             .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
             .arg("--location")
             .arg(dir.join("data"))
@@ -248,6 +278,15 @@ fn exchange(port: u16, request: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
+impl std::fmt::Debug for Azurite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Azurite")
+            .field("dir", &self.dir)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Azurite {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -277,13 +316,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_install_command_names_the_pinned_version_and_runs_no_package_script() {
-        assert!(
-            INSTALL_ARGS.contains(&format!("azurite@{AZURITE_VERSION}").as_str()),
-            "{INSTALL_ARGS:?}"
-        );
+    fn the_install_takes_the_locked_pinned_version_and_runs_no_package_script() {
+        assert_eq!(INSTALL_ARGS[0], "ci", "{INSTALL_ARGS:?}");
         assert!(INSTALL_ARGS.contains(&"--ignore-scripts"));
-        assert!(marker_text().ends_with(&format!("azurite@{AZURITE_VERSION}")));
+        let pinned = format!("\"azurite\": \"{AZURITE_VERSION}\"");
+        assert!(PACKAGE.contains(&pinned.replace(' ', "")), "{PACKAGE}");
+        let locked =
+            format!("\"node_modules/azurite\": {{\n      \"version\": \"{AZURITE_VERSION}\"");
+        assert!(
+            PACKAGE_LOCK.contains(&locked),
+            "azurite not locked at the version"
+        );
+        // Every locked package has its checksum.
+        assert_eq!(
+            PACKAGE_LOCK.matches("\"version\":").count(),
+            PACKAGE_LOCK.matches("\"integrity\":").count()
+        );
+        assert!(marker_text().starts_with("npm ci "));
     }
 
     #[test]

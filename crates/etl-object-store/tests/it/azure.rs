@@ -90,7 +90,7 @@ fn the_etl_process_killed_mid_run_into_an_azurite_container_stores_every_record_
     let location = azure_location(&server, "lake");
     assert!(etl_binary().is_file());
     let mut child = start(dir.path(), &config, 1);
-    wait_for_first_object(&server, "lake");
+    wait_for_first_object(&server, "lake", &mut child);
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended before the kill: {}",
@@ -136,14 +136,15 @@ fn etags(server: &Azurite, container: &str, prefix: &str) -> BTreeMap<String, St
 /// Wait until the run writing into `container` stored its first object
 /// (a bound for a run that never does, not a speed), then a little more:
 /// a stop right after is a stop mid-run, however slow the machine is to
-/// start it.
-fn wait_for_first_object(server: &Azurite, container: &str) {
+/// start it. A run that stores none is killed before the test fails.
+fn wait_for_first_object(server: &Azurite, container: &str, run: &mut std::process::Child) {
     let started = std::time::Instant::now();
     while etags(server, container, "gen").is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no object stored within a minute"
-        );
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = run.kill();
+            let _ = run.wait();
+            panic!("no object stored within a minute");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -163,7 +164,7 @@ fn a_second_run_without_its_local_checkpoint_resumes_from_the_progress_the_conta
     );
     assert!(etl_binary().is_file());
     let mut child = start(dir.path(), &config, 1);
-    wait_for_first_object(&server, "lake");
+    wait_for_first_object(&server, "lake", &mut child);
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -260,13 +260,13 @@ fn at_start_a_wrong_secret_an_unknown_key_a_missing_bucket_or_a_wrong_region_exi
 
 #[test]
 fn at_start_a_store_that_does_not_answer_or_a_corrupt_progress_object_exits_1_naming_the_sink() {
-    // A port nothing listens on: every request is refused, retried within
-    // the short bounds below, then given up.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A server that takes connections and never answers (the kernel
+    // accepts them into the listener's backlog; nothing reads): every
+    // request waits out its `timeout`, is retried within the short
+    // bounds below, then given up. Held for the whole test, so no other
+    // server can take its port.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = silent.local_addr().unwrap().port();
     let unreachable = format!(
         "kind = \"s3\"\nbucket = \"lake\"\nregion = \"garage\"\n\
          endpoint = \"http://127.0.0.1:{closed}\"\naccess_key_id = \"GK1\"\n\
@@ -312,6 +312,7 @@ fn at_start_a_store_that_does_not_answer_or_a_corrupt_progress_object_exits_1_na
             failures.push(format!("{name}: the secret in {err}"));
         }
     }
+    drop(silent);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -334,9 +335,15 @@ fn garage_stopped_for_good_and_a_sigterm_end_the_run_within_shutdown_timeout_wit
         .status()
         .unwrap();
     assert!(term.success());
-    // Far below the requests' own ten minutes; far above the 4 s bound,
-    // so a loaded machine does not fail it.
+    let signalled = std::time::Instant::now();
     let (status, err) = run.end(Duration::from_secs(90));
+    // The stop is bounded: far below the requests' own ten minutes, and
+    // far above the 4 s bound, so a loaded machine does not fail it.
+    let took = signalled.elapsed();
+    assert!(
+        took < Duration::from_secs(30),
+        "the stop took {took:?}: {err}"
+    );
     assert_eq!(status.code(), Some(1), "{status}: {err}");
     // The sink's driver was torn down at the stop's deadline, its
     // batches failed (docs/operations.md: "a sink ... had to be torn

@@ -327,10 +327,17 @@ async fn objects_roll_at_batch_max_bytes_with_the_chunk_that_reached_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_roll_at_linger_while_the_source_is_slow() {
-    // 200 records a second for 5 s: without the age bound, the one
-    // partial batch would be written once, at the input's end.
-    let objects = objects_of_a_run("rate = 200", "linger = \"100ms\"", "").await;
-    assert!(objects.len() >= 5, "{objects:?}");
+    // 400 records a second for 2.5 s, far below every other bound (the
+    // in-flight bounds room for the whole input, so the source never
+    // waits for credit): with a linger of an hour the batch is written
+    // once, at the input's end; with 100 ms, again and again.
+    let room = "max_in_flight_batches = 1000\nmax_in_flight_batches_per_partition = 1000";
+    let (slow, quick) = tokio::join!(
+        objects_of_a_run("rate = 400", "linger = \"1h\"", room),
+        objects_of_a_run("rate = 400", "linger = \"100ms\"", room),
+    );
+    assert_eq!(slow.len(), 1, "{slow:?}");
+    assert!(quick.len() >= 5, "{quick:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
