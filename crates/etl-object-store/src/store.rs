@@ -4,17 +4,24 @@
 use std::sync::Arc;
 
 use object_store::aws::AmazonS3Builder;
+use object_store::aws::AmazonS3ConfigKey;
+use object_store::azure::AzureConfigKey;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::gcp::GoogleConfigKey;
 use object_store::local::LocalFileSystem;
-use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
 use secrecy::ExposeSecret;
 
 use crate::{ObjectStoreSinkError, RequestConfig, StoreConfig};
 
 /// Build the store `config` names. Credentials the table leaves out come
 /// from the provider's environment (`from_env`) and, failing that, its
-/// usual providers (instance metadata, web identity, a key file).
+/// usual providers (instance metadata, web identity, a key file); so do
+/// the client's options the table does not set (a proxy in
+/// `AWS_PROXY_URL`, `AZURE_PROXY_URL` or `GOOGLE_PROXY_URL`, ...): the
+/// table's own are set one by one over the environment's, never in place
+/// of them all.
 pub(crate) fn build_store(
     config: &StoreConfig,
     requests: &RequestConfig,
@@ -34,7 +41,8 @@ pub(crate) fn build_store(
         max_retries: requests.max_retries,
         retry_timeout: requests.retry_timeout,
     };
-    let client = ClientOptions::new().with_timeout(requests.timeout);
+    // As object_store reads a duration from its environment.
+    let timeout = format!("{}ms", requests.timeout.as_millis());
     Ok(match config {
         StoreConfig::S3 {
             bucket,
@@ -49,9 +57,10 @@ pub(crate) fn build_store(
             let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
-                .with_client_options(
-                    client.with_allow_http(allow_http_for(*allow_http, endpoint.as_deref())),
-                );
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), timeout);
+            if let Some(allow) = allow_http_for(*allow_http, endpoint.as_deref()) {
+                b = b.with_allow_http(allow);
+            }
             if let Some(region) = region {
                 b = b.with_region(region);
             }
@@ -78,7 +87,7 @@ pub(crate) fn build_store(
             let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
-                .with_client_options(client);
+                .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), timeout);
             if let Some(path) = service_account_path {
                 b = b.with_service_account_path(path);
             }
@@ -98,9 +107,10 @@ pub(crate) fn build_store(
                 .with_account(account)
                 .with_container_name(container)
                 .with_retry(retry)
-                .with_client_options(
-                    client.with_allow_http(allow_http_for(*allow_http, endpoint.as_deref())),
-                );
+                .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), timeout);
+            if let Some(allow) = allow_http_for(*allow_http, endpoint.as_deref()) {
+                b = b.with_allow_http(allow);
+            }
             if let Some(endpoint) = endpoint {
                 b = b.with_endpoint(endpoint.clone());
             }
@@ -133,10 +143,15 @@ pub(crate) fn build_store(
     })
 }
 
-/// Whether plain HTTP is allowed: as configured, else only for an
-/// `http://` endpoint.
-fn allow_http_for(configured: Option<bool>, endpoint: Option<&str>) -> bool {
-    configured.unwrap_or_else(|| endpoint.is_some_and(|e| e.starts_with("http://")))
+/// Whether plain HTTP is allowed, if the table says: as configured, else
+/// for an `http://` endpoint; otherwise as the environment says
+/// (`AWS_ALLOW_HTTP`, ...), by default not.
+fn allow_http_for(configured: Option<bool>, endpoint: Option<&str>) -> Option<bool> {
+    configured.or_else(|| {
+        endpoint
+            .is_some_and(|e| e.starts_with("http://"))
+            .then_some(true)
+    })
 }
 
 /// Remove, under `root`, the files a local write cut short left: the
@@ -185,15 +200,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_http_is_allowed_for_an_http_endpoint_or_when_asked_only() {
-        assert!(allow_http_for(None, Some("http://127.0.0.1:10000/acct")));
-        assert!(!allow_http_for(
-            None,
-            Some("https://acct.blob.core.windows.net")
-        ));
-        assert!(!allow_http_for(None, None));
-        assert!(allow_http_for(Some(true), Some("https://host")));
-        assert!(!allow_http_for(Some(false), Some("http://127.0.0.1:3900")));
+    fn plain_http_is_allowed_for_an_http_endpoint_or_when_asked_else_as_the_environment_says() {
+        assert_eq!(
+            allow_http_for(None, Some("http://127.0.0.1:10000/acct")),
+            Some(true)
+        );
+        // Left to the environment, whose default is not.
+        assert_eq!(
+            allow_http_for(None, Some("https://acct.blob.core.windows.net")),
+            None
+        );
+        assert_eq!(allow_http_for(None, None), None);
+        assert_eq!(allow_http_for(Some(true), Some("https://host")), Some(true));
+        assert_eq!(
+            allow_http_for(Some(false), Some("http://127.0.0.1:3900")),
+            Some(false)
+        );
     }
 
     #[test]

@@ -358,3 +358,47 @@ fn garage_stopped_for_good_and_a_sigterm_end_the_run_within_shutdown_timeout_wit
     assert!((counts.len() as i64) < PARTITIONS * PER_PARTITION);
     assert_progress_covered(&counts, &progress, "after the bounded stop");
 }
+
+#[test]
+fn a_proxy_given_in_the_providers_environment_carries_the_sinks_requests() {
+    use std::io::{BufRead, BufReader};
+    // A proxy that records the first line of each request it is given
+    // and answers none (the run then gives up within the short bounds).
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = proxy.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            for stream in proxy.incoming().flatten() {
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                seen.lock().unwrap().push(line);
+            }
+        });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A store no request could reach but through the proxy.
+    let store = "kind = \"s3\"\nbucket = \"lake\"\nregion = \"garage\"\n\
+                 endpoint = \"http://lake.invalid:3900\"\naccess_key_id = \"GK1\"\n\
+                 secret_access_key = \"a-secret-never-printed\"\n";
+    let short = "max_retries = 1\nretry_timeout = \"2s\"\ninitial_backoff = \"50ms\"\n\
+                 max_backoff = \"100ms\"\ntimeout = \"1s\"\n";
+    let config = write_pipeline(dir.path(), store, 1_000, "", short);
+    let mut child = std::process::Command::new(etl_binary())
+        .arg("run")
+        .arg(&config)
+        .current_dir(dir.path())
+        .env("AWS_PROXY_URL", format!("http://127.0.0.1:{port}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(90)).unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|l| l.contains("lake.invalid:3900")),
+        "exit {status}; the proxy saw {seen:?}"
+    );
+}
