@@ -41,8 +41,8 @@ pub(crate) fn build_store(
         max_retries: requests.max_retries,
         retry_timeout: requests.retry_timeout,
     };
-    // As object_store reads a duration from its environment.
-    let timeout = format!("{}ms", requests.timeout.as_millis());
+    // As object_store reads a duration from its environment, exactly.
+    let timeout = format!("{}ns", requests.timeout.as_nanos());
     Ok(match config {
         StoreConfig::S3 {
             bucket,
@@ -88,6 +88,11 @@ pub(crate) fn build_store(
                 .with_bucket_name(bucket)
                 .with_retry(retry)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), timeout);
+            // Unlike the others, GCS's builder allows plain HTTP by
+            // default: HTTPS only, unless the environment says otherwise.
+            if std::env::var_os("GOOGLE_ALLOW_HTTP").is_none() {
+                b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::AllowHttp), "false");
+            }
             if let Some(path) = service_account_path {
                 b = b.with_service_account_path(path);
             }
