@@ -26,12 +26,12 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::{Error, cache_root, free_port, wait_listening};
+use crate::{Error, cache_root, free_port, install_once, wait_listening};
 
 /// The pinned version.
 pub const AZURITE_VERSION: &str = "3.35.0";
@@ -87,65 +87,33 @@ fn marker_text() -> String {
 /// standard error, with the time it took.
 pub fn install() -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
-    let _one_thread_at_a_time = INSTALL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let root = install_root()?;
     let program = cached_binary()?;
-    let marker = root.join("installed");
-    let marker_text = marker_text();
-    let installed =
-        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == marker_text);
-    if installed() {
-        return Ok(program);
-    }
-    std::fs::create_dir_all(&root)
-        .map_err(|e| Error(format!("cannot create {}: {e}", root.display())))?;
-    let lock_path = root.join("install.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error(format!("cannot open {}: {e}", lock_path.display())))?;
-    lock.lock()
-        .map_err(|e| Error(format!("cannot lock {}: {e}", lock_path.display())))?;
-    if installed() {
-        return Ok(program);
-    }
-    eprintln!(
-        "installing azurite {AZURITE_VERSION} into {} once per machine: {marker_text}",
-        root.display(),
-    );
-    let started = Instant::now();
-    for (name, text) in [
-        ("package.json", PACKAGE),
-        ("package-lock.json", PACKAGE_LOCK),
-    ] {
-        let path = root.join(name);
-        std::fs::write(&path, text)
-            .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
-    }
-    let status = Command::new("npm")
-        .arg("--prefix")
-        .arg(&root)
-        .args(INSTALL_ARGS)
-        .stdin(Stdio::null())
-        .status()
-        .map_err(|e| Error(format!("cannot run npm (is Node.js installed?): {e}")))?;
-    if !status.success() || !program.is_file() {
-        return Err(Error(format!(
-            "npm ci of azurite {AZURITE_VERSION} in {} failed: {status}",
-            root.display()
-        )));
-    }
-    std::fs::write(&marker, &marker_text)
-        .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))?;
-    eprintln!(
-        "installed azurite {AZURITE_VERSION} in {:.0?}: {}",
-        started.elapsed(),
-        program.display()
-    );
+    let what = format!("installing azurite {AZURITE_VERSION}");
+    install_once(&INSTALL, &what, &root, &program, &marker_text(), || {
+        for (name, text) in [
+            ("package.json", PACKAGE),
+            ("package-lock.json", PACKAGE_LOCK),
+        ] {
+            let path = root.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
+        }
+        let status = Command::new("npm")
+            .arg("--prefix")
+            .arg(&root)
+            .args(INSTALL_ARGS)
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| Error(format!("cannot run npm (is Node.js installed?): {e}")))?;
+        if !status.success() {
+            return Err(Error(format!(
+                "npm ci of azurite {AZURITE_VERSION} in {} failed: {status}",
+                root.display()
+            )));
+        }
+        Ok(())
+    })?;
     Ok(program)
 }
 

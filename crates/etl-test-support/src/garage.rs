@@ -30,7 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::{Error, cache_root, free_port, wait_listening};
+use crate::{Error, cache_root, free_port, install_once, wait_listening};
 
 /// The pinned version (the one the issue tracker's tests named).
 pub const GARAGE_VERSION: &str = "2.5.0";
@@ -135,66 +135,41 @@ pub fn install() -> Result<PathBuf, Error> {
 /// not cached, as [`install`] does.
 pub fn install_build(build: &Build) -> Result<PathBuf, Error> {
     static INSTALL: Mutex<()> = Mutex::new(());
-    let _one_thread_at_a_time = INSTALL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let root = install_root(build)?;
     let program = root.join("bin").join("garage");
-    let marker = root.join("installed");
-    let marker_text = marker_text(build);
-    let installed =
-        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == marker_text);
-    if installed() {
-        return Ok(program);
-    }
-    std::fs::create_dir_all(&root)
-        .map_err(|e| Error(format!("cannot create {}: {e}", root.display())))?;
-    let lock_path = root.join("install.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error(format!("cannot open {}: {e}", lock_path.display())))?;
-    lock.lock()
-        .map_err(|e| Error(format!("cannot lock {}: {e}", lock_path.display())))?;
-    if installed() {
-        return Ok(program);
-    }
-    eprintln!(
-        "building garage {GARAGE_VERSION} ({}) into {} once per machine: {marker_text}",
-        build.flavour,
-        root.display(),
-    );
-    let started = Instant::now();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(cargo)
-        .args(build.args)
-        .args(build.more_args)
-        .arg("--root")
-        .arg(&root)
-        .envs(build.env.iter().copied())
-        // Its own build folder, beside the binary: never the workspace's
-        // `target/`, which a clean build removes, nor a target folder the
-        // caller's environment names.
-        .env("CARGO_TARGET_DIR", root.join("build"))
-        .stdin(Stdio::null())
-        .status()
-        .map_err(|e| Error(format!("cannot run cargo install garage: {e}")))?;
-    if !status.success() || !program.is_file() {
-        return Err(Error(format!(
-            "cargo install garage {GARAGE_VERSION} failed: {status}"
-        )));
-    }
-    // The build folder is only needed to build again; the binary stays.
-    let _ = std::fs::remove_dir_all(root.join("build"));
-    std::fs::write(&marker, &marker_text)
-        .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))?;
-    eprintln!(
-        "built garage {GARAGE_VERSION} in {:.0?}: {}",
-        started.elapsed(),
-        program.display()
-    );
+    let what = format!("building garage {GARAGE_VERSION} ({})", build.flavour);
+    install_once(
+        &INSTALL,
+        &what,
+        &root,
+        &program,
+        &marker_text(build),
+        || {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let status = Command::new(cargo)
+                .args(build.args)
+                .args(build.more_args)
+                .arg("--root")
+                .arg(&root)
+                .envs(build.env.iter().copied())
+                // Its own build folder, beside the binary: never the
+                // workspace's `target/`, which a clean build removes, nor a
+                // target folder the caller's environment names.
+                .env("CARGO_TARGET_DIR", root.join("build"))
+                .stdin(Stdio::null())
+                .status()
+                .map_err(|e| Error(format!("cannot run cargo install garage: {e}")))?;
+            if !status.success() {
+                return Err(Error(format!(
+                    "cargo install garage {GARAGE_VERSION} failed: {status}"
+                )));
+            }
+            // The build folder is only needed to build again; the binary
+            // stays.
+            let _ = std::fs::remove_dir_all(root.join("build"));
+            Ok(())
+        },
+    )?;
     Ok(program)
 }
 

@@ -177,6 +177,64 @@ pub(crate) fn with_file_lock<T>(
     f()
 }
 
+/// Put `program` in `root` with `install`, unless an install that
+/// finished is there: once per machine, one thread of the process at a
+/// time (`guard`, the caller's own) and one process at a time (a lock
+/// file in `root`). A marker holding `marker_text` (the whole command),
+/// written last, tells a finished install of that command from one cut
+/// short or made otherwise. The install is announced on standard error
+/// (`what`: "building garage 2.5.0", ...) with the time it took.
+#[cfg(any(feature = "garage", feature = "azurite"))]
+pub(crate) fn install_once(
+    guard: &std::sync::Mutex<()>,
+    what: &str,
+    root: &Path,
+    program: &Path,
+    marker_text: &str,
+    install: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    let _one_thread_at_a_time = guard
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let marker = root.join("installed");
+    let installed =
+        || program.is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == marker_text);
+    if installed() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(root)
+        .map_err(|e| Error(format!("cannot create {}: {e}", root.display())))?;
+    let lock_path = root.join("install.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error(format!("cannot open {}: {e}", lock_path.display())))?;
+    lock.lock()
+        .map_err(|e| Error(format!("cannot lock {}: {e}", lock_path.display())))?;
+    if installed() {
+        return Ok(());
+    }
+    eprintln!(
+        "{what} into {} once per machine: {marker_text}",
+        root.display()
+    );
+    let started = Instant::now();
+    install()?;
+    if !program.is_file() {
+        return Err(Error(format!("{what}: no {} after it", program.display())));
+    }
+    std::fs::write(&marker, marker_text)
+        .map_err(|e| Error(format!("cannot write {}: {e}", marker.display())))?;
+    eprintln!(
+        "{what}: done in {:.0?}: {}",
+        started.elapsed(),
+        program.display()
+    );
+    Ok(())
+}
+
 /// `binary`, installed with `apt-get install -y <package>` when it is
 /// missing and we are root (each command printed before it runs).
 #[cfg(any(feature = "clickhouse", feature = "victoria-metrics"))]
