@@ -164,17 +164,23 @@ pub(crate) fn with_file_lock<T>(
     let dir = workspace_root().join("target");
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error(format!("cannot create {}: {e}", dir.display())))?;
-    let path = dir.join(format!("{name}.lock"));
+    // Unlocked when dropped, after `f`.
+    let _locked = lock_file(&dir.join(format!("{name}.lock")))?;
+    f()
+}
+
+/// The file at `path` (created if need be), locked for this process
+/// until it is dropped; waits while another process holds it.
+fn lock_file(path: &Path) -> Result<std::fs::File, Error> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
+        .open(path)
         .map_err(|e| Error(format!("cannot open {}: {e}", path.display())))?;
     file.lock()
         .map_err(|e| Error(format!("cannot lock {}: {e}", path.display())))?;
-    // Unlocked when `file` is dropped, after `f`.
-    f()
+    Ok(file)
 }
 
 /// Put `program` in `root` with `install`, unless an install that
@@ -204,15 +210,7 @@ pub(crate) fn install_once(
     }
     std::fs::create_dir_all(root)
         .map_err(|e| Error(format!("cannot create {}: {e}", root.display())))?;
-    let lock_path = root.join("install.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error(format!("cannot open {}: {e}", lock_path.display())))?;
-    lock.lock()
-        .map_err(|e| Error(format!("cannot lock {}: {e}", lock_path.display())))?;
+    let _one_process_at_a_time = lock_file(&root.join("install.lock"))?;
     if installed() {
         return Ok(());
     }

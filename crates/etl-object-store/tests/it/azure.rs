@@ -7,8 +7,8 @@
 //! output. Every object is read back by pyarrow's own Azure client.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use etl_test_support::azurite::{ACCOUNT, Azurite};
@@ -73,24 +73,28 @@ fn run_to_end(dir: &Path, config: &Path, run: u32) {
     );
 }
 
-#[test]
-fn the_etl_process_killed_mid_run_into_an_azurite_container_stores_every_record_once() {
+/// Azurite with its container `lake`, and the first run of the pipeline
+/// into it (`sink` lines in the sink's table), under way once the
+/// container holds its first object: the server, the run's folder, its
+/// configuration and its process.
+fn first_run_under_way(sink: &str) -> (Azurite, tempfile::TempDir, PathBuf, Child) {
     let server = Azurite::start().unwrap();
     server.create_container("lake").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // Every object a block blob put as blocks and a block list (the
-    // multipart path), the rest of the store as single puts.
-    let config = write_pipeline(
-        dir.path(),
-        &azure_store(&server, "lake", server.key()),
-        RATE,
-        "multipart_threshold = 1",
-        "",
-    );
-    let location = azure_location(&server, "lake");
+    let store = azure_store(&server, "lake", server.key());
+    let config = write_pipeline(dir.path(), &store, RATE, sink, "");
     assert!(etl_binary().is_file());
     let mut child = start(dir.path(), &config, 1);
     wait_for_first_object(&server, "lake", &mut child);
+    (server, dir, config, child)
+}
+
+#[test]
+fn the_etl_process_killed_mid_run_into_an_azurite_container_stores_every_record_once() {
+    // Every object a block blob put as blocks and a block list (the
+    // multipart path), the rest of the store as single puts.
+    let (server, dir, config, mut child) = first_run_under_way("multipart_threshold = 1");
+    let location = azure_location(&server, "lake");
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended before the kill: {}",
@@ -137,7 +141,7 @@ fn etags(server: &Azurite, container: &str, prefix: &str) -> BTreeMap<String, St
 /// (a bound for a run that never does, not a speed), then a little more:
 /// a stop right after is a stop mid-run, however slow the machine is to
 /// start it. A run that stores none is killed before the test fails.
-fn wait_for_first_object(server: &Azurite, container: &str, run: &mut std::process::Child) {
+fn wait_for_first_object(server: &Azurite, container: &str, run: &mut Child) {
     let started = std::time::Instant::now();
     while etags(server, container, "gen").is_empty() {
         if started.elapsed() > Duration::from_secs(60) {
@@ -152,19 +156,7 @@ fn wait_for_first_object(server: &Azurite, container: &str, run: &mut std::proce
 
 #[test]
 fn a_second_run_without_its_local_checkpoint_resumes_from_the_progress_the_container_holds() {
-    let server = Azurite::start().unwrap();
-    server.create_container("lake").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_pipeline(
-        dir.path(),
-        &azure_store(&server, "lake", server.key()),
-        RATE,
-        "",
-        "",
-    );
-    assert!(etl_binary().is_file());
-    let mut child = start(dir.path(), &config, 1);
-    wait_for_first_object(&server, "lake", &mut child);
+    let (server, dir, config, mut child) = first_run_under_way("");
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
