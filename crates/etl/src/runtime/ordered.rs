@@ -22,7 +22,7 @@ use std::thread;
 use etl_ack::{AckRef, Acked};
 use etl_record::{DeadLetter, Record};
 use etl_source::SourceOutput;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Stage, StageOutput, StageStop, Steps};
@@ -33,6 +33,61 @@ type Answer = thread::Result<StageOutput>;
 /// Records the run's halt with the checkpointer
 /// ([`CheckpointHandle::halt`](etl_checkpoint::CheckpointHandle::halt)).
 pub(crate) type OnStop = Arc<dyn Fn() + Send + Sync>;
+
+/// The end of the source's input, passed on to the sinks in order: only
+/// once every output the source sent before announcing it has been handed
+/// to the sinks. Told earlier, a sink would write its partial batch at
+/// once and the last records read, still in the stage, in a write of
+/// their own.
+pub(crate) struct InputEnd {
+    /// Turns `true` once the source driver has read all its input (after
+    /// its last output is in the channel).
+    ended: watch::Receiver<bool>,
+    /// Tells the sinks; `None` once taken, or once no announcement can
+    /// come.
+    tell: Option<Tell>,
+}
+
+impl InputEnd {
+    /// Watch `ended`; call `tell` once, when the end is to be passed on.
+    pub(crate) fn new(ended: watch::Receiver<bool>, tell: impl FnOnce() + Send + 'static) -> Self {
+        InputEnd {
+            ended,
+            tell: Some(Box::new(tell)),
+        }
+    }
+
+    /// Once the end is announced and `input` holds nothing sent before
+    /// it, what tells the sinks (once): the source sends its last output
+    /// before it announces the end, so every output of the input is then
+    /// taken. Checked at the top of each turn, never by waiting for the
+    /// watch once it says `true` (that wait would be ready at once, turn
+    /// after turn).
+    fn reached(&mut self, input: &mpsc::Receiver<SourceOutput>) -> Option<Tell> {
+        if *self.ended.borrow() && input.is_empty() {
+            self.tell.take()
+        } else {
+            None
+        }
+    }
+
+    /// Whether [`changed`](Self::changed) is worth awaiting: the end is
+    /// still to come.
+    fn awaited(&self) -> bool {
+        self.tell.is_some() && !*self.ended.borrow()
+    }
+
+    /// Ready when the announcement changes; a watch whose sender is gone
+    /// can announce nothing more.
+    async fn changed(&mut self) {
+        if self.ended.changed().await.is_err() {
+            self.tell = None;
+        }
+    }
+}
+
+/// Tells the sinks the source's input ended.
+type Tell = Box<dyn FnOnce() + Send>;
 
 /// A clone of the handle of an output the stage works on. Given back
 /// with [`done`](Self::done) once the output is handed on; dropped before
@@ -211,6 +266,8 @@ enum Pending {
         letter: Acked<DeadLetter>,
         in_hand: InHand,
     },
+    /// The source's input ended after the outputs ahead of this.
+    End(Tell),
 }
 
 /// Run the stage until the source channel closes or the stage stops:
@@ -221,6 +278,7 @@ pub(crate) async fn run_parallel(
     mut stage: Stage,
     workers: Workers,
     mut input: mpsc::Receiver<SourceOutput>,
+    mut end: InputEnd,
     cancel: CancellationToken,
     on_stop: OnStop,
 ) -> Result<(), StageStop> {
@@ -231,6 +289,11 @@ pub(crate) async fn run_parallel(
         // Owned here, so the queue and the workers close when this ends.
         let (fifo_tx, workers) = (fifo_tx, workers);
         loop {
+            if let Some(tell) = end.reached(&input)
+                && fifo_tx.send(Pending::End(tell)).await.is_err()
+            {
+                break;
+            }
             let output = tokio::select! {
                 biased;
                 () = stopped.cancelled() => break,
@@ -238,6 +301,7 @@ pub(crate) async fn run_parallel(
                     Some(output) => output,
                     None => return,
                 },
+                () = end.changed(), if end.awaited() => continue,
             };
             let pending = match output {
                 SourceOutput::Batch(batch) => {
@@ -286,6 +350,10 @@ pub(crate) async fn run_parallel(
                 Pending::Letter { letter, in_hand } => {
                     stage.dead_letter(letter).await.map(|()| in_hand)
                 }
+                Pending::End(tell) => {
+                    tell();
+                    continue;
+                }
             };
             match result {
                 Ok(in_hand) => in_hand.done(),
@@ -314,10 +382,22 @@ pub(crate) async fn run_parallel(
 pub(crate) async fn run_serial(
     mut stage: Stage,
     mut input: mpsc::Receiver<SourceOutput>,
+    mut end: InputEnd,
     cancel: CancellationToken,
     on_stop: OnStop,
 ) -> Result<(), StageStop> {
-    while let Some(output) = input.recv().await {
+    loop {
+        if let Some(tell) = end.reached(&input) {
+            tell();
+        }
+        let output = tokio::select! {
+            biased;
+            output = input.recv() => match output {
+                Some(output) => output,
+                None => break,
+            },
+            () = end.changed(), if end.awaited() => continue,
+        };
         let (result, in_hand) = match output {
             SourceOutput::Batch(batch) => {
                 let in_hand = InHand::new(batch.ack(), &on_stop);

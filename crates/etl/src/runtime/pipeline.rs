@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fanout::{Outputs, Stage, StageStop, Steps};
 use super::hub::SinkSlot;
-use super::ordered::{OnStop, Workers, run_parallel, run_serial};
+use super::ordered::{InputEnd, OnStop, Workers, run_parallel, run_serial};
 use super::progress_store::SinkProgressStore;
 use super::route::{Route, Router};
 use super::{MetricsHub, PipelineError};
@@ -595,7 +595,12 @@ impl Pipeline {
         );
         hub.set_source(driver.metrics());
         let cancel = shutdown.child_token();
-        let input_ended = driver.input_ended();
+        // The stage passes the end of the source's input on behind the
+        // last records read (see `until_stop`).
+        let (passed_on, input_ended) = tokio::sync::watch::channel(false);
+        let end = InputEnd::new(driver.input_ended(), move || {
+            passed_on.send_replace(true);
+        });
         let driver_task = tokio::spawn(driver.run(cancel.clone()));
 
         let outputs = Outputs {
@@ -621,13 +626,14 @@ impl Pipeline {
                     stage,
                     workers,
                     out_rx,
+                    end,
                     cancel.clone(),
                     on_stop,
                 ))
             }
             Err(steps) => {
                 let stage = Stage::new(steps, outputs, hub.stage());
-                tokio::spawn(run_serial(stage, out_rx, cancel.clone(), on_stop))
+                tokio::spawn(run_serial(stage, out_rx, end, cancel.clone(), on_stop))
             }
         };
 
@@ -672,6 +678,8 @@ struct Running {
     halt_rx: mpsc::UnboundedReceiver<etl_checkpoint::ReplayRequest>,
     /// Cancelled when a sink driver halts or the transform stage stops.
     part_halted: CancellationToken,
+    /// Turns `true` once the stage has handed the sinks every record the
+    /// source read before it read all its input.
     input_ended: tokio::sync::watch::Receiver<bool>,
     /// Stops the source driver and the stage (a child of the run's
     /// `shutdown`).
@@ -688,9 +696,10 @@ impl Running {
     /// The run phase: until the driver ends, a replay is refused by
     /// `on_failure = "halt"` (returned), a sink halts, the offset store
     /// is lost, a revocation halts the run (the sinks are torn down
-    /// then), or `shutdown` is cancelled. Once
-    /// the source has read all its input, the sinks write their last
-    /// partial batches at once: a bounded run does not end a linger late.
+    /// then), or `shutdown` is cancelled. Once the source has read all
+    /// its input and the stage has handed on the last records read, the
+    /// sinks write their last partial batches at once: a bounded run does
+    /// not end a linger late, nor write its last records apart.
     async fn until_stop(
         &mut self,
         shutdown: &CancellationToken,

@@ -146,3 +146,65 @@ async fn a_source_starved_by_a_sinks_partial_batch_gets_it_written_before_its_li
     assert_eq!(written(&all), RECORDS);
     assert_eq!(written(&rare), RECORDS / 100);
 }
+
+/// Holds the record of one offset for a while, as a slow step would: the
+/// source has read its last record and announced the end of its input
+/// while that batch is still on its way to the sinks.
+struct SlowAt(i64, Duration);
+
+impl etl::Transform for SlowAt {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn apply(&mut self, record: Record) -> etl::Outcome {
+        if record.position.offset.0 == self.0 {
+            std::thread::sleep(self.1);
+        }
+        etl::Outcome::Keep(record)
+    }
+    fn fork(&self) -> Option<Box<dyn etl::Transform>> {
+        Some(Box::new(SlowAt(self.0, self.1)))
+    }
+}
+
+/// Once the source has read all its input, a sink writes its partial
+/// batch without lingering, but only with every record read before the
+/// end: told of the end while the last batch was still in the transform
+/// stage, it wrote what it held, then the last records alone, one write
+/// (one object, for a lake) more than the input needs. Serial and
+/// parallel stages alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_the_input_reaches_a_sink_after_the_records_read_before_it() {
+    for workers in [1, 2] {
+        let sizes = Sizes::default();
+        let pipeline = Pipeline::builder()
+            .source(ten_a_batch(95))
+            .transform(SlowAt(94, Duration::from_millis(300)))
+            .transform_workers(workers)
+            .sink(
+                "sizes",
+                SinkDriver::new(sizes.clone(), NdjsonEncoder::new()).config(SinkDriverConfig {
+                    batch_max_records: 1000,
+                    linger: Duration::from_secs(3600),
+                    ..SinkDriverConfig::default()
+                }),
+            )
+            .offset_store(MemoryStore::new())
+            .build()
+            .unwrap();
+        let summary = tokio::time::timeout(
+            Duration::from_secs(120),
+            pipeline.run(CancellationToken::new()),
+        )
+        .await
+        .expect("the run waits out a linger of an hour")
+        .unwrap();
+        assert_eq!(summary.written(), 95, "{summary:?}");
+        let sizes = sizes.0.lock().unwrap().clone();
+        assert_eq!(
+            sizes.iter().map(|&(_, n)| n).collect::<Vec<_>>(),
+            [95],
+            "{workers} workers: one write of every record"
+        );
+    }
+}
