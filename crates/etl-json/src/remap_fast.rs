@@ -87,6 +87,125 @@ enum Expr {
         item: usize,
         body: Vec<Expr>,
     },
+    /// Arithmetic and number functions over numbers read from the record
+    /// or the variables, worked out on unboxed numbers (see [`NumExpr`]);
+    /// when an operand read is not a number, the expression as written
+    /// (the second field) decides instead.
+    Num(NumExpr, Box<Expr>),
+}
+
+/// An expression of numbers only: literals, reads, `+`, `-`, `*` and the
+/// number functions, evaluated without a [`Value`] per node. It reads
+/// only (its leaves are field and variable reads), so giving up halfway
+/// and evaluating the expression as written has the same effects.
+#[derive(Debug, Clone)]
+enum NumExpr {
+    Lit(Num),
+    /// A read (`Expr::Event` or `Expr::Var`), which must give a number.
+    Read(Box<Expr>),
+    Op(Box<NumExpr>, Opcode, Box<NumExpr>),
+    Call(Func, Box<NumExpr>),
+}
+
+/// A number as VRL holds it: an integer, or a float that is not NaN.
+#[derive(Debug, Clone, Copy)]
+enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    fn into_value(self) -> Value {
+        match self {
+            Num::Int(i) => Value::Integer(i),
+            Num::Float(f) => Value::from_f64_or_zero(f),
+        }
+    }
+
+    /// `+`, `-` or `*`, as [`arithmetic`] gives it for two numbers.
+    #[allow(clippy::cast_precision_loss)]
+    fn arithmetic(self, op: Opcode, other: Num) -> Run<Num> {
+        let (a, b) = match (self, other) {
+            (Num::Int(a), Num::Int(b)) => {
+                return Ok(Num::Int(match op {
+                    Opcode::Add => a.wrapping_add(b),
+                    Opcode::Sub => a.wrapping_sub(b),
+                    Opcode::Mul => a.wrapping_mul(b),
+                    _ => return Err(Stop::Fallback),
+                }));
+            }
+            (Num::Int(a), Num::Float(b)) => (a as f64, b),
+            (Num::Float(a), Num::Int(b)) => (a, b as f64),
+            (Num::Float(a), Num::Float(b)) => (a, b),
+        };
+        let x = match op {
+            Opcode::Add => a + b,
+            Opcode::Sub => a - b,
+            Opcode::Mul => a * b,
+            _ => return Err(Stop::Fallback),
+        };
+        if x.is_nan() {
+            return Err(Stop::Fallback);
+        }
+        Ok(Num::Float(x))
+    }
+
+    /// A number function, as [`call`] gives it for a number.
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    fn call(self, func: Func) -> Run<Num> {
+        let or_zero = |x: f64| if x.is_nan() { 0.0 } else { x };
+        Ok(match (func, self) {
+            (Func::ToFloat, Num::Int(i)) => Num::Float(i as f64),
+            (Func::ToFloat | Func::Float, n @ Num::Float(_))
+            | (Func::ToInt | Func::Int | Func::Round | Func::Floor | Func::Ceil, n @ Num::Int(_)) => {
+                n
+            }
+            (Func::ToInt, Num::Float(f)) => Num::Int(f as i64),
+            (Func::Round, Num::Float(x)) => Num::Float(or_zero(x.round())),
+            (Func::Floor, Num::Float(x)) => Num::Float(or_zero(x.floor())),
+            (Func::Ceil, Num::Float(x)) => Num::Float(or_zero(x.ceil())),
+            _ => return Err(Stop::Fallback),
+        })
+    }
+}
+
+impl NumExpr {
+    /// The numeric form of `e`, when it is arithmetic (`+`, `-`, `*`) or
+    /// number functions over number literals and reads.
+    fn of(e: &Expr) -> Option<NumExpr> {
+        Some(match e {
+            Expr::Lit(Value::Integer(i)) => NumExpr::Lit(Num::Int(*i)),
+            Expr::Lit(Value::Float(f)) => NumExpr::Lit(Num::Float(f.into_inner())),
+            Expr::Event(_) | Expr::Var(..) => NumExpr::Read(Box::new(e.clone())),
+            Expr::Num(n, _) => n.clone(),
+            Expr::Op(l, op @ (Opcode::Add | Opcode::Sub | Opcode::Mul), r) => {
+                NumExpr::Op(Box::new(Self::of(l)?), *op, Box::new(Self::of(r)?))
+            }
+            Expr::Call(
+                func @ (Func::ToFloat
+                | Func::ToInt
+                | Func::Round
+                | Func::Floor
+                | Func::Ceil
+                | Func::Float
+                | Func::Int),
+                arg,
+            ) => NumExpr::Call(*func, Box::new(Self::of(arg)?)),
+            _ => return None,
+        })
+    }
+}
+
+/// `e`, with its numeric form beside it when it has one worth having (an
+/// operation or a call, not a lone literal or read).
+fn numeric(e: Expr) -> Expr {
+    if !matches!(e, Expr::Op(..) | Expr::Call(..)) {
+        return e;
+    }
+    match NumExpr::of(&e) {
+        Some(num) => Expr::Num(num, Box::new(e)),
+        None => e,
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,11 +298,11 @@ impl Translate {
                 if matches!(opcode.inner(), Opcode::Merge | Opcode::Err) {
                     return None;
                 }
-                Expr::Op(
+                numeric(Expr::Op(
                     Box::new(self.expr(lhs)?),
                     *opcode.inner(),
                     Box::new(self.expr(rhs)?),
-                )
+                ))
             }
             E::Assignment(a) => {
                 let ast::Assignment::Single {
@@ -273,7 +392,7 @@ impl Translate {
             "object" => Func::Object,
             _ => return None,
         };
-        Some(Expr::Call(func, Box::new(self.expr(&arg.expr)?)))
+        Some(numeric(Expr::Call(func, Box::new(self.expr(&arg.expr)?))))
     }
 }
 
@@ -877,6 +996,10 @@ impl<'a> Cx<'a> {
                 _ => return Err(Stop::Fallback),
             },
             Expr::Block(exprs) => self.block(exprs)?,
+            Expr::Num(num, written) => match self.num(num)? {
+                Some(n) => Val::V(n.into_value()),
+                None => self.eval(written)?,
+            },
             Expr::Abort => return Err(Stop::Abort),
             Expr::ForEach {
                 array,
@@ -902,6 +1025,32 @@ impl<'a> Cx<'a> {
                 Val::V(Value::Null)
             }
         })
+    }
+
+    /// The number `e` gives; `None` when a read in it is not a number
+    /// (the expression as written decides then).
+    fn num(&mut self, e: &'a NumExpr) -> Run<Option<Num>> {
+        Ok(Some(match e {
+            NumExpr::Lit(n) => *n,
+            NumExpr::Read(read) => match self.eval(read)? {
+                Val::V(Value::Integer(i)) => Num::Int(i),
+                Val::V(Value::Float(f)) => Num::Float(f.into_inner()),
+                _ => return Ok(None),
+            },
+            NumExpr::Op(lhs, op, rhs) => {
+                let Some(a) = self.num(lhs)? else {
+                    return Ok(None);
+                };
+                let Some(b) = self.num(rhs)? else {
+                    return Ok(None);
+                };
+                a.arithmetic(*op, b)?
+            }
+            NumExpr::Call(func, arg) => match self.num(arg)? {
+                Some(n) => n.call(*func)?,
+                None => return Ok(None),
+            },
+        }))
     }
 
     fn op(&mut self, lhs: &'a Expr, op: Opcode, rhs: &'a Expr) -> Run<Value> {
