@@ -11,7 +11,7 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::batch::{BatchBuilder, SpareBuffer};
+use crate::batch::{BatchBuilder, SpareBuffer, SpareRecords};
 use crate::handle::SinkHandle;
 use crate::metrics::{MetricsCell, add};
 use crate::write::{Job, Outcome, Shared, run_job};
@@ -185,6 +185,7 @@ impl SinkDriver {
                 metrics: metrics.clone(),
                 exactly_once,
                 spare: SpareBuffer::default(),
+                spare_records: SpareRecords::default(),
             }),
             encoder: self.encoder,
             input: Input(rx),
@@ -286,7 +287,8 @@ impl Driver {
                 resume.advance(partition, next);
             }
         }
-        self.builder.adopt(&self.shared.spare);
+        self.builder
+            .adopt(&self.shared.spare, &self.shared.spare_records);
         let offered = records.len();
         let mut skipped = 0;
         let resume = &self.resume;

@@ -8,7 +8,7 @@ use etl_ack::{AckRef, AckSet};
 use etl_record::{DeadLetter, Offset, PartitionId};
 use tokio::time::Instant;
 
-use crate::batch::SpareBuffer;
+use crate::batch::{SpareBuffer, SpareRecords};
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
 use crate::{
@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) exactly_once: bool,
     /// The byte buffer of the last batch written, for the next one.
     pub(crate) spare: SpareBuffer,
+    /// The record vector of the last batch written, for the next one.
+    pub(crate) spare_records: SpareRecords,
 }
 
 /// One batch on its way to the sink, with the handles it covers and the
@@ -559,10 +561,9 @@ fn settle(
                 add(&m.bytes_written, batch.bytes().len() as u64);
                 add(&m.batches_written, 1);
             }
-            // Its vector, for a source's next batch; its buffer, for this
-            // driver's.
+            // Its vector and its buffer, for this driver's next batch.
             let (records, bytes) = batch.into_parts();
-            etl_record::reuse::give_back(records);
+            shared.spare_records.keep(records);
             shared
                 .spare
                 .keep(bytes, shared.config.batch_max_bytes.saturating_mul(2));
