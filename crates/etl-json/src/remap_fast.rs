@@ -177,7 +177,6 @@ impl NumExpr {
             Expr::Lit(Value::Integer(i)) => NumExpr::Lit(Num::Int(*i)),
             Expr::Lit(Value::Float(f)) => NumExpr::Lit(Num::Float(f.into_inner())),
             Expr::Event(_) | Expr::Var(..) => NumExpr::Read(Box::new(e.clone())),
-            Expr::Num(n, _) => n.clone(),
             Expr::Op(l, op @ (Opcode::Add | Opcode::Sub | Opcode::Mul), r) => {
                 NumExpr::Op(Box::new(Self::of(l)?), *op, Box::new(Self::of(r)?))
             }
@@ -196,15 +195,44 @@ impl NumExpr {
     }
 }
 
-/// `e`, with its numeric form beside it when it has one worth having (an
-/// operation or a call, not a lone literal or read).
-fn numeric(e: Expr) -> Expr {
-    if !matches!(e, Expr::Op(..) | Expr::Call(..)) {
-        return e;
+/// Give the largest numeric expressions in `e` their numeric form
+/// (see [`NumExpr`]), from the top down: an operation or a call, not a
+/// lone literal or read, and none inside another (the expression as
+/// written, beside it, stays generic: one numeric try, then one generic
+/// evaluation at most).
+fn numeric(e: &mut Expr) {
+    if matches!(e, Expr::Op(..) | Expr::Call(..))
+        && let Some(num) = NumExpr::of(e)
+    {
+        let written = std::mem::replace(e, Expr::Abort);
+        *e = Expr::Num(num, Box::new(written));
+        return;
     }
-    match NumExpr::of(&e) {
-        Some(num) => Expr::Num(num, Box::new(e)),
-        None => e,
+    match e {
+        Expr::Lit(_) | Expr::Event(_) | Expr::Var(..) | Expr::Del(_) | Expr::Abort => {}
+        Expr::Num(..) => {}
+        Expr::Op(l, _, r) => {
+            numeric(l);
+            numeric(r);
+        }
+        Expr::Not(inner)
+        | Expr::Call(_, inner)
+        | Expr::SetField(_, inner)
+        | Expr::SetVar(_, inner) => {
+            numeric(inner);
+        }
+        Expr::If(predicate, then, otherwise) => {
+            numeric(predicate);
+            then.iter_mut().for_each(numeric);
+            if let Some(otherwise) = otherwise {
+                otherwise.iter_mut().for_each(numeric);
+            }
+        }
+        Expr::Block(exprs) => exprs.iter_mut().for_each(numeric),
+        Expr::ForEach { array, body, .. } => {
+            numeric(array);
+            body.iter_mut().for_each(numeric);
+        }
     }
 }
 
@@ -298,11 +326,11 @@ impl Translate {
                 if matches!(opcode.inner(), Opcode::Merge | Opcode::Err) {
                     return None;
                 }
-                numeric(Expr::Op(
+                Expr::Op(
                     Box::new(self.expr(lhs)?),
                     *opcode.inner(),
                     Box::new(self.expr(rhs)?),
-                ))
+                )
             }
             E::Assignment(a) => {
                 let ast::Assignment::Single {
@@ -392,7 +420,7 @@ impl Translate {
             "object" => Func::Object,
             _ => return None,
         };
-        Some(numeric(Expr::Call(func, Box::new(self.expr(&arg.expr)?))))
+        Some(Expr::Call(func, Box::new(self.expr(&arg.expr)?)))
     }
 }
 
@@ -421,6 +449,7 @@ impl LiteProgram {
                 ast::RootExpr::Error(_) => return None,
             }
         }
+        body.iter_mut().for_each(numeric);
         Some(LiteProgram {
             body,
             vars: translate.vars.len(),
@@ -1795,6 +1824,81 @@ mod tests {
         ] {
             assert!(LiteProgram::new(outside).is_none(), "{outside}");
         }
+    }
+
+    /// The numeric forms of a program: how many, and how many nodes they
+    /// hold in all.
+    fn numeric_forms(program: &LiteProgram) -> (usize, usize) {
+        fn nodes(n: &NumExpr) -> usize {
+            match n {
+                NumExpr::Lit(_) | NumExpr::Read(_) => 1,
+                NumExpr::Op(l, _, r) => 1 + nodes(l) + nodes(r),
+                NumExpr::Call(_, a) => 1 + nodes(a),
+            }
+        }
+        fn walk(e: &Expr, found: &mut (usize, usize)) {
+            match e {
+                Expr::Num(n, written) => {
+                    found.0 += 1;
+                    found.1 += nodes(n);
+                    walk(written, found);
+                }
+                Expr::Op(l, _, r) => {
+                    walk(l, found);
+                    walk(r, found);
+                }
+                Expr::Not(i) | Expr::Call(_, i) | Expr::SetField(_, i) | Expr::SetVar(_, i) => {
+                    walk(i, found);
+                }
+                Expr::If(p, t, o) => {
+                    walk(p, found);
+                    t.iter()
+                        .chain(o.iter().flatten())
+                        .for_each(|e| walk(e, found));
+                }
+                Expr::Block(b) => b.iter().for_each(|e| walk(e, found)),
+                Expr::ForEach { array, body, .. } => {
+                    walk(array, found);
+                    body.iter().for_each(|e| walk(e, found));
+                }
+                _ => {}
+            }
+        }
+        let mut found = (0, 0);
+        program.body.iter().for_each(|e| walk(e, &mut found));
+        found
+    }
+
+    /// Each largest numeric expression gets one numeric form, none inside
+    /// another: a sum of a hundred fields is one form of 199 nodes (built
+    /// level by level, each level's form copied its children's, 5,000
+    /// nodes in all), and a read that is not a number makes the
+    /// expression as written run once, not once a level.
+    #[test]
+    fn a_numeric_expression_has_one_numeric_form_however_long() {
+        let sum = (0..100)
+            .map(|i| format!(".a{i}"))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let program = LiteProgram::new(&format!(".t = {sum}")).unwrap();
+        assert_eq!(numeric_forms(&program), (1, 199));
+        let program =
+            LiteProgram::new(".t = to_int(round(to_float!(.a) * 100))\nif .b > 1 { .c = .b * 2 }")
+                .unwrap();
+        // The comparison is no number: its operand `.b * 2`'s is.
+        assert_eq!(numeric_forms(&program), (2, 6 + 3));
+        // Numbers read: what VRL writes. A read that is not a number: the
+        // expression as written decides (here: leaves it to VRL, as
+        // `to_float!` of a string is not decided on the fast path).
+        let program = ".t = to_int(round(to_float!(.n) * 2)) + 1";
+        for record in [r#"{"n":2.5}"#, r#"{"n":-7}"#, r#"{"n":123456789.125}"#] {
+            assert_eq!(
+                written(program, record),
+                by_vrl(program, record),
+                "{record}"
+            );
+        }
+        assert_eq!(run(program, r#"{"n":"2.5"}"#), Lite::Fallback);
     }
 
     #[test]

@@ -169,13 +169,17 @@ impl SpareBuffer {
 pub(crate) struct SpareRecords(Mutex<Option<Vec<Record>>>);
 
 impl SpareRecords {
-    /// Keep `records`' vector, emptied; of it and the one kept, the
-    /// smaller goes to the shared pool.
-    pub(crate) fn keep(&self, mut records: Vec<Record>) {
+    /// Keep `records`' vector, emptied, when it has room for at most
+    /// `at_most` records; of it and the one kept, the smaller goes to the
+    /// shared pool (which frees what it has no room for). A vector a
+    /// burst grew far beyond the driver's batches is not kept idle.
+    pub(crate) fn keep(&self, mut records: Vec<Record>, at_most: usize) {
         // Dropped outside the lock: a record can hold the last reference
         // to a buffer.
         records.clear();
-        let other = {
+        let other = if records.capacity() > at_most {
+            Some(records)
+        } else {
             let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             match kept.as_ref() {
                 Some(k) if k.capacity() >= records.capacity() => Some(records),
@@ -276,8 +280,10 @@ fn room_for(needed: usize, last: usize) -> usize {
 /// differ by an upstream batch or so (two or three of 4 Ki records: room
 /// for 8 Ki or 12 Ki), and a vector grown for the larger one serves the
 /// smaller too, rather than being given up for a new mapping whose every
-/// page faults in. It is one vector a driver, beside what its batches
-/// hold, so the in-flight limits' account stays within a batch's worth.
+/// page faults in. A batch may so hold up to about four times the room
+/// its records need (the shared pool hands out at most a quarter over),
+/// which the in-flight limits do not count: one such vector a driver at
+/// a time, as a driver keeps one.
 fn kept_at_most(room: usize) -> usize {
     room.checked_next_power_of_two()
         .map_or(usize::MAX, |p| p.saturating_mul(2))
@@ -443,6 +449,11 @@ impl BatchBuilder {
         // Its records are mostly an upstream batch's own vector (see
         // `extend`).
         self.last = self.records.len();
+        // A spare vector this batch did not need goes to the shared pool
+        // rather than sit here idle beside the one the driver keeps.
+        if let Some(unused) = self.kept.take() {
+            etl_record::reuse::give_back(unused);
+        }
         let ends = Vec::with_capacity(self.last);
         // Small batches share one buffer, each the part the last left. A
         // buffer that cannot hold another batch as large goes whole with
@@ -630,7 +641,7 @@ mod tests {
         drop(records);
         let mut written = Vec::with_capacity(16 * 1024);
         written.extend(upstream(8 * 1024, 12 * 1024));
-        kept.keep(written);
+        kept.keep(written, usize::MAX);
         builder.adopt(&bytes, &kept);
         builder.extend(upstream(20 * 1024, 4096), &NdjsonEncoder::new(), |_| false);
         assert_eq!(builder.records.len(), 4096);
@@ -642,27 +653,35 @@ mod tests {
         assert!(kept.take().is_none(), "taken once");
         // Written, it is kept again for the batch after.
         let (records, _) = builder.finish().into_parts();
-        kept.keep(records);
+        kept.keep(records, usize::MAX);
         assert_eq!(kept.take().map(|v| v.capacity()), Some(16 * 1024));
     }
 
     #[test]
     fn a_driver_keeps_the_larger_of_two_vectors_and_never_one_far_beyond_a_batchs_room() {
         let kept = SpareRecords::default();
-        kept.keep(Vec::with_capacity(8 * 1024));
-        kept.keep(Vec::with_capacity(4 * 1024));
+        kept.keep(Vec::with_capacity(8 * 1024), usize::MAX);
+        kept.keep(Vec::with_capacity(4 * 1024), usize::MAX);
         assert_eq!(kept.take().map(|v| v.capacity()), Some(8 * 1024));
-        // Up to twice the room rounded to a power of two; a batch of a few
-        // records (room for 1 Ki) does not take a vector of 16 Ki.
+        // After a batch of 8 Ki records a batch of 3 has room for 4 Ki (see
+        // `room_for`), and takes no kept vector of 32 Ki.
+        let (bytes, kept) = (SpareBuffer::default(), SpareRecords::default());
+        let mut builder = BatchBuilder::default();
+        builder.extend(upstream(0, 8 * 1024), &NdjsonEncoder::new(), |_| false);
+        drop(builder.finish());
+        kept.keep(Vec::with_capacity(32 * 1024), usize::MAX);
+        builder.adopt(&bytes, &kept);
+        builder.extend(upstream(8 * 1024, 3), &NdjsonEncoder::new(), |_| false);
+        let capacity = builder.records.capacity();
+        assert!((4 * 1024..32 * 1024).contains(&capacity), "{capacity}");
+        // Nor is a vector beyond the driver's bound kept at all.
+        let kept = SpareRecords::default();
+        kept.keep(Vec::with_capacity(64 * 1024), 32 * 1024);
+        assert!(kept.take().is_none());
+        // Up to twice the room rounded up to a power of two.
         assert_eq!(kept_at_most(8 * 1024), 16 * 1024);
         assert_eq!(kept_at_most(12 * 1024), 32 * 1024);
         assert_eq!(kept_at_most(1024), 2 * 1024);
-        let (bytes, kept) = (SpareBuffer::default(), SpareRecords::default());
-        kept.keep(Vec::with_capacity(16 * 1024));
-        let mut builder = BatchBuilder::default();
-        builder.adopt(&bytes, &kept);
-        builder.extend(upstream(0, 3), &NdjsonEncoder::new(), |_| false);
-        assert!(builder.records.capacity() < 16 * 1024);
     }
 
     /// A batch a few records larger than the last one grows its vector to

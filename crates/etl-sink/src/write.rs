@@ -563,7 +563,15 @@ fn settle(
             }
             // Its vector and its buffer, for this driver's next batch.
             let (records, bytes) = batch.into_parts();
-            shared.spare_records.keep(records);
+            // At most what the driver's largest batch needs: twice
+            // `batch_max_records` rounded up (a batch reaches it with the
+            // upstream batch that crossed it).
+            let at_most = shared
+                .config
+                .batch_max_records
+                .checked_next_power_of_two()
+                .map_or(usize::MAX, |p| p.saturating_mul(2));
+            shared.spare_records.keep(records, at_most);
             shared
                 .spare
                 .keep(bytes, shared.config.batch_max_bytes.saturating_mul(2));
