@@ -7,9 +7,10 @@
 //! again. Measured on the transform benchmark's jobs (file to file, 90
 //! and 400 byte records), reusing them took the page faults from 140k to
 //! 20-30k and from 47k to 19k, and the CPU time down by 5% and 11%.
-//! A sink gives the vector of a batch it has written back with
-//! [`give_back`]; a source takes its next batch's vector with
-//! [`records`].
+//! A sink gives an upstream batch's vector back with [`give_back`] once
+//! it has gathered its records into a batch of its own (the vector of a
+//! batch it wrote, it keeps for its next one); a source takes its next
+//! batch's vector with [`records`].
 //!
 //! ```
 //! use etl_record::{Offset, PartitionId, Position, Record, SourceId, reuse};

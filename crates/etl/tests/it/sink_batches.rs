@@ -30,6 +30,19 @@ impl Sink for Sizes {
     }
 }
 
+/// Run `pipeline` to its end, on real time: a run that waits for a
+/// sink's linger of an hour (when `waiting`: nothing told the sink to
+/// write sooner) is cut at two minutes.
+async fn within_two_minutes(pipeline: Pipeline, waiting: &str) -> etl::Summary {
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        pipeline.run(CancellationToken::new()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the run waits for a linger of an hour on {waiting}"))
+    .unwrap()
+}
+
 /// A generator of `records` records on one partition, ten a batch.
 fn ten_a_batch(records: u64) -> GeneratorSource {
     GeneratorSource::new(GeneratorConfig {
@@ -133,13 +146,7 @@ async fn a_source_starved_by_a_sinks_partial_batch_gets_it_written_before_its_li
         .checkpoint(bytes_in_flight(IN_FLIGHT))
         .build()
         .unwrap();
-    let summary = tokio::time::timeout(
-        Duration::from_secs(120),
-        pipeline.run(CancellationToken::new()),
-    )
-    .await
-    .expect("the run waits for a linger of an hour on a starved source")
-    .unwrap();
+    let summary = within_two_minutes(pipeline, "a starved source").await;
     assert_eq!(summary.written(), RECORDS + RECORDS / 100, "{summary:?}");
     let written =
         |sizes: &Sizes| -> u64 { sizes.0.lock().unwrap().iter().map(|&(_, n)| n as u64).sum() };
@@ -189,13 +196,7 @@ async fn the_end_reaches_the_sink_behind_the_last_records(workers: usize) {
         .offset_store(MemoryStore::new())
         .build()
         .unwrap();
-    let summary = tokio::time::timeout(
-        Duration::from_secs(120),
-        pipeline.run(CancellationToken::new()),
-    )
-    .await
-    .expect("the run waits out a linger of an hour")
-    .unwrap();
+    let summary = within_two_minutes(pipeline, "the end of the input").await;
     assert_eq!(summary.written(), 95, "{summary:?}");
     let sizes = sizes.0.lock().unwrap().clone();
     assert_eq!(
