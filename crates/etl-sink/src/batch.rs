@@ -137,22 +137,35 @@ impl EncodedBatch {
 /// One buffer is kept at most, and only one no larger than the bound it is
 /// given.
 #[derive(Debug, Default)]
-pub(crate) struct SpareBuffer(Mutex<Option<BytesMut>>);
+pub(crate) struct SpareBuffer(Mutex<Vec<BytesMut>>);
+
+/// Buffers a driver keeps: the one of the batch being written and the one
+/// of the batch before it, so the batch built beside a write finds one.
+const SPARE_BUFFERS: usize = 2;
 
 impl SpareBuffer {
     /// Keep `bytes`' buffer, emptied, when nothing else holds it and it
-    /// holds at most `at_most` bytes; otherwise it is dropped.
+    /// holds at most `at_most` bytes; otherwise it is dropped. Of more
+    /// than two, the smallest is dropped.
     pub(crate) fn keep(&self, bytes: Bytes, at_most: usize) {
         if let Ok(mut buf) = bytes.try_into_mut()
             && buf.capacity() <= at_most
         {
             buf.clear();
-            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(buf);
+            let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            spare.push(buf);
+            if spare.len() > SPARE_BUFFERS {
+                spare.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+                spare.truncate(SPARE_BUFFERS);
+            }
         }
     }
 
+    /// The largest buffer kept.
     fn take(&self) -> Option<BytesMut> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+        let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let largest = (0..spare.len()).max_by_key(|&i| spare[i].capacity())?;
+        Some(spare.swap_remove(largest))
     }
 }
 
@@ -262,6 +275,11 @@ pub(crate) struct BatchBuilder {
     /// for the batch about to start.
     kept: Option<Vec<Record>>,
 }
+
+/// Batches of fewer bytes share a buffer (see [`BatchBuilder::finish`]);
+/// a larger one takes its buffer whole, so that it comes back once
+/// written (see [`SpareBuffer`]).
+const SHARED_BELOW: usize = 64 << 10;
 
 /// Room for a batch's records when `needed` are about to be in it: as
 /// many as the last batch held (`last`), so that a batch as large as the
@@ -459,7 +477,9 @@ impl BatchBuilder {
         // buffer that cannot hold another batch as large goes whole with
         // this one, so that once it is written nothing else holds it and
         // it comes back (see `SpareBuffer`).
-        let bytes = if self.buf.capacity() - self.buf.len() < self.buf.len() {
+        let bytes = if self.buf.len() >= SHARED_BELOW
+            || self.buf.capacity() - self.buf.len() < self.buf.len()
+        {
             std::mem::take(&mut self.buf)
         } else {
             self.buf.split()
@@ -895,6 +915,40 @@ mod tests {
             attached(&batch),
             [(0..2, vec!["a".to_owned(), "b".to_owned()])]
         );
+    }
+
+    /// A batch of 64 KiB or more takes its buffer whole: a part of a
+    /// buffer shared with the next batch could not come back once
+    /// written (it is not the only holder), and the next batch built in
+    /// the rest grew it into a new allocation whose pages all fault in.
+    #[test]
+    fn a_large_batch_takes_its_buffer_whole_so_it_comes_back_once_written() {
+        let spare = (SpareBuffer::default(), SpareRecords::default());
+        spare.0.keep(Bytes::from(vec![0u8; 1 << 20]), usize::MAX);
+        let mut builder = BatchBuilder::default();
+        builder.adopt(&spare.0, &spare.1);
+        let line: &'static str = "x".repeat(1000).leak();
+        let records = (0..100).map(|i| rec(i, line)).collect();
+        builder.extend(records, &RawLinesEncoder::new(), |_| false);
+        let (_, bytes) = builder.finish().into_parts();
+        assert!(bytes.len() >= 64 << 10);
+        assert!(bytes.is_unique(), "the batch's buffer is shared");
+        spare.0.keep(bytes, usize::MAX);
+        assert_eq!(spare.0.take().map(|b| b.capacity()), Some(1 << 20));
+    }
+
+    /// With a batch being written and the next one built beside it, a
+    /// driver keeps two buffers, and hands out the larger first.
+    #[test]
+    fn a_driver_keeps_two_spare_buffers_and_hands_out_the_larger_first() {
+        let spare = SpareBuffer::default();
+        for size in [100, 300, 200] {
+            spare.keep(Bytes::from(vec![0u8; size]), usize::MAX);
+        }
+        let sizes = [spare.take(), spare.take(), spare.take()].map(|b| b.map(|b| b.capacity()));
+        assert_eq!(sizes, [Some(300), Some(200), None]);
+        spare.keep(Bytes::from(vec![0u8; 100]), 99);
+        assert!(spare.take().is_none(), "larger than the bound");
     }
 
     #[test]
