@@ -134,8 +134,8 @@ impl EncodedBatch {
 /// fill: a batch's buffer is large (up to `batch_max_bytes`), and one
 /// allocated anew for every batch is a mapping of its own whose every
 /// page faults in again, then is unmapped once the batch is written.
-/// One buffer is kept at most, and only one no larger than the bound it is
-/// given.
+/// Two buffers are kept at most (`SPARE_BUFFERS`), and only ones no
+/// larger than the bound they are given.
 #[derive(Debug, Default)]
 pub(crate) struct SpareBuffer(Mutex<Vec<BytesMut>>);
 
@@ -152,12 +152,19 @@ impl SpareBuffer {
             && buf.capacity() <= at_most
         {
             buf.clear();
-            let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            spare.push(buf);
-            if spare.len() > SPARE_BUFFERS {
-                spare.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-                spare.truncate(SPARE_BUFFERS);
-            }
+            // The smallest of three is freed outside the lock (it can be a
+            // mapping of megabytes to unmap).
+            let evicted = {
+                let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+                spare.push(buf);
+                if spare.len() > SPARE_BUFFERS {
+                    spare.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+                    spare.pop()
+                } else {
+                    None
+                }
+            };
+            drop(evicted);
         }
     }
 

@@ -47,7 +47,11 @@ pub struct SinkDriverConfig {
     /// batch (it takes, checks and encodes input while they go), so it
     /// holds at most `concurrency` batches being written and one being
     /// built (its records, those the encoder refused included, within
-    /// `batch_max_records` and `batch_max_bytes`). Exactly-once drivers
+    /// `batch_max_records` and `batch_max_bytes`), and for its next
+    /// batches, emptied, the record vector of one batch written (at most
+    /// twice `batch_max_records` rounded up to a power of two) and the
+    /// byte buffers of two (each at most twice `batch_max_bytes`), which
+    /// the in-flight limits do not count. Exactly-once drivers
     /// use 1 and take no input while it is written: they skip what their
     /// sink's progress covers, which the write moves only as it returns.
     pub concurrency: usize,

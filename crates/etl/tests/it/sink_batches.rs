@@ -220,6 +220,6 @@ async fn the_end_of_the_input_reaches_a_sink_after_the_records_read_before_it() 
 /// woken before the run loop: this guards the serial stage's passing the
 /// end on at all, without which the run waits out the hour's linger.)
 #[tokio::test(flavor = "current_thread")]
-async fn the_end_of_the_input_reaches_a_sink_after_the_records_read_before_it_on_one_thread() {
+async fn the_stage_on_the_pipelines_own_task_passes_the_end_of_the_input_on() {
     the_end_reaches_the_sink_behind_the_last_records(1).await;
 }
