@@ -209,8 +209,12 @@ fn numeric(e: &mut Expr) {
         return;
     }
     match e {
-        Expr::Lit(_) | Expr::Event(_) | Expr::Var(..) | Expr::Del(_) | Expr::Abort => {}
-        Expr::Num(..) => {}
+        Expr::Lit(_)
+        | Expr::Event(_)
+        | Expr::Var(..)
+        | Expr::Del(_)
+        | Expr::Abort
+        | Expr::Num(..) => {}
         Expr::Op(l, _, r) => {
             numeric(l);
             numeric(r);

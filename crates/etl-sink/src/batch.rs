@@ -309,7 +309,7 @@ fn room_for(needed: usize, last: usize) -> usize {
 /// its records need (the shared pool hands out at most a quarter over),
 /// which the in-flight limits do not count: one such vector a driver at
 /// a time, as a driver keeps one.
-fn kept_at_most(room: usize) -> usize {
+pub(crate) fn kept_at_most(room: usize) -> usize {
     room.checked_next_power_of_two()
         .map_or(usize::MAX, |p| p.saturating_mul(2))
 }

@@ -8,7 +8,7 @@ use etl_ack::{AckRef, AckSet};
 use etl_record::{DeadLetter, Offset, PartitionId};
 use tokio::time::Instant;
 
-use crate::batch::{SpareBuffer, SpareRecords};
+use crate::batch::{SpareBuffer, SpareRecords, kept_at_most};
 use crate::dead_letter::dead_letter_batch;
 use crate::metrics::{MetricsCell, add};
 use crate::{
@@ -563,14 +563,10 @@ fn settle(
             }
             // Its vector and its buffer, for this driver's next batch.
             let (records, bytes) = batch.into_parts();
-            // At most what the driver's largest batch needs: twice
-            // `batch_max_records` rounded up (a batch reaches it with the
-            // upstream batch that crossed it).
-            let at_most = shared
-                .config
-                .batch_max_records
-                .checked_next_power_of_two()
-                .map_or(usize::MAX, |p| p.saturating_mul(2));
+            // At most what the driver's largest batch takes (a batch
+            // reaches `batch_max_records` with the upstream batch that
+            // crossed it).
+            let at_most = kept_at_most(shared.config.batch_max_records);
             shared.spare_records.keep(records, at_most);
             shared
                 .spare
